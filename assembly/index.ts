@@ -1,0 +1,18 @@
+// The wasm core's ABI: numeric arguments and results only, no managed objects.
+// The TypeScript shell (src/wasm.ts, src/core.ts) allocates its scratch regions
+// with `allocate`, writes inputs through typed-array views, calls one export per
+// batch and reads the results back through the same views.
+
+/** Allocates `bytes` bytes of unmanaged memory, 16-byte aligned. */
+export function allocate(bytes: usize): usize {
+  return heap.alloc(bytes);
+}
+
+/** Frees memory returned by `allocate`. */
+export function release(ptr: usize): void {
+  heap.free(ptr);
+}
+
+export { seed, nextUint32, randBelow, shuffleWords } from "./mt19937";
+export { balanceDefault } from "./default-balance";
+export { scoreKvAware, kvWorkBytes } from "./kv-score";

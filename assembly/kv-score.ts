@@ -1,0 +1,154 @@
+// The KV-cache-aware router's scoring loop (reference §4.3 step 6).
+//
+// Layout (caller-owned, written by the TypeScript shell):
+//   counts   i32[numRanks]      active requests per rank, updated in place
+//   tokens   f64[numRanks]      active tokens per rank, updated in place
+//   requests u32[4·numRequests] per request, in processing order:
+//                               [promptTokens, idLo, idHi, matchRow]
+//   matches  u32[rows·numRanks] matched prefix tokens, row `matchRow`, column rank
+//   out      i32[numRequests]   chosen rank, or -1 once no rank is eligible
+//   work     scratch: i32[numRanks] eligible ranks, f64[numRanks] scores,
+//                     u32[numRanks] shuffled positions, then LANES generators
+//                     and i32[LANES] naming the request each one is seeded for
+//
+// TensorRT-LLM shuffles the eligible ranks with Random(request id) and keeps the
+// first strict improvement of (score, tokens). That is the lexicographic minimum
+// of (score, tokens), and the shuffle only decides among ranks that tie on both;
+// so the shuffle (the expensive part: seeding MT19937) runs only on a tie.
+// A request that ties seeds its own generator and, in the same interleaved
+// pass, those of the next three requests, which tie too when ranks are idle.
+
+import { GENERATOR_BYTES, seed4, shuffleWith, spare } from "./mt19937";
+
+/** Generators seeded together. */
+// @ts-ignore: decorator
+@inline const LANES: i32 = 4;
+
+/** Bytes of `work` scratch needed for `numRanks` ranks. */
+export function kvWorkBytes(numRanks: i32): i32 {
+  return numRanks * (4 + 8 + 4) + 16 + LANES * (GENERATOR_BYTES + 4);
+}
+
+/** Seeds lane generators for requests first..first+3 (those that exist). */
+function seedAhead(generators: usize, owners: usize, requests: usize, numRequests: i32, first: i32): void {
+  const g = <usize>GENERATOR_BYTES;
+  let lane0 = generators, lane1 = generators + g, lane2 = generators + 2 * g, lane3 = generators + 3 * g;
+  const r0 = requests + (<usize>first << 4);
+  const n = min(LANES, numRequests - first);
+  if (n < 2) lane1 = spare;
+  if (n < 3) lane2 = spare + g;
+  if (n < 4) lane3 = spare + 2 * g;
+  seed4(
+    lane0, load<u32>(r0, 4), load<u32>(r0, 8),
+    lane1, n > 1 ? load<u32>(r0, 20) : 0, n > 1 ? load<u32>(r0, 24) : 0,
+    lane2, n > 2 ? load<u32>(r0, 36) : 0, n > 2 ? load<u32>(r0, 40) : 0,
+    lane3, n > 3 ? load<u32>(r0, 52) : 0, n > 3 ? load<u32>(r0, 56) : 0,
+  );
+  for (let l = 0; l < LANES; l++) store<i32>(owners + (<usize>l << 2), l < n ? first + l : -1);
+}
+
+/** Routes `numRequests` requests and returns how many were placed. */
+export function scoreKvAware(
+  numRanks: i32, counts: usize, tokens: usize,
+  numRequests: i32, requests: usize, matches: usize, out: usize,
+  cap: i32, beta: f64, threshold: f64, work: usize,
+): i32 {
+  const eligible = work;
+  const scores = eligible + (<usize>numRanks << 2);
+  const order = scores + (<usize>numRanks << 3);
+  const generators = (order + (<usize>numRanks << 2) + 15) & ~15;
+  const owners = generators + <usize>(LANES * GENERATOR_BYTES);
+  for (let l = 0; l < LANES; l++) store<i32>(owners + (<usize>l << 2), -1);
+  let length = 0;
+  for (let r = 0; r < numRanks; r++) {
+    if (load<i32>(counts + (<usize>r << 2)) < cap) {
+      store<i32>(eligible + (<usize>length << 2), r);
+      length++;
+    }
+  }
+  let placed = 0;
+  for (let q = 0; q < numRequests; q++) {
+    const record = requests + (<usize>q << 4);
+    if (length == 0) {
+      store<i32>(out + (<usize>q << 2), -1);
+      continue;
+    }
+    const n = load<u32>(record);
+    const row = matches + (<usize>load<u32>(record, 12) * <usize>numRanks << 2);
+    const size = <f64>n;
+
+    let totalLoad: f64 = 0;
+    let maxMatch: u32 = 0;
+    for (let k = 0; k < length; k++) {
+      const r = load<i32>(eligible + (<usize>k << 2));
+      totalLoad += load<f64>(tokens + (<usize>r << 3));
+      const m = load<u32>(row + (<usize>r << 2));
+      if (m > maxMatch) maxMatch = m;
+    }
+    const denom = totalLoad >= size ? totalLoad : size;
+    const affinity = <f64>maxMatch / <f64>(n > 1 ? n : 1) > threshold;
+
+    let bestScore = Infinity;
+    let bestTokens = Infinity;
+    let bestK = 0;
+    let ties = 0;
+    for (let k = 0; k < length; k++) {
+      const r = load<i32>(eligible + (<usize>k << 2));
+      const load_ = load<f64>(tokens + (<usize>r << 3));
+      const m: f64 = affinity ? <f64>load<u32>(row + (<usize>r << 2)) : 0;
+      // Zero-token request on idle ranks: TensorRT-LLM divides by zero; here the
+      // load term is 0, so every rank ties and the tie-break decides.
+      const loadTerm = denom != 0 ? beta * (load_ / denom * size) : 0;
+      const score = (size - m) + loadTerm;
+      store<f64>(scores + (<usize>k << 3), score);
+      if (score < bestScore || (score == bestScore && load_ < bestTokens)) {
+        bestScore = score;
+        bestTokens = load_;
+        bestK = k;
+        ties = 1;
+      } else if (score == bestScore && load_ == bestTokens) {
+        ties++;
+      }
+    }
+
+    if (ties > 1) {
+      for (let k = 0; k < length; k++) store<u32>(order + (<usize>k << 2), <u32>k);
+      let lane = 0;
+      while (lane < LANES && load<i32>(owners + (<usize>lane << 2)) != q) lane++;
+      if (lane == LANES) {
+        seedAhead(generators, owners, requests, numRequests, q);
+        lane = 0;
+      }
+      shuffleWith(generators + <usize>(lane * GENERATOR_BYTES), order, length);
+      for (let p = 0; p < length; p++) {
+        const k = load<u32>(order + (<usize>p << 2));
+        const r = load<i32>(eligible + (<usize>k << 2));
+        if (load<f64>(scores + (<usize>k << 3)) == bestScore && load<f64>(tokens + (<usize>r << 3)) == bestTokens) {
+          bestK = <i32>k;
+          break;
+        }
+      }
+    }
+
+    const best = load<i32>(eligible + (<usize>bestK << 2));
+    store<i32>(out + (<usize>q << 2), best);
+    placed++;
+    const countPtr = counts + (<usize>best << 2);
+    const count = load<i32>(countPtr) + 1;
+    store<i32>(countPtr, count);
+    const raw = load<u32>(row + (<usize>best << 2));
+    if (n > raw) {
+      const tokenPtr = tokens + (<usize>best << 3);
+      store<f64>(tokenPtr, load<f64>(tokenPtr) + <f64>(n - raw));
+    }
+    if (count >= cap) {
+      memory.copy(
+        eligible + (<usize>bestK << 2),
+        eligible + (<usize>(bestK + 1) << 2),
+        <usize>(length - bestK - 1) << 2,
+      );
+      length--;
+    }
+  }
+  return placed;
+}

@@ -1,0 +1,112 @@
+// Route cost per request of the KV-cache-aware router, wasm core against plain
+// TypeScript, at 8, 72 and 256 ranks with 256-request batches. Prints one JSON
+// line per measurement (medians over many batches). Run: npm run bench
+import { Bench } from "tinybench";
+import { createRouter, type RouteRequest } from "../src/index.js";
+import { RoutingCore } from "../src/core.js";
+import { oracleScoreKvAware, portScoreKvAware, type OracleKvRequest } from "../test/oracle/routing-loops.js";
+
+const BATCH = 256;
+const PROMPT = 2000;
+
+/** mulberry32: a fixed-seed generator so every run routes the same batches. */
+function rng(seed: number) {
+  return () => {
+    seed = (seed + 0x6d2b79f5) | 0;
+    let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
+    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+interface Workload {
+  name: string;
+  counts: number[];
+  tokens: number[];
+  requests: { id: number; numTokens: number; matches: number[] }[];
+}
+
+/** Busy ranks with distinct loads; 40% of requests match 1–4 blocks-deep prefixes on a few ranks. */
+function busy(numRanks: number): Workload {
+  const rand = rng(numRanks);
+  const counts = Array.from({ length: numRanks }, () => Math.floor(rand() * 8));
+  const tokens = counts.map((c) => c * PROMPT + Math.floor(rand() * 1000));
+  const requests = Array.from({ length: BATCH }, (_, i) => {
+    const matches = new Array(numRanks).fill(0);
+    if (rand() < 0.4) for (let k = 0; k < 3; k++) matches[Math.floor(rand() * numRanks)] = 32 * Math.floor(1 + rand() * 60);
+    return { id: 1_000_000 + i, numTokens: PROMPT - 200 + Math.floor(rand() * 400), matches };
+  });
+  return { name: "busy", counts, tokens, requests };
+}
+
+/** Idle ranks, no cache: every request ties on every rank, so every one pays the MT19937 shuffle. */
+function idleTies(numRanks: number): Workload {
+  return {
+    name: "idle-ties",
+    counts: new Array(numRanks).fill(0),
+    tokens: new Array(numRanks).fill(0),
+    requests: Array.from({ length: BATCH }, (_, i) => ({ id: 5_000_000_000 + i, numTokens: PROMPT, matches: new Array(numRanks).fill(0) })),
+  };
+}
+
+const config = { enable_kv_cache_aware_routing: true };
+const results: Record<string, unknown>[] = [];
+
+for (const numRanks of [8, 72, 256]) {
+  for (const w of [busy(numRanks), idleTies(numRanks)]) {
+    const cap = 4096;
+    const router = createRouter({ numRanks, attentionDp: config });
+    const input = {
+      rankStates: w.counts.map((c, r) => ({ numActiveRequests: c, numActiveTokens: w.tokens[r]! })),
+      maxNumActiveRequests: cap,
+      requests: w.requests.map((q): RouteRequest => ({ id: q.id, numTokens: q.numTokens, prefixMatches: q.matches })),
+    };
+    const oracleRequests: OracleKvRequest[] = w.requests.map((q) => ({ id: BigInt(q.id), numTokens: q.numTokens, matches: q.matches }));
+    const core = new RoutingCore();
+    const rows = w.requests.length + 1;
+    const expected = router.route(input).assignments.flat().length;
+    if (expected !== BATCH) throw new Error("benchmark batch not fully placed");
+
+    const bench = new Bench({ time: 400, warmup: true, warmupTime: 100 });
+    bench
+      .add("route() wasm, whole public call", () => {
+        router.route(input);
+      })
+      .add("scoring loop wasm", () => {
+        const v = core.reserveKvBatch(numRanks, BATCH, rows);
+        v.counts.set(w.counts);
+        v.tokens.set(w.tokens);
+        for (let i = 0; i < BATCH; i++) {
+          const q = w.requests[i]!;
+          v.matches.set(q.matches, (i + 1) * numRanks);
+          v.requests[4 * i] = q.numTokens;
+          v.requests[4 * i + 1] = q.id % 2 ** 32;
+          v.requests[4 * i + 2] = Math.floor(q.id / 2 ** 32);
+          v.requests[4 * i + 3] = i + 1;
+        }
+        core.scoreKvAware(BATCH, 2 * Math.ceil(BATCH / numRanks) + 8, 1.0, 0.1);
+      })
+      .add("scoring loop plain TS, same algorithm", () => {
+        portScoreKvAware(Int32Array.from(w.counts), Float64Array.from(w.tokens), oracleRequests, 2 * Math.ceil(BATCH / numRanks) + 8, 1.0, 0.1);
+      })
+      .add("scoring loop plain TS, reference transcription (shuffle every request)", () => {
+        oracleScoreKvAware(Int32Array.from(w.counts), Float64Array.from(w.tokens), oracleRequests, 2 * Math.ceil(BATCH / numRanks) + 8, 1.0, 0.1);
+      });
+    await bench.run();
+    for (const task of bench.tasks) {
+      const result = task.result as { latency?: { p50?: number; samplesCount?: number } } | undefined;
+      const median = result?.latency?.p50 ?? NaN; // ms per batch
+      const line = {
+        bench: "kv_route",
+        workload: w.name,
+        ranks: numRanks,
+        batch: BATCH,
+        impl: task.name,
+        us_per_request_median: Number(((median * 1000) / BATCH).toFixed(3)),
+        samples: result?.latency?.samplesCount ?? 0,
+      };
+      results.push(line);
+      console.log(JSON.stringify(line));
+    }
+  }
+}

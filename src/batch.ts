@@ -1,0 +1,270 @@
+// Validation of one `route()` call: rank states, the hard cap and the requests,
+// normalized into the shape the routers work on. Everything here runs before
+// any router state is touched, so a rejected batch changes nothing.
+
+import { AdpInputError } from "./errors.js";
+
+/** A request id: a safe integer or a bigint, |id| < 2^64 (engine ids are u64). */
+export type RequestId = number | bigint;
+
+/** One rank's load, as the engine reports it (TensorRT-LLM's `RankState`). */
+export interface RankState {
+  /** The rank; when given it must equal the state's position. */
+  readonly rank?: number;
+  /** Requests active on the rank. */
+  readonly numActiveRequests: number;
+  /** Active prompt tokens on the rank (the KV-cache-aware router's load). */
+  readonly numActiveTokens: number;
+}
+
+/** A new request to place. Field names follow TensorRT-LLM's request attributes. */
+export interface RouteRequest {
+  /** Engine request id, unique within the batch; seeds the tie-break shuffle. */
+  readonly id: RequestId;
+  /** Prompt token ids, each an integer in [0, 2^32). */
+  readonly tokens?: ArrayLike<number> | Uint32Array;
+  /** Prompt length; defaults to `tokens.length` (wins over it when both are given, as upstream). */
+  readonly numTokens?: number;
+  /**
+   * Whether the request carries `SchedulingParams` at all. `false` changes the
+   * relax sort key (reference §2) and forbids the three fields that live there.
+   * @default true
+   */
+  readonly schedulingParams?: boolean;
+  /** `SchedulingParams.attention_dp_rank`: the rank to pin the request to. */
+  readonly attentionDpRank?: number | null;
+  /**
+   * `SchedulingParams.attention_dp_relax`: false makes the pin strict.
+   * @default true
+   */
+  readonly attentionDpRelax?: boolean;
+  /** `SchedulingParams.subagent_affinity_id`: co-locates sibling sub-agents; wins over `conversationId`. */
+  readonly subagentAffinityId?: string | null;
+  /** `conversation_params.conversation_id`. */
+  readonly conversationId?: string | null;
+  /** LoRA task id: part of the prefix-cache namespace. */
+  readonly loraTaskId?: number | null;
+  /** Cache salt: part of the prefix-cache namespace. */
+  readonly cacheSalt?: string | null;
+  /** Matched prefix tokens per rank, used as given by the KV-cache-aware router. */
+  readonly prefixMatches?: ArrayLike<number>;
+}
+
+/** One `route()` call. */
+export interface RouteInput {
+  /** One state per rank, rank i at index i. */
+  readonly rankStates: readonly RankState[];
+  /** The hard per-rank cap (`max_num_active_requests`). */
+  readonly maxNumActiveRequests: number;
+  /** New requests in arrival order. */
+  readonly requests: readonly RouteRequest[];
+}
+
+/** A validated request, in the routers' working shape. */
+export interface BatchRequest {
+  /** Position in the input. */
+  readonly index: number;
+  /** The id as given. */
+  readonly id: RequestId;
+  /** Low 32 bits of |id|. */
+  readonly idLo: number;
+  /** High 32 bits of |id|. */
+  readonly idHi: number;
+  /** Prompt tokens (numTokens, else tokens.length). */
+  readonly numTokens: number;
+  /** Token ids, or null when only a count was given. */
+  readonly tokens: Uint32Array | null;
+  /** Whether the request carries scheduling params. */
+  readonly hasParams: boolean;
+  /** Target rank, or null. */
+  readonly rank: number | null;
+  /** attention_dp_relax. */
+  readonly relax: boolean;
+  /** Conversation key: a non-empty subagent affinity id, else the conversation id, else null. */
+  readonly conversationKey: string | null;
+  /** LoRA task id, or null. */
+  readonly loraTaskId: number | null;
+  /** Cache salt, or null. */
+  readonly cacheSalt: string | null;
+  /** Matched tokens per rank, or null. */
+  readonly prefixMatches: ArrayLike<number> | null;
+}
+
+/** A validated batch. */
+export interface Batch {
+  /** Active requests per rank. */
+  readonly counts: Int32Array;
+  /** Active tokens per rank. */
+  readonly tokens: Float64Array;
+  /** The hard cap. */
+  readonly cap: number;
+  /** Requests in input order. */
+  readonly requests: readonly BatchRequest[];
+}
+
+/** Longest conversation or subagent key accepted, in UTF-16 code units. */
+export const MAX_KEY_LENGTH = 4096;
+/** Largest prompt accepted, in tokens. */
+export const MAX_PROMPT_TOKENS = 2 ** 31 - 1;
+/** Largest per-rank request count accepted (keeps counts exact in i32). */
+const MAX_COUNT = 2 ** 30;
+const TWO_32 = 2 ** 32;
+const U64_LIMIT = 1n << 64n;
+
+const isRecord = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v);
+const isCount = (v: unknown, max: number): v is number => typeof v === "number" && Number.isInteger(v) && v >= 0 && v <= max;
+
+function idWords(id: unknown, field: string): [number, number] {
+  if (typeof id === "number") {
+    if (!Number.isSafeInteger(id)) throw new AdpInputError(field, "must be a safe integer or a bigint", id);
+    const a = Math.abs(id);
+    return [a % TWO_32, Math.floor(a / TWO_32)];
+  }
+  if (typeof id === "bigint") {
+    const a = id < 0n ? -id : id;
+    if (a >= U64_LIMIT) throw new AdpInputError(field, "must have an absolute value below 2^64", id);
+    return [Number(a & 0xffffffffn), Number(a >> 32n)];
+  }
+  throw new AdpInputError(field, "must be a safe integer or a bigint", id);
+}
+
+function optionalString(v: unknown, field: string): string | null {
+  if (v === undefined || v === null) return null;
+  if (typeof v !== "string") throw new AdpInputError(field, "must be a string", v);
+  if (v.length > MAX_KEY_LENGTH) throw new AdpInputError(field, `must be at most ${MAX_KEY_LENGTH} characters`, v);
+  return v;
+}
+
+/** Validates token ids and returns them as a Uint32Array (no copy for a Uint32Array). */
+export function toTokenArray(v: unknown, field: string): Uint32Array {
+  if (v instanceof Uint32Array) return v;
+  if (typeof v !== "object" || v === null || typeof (v as ArrayLike<unknown>).length !== "number") {
+    throw new AdpInputError(field, "must be an array of token ids or a Uint32Array", v);
+  }
+  const src = v as ArrayLike<unknown>;
+  if (src.length > MAX_PROMPT_TOKENS) throw new AdpInputError(field, `must hold at most ${MAX_PROMPT_TOKENS} tokens`, src.length);
+  const out = new Uint32Array(src.length);
+  for (let i = 0; i < src.length; i++) {
+    const t = src[i];
+    if (typeof t !== "number" || !Number.isInteger(t) || t < 0 || t >= TWO_32) {
+      throw new AdpInputError(`${field}[${i}]`, "must be an integer token id in [0, 2^32)", t);
+    }
+    out[i] = t;
+  }
+  return out;
+}
+
+/** Validates a rank index against `numRanks`. */
+export function checkRank(v: unknown, numRanks: number, field: string): number {
+  if (typeof v !== "number" || !Number.isInteger(v) || v < 0 || v >= numRanks) {
+    throw new AdpInputError(field, `must be an integer rank in 0..${numRanks - 1}`, v);
+  }
+  return v;
+}
+
+function normalizeRequest(raw: unknown, index: number, numRanks: number): BatchRequest {
+  const at = `requests[${index}]`;
+  if (!isRecord(raw)) throw new AdpInputError(at, "must be an object", raw);
+  const [idLo, idHi] = idWords(raw.id, `${at}.id`);
+  const tokens = raw.tokens === undefined || raw.tokens === null ? null : toTokenArray(raw.tokens, `${at}.tokens`);
+  let numTokens: number;
+  if (raw.numTokens !== undefined) {
+    if (!isCount(raw.numTokens, MAX_PROMPT_TOKENS)) {
+      throw new AdpInputError(`${at}.numTokens`, `must be an integer in [0, ${MAX_PROMPT_TOKENS}]`, raw.numTokens);
+    }
+    numTokens = raw.numTokens;
+  } else if (tokens !== null) {
+    numTokens = tokens.length;
+  } else {
+    throw new AdpInputError(at, "must carry tokens or numTokens", raw);
+  }
+  const params = raw.schedulingParams;
+  if (params !== undefined && typeof params !== "boolean") throw new AdpInputError(`${at}.schedulingParams`, "must be a boolean", params);
+  const hasParams = params !== false;
+  if (!hasParams) {
+    for (const k of ["attentionDpRank", "attentionDpRelax", "subagentAffinityId"] as const) {
+      if (raw[k] !== undefined && raw[k] !== null) {
+        throw new AdpInputError(`${at}.${k}`, "cannot be set when schedulingParams is false (it lives in SchedulingParams)", raw[k]);
+      }
+    }
+  }
+  const rank = raw.attentionDpRank === undefined || raw.attentionDpRank === null ? null : checkRank(raw.attentionDpRank, numRanks, `${at}.attentionDpRank`);
+  const relaxRaw = raw.attentionDpRelax;
+  if (relaxRaw !== undefined && typeof relaxRaw !== "boolean") throw new AdpInputError(`${at}.attentionDpRelax`, "must be a boolean", relaxRaw);
+  const subagent = optionalString(raw.subagentAffinityId, `${at}.subagentAffinityId`);
+  const conversation = optionalString(raw.conversationId, `${at}.conversationId`);
+  if (conversation === "") throw new AdpInputError(`${at}.conversationId`, "must be non-empty (omit it or pass null for none)", conversation);
+  const lora = raw.loraTaskId;
+  if (lora !== undefined && lora !== null && !(typeof lora === "number" && Number.isSafeInteger(lora))) {
+    throw new AdpInputError(`${at}.loraTaskId`, "must be a safe integer", lora);
+  }
+  let prefixMatches: ArrayLike<number> | null = null;
+  if (raw.prefixMatches !== undefined && raw.prefixMatches !== null) {
+    const pm = raw.prefixMatches as ArrayLike<unknown>;
+    if (typeof pm !== "object" || typeof pm.length !== "number" || pm.length !== numRanks) {
+      throw new AdpInputError(`${at}.prefixMatches`, `must hold one matched-token count per rank (${numRanks})`, pm);
+    }
+    for (let r = 0; r < numRanks; r++) {
+      if (!isCount(pm[r], TWO_32 - 1)) throw new AdpInputError(`${at}.prefixMatches[${r}]`, "must be an integer in [0, 2^32)", pm[r]);
+    }
+    prefixMatches = pm as ArrayLike<number>;
+  }
+  return {
+    index,
+    id: raw.id as RequestId,
+    idLo,
+    idHi,
+    numTokens,
+    tokens,
+    hasParams,
+    rank,
+    relax: relaxRaw !== false,
+    conversationKey: subagent !== null && subagent !== "" ? subagent : conversation,
+    loraTaskId: typeof lora === "number" ? lora : null,
+    cacheSalt: optionalString(raw.cacheSalt, `${at}.cacheSalt`),
+    prefixMatches,
+  };
+}
+
+/** Canonical form of an id for duplicate detection (5 and 5n are the same id). */
+const idKey = (id: RequestId): number | bigint =>
+  typeof id === "bigint" && id >= BigInt(Number.MIN_SAFE_INTEGER) && id <= BigInt(Number.MAX_SAFE_INTEGER) ? Number(id) : id;
+
+/** Validates one `route()` call for `numRanks` ranks. */
+export function validateBatch(input: unknown, numRanks: number): Batch {
+  if (!isRecord(input)) throw new AdpInputError("route()", "takes { rankStates, maxNumActiveRequests, requests }", input);
+  const { rankStates, maxNumActiveRequests, requests } = input;
+  if (!Array.isArray(rankStates) || rankStates.length !== numRanks) {
+    throw new AdpInputError("rankStates", `must be an array of ${numRanks} rank states (one per rank)`, rankStates);
+  }
+  const counts = new Int32Array(numRanks);
+  const tokens = new Float64Array(numRanks);
+  for (let r = 0; r < numRanks; r++) {
+    const s: unknown = rankStates[r];
+    if (!isRecord(s)) throw new AdpInputError(`rankStates[${r}]`, "must be an object", s);
+    if (s.rank !== undefined && s.rank !== r) throw new AdpInputError(`rankStates[${r}].rank`, `must equal its position ${r}`, s.rank);
+    if (!isCount(s.numActiveRequests, MAX_COUNT)) {
+      throw new AdpInputError(`rankStates[${r}].numActiveRequests`, `must be an integer in [0, ${MAX_COUNT}]`, s.numActiveRequests);
+    }
+    if (!isCount(s.numActiveTokens, Number.MAX_SAFE_INTEGER)) {
+      throw new AdpInputError(`rankStates[${r}].numActiveTokens`, "must be a non-negative safe integer", s.numActiveTokens);
+    }
+    counts[r] = s.numActiveRequests;
+    tokens[r] = s.numActiveTokens;
+  }
+  if (!isCount(maxNumActiveRequests, MAX_COUNT)) {
+    throw new AdpInputError("maxNumActiveRequests", `must be an integer in [0, ${MAX_COUNT}]`, maxNumActiveRequests);
+  }
+  if (!Array.isArray(requests)) throw new AdpInputError("requests", "must be an array", requests);
+  if (requests.length > MAX_COUNT) throw new AdpInputError("requests", `must hold at most ${MAX_COUNT} requests`, requests.length);
+  const out: BatchRequest[] = new Array(requests.length);
+  const seen = new Set<number | bigint>();
+  for (let i = 0; i < requests.length; i++) {
+    const req = normalizeRequest(requests[i], i, numRanks);
+    const key = idKey(req.id);
+    if (seen.has(key)) throw new AdpInputError(`requests[${i}].id`, "must be unique within the batch", req.id);
+    seen.add(key);
+    out[i] = req;
+  }
+  return { counts, tokens, cap: maxNumActiveRequests, requests: out };
+}

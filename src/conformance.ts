@@ -1,0 +1,151 @@
+// Runs one conformance scenario (the JSON-lines format of TensorRT-LLM-labelled
+// routing, balance-gate and config-validation cases) through the public API and
+// returns the answer in the scenario's `expected` shape. Platform-neutral: the
+// CLI and the tests in Node and in a browser share it.
+
+import { BalanceGate } from "./balance-gate.js";
+import type { RouteRequest } from "./batch.js";
+import { parseAttentionDpConfig } from "./config.js";
+import { createRouter } from "./router.js";
+
+type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
+type JsonObject = { [key: string]: Json };
+
+/** The answer to one scenario: the shape of its `expected` field, or an error. */
+export type ScenarioAnswer = JsonObject;
+
+const asObject = (v: unknown, what: string): JsonObject => {
+  if (typeof v !== "object" || v === null || Array.isArray(v)) throw new Error(`${what} must be an object`);
+  return v as JsonObject;
+};
+const asArray = (v: unknown, what: string): Json[] => {
+  if (!Array.isArray(v)) throw new Error(`${what} must be an array`);
+  return v;
+};
+
+/** Converts a scenario request (snake_case) to a {@link RouteRequest}. */
+function toRequest(raw: JsonObject, matchesByRank: Map<string, number>[] | null, numRanks: number): RouteRequest {
+  const id = raw.id as number;
+  let tokens = raw.tokens as number[] | undefined;
+  if (tokens === undefined && typeof raw.num_tokens === "number") {
+    tokens = Array.from({ length: raw.num_tokens }, (_, i) => i);
+  }
+  const req: Record<string, unknown> = { id, tokens };
+  if (raw.scheduling_params === null) req.schedulingParams = false;
+  if ("attention_dp_rank" in raw) req.attentionDpRank = raw.attention_dp_rank;
+  if ("attention_dp_relax" in raw) req.attentionDpRelax = raw.attention_dp_relax;
+  if ("conversation_id" in raw) req.conversationId = raw.conversation_id;
+  if ("subagent_affinity_id" in raw) req.subagentAffinityId = raw.subagent_affinity_id;
+  if ("lora_task_id" in raw) req.loraTaskId = raw.lora_task_id;
+  if ("cache_salt" in raw) req.cacheSalt = raw.cache_salt;
+  if (matchesByRank !== null) {
+    const key = String(id);
+    req.prefixMatches = Array.from({ length: numRanks }, (_, r) => matchesByRank[r]?.get(key) ?? 0);
+  }
+  return req as unknown as RouteRequest;
+}
+
+function runRoute(s: JsonObject): ScenarioAnswer {
+  const numRanks = s.tp_size as number;
+  const router = createRouter({ numRanks, attentionDp: asObject(s.config ?? {}, "config") as never });
+  const batches: Json[] = [];
+  for (const [b, rawBatch] of asArray(s.batches, "batches").entries()) {
+    const batch = asObject(rawBatch, `batches[${b}]`);
+    if (batch.cached_prefixes !== undefined) {
+      throw new Error(`batches[${b}] uses cached_prefixes, which needs the prefix index (not built yet)`);
+    }
+    let matchesByRank: Map<string, number>[] | null = null;
+    if (batch.prefix_matches !== undefined) {
+      matchesByRank = asArray(batch.prefix_matches, "prefix_matches").map(
+        (m) => new Map(Object.entries(asObject(m, "prefix_matches[]")) as [string, number][]),
+      );
+    }
+    const result = router.route({
+      rankStates: asArray(batch.rank_states, "rank_states").map((st) => {
+        const o = asObject(st, "rank_states[]");
+        return { rank: o.rank as number, numActiveRequests: o.num_active_requests as number, numActiveTokens: o.num_active_tokens as number };
+      }),
+      maxNumActiveRequests: batch.max_num_active_requests as number,
+      requests: asArray(batch.requests, "requests").map((r) => toRequest(asObject(r, "request"), matchesByRank, numRanks)),
+    });
+    const assignments: JsonObject = {};
+    result.assignments.forEach((ids, rank) => (assignments[String(rank)] = ids.map(Number)));
+    batches.push({
+      assignments,
+      expected_num_active_requests: result.expectedNumActiveRequests,
+      unassigned: result.unassigned.map(Number),
+    });
+  }
+  return { router: router.kind, batches };
+}
+
+function runBalance(s: JsonObject): ScenarioAnswer {
+  const c = asObject(s.balance_config, "balance_config");
+  const gate = new BalanceGate({
+    maxBatchSize: c.max_batch_size as number,
+    timeoutIters: c.timeout_iters as number,
+    batchingWaitIters: c.batching_wait_iters as number,
+  });
+  const iterations = asArray(s.iterations, "iterations").map((it) =>
+    gate.step(asArray(asObject(it, "iteration").ranks, "ranks").map((r) => {
+      const o = asObject(r, "rank");
+      return { numCtx: o.num_ctx as number, numGen: o.num_gen as number };
+    })),
+  );
+  return { iterations };
+}
+
+function runValidate(s: JsonObject): ScenarioAnswer {
+  try {
+    parseAttentionDpConfig(s.config);
+    return { config_error: false };
+  } catch (error) {
+    if ((error as { code?: string }).code === "ERR_ADP_CONFIG") return { config_error: true };
+    throw error;
+  }
+}
+
+/** Answers one parsed scenario; a scenario the project cannot run gets `{ error }`. */
+export function runScenario(scenario: unknown): ScenarioAnswer {
+  try {
+    const s = asObject(scenario, "scenario");
+    switch (s.mode) {
+      case "route":
+        return runRoute(s);
+      case "balance":
+        return runBalance(s);
+      case "validate":
+        return runValidate(s);
+      default:
+        throw new Error(`unknown mode ${JSON.stringify(s.mode)}`);
+    }
+  } catch (error) {
+    return { error: error instanceof Error ? error.message : String(error) };
+  }
+}
+
+/** The first difference between two JSON values, as "path: expected X, got Y", or null when equal. */
+export function firstDifference(expected: unknown, actual: unknown, path = "$"): string | null {
+  if (Object.is(expected, actual)) return null;
+  const show = (v: unknown) => JSON.stringify(v);
+  if (Array.isArray(expected) && Array.isArray(actual)) {
+    for (let i = 0; i < Math.max(expected.length, actual.length); i++) {
+      if (i >= expected.length || i >= actual.length) return `${path}: expected ${show(expected)}, got ${show(actual)}`;
+      const d = firstDifference(expected[i], actual[i], `${path}[${i}]`);
+      if (d) return d;
+    }
+    return null;
+  }
+  if (typeof expected === "object" && expected && typeof actual === "object" && actual && !Array.isArray(expected) && !Array.isArray(actual)) {
+    const e = expected as Record<string, unknown>;
+    const a = actual as Record<string, unknown>;
+    for (const k of new Set([...Object.keys(e), ...Object.keys(a)])) {
+      if (!(k in a)) return `${path}.${k}: missing (expected ${show(e[k])})`;
+      if (!(k in e)) return `${path}.${k}: unexpected ${show(a[k])}`;
+      const d = firstDifference(e[k], a[k], `${path}.${k}`);
+      if (d) return d;
+    }
+    return null;
+  }
+  return `${path}: expected ${show(expected)}, got ${show(actual)}`;
+}

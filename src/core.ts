@@ -1,0 +1,153 @@
+// The numeric ABI of the wasm core, wrapped: one scratch arena in the module's
+// own memory, typed views over it, one export call per batch.
+//
+// A batch reserves all its regions at once (`reserve`), the shell writes inputs
+// through the views, the export runs, and the shell reads results through the
+// same views. Views are re-created whenever the arena moves or `memory.grow`
+// detaches the old buffer; pointers come back as i32 and are read `>>> 0`.
+
+import { instantiateCore, type CoreExports } from "./wasm.js";
+
+/** Byte offset of each region of a KV-cache-aware batch inside the arena. */
+interface KvLayout {
+  counts: number;
+  tokens: number;
+  requests: number;
+  matches: number;
+  out: number;
+  work: number;
+  end: number;
+}
+
+const align8 = (n: number): number => (n + 7) & ~7;
+
+/** Views over one KV-cache-aware batch's regions; valid until the next reserve. */
+export interface KvBatchViews {
+  /** Active requests per rank. */
+  readonly counts: Int32Array;
+  /** Active tokens per rank. */
+  readonly tokens: Float64Array;
+  /** Per request, in processing order: [promptTokens, idLo, idHi, matchRow]. */
+  readonly requests: Uint32Array;
+  /** Matched prefix tokens, row-major: row · numRanks + rank; row 0 is all zeros. */
+  readonly matches: Uint32Array;
+  /** Chosen rank per request, or -1. */
+  readonly out: Int32Array;
+}
+
+/** One wasm instance and its scratch arena. */
+export class RoutingCore {
+  readonly #ex: CoreExports;
+  #arena = 0;
+  #arenaBytes = 0;
+  #kv: KvLayout | undefined;
+  #kvNumRanks = 0;
+  #kvNumRequests = 0;
+  #kvRows = 0;
+
+  constructor(exports: CoreExports = instantiateCore()) {
+    this.#ex = exports;
+  }
+
+  /** The raw exports, for the prefix index that shares this instance's memory. */
+  get exports(): CoreExports {
+    return this.#ex;
+  }
+
+  /** Ensures the arena holds `bytes` bytes and returns its address. */
+  #reserve(bytes: number): number {
+    if (bytes > this.#arenaBytes) {
+      if (this.#arena !== 0) this.#ex.release(this.#arena);
+      const size = Math.max(bytes, this.#arenaBytes * 2, 4096);
+      this.#arena = this.#ex.allocate(size) >>> 0;
+      this.#arenaBytes = size;
+    }
+    return this.#arena;
+  }
+
+  /**
+   * Places requests with the default router's min-heap balance (reference §3.3
+   * step 7). `sizes` are prompt tokens in processing order; returns the chosen
+   * rank per request (-1 where no rank had room). `counts` and `tokens` are
+   * updated in place.
+   */
+  balanceDefault(counts: Int32Array, tokens: Float64Array, sizes: Uint32Array, cap: number): Int32Array {
+    const numRanks = counts.length;
+    const numRequests = sizes.length;
+    const oCounts = 0;
+    const oTokens = align8(numRanks * 4);
+    const oSizes = oTokens + numRanks * 8;
+    const oOut = align8(oSizes + numRequests * 4);
+    const oHeap = align8(oOut + numRequests * 4);
+    const base = this.#reserve(oHeap + numRanks * 4);
+    const buffer = this.#ex.memory.buffer;
+    const vCounts = new Int32Array(buffer, base + oCounts, numRanks);
+    const vTokens = new Float64Array(buffer, base + oTokens, numRanks);
+    const vOut = new Int32Array(buffer, base + oOut, numRequests);
+    vCounts.set(counts);
+    vTokens.set(tokens);
+    new Uint32Array(buffer, base + oSizes, numRequests).set(sizes);
+    this.#ex.balanceDefault(numRanks, base + oCounts, base + oTokens, numRequests, base + oSizes, base + oOut, cap, base + oHeap);
+    counts.set(vCounts);
+    tokens.set(vTokens);
+    return vOut.slice();
+  }
+
+  /**
+   * Reserves a KV-cache-aware batch of `numRequests` requests over `numRanks`
+   * ranks with `rows` match rows (row 0 included, zeroed) and returns views
+   * over it. Nothing may allocate in this instance until `scoreKvAware` runs.
+   */
+  reserveKvBatch(numRanks: number, numRequests: number, rows: number): KvBatchViews {
+    const l: KvLayout = { counts: 0, tokens: 0, requests: 0, matches: 0, out: 0, work: 0, end: 0 };
+    l.tokens = align8(numRanks * 4);
+    l.requests = l.tokens + numRanks * 8;
+    l.matches = l.requests + numRequests * 16;
+    l.out = align8(l.matches + rows * numRanks * 4);
+    l.work = align8(l.out + numRequests * 4);
+    l.end = l.work + this.#ex.kvWorkBytes(numRanks);
+    this.#reserve(l.end);
+    this.#kv = l;
+    this.#kvNumRanks = numRanks;
+    this.#kvNumRequests = numRequests;
+    this.#kvRows = rows;
+    const views = this.kvViews();
+    views.matches.fill(0);
+    return views;
+  }
+
+  /** The current KV batch's views, re-created over the live buffer. */
+  kvViews(): KvBatchViews {
+    const l = this.#kv!;
+    const base = this.#arena;
+    const b = this.#ex.memory.buffer;
+    const numRanks = this.#kvNumRanks;
+    const numRequests = this.#kvNumRequests;
+    return {
+      counts: new Int32Array(b, base + l.counts, numRanks),
+      tokens: new Float64Array(b, base + l.tokens, numRanks),
+      requests: new Uint32Array(b, base + l.requests, numRequests * 4),
+      matches: new Uint32Array(b, base + l.matches, this.#kvRows * numRanks),
+      out: new Int32Array(b, base + l.out, numRequests),
+    };
+  }
+
+  /** Address of match row `row` of the current KV batch. */
+  kvMatchRowAddress(row: number): number {
+    return this.#arena + this.#kv!.matches + row * this.#kvNumRanks * 4;
+  }
+
+  /**
+   * Runs the KV-cache-aware scoring loop over the reserved batch (reference
+   * §4.3 step 6) and returns how many requests were placed.
+   */
+  scoreKvAware(numRequests: number, cap: number, beta: number, threshold: number): number {
+    const l = this.#kv!;
+    const base = this.#arena;
+    return this.#ex.scoreKvAware(
+      this.#kvNumRanks, base + l.counts, base + l.tokens,
+      numRequests, base + l.requests, base + l.matches, base + l.out,
+      cap, beta, threshold, base + l.work,
+    );
+  }
+}

@@ -1,0 +1,20 @@
+// adp-router: TensorRT-LLM's attention-DP request routers as a library.
+
+export { init } from "./wasm.js";
+export { createRouter, routerKindFor, MAX_RANKS, type Router, type RouterOptions } from "./router.js";
+export type { RouteResult, RouterKind } from "./routers/types.js";
+export type { RankState, RequestId, RouteInput, RouteRequest } from "./batch.js";
+export {
+  parseAttentionDpConfig,
+  isAttentionDpConfig,
+  toAttentionDpConfigInput,
+  attentionDpConfigSchema,
+  NEW_CONVERSATION_PLACEMENTS,
+  type AttentionDpConfig,
+  type AttentionDpConfigInput,
+  type NewConversationPlacement,
+} from "./config.js";
+export { BalanceGate, createBalanceGate, type BalanceGateOptions, type RankIterationLoad } from "./balance-gate.js";
+export { ConversationMap } from "./conversation-map.js";
+export { AttentionDpConfigError, AdpInputError, type InputIssue } from "./errors.js";
+export { runScenario, firstDifference, type ScenarioAnswer } from "./conformance.js";

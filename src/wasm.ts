@@ -1,0 +1,67 @@
+// The only file that touches `WebAssembly`. The release core is inlined as
+// base64 (src/generated/wasm-bytes.ts), compiled synchronously on first use and
+// cached; every router and prefix index gets its own Instance, and so its own
+// linear memory, which the garbage collector frees with it.
+
+import { WASM_BASE64 } from "./generated/wasm-bytes.js";
+
+/** The core's exports (assembly/index.ts); pointers are i32, read them `>>> 0`. */
+export interface CoreExports {
+  readonly memory: WebAssembly.Memory;
+  allocate(bytes: number): number;
+  release(ptr: number): void;
+  seed(lo: number, hi: number): void;
+  nextUint32(): number;
+  randBelow(n: number): number;
+  shuffleWords(ptr: number, length: number): void;
+  balanceDefault(
+    numRanks: number, counts: number, tokens: number,
+    numRequests: number, sizes: number, out: number, cap: number, heap: number,
+  ): number;
+  kvWorkBytes(numRanks: number): number;
+  scoreKvAware(
+    numRanks: number, counts: number, tokens: number,
+    numRequests: number, requests: number, matches: number, out: number,
+    cap: number, beta: number, threshold: number, work: number,
+  ): number;
+}
+
+let compiled: WebAssembly.Module | undefined;
+let compiling: Promise<WebAssembly.Module> | undefined;
+
+function decodeBase64(text: string): Uint8Array {
+  const from = (Uint8Array as unknown as { fromBase64?: (s: string) => Uint8Array }).fromBase64;
+  if (typeof from === "function") return from(text);
+  const binary = atob(text);
+  const bytes = new Uint8Array(binary.length);
+  for (let i = 0; i < binary.length; i++) bytes[i] = binary.charCodeAt(i);
+  return bytes;
+}
+
+/**
+ * Compiles the wasm core ahead of first use, off the main thread where the
+ * platform allows. Optional: routers and indexes compile synchronously on
+ * first use without it.
+ */
+export function init(): Promise<void> {
+  if (compiled) return Promise.resolve();
+  compiling ??= WebAssembly.compile(decodeBase64(WASM_BASE64) as BufferSource).then(
+    (module) => (compiled = module),
+    (error: unknown) => {
+      compiling = undefined;
+      throw error;
+    },
+  );
+  return compiling.then(() => undefined);
+}
+
+/** A fresh instance of the core with its own memory. */
+export function instantiateCore(): CoreExports {
+  compiled ??= new WebAssembly.Module(decodeBase64(WASM_BASE64) as BufferSource);
+  return new WebAssembly.Instance(compiled, {}).exports as unknown as CoreExports;
+}
+
+/** Whether `error` is a trap raised inside the wasm core. */
+export function isWasmTrap(error: unknown): boolean {
+  return error instanceof WebAssembly.RuntimeError;
+}
