@@ -16,3 +16,8 @@ export function release(ptr: usize): void {
 export { seed, nextUint32, randBelow, shuffleWords } from "./mt19937";
 export { balanceDefault } from "./default-balance";
 export { scoreKvAware, kvWorkBytes } from "./kv-score";
+export {
+  indexInit, hashBlocks, hashBlockKeys, indexMatch, indexInsert, indexInsertKeyed, indexClearRank,
+  indexBlockCount, indexNodeCount, indexResidencyCount, indexEvictions, indexBytes, indexRemovePath,
+  indexHolds, indexStampResets,
+} from "./prefix-index";

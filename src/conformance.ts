@@ -6,6 +6,7 @@
 import { BalanceGate } from "./balance-gate.js";
 import type { RouteRequest } from "./batch.js";
 import { parseAttentionDpConfig } from "./config.js";
+import { createPrefixIndex } from "./prefix-index.js";
 import { createRouter } from "./router.js";
 
 type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
@@ -47,12 +48,25 @@ function toRequest(raw: JsonObject, matchesByRank: Map<string, number>[] | null,
 
 function runRoute(s: JsonObject): ScenarioAnswer {
   const numRanks = s.tp_size as number;
-  const router = createRouter({ numRanks, attentionDp: asObject(s.config ?? {}, "config") as never });
+  const router = createRouter({ numRanks, attentionDp: asObject(s.config ?? {}, "config") as never, learnFromRouting: false });
   const batches: Json[] = [];
   for (const [b, rawBatch] of asArray(s.batches, "batches").entries()) {
     const batch = asObject(rawBatch, `batches[${b}]`);
+    // Each batch's cache picture: `cached_prefixes` loads exactly those sequences
+    // into a fresh index the router probes; otherwise the router has no index.
     if (batch.cached_prefixes !== undefined) {
-      throw new Error(`batches[${b}] uses cached_prefixes, which needs the prefix index (not built yet)`);
+      const index = createPrefixIndex({ numRanks, tokensPerBlock: (batch.tokens_per_block as number | undefined) ?? 32 });
+      for (const [rank, sequences] of Object.entries(asObject(batch.cached_prefixes, "cached_prefixes"))) {
+        for (const seq of asArray(sequences, `cached_prefixes.${rank}`)) {
+          const o = asObject(seq, "cached prefix");
+          index.insert(Number(rank), o.tokens as number[], { loraTaskId: (o.lora_task_id as number | undefined) ?? null, cacheSalt: (o.cache_salt as string | undefined) ?? null });
+        }
+      }
+      router.prefixIndex?.dispose();
+      router.setPrefixIndex(index);
+    } else {
+      router.prefixIndex?.dispose();
+      router.setPrefixIndex(null);
     }
     let matchesByRank: Map<string, number>[] | null = null;
     if (batch.prefix_matches !== undefined) {

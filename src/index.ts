@@ -15,6 +15,14 @@ export {
   type NewConversationPlacement,
 } from "./config.js";
 export { BalanceGate, createBalanceGate, type BalanceGateOptions, type RankIterationLoad } from "./balance-gate.js";
+export {
+  createPrefixIndex,
+  PrefixIndex,
+  MAX_INDEX_RANKS,
+  type PrefixIndexOptions,
+  type PrefixIndexStats,
+  type PrefixNamespace,
+} from "./prefix-index.js";
 export { ConversationMap } from "./conversation-map.js";
 export { AttentionDpConfigError, AdpInputError, type InputIssue } from "./errors.js";
 export { runScenario, firstDifference, type ScenarioAnswer } from "./conformance.js";

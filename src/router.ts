@@ -2,14 +2,15 @@
 // its factory does (conversation affinity over KV-cache-aware over default) and
 // routes batches atomically: a batch that fails validation changes nothing.
 
-import { validateBatch, type RouteInput } from "./batch.js";
+import { validateBatch, type Batch, type RouteInput } from "./batch.js";
 import { parseAttentionDpConfig, type AttentionDpConfig, type AttentionDpConfigInput } from "./config.js";
 import { RoutingCore } from "./core.js";
 import { AdpInputError } from "./errors.js";
 import { ConversationRouter } from "./routers/conversation.js";
 import { DefaultRouter } from "./routers/default.js";
+import { namespaceSeed, PrefixIndex, type PrefixIndexOptions } from "./prefix-index.js";
 import { KvCacheAwareRouter } from "./routers/kv-cache-aware.js";
-import type { RouteResult, RouterKind, RoutingPolicy } from "./routers/types.js";
+import type { Decision, RouteResult, RouterKind, RoutingPolicy } from "./routers/types.js";
 
 /** Largest rank count accepted. */
 export const MAX_RANKS = 65536;
@@ -23,6 +24,19 @@ export interface RouterOptions {
    * @default {} (the default router)
    */
   readonly attentionDp?: AttentionDpConfigInput | AttentionDpConfig;
+  /**
+   * The router's picture of every rank's prefix cache: index options (a new
+   * index over `numRanks` ranks) or an existing index. The KV-cache-aware router
+   * probes it for requests without `prefixMatches`.
+   * @default none: such requests match nothing
+   */
+  readonly prefixIndex?: PrefixIndex | Omit<PrefixIndexOptions, "numRanks">;
+  /**
+   * Insert each routed prompt into the chosen rank's view after the batch is
+   * decided, so a router without engine KV events still learns.
+   * @default true
+   */
+  readonly learnFromRouting?: boolean;
 }
 
 /** A stateful router over `numRanks` attention-DP ranks. */
@@ -33,11 +47,24 @@ export interface Router {
   readonly numRanks: number;
   /** The parsed configuration. */
   readonly config: AttentionDpConfig;
+  /** The prefix index the router probes and learns into, or null. */
+  readonly prefixIndex: PrefixIndex | null;
   /** Routes one batch; throws {@link AdpInputError} (changing nothing) on bad input. */
   route(input: RouteInput): RouteResult;
+  /** Replaces the prefix index (null: requests without `prefixMatches` match nothing). */
+  setPrefixIndex(index: PrefixIndex | null): void;
 }
 
-const OPTION_KEYS = new Set(["numRanks", "attentionDp"]);
+const OPTION_KEYS = new Set(["numRanks", "attentionDp", "prefixIndex", "learnFromRouting"]);
+
+/** Inserts each placed request's prompt into its rank's view, in input order. */
+function learn(index: PrefixIndex, batch: Batch, decision: Decision): void {
+  for (const req of batch.requests) {
+    const rank = decision.rankOf[req.index]!;
+    if (rank < 0 || req.tokens === null || req.tokens.length < index.tokensPerBlock) continue;
+    index.insertValidated(rank, req.tokens, namespaceSeed({ loraTaskId: req.loraTaskId, cacheSalt: req.cacheSalt }));
+  }
+}
 
 /** Which router TensorRT-LLM's factory builds for `config`. */
 export function routerKindFor(config: AttentionDpConfig): RouterKind {
@@ -69,15 +96,43 @@ export function createRouter(options: RouterOptions): Router {
     throw new AdpInputError("numRanks", `must be an integer in [1, ${MAX_RANKS}]`, numRanks);
   }
   const config = parseAttentionDpConfig(options.attentionDp ?? {});
+  const learnFromRouting = options.learnFromRouting ?? true;
+  if (typeof learnFromRouting !== "boolean") throw new AdpInputError("learnFromRouting", "must be a boolean", learnFromRouting);
+  const checkIndex = (index: unknown, field: string): PrefixIndex | null => {
+    if (index === null) return null;
+    if (!(index instanceof PrefixIndex)) throw new AdpInputError(field, "must be a PrefixIndex (createPrefixIndex) or null", index);
+    if (index.numRanks !== numRanks) throw new AdpInputError(`${field}.numRanks`, `must equal the router's numRanks (${numRanks})`, index.numRanks);
+    return index;
+  };
+  let index: PrefixIndex | null = null;
+  if (options.prefixIndex !== undefined) {
+    index = options.prefixIndex instanceof PrefixIndex
+      ? checkIndex(options.prefixIndex, "prefixIndex")
+      : new PrefixIndex({ ...(options.prefixIndex as Omit<PrefixIndexOptions, "numRanks">), numRanks });
+  }
   const kind = routerKindFor(config);
   let policy: RoutingPolicy;
+  let kv: KvCacheAwareRouter | null = null;
   if (kind === "conversation") policy = new ConversationRouter(numRanks, config);
-  else if (kind === "kv_cache_aware") policy = new KvCacheAwareRouter(new RoutingCore(), numRanks, config);
+  else if (kind === "kv_cache_aware") policy = kv = new KvCacheAwareRouter(new RoutingCore(), numRanks, config);
   else policy = new DefaultRouter(new RoutingCore());
+  if (kv) kv.prefixIndex = index;
   return {
     kind,
     numRanks,
     config,
-    route: (input: RouteInput): RouteResult => policy.route(validateBatch(input, numRanks)),
+    get prefixIndex() {
+      return index;
+    },
+    route(input: RouteInput): RouteResult {
+      const batch = validateBatch(input, numRanks);
+      const decision = policy.route(batch);
+      if (index !== null && learnFromRouting) learn(index, batch, decision);
+      return decision.result;
+    },
+    setPrefixIndex(next: PrefixIndex | null): void {
+      index = checkIndex(next, "setPrefixIndex()");
+      if (kv) kv.prefixIndex = index;
+    },
   };
 }

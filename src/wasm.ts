@@ -24,6 +24,21 @@ export interface CoreExports {
     numRequests: number, requests: number, matches: number, out: number,
     cap: number, beta: number, threshold: number, work: number,
   ): number;
+  indexInit(numRanks: number, tokensPerBlock: number, capacityPerRank: number, maxBytes: number): number;
+  hashBlocks(tokens: number, numTokens: number, out: number): number;
+  hashBlockKeys(keys: number, count: number): void;
+  indexMatch(seedLo: number, seedHi: number, blocks: number, count: number, out: number): void;
+  indexInsert(rank: number, seedLo: number, seedHi: number, blocks: number, count: number): number;
+  indexInsertKeyed(rank: number, seedLo: number, seedHi: number, blocks: number, count: number, keysOut: number): number;
+  indexClearRank(rank: number): void;
+  indexBlockCount(rank: number): number;
+  indexNodeCount(): number;
+  indexResidencyCount(): number;
+  indexEvictions(): number;
+  indexBytes(): number;
+  indexRemovePath(rank: number, lo: number, hi: number): number;
+  indexHolds(rank: number, lo: number, hi: number): number;
+  indexStampResets(): number;
 }
 
 let compiled: WebAssembly.Module | undefined;

@@ -6,8 +6,8 @@
 import type { Batch, BatchRequest } from "../batch.js";
 import type { AttentionDpConfig, NewConversationPlacement } from "../config.js";
 import { ConversationMap } from "../conversation-map.js";
-import { emptyAssignments, expectedPerRank, relaxKeyB, strictFirst } from "./shared.js";
-import type { RouteResult, RoutingPolicy } from "./types.js";
+import { expectedPerRank, Placements, relaxKeyB, strictFirst } from "./shared.js";
+import type { Decision, RoutingPolicy } from "./types.js";
 
 /** The conversation-affinity router; keeps the conversation map and the cursor between batches. */
 export class ConversationRouter implements RoutingPolicy {
@@ -26,11 +26,11 @@ export class ConversationRouter implements RoutingPolicy {
     this.conversations = new ConversationMap(Math.max(1, config.kvCacheRoutingMaxSessions));
   }
 
-  route(batch: Batch): RouteResult {
+  route(batch: Batch): Decision {
     const { counts, cap } = batch;
     const tp = this.#numRanks;
     const map = this.conversations;
-    const assignments = emptyAssignments(tp);
+    const placements = new Placements(tp, batch.requests.length);
     const remaining: BatchRequest[] = [];
     const phaseOneTokens = new Float64Array(tp);
 
@@ -41,7 +41,7 @@ export class ConversationRouter implements RoutingPolicy {
         remaining.push(req);
       } else if (t !== null && counts[t]! < cap) {
         counts[t]!++;
-        assignments[t]!.push(req.id);
+        placements.place(req, t);
         phaseOneTokens[t]! += req.numTokens;
         if (key !== null) map.record(key, t);
       } else {
@@ -102,13 +102,13 @@ export class ConversationRouter implements RoutingPolicy {
         rank = place();
         if (key !== null && home === undefined) map.record(key, rank);
       }
-      assignments[rank]!.push(req.id);
+      placements.place(req, rank);
       counts[rank]!++;
       tokenLoad[rank]! += req.numTokens;
     }
 
     let most = soft;
     for (let r = 0; r < tp; r++) if (counts[r]! > most) most = counts[r]!;
-    return { router: this.kind, assignments, expectedNumActiveRequests: most, unassigned: [] };
+    return placements.decide(this.kind, most, batch.requests);
   }
 }

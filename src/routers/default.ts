@@ -4,8 +4,8 @@
 
 import type { Batch, BatchRequest } from "../batch.js";
 import type { RoutingCore } from "../core.js";
-import { emptyAssignments, expectedPerRank, inInputOrder, relaxKeyA, strictFirst } from "./shared.js";
-import type { RouteResult, RoutingPolicy } from "./types.js";
+import { expectedPerRank, Placements, relaxKeyA, strictFirst } from "./shared.js";
+import type { Decision, RoutingPolicy } from "./types.js";
 
 /** The load-balancing default router; stateless between batches. */
 export class DefaultRouter implements RoutingPolicy {
@@ -16,32 +16,27 @@ export class DefaultRouter implements RoutingPolicy {
     this.#core = core;
   }
 
-  route(batch: Batch): RouteResult {
+  route(batch: Batch): Decision {
     const { counts, tokens, cap } = batch;
-    const assignments = emptyAssignments(counts.length);
+    const placements = new Placements(counts.length, batch.requests.length);
     const remaining: BatchRequest[] = [];
     for (const req of strictFirst(batch.requests, relaxKeyA)) {
       const t = req.rank;
       if (t !== null && counts[t]! < cap) {
         counts[t]!++;
-        assignments[t]!.push(req.id);
+        placements.place(req, t);
       } else {
         remaining.push(req);
       }
     }
     const expected = expectedPerRank(counts, remaining.length, 1.0, cap);
-    const unassigned: BatchRequest[] = [];
     if (remaining.length > 0) {
       remaining.sort((a, b) => b.numTokens - a.numTokens);
       const sizes = new Uint32Array(remaining.length);
       for (let i = 0; i < remaining.length; i++) sizes[i] = remaining[i]!.numTokens;
       const chosen = this.#core.balanceDefault(counts, tokens, sizes, expected);
-      for (let i = 0; i < remaining.length; i++) {
-        const rank = chosen[i]!;
-        if (rank >= 0) assignments[rank]!.push(remaining[i]!.id);
-        else unassigned.push(remaining[i]!);
-      }
+      for (let i = 0; i < remaining.length; i++) if (chosen[i]! >= 0) placements.place(remaining[i]!, chosen[i]!);
     }
-    return { router: this.kind, assignments, expectedNumActiveRequests: expected, unassigned: inInputOrder(unassigned) };
+    return placements.decide(this.kind, expected, batch.requests);
   }
 }

@@ -5,19 +5,13 @@
 
 import type { Batch, BatchRequest } from "../batch.js";
 import type { AttentionDpConfig } from "../config.js";
-import type { KvBatchViews, RoutingCore } from "../core.js";
-import { emptyAssignments, expectedPerRank, inInputOrder, relaxKeyA, strictFirst } from "./shared.js";
-import type { RouteResult, RoutingPolicy } from "./types.js";
+import type { RoutingCore } from "../core.js";
+import { namespaceSeed, type PrefixIndex } from "../prefix-index.js";
+import { expectedPerRank, Placements, relaxKeyA, strictFirst } from "./shared.js";
+import type { Decision, RoutingPolicy } from "./types.js";
 
 /** Tokens of the prompt fingerprint that groups similar requests (upstream: 64). */
 const FINGERPRINT_TOKENS = 64;
-
-/**
- * Fills match rows for requests that carry no `prefixMatches`: given the
- * request, writes one matched-token count per rank at `row` of `views.matches`
- * and returns true, or returns false to leave the request matching nothing.
- */
-export type PrefixProbe = (req: BatchRequest, views: KvBatchViews, row: number) => boolean;
 
 /** Orders by the first 64 token ids (a proper prefix first), then longer prompts first. */
 function byFingerprint(a: BatchRequest, b: BatchRequest): number {
@@ -44,16 +38,16 @@ export class KvCacheAwareRouter implements RoutingPolicy {
   /** pending[r] = 1 while rank r still awaits its warm-up request. */
   #pending: Uint8Array;
   #pendingCount: number;
-  readonly #probe: PrefixProbe | undefined;
+  /** The index probed for requests without `prefixMatches` (reference §10), or null. */
+  prefixIndex: PrefixIndex | null = null;
 
-  constructor(core: RoutingCore, numRanks: number, config: AttentionDpConfig, probe?: PrefixProbe) {
+  constructor(core: RoutingCore, numRanks: number, config: AttentionDpConfig) {
     this.#core = core;
     this.#beta = config.kvCacheRoutingLoadBalanceWeight;
     this.#threshold = config.kvCacheRoutingMatchRateThreshold;
     this.#multiplier = config.kvCacheRoutingFairShareMultiplier;
     this.#pending = new Uint8Array(numRanks).fill(config.kvCacheRoutingColdStartWarmup ? 1 : 0);
     this.#pendingCount = config.kvCacheRoutingColdStartWarmup ? numRanks : 0;
-    this.#probe = probe;
   }
 
   /** Ranks still waiting for their cold-start warm-up request, ascending. */
@@ -70,21 +64,31 @@ export class KvCacheAwareRouter implements RoutingPolicy {
     this.#pendingCount = ranks.length;
   }
 
-  route(batch: Batch): RouteResult {
+  route(batch: Batch): Decision {
     const { cap } = batch;
     const numRanks = batch.counts.length;
     const requests = batch.requests;
+    const index = this.prefixIndex;
+    // Row 0 of the match matrix is all zeros; a request gets its own row when it
+    // brings prefixMatches or the index can be probed with its tokens.
     const rowOf = new Uint32Array(requests.length);
     let rows = 1;
-    for (const req of requests) if (req.prefixMatches !== null || this.#probe) rowOf[req.index] = rows++;
-    const views = this.#core.reserveKvBatch(numRanks, requests.length, rows);
     for (const req of requests) {
-      const row = rowOf[req.index]!;
-      if (row === 0) continue;
-      if (req.prefixMatches !== null) views.matches.set(req.prefixMatches, row * numRanks);
-      else if (!this.#probe!(req, views, row)) rowOf[req.index] = 0;
+      if (req.prefixMatches !== null || (index !== null && req.tokens !== null && req.tokens.length > 1)) rowOf[req.index] = rows++;
+    }
+    this.#core.reserveKvBatch(numRanks, requests.length, rows);
+    if (index !== null) {
+      // The probe is tokens[:-1] in the request's namespace; it writes through a
+      // fresh view each time since probing may grow memory.
+      const matches = () => this.#core.kvViews().matches;
+      for (const req of requests) {
+        if (rowOf[req.index] === 0 || req.prefixMatches !== null) continue;
+        const seed = namespaceSeed({ loraTaskId: req.loraTaskId, cacheSalt: req.cacheSalt });
+        index.matchInto(req.tokens!.subarray(0, req.tokens!.length - 1), seed, matches, rowOf[req.index]! * numRanks);
+      }
     }
     const { counts, tokens, matches } = this.#core.kvViews();
+    for (const req of requests) if (req.prefixMatches !== null) matches.set(req.prefixMatches, rowOf[req.index]! * numRanks);
     counts.set(batch.counts);
     tokens.set(batch.tokens);
 
@@ -92,7 +96,7 @@ export class KvCacheAwareRouter implements RoutingPolicy {
     const pending = this.#pending.slice();
     let pendingCount = this.#pendingCount;
     let nextPending = 0;
-    const assignments = emptyAssignments(numRanks);
+    const placements = new Placements(numRanks, requests.length);
     const remaining: BatchRequest[] = [];
     for (const req of strictFirst(requests, relaxKeyA)) {
       let t = req.hasParams ? req.rank : null;
@@ -104,7 +108,7 @@ export class KvCacheAwareRouter implements RoutingPolicy {
         counts[t]!++;
         const matched = matches[rowOf[req.index]! * numRanks + t]!;
         tokens[t]! += Math.max(req.numTokens - matched, 0);
-        assignments[t]!.push(req.id);
+        placements.place(req, t);
         if (pending[t] === 1) {
           pending[t] = 0;
           pendingCount--;
@@ -116,7 +120,6 @@ export class KvCacheAwareRouter implements RoutingPolicy {
 
     remaining.sort(byFingerprint);
     const expected = expectedPerRank(counts, remaining.length, this.#multiplier, cap);
-    const unassigned: BatchRequest[] = [];
     if (remaining.length > 0) {
       const records = this.#core.kvViews().requests;
       for (let i = 0; i < remaining.length; i++) {
@@ -128,14 +131,10 @@ export class KvCacheAwareRouter implements RoutingPolicy {
       }
       this.#core.scoreKvAware(remaining.length, expected, this.#beta, this.#threshold);
       const chosen = this.#core.kvViews().out;
-      for (let i = 0; i < remaining.length; i++) {
-        const rank = chosen[i]!;
-        if (rank >= 0) assignments[rank]!.push(remaining[i]!.id);
-        else unassigned.push(remaining[i]!);
-      }
+      for (let i = 0; i < remaining.length; i++) if (chosen[i]! >= 0) placements.place(remaining[i]!, chosen[i]!);
     }
     this.#pending = pending;
     this.#pendingCount = pendingCount;
-    return { router: this.kind, assignments, expectedNumActiveRequests: expected, unassigned: inInputOrder(unassigned) };
+    return placements.decide(this.kind, expected, requests);
   }
 }

@@ -2,6 +2,7 @@
 // per-rank count, the two relax sort keys and the per-rank result lists.
 
 import type { BatchRequest, RequestId } from "../batch.js";
+import type { Decision, RouterKind } from "./types.js";
 
 /** `ceil((Σ counts + numNew) / numRanks)` in integer arithmetic. */
 export function fairShare(counts: Int32Array, numNew: number): number {
@@ -38,9 +39,27 @@ export function strictFirst(requests: readonly BatchRequest[], key: (r: BatchReq
   return strict.concat(relaxed);
 }
 
-/** Empty per-rank lists of request ids. */
-export const emptyAssignments = (numRanks: number): RequestId[][] => Array.from({ length: numRanks }, () => []);
+/** Where each request of a batch went: per-rank id lists and the rank of each request. */
+export class Placements {
+  /** Request ids per rank, in placement order. */
+  readonly assignments: RequestId[][];
+  /** Rank of each request by input position, -1 while unplaced. */
+  readonly rankOf: Int32Array;
 
-/** Ids of `unplaced` in input order. */
-export const inInputOrder = (unplaced: BatchRequest[]): RequestId[] =>
-  unplaced.sort((a, b) => a.index - b.index).map((r) => r.id);
+  constructor(numRanks: number, numRequests: number) {
+    this.assignments = Array.from({ length: numRanks }, () => []);
+    this.rankOf = new Int32Array(numRequests).fill(-1);
+  }
+
+  /** Appends `req` to `rank`'s list. */
+  place(req: BatchRequest, rank: number): void {
+    this.assignments[rank]!.push(req.id);
+    this.rankOf[req.index] = rank;
+  }
+
+  /** The decision: unplaced requests are listed as unassigned, in input order. */
+  decide(router: RouterKind, expected: number, requests: readonly BatchRequest[]): Decision {
+    const unassigned = requests.filter((r) => this.rankOf[r.index] === -1).map((r) => r.id);
+    return { result: { router, assignments: this.assignments, expectedNumActiveRequests: expected, unassigned }, rankOf: this.rankOf };
+  }
+}

@@ -17,10 +17,16 @@ export interface RouteResult {
   readonly unassigned: RequestId[];
 }
 
+/** A batch's result plus the rank of each request by input position (-1 = unassigned). */
+export interface Decision {
+  readonly result: RouteResult;
+  readonly rankOf: Int32Array;
+}
+
 /** One router's decision procedure over a validated batch. */
 export interface RoutingPolicy {
   /** The router's kind. */
   readonly kind: RouterKind;
   /** Decides a validated batch; never throws for a batch that passed validation. */
-  route(batch: Batch): RouteResult;
+  route(batch: Batch): Decision;
 }

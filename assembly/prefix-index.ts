@@ -1,0 +1,760 @@
+// The multi-rank prefix index: which full blocks of which prompts each rank holds.
+//
+// One tree shared by all ranks, one node per block path. A node is identified by
+// the chained 64-bit hash of its path (namespace seed, then each block's hash),
+// so a prompt is walked block by block without storing its tokens.
+//
+// Layout (unmanaged memory, all grown by doubling, never shrunk):
+//   nodes      NODE_BYTES per node, 1-based ids (0 = none):
+//                0 keyLo u32 · 4 keyHi u32 · 8 parent · 12 firstChild · 16 nextSibling
+//                20 prevSibling · 24 residencies (slot index) · 28 count u16 · 30 class u8
+//   table      open addressing, linear probing, backward-shift deletion:
+//                per slot u32 keyLo, u32 node (0 = empty); load ≤ 1/2
+//   residency  8-byte slots {rank u16, childrenInRank u16, stamp u32}; a node's
+//                residencies are one block of 2^class slots, unsorted; free blocks
+//                are kept on one list per class
+//   heaps      per rank, a binary min-heap of (stamp u32, node u32) candidate
+//                leaves; stale entries (restamped, grown a child, evicted) are
+//                dropped when they surface, and the heap is rebuilt when mostly stale
+//
+// Views are prefix-closed (a rank holds a path only with all its prefixes), and
+// an insert stamps a whole path, so a parent's stamp is never older than its
+// child's and the least-recently-stamped leaf of a rank is its heap minimum.
+// `match` walks the prompt once for all ranks: the set of ranks holding a node
+// only shrinks along a path, so it diffs rank sets only where the count drops.
+
+/** Bytes of one node. */
+// @ts-ignore: decorator
+@inline const NODE_BYTES: usize = 32;
+/** Bytes accounted per live node: the node and its share of a half-full table. */
+// @ts-ignore: decorator
+@inline export const BYTES_PER_NODE: u32 = 48;
+/** Bytes accounted per residency slot. */
+// @ts-ignore: decorator
+@inline const SLOT_BYTES: u32 = 8;
+/** Most residency classes (2^16 slots > any rank count). */
+// @ts-ignore: decorator
+@inline const CLASSES: i32 = 17;
+
+/** Ranks. */
+let numRanks: i32 = 0;
+/** Tokens per block. */
+let tokensPerBlock: i32 = 32;
+/** Residency capacity per rank (0 = unbounded). */
+let capacity: u32 = 0;
+/** Accounted-byte budget (0 = unbounded). */
+let budget: f64 = 0;
+
+/** Node pool. */
+let nodes: usize = 0;
+/** Node pool capacity (ids 1..nodeCap-1). */
+let nodeCap: u32 = 0;
+/** Highest node id ever used + 1. */
+let nodeTop: u32 = 1;
+/** Head of the free node list (linked through nextSibling). */
+let freeNode: u32 = 0;
+/** Live nodes. */
+let liveNodes: u32 = 0;
+
+/** Hash table. */
+let table: usize = 0;
+/** Table slots (power of two). */
+let tableCap: u32 = 0;
+
+/** Residency slot pool. */
+let slots: usize = 0;
+/** Residency pool capacity in slots. */
+let slotCap: u32 = 0;
+/** Bump pointer in slots. */
+let slotTop: u32 = 0;
+/** Free block list heads per class (slot index + 1, 0 = empty). */
+const freeBlocks: usize = memory.data(CLASSES * 4, 16);
+/** Slots held by live residency blocks (by class size). */
+let slotsInUse: u32 = 0;
+/** Live residencies. */
+let residencies: u32 = 0;
+
+/** Per rank: residencies (blocks held). */
+let rankBlocks: usize = 0;
+/** Per rank: leaves. */
+let rankLeaves: usize = 0;
+/** Per rank: heap pointer, size, capacity (3 × u32). */
+let heaps: usize = 0;
+/** Heap entries across ranks (accounted bytes). */
+let heapEntries: u32 = 0;
+/** Per rank scratch marks for set diffs. */
+let marks: usize = 0;
+/** Current mark epoch. */
+let epoch: u32 = 0;
+/** Path scratch (node ids) for insert. */
+let path: usize = 0;
+/** Path scratch capacity. */
+let pathCap: u32 = 0;
+
+/** Stamp counter, one per insert. */
+let stamp: u32 = 0;
+/** Residencies evicted (capacity or budget). */
+let evictions: f64 = 0;
+
+// ---- small accessors ----------------------------------------------------------------
+
+// @ts-ignore: decorator
+@inline function nodeAt(id: u32): usize { return nodes + <usize>id * NODE_BYTES; }
+// @ts-ignore: decorator
+@inline function slotAt(i: u32): usize { return slots + (<usize>i << 3); }
+// @ts-ignore: decorator
+@inline function u32At(base: usize, i: i32): usize { return base + (<usize>i << 2); }
+// @ts-ignore: decorator
+@inline function keyLo(id: u32): u32 { return load<u32>(nodeAt(id)); }
+// @ts-ignore: decorator
+@inline function keyHi(id: u32): u32 { return load<u32>(nodeAt(id), 4); }
+// @ts-ignore: decorator
+@inline function parentOf(id: u32): u32 { return load<u32>(nodeAt(id), 8); }
+// @ts-ignore: decorator
+@inline function firstChild(id: u32): u32 { return load<u32>(nodeAt(id), 12); }
+// @ts-ignore: decorator
+@inline function resStart(id: u32): u32 { return load<u32>(nodeAt(id), 24); }
+// @ts-ignore: decorator
+@inline function resCount(id: u32): u32 { return <u32>load<u16>(nodeAt(id), 28); }
+// @ts-ignore: decorator
+@inline function resClass(id: u32): u32 { return <u32>load<u8>(nodeAt(id), 30); }
+
+/** Grows a buffer to `bytes`, copying `used` bytes; returns the new address. */
+function grow(old: usize, used: usize, bytes: usize): usize {
+  const fresh = heap.alloc(bytes);
+  if (old != 0) {
+    memory.copy(fresh, old, used);
+    heap.free(old);
+  }
+  return fresh;
+}
+
+// ---- hashing ----------------------------------------------------------------------------
+
+/** 64-bit finalizer (murmur3 fmix64). */
+// @ts-ignore: decorator
+@inline function fmix(h: u64): u64 {
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccd;
+  h ^= h >> 33;
+  h *= 0xc4ceb9fe1a85ec53;
+  h ^= h >> 33;
+  return h;
+}
+
+/** Hash of `count` u32 tokens at `ptr`, two tokens per 64-bit step. */
+function hashTokens(ptr: usize, count: i32): u64 {
+  let h: u64 = 0x9e3779b97f4a7c15 ^ <u64>count;
+  let i = 0;
+  for (; i + 1 < count; i += 2) {
+    h = (h ^ load<u64>(ptr + (<usize>i << 2))) * 0x87c37b91114253d5;
+    h = rotl<u64>(h, 31) * 0x4cf5ad432745937f;
+  }
+  if (i < count) h = rotl<u64>((h ^ <u64>load<u32>(ptr + (<usize>i << 2))) * 0x87c37b91114253d5, 31) * 0x4cf5ad432745937f;
+  return fmix(h);
+}
+
+/** The path key of a child block: the parent's key chained with the block's hash. */
+// @ts-ignore: decorator
+@inline function chain(parent: u64, block: u64): u64 {
+  return fmix(parent * 0x9e3779b97f4a7c15 + block + 0x632be59bd9b4e019);
+}
+
+/** Hash of a caller-given block key (engine or trace block id), kept apart from token hashes. */
+// @ts-ignore: decorator
+@inline function hashBlockKey(key: u64): u64 {
+  return fmix(key ^ 0xd6e8feb86659fd93) ^ 0x2545f4914f6cdd1d;
+}
+
+// ---- hash table -------------------------------------------------------------------------
+
+/** The node with path key `key`, or 0. */
+function lookup(key: u64): u32 {
+  const lo = <u32>key;
+  const hi = <u32>(key >> 32);
+  const mask = tableCap - 1;
+  let i = <u32>fmix(key) & mask;
+  while (true) {
+    const slot = table + (<usize>i << 3);
+    const id = load<u32>(slot, 4);
+    if (id == 0) return 0;
+    if (load<u32>(slot) == lo && keyHi(id) == hi && keyLo(id) == lo) return id;
+    i = (i + 1) & mask;
+  }
+}
+
+/** Inserts node `id` (its key already set) into the table. */
+function tableInsert(id: u32): void {
+  const key = (<u64>keyHi(id) << 32) | <u64>keyLo(id);
+  const mask = tableCap - 1;
+  let i = <u32>fmix(key) & mask;
+  while (load<u32>(table + (<usize>i << 3), 4) != 0) i = (i + 1) & mask;
+  store<u32>(table + (<usize>i << 3), <u32>key);
+  store<u32>(table + (<usize>i << 3), id, 4);
+}
+
+/** Removes node `id` from the table (backward-shift deletion keeps probe chains intact). */
+function tableRemove(id: u32): void {
+  const mask = tableCap - 1;
+  const key = (<u64>keyHi(id) << 32) | <u64>keyLo(id);
+  let i = <u32>fmix(key) & mask;
+  while (load<u32>(table + (<usize>i << 3), 4) != id) i = (i + 1) & mask;
+  let j = i;
+  while (true) {
+    j = (j + 1) & mask;
+    const other = load<u32>(table + (<usize>j << 3), 4);
+    if (other == 0) break;
+    const home = <u32>fmix((<u64>keyHi(other) << 32) | <u64>keyLo(other)) & mask;
+    // Move `other` back into the hole at i unless its home lies cyclically in (i, j].
+    const inRange = i <= j ? (home > i && home <= j) : (home > i || home <= j);
+    if (!inRange) {
+      store<u64>(table + (<usize>i << 3), load<u64>(table + (<usize>j << 3)));
+      i = j;
+    }
+  }
+  store<u64>(table + (<usize>i << 3), 0);
+}
+
+/** Doubles the table and reinserts every live node. */
+function growTable(): void {
+  const old = table;
+  const oldCap = tableCap;
+  tableCap = oldCap << 1;
+  table = heap.alloc(<usize>tableCap << 3);
+  memory.fill(table, 0, <usize>tableCap << 3);
+  for (let i: u32 = 0; i < oldCap; i++) {
+    const id = load<u32>(old + (<usize>i << 3), 4);
+    if (id != 0) tableInsert(id);
+  }
+  heap.free(old);
+}
+
+// ---- residency blocks ---------------------------------------------------------------
+
+/** Allocates a block of 2^cls residency slots; returns its first slot. */
+function allocBlock(cls: u32): u32 {
+  const head = load<u32>(u32At(freeBlocks, cls));
+  const size: u32 = 1 << cls;
+  slotsInUse += size;
+  if (head != 0) {
+    const s = head - 1;
+    store<u32>(u32At(freeBlocks, cls), load<u32>(slotAt(s)));
+    return s;
+  }
+  if (slotTop + size > slotCap) {
+    let cap = slotCap;
+    while (slotTop + size > cap) cap <<= 1;
+    slots = grow(slots, <usize>slotTop << 3, <usize>cap << 3);
+    slotCap = cap;
+  }
+  const s = slotTop;
+  slotTop += size;
+  return s;
+}
+
+/** Returns a block of 2^cls slots to its free list. */
+function freeBlock(start: u32, cls: u32): void {
+  store<u32>(slotAt(start), load<u32>(u32At(freeBlocks, cls)));
+  store<u32>(u32At(freeBlocks, cls), start + 1);
+  slotsInUse -= 1 << cls;
+}
+
+/** Slot of `rank`'s residency in node `id`, or -1. */
+function findResidency(id: u32, rank: i32): i32 {
+  const start = resStart(id);
+  const n = resCount(id);
+  for (let k: u32 = 0; k < n; k++) {
+    if (<i32>load<u16>(slotAt(start + k)) == rank) return <i32>(start + k);
+  }
+  return -1;
+}
+
+// ---- per-rank leaf heaps -------------------------------------------------------------
+
+// @ts-ignore: decorator
+@inline function heapBase(rank: i32): usize { return heaps + <usize>rank * 12; }
+
+/** Pushes (s, id) onto `rank`'s heap. */
+function heapPush(rank: i32, s: u32, id: u32): void {
+  const h = heapBase(rank);
+  let size = load<u32>(h, 4);
+  let cap = load<u32>(h, 8);
+  let data = <usize>load<u32>(h);
+  if (size == cap) {
+    cap = cap == 0 ? 4 : cap << 1;
+    data = grow(data, <usize>size << 3, <usize>cap << 3);
+    store<u32>(h, <u32>data);
+    store<u32>(h, cap, 8);
+  }
+  let i = size;
+  while (i > 0) {
+    const p = (i - 1) >> 1;
+    const ps = load<u32>(data + (<usize>p << 3));
+    if (ps <= s) break;
+    store<u64>(data + (<usize>i << 3), load<u64>(data + (<usize>p << 3)));
+    i = p;
+  }
+  store<u32>(data + (<usize>i << 3), s);
+  store<u32>(data + (<usize>i << 3), id, 4);
+  store<u32>(h, size + 1, 4);
+  heapEntries++;
+}
+
+/** Sifts the entry at slot `i` of a heap of `size` down. */
+function siftDown(data: usize, size: u32, i: u32): void {
+  const entry = load<u64>(data + (<usize>i << 3));
+  const s = <u32>entry;
+  while (true) {
+    let c: u32 = 2 * i + 1;
+    if (c >= size) break;
+    let cs = load<u32>(data + (<usize>c << 3));
+    if (c + 1 < size) {
+      const rs = load<u32>(data + (<usize>(c + 1) << 3));
+      if (rs < cs) { c++; cs = rs; }
+    }
+    if (cs >= s) break;
+    store<u64>(data + (<usize>i << 3), load<u64>(data + (<usize>c << 3)));
+    i = c;
+  }
+  store<u64>(data + (<usize>i << 3), entry);
+}
+
+/** Removes the top of `rank`'s heap. */
+function heapPop(rank: i32): void {
+  const h = heapBase(rank);
+  const data = <usize>load<u32>(h);
+  const size = load<u32>(h, 4) - 1;
+  store<u32>(h, size, 4);
+  heapEntries--;
+  if (size > 0) {
+    store<u64>(data, load<u64>(data + (<usize>size << 3)));
+    siftDown(data, size, 0);
+  }
+}
+
+/** Whether heap entry (s, id) still names a leaf of `rank` stamped s. */
+function entryValid(rank: i32, s: u32, id: u32): bool {
+  if (id >= nodeTop || resCount(id) == 0) return false;
+  const slot = findResidency(id, rank);
+  if (slot < 0) return false;
+  const at = slotAt(<u32>slot);
+  return load<u16>(at, 2) == 0 && load<u32>(at, 4) == s;
+}
+
+/** Drops stale entries from the top of `rank`'s heap; returns the valid top node or 0. */
+function heapTop(rank: i32): u32 {
+  const h = heapBase(rank);
+  while (load<u32>(h, 4) > 0) {
+    const data = <usize>load<u32>(h);
+    const s = load<u32>(data);
+    const id = load<u32>(data, 4);
+    if (entryValid(rank, s, id)) return id;
+    heapPop(rank);
+  }
+  return 0;
+}
+
+/** Rebuilds `rank`'s heap from its valid entries when most are stale. */
+function maybeCompact(rank: i32): void {
+  const h = heapBase(rank);
+  const size = load<u32>(h, 4);
+  if (size < 64 || size < 4 * load<u32>(u32At(rankLeaves, rank))) return;
+  const data = <usize>load<u32>(h);
+  let kept: u32 = 0;
+  for (let i: u32 = 0; i < size; i++) {
+    const e = load<u64>(data + (<usize>i << 3));
+    if (entryValid(rank, <u32>e, <u32>(e >> 32))) {
+      store<u64>(data + (<usize>kept << 3), e);
+      kept++;
+    }
+  }
+  heapEntries -= size - kept;
+  store<u32>(h, kept, 4);
+  for (let i = <i32>(kept >> 1) - 1; i >= 0; i--) siftDown(data, kept, <u32>i);
+}
+
+// ---- nodes ------------------------------------------------------------------------------
+
+/** Creates the node for path key `key` under `parent`. */
+function newNode(key: u64, parent: u32): u32 {
+  let id = freeNode;
+  if (id != 0) {
+    freeNode = load<u32>(nodeAt(id), 16);
+  } else {
+    if (nodeTop == nodeCap) {
+      nodes = grow(nodes, <usize>nodeCap * NODE_BYTES, <usize>(nodeCap << 1) * NODE_BYTES);
+      nodeCap <<= 1;
+    }
+    id = nodeTop++;
+  }
+  const at = nodeAt(id);
+  store<u32>(at, <u32>key);
+  store<u32>(at, <u32>(key >> 32), 4);
+  store<u32>(at, parent, 8);
+  store<u32>(at, 0, 12);
+  const sibling = parent != 0 ? firstChild(parent) : 0;
+  store<u32>(at, sibling, 16);
+  store<u32>(at, 0, 20);
+  if (sibling != 0) store<u32>(nodeAt(sibling), id, 20);
+  if (parent != 0) store<u32>(nodeAt(parent), id, 12);
+  store<u32>(at, 0, 24);
+  store<u16>(at, 0, 28);
+  store<u8>(at, 0xff, 30); // no residency block yet
+  liveNodes++;
+  if (liveNodes * 2 > tableCap) growTable();
+  tableInsert(id);
+  return id;
+}
+
+/** Frees node `id`, which holds no residency and so has no live child. */
+function freeNodeId(id: u32): void {
+  tableRemove(id);
+  const at = nodeAt(id);
+  const parent = parentOf(id);
+  const next = load<u32>(at, 16);
+  const prev = load<u32>(at, 20);
+  if (prev != 0) store<u32>(nodeAt(prev), next, 16);
+  else if (parent != 0) store<u32>(nodeAt(parent), next, 12);
+  if (next != 0) store<u32>(nodeAt(next), prev, 20);
+  const cls = resClass(id);
+  if (cls != 0xff) freeBlock(resStart(id), cls);
+  store<u32>(at, 0);
+  store<u32>(at, 0, 4);
+  store<u16>(at, 0, 28);
+  store<u8>(at, 0xff, 30);
+  store<u32>(at, freeNode, 16);
+  freeNode = id;
+  liveNodes--;
+}
+
+/** Adds `rank`'s residency to node `id` with stamp `s`; returns its slot. */
+function addResidency(id: u32, rank: i32, s: u32): u32 {
+  const at = nodeAt(id);
+  const n = resCount(id);
+  let cls = resClass(id);
+  if (cls == 0xff || n == (<u32>1 << cls)) {
+    const newCls: u32 = cls == 0xff ? 0 : cls + 1;
+    const fresh = allocBlock(newCls);
+    if (cls != 0xff) {
+      memory.copy(slotAt(fresh), slotAt(resStart(id)), <usize>n << 3);
+      freeBlock(resStart(id), cls);
+    }
+    store<u32>(at, fresh, 24);
+    store<u8>(at, <u8>newCls, 30);
+  }
+  const slot = resStart(id) + n;
+  store<u16>(slotAt(slot), <u16>rank);
+  store<u16>(slotAt(slot), 0, 2);
+  store<u32>(slotAt(slot), s, 4);
+  store<u16>(at, <u16>(n + 1), 28);
+  residencies++;
+  store<u32>(u32At(rankBlocks, rank), load<u32>(u32At(rankBlocks, rank)) + 1);
+  store<u32>(u32At(rankLeaves, rank), load<u32>(u32At(rankLeaves, rank)) + 1);
+  const parent = parentOf(id);
+  if (parent != 0) {
+    const ps = slotAt(<u32>findResidency(parent, rank));
+    const c = load<u16>(ps, 2);
+    if (c == 0) store<u32>(u32At(rankLeaves, rank), load<u32>(u32At(rankLeaves, rank)) - 1);
+    store<u16>(ps, c + 1, 2);
+  }
+  return slot;
+}
+
+/** Removes `rank`'s residency (a leaf in that rank) from node `id`; frees the node if it was the last. */
+function removeLeafResidency(id: u32, rank: i32): void {
+  const start = resStart(id);
+  const n = resCount(id);
+  const slot = <u32>findResidency(id, rank);
+  store<u64>(slotAt(slot), load<u64>(slotAt(start + n - 1)));
+  store<u16>(nodeAt(id), <u16>(n - 1), 28);
+  residencies--;
+  store<u32>(u32At(rankBlocks, rank), load<u32>(u32At(rankBlocks, rank)) - 1);
+  store<u32>(u32At(rankLeaves, rank), load<u32>(u32At(rankLeaves, rank)) - 1);
+  const parent = parentOf(id);
+  if (parent != 0) {
+    const ps = slotAt(<u32>findResidency(parent, rank));
+    const c = load<u16>(ps, 2) - 1;
+    store<u16>(ps, c, 2);
+    if (c == 0) {
+      store<u32>(u32At(rankLeaves, rank), load<u32>(u32At(rankLeaves, rank)) + 1);
+      heapPush(rank, load<u32>(ps, 4), parent);
+    }
+  }
+  if (n == 1) freeNodeId(id);
+}
+
+/** Ensures the path scratch holds `n` node ids. */
+function reservePath(n: u32): void {
+  if (n <= pathCap) return;
+  let cap = pathCap;
+  while (cap < n) cap <<= 1;
+  path = grow(path, <usize>pathCap << 2, <usize>cap << 2);
+  pathCap = cap;
+}
+
+/** Removes `rank`'s residency of `id` and of every descendant holding it; returns how many. */
+function removeSubtree(id: u32, rank: i32): u32 {
+  // Breadth-first list of the rank's subtree, then removal from the end:
+  // every node comes after its ancestors, so each is a leaf when removed.
+  reservePath(1);
+  store<u32>(path, id);
+  let length: u32 = 1;
+  for (let i: u32 = 0; i < length; i++) {
+    let child = firstChild(load<u32>(path + (<usize>i << 2)));
+    while (child != 0) {
+      if (findResidency(child, rank) >= 0) {
+        reservePath(length + 1);
+        store<u32>(path + (<usize>length << 2), child);
+        length++;
+      }
+      child = load<u32>(nodeAt(child), 16);
+    }
+  }
+  for (let i = <i32>length - 1; i >= 0; i--) removeLeafResidency(load<u32>(path + (<usize>i << 2)), rank);
+  return length;
+}
+
+/** Evicts `rank`'s least recently stamped leaf; returns false when the rank holds nothing. */
+function evictFrom(rank: i32): bool {
+  const id = heapTop(rank);
+  if (id == 0) return false;
+  heapPop(rank);
+  removeLeafResidency(id, rank);
+  evictions++;
+  maybeCompact(rank);
+  return true;
+}
+
+/** Accounted bytes in use. */
+export function indexBytes(): f64 {
+  return <f64>liveNodes * <f64>BYTES_PER_NODE + <f64>slotsInUse * <f64>SLOT_BYTES + <f64>heapEntries * 8 + <f64>numRanks * 32;
+}
+
+/** Evicts least-recently-stamped leaves across all ranks until `reserve` more bytes fit the budget. */
+function fitBudget(reserve: f64): void {
+  if (budget == 0) return;
+  while (indexBytes() + reserve > budget) {
+    let victimRank = -1;
+    let victimStamp: u32 = 0;
+    for (let r = 0; r < numRanks; r++) {
+      const id = heapTop(r);
+      if (id == 0) continue;
+      const s = load<u32>(<usize>load<u32>(heapBase(r)));
+      if (victimRank < 0 || s < victimStamp) {
+        victimRank = r;
+        victimStamp = s;
+      }
+    }
+    if (victimRank < 0) return;
+    evictFrom(victimRank);
+  }
+}
+
+// ---- public ABI -----------------------------------------------------------------------
+
+/** Sets the index up; returns 0, or -1 when the budget cannot hold one block. */
+export function indexInit(ranks: i32, blockTokens: i32, capacityPerRank: u32, maxBytes: f64): i32 {
+  numRanks = ranks;
+  tokensPerBlock = blockTokens;
+  capacity = capacityPerRank;
+  budget = maxBytes;
+  if (budget != 0 && budget < <f64>numRanks * 32 + <f64>BYTES_PER_NODE + 16 + 8) return -1;
+  nodeCap = 64;
+  nodes = heap.alloc(<usize>nodeCap * NODE_BYTES);
+  tableCap = 128;
+  table = heap.alloc(<usize>tableCap << 3);
+  memory.fill(table, 0, <usize>tableCap << 3);
+  slotCap = 256;
+  slots = heap.alloc(<usize>slotCap << 3);
+  const perRank = <usize>ranks << 2;
+  rankBlocks = heap.alloc(perRank);
+  memory.fill(rankBlocks, 0, perRank);
+  rankLeaves = heap.alloc(perRank);
+  memory.fill(rankLeaves, 0, perRank);
+  marks = heap.alloc(perRank);
+  memory.fill(marks, 0, perRank);
+  heaps = heap.alloc(<usize>ranks * 12);
+  memory.fill(heaps, 0, <usize>ranks * 12);
+  pathCap = 64;
+  path = heap.alloc(<usize>pathCap << 2);
+  return 0;
+}
+
+/** Hashes `numTokens` tokens at `tokens` into the block hashes of its full blocks at `out`; returns the block count. */
+export function hashBlocks(tokens: usize, numTokens: i32, out: usize): i32 {
+  const n = numTokens / tokensPerBlock;
+  for (let b = 0; b < n; b++) {
+    store<u64>(out + (<usize>b << 3), hashTokens(tokens + (<usize>(b * tokensPerBlock) << 2), tokensPerBlock));
+  }
+  return n;
+}
+
+/** Turns `count` caller block keys (u64 at `keys`) into block hashes in place. */
+export function hashBlockKeys(keys: usize, count: i32): void {
+  for (let b = 0; b < count; b++) {
+    const at = keys + (<usize>b << 3);
+    store<u64>(at, hashBlockKey(load<u64>(at)));
+  }
+}
+
+/** The node one block below `prev` (0 = namespace root with key `prevKey`) for block hash `block`. */
+// @ts-ignore: decorator
+@inline function step(prev: u32, key: u64): u32 {
+  if (prev != 0) {
+    const c = firstChild(prev);
+    if (c != 0 && keyLo(c) == <u32>key && keyHi(c) == <u32>(key >> 32)) return c;
+  }
+  return lookup(key);
+}
+
+/**
+ * Writes, for every rank, the matched tokens of the block path `blocks` (u64
+ * block hashes, `count` of them, in namespace `seed`) as u32 at `out`. Changes nothing.
+ */
+export function indexMatch(seedLo: u32, seedHi: u32, blocks: usize, count: i32, out: usize): void {
+  const seed = (<u64>seedHi << 32) | <u64>seedLo;
+  memory.fill(out, 0, <usize>numRanks << 2);
+  let key = seed;
+  let prev: u32 = 0;
+  let prevCount: u32 = 0;
+  let depth = 0;
+  for (let d = 0; d < count; d++) {
+    key = chain(key, load<u64>(blocks + (<usize>d << 3)));
+    const id = step(prev, key);
+    if (id == 0) break;
+    const c = resCount(id);
+    if (c < prevCount) {
+      // Ranks holding `prev` but not `id` stop at depth d.
+      epoch++;
+      const start = resStart(id);
+      for (let k: u32 = 0; k < c; k++) store<u32>(u32At(marks, <i32>load<u16>(slotAt(start + k))), epoch);
+      const pStart = resStart(prev);
+      for (let k: u32 = 0; k < prevCount; k++) {
+        const r = <i32>load<u16>(slotAt(pStart + k));
+        if (load<u32>(u32At(marks, r)) != epoch) store<u32>(u32At(out, r), <u32>(d * tokensPerBlock));
+      }
+    }
+    if (c == 0) break;
+    prev = id;
+    prevCount = c;
+    depth = d + 1;
+  }
+  if (prev != 0) {
+    const start = resStart(prev);
+    for (let k: u32 = 0; k < prevCount; k++) store<u32>(u32At(out, <i32>load<u16>(slotAt(start + k))), <u32>(depth * tokensPerBlock));
+  }
+}
+
+/** Most distinct next blocks one block keeps per rank (the 16-bit child count). */
+// @ts-ignore: decorator
+@inline const MAX_CHILDREN: u16 = 0xffff;
+/** Stamps at which the index starts over (32-bit stamps; see `indexInsert`). */
+// @ts-ignore: decorator
+@inline const LAST_STAMP: u32 = 0xfffffff0;
+/** Times the index was cleared because its stamps ran out. */
+let stampResets: u32 = 0;
+
+/**
+ * Inserts the block path into `rank`'s view with a new stamp, then enforces
+ * capacity and budget. Returns the blocks the rank now holds along the path
+ * (fewer than `count` only past a block that already has MAX_CHILDREN next blocks).
+ */
+export function indexInsert(rank: i32, seedLo: u32, seedHi: u32, blocks: usize, count: i32): i32 {
+  const seed = (<u64>seedHi << 32) | <u64>seedLo;
+  if (count == 0) return 0;
+  if (stamp >= LAST_STAMP) clearAll();
+  fitBudget(<f64>count * (<f64>BYTES_PER_NODE + 16) + 16);
+  const s = ++stamp;
+  let key = seed;
+  let prev: u32 = 0;
+  let slot: u32 = 0;
+  let held = 0;
+  for (let d = 0; d < count; d++) {
+    key = chain(key, load<u64>(blocks + (<usize>d << 3)));
+    let id = step(prev, key);
+    const found = id == 0 ? -1 : findResidency(id, rank);
+    if (found >= 0) {
+      slot = <u32>found;
+      store<u32>(slotAt(slot), s, 4);
+    } else {
+      if (prev != 0 && load<u16>(slotAt(slot), 2) == MAX_CHILDREN) break;
+      if (id == 0) id = newNode(key, prev);
+      slot = addResidency(id, rank, s);
+    }
+    prev = id;
+    held++;
+  }
+  if (held > 0 && load<u16>(slotAt(slot), 2) == 0) heapPush(rank, s, prev);
+  maybeCompact(rank);
+  if (capacity != 0) {
+    while (load<u32>(u32At(rankBlocks, rank)) > capacity) evictFrom(rank);
+  }
+  fitBudget(0);
+  return held;
+}
+
+/** Empties every rank's view (used when the 32-bit stamps run out, after ~4 billion inserts). */
+function clearAll(): void {
+  for (let r = 0; r < numRanks; r++) indexClearRank(r);
+  stamp = 0;
+  stampResets++;
+}
+
+/** Times the index started over because its stamps ran out. */
+export function indexStampResets(): u32 { return stampResets; }
+
+/** Empties `rank`'s view. */
+export function indexClearRank(rank: i32): void {
+  while (true) {
+    const id = heapTop(rank);
+    if (id == 0) break;
+    heapPop(rank);
+    removeLeafResidency(id, rank);
+  }
+  const h = heapBase(rank);
+  heapEntries -= load<u32>(h, 4);
+  store<u32>(h, 0, 4);
+}
+
+/** Blocks (paths) in `rank`'s view. */
+export function indexBlockCount(rank: i32): u32 {
+  return load<u32>(u32At(rankBlocks, rank));
+}
+
+/** Live nodes (distinct block paths across ranks). */
+export function indexNodeCount(): u32 { return liveNodes; }
+/** Live residencies ((block, rank) pairs). */
+export function indexResidencyCount(): u32 { return residencies; }
+/** Residencies evicted so far. */
+export function indexEvictions(): f64 { return evictions; }
+
+/**
+ * Removes `rank`'s residency of the node at path key (lo, hi) and of all its
+ * descendants in that rank; returns how many were removed (0 if not held).
+ */
+export function indexRemovePath(rank: i32, lo: u32, hi: u32): u32 {
+  const id = lookup((<u64>hi << 32) | <u64>lo);
+  if (id == 0 || findResidency(id, rank) < 0) return 0;
+  return removeSubtree(id, rank);
+}
+
+/**
+ * Inserts the block path like `indexInsert` and writes each block's path key
+ * (u64) to `keysOut`, for callers that map engine block hashes to paths.
+ */
+export function indexInsertKeyed(rank: i32, seedLo: u32, seedHi: u32, blocks: usize, count: i32, keysOut: usize): i32 {
+  const held = indexInsert(rank, seedLo, seedHi, blocks, count);
+  const seed = (<u64>seedHi << 32) | <u64>seedLo;
+  let key = seed;
+  for (let d = 0; d < count; d++) {
+    key = chain(key, load<u64>(blocks + (<usize>d << 3)));
+    store<u64>(keysOut + (<usize>d << 3), key);
+  }
+  return held;
+}
+
+/** Whether `rank` holds the node with path key (lo, hi). */
+export function indexHolds(rank: i32, lo: u32, hi: u32): bool {
+  const id = lookup((<u64>hi << 32) | <u64>lo);
+  return id != 0 && findResidency(id, rank) >= 0;
+}

@@ -1,0 +1,288 @@
+// The public prefix index: each rank's picture of which full prompt blocks it
+// caches, kept in the wasm core (assembly/prefix-index.ts) in its own instance.
+// Prompts enter as token ids (hashed into blocks of `tokensPerBlock`) or as
+// caller block keys (engine or trace block ids); namespaces (LoRA task id, cache
+// salt) seed the block chain, so equal tokens in different namespaces never match.
+
+import { AdpInputError } from "./errors.js";
+import { checkRank, MAX_KEY_LENGTH, toTokenArray } from "./batch.js";
+import { instantiateCore, type CoreExports } from "./wasm.js";
+
+/** A prefix-cache namespace: TensorRT-LLM scopes reuse by LoRA task id and cache salt. */
+export interface PrefixNamespace {
+  /** LoRA task id; absent or null = none. */
+  readonly loraTaskId?: number | null;
+  /** Cache salt; absent or null = none. */
+  readonly cacheSalt?: string | null;
+}
+
+/** Options of {@link createPrefixIndex}. */
+export interface PrefixIndexOptions {
+  /** Ranks, each with its own view. */
+  readonly numRanks: number;
+  /**
+   * Tokens per KV-cache block; only full blocks are stored and matched.
+   * @default 32
+   */
+  readonly tokensPerBlock?: number;
+  /** Most blocks one rank's view holds; beyond it the rank's least recently stamped leaf goes. */
+  readonly capacityBlocksPerRank?: number;
+  /** Most bytes the index accounts for; beyond it least recently stamped leaves go, across ranks. */
+  readonly maxMemoryBytes?: number;
+}
+
+/** Counters and sizes of an index. */
+export interface PrefixIndexStats {
+  /** Ranks. */
+  readonly numRanks: number;
+  /** Tokens per block. */
+  readonly tokensPerBlock: number;
+  /** Distinct block paths held by at least one rank. */
+  readonly blocks: number;
+  /** (block, rank) residencies. */
+  readonly residencies: number;
+  /** Bytes the index accounts for (nodes, residencies, eviction heaps); what `maxMemoryBytes` bounds. */
+  readonly bytesInUse: number;
+  /** Bytes of the instance's wasm linear memory (never shrinks; freed on dispose). */
+  readonly wasmMemoryBytes: number;
+  /** Residencies evicted by capacity or the memory budget. */
+  readonly evictions: number;
+  /** Times the index started over because its 32-bit stamps ran out (after ~4 billion inserts). */
+  readonly stampResets: number;
+}
+
+const OPTION_KEYS = new Set(["numRanks", "tokensPerBlock", "capacityBlocksPerRank", "maxMemoryBytes"]);
+/** Most ranks an index supports (ranks are stored in 16 bits). */
+export const MAX_INDEX_RANKS = 65536;
+const NO_NAMESPACE: readonly [number, number] = [0x6a09e667, 0xbb67ae85];
+
+const isPositiveInt = (v: unknown, max: number): v is number => typeof v === "number" && Number.isInteger(v) && v >= 1 && v <= max;
+
+/** 32-bit string hash (murmur3-style mixing over UTF-16 code units). */
+function hash32(text: string, seed: number): number {
+  let h = seed >>> 0;
+  for (let i = 0; i < text.length; i++) {
+    h = Math.imul(h ^ text.charCodeAt(i), 0x5bd1e995);
+    h ^= h >>> 15;
+  }
+  h = Math.imul(h ^ (h >>> 16), 0x85ebca6b);
+  h = Math.imul(h ^ (h >>> 13), 0xc2b2ae35);
+  return (h ^ (h >>> 16)) >>> 0;
+}
+
+/** Validates a namespace and returns its 64-bit chain seed as two words. */
+export function namespaceSeed(ns: unknown, field = "ns"): readonly [number, number] {
+  if (ns === undefined || ns === null) return NO_NAMESPACE;
+  if (typeof ns !== "object") throw new AdpInputError(field, "must be an object { loraTaskId?, cacheSalt? }", ns);
+  const { loraTaskId, cacheSalt } = ns as PrefixNamespace;
+  for (const key of Object.keys(ns)) {
+    if (key !== "loraTaskId" && key !== "cacheSalt") throw new AdpInputError(`${field}.${key}`, "is not a namespace field (loraTaskId, cacheSalt)", (ns as Record<string, unknown>)[key]);
+  }
+  const lora = loraTaskId ?? null;
+  const salt = cacheSalt ?? null;
+  if (lora !== null && !(typeof lora === "number" && Number.isSafeInteger(lora))) throw new AdpInputError(`${field}.loraTaskId`, "must be a safe integer or null", lora);
+  if (salt !== null && (typeof salt !== "string" || salt.length > MAX_KEY_LENGTH)) {
+    throw new AdpInputError(`${field}.cacheSalt`, `must be a string of at most ${MAX_KEY_LENGTH} characters, or null`, salt);
+  }
+  if (lora === null && salt === null) return NO_NAMESPACE;
+  const text = `${lora === null ? "-" : String(lora)}\u0000${salt === null ? "-" : `s${salt}`}`;
+  return [hash32(text, 0x3c6ef372), hash32(text, 0xa54ff53a)];
+}
+
+/** A multi-rank prefix index. Create with {@link createPrefixIndex}. */
+export class PrefixIndex {
+  #ex: CoreExports | null;
+  readonly #numRanks: number;
+  readonly #tokensPerBlock: number;
+  #scratch = 0;
+  #scratchBytes = 0;
+
+  /** @internal Use {@link createPrefixIndex}. */
+  constructor(options: PrefixIndexOptions) {
+    if (typeof options !== "object" || options === null) throw new AdpInputError("createPrefixIndex()", "takes an options object", options);
+    for (const key of Object.keys(options)) {
+      if (!OPTION_KEYS.has(key)) throw new AdpInputError(key, `is not a prefix index option (expected ${[...OPTION_KEYS].join(", ")})`, (options as unknown as Record<string, unknown>)[key]);
+    }
+    const { numRanks, tokensPerBlock = 32, capacityBlocksPerRank, maxMemoryBytes } = options;
+    if (!isPositiveInt(numRanks, MAX_INDEX_RANKS)) throw new AdpInputError("numRanks", `must be an integer in [1, ${MAX_INDEX_RANKS}]`, numRanks);
+    if (!isPositiveInt(tokensPerBlock, 1 << 20)) throw new AdpInputError("tokensPerBlock", "must be an integer in [1, 2^20]", tokensPerBlock);
+    if (capacityBlocksPerRank !== undefined && !isPositiveInt(capacityBlocksPerRank, 2 ** 32 - 1)) {
+      throw new AdpInputError("capacityBlocksPerRank", "must be an integer in [1, 2^32)", capacityBlocksPerRank);
+    }
+    if (maxMemoryBytes !== undefined && !isPositiveInt(maxMemoryBytes, 2 ** 32)) {
+      throw new AdpInputError("maxMemoryBytes", "must be an integer in [1, 2^32]", maxMemoryBytes);
+    }
+    const ex = instantiateCore();
+    if (ex.indexInit(numRanks, tokensPerBlock, capacityBlocksPerRank ?? 0, maxMemoryBytes ?? 0) !== 0) {
+      throw new AdpInputError("maxMemoryBytes", `must hold at least one block (${numRanks * 32 + 72} bytes for ${numRanks} ranks)`, maxMemoryBytes);
+    }
+    this.#ex = ex;
+    this.#numRanks = numRanks;
+    this.#tokensPerBlock = tokensPerBlock;
+  }
+
+  /** Ranks. */
+  get numRanks(): number {
+    return this.#numRanks;
+  }
+
+  /** Tokens per block. */
+  get tokensPerBlock(): number {
+    return this.#tokensPerBlock;
+  }
+
+  #core(): CoreExports {
+    if (this.#ex === null) throw new AdpInputError("PrefixIndex", "has been disposed", "a disposed index");
+    return this.#ex;
+  }
+
+  /** Scratch of `bytes` bytes in the instance; its address is stable until the next call. */
+  #reserve(bytes: number): number {
+    const ex = this.#core();
+    if (bytes > this.#scratchBytes) {
+      if (this.#scratch !== 0) ex.release(this.#scratch);
+      const size = Math.max(bytes, this.#scratchBytes * 2, 1024);
+      this.#scratch = ex.allocate(size) >>> 0;
+      this.#scratchBytes = size;
+    }
+    return this.#scratch;
+  }
+
+  /** Writes tokens into scratch, hashes their full blocks; returns [blocksAddress, count, outAddress]. */
+  #hashTokens(tokens: Uint32Array): [number, number, number] {
+    const ex = this.#core();
+    const numBlocks = Math.floor(tokens.length / this.#tokensPerBlock);
+    const blocksAt = 0;
+    const outAt = numBlocks * 8;
+    const tokensAt = outAt + this.#numRanks * 4 + 8;
+    const base = this.#reserve(tokensAt + numBlocks * this.#tokensPerBlock * 4);
+    new Uint32Array(ex.memory.buffer, base + tokensAt, numBlocks * this.#tokensPerBlock).set(tokens.subarray(0, numBlocks * this.#tokensPerBlock));
+    ex.hashBlocks(base + tokensAt, numBlocks * this.#tokensPerBlock, base + blocksAt);
+    return [base + blocksAt, numBlocks, base + outAt];
+  }
+
+  /** Writes block keys into scratch as block hashes; returns [blocksAddress, count, outAddress]. */
+  #hashKeys(keys: ArrayLike<number | bigint>, field: string): [number, number, number] {
+    const ex = this.#core();
+    const n = keys.length;
+    const outAt = n * 8;
+    const base = this.#reserve(outAt + this.#numRanks * 4 + 8);
+    const words = new Uint32Array(ex.memory.buffer, base, n * 2);
+    for (let i = 0; i < n; i++) {
+      const k = keys[i];
+      if (typeof k === "number" && Number.isSafeInteger(k) && k >= 0) {
+        words[2 * i] = k % 2 ** 32;
+        words[2 * i + 1] = Math.floor(k / 2 ** 32);
+      } else if (typeof k === "bigint" && k >= 0n && k < 1n << 64n) {
+        words[2 * i] = Number(k & 0xffffffffn);
+        words[2 * i + 1] = Number(k >> 32n);
+      } else {
+        throw new AdpInputError(`${field}[${i}]`, "must be a block key: a non-negative safe integer or a bigint below 2^64", k);
+      }
+    }
+    ex.hashBlockKeys(base, n);
+    return [base, n, base + outAt];
+  }
+
+  /**
+   * Stamps every full-block prefix of `tokens` in `rank`'s view (adding the
+   * missing ones), then evicts to capacity and budget.
+   */
+  insert(rank: number, tokens: ArrayLike<number> | Uint32Array, ns?: PrefixNamespace | null): void {
+    checkRank(rank, this.#numRanks, "rank");
+    const seed = namespaceSeed(ns);
+    const t = toTokenArray(tokens, "tokens");
+    const [blocks, count] = this.#hashTokens(t);
+    this.#core().indexInsert(rank, seed[0], seed[1], blocks, count);
+  }
+
+  /**
+   * Matched tokens per rank: `tokensPerBlock × k` for the longest k-block prefix
+   * of `tokens` in each rank's view, from one walk of the prompt. Changes nothing.
+   */
+  match(tokens: ArrayLike<number> | Uint32Array, ns?: PrefixNamespace | null): Uint32Array {
+    const seed = namespaceSeed(ns);
+    const t = toTokenArray(tokens, "tokens");
+    const ex = this.#core();
+    const [blocks, count, out] = this.#hashTokens(t);
+    ex.indexMatch(seed[0], seed[1], blocks, count, out);
+    return new Uint32Array(ex.memory.buffer, out, this.#numRanks).slice();
+  }
+
+  /** Like {@link insert} for a prompt given as caller block keys (one per full block). */
+  insertBlocks(rank: number, blockKeys: ArrayLike<number | bigint>, ns?: PrefixNamespace | null): void {
+    checkRank(rank, this.#numRanks, "rank");
+    const seed = namespaceSeed(ns);
+    const [blocks, count] = this.#hashKeys(blockKeys, "blockKeys");
+    this.#core().indexInsert(rank, seed[0], seed[1], blocks, count);
+  }
+
+  /** Like {@link match} for a prompt given as caller block keys. */
+  matchBlocks(blockKeys: ArrayLike<number | bigint>, ns?: PrefixNamespace | null): Uint32Array {
+    const seed = namespaceSeed(ns);
+    const ex = this.#core();
+    const [blocks, count, out] = this.#hashKeys(blockKeys, "blockKeys");
+    ex.indexMatch(seed[0], seed[1], blocks, count, out);
+    return new Uint32Array(ex.memory.buffer, out, this.#numRanks).slice();
+  }
+
+  /** @internal Matches validated tokens into `target` at `offset` (the router's probe). */
+  matchInto(tokens: Uint32Array, seed: readonly [number, number], target: () => Uint32Array, offset: number): void {
+    const ex = this.#core();
+    const [blocks, count, out] = this.#hashTokens(tokens);
+    ex.indexMatch(seed[0], seed[1], blocks, count, out);
+    target().set(new Uint32Array(ex.memory.buffer, out, this.#numRanks), offset);
+  }
+
+  /** @internal Inserts validated tokens (the router's learning). */
+  insertValidated(rank: number, tokens: Uint32Array, seed: readonly [number, number]): void {
+    const [blocks, count] = this.#hashTokens(tokens);
+    this.#core().indexInsert(rank, seed[0], seed[1], blocks, count);
+  }
+
+  /** Empties one rank's view. */
+  clearRank(rank: number): void {
+    checkRank(rank, this.#numRanks, "rank");
+    this.#core().indexClearRank(rank);
+  }
+
+  /** Blocks (paths) in one rank's view. */
+  blockCount(rank: number): number {
+    checkRank(rank, this.#numRanks, "rank");
+    return this.#core().indexBlockCount(rank) >>> 0;
+  }
+
+  /** Counters and sizes. */
+  stats(): PrefixIndexStats {
+    const ex = this.#core();
+    return {
+      numRanks: this.#numRanks,
+      tokensPerBlock: this.#tokensPerBlock,
+      blocks: ex.indexNodeCount() >>> 0,
+      residencies: ex.indexResidencyCount() >>> 0,
+      bytesInUse: ex.indexBytes(),
+      wasmMemoryBytes: ex.memory.buffer.byteLength,
+      evictions: ex.indexEvictions(),
+      stampResets: ex.indexStampResets() >>> 0,
+    };
+  }
+
+  /** Releases the instance; every later call throws. */
+  dispose(): void {
+    this.#ex = null;
+  }
+}
+
+/**
+ * Creates a multi-rank prefix index in its own wasm instance.
+ *
+ * @example
+ * ```ts
+ * const index = createPrefixIndex({ numRanks: 8, tokensPerBlock: 32 });
+ * index.insert(3, promptTokens);
+ * index.match(nextPromptTokens); // Uint32Array(8): matched tokens per rank
+ * ```
+ */
+export function createPrefixIndex(options: PrefixIndexOptions): PrefixIndex {
+  return new PrefixIndex(options);
+}
