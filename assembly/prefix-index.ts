@@ -739,18 +739,62 @@ export function indexRemovePath(rank: i32, lo: u32, hi: u32): u32 {
 }
 
 /**
- * Inserts the block path like `indexInsert` and writes each block's path key
- * (u64) to `keysOut`, for callers that map engine block hashes to paths.
+ * Inserts blocks below the path with key (parentLo, parentHi), which `rank`
+ * must hold (it and its ancestors are restamped, as for a whole-path insert),
+ * and writes each new block's path key (u64) to `keysOut`. Returns the blocks
+ * inserted, or -1 when `rank` does not hold the parent path.
  */
-export function indexInsertKeyed(rank: i32, seedLo: u32, seedHi: u32, blocks: usize, count: i32, keysOut: usize): i32 {
-  const held = indexInsert(rank, seedLo, seedHi, blocks, count);
-  const seed = (<u64>seedHi << 32) | <u64>seedLo;
-  let key = seed;
+export function indexInsertBelow(rank: i32, parentLo: u32, parentHi: u32, blocks: usize, count: i32, keysOut: usize): i32 {
+  const parentKey = (<u64>parentHi << 32) | <u64>parentLo;
+  const parent = lookup(parentKey);
+  if (parent == 0 || findResidency(parent, rank) < 0) return -1;
+  if (stamp >= LAST_STAMP) return -1;
+  // Eviction may not touch the parent path while we extend it: restamp it first,
+  // so it is the newest in the rank, then make room.
+  const s0 = ++stamp;
+  let up = parent;
+  while (up != 0) {
+    store<u32>(slotAt(<u32>findResidency(up, rank)), s0, 4);
+    up = parentOf(up);
+  }
+  fitBudget(<f64>count * (<f64>BYTES_PER_NODE + 16) + 16);
+  if (findResidency(parent, rank) < 0) return -1;
+  let key = parentKey;
+  let prev = parent;
+  let slot = <u32>findResidency(parent, rank);
+  let held = 0;
+  for (let d = 0; d < count; d++) {
+    key = chain(key, load<u64>(blocks + (<usize>d << 3)));
+    let id = step(prev, key);
+    const found = id == 0 ? -1 : findResidency(id, rank);
+    if (found >= 0) {
+      slot = <u32>found;
+      store<u32>(slotAt(slot), s0, 4);
+    } else {
+      if (load<u16>(slotAt(slot), 2) == MAX_CHILDREN) break;
+      if (id == 0) id = newNode(key, prev);
+      slot = addResidency(id, rank, s0);
+    }
+    store<u64>(keysOut + (<usize>d << 3), key);
+    prev = id;
+    held++;
+  }
+  if (load<u16>(slotAt(slot), 2) == 0) heapPush(rank, s0, prev);
+  maybeCompact(rank);
+  if (capacity != 0) {
+    while (load<u32>(u32At(rankBlocks, rank)) > capacity) evictFrom(rank);
+  }
+  fitBudget(0);
+  return held;
+}
+
+/** Writes the path key (u64) of each prefix of the block path to `keysOut`. */
+export function indexPathKeys(seedLo: u32, seedHi: u32, blocks: usize, count: i32, keysOut: usize): void {
+  let key = (<u64>seedHi << 32) | <u64>seedLo;
   for (let d = 0; d < count; d++) {
     key = chain(key, load<u64>(blocks + (<usize>d << 3)));
     store<u64>(keysOut + (<usize>d << 3), key);
   }
-  return held;
 }
 
 /** Whether `rank` holds the node with path key (lo, hi). */

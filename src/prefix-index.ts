@@ -6,6 +6,7 @@
 
 import { AdpInputError } from "./errors.js";
 import { checkRank, MAX_KEY_LENGTH, toTokenArray } from "./batch.js";
+import { parseKvEvents, type EngineHash } from "./kv-events.js";
 import { instantiateCore, type CoreExports } from "./wasm.js";
 
 /** A prefix-cache namespace: TensorRT-LLM scopes reuse by LoRA task id and cache salt. */
@@ -49,6 +50,30 @@ export interface PrefixIndexStats {
   readonly evictions: number;
   /** Times the index started over because its 32-bit stamps ran out (after ~4 billion inserts). */
   readonly stampResets: number;
+  /** Engine KV events seen by `applyKvEvents`, by outcome. */
+  readonly kvEvents: KvEventCounts;
+}
+
+/** Outcomes of engine KV events. */
+export interface KvEventCounts {
+  /** Events applied (stored, removed, cleared). */
+  applied: number;
+  /** Stored events whose parent block the rank does not hold (skipped). */
+  unknownParent: number;
+  /** Block hashes in removed events that the rank does not hold (skipped). */
+  unknownBlock: number;
+  /** Events that could not be understood (skipped). */
+  malformed: number;
+  /** Events with no effect on the index (created, updated). */
+  ignored: number;
+  /** Events whose event_id was not above the previous one for the rank (applied anyway). */
+  outOfOrder: number;
+}
+
+/** What {@link PrefixIndex.applyKvEvents} did with one call's events. */
+export interface KvEventsResult extends KvEventCounts {
+  /** Why each malformed event was skipped, in order (at most 100). */
+  readonly problems: string[];
 }
 
 const OPTION_KEYS = new Set(["numRanks", "tokensPerBlock", "capacityBlocksPerRank", "maxMemoryBytes"]);
@@ -96,6 +121,11 @@ export class PrefixIndex {
   readonly #tokensPerBlock: number;
   #scratch = 0;
   #scratchBytes = 0;
+  /** Per rank: engine block hash → path key (lo, hi) of the block it names. */
+  #engineBlocks: Map<EngineHash, [number, number]>[];
+  /** Per rank: the last event_id seen. */
+  #lastEventId: number[];
+  readonly #eventCounts: KvEventCounts = { applied: 0, unknownParent: 0, unknownBlock: 0, malformed: 0, ignored: 0, outOfOrder: 0 };
 
   /** @internal Use {@link createPrefixIndex}. */
   constructor(options: PrefixIndexOptions) {
@@ -119,6 +149,8 @@ export class PrefixIndex {
     this.#ex = ex;
     this.#numRanks = numRanks;
     this.#tokensPerBlock = tokensPerBlock;
+    this.#engineBlocks = Array.from({ length: numRanks }, () => new Map());
+    this.#lastEventId = new Array(numRanks).fill(-Infinity);
   }
 
   /** Ranks. */
@@ -244,6 +276,91 @@ export class PrefixIndex {
   clearRank(rank: number): void {
     checkRank(rank, this.#numRanks, "rank");
     this.#core().indexClearRank(rank);
+    this.#engineBlocks[rank]!.clear();
+  }
+
+  /**
+   * Applies engine KV-cache events (TensorRT-LLM's or vLLM's JSON shape; see
+   * src/kv-events.ts): stored blocks enter the rank's view under one capacity
+   * model with inserted ones, a removed block takes its descendants on that rank
+   * with it. Events naming an unknown parent or block, and malformed events, are
+   * counted and skipped; nothing throws for bad events.
+   *
+   * @param options.rank the rank of events that carry none (single-engine streams)
+   */
+  applyKvEvents(events: unknown, options: { rank?: number } = {}): KvEventsResult {
+    const ex = this.#core();
+    if (options.rank !== undefined) checkRank(options.rank, this.#numRanks, "options.rank");
+    const result: KvEventsResult = { applied: 0, unknownParent: 0, unknownBlock: 0, malformed: 0, ignored: 0, outOfOrder: 0, problems: [] };
+    const tpb = this.#tokensPerBlock;
+    for (const e of parseKvEvents(events, this.#numRanks, tpb, options.rank)) {
+      if (e.kind === "malformed") {
+        result.malformed++;
+        if (result.problems.length < 100) result.problems.push(e.reason);
+        continue;
+      }
+      if (e.kind === "ignored") {
+        result.ignored++;
+        continue;
+      }
+      if (e.eventId !== null) {
+        if (e.eventId <= this.#lastEventId[e.rank]!) result.outOfOrder++;
+        else this.#lastEventId[e.rank] = e.eventId;
+      }
+      const map = this.#engineBlocks[e.rank]!;
+      if (e.kind === "cleared") {
+        ex.indexClearRank(e.rank);
+        map.clear();
+        result.applied++;
+      } else if (e.kind === "removed") {
+        let known = 0;
+        for (const h of e.hashes) {
+          const key = map.get(h);
+          map.delete(h);
+          if (key !== undefined && ex.indexRemovePath(e.rank, key[0], key[1]) > 0) known++;
+          else result.unknownBlock++;
+        }
+        if (known > 0) result.applied++;
+      } else {
+        this.#applyStored(e.rank, e.parent, e.loraTaskId, e.blocks, map) ? result.applied++ : result.unknownParent++;
+      }
+    }
+    for (const k of Object.keys(this.#eventCounts) as (keyof KvEventCounts)[]) this.#eventCounts[k] += result[k];
+    return result;
+  }
+
+  /** Inserts one stored event's blocks below its parent; false when the rank does not hold the parent. */
+  #applyStored(rank: number, parent: EngineHash | null, lora: number | null, blocks: { hash: EngineHash; tokens: number[] }[], map: Map<EngineHash, [number, number]>): boolean {
+    const ex = this.#core();
+    const tpb = this.#tokensPerBlock;
+    let parentKey: [number, number] | undefined;
+    if (parent !== null) {
+      parentKey = map.get(parent);
+      if (parentKey === undefined || !ex.indexHolds(rank, parentKey[0], parentKey[1])) return false;
+    }
+    const n = blocks.length;
+    const keysAt = n * 8;
+    const tokensAt = keysAt + n * 8;
+    const base = this.#reserve(tokensAt + n * tpb * 4);
+    const tokenView = new Uint32Array(ex.memory.buffer, base + tokensAt, n * tpb);
+    blocks.forEach((b, i) => tokenView.set(b.tokens, i * tpb));
+    ex.hashBlocks(base + tokensAt, n * tpb, base);
+    let held: number;
+    if (parentKey === undefined) {
+      const seed = namespaceSeed({ loraTaskId: lora });
+      held = ex.indexInsert(rank, seed[0], seed[1], base, n);
+      ex.indexPathKeys(seed[0], seed[1], base, held, base + keysAt);
+    } else {
+      held = ex.indexInsertBelow(rank, parentKey[0], parentKey[1], base, n, base + keysAt);
+      if (held < 0) return false;
+    }
+    const keys = new Uint32Array(ex.memory.buffer, base + keysAt, held * 2);
+    for (let i = 0; i < held; i++) map.set(blocks[i]!.hash, [keys[2 * i]!, keys[2 * i + 1]!]);
+    // Evicted paths leave stale entries behind; sweep them once they dominate.
+    if (map.size > 2 * (ex.indexBlockCount(rank) >>> 0) + 1024) {
+      for (const [h, k] of map) if (!ex.indexHolds(rank, k[0], k[1])) map.delete(h);
+    }
+    return true;
   }
 
   /** Blocks (paths) in one rank's view. */
@@ -264,6 +381,7 @@ export class PrefixIndex {
       wasmMemoryBytes: ex.memory.buffer.byteLength,
       evictions: ex.indexEvictions(),
       stampResets: ex.indexStampResets() >>> 0,
+      kvEvents: { ...this.#eventCounts },
     };
   }
 

@@ -29,7 +29,8 @@ export interface CoreExports {
   hashBlockKeys(keys: number, count: number): void;
   indexMatch(seedLo: number, seedHi: number, blocks: number, count: number, out: number): void;
   indexInsert(rank: number, seedLo: number, seedHi: number, blocks: number, count: number): number;
-  indexInsertKeyed(rank: number, seedLo: number, seedHi: number, blocks: number, count: number, keysOut: number): number;
+  indexInsertBelow(rank: number, parentLo: number, parentHi: number, blocks: number, count: number, keysOut: number): number;
+  indexPathKeys(seedLo: number, seedHi: number, blocks: number, count: number, keysOut: number): void;
   indexClearRank(rank: number): void;
   indexBlockCount(rank: number): number;
   indexNodeCount(): number;

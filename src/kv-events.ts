@@ -1,0 +1,144 @@
+// Engine KV-cache events, parsed into one shape. Two dialects are accepted:
+//
+// TensorRT-LLM (`KVCacheEventSerializer`, as `/kv_cache_events` serves them):
+//   {"event_id", "data": {"type": "stored", "parent_hash", "blocks": [{"block_hash",
+//    "tokens": [{"token_id", ...}], "lora_id"?}]} | {"type": "removed", "block_hashes"}
+//    | {"type": "created" | "updated", ...}, "window_size", "attention_dp_rank"?}
+// vLLM (`KVEventBatch` as JSON objects):
+//   {"type": "BlockStored", "block_hashes", "parent_block_hash", "token_ids", "block_size",
+//    "lora_id"?} | {"type": "BlockRemoved", "block_hashes"} | {"type": "AllBlocksCleared"},
+//   alone or in a batch {"events": [...], "data_parallel_rank"?}.
+//
+// Parsing never throws: an event that cannot be understood becomes `malformed`
+// with the reason, and the index counts it and goes on.
+
+/** An engine block hash, normalized: a safe integer, or a decimal string beyond 2^53. */
+export type EngineHash = number | string;
+
+/** One event in the index's terms. */
+export type KvEvent =
+  | { kind: "stored"; rank: number; eventId: number | null; parent: EngineHash | null; loraTaskId: number | null; blocks: { hash: EngineHash; tokens: number[] }[] }
+  | { kind: "removed"; rank: number; eventId: number | null; hashes: EngineHash[] }
+  | { kind: "cleared"; rank: number; eventId: number | null }
+  | { kind: "ignored"; eventId: number | null }
+  | { kind: "malformed"; reason: string };
+
+const isObject = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v);
+
+/** Normalizes an engine block hash; null when it is not an integer. */
+export function engineHash(v: unknown): EngineHash | null {
+  if (typeof v === "number") return Number.isSafeInteger(v) ? v : Number.isInteger(v) ? String(BigInt(v)) : null;
+  if (typeof v === "bigint") return v >= BigInt(Number.MIN_SAFE_INTEGER) && v <= BigInt(Number.MAX_SAFE_INTEGER) ? Number(v) : v.toString();
+  if (typeof v === "string" && /^-?\d+$/.test(v)) return engineHash(BigInt(v));
+  return null;
+}
+
+function hashList(v: unknown): EngineHash[] | null {
+  if (!Array.isArray(v)) return null;
+  const out: EngineHash[] = [];
+  for (const h of v) {
+    const k = engineHash(h);
+    if (k === null) return null;
+    out.push(k);
+  }
+  return out;
+}
+
+function tokenIds(v: unknown): number[] | null {
+  if (!Array.isArray(v)) return null;
+  const out: number[] = [];
+  for (const t of v) {
+    const id = isObject(t) ? t.token_id : t;
+    if (typeof id !== "number" || !Number.isInteger(id) || id < 0 || id >= 2 ** 32) return null;
+    out.push(id);
+  }
+  return out;
+}
+
+function rankOf(raw: unknown, numRanks: number, fallback: number | undefined): number | string {
+  const r = raw ?? fallback ?? (numRanks === 1 ? 0 : undefined);
+  if (r === undefined) return "no attention_dp_rank / data_parallel_rank (pass { rank } for a single-rank stream)";
+  if (typeof r !== "number" || !Number.isInteger(r) || r < 0 || r >= numRanks) return `rank ${JSON.stringify(r)} outside 0..${numRanks - 1}`;
+  return r;
+}
+
+const eventIdOf = (v: unknown): number | null => (typeof v === "number" && Number.isSafeInteger(v) ? v : null);
+const loraOf = (v: unknown): number | null => (typeof v === "number" && Number.isSafeInteger(v) ? v : null);
+
+function parseTrtllm(e: Record<string, unknown>, numRanks: number, tokensPerBlock: number, fallbackRank: number | undefined): KvEvent {
+  const data = e.data as Record<string, unknown>;
+  const eventId = eventIdOf(e.event_id);
+  const type = data.type;
+  if (type === "created" || type === "updated") return { kind: "ignored", eventId };
+  const rank = rankOf(e.attention_dp_rank, numRanks, fallbackRank);
+  if (typeof rank === "string") return { kind: "malformed", reason: rank };
+  if (type === "removed") {
+    const hashes = hashList(data.block_hashes);
+    return hashes === null ? { kind: "malformed", reason: "removed: block_hashes must be a list of integers" } : { kind: "removed", rank, eventId, hashes };
+  }
+  if (type !== "stored") return { kind: "malformed", reason: `unknown event type ${JSON.stringify(type)}` };
+  const parent = data.parent_hash === null || data.parent_hash === undefined ? null : engineHash(data.parent_hash);
+  if (parent === null && data.parent_hash !== null && data.parent_hash !== undefined) return { kind: "malformed", reason: "stored: parent_hash must be an integer or null" };
+  if (!Array.isArray(data.blocks) || data.blocks.length === 0) return { kind: "malformed", reason: "stored: blocks must be a non-empty list" };
+  const blocks: { hash: EngineHash; tokens: number[] }[] = [];
+  let lora: number | null = null;
+  for (const b of data.blocks) {
+    if (!isObject(b)) return { kind: "malformed", reason: "stored: each block must be an object" };
+    const hash = engineHash(b.block_hash);
+    const tokens = tokenIds(b.tokens);
+    if (hash === null || tokens === null) return { kind: "malformed", reason: "stored: a block needs an integer block_hash and tokens [{token_id}]" };
+    if (tokens.length !== tokensPerBlock) return { kind: "malformed", reason: `stored: a block holds ${tokens.length} tokens, the index's blocks ${tokensPerBlock}` };
+    lora = loraOf(b.lora_id) ?? lora;
+    blocks.push({ hash, tokens });
+  }
+  return { kind: "stored", rank, eventId, parent, loraTaskId: lora, blocks };
+}
+
+function parseVllm(e: Record<string, unknown>, numRanks: number, tokensPerBlock: number, batchRank: unknown, fallbackRank: number | undefined): KvEvent {
+  const rank = rankOf(e.data_parallel_rank ?? batchRank, numRanks, fallbackRank);
+  if (typeof rank === "string") return { kind: "malformed", reason: rank };
+  switch (e.type) {
+    case "AllBlocksCleared":
+      return { kind: "cleared", rank, eventId: null };
+    case "BlockRemoved": {
+      const hashes = hashList(e.block_hashes);
+      return hashes === null ? { kind: "malformed", reason: "BlockRemoved: block_hashes must be a list of integers" } : { kind: "removed", rank, eventId: null, hashes };
+    }
+    case "BlockStored": {
+      const hashes = hashList(e.block_hashes);
+      const tokens = tokenIds(e.token_ids);
+      const parent = e.parent_block_hash === null || e.parent_block_hash === undefined ? null : engineHash(e.parent_block_hash);
+      if (hashes === null || tokens === null || hashes.length === 0) return { kind: "malformed", reason: "BlockStored: needs block_hashes and token_ids" };
+      if (parent === null && e.parent_block_hash !== null && e.parent_block_hash !== undefined) return { kind: "malformed", reason: "BlockStored: parent_block_hash must be an integer or null" };
+      const size = e.block_size ?? tokensPerBlock;
+      if (size !== tokensPerBlock) return { kind: "malformed", reason: `BlockStored: block_size ${JSON.stringify(size)}, the index's blocks ${tokensPerBlock}` };
+      if (tokens.length !== hashes.length * tokensPerBlock) return { kind: "malformed", reason: "BlockStored: token_ids must fill block_hashes.length full blocks" };
+      const blocks = hashes.map((hash, i) => ({ hash, tokens: tokens.slice(i * tokensPerBlock, (i + 1) * tokensPerBlock) }));
+      return { kind: "stored", rank, eventId: null, parent, loraTaskId: loraOf(e.lora_id), blocks };
+    }
+    default:
+      return { kind: "malformed", reason: `unknown event type ${JSON.stringify(e.type)}` };
+  }
+}
+
+/** Parses one event, a list of events, or a vLLM batch into {@link KvEvent}s. */
+export function parseKvEvents(input: unknown, numRanks: number, tokensPerBlock: number, fallbackRank?: number): KvEvent[] {
+  const list = Array.isArray(input) ? input : [input];
+  const out: KvEvent[] = [];
+  for (const e of list) {
+    if (!isObject(e)) {
+      out.push({ kind: "malformed", reason: "an event must be an object" });
+    } else if (Array.isArray(e.events)) {
+      for (const inner of e.events) {
+        out.push(isObject(inner) ? parseVllm(inner, numRanks, tokensPerBlock, e.data_parallel_rank, fallbackRank) : { kind: "malformed", reason: "an event must be an object" });
+      }
+    } else if (isObject(e.data)) {
+      out.push(parseTrtllm(e, numRanks, tokensPerBlock, fallbackRank));
+    } else if (typeof e.type === "string") {
+      out.push(parseVllm(e, numRanks, tokensPerBlock, undefined, fallbackRank));
+    } else {
+      out.push({ kind: "malformed", reason: "not a TensorRT-LLM ({data}) or vLLM ({type}) KV event" });
+    }
+  }
+  return out;
+}

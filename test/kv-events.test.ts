@@ -1,0 +1,124 @@
+// Engine KV-cache events (TensorRT-LLM and vLLM shapes) feeding the index.
+import fc from "fast-check";
+import { describe, expect, it } from "vitest";
+import { createPrefixIndex } from "../src/index.js";
+import { NaivePrefixIndex } from "./oracle/naive-prefix-index.js";
+
+const tok = (ids: number[]) => ids.map((token_id) => ({ type: "unique_token", token_id, token_extra_id: 0 }));
+const stored = (rank: number, parent: number | null, blocks: [number, number[]][], eventId?: number) => ({
+  event_id: eventId ?? 0,
+  data: { type: "stored", parent_hash: parent, blocks: blocks.map(([block_hash, t]) => ({ type: "stored_block", block_hash, tokens: tok(t), cache_level: 0, priority: 35 })) },
+  window_size: 32,
+  attention_dp_rank: rank,
+});
+const removed = (rank: number, hashes: number[]) => ({ event_id: 0, data: { type: "removed", block_hashes: hashes }, window_size: 32, attention_dp_rank: rank });
+
+describe("applyKvEvents", () => {
+  it("TensorRT-LLM stored events build a rank's view; a removed block takes its descendants", () => {
+    const index = createPrefixIndex({ numRanks: 3, tokensPerBlock: 2 });
+    const r = index.applyKvEvents([stored(1, null, [[101, [1, 2]], [102, [3, 4]]], 1), stored(1, 102, [[103, [5, 6]]], 2)]);
+    expect(r.applied).toBe(2);
+    expect([...index.match([1, 2, 3, 4, 5, 6, 7])]).toEqual([0, 6, 0]);
+    index.applyKvEvents(removed(1, [102]));
+    expect([...index.match([1, 2, 3, 4, 5, 6, 7])]).toEqual([0, 2, 0]);
+    expect(index.blockCount(1)).toBe(1);
+  });
+
+  it("event-fed and inserted blocks share one view and one capacity model", () => {
+    const index = createPrefixIndex({ numRanks: 1, tokensPerBlock: 2, capacityBlocksPerRank: 3 });
+    index.insert(0, [1, 2, 3, 4]);
+    index.applyKvEvents(stored(0, null, [[7, [1, 2]], [8, [3, 4]], [9, [5, 6]]]));
+    expect(index.blockCount(0)).toBe(3);
+    index.applyKvEvents(stored(0, null, [[10, [9, 9]]]));
+    expect(index.blockCount(0)).toBe(3);
+    expect([...index.match([1, 2, 3, 4, 5, 6])]).toEqual([4]);
+  });
+
+  it("vLLM BlockStored / BlockRemoved / AllBlocksCleared, in a batch with data_parallel_rank", () => {
+    const index = createPrefixIndex({ numRanks: 2, tokensPerBlock: 2 });
+    index.applyKvEvents({ ts: 1, data_parallel_rank: 1, events: [{ type: "BlockStored", block_hashes: [5, 6], parent_block_hash: null, token_ids: [1, 2, 3, 4], block_size: 2, lora_id: null }] });
+    expect([...index.match([1, 2, 3, 4])]).toEqual([0, 4]);
+    index.applyKvEvents({ type: "BlockRemoved", block_hashes: [6] }, { rank: 1 });
+    expect([...index.match([1, 2, 3, 4])]).toEqual([0, 2]);
+    index.applyKvEvents({ type: "AllBlocksCleared" }, { rank: 1 });
+    expect(index.blockCount(1)).toBe(0);
+  });
+
+  it("counts and skips unknown parents, unknown blocks, malformed and no-op events, never throws", () => {
+    const index = createPrefixIndex({ numRanks: 2, tokensPerBlock: 2 });
+    const r = index.applyKvEvents([
+      stored(0, 999, [[1, [1, 2]]]),
+      removed(0, [12345]),
+      stored(0, null, [[1, [1, 2, 3]]]),
+      { event_id: 3, data: { type: "created", num_blocks_per_cache_level: [10] }, window_size: 32 },
+      { event_id: 4, data: { type: "updated", block_hash: 1 }, window_size: 32, attention_dp_rank: 0 },
+      stored(7, null, [[1, [1, 2]]]),
+      "garbage",
+      { data: { type: "stored", parent_hash: "x", blocks: [] }, attention_dp_rank: 0 },
+      null,
+    ]);
+    expect(r).toMatchObject({ applied: 0, unknownParent: 1, unknownBlock: 1, ignored: 2, malformed: 5 });
+    expect(r.problems[0]).toMatch(/holds 3 tokens/);
+    expect(index.stats().kvEvents.malformed).toBe(5);
+    expect(index.stats().residencies).toBe(0);
+  });
+
+  it("engine hashes beyond 2^53 are kept exact when given as bigint or string", () => {
+    const index = createPrefixIndex({ numRanks: 1, tokensPerBlock: 1 });
+    const big = 2n ** 63n + 5n;
+    index.applyKvEvents(stored(0, null, [[0, [7]]]));
+    index.applyKvEvents({ event_id: 2, data: { type: "stored", parent_hash: 0, blocks: [{ block_hash: big, tokens: tok([8]) }] }, attention_dp_rank: 0 });
+    index.applyKvEvents({ event_id: 3, data: { type: "stored", parent_hash: (big + 1n).toString(), blocks: [{ block_hash: 1, tokens: tok([9]) }] }, attention_dp_rank: 0 });
+    expect([...index.match([7, 8, 9])]).toEqual([2]);
+    expect(index.applyKvEvents(removed(0, [Number(big)])).unknownBlock).toBe(1);
+    index.applyKvEvents({ event_id: 4, data: { type: "removed", block_hashes: [big.toString()] }, attention_dp_rank: 0 });
+    expect([...index.match([7, 8, 9])]).toEqual([1]);
+  });
+
+  it("random engine event streams agree with the naive model (stored = whole-path insert, removed = subtree)", () => {
+    fc.assert(
+      fc.property(
+        fc.record({
+          capacity: fc.option(fc.integer({ min: 2, max: 10 }), { nil: undefined }),
+          steps: fc.array(fc.record({ kind: fc.constantFrom("store", "store", "store", "remove"), rank: fc.integer({ min: 0, max: 2 }), pick: fc.nat(), tokens: fc.array(fc.integer({ min: 0, max: 2 }), { minLength: 2, maxLength: 8 }) }), { maxLength: 30 }),
+        }),
+        ({ capacity, steps }) => {
+          const tpb = 2;
+          const index = createPrefixIndex({ numRanks: 3, tokensPerBlock: tpb, ...(capacity ? { capacityBlocksPerRank: capacity } : {}) });
+          const model = new NaivePrefixIndex(3, tpb, capacity);
+          // The engine side: hash of each block path, per rank, as a real engine would assign.
+          const hashes = new Map<string, number>();
+          const hashOf = (path: number[]) => {
+            const k = path.join(",");
+            if (!hashes.has(k)) hashes.set(k, hashes.size + 1);
+            return hashes.get(k)!;
+          };
+          const held: number[][][] = [[], [], []];
+          for (const s of steps) {
+            const full = s.tokens.slice(0, Math.floor(s.tokens.length / tpb) * tpb);
+            if (s.kind === "store") {
+              // Store the path's last block under its parent, if the model's rank holds the parent.
+              const parentPath = full.slice(0, full.length - tpb);
+              const holdsParent = parentPath.length === 0 || model.match(parentPath)[s.rank] === parentPath.length;
+              index.applyKvEvents(stored(s.rank, parentPath.length ? hashOf(parentPath) : null, [[hashOf(full), full.slice(-tpb)]]));
+              if (holdsParent) {
+                model.insert(s.rank, full);
+                held[s.rank]!.push(full);
+              }
+            } else if (held[s.rank]!.length > 0) {
+              const path = held[s.rank]![s.pick % held[s.rank]!.length]!;
+              index.applyKvEvents(removed(s.rank, [hashOf(path)]));
+              if (model.match(path)[s.rank] === path.length) model.removeSubtree(s.rank, path);
+            }
+            for (let r = 0; r < 3; r++) expect(index.blockCount(r)).toBe(model.blockCount(r));
+          }
+          for (const path of hashes.keys()) {
+            const t = path.split(",").map(Number);
+            expect([...index.match(t)]).toEqual(model.match(t));
+          }
+        },
+      ),
+      { seed: 99, numRuns: 200 },
+    );
+  });
+});

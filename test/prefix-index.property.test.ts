@@ -1,0 +1,75 @@
+// Model-based tests: random insert / match / clearRank / blockCount sequences
+// against the naive model, with and without a per-rank capacity.
+import fc from "fast-check";
+import { describe, expect, it } from "vitest";
+import { createPrefixIndex } from "../src/index.js";
+import { NaivePrefixIndex } from "./oracle/naive-prefix-index.js";
+
+const namespaces = [undefined, { loraTaskId: 7 }, { cacheSalt: "tenant-a" }, { loraTaskId: 7, cacheSalt: "tenant-a" }];
+
+const scenario = fc
+  .record({
+    numRanks: fc.integer({ min: 1, max: 6 }),
+    tokensPerBlock: fc.integer({ min: 1, max: 4 }),
+    capacity: fc.option(fc.integer({ min: 1, max: 12 }), { nil: undefined }),
+  })
+  .chain((cfg) =>
+    fc.record({
+      cfg: fc.constant(cfg),
+      // A few shared stems so prompts branch and share prefixes.
+      stems: fc.array(fc.array(fc.integer({ min: 0, max: 3 }), { minLength: 0, maxLength: 12 }), { minLength: 1, maxLength: 4 }),
+      ops: fc.array(
+        fc.record({
+          kind: fc.constantFrom("insert", "insert", "insert", "match", "match", "clearRank", "blockCount"),
+          rank: fc.integer({ min: 0, max: cfg.numRanks - 1 }),
+          stem: fc.nat(),
+          tail: fc.array(fc.integer({ min: 0, max: 3 }), { maxLength: 10 }),
+          ns: fc.integer({ min: 0, max: namespaces.length - 1 }),
+        }),
+        { maxLength: 40 },
+      ),
+    }),
+  );
+
+describe("prefix index vs the naive model", () => {
+  it("agrees on every match and block count after random operation sequences", () => {
+    fc.assert(
+      fc.property(scenario, ({ cfg, stems, ops }) => {
+        const index = createPrefixIndex({ numRanks: cfg.numRanks, tokensPerBlock: cfg.tokensPerBlock, ...(cfg.capacity ? { capacityBlocksPerRank: cfg.capacity } : {}) });
+        const model = new NaivePrefixIndex(cfg.numRanks, cfg.tokensPerBlock, cfg.capacity);
+        for (const op of ops) {
+          const tokens = [...stems[op.stem % stems.length]!, ...op.tail];
+          const ns = namespaces[op.ns];
+          if (op.kind === "insert") {
+            index.insert(op.rank, tokens, ns);
+            model.insert(op.rank, tokens, ns);
+          } else if (op.kind === "match") {
+            expect([...index.match(tokens, ns)]).toEqual(model.match(tokens, ns));
+          } else if (op.kind === "clearRank") {
+            index.clearRank(op.rank);
+            model.clearRank(op.rank);
+          }
+          for (let r = 0; r < cfg.numRanks; r++) expect(index.blockCount(r)).toBe(model.blockCount(r));
+        }
+        const stats = index.stats();
+        expect(stats.residencies).toBe(model.views.reduce((a, v) => a + v.size, 0));
+        index.dispose();
+      }),
+      { seed: 20261129, numRuns: 300 },
+    );
+  });
+
+  it("match changes nothing: eviction order is the same with or without matches in between", () => {
+    const a = createPrefixIndex({ numRanks: 2, tokensPerBlock: 2, capacityBlocksPerRank: 3 });
+    const b = createPrefixIndex({ numRanks: 2, tokensPerBlock: 2, capacityBlocksPerRank: 3 });
+    for (const t of [[1, 2, 3, 4], [5, 6]]) {
+      a.insert(0, t);
+      b.insert(0, t);
+    }
+    a.match([1, 2, 3, 4]);
+    a.insert(0, [7, 8]);
+    b.insert(0, [7, 8]);
+    expect([...a.match([1, 2, 3, 4])]).toEqual([...b.match([1, 2, 3, 4])]);
+    expect([...a.match([1, 2, 3, 4])]).toEqual([2, 0]);
+  });
+});
