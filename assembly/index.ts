@@ -17,7 +17,7 @@ export { seed, nextUint32, randBelow, shuffleWords } from "./mt19937";
 export { balanceDefault } from "./default-balance";
 export { scoreKvAware, kvWorkBytes } from "./kv-score";
 export {
-  indexInit, hashBlocks, hashBlockKeys, indexMatch, indexInsert, indexInsertBelow, indexPathKeys, indexClearRank,
+  indexInit, hashBlocks, hashBlockKeys, indexMatch, indexMatchTokens, indexInsert, indexInsertBelow, indexPathKeys, indexClearRank,
   indexBlockCount, indexNodeCount, indexResidencyCount, indexEvictions, indexBytes, indexRemovePath,
   indexHolds, indexStampResets,
 } from "./prefix-index";

@@ -20,6 +20,10 @@
 
 import { GENERATOR_BYTES, seed4, shuffleWith, spare } from "./mt19937";
 
+/** Below this, sums of integer loads are exact in f64 whatever their order. */
+// @ts-ignore: decorator
+@inline const EXACT_SUM_LIMIT: f64 = 4503599627370496; // 2^52
+
 /** Generators seeded together. */
 // @ts-ignore: decorator
 @inline const LANES: i32 = 4;
@@ -66,6 +70,7 @@ export function scoreKvAware(
       length++;
     }
   }
+  let totalLoad: f64 = Infinity; // forces the first sum
   let placed = 0;
   for (let q = 0; q < numRequests; q++) {
     const record = requests + (<usize>q << 4);
@@ -77,16 +82,26 @@ export function scoreKvAware(
     const row = matches + (<usize>load<u32>(record, 12) * <usize>numRanks << 2);
     const size = <f64>n;
 
-    let totalLoad: f64 = 0;
+    // Loads are exact integers, so a running sum equals upstream's fresh
+    // ascending sum bit for bit while it stays below 2^52; past that, re-sum.
+    if (!(totalLoad < EXACT_SUM_LIMIT)) {
+      totalLoad = 0;
+      for (let k = 0; k < length; k++) totalLoad += load<f64>(tokens + (<usize>load<i32>(eligible + (<usize>k << 2)) << 3));
+    }
+    const hasMatches = load<u32>(record, 12) != 0; // row 0 is all zeros
     let maxMatch: u32 = 0;
-    for (let k = 0; k < length; k++) {
-      const r = load<i32>(eligible + (<usize>k << 2));
-      totalLoad += load<f64>(tokens + (<usize>r << 3));
-      const m = load<u32>(row + (<usize>r << 2));
-      if (m > maxMatch) maxMatch = m;
+    if (hasMatches) {
+      for (let k = 0; k < length; k++) {
+        const m = load<u32>(row + (<usize>load<i32>(eligible + (<usize>k << 2)) << 2));
+        if (m > maxMatch) maxMatch = m;
+      }
     }
     const denom = totalLoad >= size ? totalLoad : size;
-    const affinity = <f64>maxMatch / <f64>(n > 1 ? n : 1) > threshold;
+    const affinity = hasMatches && <f64>maxMatch / <f64>(n > 1 ? n : 1) > threshold;
+    // Zero-token request on idle ranks: TensorRT-LLM divides by zero; here the
+    // load term is 0, so every rank ties and the tie-break decides.
+    const scale = denom != 0 ? 1.0 : 0.0;
+    const safeDenom = denom != 0 ? denom : 1.0;
 
     let bestScore = Infinity;
     let bestTokens = Infinity;
@@ -96,10 +111,7 @@ export function scoreKvAware(
       const r = load<i32>(eligible + (<usize>k << 2));
       const load_ = load<f64>(tokens + (<usize>r << 3));
       const m: f64 = affinity ? <f64>load<u32>(row + (<usize>r << 2)) : 0;
-      // Zero-token request on idle ranks: TensorRT-LLM divides by zero; here the
-      // load term is 0, so every rank ties and the tie-break decides.
-      const loadTerm = denom != 0 ? beta * (load_ / denom * size) : 0;
-      const score = (size - m) + loadTerm;
+      const score = (size - m) + beta * (load_ / safeDenom * size) * scale;
       store<f64>(scores + (<usize>k << 3), score);
       if (score < bestScore || (score == bestScore && load_ < bestTokens)) {
         bestScore = score;
@@ -137,11 +149,13 @@ export function scoreKvAware(
     const count = load<i32>(countPtr) + 1;
     store<i32>(countPtr, count);
     const raw = load<u32>(row + (<usize>best << 2));
+    const tokenPtr = tokens + (<usize>best << 3);
     if (n > raw) {
-      const tokenPtr = tokens + (<usize>best << 3);
       store<f64>(tokenPtr, load<f64>(tokenPtr) + <f64>(n - raw));
+      totalLoad += <f64>(n - raw);
     }
     if (count >= cap) {
+      totalLoad -= load<f64>(tokenPtr);
       memory.copy(
         eligible + (<usize>bestK << 2),
         eligible + (<usize>(bestK + 1) << 2),

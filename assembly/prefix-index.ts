@@ -142,16 +142,38 @@ function grow(old: usize, used: usize, bytes: usize): usize {
   return h;
 }
 
-/** Hash of `count` u32 tokens at `ptr`, two tokens per 64-bit step. */
+/** xxh64 primes. */
+// @ts-ignore: decorator
+@inline const P1: u64 = 0x9e3779b185ebca87;
+// @ts-ignore: decorator
+@inline const P2: u64 = 0xc2b2ae3d27d4eb4f;
+// @ts-ignore: decorator
+@inline const P3: u64 = 0x165667b19e3779f9;
+
+/** One xxh64 accumulator round. */
+// @ts-ignore: decorator
+@inline function round(acc: u64, v: u64): u64 { return rotl<u64>(acc + v * P2, 31) * P1; }
+
+/**
+ * Hash of `count` u32 tokens at `ptr`: four independent xxh64-style lanes, two
+ * tokens per lane step, so the CPU overlaps the multiply chains.
+ */
 function hashTokens(ptr: usize, count: i32): u64 {
-  let h: u64 = 0x9e3779b97f4a7c15 ^ <u64>count;
+  let a: u64 = P1 + P2 + <u64>count;
+  let b: u64 = P2;
+  let c: u64 = 0;
+  let d: u64 = 0 - P1;
   let i = 0;
-  for (; i + 1 < count; i += 2) {
-    h = (h ^ load<u64>(ptr + (<usize>i << 2))) * 0x87c37b91114253d5;
-    h = rotl<u64>(h, 31) * 0x4cf5ad432745937f;
+  for (; i + 8 <= count; i += 8) {
+    const at = ptr + (<usize>i << 2);
+    a = round(a, load<u64>(at));
+    b = round(b, load<u64>(at, 8));
+    c = round(c, load<u64>(at, 16));
+    d = round(d, load<u64>(at, 24));
   }
-  if (i < count) h = rotl<u64>((h ^ <u64>load<u32>(ptr + (<usize>i << 2))) * 0x87c37b91114253d5, 31) * 0x4cf5ad432745937f;
-  return fmix(h);
+  for (; i + 2 <= count; i += 2) a = round(a, load<u64>(ptr + (<usize>i << 2)));
+  if (i < count) b = round(b, <u64>load<u32>(ptr + (<usize>i << 2)) | 0x100000000);
+  return fmix(rotl<u64>(a, 1) + rotl<u64>(b, 7) + rotl<u64>(c, 12) + rotl<u64>(d, 18) + P3);
 }
 
 /** The path key of a child block: the parent's key chained with the block's hash. */
@@ -607,42 +629,63 @@ export function hashBlockKeys(keys: usize, count: i32): void {
   return lookup(key);
 }
 
+/** Ranks holding `prev` but not `id` stop at `tokens` matched tokens. */
+function recordDrops(prev: u32, prevCount: u32, id: u32, count: u32, tokens: u32, out: usize): void {
+  epoch++;
+  const start = resStart(id);
+  for (let k: u32 = 0; k < count; k++) store<u32>(u32At(marks, <i32>load<u16>(slotAt(start + k))), epoch);
+  const pStart = resStart(prev);
+  for (let k: u32 = 0; k < prevCount; k++) {
+    const r = <i32>load<u16>(slotAt(pStart + k));
+    if (load<u32>(u32At(marks, r)) != epoch) store<u32>(u32At(out, r), tokens);
+  }
+}
+
+/** Writes `tokens` matched tokens for every rank holding `id`. */
+function recordAll(id: u32, count: u32, tokens: u32, out: usize): void {
+  const start = resStart(id);
+  for (let k: u32 = 0; k < count; k++) store<u32>(u32At(out, <i32>load<u16>(slotAt(start + k))), tokens);
+}
+
 /**
- * Writes, for every rank, the matched tokens of the block path `blocks` (u64
- * block hashes, `count` of them, in namespace `seed`) as u32 at `out`. Changes nothing.
+ * Writes, for every rank, the matched tokens of a prompt as u32 at `out`, from
+ * one walk. With `tokens` != 0 the prompt is `count` token ids there, hashed a
+ * block at a time as the walk goes (so nothing past the first unknown block is
+ * hashed); otherwise `blocks` holds `count` block hashes. Changes nothing.
  */
-export function indexMatch(seedLo: u32, seedHi: u32, blocks: usize, count: i32, out: usize): void {
-  const seed = (<u64>seedHi << 32) | <u64>seedLo;
+function matchWalk(seed: u64, tokens: usize, blocks: usize, count: i32, out: usize): void {
   memory.fill(out, 0, <usize>numRanks << 2);
+  const numBlocks = tokens != 0 ? count / tokensPerBlock : count;
   let key = seed;
   let prev: u32 = 0;
   let prevCount: u32 = 0;
   let depth = 0;
-  for (let d = 0; d < count; d++) {
-    key = chain(key, load<u64>(blocks + (<usize>d << 3)));
+  for (let d = 0; d < numBlocks; d++) {
+    const block = tokens != 0
+      ? hashTokens(tokens + (<usize>(d * tokensPerBlock) << 2), tokensPerBlock)
+      : load<u64>(blocks + (<usize>d << 3));
+    key = chain(key, block);
     const id = step(prev, key);
     if (id == 0) break;
     const c = resCount(id);
-    if (c < prevCount) {
-      // Ranks holding `prev` but not `id` stop at depth d.
-      epoch++;
-      const start = resStart(id);
-      for (let k: u32 = 0; k < c; k++) store<u32>(u32At(marks, <i32>load<u16>(slotAt(start + k))), epoch);
-      const pStart = resStart(prev);
-      for (let k: u32 = 0; k < prevCount; k++) {
-        const r = <i32>load<u16>(slotAt(pStart + k));
-        if (load<u32>(u32At(marks, r)) != epoch) store<u32>(u32At(out, r), <u32>(d * tokensPerBlock));
-      }
-    }
+    // Rank sets only shrink along a path: diff them only where the count drops.
+    if (c < prevCount) recordDrops(prev, prevCount, id, c, <u32>(d * tokensPerBlock), out);
     if (c == 0) break;
     prev = id;
     prevCount = c;
     depth = d + 1;
   }
-  if (prev != 0) {
-    const start = resStart(prev);
-    for (let k: u32 = 0; k < prevCount; k++) store<u32>(u32At(out, <i32>load<u16>(slotAt(start + k))), <u32>(depth * tokensPerBlock));
-  }
+  if (prev != 0) recordAll(prev, prevCount, <u32>(depth * tokensPerBlock), out);
+}
+
+/** Matched tokens per rank for `numTokens` token ids at `tokens` (see `matchWalk`). */
+export function indexMatchTokens(seedLo: u32, seedHi: u32, tokens: usize, numTokens: i32, out: usize): void {
+  matchWalk((<u64>seedHi << 32) | <u64>seedLo, tokens, 0, numTokens, out);
+}
+
+/** Matched tokens per rank for `count` block hashes at `blocks` (see `matchWalk`). */
+export function indexMatch(seedLo: u32, seedHi: u32, blocks: usize, count: i32, out: usize): void {
+  matchWalk((<u64>seedHi << 32) | <u64>seedLo, 0, blocks, count, out);
 }
 
 /** Most distinct next blocks one block keeps per rank (the 16-bit child count). */

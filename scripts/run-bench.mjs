@@ -15,5 +15,5 @@ await build({
   packages: "external",
   logLevel: "warning",
 });
-const run = spawnSync(process.execPath, [outfile, ...process.argv.slice(3)], { stdio: "inherit" });
+const run = spawnSync(process.execPath, ["--expose-gc", "--max-old-space-size=8192", outfile, ...process.argv.slice(3)], { stdio: "inherit" });
 process.exitCode = run.status ?? 1;

@@ -72,8 +72,8 @@ export interface BatchRequest {
   readonly idHi: number;
   /** Prompt tokens (numTokens, else tokens.length). */
   readonly numTokens: number;
-  /** Token ids, or null when only a count was given. */
-  readonly tokens: Uint32Array | null;
+  /** Token ids (validated, not copied), or null when only a count was given. */
+  readonly tokens: ArrayLike<number> | null;
   /** Whether the request carries scheduling params. */
   readonly hasParams: boolean;
   /** Target rank, or null. */
@@ -92,10 +92,10 @@ export interface BatchRequest {
 
 /** A validated batch. */
 export interface Batch {
-  /** Active requests per rank. */
-  readonly counts: Int32Array;
-  /** Active tokens per rank. */
-  readonly tokens: Float64Array;
+  /** Active requests per rank (the routers update this copy). */
+  readonly counts: number[];
+  /** Active tokens per rank (the routers update this copy). */
+  readonly tokens: number[];
   /** The hard cap. */
   readonly cap: number;
   /** Requests in input order. */
@@ -135,23 +135,23 @@ function optionalString(v: unknown, field: string): string | null {
   return v;
 }
 
-/** Validates token ids and returns them as a Uint32Array (no copy for a Uint32Array). */
-export function toTokenArray(v: unknown, field: string): Uint32Array {
+/**
+ * Validates token ids without copying them: a Uint32Array passes as is, any
+ * other array-like is checked element by element (`(t >>> 0) === t` holds
+ * exactly for integers in [0, 2^32)).
+ */
+export function checkTokens(v: unknown, field: string): ArrayLike<number> {
   if (v instanceof Uint32Array) return v;
   if (typeof v !== "object" || v === null || typeof (v as ArrayLike<unknown>).length !== "number") {
     throw new AdpInputError(field, "must be an array of token ids or a Uint32Array", v);
   }
-  const src = v as ArrayLike<unknown>;
+  const src = v as ArrayLike<number>;
   if (src.length > MAX_PROMPT_TOKENS) throw new AdpInputError(field, `must hold at most ${MAX_PROMPT_TOKENS} tokens`, src.length);
-  const out = new Uint32Array(src.length);
   for (let i = 0; i < src.length; i++) {
-    const t = src[i];
-    if (typeof t !== "number" || !Number.isInteger(t) || t < 0 || t >= TWO_32) {
-      throw new AdpInputError(`${field}[${i}]`, "must be an integer token id in [0, 2^32)", t);
-    }
-    out[i] = t;
+    const t = src[i]!;
+    if (t >>> 0 !== t) throw new AdpInputError(`${field}[${i}]`, "must be an integer token id in [0, 2^32)", t);
   }
-  return out;
+  return src;
 }
 
 /** Validates a rank index against `numRanks`. */
@@ -166,7 +166,7 @@ function normalizeRequest(raw: unknown, index: number, numRanks: number): BatchR
   const at = `requests[${index}]`;
   if (!isRecord(raw)) throw new AdpInputError(at, "must be an object", raw);
   const [idLo, idHi] = idWords(raw.id, `${at}.id`);
-  const tokens = raw.tokens === undefined || raw.tokens === null ? null : toTokenArray(raw.tokens, `${at}.tokens`);
+  const tokens = raw.tokens === undefined || raw.tokens === null ? null : checkTokens(raw.tokens, `${at}.tokens`);
   let numTokens: number;
   if (raw.numTokens !== undefined) {
     if (!isCount(raw.numTokens, MAX_PROMPT_TOKENS)) {
@@ -205,7 +205,8 @@ function normalizeRequest(raw: unknown, index: number, numRanks: number): BatchR
       throw new AdpInputError(`${at}.prefixMatches`, `must hold one matched-token count per rank (${numRanks})`, pm);
     }
     for (let r = 0; r < numRanks; r++) {
-      if (!isCount(pm[r], TWO_32 - 1)) throw new AdpInputError(`${at}.prefixMatches[${r}]`, "must be an integer in [0, 2^32)", pm[r]);
+      const m = pm[r] as number;
+      if (m >>> 0 !== m) throw new AdpInputError(`${at}.prefixMatches[${r}]`, "must be an integer in [0, 2^32)", m);
     }
     prefixMatches = pm as ArrayLike<number>;
   }
@@ -237,8 +238,8 @@ export function validateBatch(input: unknown, numRanks: number): Batch {
   if (!Array.isArray(rankStates) || rankStates.length !== numRanks) {
     throw new AdpInputError("rankStates", `must be an array of ${numRanks} rank states (one per rank)`, rankStates);
   }
-  const counts = new Int32Array(numRanks);
-  const tokens = new Float64Array(numRanks);
+  const counts: number[] = new Array(numRanks);
+  const tokens: number[] = new Array(numRanks);
   for (let r = 0; r < numRanks; r++) {
     const s: unknown = rankStates[r];
     if (!isRecord(s)) throw new AdpInputError(`rankStates[${r}]`, "must be an object", s);

@@ -44,6 +44,8 @@ export class RoutingCore {
   #kvNumRanks = 0;
   #kvNumRequests = 0;
   #kvRows = 0;
+  #kvViews: KvBatchViews | undefined;
+  #kvViewsBuffer: ArrayBuffer | undefined;
 
   constructor(exports: CoreExports = instantiateCore()) {
     this.#ex = exports;
@@ -71,7 +73,7 @@ export class RoutingCore {
    * rank per request (-1 where no rank had room). `counts` and `tokens` are
    * updated in place.
    */
-  balanceDefault(counts: Int32Array, tokens: Float64Array, sizes: Uint32Array, cap: number): Int32Array {
+  balanceDefault(counts: number[], tokens: number[], sizes: readonly number[], cap: number): number[] {
     const numRanks = counts.length;
     const numRequests = sizes.length;
     const oCounts = 0;
@@ -88,9 +90,13 @@ export class RoutingCore {
     vTokens.set(tokens);
     new Uint32Array(buffer, base + oSizes, numRequests).set(sizes);
     this.#ex.balanceDefault(numRanks, base + oCounts, base + oTokens, numRequests, base + oSizes, base + oOut, cap, base + oHeap);
-    counts.set(vCounts);
-    tokens.set(vTokens);
-    return vOut.slice();
+    for (let r = 0; r < numRanks; r++) {
+      counts[r] = vCounts[r]!;
+      tokens[r] = vTokens[r]!;
+    }
+    const out = new Array<number>(numRequests);
+    for (let i = 0; i < numRequests; i++) out[i] = vOut[i]!;
+    return out;
   }
 
   /**
@@ -111,25 +117,28 @@ export class RoutingCore {
     this.#kvNumRanks = numRanks;
     this.#kvNumRequests = numRequests;
     this.#kvRows = rows;
+    this.#kvViews = undefined;
     const views = this.kvViews();
     views.matches.fill(0);
     return views;
   }
 
-  /** The current KV batch's views, re-created over the live buffer. */
+  /** The current KV batch's views, re-created when the batch or the live buffer changed. */
   kvViews(): KvBatchViews {
+    const b = this.#ex.memory.buffer;
+    if (this.#kvViews !== undefined && this.#kvViewsBuffer === b) return this.#kvViews;
     const l = this.#kv!;
     const base = this.#arena;
-    const b = this.#ex.memory.buffer;
+    this.#kvViewsBuffer = b;
     const numRanks = this.#kvNumRanks;
     const numRequests = this.#kvNumRequests;
-    return {
+    return (this.#kvViews = {
       counts: new Int32Array(b, base + l.counts, numRanks),
       tokens: new Float64Array(b, base + l.tokens, numRanks),
       requests: new Uint32Array(b, base + l.requests, numRequests * 4),
       matches: new Uint32Array(b, base + l.matches, this.#kvRows * numRanks),
       out: new Int32Array(b, base + l.out, numRequests),
-    };
+    });
   }
 
   /** Address of match row `row` of the current KV batch. */

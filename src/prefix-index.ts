@@ -5,7 +5,7 @@
 // salt) seed the block chain, so equal tokens in different namespaces never match.
 
 import { AdpInputError } from "./errors.js";
-import { checkRank, MAX_KEY_LENGTH, toTokenArray } from "./batch.js";
+import { checkRank, checkTokens, MAX_KEY_LENGTH } from "./batch.js";
 import { parseKvEvents, type EngineHash } from "./kv-events.js";
 import { instantiateCore, type CoreExports } from "./wasm.js";
 
@@ -81,6 +81,7 @@ const OPTION_KEYS = new Set(["numRanks", "tokensPerBlock", "capacityBlocksPerRan
 export const MAX_INDEX_RANKS = 65536;
 const NO_NAMESPACE: readonly [number, number] = [0x6a09e667, 0xbb67ae85];
 
+const align8 = (n: number): number => (n + 7) & ~7;
 const isPositiveInt = (v: unknown, max: number): v is number => typeof v === "number" && Number.isInteger(v) && v >= 1 && v <= max;
 
 /** 32-bit string hash (murmur3-style mixing over UTF-16 code units). */
@@ -180,17 +181,46 @@ export class PrefixIndex {
     return this.#scratch;
   }
 
-  /** Writes tokens into scratch, hashes their full blocks; returns [blocksAddress, count, outAddress]. */
-  #hashTokens(tokens: Uint32Array): [number, number, number] {
+  /**
+   * Writes the full blocks of the first `length` tokens into scratch; returns
+   * [tokensAddress, tokenCount, outAddress, blocksAddress] (blocks: room for their hashes).
+   */
+  #writeTokens(tokens: ArrayLike<number>, length: number): [number, number, number, number] {
     const ex = this.#core();
-    const numBlocks = Math.floor(tokens.length / this.#tokensPerBlock);
-    const blocksAt = 0;
-    const outAt = numBlocks * 8;
-    const tokensAt = outAt + this.#numRanks * 4 + 8;
-    const base = this.#reserve(tokensAt + numBlocks * this.#tokensPerBlock * 4);
-    new Uint32Array(ex.memory.buffer, base + tokensAt, numBlocks * this.#tokensPerBlock).set(tokens.subarray(0, numBlocks * this.#tokensPerBlock));
-    ex.hashBlocks(base + tokensAt, numBlocks * this.#tokensPerBlock, base + blocksAt);
-    return [base + blocksAt, numBlocks, base + outAt];
+    const tpb = this.#tokensPerBlock;
+    const n = Math.floor(length / tpb) * tpb;
+    const outAt = 0;
+    const blocksAt = align8(this.#numRanks * 4);
+    const tokensAt = blocksAt + (n / tpb) * 8;
+    const base = this.#reserve(tokensAt + tokens.length * 4);
+    // A typed array's subarray copies only what is needed; a plain array is set whole.
+    const src = ArrayBuffer.isView(tokens) && n < tokens.length ? (tokens as Uint32Array).subarray(0, n) : tokens;
+    new Uint32Array(ex.memory.buffer, base + tokensAt, src.length).set(src);
+    return [base + tokensAt, n, base + outAt, base + blocksAt];
+  }
+
+  /** Inserts the first `length` tokens (validated) into `rank`'s view. */
+  #insertTokens(rank: number, tokens: ArrayLike<number>, length: number, seed: readonly [number, number]): void {
+    const ex = this.#core();
+    const [at, n, , blocks] = this.#writeTokens(tokens, length);
+    const count = ex.hashBlocks(at, n, blocks);
+    ex.indexInsert(rank, seed[0], seed[1], blocks, count);
+  }
+
+  /** Matches the first `length` tokens (validated); the result is in scratch at the returned address. */
+  #matchTokens(tokens: ArrayLike<number>, length: number, seed: readonly [number, number]): number {
+    const ex = this.#core();
+    const [at, n, out] = this.#writeTokens(tokens, length);
+    ex.indexMatchTokens(seed[0], seed[1], at, n, out);
+    return out;
+  }
+
+  /** Copies the per-rank result at `out` into a new array. */
+  #read(out: number): number[] {
+    const view = new Uint32Array(this.#core().memory.buffer, out, this.#numRanks);
+    const result = new Array<number>(this.#numRanks);
+    for (let r = 0; r < this.#numRanks; r++) result[r] = view[r]!;
+    return result;
   }
 
   /** Writes block keys into scratch as block hashes; returns [blocksAddress, count, outAddress]. */
@@ -220,25 +250,32 @@ export class PrefixIndex {
    * Stamps every full-block prefix of `tokens` in `rank`'s view (adding the
    * missing ones), then evicts to capacity and budget.
    */
-  insert(rank: number, tokens: ArrayLike<number> | Uint32Array, ns?: PrefixNamespace | null): void {
+  insert(rank: number, tokens: ArrayLike<number>, ns?: PrefixNamespace | null): void {
     checkRank(rank, this.#numRanks, "rank");
     const seed = namespaceSeed(ns);
-    const t = toTokenArray(tokens, "tokens");
-    const [blocks, count] = this.#hashTokens(t);
-    this.#core().indexInsert(rank, seed[0], seed[1], blocks, count);
+    const t = checkTokens(tokens, "tokens");
+    this.#insertTokens(rank, t, t.length, seed);
   }
 
   /**
    * Matched tokens per rank: `tokensPerBlock × k` for the longest k-block prefix
    * of `tokens` in each rank's view, from one walk of the prompt. Changes nothing.
    */
-  match(tokens: ArrayLike<number> | Uint32Array, ns?: PrefixNamespace | null): Uint32Array {
+  match(tokens: ArrayLike<number>, ns?: PrefixNamespace | null): number[] {
     const seed = namespaceSeed(ns);
-    const t = toTokenArray(tokens, "tokens");
-    const ex = this.#core();
-    const [blocks, count, out] = this.#hashTokens(t);
-    ex.indexMatch(seed[0], seed[1], blocks, count, out);
-    return new Uint32Array(ex.memory.buffer, out, this.#numRanks).slice();
+    const t = checkTokens(tokens, "tokens");
+    return this.#read(this.#matchTokens(t, t.length, seed));
+  }
+
+  /** Like {@link match}, writing into `out` (at least `numRanks` long) instead of allocating. */
+  matchInto(out: Uint32Array | number[], tokens: ArrayLike<number>, ns?: PrefixNamespace | null): void {
+    if (!(out instanceof Uint32Array || Array.isArray(out)) || out.length < this.#numRanks) {
+      throw new AdpInputError("out", `must be a Uint32Array or array of at least ${this.#numRanks} elements`, out);
+    }
+    const seed = namespaceSeed(ns);
+    const t = checkTokens(tokens, "tokens");
+    const view = new Uint32Array(this.#core().memory.buffer, this.#matchTokens(t, t.length, seed), this.#numRanks);
+    for (let r = 0; r < this.#numRanks; r++) out[r] = view[r]!;
   }
 
   /** Like {@link insert} for a prompt given as caller block keys (one per full block). */
@@ -250,26 +287,22 @@ export class PrefixIndex {
   }
 
   /** Like {@link match} for a prompt given as caller block keys. */
-  matchBlocks(blockKeys: ArrayLike<number | bigint>, ns?: PrefixNamespace | null): Uint32Array {
+  matchBlocks(blockKeys: ArrayLike<number | bigint>, ns?: PrefixNamespace | null): number[] {
     const seed = namespaceSeed(ns);
-    const ex = this.#core();
     const [blocks, count, out] = this.#hashKeys(blockKeys, "blockKeys");
-    ex.indexMatch(seed[0], seed[1], blocks, count, out);
-    return new Uint32Array(ex.memory.buffer, out, this.#numRanks).slice();
+    this.#core().indexMatch(seed[0], seed[1], blocks, count, out);
+    return this.#read(out);
   }
 
-  /** @internal Matches validated tokens into `target` at `offset` (the router's probe). */
-  matchInto(tokens: Uint32Array, seed: readonly [number, number], target: () => Uint32Array, offset: number): void {
-    const ex = this.#core();
-    const [blocks, count, out] = this.#hashTokens(tokens);
-    ex.indexMatch(seed[0], seed[1], blocks, count, out);
-    target().set(new Uint32Array(ex.memory.buffer, out, this.#numRanks), offset);
+  /** @internal The router's probe: matches the first `length` validated tokens into `target()` at `offset`. */
+  probeInto(tokens: ArrayLike<number>, length: number, seed: readonly [number, number], target: () => Uint32Array, offset: number): void {
+    const out = this.#matchTokens(tokens, length, seed);
+    target().set(new Uint32Array(this.#core().memory.buffer, out, this.#numRanks), offset);
   }
 
-  /** @internal Inserts validated tokens (the router's learning). */
-  insertValidated(rank: number, tokens: Uint32Array, seed: readonly [number, number]): void {
-    const [blocks, count] = this.#hashTokens(tokens);
-    this.#core().indexInsert(rank, seed[0], seed[1], blocks, count);
+  /** @internal The router's learning: inserts validated tokens. */
+  insertValidated(rank: number, tokens: ArrayLike<number>, seed: readonly [number, number]): void {
+    this.#insertTokens(rank, tokens, tokens.length, seed);
   }
 
   /** Empties one rank's view. */
@@ -398,7 +431,7 @@ export class PrefixIndex {
  * ```ts
  * const index = createPrefixIndex({ numRanks: 8, tokensPerBlock: 32 });
  * index.insert(3, promptTokens);
- * index.match(nextPromptTokens); // Uint32Array(8): matched tokens per rank
+ * index.match(nextPromptTokens); // [0, 0, 0, 512, 0, 0, 0, 0]: matched tokens per rank
  * ```
  */
 export function createPrefixIndex(options: PrefixIndexOptions): PrefixIndex {

@@ -28,6 +28,7 @@ export interface CoreExports {
   hashBlocks(tokens: number, numTokens: number, out: number): number;
   hashBlockKeys(keys: number, count: number): void;
   indexMatch(seedLo: number, seedHi: number, blocks: number, count: number, out: number): void;
+  indexMatchTokens(seedLo: number, seedHi: number, tokens: number, numTokens: number, out: number): void;
   indexInsert(rank: number, seedLo: number, seedHi: number, blocks: number, count: number): number;
   indexInsertBelow(rank: number, parentLo: number, parentHi: number, blocks: number, count: number, keysOut: number): number;
   indexPathKeys(seedLo: number, seedHi: number, blocks: number, count: number, keysOut: number): void;

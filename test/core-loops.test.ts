@@ -60,14 +60,14 @@ describe("wasm routing loops agree with the plain-TypeScript oracles", () => {
       fc.property(
         fc.integer({ min: 1, max: 40 }).chain((n) => fc.tuple(rankStates(n), fc.array(fc.integer({ min: 0, max: 400 }), { maxLength: 80 }), fc.integer({ min: 0, max: 10 }))),
         ([state, sizes, cap]) => {
-          const counts = Int32Array.from(state.counts);
-          const tokens = Float64Array.from(state.tokens);
-          const got = core.balanceDefault(counts, tokens, Uint32Array.from(sizes), cap);
+          const counts = [...state.counts];
+          const tokens = [...state.tokens];
+          const got = core.balanceDefault(counts, tokens, sizes, cap);
           const oCounts = Int32Array.from(state.counts);
           const oTokens = Float64Array.from(state.tokens);
-          expect([...got]).toEqual(oracleBalanceDefault(oCounts, oTokens, sizes, cap));
-          expect([...counts]).toEqual([...oCounts]);
-          expect([...tokens]).toEqual([...oTokens]);
+          expect(got).toEqual(oracleBalanceDefault(oCounts, oTokens, sizes, cap));
+          expect(counts).toEqual([...oCounts]);
+          expect(tokens).toEqual([...oTokens]);
         },
       ),
       { seed: 11, numRuns: 400 },

@@ -73,3 +73,26 @@ describe("prefix index vs the naive model", () => {
     expect([...a.match([1, 2, 3, 4])]).toEqual([2, 0]);
   });
 });
+
+describe("the plain-TypeScript benchmark baseline", () => {
+  it("agrees with the naive model on match (no capacity, no namespaces)", async () => {
+    const { PlainPrefixIndex } = await import("./oracle/prefix-index.js");
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 1, max: 70 }),
+        fc.integer({ min: 1, max: 3 }),
+        fc.array(fc.record({ rank: fc.nat(), tokens: fc.array(fc.integer({ min: 0, max: 2 }), { maxLength: 12 }) }), { maxLength: 30 }),
+        (numRanks, tpb, ops) => {
+          const plain = new PlainPrefixIndex(numRanks, tpb);
+          const model = new NaivePrefixIndex(numRanks, tpb);
+          for (const op of ops) {
+            plain.insert(op.rank % numRanks, op.tokens);
+            model.insert(op.rank % numRanks, op.tokens);
+          }
+          for (const op of ops) expect([...plain.match(op.tokens)]).toEqual(model.match(op.tokens));
+        },
+      ),
+      { seed: 5, numRuns: 200 },
+    );
+  });
+});

@@ -32,7 +32,7 @@ export class ConversationRouter implements RoutingPolicy {
     const map = this.conversations;
     const placements = new Placements(tp, batch.requests.length);
     const remaining: BatchRequest[] = [];
-    const phaseOneTokens = new Float64Array(tp);
+    const phaseOneTokens = new Array<number>(tp).fill(0);
 
     for (const req of strictFirst(batch.requests, relaxKeyB)) {
       const key = req.conversationKey;

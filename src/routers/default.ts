@@ -32,8 +32,7 @@ export class DefaultRouter implements RoutingPolicy {
     const expected = expectedPerRank(counts, remaining.length, 1.0, cap);
     if (remaining.length > 0) {
       remaining.sort((a, b) => b.numTokens - a.numTokens);
-      const sizes = new Uint32Array(remaining.length);
-      for (let i = 0; i < remaining.length; i++) sizes[i] = remaining[i]!.numTokens;
+      const sizes = remaining.map((r) => r.numTokens);
       const chosen = this.#core.balanceDefault(counts, tokens, sizes, expected);
       for (let i = 0; i < remaining.length; i++) if (chosen[i]! >= 0) placements.place(remaining[i]!, chosen[i]!);
     }

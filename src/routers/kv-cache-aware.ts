@@ -36,7 +36,7 @@ export class KvCacheAwareRouter implements RoutingPolicy {
   readonly #threshold: number;
   readonly #multiplier: number;
   /** pending[r] = 1 while rank r still awaits its warm-up request. */
-  #pending: Uint8Array;
+  #pending: number[];
   #pendingCount: number;
   /** The index probed for requests without `prefixMatches` (reference §10), or null. */
   prefixIndex: PrefixIndex | null = null;
@@ -46,14 +46,14 @@ export class KvCacheAwareRouter implements RoutingPolicy {
     this.#beta = config.kvCacheRoutingLoadBalanceWeight;
     this.#threshold = config.kvCacheRoutingMatchRateThreshold;
     this.#multiplier = config.kvCacheRoutingFairShareMultiplier;
-    this.#pending = new Uint8Array(numRanks).fill(config.kvCacheRoutingColdStartWarmup ? 1 : 0);
+    this.#pending = new Array<number>(numRanks).fill(config.kvCacheRoutingColdStartWarmup ? 1 : 0);
     this.#pendingCount = config.kvCacheRoutingColdStartWarmup ? numRanks : 0;
   }
 
   /** Ranks still waiting for their cold-start warm-up request, ascending. */
   get pendingWarmup(): number[] {
     const out: number[] = [];
-    this.#pending.forEach((p, r) => p && out.push(r));
+    this.#pending.forEach((p, r) => p === 1 && out.push(r));
     return out;
   }
 
@@ -71,7 +71,7 @@ export class KvCacheAwareRouter implements RoutingPolicy {
     const index = this.prefixIndex;
     // Row 0 of the match matrix is all zeros; a request gets its own row when it
     // brings prefixMatches or the index can be probed with its tokens.
-    const rowOf = new Uint32Array(requests.length);
+    const rowOf = new Array<number>(requests.length).fill(0);
     let rows = 1;
     for (const req of requests) {
       if (req.prefixMatches !== null || (index !== null && req.tokens !== null && req.tokens.length > 1)) rowOf[req.index] = rows++;
@@ -80,11 +80,11 @@ export class KvCacheAwareRouter implements RoutingPolicy {
     if (index !== null) {
       // The probe is tokens[:-1] in the request's namespace; it writes through a
       // fresh view each time since probing may grow memory.
-      const matches = () => this.#core.kvViews().matches;
+      const matches = (): Uint32Array => this.#core.kvViews().matches;
       for (const req of requests) {
         if (rowOf[req.index] === 0 || req.prefixMatches !== null) continue;
         const seed = namespaceSeed({ loraTaskId: req.loraTaskId, cacheSalt: req.cacheSalt });
-        index.matchInto(req.tokens!.subarray(0, req.tokens!.length - 1), seed, matches, rowOf[req.index]! * numRanks);
+        index.probeInto(req.tokens!, req.tokens!.length - 1, seed, matches, rowOf[req.index]! * numRanks);
       }
     }
     const { counts, tokens, matches } = this.#core.kvViews();

@@ -5,7 +5,7 @@ import type { BatchRequest, RequestId } from "../batch.js";
 import type { Decision, RouterKind } from "./types.js";
 
 /** `ceil((Σ counts + numNew) / numRanks)` in integer arithmetic. */
-export function fairShare(counts: Int32Array, numNew: number): number {
+export function fairShare(counts: ArrayLike<number>, numNew: number): number {
   let sum = 0;
   for (let r = 0; r < counts.length; r++) sum += counts[r]!;
   return Math.floor((sum + numNew + counts.length - 1) / counts.length);
@@ -15,7 +15,7 @@ export function fairShare(counts: Int32Array, numNew: number): number {
  * The per-rank target: `min(max(ceil(multiplier · fairShare), max(counts)), hardCap)`.
  * The product is an IEEE-754 double before `ceil`, as upstream (2.2 · 25 → 56).
  */
-export function expectedPerRank(counts: Int32Array, numNew: number, multiplier: number, hardCap: number): number {
+export function expectedPerRank(counts: ArrayLike<number>, numNew: number, multiplier: number, hardCap: number): number {
   let most = counts[0]!;
   for (let r = 1; r < counts.length; r++) if (counts[r]! > most) most = counts[r]!;
   // `+ 0` turns ceil's -0 (from a negative product) into 0, as Python's int.
@@ -44,11 +44,11 @@ export class Placements {
   /** Request ids per rank, in placement order. */
   readonly assignments: RequestId[][];
   /** Rank of each request by input position, -1 while unplaced. */
-  readonly rankOf: Int32Array;
+  readonly rankOf: number[];
 
   constructor(numRanks: number, numRequests: number) {
     this.assignments = Array.from({ length: numRanks }, () => []);
-    this.rankOf = new Int32Array(numRequests).fill(-1);
+    this.rankOf = new Array<number>(numRequests).fill(-1);
   }
 
   /** Appends `req` to `rank`'s list. */

@@ -20,7 +20,7 @@ export interface RouteResult {
 /** A batch's result plus the rank of each request by input position (-1 = unassigned). */
 export interface Decision {
   readonly result: RouteResult;
-  readonly rankOf: Int32Array;
+  readonly rankOf: readonly number[];
 }
 
 /** One router's decision procedure over a validated batch. */

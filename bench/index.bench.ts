@@ -1,0 +1,133 @@
+// Prefix index: wasm core against the plain-TypeScript baseline, in one run.
+// For 8, 72 and 1,024 ranks it builds both indexes over the same prompts until
+// they hold at least 1,000,000 distinct blocks (32 tokens each), then times:
+//   insert   prompts per second while building (and blocks per second)
+//   match    one walk for all ranks, 2,000- and 8,000-token prompts, median µs
+// and reports bytes per block and per (block, rank) residency for the wasm index
+// (accounted and whole linear memory) and the baseline's heap growth.
+// Prints one JSON line per figure. Run: npm run bench:index (node --expose-gc).
+import { createPrefixIndex } from "../src/index.js";
+import { PlainPrefixIndex } from "../test/oracle/prefix-index.js";
+
+const TPB = 32;
+const TARGET_BLOCKS = 1_000_000;
+const SYSTEM_PROMPTS = 16;
+const SYSTEM_TOKENS = 512;
+
+function rng(seed: number) {
+  return () => {
+    seed = (seed + 0x6d2b79f5) | 0;
+    let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
+    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+const gc = (globalThis as { gc?: () => void }).gc ?? (() => {});
+const heapUsed = () => {
+  gc();
+  gc();
+  const m = process.memoryUsage();
+  return m.heapUsed + m.arrayBuffers;
+};
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+const emit = (o: Record<string, unknown>) => console.log(JSON.stringify({ bench: "prefix_index", ...o }));
+
+/** Prompts: one of 16 system prompts, then a conversation tail; some extend an earlier prompt. */
+function makePrompts(rand: () => number, count: number, length: number): Uint32Array[] {
+  const systems = Array.from({ length: SYSTEM_PROMPTS }, () => Uint32Array.from({ length: SYSTEM_TOKENS }, () => Math.floor(rand() * 50_000)));
+  const prompts: Uint32Array[] = [];
+  for (let i = 0; i < count; i++) {
+    const p = new Uint32Array(length);
+    const earlier = prompts.length > 0 && rand() < 0.3 ? prompts[Math.floor(rand() * prompts.length)]! : null;
+    if (earlier) {
+      const keep = Math.floor((0.3 + 0.6 * rand()) * length);
+      p.set(earlier.subarray(0, keep));
+      for (let t = keep; t < length; t++) p[t] = Math.floor(rand() * 50_000);
+    } else {
+      p.set(systems[Math.floor(rand() * SYSTEM_PROMPTS)]!);
+      for (let t = SYSTEM_TOKENS; t < length; t++) p[t] = Math.floor(rand() * 50_000);
+    }
+    prompts.push(p);
+  }
+  return prompts;
+}
+
+/** Queries: a stored prompt's prefix of a random depth, then new tokens, to `length` tokens. */
+function makeQueries(rand: () => number, stored: Uint32Array[], count: number, length: number): Uint32Array[] {
+  return Array.from({ length: count }, () => {
+    const q = new Uint32Array(length);
+    const base = stored[Math.floor(rand() * stored.length)]!;
+    const keep = Math.min(base.length, Math.floor(rand() * length));
+    q.set(base.subarray(0, keep));
+    for (let t = keep; t < length; t++) q[t] = Math.floor(rand() * 50_000);
+    return q;
+  });
+}
+
+function timeMatches(match: (q: Uint32Array) => unknown, queries: Uint32Array[], rounds: number): number {
+  for (const q of queries) match(q); // warm-up
+  const perRound: number[] = [];
+  for (let r = 0; r < rounds; r++) {
+    const t0 = performance.now();
+    for (const q of queries) match(q);
+    perRound.push(((performance.now() - t0) * 1000) / queries.length);
+  }
+  return median(perRound);
+}
+
+for (const numRanks of [8, 72, 1024]) {
+  const rand = rng(numRanks);
+  const promptLength = 2000;
+  // Unique blocks per prompt ≈ 62 - 16 shared system blocks - shared extension.
+  const prompts = makePrompts(rand, Math.ceil(TARGET_BLOCKS / 38), promptLength);
+  const ranksOf = prompts.map(() => {
+    const n = 1 + Math.floor(rand() * 3);
+    return Array.from({ length: n }, () => Math.floor(rand() * numRanks));
+  });
+
+  // wasm build
+  const wasm = createPrefixIndex({ numRanks, tokensPerBlock: TPB });
+  let t0 = performance.now();
+  let inserts = 0;
+  for (let i = 0; i < prompts.length; i++) for (const r of ranksOf[i]!) (wasm.insert(r, prompts[i]!), inserts++);
+  const wasmInsertMs = performance.now() - t0;
+  const stats = wasm.stats();
+
+  // baseline build
+  const before = heapUsed();
+  const plain = new PlainPrefixIndex(numRanks, TPB);
+  t0 = performance.now();
+  for (let i = 0; i < prompts.length; i++) for (const r of ranksOf[i]!) plain.insert(r, prompts[i]!);
+  const plainInsertMs = performance.now() - t0;
+  const plainBytes = heapUsed() - before;
+
+  emit({ figure: "size", ranks: numRanks, blocks: stats.blocks, residencies: stats.residencies, plain_blocks: plain.size });
+  for (const [impl, ms] of [["wasm", wasmInsertMs], ["plain_ts", plainInsertMs]] as const) {
+    emit({ figure: "insert", ranks: numRanks, impl, prompt_tokens: promptLength, inserts, inserts_per_s: Math.round(inserts / (ms / 1000)), blocks_per_s: Math.round((inserts * (promptLength / TPB)) / (ms / 1000)) });
+  }
+  emit({
+    figure: "memory",
+    ranks: numRanks,
+    wasm_accounted_bytes_per_block: +(stats.bytesInUse / stats.blocks).toFixed(1),
+    wasm_accounted_bytes_per_residency_over_blocks: +((stats.bytesInUse - stats.blocks * 48) / stats.residencies).toFixed(1),
+    wasm_linear_memory_bytes_per_block: +(stats.wasmMemoryBytes / stats.blocks).toFixed(1),
+    plain_ts_heap_bytes_per_block: +(plainBytes / plain.size).toFixed(1),
+  });
+
+  for (const length of [2000, 8000]) {
+    const queries = makeQueries(rand, prompts, 2000, length);
+    // Both must agree before either is timed.
+    for (const q of queries.slice(0, 200)) {
+      const a = wasm.match(q);
+      const b = plain.match(q);
+      for (let r = 0; r < numRanks; r++) if (a[r] !== b[r]) throw new Error(`baseline and wasm disagree at rank ${r}`);
+    }
+    const out = new Uint32Array(numRanks);
+    const wasmUs = timeMatches((q) => wasm.matchInto(out, q), queries, 7);
+    const plainUs = timeMatches((q) => plain.match(q), queries, 7);
+    emit({ figure: "match", ranks: numRanks, prompt_tokens: length, impl: "wasm", us_median: +wasmUs.toFixed(3) });
+    emit({ figure: "match", ranks: numRanks, prompt_tokens: length, impl: "plain_ts", us_median: +plainUs.toFixed(3), wasm_speedup: +(plainUs / wasmUs).toFixed(2) });
+  }
+  wasm.dispose();
+}

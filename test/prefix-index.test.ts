@@ -1,0 +1,107 @@
+// The prefix index's API contract beyond the replayed cases: bad input, the
+// memory budget, namespaces, block keys, and routing with an index.
+import { describe, expect, it } from "vitest";
+import { AdpInputError, createPrefixIndex, createRouter } from "../src/index.js";
+import { idle } from "./support/build.js";
+
+const range = (n: number, from = 0) => Array.from({ length: n }, (_, i) => from + i);
+
+describe("prefix index input checks (nothing changes on a rejected call)", () => {
+  const index = createPrefixIndex({ numRanks: 4, tokensPerBlock: 2 });
+  index.insert(1, [1, 2, 3, 4]);
+  const before = index.stats();
+  it.each([
+    ["rank out of range", () => index.insert(4, [1, 2]), "rank"],
+    ["negative rank", () => index.insert(-1, [1, 2]), "rank"],
+    ["token id 2^32", () => index.insert(0, [1, 2 ** 32]), "tokens[1]"],
+    ["negative token id", () => index.match([-1, 2]), "tokens[0]"],
+    ["fractional token id", () => index.insert(0, [1.5, 2]), "tokens[0]"],
+    ["string token id", () => index.match(["1", 2] as unknown as number[]), "tokens[0]"],
+    ["namespace with an unknown field", () => index.insert(0, [1, 2], { lora: 1 } as never), "ns.lora"],
+    ["non-integer LoRA id", () => index.match([1, 2], { loraTaskId: 1.5 }), "ns.loraTaskId"],
+    ["salt of the wrong type", () => index.match([1, 2], { cacheSalt: 7 as never }), "ns.cacheSalt"],
+    ["negative block key", () => index.insertBlocks(0, [1, -2]), "blockKeys[1]"],
+    ["clearRank out of range", () => index.clearRank(9), "rank"],
+  ])("%s", (_name, call, field) => {
+    expect(call).toThrow(AdpInputError);
+    try {
+      call();
+    } catch (e) {
+      expect((e as AdpInputError).field).toBe(field);
+    }
+    expect(index.stats()).toEqual(before);
+  });
+
+  it("rejects bad options by name, and a budget too small for one block", () => {
+    expect(() => createPrefixIndex({ numRanks: 0 })).toThrow(/numRanks: must be an integer in \[1, 65536\], got 0/);
+    expect(() => createPrefixIndex({ numRanks: 2, tokensPerBlock: 0 })).toThrow(/tokensPerBlock/);
+    expect(() => createPrefixIndex({ numRanks: 2, blockSize: 4 } as never)).toThrow(/blockSize: is not a prefix index option/);
+    expect(() => createPrefixIndex({ numRanks: 2, maxMemoryBytes: 10 })).toThrow(/maxMemoryBytes: must hold at least one block/);
+    const gone = createPrefixIndex({ numRanks: 2 });
+    gone.dispose();
+    expect(() => gone.match([1])).toThrow(/disposed/);
+  });
+});
+
+describe("prefix index semantics", () => {
+  it("namespaces (LoRA id, cache salt) never match each other; null means none", () => {
+    const index = createPrefixIndex({ numRanks: 2, tokensPerBlock: 2 });
+    index.insert(0, [1, 2, 3, 4], { loraTaskId: 3 });
+    index.insert(1, [1, 2, 3, 4], { cacheSalt: "a" });
+    expect(index.match([1, 2, 3, 4], { loraTaskId: 3 })).toEqual([4, 0]);
+    expect(index.match([1, 2, 3, 4], { cacheSalt: "a" })).toEqual([0, 4]);
+    expect(index.match([1, 2, 3, 4], { loraTaskId: 3, cacheSalt: "a" })).toEqual([0, 0]);
+    expect(index.match([1, 2, 3, 4], { loraTaskId: null, cacheSalt: null })).toEqual([0, 0]);
+  });
+
+  it("caller block keys (a trace's hash_ids) work as blocks of tokensPerBlock tokens", () => {
+    const index = createPrefixIndex({ numRanks: 3, tokensPerBlock: 512 });
+    index.insertBlocks(2, [0, 14, 15, 16]);
+    expect(index.matchBlocks([0, 14, 15, 99])).toEqual([0, 0, 1536]);
+    expect(index.matchBlocks([0n, 14n])).toEqual([0, 0, 1024]);
+  });
+
+  it("a memory budget bounds bytesInUse by evicting least recently stamped leaves across ranks", () => {
+    const budget = 64 * 1024;
+    const index = createPrefixIndex({ numRanks: 8, tokensPerBlock: 4, maxMemoryBytes: budget });
+    for (let i = 0; i < 2000; i++) {
+      index.insert(i % 8, range(64, i * 1000));
+      expect(index.stats().bytesInUse).toBeLessThanOrEqual(budget);
+    }
+    const stats = index.stats();
+    expect(stats.evictions).toBeGreaterThan(0);
+    // The most recent prompt survives; the oldest ones are gone.
+    expect(index.match(range(64, 1999 * 1000))[1999 % 8]).toBe(64);
+    expect(index.match(range(64, 0))).toEqual(new Array(8).fill(0));
+  });
+
+  it("supports 1,024 ranks and beyond in one walk", () => {
+    const index = createPrefixIndex({ numRanks: 1500, tokensPerBlock: 4 });
+    for (const r of [0, 700, 1023, 1499]) index.insert(r, range(4 * (1 + (r % 5))));
+    const m = index.match(range(40));
+    expect([m[0], m[700], m[1023], m[1499], m[5]]).toEqual([4, 4, 16, 20, 0]);
+  });
+});
+
+describe("routing with a prefix index", () => {
+  it("probes tokens[:-1] in the request's namespace and learns from its own decisions", () => {
+    const router = createRouter({ numRanks: 4, attentionDp: { enable_kv_cache_aware_routing: true }, prefixIndex: { tokensPerBlock: 4 } });
+    const prompt = range(33);
+    const first = router.route({ rankStates: idle(4), maxNumActiveRequests: 8, requests: [{ id: 1, tokens: prompt }] });
+    const home = first.assignments.findIndex((l) => l.length === 1);
+    expect(router.prefixIndex!.blockCount(home)).toBe(8);
+    // Same prompt again, with the home rank a little busier: the cached 32 of 33 tokens win.
+    const states = idle(4).map((s, r) => (r === home ? { ...s, numActiveRequests: 1, numActiveTokens: 10 } : s));
+    const second = router.route({ rankStates: states, maxNumActiveRequests: 8, requests: [{ id: 2, tokens: prompt }] });
+    expect(second.assignments[home]).toEqual([2]);
+    // Another namespace does not see the cache: back to load balancing (away from the busy home).
+    const salted = router.route({ rankStates: states, maxNumActiveRequests: 8, requests: [{ id: 3, tokens: prompt, cacheSalt: "t" }] });
+    expect(salted.assignments[home]).toEqual([]);
+  });
+
+  it("learnFromRouting: false leaves the index as given", () => {
+    const router = createRouter({ numRanks: 2, attentionDp: { enable_kv_cache_aware_routing: true }, prefixIndex: { tokensPerBlock: 4 }, learnFromRouting: false });
+    router.route({ rankStates: idle(2), maxNumActiveRequests: 8, requests: [{ id: 1, tokens: range(16) }] });
+    expect(router.prefixIndex!.stats().residencies).toBe(0);
+  });
+});
