@@ -48,6 +48,12 @@ export interface RouteRequest {
   readonly cacheSalt?: string | null;
   /** Matched prefix tokens per rank, used as given by the KV-cache-aware router. */
   readonly prefixMatches?: ArrayLike<number>;
+  /**
+   * The prompt as block keys, one per block of the prefix index's
+   * `tokensPerBlock` (engine block hashes, a trace's `hash_ids`), for requests
+   * that carry a token count but no token ids. Non-negative safe integers.
+   */
+  readonly blockKeys?: ArrayLike<number>;
 }
 
 /** One `route()` call. */
@@ -88,6 +94,8 @@ export interface BatchRequest {
   readonly cacheSalt: string | null;
   /** Matched tokens per rank, or null. */
   readonly prefixMatches: ArrayLike<number> | null;
+  /** Block keys (validated), or null. */
+  readonly blockKeys: ArrayLike<number> | null;
 }
 
 /** A validated batch. */
@@ -210,6 +218,16 @@ function normalizeRequest(raw: unknown, index: number, numRanks: number): BatchR
     }
     prefixMatches = pm as ArrayLike<number>;
   }
+  let blockKeys: ArrayLike<number> | null = null;
+  if (raw.blockKeys !== undefined && raw.blockKeys !== null) {
+    const keys = raw.blockKeys as ArrayLike<unknown>;
+    if (typeof keys !== "object" || typeof keys.length !== "number") throw new AdpInputError(`${at}.blockKeys`, "must be an array of block keys", keys);
+    for (let i = 0; i < keys.length; i++) {
+      const k = keys[i];
+      if (!(typeof k === "number" && Number.isSafeInteger(k) && k >= 0)) throw new AdpInputError(`${at}.blockKeys[${i}]`, "must be a non-negative safe integer", k);
+    }
+    blockKeys = keys as ArrayLike<number>;
+  }
   return {
     index,
     id: raw.id as RequestId,
@@ -224,6 +242,7 @@ function normalizeRequest(raw: unknown, index: number, numRanks: number): BatchR
     loraTaskId: typeof lora === "number" ? lora : null,
     cacheSalt: optionalString(raw.cacheSalt, `${at}.cacheSalt`),
     prefixMatches,
+    blockKeys,
   };
 }
 

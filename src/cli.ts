@@ -1,16 +1,43 @@
 // The `adp-router` command. Subcommands:
+//   simulate [options]             replay a trace through every policy (the main job)
 //   conformance FILE|- [--check]   answer (or check) conformance scenarios
 //   validate FILE|-                validate an attention_dp_config JSON file
 //   schema                         print the attention_dp_config JSON Schema
 
-import { readFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
+import { gunzipSync } from "node:zlib";
 import { parseArgs } from "node:util";
 import { attentionDpConfigSchema, parseAttentionDpConfig, toAttentionDpConfigInput } from "./config.js";
 import { firstDifference, runScenario } from "./conformance.js";
+import { DEFAULT_ENGINE } from "./simulate/engine.js";
+import { renderReport } from "./simulate/report.js";
+import { formatTable, POLICIES, simulate, toJson, type IndexUpdates } from "./simulate/run.js";
+import { parseTrace, TraceError, type Trace } from "./simulate/trace.js";
+import { multiTurnWorkload } from "./simulate/workload.js";
 
 const USAGE = `Usage: adp-router <command> [options]
 
 Commands:
+  simulate [options]            Replay a trace through every routing policy on a simulated
+                                attention-DP engine and compare hit ratio, balance and TTFT.
+                                With no options: the bundled Mooncake conversation trace, 8 ranks.
+      --trace FILE                Mooncake-shaped or native JSON-lines trace (.gz accepted)
+      --workload multi-turn       the seeded synthetic multi-turn workload instead
+      --seed N, --sessions N      its seed and session count
+      --ranks N                   attention-DP ranks (8)
+      --policies a,b              ${POLICIES.join(", ")}
+      --config JSON               attention_dp_config overrides for kv_cache_aware (snake_case)
+      --index-updates MODE        routing (learn from own decisions) | events (engine KV events)
+      --rate-scale X              replay X times faster (1)
+      --block-tokens N            tokens per hash_ids block of a trace (512)
+      --max-num-tokens N          per-rank iteration token budget (${DEFAULT_ENGINE.maxNumTokens})
+      --max-active N              per-rank active-request cap (${DEFAULT_ENGINE.maxNumActiveRequests})
+      --iteration-base-ms X       fixed cost per iteration (${DEFAULT_ENGINE.iterationBaseMs})
+      --prefill-ms-per-token X    prefill cost per uncached token (${DEFAULT_ENGINE.prefillMsPerToken})
+      --decode-ms-per-request X   decode cost per running request (${DEFAULT_ENGINE.decodeMsPerRequest})
+      --cache-blocks N            per-rank true cache capacity in blocks, 0 = unbounded (0)
+      --json                      print one JSON object instead of the table
+      --report FILE.html          also write a self-contained HTML report
   conformance FILE|- [--check]  Route each JSON-lines scenario and print one answer a line;
                                 --check compares with each line's "expected" instead.
   validate FILE|-               Check an attention_dp_config JSON object; print it with defaults.
@@ -90,10 +117,119 @@ function validate(args: string[]): number {
   }
 }
 
+const BUNDLED_TRACE = "mooncake_conversation_trace.jsonl";
+
+function readTrace(file: string | undefined, blockTokens: number): Trace {
+  if (file === undefined) {
+    const url = new URL(`../traces/${BUNDLED_TRACE}.gz`, import.meta.url);
+    return parseTrace(gunzipSync(readFileSync(url)).toString("utf8"), BUNDLED_TRACE, blockTokens);
+  }
+  const raw = readFileSync(file === "-" ? 0 : file);
+  return parseTrace((file.endsWith(".gz") ? gunzipSync(raw) : raw).toString("utf8"), file, blockTokens);
+}
+
+function numberOption(values: Record<string, unknown>, name: string, check: (v: number) => boolean, rule: string): number | undefined {
+  const raw = values[name];
+  if (raw === undefined) return undefined;
+  const v = Number(raw);
+  if (!Number.isFinite(v) || !check(v)) throw new RangeError(`--${name}: must be ${rule}, got ${JSON.stringify(raw)}`);
+  return v;
+}
+
+function simulateCommand(args: string[]): number {
+  const { values } = parseArgs({
+    args,
+    options: {
+      trace: { type: "string" },
+      workload: { type: "string" },
+      seed: { type: "string" },
+      sessions: { type: "string" },
+      ranks: { type: "string" },
+      policies: { type: "string" },
+      config: { type: "string" },
+      "index-updates": { type: "string" },
+      "rate-scale": { type: "string" },
+      "block-tokens": { type: "string" },
+      "max-num-tokens": { type: "string" },
+      "max-active": { type: "string" },
+      "iteration-base-ms": { type: "string" },
+      "prefill-ms-per-token": { type: "string" },
+      "decode-ms-per-request": { type: "string" },
+      "cache-blocks": { type: "string" },
+      json: { type: "boolean", default: false },
+      report: { type: "string" },
+    },
+    strict: true,
+  });
+  const int = (v: number) => Number.isInteger(v) && v >= 1;
+  const pos = (v: number) => v > 0;
+  const nonNeg = (v: number) => v >= 0;
+  const ranks = numberOption(values, "ranks", (v) => int(v) && v <= 4096, "an integer in [1, 4096]") ?? 8;
+  const blockTokens = numberOption(values, "block-tokens", int, "a positive integer") ?? 512;
+  if (values.workload !== undefined && values.workload !== "multi-turn") throw new RangeError(`--workload: must be "multi-turn", got ${JSON.stringify(values.workload)}`);
+  if (values.workload !== undefined && values.trace !== undefined) throw new RangeError("--workload and --trace: give one or the other");
+  const indexUpdates = values["index-updates"] ?? "routing";
+  if (indexUpdates !== "routing" && indexUpdates !== "events") throw new RangeError(`--index-updates: must be routing or events, got ${JSON.stringify(indexUpdates)}`);
+  let config: Record<string, unknown> | undefined;
+  if (values.config !== undefined) {
+    try {
+      config = JSON.parse(values.config) as Record<string, unknown>;
+    } catch (error) {
+      throw new RangeError(`--config: must be a JSON object of attention_dp_config fields (${(error as Error).message})`);
+    }
+    parseAttentionDpConfig(config);
+  }
+  let trace: Trace;
+  try {
+    trace = values.workload === "multi-turn"
+      ? multiTurnWorkload({ seed: numberOption(values, "seed", Number.isInteger, "an integer") ?? 1, sessions: numberOption(values, "sessions", int, "a positive integer") ?? 400 })
+      : readTrace(values.trace, blockTokens);
+  } catch (error) {
+    if (error instanceof TraceError) {
+      process.stderr.write(`adp-router simulate: ${error.message}
+`);
+      return 1;
+    }
+    throw error;
+  }
+  const tty = process.stderr.isTTY === true;
+  const started = Date.now();
+  const result = simulate(trace, {
+    ranks,
+    ...(config ? { config } : {}),
+    indexUpdates: indexUpdates as IndexUpdates,
+    ...(values.policies ? { policies: values.policies.split(",").map((p) => p.trim()) } : {}),
+    rateScale: numberOption(values, "rate-scale", pos, "a positive number"),
+    maxNumTokens: numberOption(values, "max-num-tokens", int, "a positive integer"),
+    maxNumActiveRequests: numberOption(values, "max-active", int, "a positive integer"),
+    iterationBaseMs: numberOption(values, "iteration-base-ms", nonNeg, "a non-negative number"),
+    prefillMsPerToken: numberOption(values, "prefill-ms-per-token", nonNeg, "a non-negative number"),
+    decodeMsPerRequest: numberOption(values, "decode-ms-per-request", nonNeg, "a non-negative number"),
+    cacheBlocks: numberOption(values, "cache-blocks", (v) => Number.isInteger(v) && v >= 0, "a non-negative integer"),
+    ...(tty
+      ? {
+          onProgress: (policy: string, f: number) => {
+            const width = 30;
+            const done = Math.round(f * width);
+            process.stderr.write(`\r${policy.padEnd(26)} [${"#".repeat(done)}${".".repeat(width - done)}] ${(100 * f).toFixed(0).padStart(3)}%  ${((Date.now() - started) / 1000).toFixed(1)} s${f >= 1 ? "\n" : ""}`);
+          },
+        }
+      : {}),
+  });
+  process.stdout.write(values.json ? JSON.stringify(toJson(result)) + "\n" : formatTable(result) + "\n");
+  if (values.report !== undefined) {
+    writeFileSync(values.report, renderReport(result, `adp-router simulate ${args.join(" ")}`.trim()));
+    if (!values.json) process.stdout.write(`report written to ${values.report}\n`);
+  }
+  return 0;
+}
+
 function main(argv: string[]): number {
   const [command, ...rest] = argv;
   try {
     switch (command) {
+      case "simulate":
+        return simulateCommand(rest);
       case "conformance":
         return conformance(rest);
       case "validate":

@@ -17,7 +17,7 @@ export type EngineHash = number | string;
 
 /** One event in the index's terms. */
 export type KvEvent =
-  | { kind: "stored"; rank: number; eventId: number | null; parent: EngineHash | null; loraTaskId: number | null; blocks: { hash: EngineHash; tokens: number[] }[] }
+  | { kind: "stored"; rank: number; eventId: number | null; parent: EngineHash | null; loraTaskId: number | null; blocks: { hash: EngineHash; tokens: number[] | null }[] }
   | { kind: "removed"; rank: number; eventId: number | null; hashes: EngineHash[] }
   | { kind: "cleared"; rank: number; eventId: number | null }
   | { kind: "ignored"; eventId: number | null }
@@ -80,14 +80,17 @@ function parseTrtllm(e: Record<string, unknown>, numRanks: number, tokensPerBloc
   const parent = data.parent_hash === null || data.parent_hash === undefined ? null : engineHash(data.parent_hash);
   if (parent === null && data.parent_hash !== null && data.parent_hash !== undefined) return { kind: "malformed", reason: "stored: parent_hash must be an integer or null" };
   if (!Array.isArray(data.blocks) || data.blocks.length === 0) return { kind: "malformed", reason: "stored: blocks must be a non-empty list" };
-  const blocks: { hash: EngineHash; tokens: number[] }[] = [];
+  const blocks: { hash: EngineHash; tokens: number[] | null }[] = [];
   let lora: number | null = null;
+  // Blocks without tokens are keyed by their hash (a trace's or simulator's block
+  // ids); an event's blocks either all carry tokens or none do.
+  const keyed = data.blocks.every((b) => isObject(b) && (b.tokens === undefined || b.tokens === null));
   for (const b of data.blocks) {
     if (!isObject(b)) return { kind: "malformed", reason: "stored: each block must be an object" };
     const hash = engineHash(b.block_hash);
-    const tokens = tokenIds(b.tokens);
-    if (hash === null || tokens === null) return { kind: "malformed", reason: "stored: a block needs an integer block_hash and tokens [{token_id}]" };
-    if (tokens.length !== tokensPerBlock) return { kind: "malformed", reason: `stored: a block holds ${tokens.length} tokens, the index's blocks ${tokensPerBlock}` };
+    const tokens = keyed ? null : tokenIds(b.tokens);
+    if (hash === null || (!keyed && tokens === null)) return { kind: "malformed", reason: "stored: a block needs an integer block_hash and tokens [{token_id}]" };
+    if (tokens !== null && tokens.length !== tokensPerBlock) return { kind: "malformed", reason: `stored: a block holds ${tokens.length} tokens, the index's blocks ${tokensPerBlock}` };
     lora = loraOf(b.lora_id) ?? lora;
     blocks.push({ hash, tokens });
   }

@@ -224,9 +224,9 @@ export class PrefixIndex {
   }
 
   /** Writes block keys into scratch as block hashes; returns [blocksAddress, count, outAddress]. */
-  #hashKeys(keys: ArrayLike<number | bigint>, field: string): [number, number, number] {
+  #hashKeys(keys: ArrayLike<number | bigint>, field: string, count = keys.length): [number, number, number] {
     const ex = this.#core();
-    const n = keys.length;
+    const n = count;
     const outAt = n * 8;
     const base = this.#reserve(outAt + this.#numRanks * 4 + 8);
     const words = new Uint32Array(ex.memory.buffer, base, n * 2);
@@ -300,6 +300,19 @@ export class PrefixIndex {
     target().set(new Uint32Array(this.#core().memory.buffer, out, this.#numRanks), offset);
   }
 
+  /** @internal The router's probe by block keys: matches the first `count` validated keys into `target()` at `offset`. */
+  probeBlocksInto(keys: ArrayLike<number>, count: number, seed: readonly [number, number], target: () => Uint32Array, offset: number): void {
+    const [blocks, , out] = this.#hashKeys(keys, "blockKeys", count);
+    this.#core().indexMatch(seed[0], seed[1], blocks, count, out);
+    target().set(new Uint32Array(this.#core().memory.buffer, out, this.#numRanks), offset);
+  }
+
+  /** @internal The router's learning by block keys (validated). */
+  insertBlocksValidated(rank: number, keys: ArrayLike<number>, seed: readonly [number, number]): void {
+    const [blocks, count] = this.#hashKeys(keys, "blockKeys");
+    this.#core().indexInsert(rank, seed[0], seed[1], blocks, count);
+  }
+
   /** @internal The router's learning: inserts validated tokens. */
   insertValidated(rank: number, tokens: ArrayLike<number>, seed: readonly [number, number]): void {
     this.#insertTokens(rank, tokens, tokens.length, seed);
@@ -363,7 +376,7 @@ export class PrefixIndex {
   }
 
   /** Inserts one stored event's blocks below its parent; false when the rank does not hold the parent. */
-  #applyStored(rank: number, parent: EngineHash | null, lora: number | null, blocks: { hash: EngineHash; tokens: number[] }[], map: Map<EngineHash, [number, number]>): boolean {
+  #applyStored(rank: number, parent: EngineHash | null, lora: number | null, blocks: { hash: EngineHash; tokens: number[] | null }[], map: Map<EngineHash, [number, number]>): boolean {
     const ex = this.#core();
     const tpb = this.#tokensPerBlock;
     let parentKey: [number, number] | undefined;
@@ -375,9 +388,21 @@ export class PrefixIndex {
     const keysAt = n * 8;
     const tokensAt = keysAt + n * 8;
     const base = this.#reserve(tokensAt + n * tpb * 4);
-    const tokenView = new Uint32Array(ex.memory.buffer, base + tokensAt, n * tpb);
-    blocks.forEach((b, i) => tokenView.set(b.tokens, i * tpb));
-    ex.hashBlocks(base + tokensAt, n * tpb, base);
+    if (blocks[0]!.tokens === null) {
+      // Keyed blocks: the engine hash is the block key (safe integers only).
+      const words = new Uint32Array(ex.memory.buffer, base, n * 2);
+      for (let i = 0; i < n; i++) {
+        const k = blocks[i]!.hash;
+        const big = BigInt.asUintN(64, BigInt(k));
+        words[2 * i] = Number(big & 0xffffffffn);
+        words[2 * i + 1] = Number(big >> 32n);
+      }
+      ex.hashBlockKeys(base, n);
+    } else {
+      const tokenView = new Uint32Array(ex.memory.buffer, base + tokensAt, n * tpb);
+      blocks.forEach((b, i) => tokenView.set(b.tokens!, i * tpb));
+      ex.hashBlocks(base + tokensAt, n * tpb, base);
+    }
     let held: number;
     if (parentKey === undefined) {
       const seed = namespaceSeed({ loraTaskId: lora });

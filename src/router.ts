@@ -61,8 +61,13 @@ const OPTION_KEYS = new Set(["numRanks", "attentionDp", "prefixIndex", "learnFro
 function learn(index: PrefixIndex, batch: Batch, decision: Decision): void {
   for (const req of batch.requests) {
     const rank = decision.rankOf[req.index]!;
-    if (rank < 0 || req.tokens === null || req.tokens.length < index.tokensPerBlock) continue;
-    index.insertValidated(rank, req.tokens, namespaceSeed({ loraTaskId: req.loraTaskId, cacheSalt: req.cacheSalt }));
+    if (rank < 0) continue;
+    const seed = namespaceSeed({ loraTaskId: req.loraTaskId, cacheSalt: req.cacheSalt });
+    if (req.tokens !== null) {
+      if (req.tokens.length >= index.tokensPerBlock) index.insertValidated(rank, req.tokens, seed);
+    } else if (req.blockKeys !== null && req.blockKeys.length > 0) {
+      index.insertBlocksValidated(rank, req.blockKeys, seed);
+    }
   }
 }
 

@@ -13,10 +13,13 @@ import type { Decision, RoutingPolicy } from "./types.js";
 /** Tokens of the prompt fingerprint that groups similar requests (upstream: 64). */
 const FINGERPRINT_TOKENS = 64;
 
-/** Orders by the first 64 token ids (a proper prefix first), then longer prompts first. */
+/**
+ * Orders by the first 64 token ids (a proper prefix first), then longer prompts
+ * first. A request with block keys and no token ids is fingerprinted by its keys.
+ */
 function byFingerprint(a: BatchRequest, b: BatchRequest): number {
-  const ta = a.tokens;
-  const tb = b.tokens;
+  const ta = a.tokens ?? a.blockKeys;
+  const tb = b.tokens ?? b.blockKeys;
   const la = Math.min(ta ? ta.length : 0, FINGERPRINT_TOKENS);
   const lb = Math.min(tb ? tb.length : 0, FINGERPRINT_TOKENS);
   const common = Math.min(la, lb);
@@ -26,6 +29,13 @@ function byFingerprint(a: BatchRequest, b: BatchRequest): number {
   }
   if (la !== lb) return la - lb;
   return (tb ? tb.length : b.numTokens) - (ta ? ta.length : a.numTokens);
+}
+
+/** Full blocks of the probe `tokens[:-1]`: from the token ids, else from the count and block keys. */
+function probeBlocks(req: BatchRequest, tokensPerBlock: number): number {
+  if (req.tokens !== null) return Math.floor((req.tokens.length - 1) / tokensPerBlock);
+  if (req.blockKeys === null || req.numTokens === 0) return 0;
+  return Math.min(req.blockKeys.length, Math.floor((req.numTokens - 1) / tokensPerBlock));
 }
 
 /** The KV-cache-aware router; keeps the pending warm-up ranks between batches. */
@@ -74,7 +84,7 @@ export class KvCacheAwareRouter implements RoutingPolicy {
     const rowOf = new Array<number>(requests.length).fill(0);
     let rows = 1;
     for (const req of requests) {
-      if (req.prefixMatches !== null || (index !== null && req.tokens !== null && req.tokens.length > 1)) rowOf[req.index] = rows++;
+      if (req.prefixMatches !== null || (index !== null && probeBlocks(req, index.tokensPerBlock) > 0)) rowOf[req.index] = rows++;
     }
     this.#core.reserveKvBatch(numRanks, requests.length, rows);
     if (index !== null) {
@@ -84,7 +94,8 @@ export class KvCacheAwareRouter implements RoutingPolicy {
       for (const req of requests) {
         if (rowOf[req.index] === 0 || req.prefixMatches !== null) continue;
         const seed = namespaceSeed({ loraTaskId: req.loraTaskId, cacheSalt: req.cacheSalt });
-        index.probeInto(req.tokens!, req.tokens!.length - 1, seed, matches, rowOf[req.index]! * numRanks);
+        if (req.tokens !== null) index.probeInto(req.tokens, req.tokens.length - 1, seed, matches, rowOf[req.index]! * numRanks);
+        else index.probeBlocksInto(req.blockKeys!, probeBlocks(req, index.tokensPerBlock), seed, matches, rowOf[req.index]! * numRanks);
       }
     }
     const { counts, tokens, matches } = this.#core.kvViews();
