@@ -1,10 +1,60 @@
+import { existsSync } from "node:fs";
+import { playwright } from "@vitest/browser-playwright";
 import { defineConfig } from "vitest/config";
+
+const chromium = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium";
+const hasChromium = existsSync(chromium);
+
+/** Suites that run unchanged in the browser: the routers, the index, conformance. */
+const browserSuites = [
+  "test/mt19937.test.ts",
+  "test/core-loops.test.ts",
+  "test/routers.test.ts",
+  "test/config.test.ts",
+  "test/balance-gate.test.ts",
+  "test/bad-input.test.ts",
+  "test/conformance.test.ts",
+  "test/cross-engine.test.ts",
+  "test/prefix-index-cases.test.ts",
+  "test/prefix-index.test.ts",
+  "test/prefix-index.property.test.ts",
+  "test/kv-events.test.ts",
+];
+
+if (!hasChromium) {
+  console.warn(`browser suite skipped: no Chromium at ${chromium} (install Debian's chromium package or set CHROMIUM_PATH)`);
+}
 
 export default defineConfig({
   test: {
-    include: ["test/**/*.test.ts"],
-    pool: "forks",
     testTimeout: 60_000,
     reporters: ["default", "./test/support/summary-reporter.ts"],
+    globalSetup: ["./test/support/node-answers.setup.ts"],
+    projects: [
+      { extends: true, test: { name: "node", include: ["test/**/*.test.ts"], pool: "forks" } },
+      ...(hasChromium
+        ? [
+            {
+              extends: true,
+              test: {
+                name: "chromium",
+                include: browserSuites,
+                browser: {
+                  enabled: true,
+                  headless: true,
+                  screenshotFailures: false,
+                  instances: [{ browser: "chromium" as const }],
+                  provider: playwright({
+                    launchOptions: {
+                      executablePath: chromium,
+                      args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+                    },
+                  }),
+                },
+              },
+            },
+          ]
+        : []),
+    ],
   },
 });

@@ -1,0 +1,98 @@
+// The package as a consumer gets it: one neutral ESM file with the wasm inlined,
+// importable and require()-able on Node ≥ 20.19, bundleable for a browser, no
+// node: imports in the library, publint-clean, inside its size budget.
+import { execFileSync, spawnSync } from "node:child_process";
+import { mkdtempSync, readFileSync, readdirSync, writeFileSync } from "node:fs";
+import { createRequire } from "node:module";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { build } from "esbuild";
+import { beforeAll, describe, expect, it } from "vitest";
+import { hasChromium, launchChromium, skipReason } from "./support/chromium.js";
+
+const root = fileURLToPath(new URL("..", import.meta.url));
+const dist = path.join(root, "dist", "index.js");
+
+/** A decision every build of the package must reproduce. */
+const probe = `
+  const r = createRouter({ numRanks: 4, attentionDp: { enable_kv_cache_aware_routing: true } });
+  const out = r.route({ rankStates: [0,1,2,3].map(() => ({ numActiveRequests: 0, numActiveTokens: 0 })), maxNumActiveRequests: 8,
+    requests: [0,1,2,3,4,5,6,7].map((id) => ({ id, tokens: [1,2,3,4,5,6,7,8,9,10] })) });
+  JSON.stringify(out.assignments)`;
+const expected = JSON.stringify([[3, 5], [2, 7], [0, 4], [1, 6]]);
+
+describe("library bundle", () => {
+  it("imports no node: module and uses no top-level await (require() works)", async () => {
+    const text = readFileSync(dist, "utf8");
+    expect(text).not.toMatch(/from\s*["']node:|import\(["']node:|require\(["']node:/);
+    const required = createRequire(import.meta.url)(dist);
+    expect(typeof required.createRouter).toBe("function");
+    const { createRouter } = required;
+    expect(eval(probe)).toBe(expected);
+  });
+
+  it("touches WebAssembly in src/wasm.ts only", () => {
+    const offenders = readdirSync(path.join(root, "src"), { recursive: true })
+      .map(String)
+      .filter((f) => f.endsWith(".ts") && !f.startsWith("generated") && f !== "wasm.ts")
+      .filter((f) => /\bWebAssembly\./.test(readFileSync(path.join(root, "src", f), "utf8")));
+    expect(offenders).toEqual([]);
+  });
+
+  it("stays within its size budget (minified + gzipped, wasm included)", async () => {
+    const { measureSize, BUDGET_BYTES } = await import("../scripts/size.mjs");
+    const size = await measureSize();
+    expect(size.library_min_gzip_bytes).toBeLessThanOrEqual(BUDGET_BYTES);
+  });
+
+  it("is publint-clean", () => {
+    const out = execFileSync(path.join(root, "node_modules", ".bin", "publint"), ["--strict"], { cwd: root, encoding: "utf8" });
+    expect(out).toContain("All good!");
+  });
+});
+
+describe("a fresh consumer project", () => {
+  let consumer = "";
+  beforeAll(() => {
+    consumer = mkdtempSync(path.join(tmpdir(), "adp-consumer-"));
+    const packed = execFileSync("npm", ["pack", "--silent", "--pack-destination", consumer], { cwd: root, encoding: "utf8" }).trim().split("\n").pop()!;
+    writeFileSync(path.join(consumer, "package.json"), JSON.stringify({ name: "consumer", version: "1.0.0", private: true }));
+    execFileSync("npm", ["install", "--no-audit", "--no-fund", "--offline", path.join(consumer, packed)], { cwd: consumer, stdio: "pipe" });
+  }, 120_000);
+
+  it("can import and require the installed package and run its CLI", () => {
+    const body = probe.replace(/JSON\.stringify\(out\.assignments\)$/, "console.log(JSON.stringify(out.assignments));");
+    writeFileSync(path.join(consumer, "esm.mjs"), `import { createRouter } from "adp-router";\n${body}\n`);
+    writeFileSync(path.join(consumer, "cjs.cjs"), `const { createRouter } = require("adp-router");\n${body}\n`);
+    for (const file of ["esm.mjs", "cjs.cjs"]) {
+      const run = spawnSync(process.execPath, [file], { cwd: consumer, encoding: "utf8" });
+      expect(run.stderr, file).toBe("");
+      expect(run.stdout.trim(), file).toBe(expected);
+    }
+    const schema = createRequire(path.join(consumer, "x.js"))("adp-router/config.schema.json");
+    expect(schema.title).toBe("AttentionDpConfig");
+    const cli = spawnSync(path.join(consumer, "node_modules", ".bin", "adp-router"), ["simulate", "--workload", "multi-turn", "--sessions", "20", "--ranks", "2", "--json"], { encoding: "utf8" });
+    expect(JSON.parse(cli.stdout).policies).toHaveLength(6);
+  });
+
+  it.skipIf(!hasChromium)("an esbuild browser bundle of it decides the same in Chromium", async () => {
+    const entry = path.join(consumer, "entry.js");
+    writeFileSync(entry, `import { createRouter } from "adp-router";\nwindow.result = (() => { ${probe.replace(/JSON\.stringify\(out\.assignments\)$/, "return JSON.stringify(out.assignments);")} })();\n`);
+    const bundle = await build({ entryPoints: [entry], bundle: true, format: "iife", platform: "browser", target: "es2022", write: false, absWorkingDir: consumer, logLevel: "silent" });
+    const browser = await launchChromium();
+    try {
+      const page = await browser.newPage();
+      const errors: string[] = [];
+      page.on("pageerror", (e) => errors.push(e.message));
+      await page.setContent("<!doctype html><title>consumer</title>");
+      await page.addScriptTag({ content: bundle.outputFiles[0]!.text });
+      expect(await page.evaluate(() => (window as unknown as { result: string }).result)).toBe(expected);
+      expect(errors).toEqual([]);
+    } finally {
+      await browser.close();
+    }
+  }, 60_000);
+});
+
+if (!hasChromium) console.warn(skipReason);
