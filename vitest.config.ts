@@ -19,6 +19,7 @@ const browserSuites = [
   "test/prefix-index.test.ts",
   "test/prefix-index.property.test.ts",
   "test/kv-events.test.ts",
+  "test/observability.test.ts",
 ];
 
 if (!hasChromium) {

@@ -15,7 +15,7 @@ export function release(ptr: usize): void {
 
 export { seed, nextUint32, randBelow, shuffleWords } from "./mt19937";
 export { balanceDefault } from "./default-balance";
-export { scoreKvAware, kvWorkBytes } from "./kv-score";
+export { scoreKvAware, kvWorkBytes, kvTrailer } from "./kv-score";
 export {
   indexInit, hashBlocks, hashBlockKeys, indexMatch, indexMatchTokens, indexInsert, indexInsertBelow, indexPathKeys, indexClearRank,
   indexBlockCount, indexNodeCount, indexResidencyCount, indexEvictions, indexBytes, indexRemovePath,

@@ -8,8 +8,10 @@
 //   matches  u32[rows·numRanks] matched prefix tokens, row `matchRow`, column rank
 //   out      i32[numRequests]   chosen rank, or -1 once no rank is eligible
 //   work     scratch: i32[numRanks] eligible ranks, f64[numRanks] scores,
-//                     u32[numRanks] shuffled positions, then LANES generators
-//                     and i32[LANES] naming the request each one is seeded for
+//                     u32[numRanks] shuffled positions, then LANES generators,
+//                     i32[LANES] naming the request each one is seeded for, and
+//                     the last request's trailer {ties i32, affinity i32, denom f64}
+//                     (the explanation a decision hook reads; see `kvTrailer`)
 //
 // TensorRT-LLM shuffles the eligible ranks with Random(request id) and keeps the
 // first strict improvement of (score, tokens). That is the lexicographic minimum
@@ -30,7 +32,14 @@ import { GENERATOR_BYTES, seed4, shuffleWith, spare } from "./mt19937";
 
 /** Bytes of `work` scratch needed for `numRanks` ranks. */
 export function kvWorkBytes(numRanks: i32): i32 {
-  return numRanks * (4 + 8 + 4) + 16 + LANES * (GENERATOR_BYTES + 4);
+  return numRanks * (4 + 8 + 4) + 16 + LANES * (GENERATOR_BYTES + 4) + 16;
+}
+
+/** Address of the trailer in `work` for `numRanks` ranks (as `scoreKvAware` lays it out). */
+export function kvTrailer(numRanks: i32, work: usize): usize {
+  const order = work + <usize>numRanks * 12;
+  const generators = (order + (<usize>numRanks << 2) + 15) & ~15;
+  return generators + <usize>(LANES * GENERATOR_BYTES) + <usize>(LANES << 2);
 }
 
 /** Seeds lane generators for requests first..first+3 (those that exist). */
@@ -62,6 +71,7 @@ export function scoreKvAware(
   const order = scores + (<usize>numRanks << 3);
   const generators = (order + (<usize>numRanks << 2) + 15) & ~15;
   const owners = generators + <usize>(LANES * GENERATOR_BYTES);
+  const trailer = owners + <usize>(LANES << 2);
   for (let l = 0; l < LANES; l++) store<i32>(owners + (<usize>l << 2), -1);
   let length = 0;
   for (let r = 0; r < numRanks; r++) {
@@ -142,6 +152,9 @@ export function scoreKvAware(
       }
     }
 
+    store<i32>(trailer, ties);
+    store<i32>(trailer, affinity ? 1 : 0, 4);
+    store<f64>(trailer, denom, 8);
     const best = load<i32>(eligible + (<usize>bestK << 2));
     store<i32>(out + (<usize>q << 2), best);
     placed++;

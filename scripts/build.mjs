@@ -31,7 +31,15 @@ await writeFile(
 
 await rm("dist", { recursive: true, force: true });
 const common = { bundle: true, format: "esm", target: "es2022", legalComments: "none", logLevel: "warning" };
-await build({ ...common, entryPoints: ["src/index.ts"], outfile: "dist/index.js", platform: "neutral" });
+// The library and its subpaths share one copy of the core through a common chunk.
+await build({
+  ...common,
+  entryPoints: { index: "src/index.ts", prometheus: "src/prometheus.ts", simulate: "src/simulate-entry.ts" },
+  outdir: "dist",
+  splitting: true,
+  chunkNames: "chunks/[name]-[hash]",
+  platform: "neutral",
+});
 await build({
   ...common,
   entryPoints: ["src/cli.ts"],

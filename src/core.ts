@@ -147,6 +147,23 @@ export class RoutingCore {
   }
 
   /**
+   * Scores request `q` of the reserved batch alone and returns what it saw:
+   * the tie count, whether the match gate was open, the denominator of the load
+   * term and the score of each eligible rank (ascending rank order).
+   */
+  scoreKvAwareOne(q: number, eligible: number, cap: number, beta: number, threshold: number): { ties: number; affinity: boolean; denom: number; scores: number[] } {
+    const l = this.#kv!;
+    const base = this.#arena;
+    const ex = this.#ex;
+    ex.scoreKvAware(this.#kvNumRanks, base + l.counts, base + l.tokens, 1, base + l.requests + 16 * q, base + l.matches, base + l.out + 4 * q, cap, beta, threshold, base + l.work);
+    const trailer = ex.kvTrailer(this.#kvNumRanks, base + l.work) >>> 0;
+    const view = new DataView(ex.memory.buffer);
+    const scoresAt = base + l.work + this.#kvNumRanks * 4;
+    const scores = Array.from({ length: eligible }, (_, k) => view.getFloat64(scoresAt + 8 * k, true));
+    return { ties: view.getInt32(trailer, true), affinity: view.getInt32(trailer + 4, true) === 1, denom: view.getFloat64(trailer + 8, true), scores };
+  }
+
+  /**
    * Runs the KV-cache-aware scoring loop over the reserved batch (reference
    * §4.3 step 6) and returns how many requests were placed.
    */

@@ -10,7 +10,8 @@ import { ConversationRouter } from "./routers/conversation.js";
 import { DefaultRouter } from "./routers/default.js";
 import { namespaceSeed, PrefixIndex, type PrefixIndexOptions } from "./prefix-index.js";
 import { KvCacheAwareRouter } from "./routers/kv-cache-aware.js";
-import type { Decision, RouteResult, RouterKind, RoutingPolicy } from "./routers/types.js";
+import { MetricsCounters, type RouterMetrics } from "./metrics.js";
+import type { Decision, DecisionRecord, RouteResult, RouterKind, RoutingPolicy } from "./routers/types.js";
 
 /** Largest rank count accepted. */
 export const MAX_RANKS = 65536;
@@ -37,6 +38,13 @@ export interface RouterOptions {
    * @default true
    */
   readonly learnFromRouting?: boolean;
+  /**
+   * Called synchronously for every request of every batch with why it went
+   * where it went (explicit rank, warm-up, sticky conversation, overflow, or the
+   * per-rank matched tokens, load terms and scores). Records are built only
+   * when this is set.
+   */
+  readonly onDecision?: (record: DecisionRecord) => void;
 }
 
 /** A stateful router over `numRanks` attention-DP ranks. */
@@ -53,9 +61,11 @@ export interface Router {
   route(input: RouteInput): RouteResult;
   /** Replaces the prefix index (null: requests without `prefixMatches` match nothing). */
   setPrefixIndex(index: PrefixIndex | null): void;
+  /** Counters and gauges since creation, as a plain snapshot. */
+  metrics(): RouterMetrics;
 }
 
-const OPTION_KEYS = new Set(["numRanks", "attentionDp", "prefixIndex", "learnFromRouting"]);
+const OPTION_KEYS = new Set(["numRanks", "attentionDp", "prefixIndex", "learnFromRouting", "onDecision"]);
 
 /** Inserts each placed request's prompt into its rank's view, in input order. */
 function learn(index: PrefixIndex, batch: Batch, decision: Decision): void {
@@ -115,6 +125,9 @@ export function createRouter(options: RouterOptions): Router {
       ? checkIndex(options.prefixIndex, "prefixIndex")
       : new PrefixIndex({ ...(options.prefixIndex as Omit<PrefixIndexOptions, "numRanks">), numRanks });
   }
+  const onDecision = options.onDecision;
+  if (onDecision !== undefined && typeof onDecision !== "function") throw new AdpInputError("onDecision", "must be a function", onDecision);
+  const counters = new MetricsCounters(numRanks);
   const kind = routerKindFor(config);
   let policy: RoutingPolicy;
   let kv: KvCacheAwareRouter | null = null;
@@ -130,10 +143,36 @@ export function createRouter(options: RouterOptions): Router {
       return index;
     },
     route(input: RouteInput): RouteResult {
-      const batch = validateBatch(input, numRanks);
-      const decision = policy.route(batch);
+      let batch;
+      try {
+        batch = validateBatch(input, numRanks);
+      } catch (error) {
+        counters.rejectedBatches++;
+        throw error;
+      }
+      const decision = policy.route(batch, onDecision !== undefined);
       if (index !== null && learnFromRouting) learn(index, batch, decision);
+      counters.count(decision.outcomes, decision.rankOf);
+      if (onDecision !== undefined) {
+        for (const req of batch.requests) {
+          onDecision({ requestId: req.id, router: kind, outcome: decision.outcomes[req.index]!, rank: decision.rankOf[req.index]!, ...decision.details?.[req.index] });
+        }
+      }
       return decision.result;
+    },
+    metrics(): RouterMetrics {
+      const conv = policy instanceof ConversationRouter ? policy.conversations : null;
+      const stats = index?.stats();
+      return {
+        router: kind,
+        numRanks,
+        batches: counters.batches,
+        rejectedBatches: counters.rejectedBatches,
+        decisions: { ...counters.decisions },
+        selectionsPerRank: [...counters.selectionsPerRank],
+        ...(conv ? { conversations: { tracked: conv.size, maxSessions: conv.maxSize, evictions: conv.evictions } } : {}),
+        ...(stats ? { prefixIndex: { blocks: stats.blocks, residencies: stats.residencies, bytesInUse: stats.bytesInUse, evictions: stats.evictions } } : {}),
+      };
     },
     setPrefixIndex(next: PrefixIndex | null): void {
       index = checkIndex(next, "setPrefixIndex()");

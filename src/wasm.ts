@@ -19,6 +19,7 @@ export interface CoreExports {
     numRequests: number, sizes: number, out: number, cap: number, heap: number,
   ): number;
   kvWorkBytes(numRanks: number): number;
+  kvTrailer(numRanks: number, work: number): number;
   scoreKvAware(
     numRanks: number, counts: number, tokens: number,
     numRequests: number, requests: number, matches: number, out: number,

@@ -26,11 +26,11 @@ export class ConversationRouter implements RoutingPolicy {
     this.conversations = new ConversationMap(Math.max(1, config.kvCacheRoutingMaxSessions));
   }
 
-  route(batch: Batch): Decision {
+  route(batch: Batch, explain = false): Decision {
     const { counts, cap } = batch;
     const tp = this.#numRanks;
     const map = this.conversations;
-    const placements = new Placements(tp, batch.requests.length);
+    const placements = new Placements(tp, batch.requests.length, explain);
     const remaining: BatchRequest[] = [];
     const phaseOneTokens = new Array<number>(tp).fill(0);
 
@@ -41,7 +41,7 @@ export class ConversationRouter implements RoutingPolicy {
         remaining.push(req);
       } else if (t !== null && counts[t]! < cap) {
         counts[t]!++;
-        placements.place(req, t);
+        placements.place(req, t, "explicit", key === null ? undefined : { conversation: key });
         phaseOneTokens[t]! += req.numTokens;
         if (key !== null) map.record(key, t);
       } else {
@@ -98,11 +98,13 @@ export class ConversationRouter implements RoutingPolicy {
       if (home !== undefined && counts[home]! < cap) {
         rank = home;
         map.record(key!, home);
+        placements.place(req, rank, "sticky", { conversation: key! });
       } else {
         rank = place();
         if (key !== null && home === undefined) map.record(key, rank);
+        if (home !== undefined) placements.place(req, rank, "overflow", { conversation: key!, home });
+        else placements.place(req, rank, "placed", key === null ? undefined : { conversation: key });
       }
-      placements.place(req, rank);
       counts[rank]!++;
       tokenLoad[rank]! += req.numTokens;
     }

@@ -16,15 +16,15 @@ export class DefaultRouter implements RoutingPolicy {
     this.#core = core;
   }
 
-  route(batch: Batch): Decision {
+  route(batch: Batch, explain = false): Decision {
     const { counts, tokens, cap } = batch;
-    const placements = new Placements(counts.length, batch.requests.length);
+    const placements = new Placements(counts.length, batch.requests.length, explain);
     const remaining: BatchRequest[] = [];
     for (const req of strictFirst(batch.requests, relaxKeyA)) {
       const t = req.rank;
       if (t !== null && counts[t]! < cap) {
         counts[t]!++;
-        placements.place(req, t);
+        placements.place(req, t, "explicit");
       } else {
         remaining.push(req);
       }
@@ -34,7 +34,7 @@ export class DefaultRouter implements RoutingPolicy {
       remaining.sort((a, b) => b.numTokens - a.numTokens);
       const sizes = remaining.map((r) => r.numTokens);
       const chosen = this.#core.balanceDefault(counts, tokens, sizes, expected);
-      for (let i = 0; i < remaining.length; i++) if (chosen[i]! >= 0) placements.place(remaining[i]!, chosen[i]!);
+      for (let i = 0; i < remaining.length; i++) if (chosen[i]! >= 0) placements.place(remaining[i]!, chosen[i]!, "balanced");
     }
     return placements.decide(this.kind, expected, batch.requests);
   }

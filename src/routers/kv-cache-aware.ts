@@ -74,7 +74,7 @@ export class KvCacheAwareRouter implements RoutingPolicy {
     this.#pendingCount = ranks.length;
   }
 
-  route(batch: Batch): Decision {
+  route(batch: Batch, explain = false): Decision {
     const { cap } = batch;
     const numRanks = batch.counts.length;
     const requests = batch.requests;
@@ -107,11 +107,12 @@ export class KvCacheAwareRouter implements RoutingPolicy {
     const pending = this.#pending.slice();
     let pendingCount = this.#pendingCount;
     let nextPending = 0;
-    const placements = new Placements(numRanks, requests.length);
+    const placements = new Placements(numRanks, requests.length, explain);
     const remaining: BatchRequest[] = [];
     for (const req of strictFirst(requests, relaxKeyA)) {
       let t = req.hasParams ? req.rank : null;
-      if (t === null && pendingCount > 0) {
+      const warmup = t === null && pendingCount > 0;
+      if (warmup) {
         while (pending[nextPending] === 0) nextPending++;
         t = nextPending;
       }
@@ -119,7 +120,7 @@ export class KvCacheAwareRouter implements RoutingPolicy {
         counts[t]!++;
         const matched = matches[rowOf[req.index]! * numRanks + t]!;
         tokens[t]! += Math.max(req.numTokens - matched, 0);
-        placements.place(req, t);
+        placements.place(req, t!, warmup ? "warmup" : "explicit");
         if (pending[t] === 1) {
           pending[t] = 0;
           pendingCount--;
@@ -140,12 +141,50 @@ export class KvCacheAwareRouter implements RoutingPolicy {
         records[4 * i + 2] = req.idHi;
         records[4 * i + 3] = rowOf[req.index]!;
       }
-      this.#core.scoreKvAware(remaining.length, expected, this.#beta, this.#threshold);
-      const chosen = this.#core.kvViews().out;
-      for (let i = 0; i < remaining.length; i++) if (chosen[i]! >= 0) placements.place(remaining[i]!, chosen[i]!);
+      if (explain) this.#scoreExplained(remaining, rowOf, expected, placements);
+      else {
+        this.#core.scoreKvAware(remaining.length, expected, this.#beta, this.#threshold);
+        const chosen = this.#core.kvViews().out;
+        for (let i = 0; i < remaining.length; i++) if (chosen[i]! >= 0) placements.place(remaining[i]!, chosen[i]!, "scored");
+      }
     }
     this.#pending = pending;
     this.#pendingCount = pendingCount;
     return placements.decide(this.kind, expected, requests);
+  }
+
+  /**
+   * The scoring loop one request at a time, recording what each request saw.
+   * Each one-request call rebuilds the eligible list from the counts and re-sums
+   * the loads, which is exactly the state the batched loop carries, so the
+   * decisions are the same as without explanations.
+   */
+  #scoreExplained(remaining: readonly BatchRequest[], rowOf: readonly number[], cap: number, placements: Placements): void {
+    const views = this.#core.kvViews();
+    const numRanks = views.counts.length;
+    for (let i = 0; i < remaining.length; i++) {
+      const req = remaining[i]!;
+      const eligibleRanks: number[] = [];
+      const excludedByCap: number[] = [];
+      for (let r = 0; r < numRanks; r++) (views.counts[r]! < cap ? eligibleRanks : excludedByCap).push(r);
+      const loads = eligibleRanks.map((r) => views.tokens[r]!);
+      const row = rowOf[req.index]! * numRanks;
+      const matchedTokens = eligibleRanks.map((r) => views.matches[row + r]!);
+      const trailer = this.#core.scoreKvAwareOne(i, eligibleRanks.length, cap, this.#beta, this.#threshold);
+      const rank = this.#core.kvViews().out[i]!;
+      if (rank < 0) break;
+      const n = req.numTokens;
+      placements.place(req, rank, "scored", {
+        scoring: {
+          eligibleRanks,
+          excludedByCap,
+          matchedTokens,
+          matchGateOpen: trailer.affinity,
+          loadTerms: loads.map((load) => (trailer.denom !== 0 ? this.#beta * ((load / trailer.denom) * n) : 0)),
+          scores: trailer.scores,
+          tieBrokenByShuffle: trailer.ties > 1,
+        },
+      });
+    }
   }
 }

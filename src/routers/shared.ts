@@ -2,7 +2,7 @@
 // per-rank count, the two relax sort keys and the per-rank result lists.
 
 import type { BatchRequest, RequestId } from "../batch.js";
-import type { Decision, RouterKind } from "./types.js";
+import type { Decision, DecisionOutcome, DecisionRecord, RouterKind } from "./types.js";
 
 /** `ceil((Σ counts + numNew) / numRanks)` in integer arithmetic. */
 export function fairShare(counts: ArrayLike<number>, numNew: number): number {
@@ -45,21 +45,34 @@ export class Placements {
   readonly assignments: RequestId[][];
   /** Rank of each request by input position, -1 while unplaced. */
   readonly rankOf: number[];
+  /** Outcome of each request by input position. */
+  readonly outcomes: DecisionOutcome[];
+  /** Details per request, when explaining. */
+  readonly details: (Partial<DecisionRecord> | undefined)[] | undefined;
 
-  constructor(numRanks: number, numRequests: number) {
+  constructor(numRanks: number, numRequests: number, explain = false) {
     this.assignments = Array.from({ length: numRanks }, () => []);
     this.rankOf = new Array<number>(numRequests).fill(-1);
+    this.outcomes = new Array<DecisionOutcome>(numRequests).fill("unassigned");
+    this.details = explain ? new Array(numRequests) : undefined;
   }
 
-  /** Appends `req` to `rank`'s list. */
-  place(req: BatchRequest, rank: number): void {
+  /** Appends `req` to `rank`'s list, for `outcome`. */
+  place(req: BatchRequest, rank: number, outcome: DecisionOutcome, detail?: Partial<DecisionRecord>): void {
     this.assignments[rank]!.push(req.id);
     this.rankOf[req.index] = rank;
+    this.outcomes[req.index] = outcome;
+    if (this.details !== undefined && detail !== undefined) this.details[req.index] = detail;
   }
 
   /** The decision: unplaced requests are listed as unassigned, in input order. */
   decide(router: RouterKind, expected: number, requests: readonly BatchRequest[]): Decision {
     const unassigned = requests.filter((r) => this.rankOf[r.index] === -1).map((r) => r.id);
-    return { result: { router, assignments: this.assignments, expectedNumActiveRequests: expected, unassigned }, rankOf: this.rankOf };
+    return {
+      result: { router, assignments: this.assignments, expectedNumActiveRequests: expected, unassigned },
+      rankOf: this.rankOf,
+      outcomes: this.outcomes,
+      ...(this.details ? { details: this.details } : {}),
+    };
   }
 }

@@ -1,0 +1,49 @@
+// `adp-router/prometheus`: a router metrics snapshot as Prometheus exposition text.
+// A separate entry so the library carries no formatter it does not use.
+
+import type { RouterMetrics } from "./metrics.js";
+
+/** Options of {@link formatPrometheus}. */
+export interface PrometheusOptions {
+  /**
+   * Metric name prefix.
+   * @default "adp_router_"
+   */
+  readonly prefix?: string;
+}
+
+const label = (v: string | number) => String(v).replace(/[\\"\n]/g, (c) => (c === "\n" ? "\\n" : `\\${c}`));
+
+/**
+ * Formats a `router.metrics()` snapshot as Prometheus text (version 0.0.4).
+ *
+ * @example
+ * ```ts
+ * import { formatPrometheus } from "adp-router/prometheus";
+ * response.end(formatPrometheus(router.metrics()));
+ * ```
+ */
+export function formatPrometheus(snapshot: RouterMetrics, options: PrometheusOptions = {}): string {
+  const p = options.prefix ?? "adp_router_";
+  const router = `router="${label(snapshot.router)}"`;
+  const out: string[] = [];
+  const metric = (name: string, type: "counter" | "gauge", help: string, samples: [string, number][]) => {
+    out.push(`# HELP ${p}${name} ${help}`, `# TYPE ${p}${name} ${type}`);
+    for (const [labels, value] of samples) out.push(`${p}${name}{${labels}} ${value}`);
+  };
+  metric("batches_total", "counter", "Batches routed.", [[router, snapshot.batches]]);
+  metric("rejected_batches_total", "counter", "Batches rejected for bad input (router state unchanged).", [[router, snapshot.rejectedBatches]]);
+  metric("decisions_total", "counter", "Requests decided, by outcome.", Object.entries(snapshot.decisions).map(([o, v]) => [`${router},outcome="${o}"`, v]));
+  metric("rank_selected_total", "counter", "Requests placed on each attention-DP rank.", snapshot.selectionsPerRank.map((v, r) => [`${router},dp_rank="${r}"`, v]));
+  if (snapshot.conversations) {
+    metric("conversations", "gauge", "Conversations bound to a rank.", [[router, snapshot.conversations.tracked]]);
+    metric("conversation_evictions_total", "counter", "Conversations evicted from the LRU map.", [[router, snapshot.conversations.evictions]]);
+  }
+  if (snapshot.prefixIndex) {
+    metric("prefix_index_blocks", "gauge", "Distinct block paths in the router's prefix index (predictions, not engine cache hits).", [[router, snapshot.prefixIndex.blocks]]);
+    metric("prefix_index_residencies", "gauge", "(block, rank) residencies in the prefix index.", [[router, snapshot.prefixIndex.residencies]]);
+    metric("prefix_index_bytes", "gauge", "Bytes the prefix index accounts for.", [[router, snapshot.prefixIndex.bytesInUse]]);
+    metric("prefix_index_evictions_total", "counter", "Residencies evicted from the prefix index.", [[router, snapshot.prefixIndex.evictions]]);
+  }
+  return out.join("\n") + "\n";
+}
