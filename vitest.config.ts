@@ -20,6 +20,7 @@ const browserSuites = [
   "test/prefix-index.property.test.ts",
   "test/kv-events.test.ts",
   "test/observability.test.ts",
+  "test/snapshot.test.ts",
 ];
 
 if (!hasChromium) {

@@ -845,3 +845,96 @@ export function indexHolds(rank: i32, lo: u32, hi: u32): bool {
   const id = lookup((<u64>hi << 32) | <u64>lo);
   return id != 0 && findResidency(id, rank) >= 0;
 }
+
+// ---- snapshot -----------------------------------------------------------------------
+//
+// An index snapshot lists live nodes parents first, each as
+//   u32 keyLo · u32 keyHi · i32 parent (position in the list, -1 for none) · u32 count
+//   then `count` residencies {u32 rank, u32 stamp}
+// Node ids, the table layout and the heaps are rebuilt on import; stamps, and so
+// the eviction order, are kept exactly.
+
+/** Bytes `indexExport` writes. */
+export function indexExportBytes(): f64 {
+  return <f64>liveNodes * 16 + <f64>residencies * 8;
+}
+
+/** Writes the snapshot to `out`; returns the number of nodes written. */
+export function indexExport(out: usize): u32 {
+  // Breadth-first from every root, through the child lists: parents come first.
+  reservePath(liveNodes + 1);
+  let length: u32 = 0;
+  for (let id: u32 = 1; id < nodeTop; id++) {
+    if (resCount(id) > 0 && parentOf(id) == 0) {
+      store<u32>(path + (<usize>length << 2), id);
+      length++;
+    }
+  }
+  let at = out;
+  for (let i: u32 = 0; i < length; i++) {
+    const id = load<u32>(path + (<usize>i << 2));
+    let child = firstChild(id);
+    while (child != 0) {
+      store<u32>(path + (<usize>length << 2), child);
+      length++;
+      child = load<u32>(nodeAt(child), 16);
+    }
+  }
+  // Node id → list position, so children can name their parent's position.
+  const position = heap.alloc(<usize>nodeTop << 2);
+  for (let i: u32 = 0; i < length; i++) store<u32>(position + (<usize>load<u32>(path + (<usize>i << 2)) << 2), i);
+  for (let i: u32 = 0; i < length; i++) {
+    const id = load<u32>(path + (<usize>i << 2));
+    const parent = parentOf(id);
+    const n = resCount(id);
+    store<u32>(at, keyLo(id));
+    store<u32>(at, keyHi(id), 4);
+    store<i32>(at, parent == 0 ? -1 : <i32>load<u32>(position + (<usize>parent << 2)), 8);
+    store<u32>(at, n, 12);
+    at += 16;
+    const start = resStart(id);
+    for (let k: u32 = 0; k < n; k++) {
+      store<u32>(at, <u32>load<u16>(slotAt(start + k)));
+      store<u32>(at, load<u32>(slotAt(start + k), 4), 4);
+      at += 8;
+    }
+  }
+  heap.free(position);
+  return length;
+}
+
+/** Rebuilds the index (freshly initialised) from a snapshot of `count` nodes at `data`. */
+export function indexImport(data: usize, count: u32, stampNow: u32, evicted: f64, resets: u32): void {
+  const ids = heap.alloc(<usize>(count + 1) << 2);
+  let at = data;
+  for (let i: u32 = 0; i < count; i++) {
+    const key = (<u64>load<u32>(at, 4) << 32) | <u64>load<u32>(at);
+    const parentPos = load<i32>(at, 8);
+    const n = load<u32>(at, 12);
+    at += 16;
+    const parent = parentPos < 0 ? 0 : load<u32>(ids + (<usize>parentPos << 2));
+    const id = newNode(key, parent);
+    store<u32>(ids + (<usize>i << 2), id);
+    for (let k: u32 = 0; k < n; k++) {
+      addResidency(id, <i32>load<u32>(at), load<u32>(at, 4));
+      at += 8;
+    }
+  }
+  // Every leaf residency is an eviction candidate.
+  for (let i: u32 = 0; i < count; i++) {
+    const id = load<u32>(ids + (<usize>i << 2));
+    const start = resStart(id);
+    const n = resCount(id);
+    for (let k: u32 = 0; k < n; k++) {
+      const slot = slotAt(start + k);
+      if (load<u16>(slot, 2) == 0) heapPush(<i32>load<u16>(slot), load<u32>(slot, 4), id);
+    }
+  }
+  heap.free(ids);
+  stamp = stampNow;
+  evictions = evicted;
+  stampResets = resets;
+}
+
+/** The stamp counter (for snapshots). */
+export function indexStamp(): u32 { return stamp; }

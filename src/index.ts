@@ -1,7 +1,7 @@
 // adp-router: TensorRT-LLM's attention-DP request routers as a library.
 
 export { init } from "./wasm.js";
-export { createRouter, routerKindFor, MAX_RANKS, type Router, type RouterOptions } from "./router.js";
+export { createRouter, restoreRouter, routerKindFor, MAX_RANKS, type Router, type RouterOptions } from "./router.js";
 export type { RouteResult, RouterKind, DecisionRecord, DecisionOutcome, ScoringExplanation } from "./routers/types.js";
 export type { RouterMetrics } from "./metrics.js";
 export type { RankState, RequestId, RouteInput, RouteRequest } from "./batch.js";
@@ -18,6 +18,7 @@ export {
 export { BalanceGate, createBalanceGate, type BalanceGateOptions, type RankIterationLoad } from "./balance-gate.js";
 export {
   createPrefixIndex,
+  restorePrefixIndex,
   PrefixIndex,
   MAX_INDEX_RANKS,
   type PrefixIndexOptions,

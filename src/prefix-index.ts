@@ -7,6 +7,7 @@
 import { AdpInputError } from "./errors.js";
 import { checkRank, checkTokens, MAX_KEY_LENGTH } from "./batch.js";
 import { parseKvEvents, type EngineHash } from "./kv-events.js";
+import { decodeSnapshot, encodeSnapshot } from "./snapshot-format.js";
 import { instantiateCore, type CoreExports } from "./wasm.js";
 
 /** A prefix-cache namespace: TensorRT-LLM scopes reuse by LoRA task id and cache salt. */
@@ -120,6 +121,7 @@ export class PrefixIndex {
   #ex: CoreExports | null;
   readonly #numRanks: number;
   readonly #tokensPerBlock: number;
+  readonly #options: PrefixIndexOptions;
   #scratch = 0;
   #scratchBytes = 0;
   /** Per rank: engine block hash → path key (lo, hi) of the block it names. */
@@ -150,6 +152,7 @@ export class PrefixIndex {
     this.#ex = ex;
     this.#numRanks = numRanks;
     this.#tokensPerBlock = tokensPerBlock;
+    this.#options = { numRanks, tokensPerBlock, ...(capacityBlocksPerRank ? { capacityBlocksPerRank } : {}), ...(maxMemoryBytes ? { maxMemoryBytes } : {}) };
     this.#engineBlocks = Array.from({ length: numRanks }, () => new Map());
     this.#lastEventId = new Array(numRanks).fill(-Infinity);
   }
@@ -443,10 +446,57 @@ export class PrefixIndex {
     };
   }
 
+  /**
+   * Every block path each rank holds, with its stamps, the engine block-hash
+   * maps and the event counters, as bytes that {@link restorePrefixIndex} turns
+   * back into an index that matches and evicts exactly as this one would.
+   */
+  snapshot(): Uint8Array {
+    const ex = this.#core();
+    const size = ex.indexExportBytes();
+    const base = this.#reserve(Math.max(size, 8));
+    const nodes = ex.indexExport(base) >>> 0;
+    const blob = new Uint8Array(ex.memory.buffer, base, size).slice();
+    return encodeSnapshot(
+      {
+        kind: "prefix-index",
+        options: this.#options,
+        nodes,
+        stamp: ex.indexStamp() >>> 0,
+        evictions: ex.indexEvictions(),
+        stampResets: ex.indexStampResets() >>> 0,
+        engineBlocks: this.#engineBlocks.map((m) => [...m]),
+        lastEventId: this.#lastEventId.map((v) => (Number.isFinite(v) ? v : null)),
+        eventCounts: this.#eventCounts,
+      },
+      [blob],
+    );
+  }
+
+  /** @internal Loads snapshot state into this freshly created index. */
+  loadSnapshot(state: Record<string, unknown>, blob: Uint8Array): void {
+    const ex = this.#core();
+    const base = this.#reserve(Math.max(blob.length, 8));
+    new Uint8Array(ex.memory.buffer, base, blob.length).set(blob);
+    ex.indexImport(base, state.nodes as number, state.stamp as number, state.evictions as number, state.stampResets as number);
+    this.#engineBlocks = (state.engineBlocks as [EngineHash, [number, number]][][]).map((entries) => new Map(entries));
+    this.#lastEventId = (state.lastEventId as (number | null)[]).map((v) => v ?? -Infinity);
+    Object.assign(this.#eventCounts, state.eventCounts);
+  }
+
   /** Releases the instance; every later call throws. */
   dispose(): void {
     this.#ex = null;
   }
+}
+
+/** Rebuilds an index from {@link PrefixIndex.snapshot} bytes (any platform). */
+export function restorePrefixIndex(bytes: Uint8Array): PrefixIndex {
+  const { state, sections } = decodeSnapshot(bytes);
+  if (state.kind !== "prefix-index" || sections.length !== 1) throw new AdpInputError("snapshot", "is not a prefix index snapshot", state.kind);
+  const index = new PrefixIndex(state.options as PrefixIndexOptions);
+  index.loadSnapshot(state, sections[0]!);
+  return index;
 }
 
 /**

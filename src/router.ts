@@ -3,12 +3,13 @@
 // routes batches atomically: a batch that fails validation changes nothing.
 
 import { validateBatch, type Batch, type RouteInput } from "./batch.js";
-import { parseAttentionDpConfig, type AttentionDpConfig, type AttentionDpConfigInput } from "./config.js";
+import { parseAttentionDpConfig, toAttentionDpConfigInput, type AttentionDpConfig, type AttentionDpConfigInput } from "./config.js";
 import { RoutingCore } from "./core.js";
 import { AdpInputError } from "./errors.js";
 import { ConversationRouter } from "./routers/conversation.js";
 import { DefaultRouter } from "./routers/default.js";
-import { namespaceSeed, PrefixIndex, type PrefixIndexOptions } from "./prefix-index.js";
+import { namespaceSeed, PrefixIndex, restorePrefixIndex, type PrefixIndexOptions } from "./prefix-index.js";
+import { decodeSnapshot, encodeSnapshot } from "./snapshot-format.js";
 import { KvCacheAwareRouter } from "./routers/kv-cache-aware.js";
 import { MetricsCounters, type RouterMetrics } from "./metrics.js";
 import type { Decision, DecisionRecord, RouteResult, RouterKind, RoutingPolicy } from "./routers/types.js";
@@ -63,6 +64,12 @@ export interface Router {
   setPrefixIndex(index: PrefixIndex | null): void;
   /** Counters and gauges since creation, as a plain snapshot. */
   metrics(): RouterMetrics;
+  /**
+   * All routing state as bytes: the configuration, the conversation map in LRU
+   * order, the round-robin cursor, the pending warm-up ranks and the prefix
+   * index. {@link restoreRouter} on any platform continues with identical decisions.
+   */
+  snapshot(): Uint8Array;
 }
 
 const OPTION_KEYS = new Set(["numRanks", "attentionDp", "prefixIndex", "learnFromRouting", "onDecision"]);
@@ -135,7 +142,7 @@ export function createRouter(options: RouterOptions): Router {
   else if (kind === "kv_cache_aware") policy = kv = new KvCacheAwareRouter(new RoutingCore(), numRanks, config);
   else policy = new DefaultRouter(new RoutingCore());
   if (kv) kv.prefixIndex = index;
-  return {
+  const router: Router = {
     kind,
     numRanks,
     config,
@@ -178,5 +185,49 @@ export function createRouter(options: RouterOptions): Router {
       index = checkIndex(next, "setPrefixIndex()");
       if (kv) kv.prefixIndex = index;
     },
+    snapshot(): Uint8Array {
+      const conv = policy instanceof ConversationRouter ? policy : null;
+      return encodeSnapshot(
+        {
+          kind: "router",
+          numRanks,
+          attentionDp: toAttentionDpConfigInput(config),
+          learnFromRouting,
+          cursor: conv?.cursor ?? 0,
+          conversations: conv?.conversations.entries() ?? [],
+          pendingWarmup: kv?.pendingWarmup ?? [],
+        },
+        index ? [index.snapshot()] : [],
+      );
+    },
   };
+  restoreState.set(router, (state) => {
+    if (policy instanceof ConversationRouter) {
+      policy.cursor = state.cursor as number;
+      policy.conversations.restore(state.conversations as [string, number][]);
+    }
+    if (kv) kv.pendingWarmup = state.pendingWarmup as number[];
+  });
+  return router;
+}
+
+/** Per router: loads a snapshot's policy state (kept out of the public object). */
+const restoreState = new WeakMap<Router, (state: Record<string, unknown>) => void>();
+
+/**
+ * Rebuilds a router from {@link Router.snapshot} bytes, on any platform; its
+ * next decisions equal the original's. Hooks are not part of a snapshot.
+ */
+export function restoreRouter(bytes: Uint8Array, options: { onDecision?: RouterOptions["onDecision"] } = {}): Router {
+  const { state, sections } = decodeSnapshot(bytes);
+  if (state.kind !== "router") throw new AdpInputError("snapshot", "is not a router snapshot", state.kind);
+  const router = createRouter({
+    numRanks: state.numRanks as number,
+    attentionDp: state.attentionDp as AttentionDpConfigInput,
+    learnFromRouting: state.learnFromRouting as boolean,
+    ...(sections.length > 0 ? { prefixIndex: restorePrefixIndex(sections[0]!) } : {}),
+    ...(options.onDecision ? { onDecision: options.onDecision } : {}),
+  });
+  restoreState.get(router)!(state);
+  return router;
 }

@@ -42,6 +42,10 @@ export interface CoreExports {
   indexRemovePath(rank: number, lo: number, hi: number): number;
   indexHolds(rank: number, lo: number, hi: number): number;
   indexStampResets(): number;
+  indexExportBytes(): number;
+  indexExport(out: number): number;
+  indexImport(data: number, count: number, stamp: number, evictions: number, stampResets: number): void;
+  indexStamp(): number;
 }
 
 let compiled: WebAssembly.Module | undefined;
