@@ -67,10 +67,15 @@ for (const numRanks of [8, 72, 256]) {
     const expected = router.route(input).assignments.flat().length;
     if (expected !== BATCH) throw new Error("benchmark batch not fully placed");
 
+    let seen = 0;
+    const hooked = createRouter({ numRanks, attentionDp: config, onDecision: () => void seen++ });
     const bench = new Bench({ time: 400, warmup: true, warmupTime: 100 });
     bench
       .add("route() wasm, whole public call", () => {
         router.route(input);
+      })
+      .add("route() wasm, whole public call, onDecision set", () => {
+        hooked.route(input);
       })
       .add("scoring loop wasm", () => {
         const v = core.reserveKvBatch(numRanks, BATCH, rows);

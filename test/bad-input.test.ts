@@ -65,3 +65,42 @@ describe("createRouter options", () => {
     expect(() => createRouter({ numRanks: 2, attentionDp: { enable_balance: 1 } as never })).toThrow(/enable_balance: must be a boolean/);
   });
 });
+
+describe("more bad input, each rejected before any state changes", () => {
+  const kv = () => createRouter({ numRanks: 2, attentionDp: { enable_kv_cache_aware_routing: true }, prefixIndex: { tokensPerBlock: 16 } });
+  const base = (requests: RouteRequest[]): RouteInput => ({ rankStates: idle(2), maxNumActiveRequests: 8, requests });
+  it.each([
+    ["NaN load", { ...base([]), rankStates: [{ numActiveRequests: 0, numActiveTokens: NaN }, { numActiveRequests: 0, numActiveTokens: 0 }] }, "rankStates[0].numActiveTokens"],
+    ["fractional request count", { ...base([]), rankStates: [{ numActiveRequests: 0.5, numActiveTokens: 0 }, { numActiveRequests: 0, numActiveTokens: 0 }] }, "rankStates[0].numActiveRequests"],
+    ["negative cap", { ...base([]), maxNumActiveRequests: -1 }, "maxNumActiveRequests"],
+    ["missing id", base([{ tokens: [1] } as unknown as RouteRequest]), "requests[0].id"],
+    ["bigint id below -2^64", base([{ id: -(1n << 64n), numTokens: 1 }]), "requests[0].id"],
+    ["numTokens NaN", base([{ id: 1, numTokens: NaN }]), "requests[0].numTokens"],
+    ["numTokens as a string", base([{ id: 1, numTokens: "5" as unknown as number }]), "requests[0].numTokens"],
+    ["Infinity token id", base([{ id: 1, tokens: [1, Infinity] }]), "requests[0].tokens[1]"],
+    ["tokens not an array", base([{ id: 1, tokens: "abc" as unknown as number[] }]), "requests[0].tokens"],
+    ["requests not an array", { ...base([]), requests: {} as unknown as RouteRequest[] }, "requests"],
+    ["a request that is null", base([null as unknown as RouteRequest]), "requests[0]"],
+    ["block key negative", base([{ id: 1, numTokens: 40, blockKeys: [1, -1] }]), "requests[0].blockKeys[1]"],
+    ["relax as a number", base([{ id: 1, numTokens: 4, attentionDpRelax: 0 as unknown as boolean }]), "requests[0].attentionDpRelax"],
+  ])("%s", (_name, input, field) => {
+    const router = kv();
+    const before = router.snapshot();
+    expect(() => router.route(input as RouteInput)).toThrow(expect.objectContaining({ field }));
+    expect(router.snapshot()).toEqual(before);
+  });
+
+  it("a million-token prompt is routed and learned, not rejected", () => {
+    const router = kv();
+    const tokens = new Uint32Array(1_000_000).map((_, i) => i % 50_000);
+    const r = router.route(base([{ id: 1, tokens }]));
+    expect(r.assignments.flat()).toEqual([1]);
+    expect(router.prefixIndex!.stats().residencies).toBe(62_500);
+  });
+
+  it("engine events out of order are applied and counted, never thrown", () => {
+    const index = createRouter({ numRanks: 1, prefixIndex: { tokensPerBlock: 1 } }).prefixIndex!;
+    const ev = (id: number) => ({ event_id: id, data: { type: "stored", parent_hash: null, blocks: [{ block_hash: id, tokens: [{ token_id: id }] }] }, attention_dp_rank: 0 });
+    expect(index.applyKvEvents([ev(5), ev(3), ev(9)])).toMatchObject({ applied: 3, outOfOrder: 1 });
+  });
+});
