@@ -72,8 +72,14 @@ describe("a fresh consumer project", () => {
     }
     const schema = createRequire(path.join(consumer, "x.js"))("adp-router/config.schema.json");
     expect(schema.title).toBe("AttentionDpConfig");
-    const cli = spawnSync(path.join(consumer, "node_modules", ".bin", "adp-router"), ["simulate", "--workload", "multi-turn", "--sessions", "20", "--ranks", "2", "--json"], { encoding: "utf8" });
-    expect(JSON.parse(cli.stdout).policies).toHaveLength(6);
+    // `npx adp-router simulate` on a fresh install: the bundled trace at 8 ranks.
+    const cli = spawnSync(path.join(consumer, "node_modules", ".bin", "adp-router"), ["simulate", "--json"], { cwd: consumer, encoding: "utf8" });
+    const sim = JSON.parse(cli.stdout) as { trace: string; ranks: number; optimum_prefix_hit_ratio: number; policies: { policy: string; prefix_hit_ratio: number; prefill_work_max_over_mean: number }[] };
+    expect([sim.trace, sim.ranks]).toEqual(["mooncake_conversation_trace.jsonl", 8]);
+    expect(sim.optimum_prefix_hit_ratio).toBeCloseTo(0.366, 3);
+    const kv = sim.policies.find((p) => p.policy === "kv_cache_aware")!;
+    expect(kv.prefix_hit_ratio / sim.optimum_prefix_hit_ratio).toBeGreaterThanOrEqual(0.95);
+    expect(kv.prefill_work_max_over_mean).toBeLessThanOrEqual(1.15);
   });
 
   it.skipIf(!hasChromium)("an esbuild browser bundle of it decides the same in Chromium", async () => {
