@@ -703,14 +703,19 @@ let stampResets: u32 = 0;
  * (fewer than `count` only past a block that already has MAX_CHILDREN next blocks).
  */
 export function indexInsert(rank: i32, seedLo: u32, seedHi: u32, blocks: usize, count: i32): i32 {
-  const seed = (<u64>seedHi << 32) | <u64>seedLo;
   if (count == 0) return 0;
   if (stamp >= LAST_STAMP) clearAll();
   fitBudget(<f64>count * (<f64>BYTES_PER_NODE + 16) + 16);
-  const s = ++stamp;
-  let key = seed;
-  let prev: u32 = 0;
-  let slot: u32 = 0;
+  return extendPath(rank, (<u64>seedHi << 32) | <u64>seedLo, 0, 0, blocks, count, ++stamp, 0);
+}
+
+/**
+ * Adds the blocks below node `prev` (0 = the namespace root with key `key`; else
+ * held by `rank` in residency `slot`) to `rank`'s view with stamp `s`, writing
+ * each block's path key to `keysOut` unless it is 0; then pushes the new leaf,
+ * enforces capacity and budget. Returns the blocks now held along the way.
+ */
+function extendPath(rank: i32, key: u64, prev: u32, slot: u32, blocks: usize, count: i32, s: u32, keysOut: usize): i32 {
   let held = 0;
   for (let d = 0; d < count; d++) {
     key = chain(key, load<u64>(blocks + (<usize>d << 3)));
@@ -724,10 +729,11 @@ export function indexInsert(rank: i32, seedLo: u32, seedHi: u32, blocks: usize, 
       if (id == 0) id = newNode(key, prev);
       slot = addResidency(id, rank, s);
     }
+    if (keysOut != 0) store<u64>(keysOut + (<usize>d << 3), key);
     prev = id;
     held++;
   }
-  if (held > 0 && load<u16>(slotAt(slot), 2) == 0) heapPush(rank, s, prev);
+  if (prev != 0 && load<u16>(slotAt(slot), 2) == 0) heapPush(rank, s, prev);
   maybeCompact(rank);
   if (capacity != 0) {
     while (load<u32>(u32At(rankBlocks, rank)) > capacity) evictFrom(rank);
@@ -801,34 +807,9 @@ export function indexInsertBelow(rank: i32, parentLo: u32, parentHi: u32, blocks
     up = parentOf(up);
   }
   fitBudget(<f64>count * (<f64>BYTES_PER_NODE + 16) + 16);
-  if (findResidency(parent, rank) < 0) return -1;
-  let key = parentKey;
-  let prev = parent;
-  let slot = <u32>findResidency(parent, rank);
-  let held = 0;
-  for (let d = 0; d < count; d++) {
-    key = chain(key, load<u64>(blocks + (<usize>d << 3)));
-    let id = step(prev, key);
-    const found = id == 0 ? -1 : findResidency(id, rank);
-    if (found >= 0) {
-      slot = <u32>found;
-      store<u32>(slotAt(slot), s0, 4);
-    } else {
-      if (load<u16>(slotAt(slot), 2) == MAX_CHILDREN) break;
-      if (id == 0) id = newNode(key, prev);
-      slot = addResidency(id, rank, s0);
-    }
-    store<u64>(keysOut + (<usize>d << 3), key);
-    prev = id;
-    held++;
-  }
-  if (load<u16>(slotAt(slot), 2) == 0) heapPush(rank, s0, prev);
-  maybeCompact(rank);
-  if (capacity != 0) {
-    while (load<u32>(u32At(rankBlocks, rank)) > capacity) evictFrom(rank);
-  }
-  fitBudget(0);
-  return held;
+  const slot = findResidency(parent, rank);
+  if (slot < 0) return -1;
+  return extendPath(rank, parentKey, parent, <u32>slot, blocks, count, s0, keysOut);
 }
 
 /** Writes the path key (u64) of each prefix of the block path to `keysOut`. */

@@ -6,6 +6,7 @@
 // and reports bytes per block and per (block, rank) residency for the wasm index
 // (accounted and whole linear memory) and the baseline's heap growth.
 // Prints one JSON line per figure. Run: npm run bench:index (node --expose-gc).
+import { mulberry32 } from "../src/simulate/workload.js";
 import { createPrefixIndex } from "../src/index.js";
 import { PlainPrefixIndex } from "../test/oracle/prefix-index.js";
 
@@ -14,14 +15,6 @@ const TARGET_BLOCKS = 1_000_000;
 const SYSTEM_PROMPTS = 16;
 const SYSTEM_TOKENS = 512;
 
-function rng(seed: number) {
-  return () => {
-    seed = (seed + 0x6d2b79f5) | 0;
-    let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
-    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 const gc = (globalThis as { gc?: () => void }).gc ?? (() => {});
 const heapUsed = () => {
@@ -77,7 +70,7 @@ function timeMatches(match: (q: Uint32Array) => unknown, queries: Uint32Array[],
 }
 
 for (const numRanks of [8, 72, 1024]) {
-  const rand = rng(numRanks);
+  const rand = mulberry32(numRanks);
   const promptLength = 2000;
   // Unique blocks per prompt ≈ 62 - 16 shared system blocks - shared extension.
   const prompts = makePrompts(rand, Math.ceil(TARGET_BLOCKS / 38), promptLength);

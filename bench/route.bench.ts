@@ -2,6 +2,7 @@
 // TypeScript, at 8, 72 and 256 ranks with 256-request batches. Prints one JSON
 // line per measurement (medians over many batches). Run: npm run bench
 import { Bench } from "tinybench";
+import { mulberry32 } from "../src/simulate/workload.js";
 import { createRouter, type RouteRequest } from "../src/index.js";
 import { RoutingCore } from "../src/core.js";
 import { oracleScoreKvAware, portScoreKvAware, type OracleKvRequest } from "../test/oracle/routing-loops.js";
@@ -9,15 +10,6 @@ import { oracleScoreKvAware, portScoreKvAware, type OracleKvRequest } from "../t
 const BATCH = 256;
 const PROMPT = 2000;
 
-/** mulberry32: a fixed-seed generator so every run routes the same batches. */
-function rng(seed: number) {
-  return () => {
-    seed = (seed + 0x6d2b79f5) | 0;
-    let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
-    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 interface Workload {
   name: string;
@@ -28,7 +20,7 @@ interface Workload {
 
 /** Busy ranks with distinct loads; 40% of requests match 1–4 blocks-deep prefixes on a few ranks. */
 function busy(numRanks: number): Workload {
-  const rand = rng(numRanks);
+  const rand = mulberry32(numRanks);
   const counts = Array.from({ length: numRanks }, () => Math.floor(rand() * 8));
   const tokens = counts.map((c) => c * PROMPT + Math.floor(rand() * 1000));
   const requests = Array.from({ length: BATCH }, (_, i) => {

@@ -4,7 +4,7 @@
 // CLI and the tests in Node and in a browser share it.
 
 import { BalanceGate } from "./balance-gate.js";
-import type { RouteRequest } from "./batch.js";
+import type { RouteInput, RouteRequest } from "./batch.js";
 import { parseAttentionDpConfig } from "./config.js";
 import { createPrefixIndex } from "./prefix-index.js";
 import { createRouter } from "./router.js";
@@ -46,6 +46,25 @@ function toRequest(raw: JsonObject, matchesByRank: Map<string, number>[] | null,
   return req as unknown as RouteRequest;
 }
 
+/** A scenario batch (snake_case) as a `route()` input; its `cached_prefixes` are not applied here. */
+export function toRouteInput(rawBatch: unknown, numRanks: number): RouteInput {
+  const batch = asObject(rawBatch, "batch");
+  let matchesByRank: Map<string, number>[] | null = null;
+  if (batch.prefix_matches !== undefined) {
+    matchesByRank = asArray(batch.prefix_matches, "prefix_matches").map(
+      (m) => new Map(Object.entries(asObject(m, "prefix_matches[]")) as [string, number][]),
+    );
+  }
+  return {
+    rankStates: asArray(batch.rank_states, "rank_states").map((st) => {
+      const o = asObject(st, "rank_states[]");
+      return { rank: o.rank as number, numActiveRequests: o.num_active_requests as number, numActiveTokens: o.num_active_tokens as number };
+    }),
+    maxNumActiveRequests: batch.max_num_active_requests as number,
+    requests: asArray(batch.requests, "requests").map((r) => toRequest(asObject(r, "request"), matchesByRank, numRanks)),
+  };
+}
+
 function runRoute(s: JsonObject): ScenarioAnswer {
   const numRanks = s.tp_size as number;
   const router = createRouter({ numRanks, attentionDp: asObject(s.config ?? {}, "config") as never, learnFromRouting: false });
@@ -68,20 +87,7 @@ function runRoute(s: JsonObject): ScenarioAnswer {
       router.prefixIndex?.dispose();
       router.setPrefixIndex(null);
     }
-    let matchesByRank: Map<string, number>[] | null = null;
-    if (batch.prefix_matches !== undefined) {
-      matchesByRank = asArray(batch.prefix_matches, "prefix_matches").map(
-        (m) => new Map(Object.entries(asObject(m, "prefix_matches[]")) as [string, number][]),
-      );
-    }
-    const result = router.route({
-      rankStates: asArray(batch.rank_states, "rank_states").map((st) => {
-        const o = asObject(st, "rank_states[]");
-        return { rank: o.rank as number, numActiveRequests: o.num_active_requests as number, numActiveTokens: o.num_active_tokens as number };
-      }),
-      maxNumActiveRequests: batch.max_num_active_requests as number,
-      requests: asArray(batch.requests, "requests").map((r) => toRequest(asObject(r, "request"), matchesByRank, numRanks)),
-    });
+    const result = router.route(toRouteInput(batch, numRanks));
     const assignments: JsonObject = {};
     result.assignments.forEach((ids, rank) => (assignments[String(rank)] = ids.map(Number)));
     batches.push({

@@ -27,4 +27,4 @@ export {
 } from "./prefix-index.js";
 export { ConversationMap } from "./conversation-map.js";
 export { AttentionDpConfigError, AdpInputError, type InputIssue } from "./errors.js";
-export { runScenario, firstDifference, type ScenarioAnswer } from "./conformance.js";
+export { runScenario, firstDifference, toRouteInput, type ScenarioAnswer } from "./conformance.js";

@@ -1,6 +1,6 @@
 // metrics(), the onDecision hook and the Prometheus formatter.
 import { describe, expect, it } from "vitest";
-import { createRouter, runScenario, type DecisionRecord } from "../src/index.js";
+import { createRouter, runScenario, toRouteInput, type DecisionRecord } from "../src/index.js";
 import { formatPrometheus } from "../src/prometheus.js";
 import { idle, req, states } from "./support/build.js";
 import { readJsonLines } from "./support/fixtures.js";
@@ -41,22 +41,7 @@ describe("onDecision", () => {
       if (batches.some((b) => b.cached_prefixes !== undefined)) continue;
       const records: DecisionRecord[] = [];
       const router = createRouter({ numRanks: s.tp_size as number, attentionDp: s.config as never, onDecision: (r) => records.push(r) });
-      const results = batches.map((b) =>
-        router.route({
-          rankStates: b.rank_states.map((st) => ({ numActiveRequests: st.num_active_requests, numActiveTokens: st.num_active_tokens })),
-          maxNumActiveRequests: b.max_num_active_requests,
-          requests: b.requests.map((r) => ({
-            id: r.id as number,
-            tokens: (r.tokens as number[] | undefined) ?? Array.from({ length: r.num_tokens as number }, (_, i) => i),
-            ...(r.scheduling_params === null ? { schedulingParams: false } : {}),
-            ...(r.attention_dp_rank !== undefined ? { attentionDpRank: r.attention_dp_rank as number } : {}),
-            ...(r.attention_dp_relax !== undefined ? { attentionDpRelax: r.attention_dp_relax as boolean } : {}),
-            ...(r.conversation_id !== undefined ? { conversationId: r.conversation_id as string } : {}),
-            ...(r.subagent_affinity_id !== undefined ? { subagentAffinityId: r.subagent_affinity_id as string } : {}),
-            ...(b.prefix_matches ? { prefixMatches: b.prefix_matches.map((m) => m[String(r.id)] ?? 0) } : {}),
-          })),
-        }),
-      );
+      const results = batches.map((b) => router.route(toRouteInput(b, s.tp_size as number)));
       const expected = runScenario(s) as { batches: { assignments: Record<string, number[]> }[] };
       results.forEach((res, i) => expect(Object.fromEntries(res.assignments.map((ids, r) => [String(r), ids]))).toEqual(expected.batches[i]!.assignments));
       // Every scored record's rank has the lowest score among its eligible ranks.

@@ -1,7 +1,7 @@
 // Snapshot and restore: a restored router (or index) continues with identical decisions.
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { AdpInputError, createPrefixIndex, createRouter, restorePrefixIndex, restoreRouter, runScenario, type RouteInput } from "../src/index.js";
+import { AdpInputError, createPrefixIndex, createRouter, restorePrefixIndex, restoreRouter, runScenario, toRouteInput, type RouteInput } from "../src/index.js";
 import { idle } from "./support/build.js";
 import { readJsonLines } from "./support/fixtures.js";
 
@@ -13,23 +13,6 @@ interface RouteScenario {
   batches: { rank_states: { num_active_requests: number; num_active_tokens: number }[]; max_num_active_requests: number; requests: Record<string, unknown>[]; prefix_matches?: Record<string, number>[]; cached_prefixes?: unknown }[];
 }
 
-const toInput = (b: RouteScenario["batches"][number]): RouteInput => ({
-  rankStates: b.rank_states.map((s) => ({ numActiveRequests: s.num_active_requests, numActiveTokens: s.num_active_tokens })),
-  maxNumActiveRequests: b.max_num_active_requests,
-  requests: b.requests.map((r) => ({
-    id: r.id as number,
-    tokens: (r.tokens as number[] | undefined) ?? Array.from({ length: r.num_tokens as number }, (_, i) => i),
-    ...(r.scheduling_params === null ? { schedulingParams: false } : {}),
-    ...(r.attention_dp_rank !== undefined ? { attentionDpRank: r.attention_dp_rank as number } : {}),
-    ...(r.attention_dp_relax !== undefined ? { attentionDpRelax: r.attention_dp_relax as boolean } : {}),
-    ...(r.conversation_id !== undefined ? { conversationId: r.conversation_id as string } : {}),
-    ...(r.subagent_affinity_id !== undefined ? { subagentAffinityId: r.subagent_affinity_id as string } : {}),
-    ...(r.lora_task_id !== undefined ? { loraTaskId: r.lora_task_id as number } : {}),
-    ...(r.cache_salt !== undefined ? { cacheSalt: r.cache_salt as string } : {}),
-    ...(b.prefix_matches ? { prefixMatches: b.prefix_matches.map((m) => m[String(r.id)] ?? 0) } : {}),
-  })),
-});
-
 describe("router snapshot / restore", () => {
   const scenarios = readJsonLines<RouteScenario>("conformance.jsonl").filter((s) => s.mode === "route" && s.batches.length > 1 && !s.batches.some((b) => b.cached_prefixes !== undefined));
 
@@ -38,12 +21,12 @@ describe("router snapshot / restore", () => {
       const expected = runScenario(s) as { batches: { assignments: Record<string, number[]>; unassigned: number[] }[] };
       for (let split = 1; split < s.batches.length; split++) {
         const original = createRouter({ numRanks: s.tp_size, attentionDp: (s.config ?? {}) as never });
-        for (const b of s.batches.slice(0, split)) original.route(toInput(b));
+        for (const b of s.batches.slice(0, split)) original.route(toRouteInput(b, s.tp_size));
         const restored = restoreRouter(original.snapshot());
         expect(restored.kind).toBe(original.kind);
         s.batches.slice(split).forEach((b, i) => {
-          const a = original.route(toInput(b));
-          const r = restored.route(toInput(b));
+          const a = original.route(toRouteInput(b, s.tp_size));
+          const r = restored.route(toRouteInput(b, s.tp_size));
           expect(r, `${s.name} split ${split}`).toEqual(a);
           expect(Object.fromEntries(r.assignments.map((ids, rank) => [String(rank), ids]))).toEqual(expected.batches[split + i]!.assignments);
         });

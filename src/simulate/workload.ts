@@ -21,7 +21,8 @@ export interface MultiTurnOptions {
   readonly spanMs?: number;
 }
 
-function mulberry32(seed: number): () => number {
+/** A small seeded generator (mulberry32): the same seed gives the same stream everywhere. */
+export function mulberry32(seed: number): () => number {
   return () => {
     seed = (seed + 0x6d2b79f5) | 0;
     let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
