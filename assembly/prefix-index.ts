@@ -45,9 +45,14 @@ let capacity: u32 = 0;
 /** Accounted-byte budget (0 = unbounded). */
 let budget: f64 = 0;
 
-/** Node pool. */
-let nodes: usize = 0;
-/** Node pool capacity (ids 1..nodeCap-1). */
+/** log2 of the nodes in one node chunk. */
+// @ts-ignore: decorator
+@inline const NODE_CHUNK_SHIFT: u32 = 10;
+/** Node chunk addresses (u32 each); chunks never move, so growth copies nothing. */
+let nodeChunks: usize = 0;
+/** Node chunks allocated. */
+let nodeChunkCount: u32 = 0;
+/** Node capacity (ids below this have storage). */
 let nodeCap: u32 = 0;
 /** Highest node id ever used + 1. */
 let nodeTop: u32 = 1;
@@ -61,9 +66,13 @@ let table: usize = 0;
 /** Table slots (power of two). */
 let tableCap: u32 = 0;
 
-/** Residency slot pool. */
-let slots: usize = 0;
-/** Residency pool capacity in slots. */
+/** log2 of the slots in one residency chunk (at least the largest residency block). */
+let slotChunkShift: u32 = 11;
+/** Residency chunk addresses (u32 each). */
+let slotChunks: usize = 0;
+/** Residency chunks allocated. */
+let slotChunkCount: u32 = 0;
+/** Residency capacity in slots. */
 let slotCap: u32 = 0;
 /** Bump pointer in slots. */
 let slotTop: u32 = 0;
@@ -99,9 +108,13 @@ let evictions: f64 = 0;
 // ---- small accessors ----------------------------------------------------------------
 
 // @ts-ignore: decorator
-@inline function nodeAt(id: u32): usize { return nodes + <usize>id * NODE_BYTES; }
+@inline function nodeAt(id: u32): usize {
+  return <usize>load<u32>(nodeChunks + (<usize>(id >> NODE_CHUNK_SHIFT) << 2)) + <usize>(id & ((1 << NODE_CHUNK_SHIFT) - 1)) * NODE_BYTES;
+}
 // @ts-ignore: decorator
-@inline function slotAt(i: u32): usize { return slots + (<usize>i << 3); }
+@inline function slotAt(i: u32): usize {
+  return <usize>load<u32>(slotChunks + (<usize>(i >> slotChunkShift) << 2)) + (<usize>(i & ((<u32>1 << slotChunkShift) - 1)) << 3);
+}
 // @ts-ignore: decorator
 @inline function u32At(base: usize, i: i32): usize { return base + (<usize>i << 2); }
 // @ts-ignore: decorator
@@ -253,6 +266,19 @@ function growTable(): void {
 
 // ---- residency blocks ---------------------------------------------------------------
 
+/** Appends a chunk address to a chunk table of `count` entries; returns the (maybe moved) table. */
+function appendChunk(chunks: usize, count: u32, chunk: usize): usize {
+  if ((count & (count - 1)) == 0) chunks = grow(chunks, <usize>count << 2, <usize>max<u32>(count << 1, 4) << 2);
+  store<u32>(chunks + (<usize>count << 2), <u32>chunk);
+  return chunks;
+}
+
+/** Pushes a block of 2^cls free slots on its class list (no accounting). */
+function pushFree(start: u32, cls: u32): void {
+  store<u32>(slotAt(start), load<u32>(u32At(freeBlocks, cls)));
+  store<u32>(u32At(freeBlocks, cls), start + 1);
+}
+
 /** Allocates a block of 2^cls residency slots; returns its first slot. */
 function allocBlock(cls: u32): u32 {
   const head = load<u32>(u32At(freeBlocks, cls));
@@ -263,11 +289,20 @@ function allocBlock(cls: u32): u32 {
     store<u32>(u32At(freeBlocks, cls), load<u32>(slotAt(s)));
     return s;
   }
-  if (slotTop + size > slotCap) {
-    let cap = slotCap;
-    while (slotTop + size > cap) cap <<= 1;
-    slots = grow(slots, <usize>slotTop << 3, <usize>cap << 3);
-    slotCap = cap;
+  // Bump-allocate at a multiple of the block size, so no block straddles two
+  // chunks; the skipped gap goes to the free lists as aligned smaller blocks.
+  const aligned = (slotTop + size - 1) & ~(size - 1);
+  while (slotTop < aligned) {
+    let piece = slotTop & (0 - slotTop); // largest power of two aligning slotTop
+    if (piece == 0 || piece > aligned - slotTop) piece = <u32>1 << (31 - clz<u32>(aligned - slotTop));
+    while ((slotTop & (piece - 1)) != 0) piece >>= 1;
+    pushFree(slotTop, <u32>ctz<u32>(piece));
+    slotTop += piece;
+  }
+  while (slotTop + size > slotCap) {
+    const chunkSlots: u32 = <u32>1 << slotChunkShift;
+    slotChunks = appendChunk(slotChunks, slotChunkCount++, heap.alloc(<usize>chunkSlots << 3));
+    slotCap += chunkSlots;
   }
   const s = slotTop;
   slotTop += size;
@@ -404,8 +439,8 @@ function newNode(key: u64, parent: u32): u32 {
     freeNode = load<u32>(nodeAt(id), 16);
   } else {
     if (nodeTop == nodeCap) {
-      nodes = grow(nodes, <usize>nodeCap * NODE_BYTES, <usize>(nodeCap << 1) * NODE_BYTES);
-      nodeCap <<= 1;
+      nodeChunks = appendChunk(nodeChunks, nodeChunkCount++, heap.alloc(<usize>NODE_BYTES << NODE_CHUNK_SHIFT));
+      nodeCap += 1 << NODE_CHUNK_SHIFT;
     }
     id = nodeTop++;
   }
@@ -581,13 +616,17 @@ export function indexInit(ranks: i32, blockTokens: i32, capacityPerRank: u32, ma
   capacity = capacityPerRank;
   budget = maxBytes;
   if (budget != 0 && budget < <f64>numRanks * 32 + <f64>BYTES_PER_NODE + 16 + 8) return -1;
-  nodeCap = 64;
-  nodes = heap.alloc(<usize>nodeCap * NODE_BYTES);
+  nodeChunks = appendChunk(0, 0, heap.alloc(<usize>NODE_BYTES << NODE_CHUNK_SHIFT));
+  nodeChunkCount = 1;
+  nodeCap = 1 << NODE_CHUNK_SHIFT;
   tableCap = 128;
   table = heap.alloc(<usize>tableCap << 3);
   memory.fill(table, 0, <usize>tableCap << 3);
-  slotCap = 256;
-  slots = heap.alloc(<usize>slotCap << 3);
+  // A residency block holds at most numRanks slots (rounded up to a power of two).
+  slotChunkShift = max<u32>(11, 32 - clz<u32>(<u32>max(ranks - 1, 1)));
+  slotChunks = appendChunk(0, 0, heap.alloc(<usize>8 << slotChunkShift));
+  slotChunkCount = 1;
+  slotCap = <u32>1 << slotChunkShift;
   const perRank = <usize>ranks << 2;
   rankBlocks = heap.alloc(perRank);
   memory.fill(rankBlocks, 0, perRank);
