@@ -19,5 +19,5 @@ export { scoreKvAware, kvWorkBytes, kvTrailer } from "./kv-score";
 export {
   indexInit, hashBlocks, hashBlockKeys, indexMatch, indexMatchTokens, indexInsert, indexInsertBelow, indexPathKeys, indexClearRank,
   indexBlockCount, indexNodeCount, indexResidencyCount, indexEvictions, indexBytes, indexRemovePath,
-  indexHolds, indexStampResets, indexExportBytes, indexExport, indexImport, indexStamp,
+  indexHolds, indexStampResets, indexExportBytes, indexExport, indexImport, indexStamp, indexReservedBytes,
 } from "./prefix-index";

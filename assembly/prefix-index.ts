@@ -320,8 +320,10 @@ function freeBlock(start: u32, cls: u32): void {
 function findResidency(id: u32, rank: i32): i32 {
   const start = resStart(id);
   const n = resCount(id);
+  if (n == 0) return -1;
+  const base = slotAt(start); // a block never straddles chunks
   for (let k: u32 = 0; k < n; k++) {
-    if (<i32>load<u16>(slotAt(start + k)) == rank) return <i32>(start + k);
+    if (<i32>load<u16>(base + (<usize>k << 3)) == rank) return <i32>(start + k);
   }
   return -1;
 }
@@ -587,6 +589,14 @@ export function indexBytes(): f64 {
   return <f64>liveNodes * <f64>BYTES_PER_NODE + <f64>slotsInUse * <f64>SLOT_BYTES + <f64>heapEntries * 8 + <f64>numRanks * 32;
 }
 
+/** Bytes the index's pools hold, used or free: node and residency chunks, the table, the heaps. */
+export function indexReservedBytes(): f64 {
+  let heapBytes: f64 = 0;
+  for (let r = 0; r < numRanks; r++) heapBytes += <f64>load<u32>(heapBase(r), 8) * 8;
+  return <f64>nodeChunkCount * <f64>(<u32>NODE_BYTES << NODE_CHUNK_SHIFT) + <f64>tableCap * 8 +
+    <f64>slotChunkCount * <f64>(<u32>8 << slotChunkShift) + heapBytes + <f64>numRanks * 32;
+}
+
 /** Evicts least-recently-stamped leaves across all ranks until `reserve` more bytes fit the budget. */
 function fitBudget(reserve: f64): void {
   if (budget == 0) return;
@@ -672,10 +682,11 @@ export function hashBlockKeys(keys: usize, count: i32): void {
 function recordDrops(prev: u32, prevCount: u32, id: u32, count: u32, tokens: u32, out: usize): void {
   epoch++;
   const start = resStart(id);
-  for (let k: u32 = 0; k < count; k++) store<u32>(u32At(marks, <i32>load<u16>(slotAt(start + k))), epoch);
-  const pStart = resStart(prev);
+  const base = count > 0 ? slotAt(start) : 0; // a block never straddles chunks
+  for (let k: u32 = 0; k < count; k++) store<u32>(u32At(marks, <i32>load<u16>(base + (<usize>k << 3))), epoch);
+  const pBase = slotAt(resStart(prev));
   for (let k: u32 = 0; k < prevCount; k++) {
-    const r = <i32>load<u16>(slotAt(pStart + k));
+    const r = <i32>load<u16>(pBase + (<usize>k << 3));
     if (load<u32>(u32At(marks, r)) != epoch) store<u32>(u32At(out, r), tokens);
   }
 }
@@ -683,7 +694,8 @@ function recordDrops(prev: u32, prevCount: u32, id: u32, count: u32, tokens: u32
 /** Writes `tokens` matched tokens for every rank holding `id`. */
 function recordAll(id: u32, count: u32, tokens: u32, out: usize): void {
   const start = resStart(id);
-  for (let k: u32 = 0; k < count; k++) store<u32>(u32At(out, <i32>load<u16>(slotAt(start + k))), tokens);
+  const base = slotAt(start);
+  for (let k: u32 = 0; k < count; k++) store<u32>(u32At(out, <i32>load<u16>(base + (<usize>k << 3))), tokens);
 }
 
 /**

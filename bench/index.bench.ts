@@ -104,6 +104,7 @@ for (const numRanks of [8, 72, 1024]) {
     ranks: numRanks,
     wasm_accounted_bytes_per_block: +(stats.bytesInUse / stats.blocks).toFixed(1),
     wasm_accounted_bytes_per_residency_over_blocks: +((stats.bytesInUse - stats.blocks * 48) / stats.residencies).toFixed(1),
+    wasm_reserved_bytes_per_block: +(stats.reservedBytes / stats.blocks).toFixed(1),
     wasm_linear_memory_bytes_per_block: +(stats.wasmMemoryBytes / stats.blocks).toFixed(1),
     plain_ts_heap_bytes_per_block: +(plainBytes / plain.size).toFixed(1),
   });

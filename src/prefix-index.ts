@@ -45,6 +45,8 @@ export interface PrefixIndexStats {
   readonly residencies: number;
   /** Bytes the index accounts for (nodes, residencies, eviction heaps); what `maxMemoryBytes` bounds. */
   readonly bytesInUse: number;
+  /** Bytes the index's pools hold, used or free (node and residency chunks, table, heaps). */
+  readonly reservedBytes: number;
   /** Bytes of the instance's wasm linear memory (never shrinks; freed on dispose). */
   readonly wasmMemoryBytes: number;
   /** Residencies evicted by capacity or the memory budget. */
@@ -439,6 +441,7 @@ export class PrefixIndex {
       blocks: ex.indexNodeCount() >>> 0,
       residencies: ex.indexResidencyCount() >>> 0,
       bytesInUse: ex.indexBytes(),
+      reservedBytes: ex.indexReservedBytes(),
       wasmMemoryBytes: ex.memory.buffer.byteLength,
       evictions: ex.indexEvictions(),
       stampResets: ex.indexStampResets() >>> 0,

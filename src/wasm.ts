@@ -46,6 +46,7 @@ export interface CoreExports {
   indexExport(out: number): number;
   indexImport(data: number, count: number, stamp: number, evictions: number, stampResets: number): void;
   indexStamp(): number;
+  indexReservedBytes(): number;
 }
 
 let compiled: WebAssembly.Module | undefined;
