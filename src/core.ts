@@ -141,11 +141,6 @@ export class RoutingCore {
     });
   }
 
-  /** Address of match row `row` of the current KV batch. */
-  kvMatchRowAddress(row: number): number {
-    return this.#arena + this.#kv!.matches + row * this.#kvNumRanks * 4;
-  }
-
   /**
    * Scores request `q` of the reserved batch alone and returns what it saw:
    * the tie count, whether the match gate was open, the denominator of the load

@@ -83,8 +83,3 @@ export function instantiateCore(): CoreExports {
   compiled ??= new WebAssembly.Module(decodeBase64(WASM_BASE64) as BufferSource);
   return new WebAssembly.Instance(compiled, {}).exports as unknown as CoreExports;
 }
-
-/** Whether `error` is a trap raised inside the wasm core. */
-export function isWasmTrap(error: unknown): boolean {
-  return error instanceof WebAssembly.RuntimeError;
-}

@@ -226,3 +226,14 @@ describe("factory", () => {
     expect(createRouter({ numRanks: 2, attentionDp: { enable_kv_cache_aware_routing: true, kv_cache_routing_conversation_affinity: true } }).kind).toBe("conversation");
   });
 });
+
+describe("init()", () => {
+  it("precompiles the core ahead of time; routers decide the same either way", async () => {
+    const { init } = await import("../src/index.js");
+    const before = createRouter({ numRanks: 4, attentionDp: { enable_kv_cache_aware_routing: true } }).route({ rankStates: idle(4), maxNumActiveRequests: 8, requests: [req(3, 10)] });
+    await expect(init()).resolves.toBeUndefined();
+    await init();
+    const after = createRouter({ numRanks: 4, attentionDp: { enable_kv_cache_aware_routing: true } }).route({ rankStates: idle(4), maxNumActiveRequests: 8, requests: [req(3, 10)] });
+    expect(after).toEqual(before);
+  });
+});
