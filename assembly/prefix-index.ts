@@ -5,9 +5,10 @@
 // so a prompt is walked block by block without storing its tokens.
 //
 // Layout (unmanaged memory, all grown by doubling, never shrunk):
-//   nodes      NODE_BYTES per node, 1-based ids (0 = none):
-//                0 keyLo u32 · 4 keyHi u32 · 8 parent · 12 firstChild · 16 nextSibling
-//                20 prevSibling · 24 residencies (slot index) · 28 count u16 · 30 class u8
+//   nodes      1-based ids (0 = none), in chunks of 1,024; each chunk holds the
+//                nodes' hot halves (what a match walk reads), then their cold halves:
+//                hot  0 keyLo u32 · 4 keyHi u32 · 8 firstChild · 12 count u16 · 14 class u8
+//                cold 0 parent · 4 nextSibling · 8 prevSibling · 12 residencies (slot index)
 //   table      open addressing, linear probing, backward-shift deletion:
 //                per slot u32 keyLo, u32 node (0 = empty); load ≤ 1/2
 //   residency  8-byte slots {rank u16, childrenInRank u16, stamp u32}; a node's
@@ -107,9 +108,18 @@ let evictions: f64 = 0;
 
 // ---- small accessors ----------------------------------------------------------------
 
+/** Bytes of one half (hot or cold) of a node. */
+// @ts-ignore: decorator
+@inline const HALF: usize = NODE_BYTES / 2;
+/** The hot half of node `id`: key, first child, residency count and class. */
 // @ts-ignore: decorator
 @inline function nodeAt(id: u32): usize {
-  return <usize>load<u32>(nodeChunks + (<usize>(id >> NODE_CHUNK_SHIFT) << 2)) + <usize>(id & ((1 << NODE_CHUNK_SHIFT) - 1)) * NODE_BYTES;
+  return <usize>load<u32>(nodeChunks + (<usize>(id >> NODE_CHUNK_SHIFT) << 2)) + <usize>(id & ((1 << NODE_CHUNK_SHIFT) - 1)) * HALF;
+}
+/** The cold half of node `id`: parent, siblings, residency block. */
+// @ts-ignore: decorator
+@inline function coldAt(id: u32): usize {
+  return nodeAt(id) + (HALF << NODE_CHUNK_SHIFT);
 }
 // @ts-ignore: decorator
 @inline function slotAt(i: u32): usize {
@@ -122,15 +132,17 @@ let evictions: f64 = 0;
 // @ts-ignore: decorator
 @inline function keyHi(id: u32): u32 { return load<u32>(nodeAt(id), 4); }
 // @ts-ignore: decorator
-@inline function parentOf(id: u32): u32 { return load<u32>(nodeAt(id), 8); }
+@inline function parentOf(id: u32): u32 { return load<u32>(coldAt(id)); }
 // @ts-ignore: decorator
-@inline function firstChild(id: u32): u32 { return load<u32>(nodeAt(id), 12); }
+@inline function firstChild(id: u32): u32 { return load<u32>(nodeAt(id), 8); }
 // @ts-ignore: decorator
-@inline function resStart(id: u32): u32 { return load<u32>(nodeAt(id), 24); }
+@inline function nextSibling(id: u32): u32 { return load<u32>(coldAt(id), 4); }
 // @ts-ignore: decorator
-@inline function resCount(id: u32): u32 { return <u32>load<u16>(nodeAt(id), 28); }
+@inline function resStart(id: u32): u32 { return load<u32>(coldAt(id), 12); }
 // @ts-ignore: decorator
-@inline function resClass(id: u32): u32 { return <u32>load<u8>(nodeAt(id), 30); }
+@inline function resCount(id: u32): u32 { return <u32>load<u16>(nodeAt(id), 12); }
+// @ts-ignore: decorator
+@inline function resClass(id: u32): u32 { return <u32>load<u8>(nodeAt(id), 14); }
 
 /** Grows a buffer to `bytes`, copying `used` bytes; returns the new address. */
 function grow(old: usize, used: usize, bytes: usize): usize {
@@ -163,18 +175,20 @@ function grow(old: usize, used: usize, bytes: usize): usize {
 // @ts-ignore: decorator
 @inline const P3: u64 = 0x165667b19e3779f9;
 
-/** One xxh64 accumulator round. */
+/** One accumulator round: xor the input in, rotate, multiply (both bijections). */
 // @ts-ignore: decorator
-@inline function round(acc: u64, v: u64): u64 { return rotl<u64>(acc + v * P2, 31) * P1; }
+@inline function round(acc: u64, v: u64): u64 { return rotl<u64>(acc ^ v, 29) * P1; }
 
 /**
- * Hash of `count` u32 tokens at `ptr`: four independent xxh64-style lanes, two
- * tokens per lane step, so the CPU overlaps the multiply chains.
+ * Hash of `count` u32 tokens at `ptr`: four independent lanes, two tokens per
+ * lane step and one multiply per step, so the CPU overlaps the four chains. A
+ * block that differs in one lane's input differs in that lane's state (every
+ * step is a bijection), hence in the combined hash.
  */
 function hashTokens(ptr: usize, count: i32): u64 {
-  let a: u64 = P1 + P2 + <u64>count;
+  let a: u64 = P1 + <u64>count;
   let b: u64 = P2;
-  let c: u64 = 0;
+  let c: u64 = P3;
   let d: u64 = 0 - P1;
   let i = 0;
   for (; i + 8 <= count; i += 8) {
@@ -186,7 +200,7 @@ function hashTokens(ptr: usize, count: i32): u64 {
   }
   for (; i + 2 <= count; i += 2) a = round(a, load<u64>(ptr + (<usize>i << 2)));
   if (i < count) b = round(b, <u64>load<u32>(ptr + (<usize>i << 2)) | 0x100000000);
-  return fmix(rotl<u64>(a, 1) + rotl<u64>(b, 7) + rotl<u64>(c, 12) + rotl<u64>(d, 18) + P3);
+  return fmix(a + rotl<u64>(b, 17) + rotl<u64>(c, 31) + rotl<u64>(d, 47));
 }
 
 /** The path key of a child block: the parent's key chained with the block's hash. */
@@ -438,7 +452,7 @@ function maybeCompact(rank: i32): void {
 function newNode(key: u64, parent: u32): u32 {
   let id = freeNode;
   if (id != 0) {
-    freeNode = load<u32>(nodeAt(id), 16);
+    freeNode = nextSibling(id);
   } else {
     if (nodeTop == nodeCap) {
       nodeChunks = appendChunk(nodeChunks, nodeChunkCount++, heap.alloc(<usize>NODE_BYTES << NODE_CHUNK_SHIFT));
@@ -447,18 +461,19 @@ function newNode(key: u64, parent: u32): u32 {
     id = nodeTop++;
   }
   const at = nodeAt(id);
+  const cold = coldAt(id);
   store<u32>(at, <u32>key);
   store<u32>(at, <u32>(key >> 32), 4);
-  store<u32>(at, parent, 8);
-  store<u32>(at, 0, 12);
+  store<u32>(at, 0, 8);
+  store<u16>(at, 0, 12);
+  store<u8>(at, 0xff, 14); // no residency block yet
   const sibling = parent != 0 ? firstChild(parent) : 0;
-  store<u32>(at, sibling, 16);
-  store<u32>(at, 0, 20);
-  if (sibling != 0) store<u32>(nodeAt(sibling), id, 20);
-  if (parent != 0) store<u32>(nodeAt(parent), id, 12);
-  store<u32>(at, 0, 24);
-  store<u16>(at, 0, 28);
-  store<u8>(at, 0xff, 30); // no residency block yet
+  store<u32>(cold, parent);
+  store<u32>(cold, sibling, 4);
+  store<u32>(cold, 0, 8);
+  store<u32>(cold, 0, 12);
+  if (sibling != 0) store<u32>(coldAt(sibling), id, 8);
+  if (parent != 0) store<u32>(nodeAt(parent), id, 8);
   liveNodes++;
   if (liveNodes * 2 > tableCap) growTable();
   tableInsert(id);
@@ -469,19 +484,20 @@ function newNode(key: u64, parent: u32): u32 {
 function freeNodeId(id: u32): void {
   tableRemove(id);
   const at = nodeAt(id);
+  const cold = coldAt(id);
   const parent = parentOf(id);
-  const next = load<u32>(at, 16);
-  const prev = load<u32>(at, 20);
-  if (prev != 0) store<u32>(nodeAt(prev), next, 16);
-  else if (parent != 0) store<u32>(nodeAt(parent), next, 12);
-  if (next != 0) store<u32>(nodeAt(next), prev, 20);
+  const next = load<u32>(cold, 4);
+  const prev = load<u32>(cold, 8);
+  if (prev != 0) store<u32>(coldAt(prev), next, 4);
+  else if (parent != 0) store<u32>(nodeAt(parent), next, 8);
+  if (next != 0) store<u32>(coldAt(next), prev, 8);
   const cls = resClass(id);
   if (cls != 0xff) freeBlock(resStart(id), cls);
   store<u32>(at, 0);
   store<u32>(at, 0, 4);
-  store<u16>(at, 0, 28);
-  store<u8>(at, 0xff, 30);
-  store<u32>(at, freeNode, 16);
+  store<u16>(at, 0, 12);
+  store<u8>(at, 0xff, 14);
+  store<u32>(cold, freeNode, 4);
   freeNode = id;
   liveNodes--;
 }
@@ -498,14 +514,14 @@ function addResidency(id: u32, rank: i32, s: u32): u32 {
       memory.copy(slotAt(fresh), slotAt(resStart(id)), <usize>n << 3);
       freeBlock(resStart(id), cls);
     }
-    store<u32>(at, fresh, 24);
-    store<u8>(at, <u8>newCls, 30);
+    store<u32>(coldAt(id), fresh, 12);
+    store<u8>(at, <u8>newCls, 14);
   }
   const slot = resStart(id) + n;
   store<u16>(slotAt(slot), <u16>rank);
   store<u16>(slotAt(slot), 0, 2);
   store<u32>(slotAt(slot), s, 4);
-  store<u16>(at, <u16>(n + 1), 28);
+  store<u16>(at, <u16>(n + 1), 12);
   residencies++;
   store<u32>(u32At(rankBlocks, rank), load<u32>(u32At(rankBlocks, rank)) + 1);
   store<u32>(u32At(rankLeaves, rank), load<u32>(u32At(rankLeaves, rank)) + 1);
@@ -525,7 +541,7 @@ function removeLeafResidency(id: u32, rank: i32): void {
   const n = resCount(id);
   const slot = <u32>findResidency(id, rank);
   store<u64>(slotAt(slot), load<u64>(slotAt(start + n - 1)));
-  store<u16>(nodeAt(id), <u16>(n - 1), 28);
+  store<u16>(nodeAt(id), <u16>(n - 1), 12);
   residencies--;
   store<u32>(u32At(rankBlocks, rank), load<u32>(u32At(rankBlocks, rank)) - 1);
   store<u32>(u32At(rankLeaves, rank), load<u32>(u32At(rankLeaves, rank)) - 1);
@@ -566,7 +582,7 @@ function removeSubtree(id: u32, rank: i32): u32 {
         store<u32>(path + (<usize>length << 2), child);
         length++;
       }
-      child = load<u32>(nodeAt(child), 16);
+      child = nextSibling(child);
     }
   }
   for (let i = <i32>length - 1; i >= 0; i--) removeLeafResidency(load<u32>(path + (<usize>i << 2)), rank);
@@ -909,7 +925,7 @@ export function indexExport(out: usize): u32 {
     while (child != 0) {
       store<u32>(path + (<usize>length << 2), child);
       length++;
-      child = load<u32>(nodeAt(child), 16);
+      child = nextSibling(child);
     }
   }
   // Node id → list position, so children can name their parent's position.
