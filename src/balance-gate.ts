@@ -26,6 +26,14 @@ export interface BalanceGateOptions {
 
 const isInt = (v: unknown): v is number => typeof v === "number" && Number.isInteger(v);
 
+/** Counters of a balance gate. */
+export interface BalanceGateMetrics {
+  /** Iterations whose context requests were held. */
+  readonly holds: number;
+  /** Iterations whose context requests were released. */
+  readonly releases: number;
+}
+
 /** The context balance state machine. */
 export class BalanceGate {
   readonly #maxBatchSize: number;
@@ -33,6 +41,8 @@ export class BalanceGate {
   readonly #batchingWaitIters: number;
   #waiting = 0;
   #batching = 0;
+  #holds = 0;
+  #releases = 0;
 
   /**
    * @example
@@ -60,8 +70,20 @@ export class BalanceGate {
     return this.#batching;
   }
 
+  /** Holds and releases so far. */
+  metrics(): BalanceGateMetrics {
+    return { holds: this.#holds, releases: this.#releases };
+  }
+
   /** Feeds one iteration; returns true to release the context requests, false to hold them. */
   step(ranks: readonly RankIterationLoad[]): boolean {
+    const release = this.#decide(ranks);
+    if (release) this.#releases++;
+    else this.#holds++;
+    return release;
+  }
+
+  #decide(ranks: readonly RankIterationLoad[]): boolean {
     if (!Array.isArray(ranks) || ranks.length === 0) throw new AdpInputError("ranks", "must be a non-empty array of { numCtx, numGen }", ranks);
     ranks.forEach((r, i) => {
       for (const k of ["numCtx", "numGen"] as const) {
@@ -95,9 +117,10 @@ export class BalanceGate {
  * The gate TensorRT-LLM runs for a config: the state machine when
  * `enable_balance` is true, otherwise a gate that always releases.
  */
-export function createBalanceGate(config: AttentionDpConfig, maxBatchSize: number): { step(ranks: readonly RankIterationLoad[]): boolean } {
+export function createBalanceGate(config: AttentionDpConfig, maxBatchSize: number): Pick<BalanceGate, "step" | "metrics"> {
   if (config.enableBalance) {
     return new BalanceGate({ maxBatchSize, timeoutIters: config.timeoutIters, batchingWaitIters: config.batchingWaitIters });
   }
-  return { step: () => true };
+  let releases = 0;
+  return { step: () => (releases++, true), metrics: () => ({ holds: 0, releases }) };
 }

@@ -15,7 +15,7 @@ export {
   type AttentionDpConfigInput,
   type NewConversationPlacement,
 } from "./config.js";
-export { BalanceGate, createBalanceGate, type BalanceGateOptions, type RankIterationLoad } from "./balance-gate.js";
+export { BalanceGate, createBalanceGate, type BalanceGateOptions, type BalanceGateMetrics, type RankIterationLoad } from "./balance-gate.js";
 export {
   createPrefixIndex,
   restorePrefixIndex,

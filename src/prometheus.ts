@@ -1,6 +1,7 @@
 // `adp-router/prometheus`: a router metrics snapshot as Prometheus exposition text.
 // A separate entry so the library carries no formatter it does not use.
 
+import type { BalanceGateMetrics } from "./balance-gate.js";
 import type { RouterMetrics } from "./metrics.js";
 
 /** Options of {@link formatPrometheus}. */
@@ -10,6 +11,8 @@ export interface PrometheusOptions {
    * @default "adp_router_"
    */
   readonly prefix?: string;
+  /** A balance gate's `metrics()`, to export its holds and releases too. */
+  readonly gate?: BalanceGateMetrics;
 }
 
 const label = (v: string | number) => String(v).replace(/[\\"\n]/g, (c) => (c === "\n" ? "\\n" : `\\${c}`));
@@ -44,6 +47,12 @@ export function formatPrometheus(snapshot: RouterMetrics, options: PrometheusOpt
     metric("prefix_index_residencies", "gauge", "(block, rank) residencies in the prefix index.", [[router, snapshot.prefixIndex.residencies]]);
     metric("prefix_index_bytes", "gauge", "Bytes the prefix index accounts for.", [[router, snapshot.prefixIndex.bytesInUse]]);
     metric("prefix_index_evictions_total", "counter", "Residencies evicted from the prefix index.", [[router, snapshot.prefixIndex.evictions]]);
+  }
+  if (options.gate) {
+    metric("gate_iterations_total", "counter", "Context balance gate decisions, by outcome.", [
+      [`${router},outcome="hold"`, options.gate.holds],
+      [`${router},outcome="release"`, options.gate.releases],
+    ]);
   }
   return out.join("\n") + "\n";
 }

@@ -15,6 +15,7 @@ describe("context balance gate (§8, §13.4)", () => {
     expect(gate.step(it2([1, 2], [1, 3]))).toBe(true);
     expect(gate.batchingIters).toBe(0);
     expect(gate.step(it2([1, 0], [0, 3]))).toBe(true);
+    expect(gate.metrics()).toEqual({ holds: 2, releases: 3 });
   });
 
   it("timeout 0 releases every imbalanced iteration; a full rank makes an iteration imbalanced", () => {

@@ -71,6 +71,7 @@ describe("metrics() and formatPrometheus", () => {
     expect(text).toContain('adp_router_rank_selected_total{router="conversation",dp_rank="0"}');
     expect(text).toContain("# TYPE adp_router_conversation_evictions_total counter");
     expect(text).not.toMatch(/conversation_id|"a"|"c"/);
+    expect(formatPrometheus(m, { gate: { holds: 4, releases: 9 } })).toContain('adp_router_gate_iterations_total{router="conversation",outcome="hold"} 4');
   });
 
   it("reports the prefix index when the router has one", () => {
