@@ -10,7 +10,7 @@
 //                hot  0 keyLo u32 · 4 keyHi u32 · 8 firstChild · 12 count u16 · 14 class u8
 //                cold 0 parent · 4 nextSibling · 8 prevSibling · 12 residencies (slot index)
 //   table      open addressing, linear probing, backward-shift deletion:
-//                per slot u32 keyLo, u32 node (0 = empty); load ≤ 1/2
+//                per slot u32 tag (low bits of the key's hash), u32 node (0 = empty); load ≤ 1/2
 //   residency  8-byte slots {rank u16, childrenInRank u16, stamp u32}; a node's
 //                residencies are one block of 2^class slots, unsorted; free blocks
 //                are kept on one list per class
@@ -217,54 +217,61 @@ function hashTokens(ptr: usize, count: i32): u64 {
 
 // ---- hash table -------------------------------------------------------------------------
 
+// Each slot holds the low 32 bits of fmix(key) (the "tag", which also gives the
+// home slot) and the node id, so removal and growth never touch the nodes.
+
 /** The node with path key `key`, or 0. */
 function lookup(key: u64): u32 {
   const lo = <u32>key;
   const hi = <u32>(key >> 32);
+  const tag = <u32>fmix(key);
   const mask = tableCap - 1;
-  let i = <u32>fmix(key) & mask;
+  let i = tag & mask;
   while (true) {
     const slot = table + (<usize>i << 3);
     const id = load<u32>(slot, 4);
     if (id == 0) return 0;
-    if (load<u32>(slot) == lo && keyHi(id) == hi && keyLo(id) == lo) return id;
+    if (load<u32>(slot) == tag && keyLo(id) == lo && keyHi(id) == hi) return id;
     i = (i + 1) & mask;
   }
 }
 
+/** Puts (tag, id) in the first free slot from the tag's home. */
+function tablePut(tag: u32, id: u32): void {
+  const mask = tableCap - 1;
+  let i = tag & mask;
+  while (load<u32>(table + (<usize>i << 3), 4) != 0) i = (i + 1) & mask;
+  store<u32>(table + (<usize>i << 3), tag);
+  store<u32>(table + (<usize>i << 3), id, 4);
+}
+
 /** Inserts node `id` (its key already set) into the table. */
 function tableInsert(id: u32): void {
-  const key = (<u64>keyHi(id) << 32) | <u64>keyLo(id);
-  const mask = tableCap - 1;
-  let i = <u32>fmix(key) & mask;
-  while (load<u32>(table + (<usize>i << 3), 4) != 0) i = (i + 1) & mask;
-  store<u32>(table + (<usize>i << 3), <u32>key);
-  store<u32>(table + (<usize>i << 3), id, 4);
+  tablePut(<u32>fmix((<u64>keyHi(id) << 32) | <u64>keyLo(id)), id);
 }
 
 /** Removes node `id` from the table (backward-shift deletion keeps probe chains intact). */
 function tableRemove(id: u32): void {
   const mask = tableCap - 1;
-  const key = (<u64>keyHi(id) << 32) | <u64>keyLo(id);
-  let i = <u32>fmix(key) & mask;
+  let i = <u32>fmix((<u64>keyHi(id) << 32) | <u64>keyLo(id)) & mask;
   while (load<u32>(table + (<usize>i << 3), 4) != id) i = (i + 1) & mask;
   let j = i;
   while (true) {
     j = (j + 1) & mask;
-    const other = load<u32>(table + (<usize>j << 3), 4);
-    if (other == 0) break;
-    const home = <u32>fmix((<u64>keyHi(other) << 32) | <u64>keyLo(other)) & mask;
-    // Move `other` back into the hole at i unless its home lies cyclically in (i, j].
+    const slot = table + (<usize>j << 3);
+    if (load<u32>(slot, 4) == 0) break;
+    const home = load<u32>(slot) & mask;
+    // Move the entry at j back into the hole at i unless its home lies cyclically in (i, j].
     const inRange = i <= j ? (home > i && home <= j) : (home > i || home <= j);
     if (!inRange) {
-      store<u64>(table + (<usize>i << 3), load<u64>(table + (<usize>j << 3)));
+      store<u64>(table + (<usize>i << 3), load<u64>(slot));
       i = j;
     }
   }
   store<u64>(table + (<usize>i << 3), 0);
 }
 
-/** Doubles the table and reinserts every live node. */
+/** Doubles the table and re-places every entry by its tag. */
 function growTable(): void {
   const old = table;
   const oldCap = tableCap;
@@ -273,7 +280,7 @@ function growTable(): void {
   memory.fill(table, 0, <usize>tableCap << 3);
   for (let i: u32 = 0; i < oldCap; i++) {
     const id = load<u32>(old + (<usize>i << 3), 4);
-    if (id != 0) tableInsert(id);
+    if (id != 0) tablePut(load<u32>(old + (<usize>i << 3)), id);
   }
   heap.free(old);
 }
