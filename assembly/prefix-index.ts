@@ -691,12 +691,22 @@ export function hashBlockKeys(keys: usize, count: i32): void {
   }
 }
 
-/** The node one block below `prev` (0 = namespace root with key `prevKey`) for block hash `block`. */
+/**
+ * The node with path key `key` one block below `prev` (0 = at the namespace root).
+ * A path inserted in one go has consecutive node ids, so `prev + 1` is tried
+ * first: its address needs no load, which lets the CPU run ahead along a path
+ * instead of waiting for each node before fetching the next. Path keys are
+ * unique, so a key match is the node.
+ */
 // @ts-ignore: decorator
 @inline function step(prev: u32, key: u64): u32 {
   if (prev != 0) {
+    const lo = <u32>key;
+    const hi = <u32>(key >> 32);
+    const next = prev + 1;
+    if (next < nodeTop && keyLo(next) == lo && keyHi(next) == hi) return next;
     const c = firstChild(prev);
-    if (c != 0 && keyLo(c) == <u32>key && keyHi(c) == <u32>(key >> 32)) return c;
+    if (c != 0 && keyLo(c) == lo && keyHi(c) == hi) return c;
   }
   return lookup(key);
 }
