@@ -378,6 +378,68 @@ function heapPush(rank: i32, s: u32, id: u32): void {
   store<u32>(data + (<usize>i << 3), id, 4);
   store<u32>(h, size + 1, 4);
   heapEntries++;
+  if (i == 0 && budget != 0) topsPush(s, rank);
+}
+
+// ---- rank tops: the budget's victim across ranks without scanning them ----------------
+//
+// A min-heap of u64 (stamp << 32 | rank) entries. Invariant: every rank with a
+// leaf has an entry whose stamp is at most that rank's current heap top, so the
+// smallest entry, once checked against its rank's real top, names the least
+// recently stamped leaf of the whole index.
+
+/** Rank-top entries. */
+let tops: usize = 0;
+/** Entries in use. */
+let topsSize: u32 = 0;
+/** Entries allocated. */
+let topsCap: u32 = 0;
+
+/** Adds (s, rank). */
+function topsPush(s: u32, rank: i32): void {
+  if (topsSize == topsCap) {
+    const cap = topsCap == 0 ? 16 : topsCap << 1;
+    tops = grow(tops, <usize>topsSize << 3, <usize>cap << 3);
+    topsCap = cap;
+  }
+  const entry = (<u64>s << 32) | <u64><u32>rank;
+  let i = topsSize++;
+  while (i > 0) {
+    const p = (i - 1) >> 1;
+    if (load<u64>(tops + (<usize>p << 3)) <= entry) break;
+    store<u64>(tops + (<usize>i << 3), load<u64>(tops + (<usize>p << 3)));
+    i = p;
+  }
+  store<u64>(tops + (<usize>i << 3), entry);
+}
+
+/** Removes the smallest entry. */
+function topsPop(): void {
+  const size = --topsSize;
+  if (size == 0) return;
+  const entry = load<u64>(tops + (<usize>size << 3));
+  let i: u32 = 0;
+  while (true) {
+    let c: u32 = 2 * i + 1;
+    if (c >= size) break;
+    let cv = load<u64>(tops + (<usize>c << 3));
+    if (c + 1 < size) {
+      const rv = load<u64>(tops + (<usize>(c + 1) << 3));
+      if (rv < cv) { c++; cv = rv; }
+    }
+    if (cv >= entry) break;
+    store<u64>(tops + (<usize>i << 3), cv);
+    i = c;
+  }
+  store<u64>(tops + (<usize>i << 3), entry);
+}
+
+/** Rebuilds the rank tops from each rank's current top, when stale entries pile up. */
+function topsCompact(): void {
+  topsSize = 0;
+  for (let r = 0; r < numRanks; r++) {
+    if (heapTop(r) != 0) topsPush(load<u32>(<usize>load<u32>(heapBase(r))), r);
+  }
 }
 
 /** Sifts the entry at slot `i` of a heap of `size` down. */
@@ -609,7 +671,7 @@ function evictFrom(rank: i32): bool {
 
 /** Accounted bytes in use. */
 export function indexBytes(): f64 {
-  return <f64>liveNodes * <f64>BYTES_PER_NODE + <f64>slotsInUse * <f64>SLOT_BYTES + <f64>heapEntries * 8 + <f64>numRanks * 32;
+  return <f64>liveNodes * <f64>BYTES_PER_NODE + <f64>slotsInUse * <f64>SLOT_BYTES + <f64>(heapEntries + topsSize) * 8 + <f64>numRanks * 32;
 }
 
 /** Bytes the index's pools hold, used or free: node and residency chunks, the table, the heaps. */
@@ -623,20 +685,21 @@ export function indexReservedBytes(): f64 {
 /** Evicts least-recently-stamped leaves across all ranks until `reserve` more bytes fit the budget. */
 function fitBudget(reserve: f64): void {
   if (budget == 0) return;
+  if (topsSize > <u32>(4 * numRanks + 64)) topsCompact();
   while (indexBytes() + reserve > budget) {
-    let victimRank = -1;
-    let victimStamp: u32 = 0;
-    for (let r = 0; r < numRanks; r++) {
-      const id = heapTop(r);
-      if (id == 0) continue;
-      const s = load<u32>(<usize>load<u32>(heapBase(r)));
-      if (victimRank < 0 || s < victimStamp) {
-        victimRank = r;
-        victimStamp = s;
-      }
+    if (topsSize == 0) return;
+    const entry = load<u64>(tops);
+    const s = <u32>(entry >> 32);
+    const rank = <i32><u32>entry;
+    topsPop();
+    if (heapTop(rank) == 0) continue; // the rank holds nothing now
+    const top = load<u32>(<usize>load<u32>(heapBase(rank)));
+    if (top != s) {
+      topsPush(top, rank); // a stale entry: re-enter the rank at its real top
+      continue;
     }
-    if (victimRank < 0) return;
-    evictFrom(victimRank);
+    evictFrom(rank);
+    if (heapTop(rank) != 0) topsPush(load<u32>(<usize>load<u32>(heapBase(rank))), rank);
   }
 }
 
