@@ -24,6 +24,7 @@ export interface BalanceGateOptions {
   readonly batchingWaitIters: number;
 }
 
+/** Whether `v` is an integer number. */
 const isInt = (v: unknown): v is number => typeof v === "number" && Number.isInteger(v);
 
 /** Counters of a balance gate. */

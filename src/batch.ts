@@ -117,11 +117,15 @@ export const MAX_PROMPT_TOKENS = 2 ** 31 - 1;
 /** Largest per-rank request count accepted (keeps counts exact in i32). */
 const MAX_COUNT = 2 ** 30;
 const TWO_32 = 2 ** 32;
+/** Ids must have an absolute value below this. */
 const U64_LIMIT = 1n << 64n;
 
+/** Whether `v` is a plain object (not null, not an array). */
 const isRecord = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v);
+/** Whether `v` is an integer in [0, max]. */
 const isCount = (v: unknown, max: number): v is number => typeof v === "number" && Number.isInteger(v) && v >= 0 && v <= max;
 
+/** The two 32-bit words of |id| (CPython's seed key), or a typed error. */
 function idWords(id: unknown, field: string): [number, number] {
   if (typeof id === "number") {
     if (!Number.isSafeInteger(id)) throw new AdpInputError(field, "must be a safe integer or a bigint", id);
@@ -136,6 +140,7 @@ function idWords(id: unknown, field: string): [number, number] {
   throw new AdpInputError(field, "must be a safe integer or a bigint", id);
 }
 
+/** A string field that may be absent or null; null when it is. */
 function optionalString(v: unknown, field: string): string | null {
   if (v === undefined || v === null) return null;
   if (typeof v !== "string") throw new AdpInputError(field, "must be a string", v);
@@ -170,6 +175,7 @@ export function checkRank(v: unknown, numRanks: number, field: string): number {
   return v;
 }
 
+/** Validates one request and returns its working shape. */
 function normalizeRequest(raw: unknown, index: number, numRanks: number): BatchRequest {
   const at = `requests[${index}]`;
   if (!isRecord(raw)) throw new AdpInputError(at, "must be an object", raw);

@@ -15,6 +15,7 @@ import { formatTable, POLICIES, simulate, toJson, type IndexUpdates } from "./si
 import { parseTrace, TraceError, type Trace } from "./simulate/trace.js";
 import { multiTurnWorkload } from "./simulate/workload.js";
 
+/** The help text. */
 const USAGE = `Usage: adp-router <command> [options]
 
 Commands:
@@ -44,10 +45,12 @@ Commands:
   schema                        Print the JSON Schema of attention_dp_config.
 `;
 
+/** The text of FILE, or of standard input for `-`. */
 function readInput(file: string): string {
   return readFileSync(file === "-" ? 0 : file, "utf8");
 }
 
+/** `adp-router conformance FILE|- [--check]`; returns the exit status. */
 function conformance(args: string[]): number {
   const { values, positionals } = parseArgs({ args, options: { check: { type: "boolean", default: false } }, allowPositionals: true, strict: true });
   if (positionals.length !== 1) {
@@ -95,6 +98,7 @@ function conformance(args: string[]): number {
   return values.check && failed > 0 ? 1 : 0;
 }
 
+/** `adp-router validate FILE|-`; returns the exit status. */
 function validate(args: string[]): number {
   const { positionals } = parseArgs({ args, allowPositionals: true, strict: true });
   if (positionals.length !== 1) {
@@ -117,8 +121,10 @@ function validate(args: string[]): number {
   }
 }
 
+/** The trace `simulate` replays when given none. */
 const BUNDLED_TRACE = "mooncake_conversation_trace.jsonl";
 
+/** Reads a trace file (gzip allowed), or the bundled trace when `file` is undefined. */
 function readTrace(file: string | undefined, blockTokens: number): Trace {
   if (file === undefined) {
     const url = new URL(`../traces/${BUNDLED_TRACE}.gz`, import.meta.url);
@@ -128,6 +134,7 @@ function readTrace(file: string | undefined, blockTokens: number): Trace {
   return parseTrace((file.endsWith(".gz") ? gunzipSync(raw) : raw).toString("utf8"), file, blockTokens);
 }
 
+/** A numeric option, checked; undefined when absent. */
 function numberOption(values: Record<string, unknown>, name: string, check: (v: number) => boolean, rule: string): number | undefined {
   const raw = values[name];
   if (raw === undefined) return undefined;
@@ -136,6 +143,7 @@ function numberOption(values: Record<string, unknown>, name: string, check: (v: 
   return v;
 }
 
+/** `adp-router simulate [options]`; returns the exit status. */
 function simulateCommand(args: string[]): number {
   const { values } = parseArgs({
     args,
@@ -224,6 +232,7 @@ function simulateCommand(args: string[]): number {
   return 0;
 }
 
+/** Dispatches a command line; returns the exit status. */
 function main(argv: string[]): number {
   const [command, ...rest] = argv;
   try {

@@ -103,8 +103,10 @@ export interface AttentionDpConfigInput {
   kv_cache_routing_new_conv_placement?: NewConversationPlacement;
 }
 
+/** The JSON type a field takes. */
 type FieldKind = "boolean" | "integer" | "number" | "placement";
 
+/** One field: its names, kind, default and description. */
 interface FieldSpec {
   readonly snake: keyof AttentionDpConfigInput;
   readonly camel: keyof AttentionDpConfig;
@@ -113,6 +115,7 @@ interface FieldSpec {
   readonly description: string;
 }
 
+/** Builds a {@link FieldSpec}. */
 const field = (
   snake: keyof AttentionDpConfigInput,
   camel: keyof AttentionDpConfig,
@@ -137,6 +140,7 @@ const FIELDS: readonly FieldSpec[] = [
   field("kv_cache_routing_new_conv_placement", "kvCacheRoutingNewConvPlacement", "placement", "round_robin", "Placement of requests with no pinned rank in conversation-affinity routing."),
 ];
 
+/** Fields by snake_case name. */
 const BY_NAME = new Map<string, FieldSpec>(FIELDS.map((f) => [f.snake, f]));
 
 /** Each kind's predicate: null when the value is acceptable, else the rule it broke. */
@@ -163,6 +167,7 @@ function editDistance(a: string, b: string): number {
   return prev[b.length]!;
 }
 
+/** The field name closest to an unknown key, or null when none is close. */
 function nearestField(key: string): string | null {
   // camelCase input (enableBalance) is compared in snake_case (enable_balance).
   const wanted = key.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`).toLowerCase();
@@ -178,6 +183,7 @@ function nearestField(key: string): string | null {
   return bestDistance <= Math.max(3, Math.floor(key.length / 3)) ? best : null;
 }
 
+/** Configs returned by `parseAttentionDpConfig` (so parsing one again is free). */
 const PARSED = new WeakSet<object>();
 
 /** Whether `value` is a config returned by `parseAttentionDpConfig`. */

@@ -9,16 +9,20 @@ import { parseAttentionDpConfig } from "./config.js";
 import { createPrefixIndex } from "./prefix-index.js";
 import { createRouter } from "./router.js";
 
+/** A JSON value. */
 type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
+/** A JSON object. */
 type JsonObject = { [key: string]: Json };
 
 /** The answer to one scenario: the shape of its `expected` field, or an error. */
 export type ScenarioAnswer = JsonObject;
 
+/** `v` as a JSON object, or an error naming `what`. */
 const asObject = (v: unknown, what: string): JsonObject => {
   if (typeof v !== "object" || v === null || Array.isArray(v)) throw new Error(`${what} must be an object`);
   return v as JsonObject;
 };
+/** `v` as a JSON array, or an error naming `what`. */
 const asArray = (v: unknown, what: string): Json[] => {
   if (!Array.isArray(v)) throw new Error(`${what} must be an array`);
   return v;
@@ -65,6 +69,7 @@ export function toRouteInput(rawBatch: unknown, numRanks: number): RouteInput {
   };
 }
 
+/** Answers a `route` scenario. */
 function runRoute(s: JsonObject): ScenarioAnswer {
   const numRanks = s.tp_size as number;
   const router = createRouter({ numRanks, attentionDp: asObject(s.config ?? {}, "config") as never, learnFromRouting: false });
@@ -99,6 +104,7 @@ function runRoute(s: JsonObject): ScenarioAnswer {
   return { router: router.kind, batches };
 }
 
+/** Answers a `balance` scenario. */
 function runBalance(s: JsonObject): ScenarioAnswer {
   const c = asObject(s.balance_config, "balance_config");
   const gate = new BalanceGate({
@@ -115,6 +121,7 @@ function runBalance(s: JsonObject): ScenarioAnswer {
   return { iterations };
 }
 
+/** Answers a `validate` scenario. */
 function runValidate(s: JsonObject): ScenarioAnswer {
   try {
     parseAttentionDpConfig(s.config);

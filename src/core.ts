@@ -19,6 +19,7 @@ interface KvLayout {
   end: number;
 }
 
+/** `n` rounded up to a multiple of 8. */
 const align8 = (n: number): number => (n + 7) & ~7;
 
 /** Views over one KV-cache-aware batch's regions; valid until the next reserve. */

@@ -28,6 +28,7 @@ export function describeValue(value: unknown): string {
   return `${String(value)} (${typeof value})`;
 }
 
+/** A heading and one line per issue. */
 function formatIssues(heading: string, issues: readonly InputIssue[]): string {
   return [heading, ...issues.map((i) => `  ${i.field}: ${i.rule}, got ${describeValue(i.received)}`)].join("\n");
 }

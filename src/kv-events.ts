@@ -23,6 +23,7 @@ export type KvEvent =
   | { kind: "ignored"; eventId: number | null }
   | { kind: "malformed"; reason: string };
 
+/** Whether `v` is a plain object. */
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v);
 
 /** Normalizes an engine block hash; null when it is not an integer. */
@@ -33,6 +34,7 @@ export function engineHash(v: unknown): EngineHash | null {
   return null;
 }
 
+/** A list of engine hashes, or null when any is not an integer. */
 function hashList(v: unknown): EngineHash[] | null {
   if (!Array.isArray(v)) return null;
   const out: EngineHash[] = [];
@@ -44,6 +46,7 @@ function hashList(v: unknown): EngineHash[] | null {
   return out;
 }
 
+/** Token ids from `[{token_id}]` or `[id]`, or null when any is invalid. */
 function tokenIds(v: unknown): number[] | null {
   if (!Array.isArray(v)) return null;
   const out: number[] = [];
@@ -55,6 +58,7 @@ function tokenIds(v: unknown): number[] | null {
   return out;
 }
 
+/** The event's rank, or a reason it has none. */
 function rankOf(raw: unknown, numRanks: number, fallback: number | undefined): number | string {
   const r = raw ?? fallback ?? (numRanks === 1 ? 0 : undefined);
   if (r === undefined) return "no attention_dp_rank / data_parallel_rank (pass { rank } for a single-rank stream)";
@@ -62,9 +66,12 @@ function rankOf(raw: unknown, numRanks: number, fallback: number | undefined): n
   return r;
 }
 
+/** An event id, or null. */
 const eventIdOf = (v: unknown): number | null => (typeof v === "number" && Number.isSafeInteger(v) ? v : null);
+/** A LoRA id, or null. */
 const loraOf = (v: unknown): number | null => (typeof v === "number" && Number.isSafeInteger(v) ? v : null);
 
+/** One TensorRT-LLM event (`{event_id, data, attention_dp_rank}`). */
 function parseTrtllm(e: Record<string, unknown>, numRanks: number, tokensPerBlock: number, fallbackRank: number | undefined): KvEvent {
   const data = e.data as Record<string, unknown>;
   const eventId = eventIdOf(e.event_id);
@@ -97,6 +104,7 @@ function parseTrtllm(e: Record<string, unknown>, numRanks: number, tokensPerBloc
   return { kind: "stored", rank, eventId, parent, loraTaskId: lora, blocks };
 }
 
+/** One vLLM event (`{type: "BlockStored" | "BlockRemoved" | "AllBlocksCleared", ...}`). */
 function parseVllm(e: Record<string, unknown>, numRanks: number, tokensPerBlock: number, batchRank: unknown, fallbackRank: number | undefined): KvEvent {
   const rank = rankOf(e.data_parallel_rank ?? batchRank, numRanks, fallbackRank);
   if (typeof rank === "string") return { kind: "malformed", reason: rank };

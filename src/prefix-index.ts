@@ -79,12 +79,15 @@ export interface KvEventsResult extends KvEventCounts {
   readonly problems: string[];
 }
 
+/** The options `createPrefixIndex` accepts. */
 const OPTION_KEYS = new Set(["numRanks", "tokensPerBlock", "capacityBlocksPerRank", "maxMemoryBytes"]);
 /** Most ranks an index supports (ranks are stored in 16 bits). */
 export const MAX_INDEX_RANKS = 65536;
 const NO_NAMESPACE: readonly [number, number] = [0x6a09e667, 0xbb67ae85];
 
+/** `n` rounded up to a multiple of 8. */
 const align8 = (n: number): number => (n + 7) & ~7;
+/** Whether `v` is an integer in [1, max]. */
 const isPositiveInt = (v: unknown, max: number): v is number => typeof v === "number" && Number.isInteger(v) && v >= 1 && v <= max;
 
 /** 32-bit string hash (murmur3-style mixing over UTF-16 code units). */

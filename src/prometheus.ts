@@ -15,6 +15,7 @@ export interface PrometheusOptions {
   readonly gate?: BalanceGateMetrics;
 }
 
+/** A label value escaped for the exposition format. */
 const label = (v: string | number) => String(v).replace(/[\\"\n]/g, (c) => (c === "\n" ? "\\n" : `\\${c}`));
 
 /**

@@ -72,6 +72,7 @@ export interface Router {
   snapshot(): Uint8Array;
 }
 
+/** The options `createRouter` accepts. */
 const OPTION_KEYS = new Set(["numRanks", "attentionDp", "prefixIndex", "learnFromRouting", "onDecision"]);
 
 /** Inserts each placed request's prompt into its rank's view, in input order. */

@@ -4,6 +4,7 @@
 
 import { AdpInputError } from "./errors.js";
 
+/** The first eight bytes of every snapshot. */
 const MAGIC = "ADPSNAP1";
 
 /** Packs a JSON-able state and binary sections into bytes. */

@@ -49,9 +49,12 @@ export interface CoreExports {
   indexReservedBytes(): number;
 }
 
+/** The compiled core, once compiled. */
 let compiled: WebAssembly.Module | undefined;
+/** The compilation `init()` started, while it runs. */
 let compiling: Promise<WebAssembly.Module> | undefined;
 
+/** Bytes from base64, with `Uint8Array.fromBase64` where the platform has it. */
 function decodeBase64(text: string): Uint8Array {
   const from = (Uint8Array as unknown as { fromBase64?: (s: string) => Uint8Array }).fromBase64;
   if (typeof from === "function") return from(text);

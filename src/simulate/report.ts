@@ -5,9 +5,12 @@
 
 import { formatTable, type SimulationResult } from "./run.js";
 
+/** Series colours (Tableau 10). */
 const COLORS = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"];
+/** Text escaped for HTML. */
 const esc = (s: string) => s.replace(/[&<>"]/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" })[c]!);
 
+/** Hit ratio per policy against the optimum, with prefill balance. */
 function bars(result: SimulationResult): string {
   const W = 720;
   const rowH = 28;
@@ -33,6 +36,7 @@ ${rows}
 </svg>`;
 }
 
+/** The TTFT distribution of every policy, log time axis. */
 function ttftCurves(result: SimulationResult): string {
   const W = 1000;
   const H = 320;
@@ -68,6 +72,7 @@ ${curves}
 </svg>`;
 }
 
+/** Active requests per rank over time for one policy. */
 function rankLoad(result: SimulationResult, policy: string): string {
   const W = 350;
   const H = 150;

@@ -77,6 +77,7 @@ function roundRobin(ranks: number): RouterSide {
   };
 }
 
+/** One of TensorRT-LLM's routers as the engine's router side. */
 function adpRouter(policy: string, ranks: number, blockTokens: number, options: SimulateOptions): RouterSide {
   let attentionDp: AttentionDpConfigInput = {};
   if (policy === "kv_cache_aware") attentionDp = { ...options.config, enable_kv_cache_aware_routing: true, kv_cache_routing_conversation_affinity: false };
@@ -102,14 +103,18 @@ function adpRouter(policy: string, ranks: number, blockTokens: number, options: 
   };
 }
 
+/** The q-quantile of sorted values. */
 const quantile = (sorted: Float64Array, q: number): number =>
   sorted.length === 0 ? 0 : sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))]!;
+/** max / mean of `xs` (1 when all are 0). */
 const maxOverMean = (xs: number[]): number => {
   const mean = xs.reduce((a, b) => a + b, 0) / xs.length;
   return mean === 0 ? 1 : Math.max(...xs) / mean;
 };
+/** `x` rounded to `digits` decimals. */
 const round = (x: number, digits = 4) => Number(x.toFixed(digits));
 
+/** One policy's figures from its run. */
 function summarize(policy: string, run: RunResult): PolicyResult {
   const sorted = Float64Array.from(run.ttftMs).sort();
   return {
@@ -151,6 +156,7 @@ export function simulate(trace: Trace, options: SimulateOptions = {}): Simulatio
   };
 }
 
+/** `o` without its undefined fields. */
 function stripUndefined<T extends object>(o: T): Partial<T> {
   return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as Partial<T>;
 }

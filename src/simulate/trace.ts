@@ -45,6 +45,7 @@ export class TraceError extends Error {
   }
 }
 
+/** Whether `v` is a non-negative safe integer. */
 const isCount = (v: unknown): v is number => typeof v === "number" && Number.isSafeInteger(v) && v >= 0;
 
 /** Block keys for a prompt given as token ids: a chained 53-bit hash per full or partial block. */
