@@ -8,8 +8,8 @@
 //   matches  u32[rows·numRanks] matched prefix tokens, row `matchRow`, column rank
 //   out      i32[numRequests]   chosen rank, or -1 once no rank is eligible
 //   work     scratch: i32[numRanks] eligible ranks, f64[numRanks] scores,
-//                     u32[numRanks] shuffled positions, then LANES generators,
-//                     i32[LANES] naming the request each one is seeded for, and
+//                     u32[numRanks] shuffled positions, then i32[LANES] naming the
+//                     request each SIMD generator lane is seeded for, and
 //                     the last request's trailer {ties i32, affinity i32, denom f64}
 //                     (the explanation a decision hook reads; see `kvTrailer`)
 //
@@ -17,10 +17,10 @@
 // first strict improvement of (score, tokens). That is the lexicographic minimum
 // of (score, tokens), and the shuffle only decides among ranks that tie on both;
 // so the shuffle (the expensive part: seeding MT19937) runs only on a tie.
-// A request that ties seeds its own generator and, in the same interleaved
-// pass, those of the next three requests, which tie too when ranks are idle.
+// A request that ties seeds its own generator and, in the same SIMD pass,
+// those of the next fifteen requests, which tie too when ranks are idle.
 
-import { GENERATOR_BYTES, seed4, shuffleWith, spare } from "./mt19937";
+import { SIMD_LANES, seed16, shuffleWithLane } from "./mt19937";
 
 /** Below this, sums of integer loads are exact in f64 whatever their order. */
 // @ts-ignore: decorator
@@ -28,35 +28,31 @@ import { GENERATOR_BYTES, seed4, shuffleWith, spare } from "./mt19937";
 
 /** Generators seeded together. */
 // @ts-ignore: decorator
-@inline const LANES: i32 = 4;
+@inline const LANES: i32 = SIMD_LANES;
+/** Seed key words of the requests being seeded: LANES × (lo, hi). */
+const seedKeys: usize = memory.data(LANES * 8, 16);
 
 /** Bytes of `work` scratch needed for `numRanks` ranks. */
 export function kvWorkBytes(numRanks: i32): i32 {
-  return numRanks * (4 + 8 + 4) + 16 + LANES * (GENERATOR_BYTES + 4) + 16;
+  return numRanks * (4 + 8 + 4) + 16 + LANES * 4 + 16;
 }
 
 /** Address of the trailer in `work` for `numRanks` ranks (as `scoreKvAware` lays it out). */
 export function kvTrailer(numRanks: i32, work: usize): usize {
   const order = work + <usize>numRanks * 12;
-  const generators = (order + (<usize>numRanks << 2) + 15) & ~15;
-  return generators + <usize>(LANES * GENERATOR_BYTES) + <usize>(LANES << 2);
+  const owners = (order + (<usize>numRanks << 2) + 15) & ~15;
+  return owners + <usize>(LANES << 2);
 }
 
-/** Seeds lane generators for requests first..first+3 (those that exist). */
-function seedAhead(generators: usize, owners: usize, requests: usize, numRequests: i32, first: i32): void {
-  const g = <usize>GENERATOR_BYTES;
-  let lane0 = generators, lane1 = generators + g, lane2 = generators + 2 * g, lane3 = generators + 3 * g;
-  const r0 = requests + (<usize>first << 4);
+/** Seeds lane generators for requests first..first+LANES-1 (those that exist). */
+function seedAhead(owners: usize, requests: usize, numRequests: i32, first: i32): void {
   const n = min(LANES, numRequests - first);
-  if (n < 2) lane1 = spare;
-  if (n < 3) lane2 = spare + g;
-  if (n < 4) lane3 = spare + 2 * g;
-  seed4(
-    lane0, load<u32>(r0, 4), load<u32>(r0, 8),
-    lane1, n > 1 ? load<u32>(r0, 20) : 0, n > 1 ? load<u32>(r0, 24) : 0,
-    lane2, n > 2 ? load<u32>(r0, 36) : 0, n > 2 ? load<u32>(r0, 40) : 0,
-    lane3, n > 3 ? load<u32>(r0, 52) : 0, n > 3 ? load<u32>(r0, 56) : 0,
-  );
+  for (let l = 0; l < n; l++) {
+    const record = requests + (<usize>(first + l) << 4);
+    store<u32>(seedKeys + (<usize>l << 3), load<u32>(record, 4));
+    store<u32>(seedKeys + (<usize>l << 3), load<u32>(record, 8), 4);
+  }
+  seed16(seedKeys, n);
   for (let l = 0; l < LANES; l++) store<i32>(owners + (<usize>l << 2), l < n ? first + l : -1);
 }
 
@@ -69,8 +65,7 @@ export function scoreKvAware(
   const eligible = work;
   const scores = eligible + (<usize>numRanks << 2);
   const order = scores + (<usize>numRanks << 3);
-  const generators = (order + (<usize>numRanks << 2) + 15) & ~15;
-  const owners = generators + <usize>(LANES * GENERATOR_BYTES);
+  const owners = (order + (<usize>numRanks << 2) + 15) & ~15;
   const trailer = owners + <usize>(LANES << 2);
   for (let l = 0; l < LANES; l++) store<i32>(owners + (<usize>l << 2), -1);
   let length = 0;
@@ -138,10 +133,10 @@ export function scoreKvAware(
       let lane = 0;
       while (lane < LANES && load<i32>(owners + (<usize>lane << 2)) != q) lane++;
       if (lane == LANES) {
-        seedAhead(generators, owners, requests, numRequests, q);
+        seedAhead(owners, requests, numRequests, q);
         lane = 0;
       }
-      shuffleWith(generators + <usize>(lane * GENERATOR_BYTES), order, length);
+      shuffleWithLane(lane, order, length);
       for (let p = 0; p < length; p++) {
         const k = load<u32>(order + (<usize>p << 2));
         const r = load<i32>(eligible + (<usize>k << 2));

@@ -113,17 +113,25 @@ export function seed4(
   setWord(g3, 0, 0x80000000); store<i32>(g3 + INDEX, N);
 }
 
-/** The next tempered 32-bit output of generator `g` (`genrand_uint32`). */
-export function nextFrom(g: usize): u32 {
-  let k = load<i32>(g + INDEX);
+// A generator's words are read through (base, shift): word k of a scalar
+// generator is at g + 4k; word k of SIMD lane l is at ilv + 64k + 4l. Its index
+// lives at `at`.
+
+/** Word k of the generator at (base, shift). */
+// @ts-ignore: decorator
+@inline function wordAt(base: usize, shift: u32, k: i32): usize { return base + (<usize>k << shift); }
+
+/** The next tempered 32-bit output (`genrand_uint32`) of the generator at (base, shift), index at `at`. */
+function nextWith(base: usize, shift: u32, at: usize): u32 {
+  let k = load<i32>(at);
   if (k >= N) k = 0;
   // Twist word k of the new generation now: word k+1 is still old, word k+M
   // is old below N and already new above, as in CPython's whole-block loop.
-  const y = (word(g, k) & 0x80000000) | (word(g, k + 1 < N ? k + 1 : 0) & 0x7fffffff);
+  const y = (load<u32>(wordAt(base, shift, k)) & 0x80000000) | (load<u32>(wordAt(base, shift, k + 1 < N ? k + 1 : 0)) & 0x7fffffff);
   const far = k + M < N ? k + M : k + M - N;
-  let v = word(g, far) ^ (y >>> 1) ^ ((y & 1) != 0 ? MATRIX_A : 0);
-  setWord(g, k, v);
-  store<i32>(g + INDEX, k + 1);
+  let v = load<u32>(wordAt(base, shift, far)) ^ (y >>> 1) ^ ((y & 1) != 0 ? MATRIX_A : 0);
+  store<u32>(wordAt(base, shift, k), v);
+  store<i32>(at, k + 1);
   v ^= v >>> 11;
   v ^= (v << 7) & 0x9d2c5680;
   v ^= (v << 15) & 0xefc60000;
@@ -132,23 +140,33 @@ export function nextFrom(g: usize): u32 {
 }
 
 /** CPython's `_randbelow(n)` for 1 <= n < 2^32: k = bitlen(n) bits, rejection sampled. */
-export function randBelowFrom(g: usize, n: u32): u32 {
-  const shift: u32 = <u32>clz<u32>(n); // 32 - bitlen(n)
-  let r = nextFrom(g) >>> shift;
-  while (r >= n) r = nextFrom(g) >>> shift;
+function randBelowWith(base: usize, shift: u32, at: usize, n: u32): u32 {
+  const drop: u32 = <u32>clz<u32>(n); // 32 - bitlen(n)
+  let r = nextWith(base, shift, at) >>> drop;
+  while (r >= n) r = nextWith(base, shift, at) >>> drop;
   return r;
 }
 
-/** Shuffles `length` u32 words at `ptr` in place with generator `g`, as `random.shuffle`. */
-export function shuffleWith(g: usize, ptr: usize, length: i32): void {
+/** Shuffles `length` u32 words at `ptr` in place, as `random.shuffle`, with the generator at (base, shift). */
+function shuffleWordsWith(base: usize, shift: u32, at: usize, ptr: usize, length: i32): void {
   for (let i = length - 1; i > 0; i--) {
-    const j = <i32>randBelowFrom(g, <u32>(i + 1));
+    const j = <i32>randBelowWith(base, shift, at, <u32>(i + 1));
     const a = ptr + (<usize>i << 2);
     const b = ptr + (<usize>j << 2);
     const t = load<u32>(a);
     store<u32>(a, load<u32>(b));
     store<u32>(b, t);
   }
+}
+
+/** The next 32-bit output of scalar generator `g`. */
+export function nextFrom(g: usize): u32 {
+  return nextWith(g, 2, g + INDEX);
+}
+
+/** Shuffles `length` words at `ptr` with scalar generator `g`. */
+export function shuffleWith(g: usize, ptr: usize, length: i32): void {
+  shuffleWordsWith(g, 2, g + INDEX, ptr, length);
 }
 
 /** Seeds the shared generator as `random.Random(n)` for |n| = hi·2^32 + lo. */
@@ -164,10 +182,92 @@ export function nextUint32(): u32 {
 
 /** `_randbelow(n)` on the shared generator. */
 export function randBelow(n: u32): u32 {
-  return randBelowFrom(shared, n);
+  return randBelowWith(shared, 2, shared + INDEX, n);
 }
 
 /** Shuffles `length` u32 words at `ptr` with the shared generator. */
 export function shuffleWords(ptr: usize, length: i32): void {
   shuffleWith(shared, ptr, length);
+}
+
+// ---- sixteen seeds at once, with wasm SIMD -----------------------------------------
+//
+// The same init_by_array, for 16 keys in four i32x4 vectors: each step is a
+// handful of vector instructions for 16 chains, where the scalar path spends
+// eight instructions per chain. The state is built interleaved (word i of lane l
+// at ilv + 64·i + 4·l) and then copied out to each requested generator.
+
+/** Lanes seeded together by `seed16`. */
+// @ts-ignore: decorator
+@inline export const SIMD_LANES: i32 = 16;
+/** Interleaved state: N words × 16 lanes; each lane is a generator read in place. */
+const ilv: usize = memory.data(N * 64, 16);
+/** Each lane's index (next word to temper). */
+const laneIndex: usize = memory.data(64, 16);
+/** Per-lane key words: key[0] + 0 for odd steps, key[1] + 1 (or key[0]) for even ones. */
+const laneKeys: usize = memory.data(2 * 64, 16);
+
+/** (cur ^ ((p ^ p >>> 30) · m)) for four lanes. */
+// @ts-ignore: decorator
+@inline function mixv(cur: v128, p: v128, m: v128): v128 {
+  return v128.xor(cur, i32x4.mul(v128.xor(p, i32x4.shr_u(p, 30)), m));
+}
+
+/**
+ * Seeds SIMD lanes 0..count-1 (count ≤ 16) from `count` (lo, hi) u32 pairs at
+ * `keys`, as `random.Random(hi·2^32 + lo)` does; draw from lane l with
+ * `shuffleWithLane`. Reseeding replaces every lane.
+ */
+export function seed16(keys: usize, count: i32): void {
+  if (!baseReady) prepareBase();
+  for (let l = 0; l < SIMD_LANES; l++) {
+    const lo: u32 = l < count ? load<u32>(keys + (<usize>l << 3)) : 0;
+    const hi: u32 = l < count ? load<u32>(keys + (<usize>l << 3), 4) : 0;
+    store<u32>(laneKeys + (<usize>l << 2), lo);
+    store<u32>(laneKeys + 64 + (<usize>l << 2), hi != 0 ? hi + 1 : lo);
+  }
+  const m1 = i32x4.splat(1664525);
+  const m2 = i32x4.splat(1566083941);
+  const ea = v128.load(laneKeys), eb = v128.load(laneKeys, 16), ec = v128.load(laneKeys, 32), ed = v128.load(laneKeys, 48);
+  const oa = v128.load(laneKeys, 64), ob = v128.load(laneKeys, 80), oc = v128.load(laneKeys, 96), od = v128.load(laneKeys, 112);
+  const b0 = i32x4.splat(baseWord(0));
+  let pa = b0, pb = b0, pc = b0, pd = b0;
+  // First pass: steps i = 1..623 use key[0] on odd i and key[1] on even i.
+  for (let i = 1; i < N; i++) {
+    const b = i32x4.splat(baseWord(i));
+    const odd = (i & 1) != 0;
+    const at = ilv + (<usize>i << 6);
+    pa = i32x4.add(mixv(b, pa, m1), odd ? ea : oa); v128.store(at, pa);
+    pb = i32x4.add(mixv(b, pb, m1), odd ? eb : ob); v128.store(at, pb, 16);
+    pc = i32x4.add(mixv(b, pc, m1), odd ? ec : oc); v128.store(at, pc, 32);
+    pd = i32x4.add(mixv(b, pd, m1), odd ? ed : od); v128.store(at, pd, 48);
+  }
+  // The wrap: i = 1 again, with the key of step N (even).
+  pa = i32x4.add(mixv(v128.load(ilv + 64), pa, m1), oa); v128.store(ilv + 64, pa);
+  pb = i32x4.add(mixv(v128.load(ilv + 64, 16), pb, m1), ob); v128.store(ilv + 64, pb, 16);
+  pc = i32x4.add(mixv(v128.load(ilv + 64, 32), pc, m1), oc); v128.store(ilv + 64, pc, 32);
+  pd = i32x4.add(mixv(v128.load(ilv + 64, 48), pd, m1), od); v128.store(ilv + 64, pd, 48);
+  // Second pass: i = 2..623, then i = 1.
+  for (let i = 2; i < N; i++) {
+    const k = i32x4.splat(i);
+    const at = ilv + (<usize>i << 6);
+    pa = i32x4.sub(mixv(v128.load(at), pa, m2), k); v128.store(at, pa);
+    pb = i32x4.sub(mixv(v128.load(at, 16), pb, m2), k); v128.store(at, pb, 16);
+    pc = i32x4.sub(mixv(v128.load(at, 32), pc, m2), k); v128.store(at, pc, 32);
+    pd = i32x4.sub(mixv(v128.load(at, 48), pd, m2), k); v128.store(at, pd, 48);
+  }
+  const one = i32x4.splat(1);
+  pa = i32x4.sub(mixv(v128.load(ilv + 64), pa, m2), one); v128.store(ilv + 64, pa);
+  pb = i32x4.sub(mixv(v128.load(ilv + 64, 16), pb, m2), one); v128.store(ilv + 64, pb, 16);
+  pc = i32x4.sub(mixv(v128.load(ilv + 64, 32), pc, m2), one); v128.store(ilv + 64, pc, 32);
+  pd = i32x4.sub(mixv(v128.load(ilv + 64, 48), pd, m2), one); v128.store(ilv + 64, pd, 48);
+  for (let l = 0; l < SIMD_LANES; l++) {
+    store<u32>(ilv + (<usize>l << 2), 0x80000000);
+    store<i32>(laneIndex + (<usize>l << 2), N);
+  }
+}
+
+/** Shuffles `length` words at `ptr` with SIMD lane `lane` (seeded by `seed16`). */
+export function shuffleWithLane(lane: i32, ptr: usize, length: i32): void {
+  shuffleWordsWith(ilv + (<usize>lane << 2), 6, laneIndex + (<usize>lane << 2), ptr, length);
 }
