@@ -1,15 +1,16 @@
 // CPython's `random.Random(seed).shuffle(list)`, bit for bit.
 //
-// Layout: a generator is GENERATOR_BYTES of unmanaged memory: 624 u32 state
-// words, then i32 `index` (next word to temper; 624 = a new generation is due).
-// `base` holds `init_genrand(19650218)`, which every integer seed starts from,
-// computed once. The twist is lazy: a word of the next generation is computed
-// when first read, in the same order as CPython's whole-block twist, so a
-// shuffle of a short list pays for the words it draws, not for all 624.
+// Layout: sixteen generators live interleaved in static memory (`ilv`): word k
+// of lane l is the u32 at ilv + 64·k + 4·l, and lane l's index (next word to
+// temper; 624 = a new generation is due) is at laneIndex + 4·l. `base` holds
+// `init_genrand(19650218)`, which every integer seed starts from, computed once.
+// The twist is lazy: a word of the next generation is computed when first read,
+// in the same order as CPython's whole-block twist, so a shuffle of a short list
+// pays for the words it draws, not for all 624.
 //
-// Seeding is a chain of 1,247 dependent multiply-xor steps (~3 µs), which no
-// single seed can shorten; `seed4` runs four independent chains interleaved so
-// the CPU overlaps them, for the scoring loop to seed requests ahead of need.
+// Seeding is a chain of 1,247 dependent multiply-xor steps that no single seed
+// can shorten; `seed16` runs sixteen chains at once in four i32x4 vectors, for
+// the scoring loop to seed the requests that follow a tie ahead of need.
 //
 // Seeds are the absolute value of a request id as two 32-bit words (lo, hi);
 // CPython's key is [lo] when hi == 0 and [lo, hi] otherwise.
@@ -23,37 +24,15 @@
 /** Twist matrix constant. */
 // @ts-ignore: decorator
 @inline const MATRIX_A: u32 = 0x9908b0df;
-/** Bytes of one generator: the state words and the index. */
-// @ts-ignore: decorator
-@inline export const GENERATOR_BYTES: i32 = (N + 4) << 2;
-/** Byte offset of a generator's `index` field. */
-// @ts-ignore: decorator
-@inline const INDEX: usize = <usize>N << 2;
 
 /** `init_genrand(19650218)`, the starting point of every integer seed. */
 const base: usize = memory.data(N << 2, 16);
 /** Whether `base` has been filled. */
 let baseReady: bool = false;
-/** The generator behind the `seed` / `nextUint32` / `shuffleWords` exports. */
-const shared: usize = memory.data(GENERATOR_BYTES, 16);
-/** Three scratch generators for the lanes of `seed4` that a caller leaves unused. */
-export const spare: usize = memory.data(GENERATOR_BYTES * 3, 16);
 
 /** Word `i` of `init_genrand(19650218)`. */
 // @ts-ignore: decorator
 @inline function baseWord(i: i32): u32 { return load<u32>(base + (<usize>i << 2)); }
-/** Word `i` of generator `g`. */
-// @ts-ignore: decorator
-@inline function word(g: usize, i: i32): u32 { return load<u32>(g + (<usize>i << 2)); }
-/** Sets word `i` of generator `g`. */
-// @ts-ignore: decorator
-@inline function setWord(g: usize, i: i32, v: u32): void { store<u32>(g + (<usize>i << 2), v); }
-/** One step of init_by_array's first pass. */
-// @ts-ignore: decorator
-@inline function mix1(cur: u32, prev: u32, key: u32): u32 { return (cur ^ ((prev ^ (prev >>> 30)) * 1664525)) + key; }
-/** One step of init_by_array's second pass. */
-// @ts-ignore: decorator
-@inline function mix2(cur: u32, prev: u32, i: u32): u32 { return (cur ^ ((prev ^ (prev >>> 30)) * 1566083941)) - i; }
 
 /** Fills `base` with CPython's `init_genrand(19650218)`. */
 function prepareBase(): void {
@@ -66,56 +45,8 @@ function prepareBase(): void {
   baseReady = true;
 }
 
-/** Key word of the first pass at step `i` (1-based): key[j] + j with j = (i-1) mod keyLength. */
-// @ts-ignore: decorator
-@inline function keyAt(i: i32, lo: u32, hi: u32): u32 { return ((i - 1) & 1) == 0 || hi == 0 ? lo : hi + 1; }
-
-/**
- * Seeds four distinct generators at once (pass `spare` slots for unused lanes;
- * the chains are independent, so interleaving them costs about as much as one).
- */
-export function seed4(
-  g0: usize, lo0: u32, hi0: u32, g1: usize, lo1: u32, hi1: u32,
-  g2: usize, lo2: u32, hi2: u32, g3: usize, lo3: u32, hi3: u32,
-): void {
-  if (!baseReady) prepareBase();
-  // The previous word of each chain stays in a local: a store-then-load round
-  // trip would otherwise sit on the dependency chain at every step.
-  let p0 = baseWord(0), p1 = p0, p2 = p0, p3 = p0;
-  // First pass, N steps: i = 1..623, the wrap (mt[0] = mt[623]), then i = 1 again.
-  for (let i = 1; i < N; i++) {
-    const b = baseWord(i);
-    p0 = mix1(b, p0, keyAt(i, lo0, hi0)); setWord(g0, i, p0);
-    p1 = mix1(b, p1, keyAt(i, lo1, hi1)); setWord(g1, i, p1);
-    p2 = mix1(b, p2, keyAt(i, lo2, hi2)); setWord(g2, i, p2);
-    p3 = mix1(b, p3, keyAt(i, lo3, hi3)); setWord(g3, i, p3);
-  }
-  p0 = mix1(word(g0, 1), p0, keyAt(N, lo0, hi0)); setWord(g0, 1, p0);
-  p1 = mix1(word(g1, 1), p1, keyAt(N, lo1, hi1)); setWord(g1, 1, p1);
-  p2 = mix1(word(g2, 1), p2, keyAt(N, lo2, hi2)); setWord(g2, 1, p2);
-  p3 = mix1(word(g3, 1), p3, keyAt(N, lo3, hi3)); setWord(g3, 1, p3);
-  // Second pass, N - 1 steps: i = 2..623, the wrap, then i = 1.
-  for (let i = 2; i < N; i++) {
-    const k = <u32>i;
-    p0 = mix2(word(g0, i), p0, k); setWord(g0, i, p0);
-    p1 = mix2(word(g1, i), p1, k); setWord(g1, i, p1);
-    p2 = mix2(word(g2, i), p2, k); setWord(g2, i, p2);
-    p3 = mix2(word(g3, i), p3, k); setWord(g3, i, p3);
-  }
-  // Word 1 is rewritten last; word 0 becomes 0x80000000; a new generation is due.
-  p0 = mix2(word(g0, 1), p0, 1); setWord(g0, 1, p0);
-  p1 = mix2(word(g1, 1), p1, 1); setWord(g1, 1, p1);
-  p2 = mix2(word(g2, 1), p2, 1); setWord(g2, 1, p2);
-  p3 = mix2(word(g3, 1), p3, 1); setWord(g3, 1, p3);
-  setWord(g0, 0, 0x80000000); store<i32>(g0 + INDEX, N);
-  setWord(g1, 0, 0x80000000); store<i32>(g1 + INDEX, N);
-  setWord(g2, 0, 0x80000000); store<i32>(g2 + INDEX, N);
-  setWord(g3, 0, 0x80000000); store<i32>(g3 + INDEX, N);
-}
-
-// A generator's words are read through (base, shift): word k of a scalar
-// generator is at g + 4k; word k of SIMD lane l is at ilv + 64k + 4l. Its index
-// lives at `at`.
+// A generator's words are read through (base, shift): word k of SIMD lane l is
+// at ilv + 4l + (k << 6). Its index lives at `at`.
 
 /** Word k of the generator at (base, shift). */
 // @ts-ignore: decorator
@@ -157,37 +88,6 @@ function shuffleWordsWith(base: usize, shift: u32, at: usize, ptr: usize, length
     store<u32>(a, load<u32>(b));
     store<u32>(b, t);
   }
-}
-
-/** The next 32-bit output of scalar generator `g`. */
-export function nextFrom(g: usize): u32 {
-  return nextWith(g, 2, g + INDEX);
-}
-
-/** Shuffles `length` words at `ptr` with scalar generator `g`. */
-export function shuffleWith(g: usize, ptr: usize, length: i32): void {
-  shuffleWordsWith(g, 2, g + INDEX, ptr, length);
-}
-
-/** Seeds the shared generator as `random.Random(n)` for |n| = hi·2^32 + lo. */
-export function seed(lo: u32, hi: u32): void {
-  const g = <usize>GENERATOR_BYTES;
-  seed4(shared, lo, hi, spare, 0, 0, spare + g, 0, 0, spare + 2 * g, 0, 0);
-}
-
-/** The shared generator's next 32-bit output. */
-export function nextUint32(): u32 {
-  return nextFrom(shared);
-}
-
-/** `_randbelow(n)` on the shared generator. */
-export function randBelow(n: u32): u32 {
-  return randBelowWith(shared, 2, shared + INDEX, n);
-}
-
-/** Shuffles `length` u32 words at `ptr` with the shared generator. */
-export function shuffleWords(ptr: usize, length: i32): void {
-  shuffleWith(shared, ptr, length);
 }
 
 // ---- sixteen seeds at once, with wasm SIMD -----------------------------------------
@@ -270,4 +170,31 @@ export function seed16(keys: usize, count: i32): void {
 /** Shuffles `length` words at `ptr` with SIMD lane `lane` (seeded by `seed16`). */
 export function shuffleWithLane(lane: i32, ptr: usize, length: i32): void {
   shuffleWordsWith(ilv + (<usize>lane << 2), 6, laneIndex + (<usize>lane << 2), ptr, length);
+}
+
+// ---- the ABI's single generator (tests and tools): SIMD lane 0 ------------------------
+
+/** Key words of `seed`. */
+const singleKey: usize = memory.data(8, 16);
+
+/** Seeds lane 0 as `random.Random(n)` for |n| = hi·2^32 + lo (reseeding every lane). */
+export function seed(lo: u32, hi: u32): void {
+  store<u32>(singleKey, lo);
+  store<u32>(singleKey, hi, 4);
+  seed16(singleKey, 1);
+}
+
+/** Lane 0's next 32-bit output. */
+export function nextUint32(): u32 {
+  return nextWith(ilv, 6, laneIndex);
+}
+
+/** `_randbelow(n)` on lane 0. */
+export function randBelow(n: u32): u32 {
+  return randBelowWith(ilv, 6, laneIndex, n);
+}
+
+/** Shuffles `length` words at `ptr` with lane 0. */
+export function shuffleWords(ptr: usize, length: i32): void {
+  shuffleWithLane(0, ptr, length);
 }
