@@ -129,6 +129,8 @@ export class PrefixIndex {
   readonly #options: PrefixIndexOptions;
   #scratch = 0;
   #scratchBytes = 0;
+  /** A u32 view of the whole linear memory, re-created when memory grows. */
+  #memory: Uint32Array | null = null;
   /** Per rank: engine block hash → path key (lo, hi) of the block it names. */
   #engineBlocks: Map<EngineHash, [number, number]>[];
   /** Per rank: the last event_id seen. */
@@ -194,7 +196,6 @@ export class PrefixIndex {
    * [tokensAddress, tokenCount, outAddress, blocksAddress] (blocks: room for their hashes).
    */
   #writeTokens(tokens: ArrayLike<number>, length: number): [number, number, number, number] {
-    const ex = this.#core();
     const tpb = this.#tokensPerBlock;
     const n = Math.floor(length / tpb) * tpb;
     const outAt = 0;
@@ -203,8 +204,15 @@ export class PrefixIndex {
     const base = this.#reserve(tokensAt + tokens.length * 4);
     // A typed array's subarray copies only what is needed; a plain array is set whole.
     const src = ArrayBuffer.isView(tokens) && n < tokens.length ? (tokens as Uint32Array).subarray(0, n) : tokens;
-    new Uint32Array(ex.memory.buffer, base + tokensAt, src.length).set(src);
+    this.#u32().set(src, (base + tokensAt) >>> 2);
     return [base + tokensAt, n, base + outAt, base + blocksAt];
+  }
+
+  /** The u32 view of linear memory, current after any growth. */
+  #u32(): Uint32Array {
+    const buffer = this.#core().memory.buffer;
+    if (this.#memory === null || this.#memory.buffer !== buffer) this.#memory = new Uint32Array(buffer);
+    return this.#memory;
   }
 
   /** Inserts the first `length` tokens (validated) into `rank`'s view. */
@@ -225,9 +233,10 @@ export class PrefixIndex {
 
   /** Copies the per-rank result at `out` into a new array. */
   #read(out: number): number[] {
-    const view = new Uint32Array(this.#core().memory.buffer, out, this.#numRanks);
+    const memory = this.#u32();
+    const at = out >>> 2;
     const result = new Array<number>(this.#numRanks);
-    for (let r = 0; r < this.#numRanks; r++) result[r] = view[r]!;
+    for (let r = 0; r < this.#numRanks; r++) result[r] = memory[at + r]!;
     return result;
   }
 
@@ -282,8 +291,9 @@ export class PrefixIndex {
     }
     const seed = namespaceSeed(ns);
     const t = checkTokens(tokens, "tokens");
-    const view = new Uint32Array(this.#core().memory.buffer, this.#matchTokens(t, t.length, seed), this.#numRanks);
-    for (let r = 0; r < this.#numRanks; r++) out[r] = view[r]!;
+    const at = this.#matchTokens(t, t.length, seed) >>> 2;
+    const memory = this.#u32();
+    for (let r = 0; r < this.#numRanks; r++) out[r] = memory[at + r]!;
   }
 
   /** Like {@link insert} for a prompt given as caller block keys (one per full block). */
@@ -304,8 +314,8 @@ export class PrefixIndex {
 
   /** @internal The router's probe: matches the first `length` validated tokens into `target()` at `offset`. */
   probeInto(tokens: ArrayLike<number>, length: number, seed: readonly [number, number], target: () => Uint32Array, offset: number): void {
-    const out = this.#matchTokens(tokens, length, seed);
-    target().set(new Uint32Array(this.#core().memory.buffer, out, this.#numRanks), offset);
+    const out = this.#matchTokens(tokens, length, seed) >>> 2;
+    target().set(this.#u32().subarray(out, out + this.#numRanks), offset);
   }
 
   /** @internal The router's probe by block keys: matches the first `count` validated keys into `target()` at `offset`. */
