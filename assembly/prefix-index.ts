@@ -14,7 +14,7 @@
 //   residency  8-byte slots {rank u16, childrenInRank u16, stamp u32}; a node's
 //                residencies are one block of 2^class slots, unsorted; free blocks
 //                are kept on one list per class
-//   heaps      per rank, a binary min-heap of (stamp u32, node u32) candidate
+//   heaps      per rank, a binary min-heap of u64 (stamp << 32 | node) candidate
 //                leaves; stale entries (restamped, grown a child, evicted) are
 //                dropped when they surface, and the heap is rebuilt when mostly stale
 //
@@ -349,15 +349,54 @@ function findResidency(id: u32, rank: i32): i32 {
   return -1;
 }
 
-// ---- per-rank leaf heaps -------------------------------------------------------------
+// ---- heaps of u64 entries --------------------------------------------------------------
+//
+// Both heaps below hold u64 entries (stamp << 32 | payload) ordered as integers,
+// so the least recent stamp is on top; they share these two sift routines.
+
+/** Moves `entry` up from slot `i` of the heap at `data`; returns its final slot. */
+function siftUp(data: usize, i: u32, entry: u64): u32 {
+  while (i > 0) {
+    const p = (i - 1) >> 1;
+    const pv = load<u64>(data + (<usize>p << 3));
+    if (pv <= entry) break;
+    store<u64>(data + (<usize>i << 3), pv);
+    i = p;
+  }
+  store<u64>(data + (<usize>i << 3), entry);
+  return i;
+}
+
+/** Moves `entry` down from slot `i` of the heap at `data` holding `size` entries. */
+function siftDown(data: usize, size: u32, i: u32, entry: u64): void {
+  while (true) {
+    let c: u32 = 2 * i + 1;
+    if (c >= size) break;
+    let cv = load<u64>(data + (<usize>c << 3));
+    if (c + 1 < size) {
+      const rv = load<u64>(data + (<usize>(c + 1) << 3));
+      if (rv < cv) { c++; cv = rv; }
+    }
+    if (cv >= entry) break;
+    store<u64>(data + (<usize>i << 3), cv);
+    i = c;
+  }
+  store<u64>(data + (<usize>i << 3), entry);
+}
+
+// ---- per-rank leaf heaps: entries (stamp << 32 | node) ------------------------------------
 
 // @ts-ignore: decorator
 @inline function heapBase(rank: i32): usize { return heaps + <usize>rank * 12; }
 
+/** The stamp on top of `rank`'s heap (the heap must not be empty). */
+// @ts-ignore: decorator
+@inline function topStamp(rank: i32): u32 { return load<u32>(<usize>load<u32>(heapBase(rank)), 4); }
+
 /** Pushes (s, id) onto `rank`'s heap. */
 function heapPush(rank: i32, s: u32, id: u32): void {
   const h = heapBase(rank);
-  let size = load<u32>(h, 4);
+  const size = load<u32>(h, 4);
   let cap = load<u32>(h, 8);
   let data = <usize>load<u32>(h);
   if (size == cap) {
@@ -366,24 +405,15 @@ function heapPush(rank: i32, s: u32, id: u32): void {
     store<u32>(h, <u32>data);
     store<u32>(h, cap, 8);
   }
-  let i = size;
-  while (i > 0) {
-    const p = (i - 1) >> 1;
-    const ps = load<u32>(data + (<usize>p << 3));
-    if (ps <= s) break;
-    store<u64>(data + (<usize>i << 3), load<u64>(data + (<usize>p << 3)));
-    i = p;
-  }
-  store<u32>(data + (<usize>i << 3), s);
-  store<u32>(data + (<usize>i << 3), id, 4);
+  const slot = siftUp(data, size, (<u64>s << 32) | <u64>id);
   store<u32>(h, size + 1, 4);
   heapEntries++;
-  if (i == 0 && budget != 0) topsPush(s, rank);
+  if (slot == 0 && budget != 0) topsPush(s, rank);
 }
 
 // ---- rank tops: the budget's victim across ranks without scanning them ----------------
 //
-// A min-heap of u64 (stamp << 32 | rank) entries. Invariant: every rank with a
+// A min-heap of (stamp << 32 | rank) entries. Invariant: every rank with a
 // leaf has an entry whose stamp is at most that rank's current heap top, so the
 // smallest entry, once checked against its rank's real top, names the least
 // recently stamped leaf of the whole index.
@@ -402,63 +432,21 @@ function topsPush(s: u32, rank: i32): void {
     tops = grow(tops, <usize>topsSize << 3, <usize>cap << 3);
     topsCap = cap;
   }
-  const entry = (<u64>s << 32) | <u64><u32>rank;
-  let i = topsSize++;
-  while (i > 0) {
-    const p = (i - 1) >> 1;
-    if (load<u64>(tops + (<usize>p << 3)) <= entry) break;
-    store<u64>(tops + (<usize>i << 3), load<u64>(tops + (<usize>p << 3)));
-    i = p;
-  }
-  store<u64>(tops + (<usize>i << 3), entry);
+  siftUp(tops, topsSize++, (<u64>s << 32) | <u64><u32>rank);
 }
 
 /** Removes the smallest entry. */
 function topsPop(): void {
   const size = --topsSize;
-  if (size == 0) return;
-  const entry = load<u64>(tops + (<usize>size << 3));
-  let i: u32 = 0;
-  while (true) {
-    let c: u32 = 2 * i + 1;
-    if (c >= size) break;
-    let cv = load<u64>(tops + (<usize>c << 3));
-    if (c + 1 < size) {
-      const rv = load<u64>(tops + (<usize>(c + 1) << 3));
-      if (rv < cv) { c++; cv = rv; }
-    }
-    if (cv >= entry) break;
-    store<u64>(tops + (<usize>i << 3), cv);
-    i = c;
-  }
-  store<u64>(tops + (<usize>i << 3), entry);
+  if (size > 0) siftDown(tops, size, 0, load<u64>(tops + (<usize>size << 3)));
 }
 
 /** Rebuilds the rank tops from each rank's current top, when stale entries pile up. */
 function topsCompact(): void {
   topsSize = 0;
   for (let r = 0; r < numRanks; r++) {
-    if (heapTop(r) != 0) topsPush(load<u32>(<usize>load<u32>(heapBase(r))), r);
+    if (heapTop(r) != 0) topsPush(topStamp(r), r);
   }
-}
-
-/** Sifts the entry at slot `i` of a heap of `size` down. */
-function siftDown(data: usize, size: u32, i: u32): void {
-  const entry = load<u64>(data + (<usize>i << 3));
-  const s = <u32>entry;
-  while (true) {
-    let c: u32 = 2 * i + 1;
-    if (c >= size) break;
-    let cs = load<u32>(data + (<usize>c << 3));
-    if (c + 1 < size) {
-      const rs = load<u32>(data + (<usize>(c + 1) << 3));
-      if (rs < cs) { c++; cs = rs; }
-    }
-    if (cs >= s) break;
-    store<u64>(data + (<usize>i << 3), load<u64>(data + (<usize>c << 3)));
-    i = c;
-  }
-  store<u64>(data + (<usize>i << 3), entry);
 }
 
 /** Removes the top of `rank`'s heap. */
@@ -468,10 +456,7 @@ function heapPop(rank: i32): void {
   const size = load<u32>(h, 4) - 1;
   store<u32>(h, size, 4);
   heapEntries--;
-  if (size > 0) {
-    store<u64>(data, load<u64>(data + (<usize>size << 3)));
-    siftDown(data, size, 0);
-  }
+  if (size > 0) siftDown(data, size, 0, load<u64>(data + (<usize>size << 3)));
 }
 
 /** Whether heap entry (s, id) still names a leaf of `rank` stamped s. */
@@ -488,9 +473,8 @@ function heapTop(rank: i32): u32 {
   const h = heapBase(rank);
   while (load<u32>(h, 4) > 0) {
     const data = <usize>load<u32>(h);
-    const s = load<u32>(data);
-    const id = load<u32>(data, 4);
-    if (entryValid(rank, s, id)) return id;
+    const id = load<u32>(data);
+    if (entryValid(rank, load<u32>(data, 4), id)) return id;
     heapPop(rank);
   }
   return 0;
@@ -505,14 +489,14 @@ function maybeCompact(rank: i32): void {
   let kept: u32 = 0;
   for (let i: u32 = 0; i < size; i++) {
     const e = load<u64>(data + (<usize>i << 3));
-    if (entryValid(rank, <u32>e, <u32>(e >> 32))) {
+    if (entryValid(rank, <u32>(e >> 32), <u32>e)) {
       store<u64>(data + (<usize>kept << 3), e);
       kept++;
     }
   }
   heapEntries -= size - kept;
   store<u32>(h, kept, 4);
-  for (let i = <i32>(kept >> 1) - 1; i >= 0; i--) siftDown(data, kept, <u32>i);
+  for (let i = <i32>(kept >> 1) - 1; i >= 0; i--) siftDown(data, kept, <u32>i, load<u64>(data + (<usize>i << 3)));
 }
 
 // ---- nodes ------------------------------------------------------------------------------
@@ -693,13 +677,13 @@ function fitBudget(reserve: f64): void {
     const rank = <i32><u32>entry;
     topsPop();
     if (heapTop(rank) == 0) continue; // the rank holds nothing now
-    const top = load<u32>(<usize>load<u32>(heapBase(rank)));
+    const top = topStamp(rank);
     if (top != s) {
       topsPush(top, rank); // a stale entry: re-enter the rank at its real top
       continue;
     }
     evictFrom(rank);
-    if (heapTop(rank) != 0) topsPush(load<u32>(<usize>load<u32>(heapBase(rank))), rank);
+    if (heapTop(rank) != 0) topsPush(topStamp(rank), rank);
   }
 }
 
