@@ -3,6 +3,7 @@
 // any router state is touched, so a rejected batch changes nothing.
 
 import { AdpInputError } from "./errors.js";
+import { namespaceKey } from "./namespace.js";
 
 /** A request id: a safe integer or a bigint, |id| < 2^64 (engine ids are u64). */
 export type RequestId = number | bigint;
@@ -92,6 +93,8 @@ export interface BatchRequest {
   readonly loraTaskId: number | null;
   /** Cache salt, or null. */
   readonly cacheSalt: string | null;
+  /** The prefix-cache namespace (LoRA id, salt) as the index's chain seed. */
+  readonly namespace: readonly [number, number];
   /** Matched tokens per rank, or null. */
   readonly prefixMatches: ArrayLike<number> | null;
   /** Block keys (validated), or null. */
@@ -224,6 +227,8 @@ function normalizeRequest(raw: unknown, index: number, numRanks: number): BatchR
     }
     prefixMatches = pm as ArrayLike<number>;
   }
+  const loraTaskId = typeof lora === "number" ? lora : null;
+  const cacheSalt = optionalString(raw.cacheSalt, `${at}.cacheSalt`);
   let blockKeys: ArrayLike<number> | null = null;
   if (raw.blockKeys !== undefined && raw.blockKeys !== null) {
     const keys = raw.blockKeys as ArrayLike<unknown>;
@@ -245,8 +250,9 @@ function normalizeRequest(raw: unknown, index: number, numRanks: number): BatchR
     rank,
     relax: relaxRaw !== false,
     conversationKey: subagent !== null && subagent !== "" ? subagent : conversation,
-    loraTaskId: typeof lora === "number" ? lora : null,
-    cacheSalt: optionalString(raw.cacheSalt, `${at}.cacheSalt`),
+    loraTaskId,
+    cacheSalt,
+    namespace: namespaceKey(loraTaskId, cacheSalt),
     prefixMatches,
     blockKeys,
   };

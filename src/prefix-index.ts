@@ -7,6 +7,7 @@
 import { AdpInputError } from "./errors.js";
 import { checkRank, checkTokens, MAX_KEY_LENGTH } from "./batch.js";
 import { parseKvEvents, type EngineHash } from "./kv-events.js";
+import { namespaceKey } from "./namespace.js";
 import { decodeSnapshot, encodeSnapshot } from "./snapshot-format.js";
 import { instantiateCore, type CoreExports } from "./wasm.js";
 
@@ -83,28 +84,15 @@ export interface KvEventsResult extends KvEventCounts {
 const OPTION_KEYS = new Set(["numRanks", "tokensPerBlock", "capacityBlocksPerRank", "maxMemoryBytes"]);
 /** Most ranks an index supports (ranks are stored in 16 bits). */
 export const MAX_INDEX_RANKS = 65536;
-const NO_NAMESPACE: readonly [number, number] = [0x6a09e667, 0xbb67ae85];
 
 /** `n` rounded up to a multiple of 8. */
 const align8 = (n: number): number => (n + 7) & ~7;
 /** Whether `v` is an integer in [1, max]. */
 const isPositiveInt = (v: unknown, max: number): v is number => typeof v === "number" && Number.isInteger(v) && v >= 1 && v <= max;
 
-/** 32-bit string hash (murmur3-style mixing over UTF-16 code units). */
-function hash32(text: string, seed: number): number {
-  let h = seed >>> 0;
-  for (let i = 0; i < text.length; i++) {
-    h = Math.imul(h ^ text.charCodeAt(i), 0x5bd1e995);
-    h ^= h >>> 15;
-  }
-  h = Math.imul(h ^ (h >>> 16), 0x85ebca6b);
-  h = Math.imul(h ^ (h >>> 13), 0xc2b2ae35);
-  return (h ^ (h >>> 16)) >>> 0;
-}
-
 /** Validates a namespace and returns its 64-bit chain seed as two words. */
 export function namespaceSeed(ns: unknown, field = "ns"): readonly [number, number] {
-  if (ns === undefined || ns === null) return NO_NAMESPACE;
+  if (ns === undefined || ns === null) return namespaceKey(null, null);
   if (typeof ns !== "object") throw new AdpInputError(field, "must be an object { loraTaskId?, cacheSalt? }", ns);
   const { loraTaskId, cacheSalt } = ns as PrefixNamespace;
   for (const key of Object.keys(ns)) {
@@ -116,9 +104,7 @@ export function namespaceSeed(ns: unknown, field = "ns"): readonly [number, numb
   if (salt !== null && (typeof salt !== "string" || salt.length > MAX_KEY_LENGTH)) {
     throw new AdpInputError(`${field}.cacheSalt`, `must be a string of at most ${MAX_KEY_LENGTH} characters, or null`, salt);
   }
-  if (lora === null && salt === null) return NO_NAMESPACE;
-  const text = `${lora === null ? "-" : String(lora)}\u0000${salt === null ? "-" : `s${salt}`}`;
-  return [hash32(text, 0x3c6ef372), hash32(text, 0xa54ff53a)];
+  return namespaceKey(lora, salt);
 }
 
 /** A multi-rank prefix index. Create with {@link createPrefixIndex}. */

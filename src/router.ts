@@ -8,7 +8,7 @@ import { RoutingCore } from "./core.js";
 import { AdpInputError } from "./errors.js";
 import { ConversationRouter } from "./routers/conversation.js";
 import { DefaultRouter } from "./routers/default.js";
-import { namespaceSeed, PrefixIndex, restorePrefixIndex, type PrefixIndexOptions } from "./prefix-index.js";
+import { PrefixIndex, restorePrefixIndex, type PrefixIndexOptions } from "./prefix-index.js";
 import { decodeSnapshot, encodeSnapshot } from "./snapshot-format.js";
 import { KvCacheAwareRouter } from "./routers/kv-cache-aware.js";
 import { MetricsCounters, type RouterMetrics } from "./metrics.js";
@@ -80,7 +80,7 @@ function learn(index: PrefixIndex, batch: Batch, decision: Decision): void {
   for (const req of batch.requests) {
     const rank = decision.rankOf[req.index]!;
     if (rank < 0) continue;
-    const seed = namespaceSeed({ loraTaskId: req.loraTaskId, cacheSalt: req.cacheSalt });
+    const seed = req.namespace;
     if (req.tokens !== null) {
       if (req.tokens.length >= index.tokensPerBlock) index.insertValidated(rank, req.tokens, seed);
     } else if (req.blockKeys !== null && req.blockKeys.length > 0) {

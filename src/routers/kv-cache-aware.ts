@@ -6,7 +6,7 @@
 import type { Batch, BatchRequest } from "../batch.js";
 import type { AttentionDpConfig } from "../config.js";
 import type { RoutingCore } from "../core.js";
-import { namespaceSeed, type PrefixIndex } from "../prefix-index.js";
+import type { PrefixIndex } from "../prefix-index.js";
 import { expectedPerRank, Placements, relaxKeyA, strictFirst } from "./shared.js";
 import type { Decision, RoutingPolicy } from "./types.js";
 
@@ -93,7 +93,7 @@ export class KvCacheAwareRouter implements RoutingPolicy {
       const matches = (): Uint32Array => this.#core.kvViews().matches;
       for (const req of requests) {
         if (rowOf[req.index] === 0 || req.prefixMatches !== null) continue;
-        const seed = namespaceSeed({ loraTaskId: req.loraTaskId, cacheSalt: req.cacheSalt });
+        const seed = req.namespace;
         if (req.tokens !== null) index.probeInto(req.tokens, req.tokens.length - 1, seed, matches, rowOf[req.index]! * numRanks);
         else index.probeBlocksInto(req.blockKeys!, probeBlocks(req, index.tokensPerBlock), seed, matches, rowOf[req.index]! * numRanks);
       }
