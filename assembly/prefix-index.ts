@@ -7,8 +7,10 @@
 // Layout (unmanaged memory, all grown by doubling, never shrunk):
 //   nodes      1-based ids (0 = none), in chunks of 1,024; each chunk holds the
 //                nodes' hot halves (what a match walk reads), then their cold halves:
-//                hot  0 keyLo u32 · 4 keyHi u32 · 8 firstChild · 12 count u16 · 14 class u8
-//                cold 0 parent · 4 nextSibling · 8 prevSibling · 12 residencies (slot index)
+//                hot  0 keyLo u32 · 4 keyHi u32 · 8 residencies (slot index) · 12 count u16
+//                     · 14 class u8 · 15 kids u8 (bit 7: node id+1 is a child; bits 0-6:
+//                     children, saturating at 127, after which they are never counted down)
+//                cold 0 parent · 4 nextSibling · 8 prevSibling · 12 firstChild
 //   table      open addressing, linear probing, backward-shift deletion:
 //                per slot u32 tag (low bits of the key's hash), u32 node (0 = empty); load ≤ 1/2
 //   residency  8-byte slots {rank u16, childrenInRank u16, stamp u32}; a node's
@@ -92,10 +94,8 @@ let rankLeaves: usize = 0;
 let heaps: usize = 0;
 /** Heap entries across ranks (accounted bytes). */
 let heapEntries: u32 = 0;
-/** Per rank scratch marks for set diffs. */
-let marks: usize = 0;
-/** Current mark epoch. */
-let epoch: u32 = 0;
+/** Match scratch: the nodes where a walk's rank set shrinks, with their depths in tokens (2 × u32 each, numRanks + 1 at most). */
+let drops: usize = 0;
 /** Path scratch (node ids) for insert. */
 let path: usize = 0;
 /** Path scratch capacity. */
@@ -108,15 +108,21 @@ let evictions: f64 = 0;
 
 // ---- small accessors ----------------------------------------------------------------
 
+/** The children bits of the kids byte (saturating count). */
+// @ts-ignore: decorator
+@inline const KIDS_MASK: u32 = 0x7f;
+/** The kids-byte flag: node id+1 is a child of this node. */
+// @ts-ignore: decorator
+@inline const NEXT_IS_CHILD: u32 = 0x80;
 /** Bytes of one half (hot or cold) of a node. */
 // @ts-ignore: decorator
 @inline const HALF: usize = NODE_BYTES / 2;
-/** The hot half of node `id`: key, first child, residency count and class. */
+/** The hot half of node `id`: key, residency block, count and class, children. */
 // @ts-ignore: decorator
 @inline function nodeAt(id: u32): usize {
   return <usize>load<u32>(nodeChunks + (<usize>(id >> NODE_CHUNK_SHIFT) << 2)) + <usize>(id & ((1 << NODE_CHUNK_SHIFT) - 1)) * HALF;
 }
-/** The cold half of node `id`: parent, siblings, residency block. */
+/** The cold half of node `id`: parent, siblings, first child. */
 // @ts-ignore: decorator
 @inline function coldAt(id: u32): usize {
   return nodeAt(id) + (HALF << NODE_CHUNK_SHIFT);
@@ -134,11 +140,11 @@ let evictions: f64 = 0;
 // @ts-ignore: decorator
 @inline function parentOf(id: u32): u32 { return load<u32>(coldAt(id)); }
 // @ts-ignore: decorator
-@inline function firstChild(id: u32): u32 { return load<u32>(nodeAt(id), 8); }
+@inline function firstChild(id: u32): u32 { return load<u32>(coldAt(id), 12); }
 // @ts-ignore: decorator
 @inline function nextSibling(id: u32): u32 { return load<u32>(coldAt(id), 4); }
 // @ts-ignore: decorator
-@inline function resStart(id: u32): u32 { return load<u32>(coldAt(id), 12); }
+@inline function resStart(id: u32): u32 { return load<u32>(nodeAt(id), 8); }
 // @ts-ignore: decorator
 @inline function resCount(id: u32): u32 { return <u32>load<u16>(nodeAt(id), 12); }
 // @ts-ignore: decorator
@@ -203,10 +209,16 @@ function hashTokens(ptr: usize, count: i32): u64 {
   return fmix(a + rotl<u64>(b, 17) + rotl<u64>(c, 31) + rotl<u64>(d, 47));
 }
 
-/** The path key of a child block: the parent's key chained with the block's hash. */
+/**
+ * The path key of a child block: a bijection of the parent's key xor the block's
+ * hash. Keys are only compared for equality (the table mixes them again), and a
+ * block hash is already well mixed, so one multiply per block keeps the walk's
+ * serial chain short; two paths share a key only if their block hashes differ by
+ * exactly the difference of their parents' images, a 2^-64 event for unrelated blocks.
+ */
 // @ts-ignore: decorator
 @inline function chain(parent: u64, block: u64): u64 {
-  return fmix(parent * 0x9e3779b97f4a7c15 + block + 0x632be59bd9b4e019);
+  return rotl<u64>(parent, 23) * 0x9e3779b97f4a7c15 ^ block;
 }
 
 /** Hash of a caller-given block key (engine or trace block id), kept apart from token hashes. */
@@ -520,13 +532,21 @@ function newNode(key: u64, parent: u32): u32 {
   store<u32>(at, 0, 8);
   store<u16>(at, 0, 12);
   store<u8>(at, 0xff, 14); // no residency block yet
+  store<u8>(at, 0, 15);
   const sibling = parent != 0 ? firstChild(parent) : 0;
   store<u32>(cold, parent);
   store<u32>(cold, sibling, 4);
   store<u32>(cold, 0, 8);
   store<u32>(cold, 0, 12);
   if (sibling != 0) store<u32>(coldAt(sibling), id, 8);
-  if (parent != 0) store<u32>(nodeAt(parent), id, 8);
+  if (parent != 0) {
+    store<u32>(coldAt(parent), id, 12);
+    const pa = nodeAt(parent);
+    let kids = <u32>load<u8>(pa, 15);
+    if ((kids & KIDS_MASK) < KIDS_MASK) kids++;
+    if (id == parent + 1) kids |= NEXT_IS_CHILD;
+    store<u8>(pa, <u8>kids, 15);
+  }
   liveNodes++;
   if (liveNodes * 2 > tableCap) growTable();
   tableInsert(id);
@@ -542,14 +562,22 @@ function freeNodeId(id: u32): void {
   const next = load<u32>(cold, 4);
   const prev = load<u32>(cold, 8);
   if (prev != 0) store<u32>(coldAt(prev), next, 4);
-  else if (parent != 0) store<u32>(nodeAt(parent), next, 8);
+  else if (parent != 0) store<u32>(coldAt(parent), next, 12);
   if (next != 0) store<u32>(coldAt(next), prev, 8);
+  if (parent != 0) {
+    const pa = nodeAt(parent);
+    let kids = <u32>load<u8>(pa, 15);
+    if ((kids & KIDS_MASK) < KIDS_MASK) kids--; // a saturated count stays "many"
+    if (id == parent + 1) kids &= ~NEXT_IS_CHILD;
+    store<u8>(pa, <u8>kids, 15);
+  }
   const cls = resClass(id);
   if (cls != 0xff) freeBlock(resStart(id), cls);
   store<u32>(at, 0);
   store<u32>(at, 0, 4);
   store<u16>(at, 0, 12);
   store<u8>(at, 0xff, 14);
+  store<u8>(at, 0, 15);
   store<u32>(cold, freeNode, 4);
   freeNode = id;
   liveNodes--;
@@ -567,7 +595,7 @@ function addResidency(id: u32, rank: i32, s: u32): u32 {
       memory.copy(slotAt(fresh), slotAt(resStart(id)), <usize>n << 3);
       freeBlock(resStart(id), cls);
     }
-    store<u32>(coldAt(id), fresh, 12);
+    store<u32>(at, fresh, 8);
     store<u8>(at, <u8>newCls, 14);
   }
   const slot = resStart(id) + n;
@@ -712,8 +740,7 @@ export function indexInit(ranks: i32, blockTokens: i32, capacityPerRank: u32, ma
   memory.fill(rankBlocks, 0, perRank);
   rankLeaves = heap.alloc(perRank);
   memory.fill(rankLeaves, 0, perRank);
-  marks = heap.alloc(perRank);
-  memory.fill(marks, 0, perRank);
+  drops = heap.alloc(<usize>(ranks + 1) << 3);
   heaps = heap.alloc(<usize>ranks * 12);
   memory.fill(heaps, 0, <usize>ranks * 12);
   pathCap = 64;
@@ -740,41 +767,30 @@ export function hashBlockKeys(keys: usize, count: i32): void {
 
 /**
  * The node with path key `key` one block below `prev` (0 = at the namespace root).
- * A path inserted in one go has consecutive node ids, so `prev + 1` is tried
- * first: its address needs no load, which lets the CPU run ahead along a path
- * instead of waiting for each node before fetching the next. Path keys are
- * unique, so a key match is the node.
+ * The children count in the hot half settles most steps without the table: a
+ * node without children ends the walk, and a path inserted in one go has
+ * consecutive ids, so an only child (or one of two) is usually `prev + 1`,
+ * whose address needs no load. Path keys are unique, so a key match is the node.
  */
 // @ts-ignore: decorator
 @inline function step(prev: u32, key: u64): u32 {
   if (prev != 0) {
-    const lo = <u32>key;
-    const hi = <u32>(key >> 32);
-    const next = prev + 1;
-    if (next < nodeTop && keyLo(next) == lo && keyHi(next) == hi) return next;
-    const c = firstChild(prev);
-    if (c != 0 && keyLo(c) == lo && keyHi(c) == hi) return c;
+    const kids = <u32>load<u8>(nodeAt(prev), 15);
+    const n = kids & KIDS_MASK;
+    if (n == 0) return 0;
+    if ((kids & NEXT_IS_CHILD) != 0 && n <= 2) {
+      const next = prev + 1;
+      if (keyLo(next) == <u32>key && keyHi(next) == <u32>(key >> 32)) return next;
+      if (n == 1) return 0;
+    }
   }
   return lookup(key);
 }
 
-/** Ranks holding `prev` but not `id` stop at `tokens` matched tokens. */
-function recordDrops(prev: u32, prevCount: u32, id: u32, count: u32, tokens: u32, out: usize): void {
-  epoch++;
-  const start = resStart(id);
-  const base = count > 0 ? slotAt(start) : 0; // a block never straddles chunks
-  for (let k: u32 = 0; k < count; k++) store<u32>(u32At(marks, <i32>load<u16>(base + (<usize>k << 3))), epoch);
-  const pBase = slotAt(resStart(prev));
-  for (let k: u32 = 0; k < prevCount; k++) {
-    const r = <i32>load<u16>(pBase + (<usize>k << 3));
-    if (load<u32>(u32At(marks, r)) != epoch) store<u32>(u32At(out, r), tokens);
-  }
-}
-
-/** Writes `tokens` matched tokens for every rank holding `id`. */
-function recordAll(id: u32, count: u32, tokens: u32, out: usize): void {
-  const start = resStart(id);
-  const base = slotAt(start);
+/** Writes `tokens` matched tokens for every rank holding `id` (`count` residencies). */
+// @ts-ignore: decorator
+@inline function writeRanks(id: u32, count: u32, tokens: u32, out: usize): void {
+  const base = slotAt(resStart(id)); // a block never straddles chunks
   for (let k: u32 = 0; k < count; k++) store<u32>(u32At(out, <i32>load<u16>(base + (<usize>k << 3))), tokens);
 }
 
@@ -783,15 +799,22 @@ function recordAll(id: u32, count: u32, tokens: u32, out: usize): void {
  * one walk. With `tokens` != 0 the prompt is `count` token ids there, hashed a
  * block at a time as the walk goes (so nothing past the first unknown block is
  * hashed); otherwise `blocks` holds `count` block hashes. Changes nothing.
+ *
+ * The set of ranks holding a node only shrinks along a path, so a rank's match
+ * is the depth of the last node before the set drops it. The walk only notes
+ * the nodes where the count drops; then every rank is set to the depth of the
+ * last node all ranks hold (often a shared system prompt, so no slot is read),
+ * and each noted node, shallow to deep, overwrites its ranks with its depth.
  */
 function matchWalk(seed: u64, tokens: usize, blocks: usize, count: i32, out: usize): void {
-  memory.fill(out, 0, <usize>numRanks << 2);
   const numBlocks = tokens != 0 ? count / tokensPerBlock : count;
   let key = seed;
   let prev: u32 = 0;
-  let prevCount: u32 = 0;
-  let depth = 0;
-  for (let d = 0; d < numBlocks; d++) {
+  let prevCount: u32 = <u32>numRanks;
+  let full: u32 = 0; // matched tokens every rank holds
+  let noted = 0;
+  let d = 0;
+  for (; d < numBlocks; d++) {
     const block = tokens != 0
       ? hashTokens(tokens + (<usize>(d * tokensPerBlock) << 2), tokensPerBlock)
       : load<u64>(blocks + (<usize>d << 3));
@@ -799,14 +822,29 @@ function matchWalk(seed: u64, tokens: usize, blocks: usize, count: i32, out: usi
     const id = step(prev, key);
     if (id == 0) break;
     const c = resCount(id);
-    // Rank sets only shrink along a path: diff them only where the count drops.
-    if (c < prevCount) recordDrops(prev, prevCount, id, c, <u32>(d * tokensPerBlock), out);
-    if (c == 0) break;
+    if (c < prevCount && prev != 0) {
+      store<u32>(drops + (<usize>noted << 3), prev);
+      store<u32>(drops + (<usize>noted << 3), <u32>(d * tokensPerBlock), 4);
+      noted++;
+    }
+    if (c == <u32>numRanks) full = <u32>((d + 1) * tokensPerBlock);
     prev = id;
     prevCount = c;
-    depth = d + 1;
   }
-  if (prev != 0) recordAll(prev, prevCount, <u32>(depth * tokensPerBlock), out);
+  if (prev != 0 && prevCount < <u32>numRanks) {
+    store<u32>(drops + (<usize>noted << 3), prev);
+    store<u32>(drops + (<usize>noted << 3), <u32>(d * tokensPerBlock), 4);
+    noted++;
+  }
+  const fill = v128.splat<u32>(full);
+  let r = 0;
+  for (; r + 4 <= numRanks; r += 4) v128.store(u32At(out, r), fill);
+  for (; r < numRanks; r++) store<u32>(u32At(out, r), full);
+  for (let i = 0; i < noted; i++) {
+    const at = drops + (<usize>i << 3);
+    const id = load<u32>(at);
+    writeRanks(id, resCount(id), load<u32>(at, 4), out);
+  }
 }
 
 /** Matched tokens per rank for `numTokens` token ids at `tokens` (see `matchWalk`). */

@@ -462,6 +462,7 @@ export class PrefixIndex {
     return encodeSnapshot(
       {
         kind: "prefix-index",
+        pathKeys: PATH_KEY_SCHEME,
         options: this.#options,
         nodes,
         stamp: ex.indexStamp() >>> 0,
@@ -492,10 +493,20 @@ export class PrefixIndex {
   }
 }
 
+/**
+ * The scheme of the block-path keys a snapshot stores (how the core hashes
+ * blocks and chains them); a snapshot of another scheme cannot be matched
+ * against, so it is refused. Scheme 1 had no field.
+ */
+const PATH_KEY_SCHEME = 2;
+
 /** Rebuilds an index from {@link PrefixIndex.snapshot} bytes (any platform). */
 export function restorePrefixIndex(bytes: Uint8Array): PrefixIndex {
   const { state, sections } = decodeSnapshot(bytes);
   if (state.kind !== "prefix-index" || sections.length !== 1) throw new AdpInputError("snapshot", "is not a prefix index snapshot", state.kind);
+  if (state.pathKeys !== PATH_KEY_SCHEME) {
+    throw new AdpInputError("snapshot", `holds block-path keys of another scheme (this version reads scheme ${PATH_KEY_SCHEME})`, state.pathKeys ?? 1);
+  }
   const index = new PrefixIndex(state.options as PrefixIndexOptions);
   index.loadSnapshot(state, sections[0]!);
   return index;

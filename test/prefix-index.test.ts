@@ -81,6 +81,32 @@ describe("prefix index semantics", () => {
     const m = index.match(range(40));
     expect([m[0], m[700], m[1023], m[1499], m[5]]).toEqual([4, 4, 16, 20, 0]);
   });
+
+  // The walk settles most steps from a block's count of next blocks and its
+  // "next id is my child" flag instead of the table; these pin both down.
+  it("finds an only next block that is not stored right after its parent", () => {
+    const index = createPrefixIndex({ numRanks: 2, tokensPerBlock: 2 });
+    index.insert(0, [1, 2, 3, 4]); // blocks [1,2] and [3,4] stored one after the other
+    index.insert(1, [1, 2, 5, 6]); // [1,2] gains a second next block, stored elsewhere
+    index.clearRank(0); // [3,4] goes; [5,6] is now the only next block
+    expect(index.match([1, 2, 5, 6, 0])).toEqual([0, 4]);
+    expect(index.match([1, 2, 3, 4, 0])).toEqual([0, 2]);
+    index.insert(0, [1, 2, 7, 8]); // may reuse the freed slot right after [1,2]
+    expect(index.match([1, 2, 7, 8])).toEqual([4, 2]);
+    expect(index.match([1, 2, 5, 6])).toEqual([2, 4]);
+    expect(index.match([1, 2, 3, 4])).toEqual([2, 2]);
+  });
+
+  it("keeps matching below a block whose next blocks once exceeded the count it tracks", () => {
+    const index = createPrefixIndex({ numRanks: 2, tokensPerBlock: 2 });
+    for (let k = 0; k < 200; k++) index.insert(0, [1, 2, 10 + k, 10 + k]);
+    for (let k = 127; k < 200; k++) index.insert(1, [1, 2, 10 + k, 10 + k, 7, 7]);
+    index.clearRank(0); // 127 next blocks go, 73 stay: a count that went down from its cap would say none
+    for (let k = 0; k < 200; k++) expect(index.match([1, 2, 10 + k, 10 + k, 7, 7])).toEqual(k >= 127 ? [0, 6] : [0, 2]);
+    index.insert(0, [1, 2, 99, 99]);
+    expect(index.match([1, 2, 99, 99])).toEqual([4, 2]);
+    expect(index.stats().blocks).toBe(1 + 2 * 73 + 1);
+  });
 });
 
 describe("routing with a prefix index", () => {

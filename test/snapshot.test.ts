@@ -2,6 +2,7 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { AdpInputError, createPrefixIndex, createRouter, restorePrefixIndex, restoreRouter, runScenario, toRouteInput, type RouteInput } from "../src/index.js";
+import { decodeSnapshot, encodeSnapshot } from "../src/snapshot-format.js";
 import { idle } from "./support/build.js";
 import { readJsonLines } from "./support/fixtures.js";
 
@@ -109,5 +110,15 @@ describe("prefix index snapshot / restore", () => {
       ),
       { seed: 23, numRuns: 100 },
     );
+  });
+
+  it("refuses a snapshot whose block-path keys come from another key scheme", () => {
+    const a = createPrefixIndex({ numRanks: 2, tokensPerBlock: 2 });
+    a.insert(1, [1, 2, 3, 4]);
+    const { state, sections } = decodeSnapshot(a.snapshot());
+    expect(restorePrefixIndex(encodeSnapshot(state, sections)).match([1, 2, 3, 4, 5])).toEqual([0, 4]);
+    const { pathKeys: _scheme, ...older } = state;
+    expect(() => restorePrefixIndex(encodeSnapshot(older, sections))).toThrowError(/snapshot.*another scheme.*scheme 2.*got 1/s);
+    expect(() => restorePrefixIndex(encodeSnapshot({ ...state, pathKeys: 3 }, sections))).toThrowError(AdpInputError);
   });
 });
