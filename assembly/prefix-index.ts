@@ -822,7 +822,7 @@ function matchWalk(seed: u64, tokens: usize, blocks: usize, count: i32, out: usi
     const id = step(prev, key);
     if (id == 0) break;
     const c = resCount(id);
-    if (c < prevCount && prev != 0) {
+    if (c < prevCount && prevCount < <u32>numRanks) { // all ranks get `full` anyway
       store<u32>(drops + (<usize>noted << 3), prev);
       store<u32>(drops + (<usize>noted << 3), <u32>(d * tokensPerBlock), 4);
       noted++;

@@ -178,42 +178,39 @@ export class PrefixIndex {
   }
 
   /**
-   * Writes the full blocks of the first `length` tokens into scratch; returns
-   * [tokensAddress, tokenCount, outAddress, blocksAddress] (blocks: room for their hashes).
+   * Writes `tokens` into scratch after the per-rank result region (at the
+   * scratch's start) and returns their address; room for one block hash per
+   * block follows them. The whole array is copied: a typed array's `set` is a
+   * memcpy, cheaper than making a `subarray` view of the first `length` tokens.
    */
-  #writeTokens(tokens: ArrayLike<number>, length: number): [number, number, number, number] {
-    const tpb = this.#tokensPerBlock;
-    const n = Math.floor(length / tpb) * tpb;
-    const outAt = 0;
-    const blocksAt = align8(this.#numRanks * 4);
-    const tokensAt = blocksAt + (n / tpb) * 8;
-    const base = this.#reserve(tokensAt + tokens.length * 4);
-    // A typed array's subarray copies only what is needed; a plain array is set whole.
-    const src = ArrayBuffer.isView(tokens) && n < tokens.length ? (tokens as Uint32Array).subarray(0, n) : tokens;
-    this.#u32().set(src, (base + tokensAt) >>> 2);
-    return [base + tokensAt, n, base + outAt, base + blocksAt];
+  #writeTokens(tokens: ArrayLike<number>): number {
+    const tokensAt = align8(this.#numRanks * 4);
+    const base = this.#reserve(tokensAt + align8(tokens.length * 4) + Math.ceil(tokens.length / this.#tokensPerBlock) * 8);
+    this.#u32().set(tokens, (base + tokensAt) >>> 2);
+    return base + tokensAt;
   }
 
-  /** The u32 view of linear memory, current after any growth. */
+  /** The u32 view of linear memory, current after any growth (growth detaches the old buffer, emptying its views). */
   #u32(): Uint32Array {
-    const buffer = this.#core().memory.buffer;
-    if (this.#memory === null || this.#memory.buffer !== buffer) this.#memory = new Uint32Array(buffer);
+    if (this.#memory === null || this.#memory.length === 0) this.#memory = new Uint32Array(this.#core().memory.buffer);
     return this.#memory;
   }
 
   /** Inserts the first `length` tokens (validated) into `rank`'s view. */
   #insertTokens(rank: number, tokens: ArrayLike<number>, length: number, seed: readonly [number, number]): void {
     const ex = this.#core();
-    const [at, n, , blocks] = this.#writeTokens(tokens, length);
-    const count = ex.hashBlocks(at, n, blocks);
+    const at = this.#writeTokens(tokens);
+    const blocks = at + align8(tokens.length * 4);
+    const count = ex.hashBlocks(at, length - (length % this.#tokensPerBlock), blocks);
     ex.indexInsert(rank, seed[0], seed[1], blocks, count);
   }
 
   /** Matches the first `length` tokens (validated); the result is in scratch at the returned address. */
   #matchTokens(tokens: ArrayLike<number>, length: number, seed: readonly [number, number]): number {
     const ex = this.#core();
-    const [at, n, out] = this.#writeTokens(tokens, length);
-    ex.indexMatchTokens(seed[0], seed[1], at, n, out);
+    const at = this.#writeTokens(tokens);
+    const out = this.#scratch;
+    ex.indexMatchTokens(seed[0], seed[1], at, length - (length % this.#tokensPerBlock), out);
     return out;
   }
 
