@@ -5,7 +5,7 @@
 //   match    one walk for all ranks, 2,000- and 8,000-token prompts, median µs
 // and reports bytes per block and per (block, rank) residency for the wasm index
 // (accounted and whole linear memory) and the baseline's heap growth.
-// Prints one JSON line per figure. Run: npm run bench:index (node --expose-gc).
+// Prints one JSON line per figure. Run: npm run bench:index [-- RANKS...] (node --expose-gc).
 import { mulberry32 } from "../src/simulate/workload.js";
 import { createPrefixIndex } from "../src/index.js";
 import { PlainPrefixIndex } from "../test/oracle/prefix-index.js";
@@ -87,7 +87,9 @@ function timeMatches(match: (q: Uint32Array) => unknown, queries: Uint32Array[],
   return (median(samples) - median(empty)) * 1000;
 }
 
-for (const numRanks of [8, 72, 1024]) {
+// `npm run bench:index -- 72` runs one rank count only.
+const only = process.argv.slice(2).map(Number).filter((n) => n > 0);
+for (const numRanks of only.length > 0 ? only : [8, 72, 1024]) {
   const rand = mulberry32(numRanks);
   const promptLength = 2000;
   // Unique blocks per prompt ≈ 62 - 16 shared system blocks - shared extension.
