@@ -4,7 +4,8 @@
 // the chained 64-bit hash of its path (namespace seed, then each block's hash),
 // so a prompt is walked block by block without storing its tokens.
 //
-// Layout (unmanaged memory, all grown by doubling, never shrunk):
+// Layout (unmanaged memory, never shrunk; node and residency chunks and large
+// tables in page storage, see pages.ts, the rest on the TLSF heap):
 //   nodes      1-based ids (0 = none), in chunks of 1,024; each chunk holds the
 //                nodes' hot halves (what a match walk reads), then their cold halves:
 //                hot  0 keyLo u32 · 4 keyHi u32 · 8 residencies (slot index) · 12 count u16
@@ -26,12 +27,14 @@
 // `match` walks the prompt once for all ranks: the set of ranks holding a node
 // only shrinks along a path, so it diffs rank sets only where the count drops.
 
+import { idlePageBytes, storageAlloc, storageFree, takePages } from "./pages";
+
 /** Bytes of one node. */
 // @ts-ignore: decorator
 @inline const NODE_BYTES: usize = 32;
-/** Bytes accounted per live node: the node and its share of a half-full table. */
+/** Slots of a new index's hash table. */
 // @ts-ignore: decorator
-@inline export const BYTES_PER_NODE: u32 = 48;
+@inline const INITIAL_TABLE: u32 = 128;
 /** Bytes accounted per residency slot. */
 // @ts-ignore: decorator
 @inline const SLOT_BYTES: u32 = 8;
@@ -150,12 +153,12 @@ let evictions: f64 = 0;
 // @ts-ignore: decorator
 @inline function resClass(id: u32): u32 { return <u32>load<u8>(nodeAt(id), 14); }
 
-/** Grows a buffer to `bytes`, copying `used` bytes; returns the new address. */
+/** Grows a full buffer of `used` bytes to `bytes`, copying it; returns the new address. */
 function grow(old: usize, used: usize, bytes: usize): usize {
-  const fresh = heap.alloc(bytes);
+  const fresh = storageAlloc(bytes);
   if (old != 0) {
     memory.copy(fresh, old, used);
-    heap.free(old);
+    storageFree(old, used);
   }
   return fresh;
 }
@@ -283,25 +286,33 @@ function tableRemove(id: u32): void {
   store<u64>(table + (<usize>i << 3), 0);
 }
 
+/** Zeroed storage for a table of `cap` slots. */
+function tableAlloc(cap: u32): usize {
+  const bytes = <usize>cap << 3;
+  const at = storageAlloc(bytes);
+  memory.fill(at, 0, bytes);
+  return at;
+}
+
 /** Doubles the table and re-places every entry by its tag. */
 function growTable(): void {
   const old = table;
   const oldCap = tableCap;
   tableCap = oldCap << 1;
-  table = heap.alloc(<usize>tableCap << 3);
-  memory.fill(table, 0, <usize>tableCap << 3);
+  table = tableAlloc(tableCap);
   for (let i: u32 = 0; i < oldCap; i++) {
     const id = load<u32>(old + (<usize>i << 3), 4);
     if (id != 0) tablePut(load<u32>(old + (<usize>i << 3)), id);
   }
-  heap.free(old);
+  storageFree(old, <usize>oldCap << 3);
 }
 
 // ---- residency blocks ---------------------------------------------------------------
 
 /** Appends a chunk address to a chunk table of `count` entries; returns the (maybe moved) table. */
 function appendChunk(chunks: usize, count: u32, chunk: usize): usize {
-  if ((count & (count - 1)) == 0) chunks = grow(chunks, <usize>count << 2, <usize>max<u32>(count << 1, 4) << 2);
+  // Full at 0, 4, 8, 16, … entries (4 at least are allocated).
+  if (count == 0 || (count >= 4 && (count & (count - 1)) == 0)) chunks = grow(chunks, <usize>count << 2, <usize>max<u32>(count << 1, 4) << 2);
   store<u32>(chunks + (<usize>count << 2), <u32>chunk);
   return chunks;
 }
@@ -334,7 +345,7 @@ function allocBlock(cls: u32): u32 {
   }
   while (slotTop + size > slotCap) {
     const chunkSlots: u32 = <u32>1 << slotChunkShift;
-    slotChunks = appendChunk(slotChunks, slotChunkCount++, heap.alloc(<usize>chunkSlots << 3));
+    slotChunks = appendChunk(slotChunks, slotChunkCount++, takePages(<usize>chunkSlots << 3));
     slotCap += chunkSlots;
   }
   const s = slotTop;
@@ -520,7 +531,7 @@ function newNode(key: u64, parent: u32): u32 {
     freeNode = nextSibling(id);
   } else {
     if (nodeTop == nodeCap) {
-      nodeChunks = appendChunk(nodeChunks, nodeChunkCount++, heap.alloc(<usize>NODE_BYTES << NODE_CHUNK_SHIFT));
+      nodeChunks = appendChunk(nodeChunks, nodeChunkCount++, takePages(<usize>NODE_BYTES << NODE_CHUNK_SHIFT));
       nodeCap += 1 << NODE_CHUNK_SHIFT;
     }
     id = nodeTop++;
@@ -681,24 +692,43 @@ function evictFrom(rank: i32): bool {
   return true;
 }
 
-/** Accounted bytes in use. */
+/**
+ * Bytes in use: live nodes, the hash table at its real size, residency slots
+ * (by block class), heap entries and the per-rank arrays.
+ */
 export function indexBytes(): f64 {
-  return <f64>liveNodes * <f64>BYTES_PER_NODE + <f64>slotsInUse * <f64>SLOT_BYTES + <f64>(heapEntries + topsSize) * 8 + <f64>numRanks * 32;
+  return <f64>liveNodes * <f64>NODE_BYTES + <f64>tableCap * 8 + <f64>slotsInUse * <f64>SLOT_BYTES +
+    <f64>(heapEntries + topsSize) * 8 + <f64>numRanks * 32;
 }
 
-/** Bytes the index's pools hold, used or free: node and residency chunks, the table, the heaps. */
+/** Bytes of the hash table. */
+export function indexTableBytes(): f64 {
+  return <f64>tableCap * 8;
+}
+
+/** Bytes the table must grow by to take `extra` more nodes (load ≤ 1/2). */
+function tableGrowth(extra: u32): f64 {
+  let cap = tableCap;
+  while ((<u64>liveNodes + <u64>extra) * 2 > <u64>cap) cap <<= 1;
+  return <f64>(cap - tableCap) * 8;
+}
+
+/** Bytes the index's pools hold, used or free: node and residency chunks, the table, the heaps, idle pages. */
 export function indexReservedBytes(): f64 {
   let heapBytes: f64 = 0;
   for (let r = 0; r < numRanks; r++) heapBytes += <f64>load<u32>(heapBase(r), 8) * 8;
   return <f64>nodeChunkCount * <f64>(<u32>NODE_BYTES << NODE_CHUNK_SHIFT) + <f64>tableCap * 8 +
-    <f64>slotChunkCount * <f64>(<u32>8 << slotChunkShift) + heapBytes + <f64>numRanks * 32;
+    <f64>slotChunkCount * <f64>(<u32>8 << slotChunkShift) + heapBytes + <f64>numRanks * 32 + idlePageBytes();
 }
 
-/** Evicts least-recently-stamped leaves across all ranks until `reserve` more bytes fit the budget. */
-function fitBudget(reserve: f64): void {
+/**
+ * Evicts least-recently-stamped leaves across all ranks until `reserve` more
+ * bytes and `extraNodes` more nodes (with the table growth they need) fit the budget.
+ */
+function fitBudget(reserve: f64, extraNodes: u32): void {
   if (budget == 0) return;
   if (topsSize > <u32>(4 * numRanks + 64)) topsCompact();
-  while (indexBytes() + reserve > budget) {
+  while (indexBytes() + reserve + tableGrowth(extraNodes) > budget) {
     if (topsSize == 0) return;
     const entry = load<u64>(tops);
     const s = <u32>(entry >> 32);
@@ -723,28 +753,27 @@ export function indexInit(ranks: i32, blockTokens: i32, capacityPerRank: u32, ma
   tokensPerBlock = blockTokens;
   capacity = capacityPerRank;
   budget = maxBytes;
-  if (budget != 0 && budget < <f64>numRanks * 32 + <f64>BYTES_PER_NODE + 16 + 8) return -1;
-  nodeChunks = appendChunk(0, 0, heap.alloc(<usize>NODE_BYTES << NODE_CHUNK_SHIFT));
+  if (budget != 0 && budget < <f64>numRanks * 32 + <f64>INITIAL_TABLE * 8 + <f64>NODE_BYTES + 16 + 8) return -1;
+  nodeChunks = appendChunk(0, 0, takePages(<usize>NODE_BYTES << NODE_CHUNK_SHIFT));
   nodeChunkCount = 1;
   nodeCap = 1 << NODE_CHUNK_SHIFT;
-  tableCap = 128;
-  table = heap.alloc(<usize>tableCap << 3);
-  memory.fill(table, 0, <usize>tableCap << 3);
+  tableCap = INITIAL_TABLE;
+  table = tableAlloc(tableCap);
   // A residency block holds at most numRanks slots (rounded up to a power of two).
   slotChunkShift = max<u32>(11, 32 - clz<u32>(<u32>max(ranks - 1, 1)));
-  slotChunks = appendChunk(0, 0, heap.alloc(<usize>8 << slotChunkShift));
+  slotChunks = appendChunk(0, 0, takePages(<usize>8 << slotChunkShift));
   slotChunkCount = 1;
   slotCap = <u32>1 << slotChunkShift;
   const perRank = <usize>ranks << 2;
-  rankBlocks = heap.alloc(perRank);
+  rankBlocks = storageAlloc(perRank);
   memory.fill(rankBlocks, 0, perRank);
-  rankLeaves = heap.alloc(perRank);
+  rankLeaves = storageAlloc(perRank);
   memory.fill(rankLeaves, 0, perRank);
-  drops = heap.alloc(<usize>(ranks + 1) << 3);
-  heaps = heap.alloc(<usize>ranks * 12);
+  drops = storageAlloc(<usize>(ranks + 1) << 3);
+  heaps = storageAlloc(<usize>ranks * 12);
   memory.fill(heaps, 0, <usize>ranks * 12);
   pathCap = 64;
-  path = heap.alloc(<usize>pathCap << 2);
+  path = storageAlloc(<usize>pathCap << 2);
   return 0;
 }
 
@@ -874,7 +903,7 @@ let stampResets: u32 = 0;
 export function indexInsert(rank: i32, seedLo: u32, seedHi: u32, blocks: usize, count: i32): i32 {
   if (count == 0) return 0;
   if (stamp >= LAST_STAMP) clearAll();
-  fitBudget(<f64>count * (<f64>BYTES_PER_NODE + 16) + 16);
+  fitBudget(<f64>count * (<f64>NODE_BYTES + 16) + 16, <u32>count);
   return extendPath(rank, (<u64>seedHi << 32) | <u64>seedLo, 0, 0, blocks, count, ++stamp, 0);
 }
 
@@ -895,6 +924,8 @@ function extendPath(rank: i32, key: u64, prev: u32, slot: u32, blocks: usize, co
       store<u32>(slotAt(slot), s, 4);
     } else {
       if (prev != 0 && load<u16>(slotAt(slot), 2) == MAX_CHILDREN) break;
+      // A table that must double past the budget ends the insert (it never shrinks).
+      if (id == 0 && budget != 0 && tableGrowth(1) > 0 && indexBytes() + tableGrowth(1) > budget) break;
       if (id == 0) id = newNode(key, prev);
       slot = addResidency(id, rank, s);
     }
@@ -907,7 +938,7 @@ function extendPath(rank: i32, key: u64, prev: u32, slot: u32, blocks: usize, co
   if (capacity != 0) {
     while (load<u32>(u32At(rankBlocks, rank)) > capacity) evictFrom(rank);
   }
-  fitBudget(0);
+  fitBudget(0, 0);
   return held;
 }
 
@@ -975,7 +1006,7 @@ export function indexInsertBelow(rank: i32, parentLo: u32, parentHi: u32, blocks
     store<u32>(slotAt(<u32>findResidency(up, rank)), s0, 4);
     up = parentOf(up);
   }
-  fitBudget(<f64>count * (<f64>BYTES_PER_NODE + 16) + 16);
+  fitBudget(<f64>count * (<f64>NODE_BYTES + 16) + 16, <u32>count);
   const slot = findResidency(parent, rank);
   if (slot < 0) return -1;
   return extendPath(rank, parentKey, parent, <u32>slot, blocks, count, s0, keysOut);
@@ -1031,7 +1062,7 @@ export function indexExport(out: usize): u32 {
     }
   }
   // Node id → list position, so children can name their parent's position.
-  const position = heap.alloc(<usize>nodeTop << 2);
+  const position = storageAlloc(<usize>nodeTop << 2);
   for (let i: u32 = 0; i < length; i++) store<u32>(position + (<usize>load<u32>(path + (<usize>i << 2)) << 2), i);
   for (let i: u32 = 0; i < length; i++) {
     const id = load<u32>(path + (<usize>i << 2));
@@ -1049,13 +1080,13 @@ export function indexExport(out: usize): u32 {
       at += 8;
     }
   }
-  heap.free(position);
+  storageFree(position, <usize>nodeTop << 2);
   return length;
 }
 
 /** Rebuilds the index (freshly initialised) from a snapshot of `count` nodes at `data`. */
 export function indexImport(data: usize, count: u32, stampNow: u32, evicted: f64, resets: u32): void {
-  const ids = heap.alloc(<usize>(count + 1) << 2);
+  const ids = storageAlloc(<usize>(count + 1) << 2);
   let at = data;
   for (let i: u32 = 0; i < count; i++) {
     const key = (<u64>load<u32>(at, 4) << 32) | <u64>load<u32>(at);
@@ -1080,7 +1111,7 @@ export function indexImport(data: usize, count: u32, stampNow: u32, evicted: f64
       if (load<u16>(slot, 2) == 0) heapPush(<i32>load<u16>(slot), load<u32>(slot, 4), id);
     }
   }
-  heap.free(ids);
+  storageFree(ids, <usize>(count + 1) << 2);
   stamp = stampNow;
   evictions = evicted;
   stampResets = resets;

@@ -122,8 +122,10 @@ for (const numRanks of only.length > 0 ? only : [8, 72, 1024]) {
   emit({
     figure: "memory",
     ranks: numRanks,
-    wasm_accounted_bytes_per_block: +(stats.bytesInUse / stats.blocks).toFixed(1),
-    wasm_accounted_bytes_per_residency_over_blocks: +((stats.bytesInUse - stats.blocks * 48) / stats.residencies).toFixed(1),
+    wasm_bytes_in_use_per_block: +(stats.bytesInUse / stats.blocks).toFixed(1),
+    // Per block: its node and its share of the hash table; per residency: the rest (slots, heap entries, per-rank arrays).
+    wasm_block_bytes_per_block: +((stats.blocks * 32 + stats.tableBytes) / stats.blocks).toFixed(1),
+    wasm_residency_bytes_per_residency: +((stats.bytesInUse - stats.blocks * 32 - stats.tableBytes) / stats.residencies).toFixed(1),
     wasm_reserved_bytes_per_block: +(stats.reservedBytes / stats.blocks).toFixed(1),
     wasm_linear_memory_bytes_per_block: +(stats.wasmMemoryBytes / stats.blocks).toFixed(1),
     plain_ts_heap_bytes_per_block: +(plainBytes / plain.size).toFixed(1),

@@ -44,9 +44,15 @@ export interface PrefixIndexStats {
   readonly blocks: number;
   /** (block, rank) residencies. */
   readonly residencies: number;
-  /** Bytes the index accounts for (nodes, residencies, eviction heaps); what `maxMemoryBytes` bounds. */
+  /**
+   * Bytes the index's live structures take: nodes (32 each), the block hash
+   * table at its real size, residency slots, eviction heap entries, per-rank
+   * arrays. What `maxMemoryBytes` bounds.
+   */
   readonly bytesInUse: number;
-  /** Bytes the index's pools hold, used or free (node and residency chunks, table, heaps). */
+  /** Bytes of the block hash table (part of `bytesInUse`; it doubles at half load and never shrinks). */
+  readonly tableBytes: number;
+  /** Bytes the index's pools hold, used or free (node and residency chunks, table, heaps, pages not yet used). */
   readonly reservedBytes: number;
   /** Bytes of the instance's wasm linear memory (never shrinks; freed on dispose). */
   readonly wasmMemoryBytes: number;
@@ -437,6 +443,7 @@ export class PrefixIndex {
       blocks: ex.indexNodeCount() >>> 0,
       residencies: ex.indexResidencyCount() >>> 0,
       bytesInUse: ex.indexBytes(),
+      tableBytes: ex.indexTableBytes(),
       reservedBytes: ex.indexReservedBytes(),
       wasmMemoryBytes: ex.memory.buffer.byteLength,
       evictions: ex.indexEvictions(),

@@ -47,6 +47,7 @@ export interface CoreExports {
   indexImport(data: number, count: number, stamp: number, evictions: number, stampResets: number): void;
   indexStamp(): number;
   indexReservedBytes(): number;
+  indexTableBytes(): number;
 }
 
 /** The compiled core, once compiled. */

@@ -75,6 +75,19 @@ describe("prefix index semantics", () => {
     expect(index.match(range(64, 0))).toEqual(new Array(8).fill(0));
   });
 
+  it("a memory budget bounds the module's linear memory too, not only what the index counts", () => {
+    const budget = 8 << 20;
+    const index = createPrefixIndex({ numRanks: 8, tokensPerBlock: 4, maxMemoryBytes: budget });
+    for (let i = 0; i < 40_000; i++) index.insert(i % 8, Array.from({ length: 64 }, (_, t) => (t < 16 ? t : i * 100 + t)));
+    const stats = index.stats();
+    expect(stats.evictions).toBeGreaterThan(0);
+    expect(stats.bytesInUse).toBeLessThanOrEqual(budget);
+    expect(stats.bytesInUse).toBeGreaterThan(budget * 0.75); // the budget is used, not just respected
+    // Large arrays are whole pages grown an eighth at a time; the fixed part is the
+    // module's first pages and one 64 KiB slab per small size class.
+    expect(stats.wasmMemoryBytes).toBeLessThanOrEqual(budget * 1.125 + (1 << 20));
+  });
+
   it("supports 1,024 ranks and beyond in one walk", () => {
     const index = createPrefixIndex({ numRanks: 1500, tokensPerBlock: 4 });
     for (const r of [0, 700, 1023, 1499]) index.insert(r, range(4 * (1 + (r % 5))));

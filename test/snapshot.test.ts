@@ -94,7 +94,7 @@ describe("prefix index snapshot / restore", () => {
           const b = restorePrefixIndex(a.snapshot());
           // Byte figures may differ (the restored heaps hold no stale entries); the contents may not.
           const contents = (x: typeof a) => {
-            const { bytesInUse: _b, reservedBytes: _r, wasmMemoryBytes: _w, ...rest } = x.stats();
+            const { bytesInUse: _b, tableBytes: _t, reservedBytes: _r, wasmMemoryBytes: _w, ...rest } = x.stats();
             return rest;
           };
           expect(contents(b)).toEqual(contents(a));

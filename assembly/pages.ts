@@ -1,0 +1,164 @@
+// Page-granular storage for the prefix index's large arrays: node and residency
+// chunks, and any table, heap or scratch array of 64 KiB or more.
+//
+// They are taken from `memory.grow` directly instead of the TLSF heap, whose
+// growth at least doubles linear memory each time it runs out: linear memory
+// then tracks what the index holds, so a memory budget bounds the module too.
+// Nothing in the core uses the TLSF heap any more; it is started (it claims the
+// memory the module begins with) before the first page is grown, so that
+// anything that ever did use it would add what it grows as a separate region
+// and never touch these pages.
+//
+// Layout: a bump region [bumpAt, bumpEnd) inside the pages grown last, and up
+// to MAX_RUNS free runs {start u32, bytes u32} in static data. A request is
+// served first-fit from the runs, then from the bump region, then by growing
+// memory by whole pages; what is given back (an outgrown table) becomes a run.
+// Every size is a multiple of 16 KiB, so runs never fragment below that.
+
+/** Free runs kept at most. */
+// @ts-ignore: decorator
+@inline const MAX_RUNS: i32 = 64;
+/** Free runs: start u32 · bytes u32. */
+const runs: usize = memory.data(MAX_RUNS * 8, 8);
+/** Free runs in use. */
+let runCount: i32 = 0;
+/** Next free byte of the bump region. */
+let bumpAt: usize = 0;
+/** End of the bump region. */
+let bumpEnd: usize = 0;
+/** Bytes held in runs. */
+let runBytes: f64 = 0;
+/** Whether the TLSF heap has claimed the memory it starts with. */
+let heapStarted = false;
+
+/** `bytes` bytes (a multiple of 16 KiB) of page-backed storage, 16 KiB aligned. */
+export function takePages(bytes: usize): usize {
+  for (let i = 0; i < runCount; i++) {
+    const run = runs + (<usize>i << 3);
+    const size = <usize>load<u32>(run, 4);
+    if (size < bytes) continue;
+    const at = <usize>load<u32>(run);
+    if (size == bytes) {
+      runCount--;
+      store<u64>(run, load<u64>(runs + (<usize>runCount << 3)));
+    } else {
+      store<u32>(run, <u32>(at + bytes));
+      store<u32>(run, <u32>(size - bytes), 4);
+    }
+    runBytes -= <f64>bytes;
+    return at;
+  }
+  if (bumpEnd - bumpAt < bytes) {
+    if (bumpEnd > bumpAt) givePages(bumpAt, bumpEnd - bumpAt);
+    // The TLSF heap claims all of memory when it first runs: let it do so
+    // before growing, or it would claim these pages too.
+    if (!heapStarted) {
+      heap.free(heap.alloc(16));
+      heapStarted = true;
+    }
+    // Grow by an eighth of memory at least: each grow costs the engine a
+    // remap, and an eighth bounds the pages held ahead of need.
+    const pages = max(<i32>((bytes + 0xffff) >> 16), memory.size() >> 3);
+    const before = memory.grow(pages);
+    if (before < 0) unreachable(); // out of memory, as the TLSF heap would
+    bumpAt = <usize>before << 16;
+    bumpEnd = bumpAt + (<usize>pages << 16);
+  }
+  const at = bumpAt;
+  bumpAt += bytes;
+  return at;
+}
+
+/** Gives `bytes` bytes at `at` (from `takePages`) back for reuse. */
+export function givePages(at: usize, bytes: usize): void {
+  if (runCount == MAX_RUNS) {
+    // Keep the larger runs; a dropped one stays allocated but unused.
+    let smallest = 0;
+    for (let i = 1; i < runCount; i++) {
+      if (load<u32>(runs + (<usize>i << 3), 4) < load<u32>(runs + (<usize>smallest << 3), 4)) smallest = i;
+    }
+    const run = runs + (<usize>smallest << 3);
+    if (<usize>load<u32>(run, 4) >= bytes) return;
+    runBytes -= <f64>load<u32>(run, 4);
+    runCount--;
+    store<u64>(run, load<u64>(runs + (<usize>runCount << 3)));
+  }
+  const run = runs + (<usize>runCount << 3);
+  store<u32>(run, <u32>at);
+  store<u32>(run, <u32>bytes, 4);
+  runCount++;
+  runBytes += <f64>bytes;
+}
+
+/** Bytes taken from memory but not in use: free runs, the rest of the bump region, free small blocks. */
+export function idlePageBytes(): f64 {
+  return runBytes + <f64>(bumpEnd - bumpAt) + smallFreeBytes;
+}
+
+// ---- arrays of any size ---------------------------------------------------------------
+//
+// Every array the core allocates (and the shell's scratch, through `allocate`)
+// is a power-of-two block of at least 16 bytes. Blocks of 16 KiB or more are
+// pages; smaller ones are cut from 64 KiB slabs and kept on one free list per
+// size (next pointer in the block's first word), never merged: they are few.
+
+/** Smallest block size class (16 bytes). */
+// @ts-ignore: decorator
+@inline const MIN_CLASS: u32 = 4;
+/** Smallest class served by whole pages (16 KiB). */
+// @ts-ignore: decorator
+@inline const PAGE_CLASS: u32 = 14;
+/** Bytes of one slab of small blocks. */
+// @ts-ignore: decorator
+@inline const SLAB_BYTES: usize = 0x10000;
+/** Free list heads of the small classes (address, 0 = empty). */
+const smallFree: usize = memory.data(PAGE_CLASS * 4, 16);
+/** Bytes on the small free lists. */
+let smallFreeBytes: f64 = 0;
+
+/** The size class of a `bytes`-byte array: log2 of its block size. */
+// @ts-ignore: decorator
+@inline function classOf(bytes: usize): u32 {
+  return bytes <= (<usize>1 << MIN_CLASS) ? MIN_CLASS : 32 - clz<u32>(<u32>bytes - 1);
+}
+
+/** Storage for an array of `bytes` bytes, 16-byte aligned. */
+export function storageAlloc(bytes: usize): usize {
+  const cls = classOf(bytes);
+  const size = <usize>1 << cls;
+  if (cls >= PAGE_CLASS) return takePages(size);
+  const head = smallFree + (<usize>cls << 2);
+  let at = <usize>load<u32>(head);
+  if (at == 0) {
+    // A new slab: all its blocks but the first go on the free list.
+    at = takePages(SLAB_BYTES);
+    for (let b = at + size; b < at + SLAB_BYTES; b += size) {
+      store<u32>(b, load<u32>(head));
+      store<u32>(head, <u32>b);
+    }
+    smallFreeBytes += <f64>(SLAB_BYTES - size);
+    return at;
+  }
+  store<u32>(head, load<u32>(at));
+  smallFreeBytes -= <f64>size;
+  return at;
+}
+
+/** Frees storage from `storageAlloc(bytes)`, given the same `bytes`. */
+export function storageFree(at: usize, bytes: usize): void {
+  const cls = classOf(bytes);
+  const size = <usize>1 << cls;
+  if (cls >= PAGE_CLASS) {
+    givePages(at, size);
+    return;
+  }
+  const head = smallFree + (<usize>cls << 2);
+  store<u32>(at, load<u32>(head));
+  store<u32>(head, <u32>at);
+  smallFreeBytes += <f64>size;
+}
+
+/** Bytes of a block of `bytes` bytes, as `storageAlloc` rounds it. */
+export function storageSize(bytes: usize): usize {
+  return <usize>1 << classOf(bytes);
+}
