@@ -627,8 +627,13 @@ function addResidency(id: u32, rank: i32, s: u32): u32 {
   return slot;
 }
 
-/** Removes `rank`'s residency (a leaf in that rank) from node `id`; frees the node if it was the last. */
-function removeLeafResidency(id: u32, rank: i32): void {
+/**
+ * Removes `rank`'s residency (a leaf in that rank) from node `id`; frees the
+ * node if it was the last. A parent left a leaf in `rank` becomes an eviction
+ * candidate, except that one stamped `chain` (nonzero) is returned instead of
+ * queued, for the caller to evict next; otherwise returns 0.
+ */
+function removeLeafResidency(id: u32, rank: i32, chain: u32): u32 {
   const start = resStart(id);
   const n = resCount(id);
   const slot = <u32>findResidency(id, rank);
@@ -638,16 +643,20 @@ function removeLeafResidency(id: u32, rank: i32): void {
   store<u32>(u32At(rankBlocks, rank), load<u32>(u32At(rankBlocks, rank)) - 1);
   store<u32>(u32At(rankLeaves, rank), load<u32>(u32At(rankLeaves, rank)) - 1);
   const parent = parentOf(id);
+  let next: u32 = 0;
   if (parent != 0) {
     const ps = slotAt(<u32>findResidency(parent, rank));
     const c = load<u16>(ps, 2) - 1;
     store<u16>(ps, c, 2);
     if (c == 0) {
       store<u32>(u32At(rankLeaves, rank), load<u32>(u32At(rankLeaves, rank)) + 1);
-      heapPush(rank, load<u32>(ps, 4), parent);
+      const ps4 = load<u32>(ps, 4);
+      if (chain != 0 && ps4 == chain) next = parent;
+      else heapPush(rank, ps4, parent);
     }
   }
   if (n == 1) freeNodeId(id);
+  return next;
 }
 
 /** Ensures the path scratch holds `n` node ids. */
@@ -677,17 +686,41 @@ function removeSubtree(id: u32, rank: i32): u32 {
       child = nextSibling(child);
     }
   }
-  for (let i = <i32>length - 1; i >= 0; i--) removeLeafResidency(load<u32>(path + (<usize>i << 2)), rank);
+  for (let i = <i32>length - 1; i >= 0; i--) removeLeafResidency(load<u32>(path + (<usize>i << 2)), rank, 0);
   return length;
 }
 
-/** Evicts `rank`'s least recently stamped leaf; returns false when the rank holds nothing. */
-function evictFrom(rank: i32): bool {
+/**
+ * Whether eviction must go on: over the budget with `reserve` more bytes and
+ * `extraNodes` more nodes to fit (`byBudget`), else over `rank`'s capacity.
+ */
+// @ts-ignore: decorator
+@inline function mustEvict(rank: i32, byBudget: bool, reserve: f64, extraNodes: u32): bool {
+  return byBudget
+    ? indexBytes() + reserve + tableGrowth(extraNodes) > budget
+    : load<u32>(u32At(rankBlocks, rank)) > capacity;
+}
+
+/**
+ * Evicts `rank`'s least recently stamped leaf, then, while eviction must go on
+ * (see `mustEvict`), each parent it leaves a leaf with the same stamp. Stamps
+ * are unique to one insert into one rank, and an insert stamps a whole path, so
+ * such a parent is the least recent leaf of the rank and of the index: the next
+ * victim either way, taken here without a trip through the heaps. Returns false
+ * when the rank holds nothing.
+ */
+function evictFrom(rank: i32, byBudget: bool, reserve: f64, extraNodes: u32): bool {
   const id = heapTop(rank);
   if (id == 0) return false;
+  const s = topStamp(rank);
   heapPop(rank);
-  removeLeafResidency(id, rank);
+  let next = removeLeafResidency(id, rank, s);
   evictions++;
+  while (next != 0 && mustEvict(rank, byBudget, reserve, extraNodes)) {
+    next = removeLeafResidency(next, rank, s);
+    evictions++;
+  }
+  if (next != 0) heapPush(rank, s, next);
   maybeCompact(rank);
   return true;
 }
@@ -740,7 +773,7 @@ function fitBudget(reserve: f64, extraNodes: u32): void {
       topsPush(top, rank); // a stale entry: re-enter the rank at its real top
       continue;
     }
-    evictFrom(rank);
+    evictFrom(rank, true, reserve, extraNodes);
     if (heapTop(rank) != 0) topsPush(topStamp(rank), rank);
   }
 }
@@ -936,7 +969,7 @@ function extendPath(rank: i32, key: u64, prev: u32, slot: u32, blocks: usize, co
   if (prev != 0 && load<u16>(slotAt(slot), 2) == 0) heapPush(rank, s, prev);
   maybeCompact(rank);
   if (capacity != 0) {
-    while (load<u32>(u32At(rankBlocks, rank)) > capacity) evictFrom(rank);
+    while (load<u32>(u32At(rankBlocks, rank)) > capacity) evictFrom(rank, false, 0, 0);
   }
   fitBudget(0, 0);
   return held;
@@ -958,7 +991,7 @@ export function indexClearRank(rank: i32): void {
     const id = heapTop(rank);
     if (id == 0) break;
     heapPop(rank);
-    removeLeafResidency(id, rank);
+    removeLeafResidency(id, rank, 0);
   }
   const h = heapBase(rank);
   heapEntries -= load<u32>(h, 4);

@@ -3,6 +3,7 @@
 // they hold at least 1,000,000 distinct blocks (32 tokens each), then times:
 //   insert   prompts per second while building (and blocks per second)
 //   match    one walk for all ranks, 2,000- and 8,000-token prompts, median µs
+//   insert_under_budget  a 512-token insert into an index full at an 8 MiB budget
 // and reports bytes per block and per (block, rank) residency for the wasm index
 // (accounted and whole linear memory) and the baseline's heap growth.
 // Prints one JSON line per figure. Run: npm run bench:index [-- RANKS...] (node --expose-gc).
@@ -146,4 +147,37 @@ for (const numRanks of only.length > 0 ? only : [8, 72, 1024]) {
     emit({ figure: "match", ranks: numRanks, prompt_tokens: length, impl: "plain_ts", us_median: +plainUs.toFixed(3), wasm_speedup: +(plainUs / wasmUs).toFixed(2) });
   }
   wasm.dispose();
+  emit({ figure: "insert_under_budget", ranks: numRanks, ...timeInsertsUnderBudget(numRanks) });
+}
+
+/**
+ * Median µs per 512-token insert (32 new blocks of 16 tokens after a shared
+ * 64-token stem) into an index already full at an 8 MiB budget, so every insert
+ * first evicts the least recently stamped leaves across ranks.
+ */
+function timeInsertsUnderBudget(numRanks: number): { us_median: number; evicted_per_insert: number } {
+  const index = createPrefixIndex({ numRanks, tokensPerBlock: 16, maxMemoryBytes: 8 << 20 });
+  const rand = mulberry32(7 + numRanks);
+  const stem = Uint32Array.from({ length: 64 }, () => Math.floor(rand() * 50_000));
+  const prompt = new Uint32Array(512);
+  prompt.set(stem);
+  const next = () => {
+    for (let t = 64; t < 512; t++) prompt[t] = Math.floor(rand() * 50_000);
+    return prompt;
+  };
+  let rank = 0;
+  while (index.stats().evictions === 0) index.insert((rank = (rank + 1) % numRanks), next());
+  for (let i = 0; i < 2000; i++) index.insert((rank = (rank + 1) % numRanks), next());
+  const before = index.stats().evictions;
+  const samples: number[] = [];
+  for (let i = 0; i < 5000; i++) {
+    const p = next();
+    rank = (rank + 1) % numRanks;
+    const t0 = performance.now();
+    index.insert(rank, p);
+    samples.push(performance.now() - t0);
+  }
+  const evicted = (index.stats().evictions - before) / samples.length;
+  index.dispose();
+  return { us_median: +(median(samples) * 1000).toFixed(2), evicted_per_insert: +evicted.toFixed(1) };
 }

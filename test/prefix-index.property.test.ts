@@ -96,3 +96,48 @@ describe("the plain-TypeScript benchmark baseline", () => {
     );
   });
 });
+
+describe("prefix index under a memory budget", () => {
+  // Disjoint prompts make the budget's order observable: a (prompt, rank) view
+  // loses blocks only from its tail, and least recently stamped leaves go first
+  // across all ranks, so in order of last insert the views must read
+  // [gone, …, gone, partly kept, whole, …, whole].
+  it("evicts whole views in least-recently-inserted order across ranks, tails first", () => {
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 1, max: 6 }),
+        fc.integer({ min: 1_500, max: 12_000 }),
+        fc.array(fc.record({ again: fc.boolean(), pick: fc.nat(), rank: fc.nat(), blocks: fc.integer({ min: 1, max: 12 }) }), { minLength: 1, maxLength: 120 }),
+        (numRanks, headroom, ops) => {
+          const tpb = 2;
+          const budget = numRanks * 32 + 1024 + 56 + headroom;
+          const index = createPrefixIndex({ numRanks, tokensPerBlock: tpb, maxMemoryBytes: budget });
+          const prompts: number[][] = [];
+          const order: { prompt: number; rank: number }[] = []; // least recently inserted first
+          for (const op of ops) {
+            const rank = op.rank % numRanks;
+            let prompt: number;
+            if (op.again && prompts.length > 0) prompt = op.pick % prompts.length;
+            else {
+              prompt = prompts.length;
+              prompts.push(Array.from({ length: op.blocks * tpb }, (_, t) => prompt * 1000 + t));
+            }
+            index.insert(rank, prompts[prompt]!);
+            const at = order.findIndex((u) => u.prompt === prompt && u.rank === rank);
+            if (at >= 0) order.splice(at, 1);
+            order.push({ prompt, rank });
+            expect(index.stats().bytesInUse).toBeLessThanOrEqual(budget);
+            const kept = order.map((u) => index.match(prompts[u.prompt]!)[u.rank]! / tpb);
+            const whole = order.map((u) => prompts[u.prompt]!.length / tpb);
+            const firstKept = kept.findIndex((k) => k > 0);
+            const from = firstKept < 0 ? kept.length : firstKept;
+            expect(kept.slice(0, from).every((k) => k === 0)).toBe(true);
+            for (let i = from + 1; i < kept.length; i++) expect(kept[i]).toBe(whole[i]);
+            expect(kept.at(-1)).toBe(whole.at(-1)); // the newest insert is whole
+          }
+        },
+      ),
+      { seed: 99, numRuns: 150 },
+    );
+  });
+});

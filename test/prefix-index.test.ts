@@ -75,6 +75,18 @@ describe("prefix index semantics", () => {
     expect(index.match(range(64, 0))).toEqual(new Array(8).fill(0));
   });
 
+  it("an evicted leaf's parent goes next only if it is then the least recently stamped leaf", () => {
+    const index = createPrefixIndex({ numRanks: 1, tokensPerBlock: 1, capacityBlocksPerRank: 3 });
+    index.insert(0, [1, 2]); // A → B, stamped 1
+    index.insert(0, [9]); // X, stamped 2
+    index.insert(0, [1]); // A restamped 3: B stays the oldest leaf
+    index.insert(0, [5, 6]); // two more blocks: evict B, then X (2), not A (3), though B's removal leaves A a leaf
+    expect(index.match([1, 2])).toEqual([1]);
+    expect(index.match([9])).toEqual([0]);
+    expect(index.match([5, 6])).toEqual([2]);
+    expect(index.stats().evictions).toBe(2);
+  });
+
   it("a memory budget bounds the module's linear memory too, not only what the index counts", () => {
     const budget = 8 << 20;
     const index = createPrefixIndex({ numRanks: 8, tokensPerBlock: 4, maxMemoryBytes: budget });
