@@ -14,9 +14,12 @@
 //                cold 0 parent · 4 nextSibling · 8 prevSibling · 12 firstChild
 //   table      open addressing, linear probing, backward-shift deletion:
 //                per slot u32 tag (low bits of the key's hash), u32 node (0 = empty); load ≤ 1/2
-//   residency  8-byte slots {rank u16, childrenInRank u16, stamp u32}; a node's
-//                residencies are one block of 2^class slots, unsorted; free blocks
-//                are kept on one list per class
+//   residency  7-byte slots {0 rank u16 · 2 stamp u32 · 6 children in rank u8, 255 =
+//                see the overflow table}; a node's residencies are one block of
+//                1, 2, 3, 4, 6, 8, 12, 16, … slots (the class), unsorted, never
+//                straddling a chunk; free blocks are kept on one list per class
+//   overflow   open addressing: {key u64 (node << 16 | rank), children u32} for the
+//                few residencies with 255 or more children in their rank
 //   heaps      per rank, a binary min-heap of u64 (stamp << 32 | node) candidate
 //                leaves; stale entries (restamped, grown a child, evicted) are
 //                dropped when they surface, and the heap is rebuilt when mostly stale
@@ -35,12 +38,20 @@ import { idlePageBytes, storageAlloc, storageFree, takePages } from "./pages";
 /** Slots of a new index's hash table. */
 // @ts-ignore: decorator
 @inline const INITIAL_TABLE: u32 = 128;
-/** Bytes accounted per residency slot. */
+/** Bytes of one residency slot. */
 // @ts-ignore: decorator
-@inline const SLOT_BYTES: u32 = 8;
-/** Most residency classes (2^16 slots > any rank count). */
+@inline const SLOT_BYTES: u32 = 7;
+/** Residency block classes (class 31 holds 2^16 slots, at least any rank count). */
 // @ts-ignore: decorator
-@inline const CLASSES: i32 = 17;
+@inline const CLASSES: i32 = 32;
+/** Slots in a block of class `cls`: 1, 2, 3, 4, 6, 8, 12, 16, 24, … (growth by 4/3 and 3/2, not 2). */
+// @ts-ignore: decorator
+@inline function classSize(cls: u32): u32 {
+  return cls == 0 ? 1 : (cls & 1) != 0 ? <u32>1 << ((cls + 1) >> 1) : <u32>3 << ((cls >> 1) - 1);
+}
+/** Children count in a slot that means "look in the overflow table". */
+// @ts-ignore: decorator
+@inline const KIDS_OVERFLOW: u32 = 255;
 
 /** Ranks. */
 let numRanks: i32 = 0;
@@ -72,8 +83,8 @@ let table: usize = 0;
 /** Table slots (power of two). */
 let tableCap: u32 = 0;
 
-/** log2 of the slots in one residency chunk (at least the largest residency block). */
-let slotChunkShift: u32 = 11;
+/** log2 of the slots in one residency chunk (at least the largest residency block, and 14 so a chunk is whole 16 KiB pages). */
+let slotChunkShift: u32 = 14;
 /** Residency chunk addresses (u32 each). */
 let slotChunks: usize = 0;
 /** Residency chunks allocated. */
@@ -132,8 +143,23 @@ let evictions: f64 = 0;
 }
 // @ts-ignore: decorator
 @inline function slotAt(i: u32): usize {
-  return <usize>load<u32>(slotChunks + (<usize>(i >> slotChunkShift) << 2)) + (<usize>(i & ((<u32>1 << slotChunkShift) - 1)) << 3);
+  return <usize>load<u32>(slotChunks + (<usize>(i >> slotChunkShift) << 2)) + <usize>(i & ((<u32>1 << slotChunkShift) - 1)) * SLOT_BYTES;
 }
+/** The `k`th slot of a block starting at address `base`. */
+// @ts-ignore: decorator
+@inline function slotIn(base: usize, k: u32): usize { return base + <usize>k * SLOT_BYTES; }
+/** The rank of the slot at `at`. */
+// @ts-ignore: decorator
+@inline function slotRank(at: usize): i32 { return <i32>load<u16>(at); }
+/** The stamp of the slot at `at`. */
+// @ts-ignore: decorator
+@inline function slotStamp(at: usize): u32 { return load<u32>(at, 2); }
+/** Sets the stamp of the slot at `at`. */
+// @ts-ignore: decorator
+@inline function setSlotStamp(at: usize, s: u32): void { store<u32>(at, s, 2); }
+/** Whether the residency at `at` has no children in its rank (a leaf of that rank). */
+// @ts-ignore: decorator
+@inline function slotIsLeaf(at: usize): bool { return load<u8>(at, 6) == 0; }
 // @ts-ignore: decorator
 @inline function u32At(base: usize, i: i32): usize { return base + (<usize>i << 2); }
 // @ts-ignore: decorator
@@ -317,35 +343,38 @@ function appendChunk(chunks: usize, count: u32, chunk: usize): usize {
   return chunks;
 }
 
-/** Pushes a block of 2^cls free slots on its class list (no accounting). */
+/** Pushes a free block of class `cls` on its class list (no accounting). */
 function pushFree(start: u32, cls: u32): void {
   store<u32>(slotAt(start), load<u32>(u32At(freeBlocks, cls)));
   store<u32>(u32At(freeBlocks, cls), start + 1);
 }
 
-/** Allocates a block of 2^cls residency slots; returns its first slot. */
+/** Allocates a block of class `cls`; returns its first slot. */
 function allocBlock(cls: u32): u32 {
   const head = load<u32>(u32At(freeBlocks, cls));
-  const size: u32 = 1 << cls;
+  const size = classSize(cls);
   slotsInUse += size;
   if (head != 0) {
     const s = head - 1;
     store<u32>(u32At(freeBlocks, cls), load<u32>(slotAt(s)));
     return s;
   }
-  // Bump-allocate at a multiple of the block size, so no block straddles two
-  // chunks; the skipped gap goes to the free lists as aligned smaller blocks.
-  const aligned = (slotTop + size - 1) & ~(size - 1);
-  while (slotTop < aligned) {
-    let piece = slotTop & (0 - slotTop); // largest power of two aligning slotTop
-    if (piece == 0 || piece > aligned - slotTop) piece = <u32>1 << (31 - clz<u32>(aligned - slotTop));
-    while ((slotTop & (piece - 1)) != 0) piece >>= 1;
-    pushFree(slotTop, <u32>ctz<u32>(piece));
-    slotTop += piece;
+  // Bump-allocate; a block that would straddle two chunks starts the next one,
+  // and the rest of this chunk goes to the free lists, largest classes first.
+  const chunkSlots: u32 = <u32>1 << slotChunkShift;
+  const offset = slotTop & (chunkSlots - 1);
+  if (slotTop < slotCap && offset + size > chunkSlots) {
+    let rest = chunkSlots - offset;
+    let c = cls;
+    while (rest > 0) {
+      while (classSize(c) > rest) c--;
+      pushFree(slotTop, c);
+      slotTop += classSize(c);
+      rest -= classSize(c);
+    }
   }
   while (slotTop + size > slotCap) {
-    const chunkSlots: u32 = <u32>1 << slotChunkShift;
-    slotChunks = appendChunk(slotChunks, slotChunkCount++, takePages(<usize>chunkSlots << 3));
+    slotChunks = appendChunk(slotChunks, slotChunkCount++, takePages(<usize>chunkSlots * SLOT_BYTES));
     slotCap += chunkSlots;
   }
   const s = slotTop;
@@ -353,11 +382,114 @@ function allocBlock(cls: u32): u32 {
   return s;
 }
 
-/** Returns a block of 2^cls slots to its free list. */
+/** Returns a block of class `cls` to its free list. */
 function freeBlock(start: u32, cls: u32): void {
   store<u32>(slotAt(start), load<u32>(u32At(freeBlocks, cls)));
   store<u32>(u32At(freeBlocks, cls), start + 1);
-  slotsInUse -= 1 << cls;
+  slotsInUse -= classSize(cls);
+}
+
+// ---- children counts past 254 ---------------------------------------------------------
+
+/** Overflow table (16-byte entries; key 0 = empty). */
+let overflow: usize = 0;
+/** Overflow table entries (power of two, or 0 before first use). */
+let overflowCap: u32 = 0;
+/** Overflow entries in use. */
+let overflowUsed: u32 = 0;
+
+/** The overflow key of `rank`'s residency in node `id` (never 0: ids start at 1). */
+// @ts-ignore: decorator
+@inline function overflowKey(id: u32, rank: i32): u64 { return (<u64>id << 16) | <u64><u32>rank; }
+
+/** The overflow entry for `key` (present by contract). */
+function overflowFind(key: u64): usize {
+  const mask = overflowCap - 1;
+  let i = <u32>fmix(key) & mask;
+  while (load<u64>(overflow + (<usize>i << 4)) != key) i = (i + 1) & mask;
+  return overflow + (<usize>i << 4);
+}
+
+/** Adds `key` with `count` children. */
+function overflowPut(key: u64, count: u32): void {
+  if ((overflowUsed + 1) * 2 > overflowCap) {
+    const old = overflow;
+    const oldCap = overflowCap;
+    overflowCap = max<u32>(oldCap << 1, 16);
+    overflow = storageAlloc(<usize>overflowCap << 4);
+    memory.fill(overflow, 0, <usize>overflowCap << 4);
+    overflowUsed = 0;
+    for (let i: u32 = 0; i < oldCap; i++) {
+      const k = load<u64>(old + (<usize>i << 4));
+      if (k != 0) overflowPut(k, load<u32>(old + (<usize>i << 4), 8));
+    }
+    if (old != 0) storageFree(old, <usize>oldCap << 4);
+  }
+  const mask = overflowCap - 1;
+  let i = <u32>fmix(key) & mask;
+  while (load<u64>(overflow + (<usize>i << 4)) != 0) i = (i + 1) & mask;
+  store<u64>(overflow + (<usize>i << 4), key);
+  store<u32>(overflow + (<usize>i << 4), count, 8);
+  overflowUsed++;
+}
+
+/** Removes `key` (present by contract), backward-shifting its probe chain. */
+function overflowRemove(key: u64): void {
+  const mask = overflowCap - 1;
+  let i = <u32>((overflowFind(key) - overflow) >> 4);
+  let j = i;
+  while (true) {
+    j = (j + 1) & mask;
+    const k = load<u64>(overflow + (<usize>j << 4));
+    if (k == 0) break;
+    const home = <u32>fmix(k) & mask;
+    const inRange = i <= j ? (home > i && home <= j) : (home > i || home <= j);
+    if (!inRange) {
+      store<u64>(overflow + (<usize>i << 4), k);
+      store<u32>(overflow + (<usize>i << 4), load<u32>(overflow + (<usize>j << 4), 8), 8);
+      i = j;
+    }
+  }
+  store<u64>(overflow + (<usize>i << 4), 0);
+  overflowUsed--;
+}
+
+/** Counts one more child of `rank`'s residency (slot at `ps`) in node `id`; returns the count before. */
+function childAdded(ps: usize, id: u32, rank: i32): u32 {
+  const c = <u32>load<u8>(ps, 6);
+  if (c < KIDS_OVERFLOW - 1) {
+    store<u8>(ps, <u8>(c + 1), 6);
+    return c;
+  }
+  const key = overflowKey(id, rank);
+  if (c == KIDS_OVERFLOW - 1) {
+    store<u8>(ps, <u8>KIDS_OVERFLOW, 6);
+    overflowPut(key, KIDS_OVERFLOW);
+    return c;
+  }
+  const e = overflowFind(key);
+  const n = load<u32>(e, 8);
+  store<u32>(e, n + 1, 8);
+  return n;
+}
+
+/** Counts one child fewer of `rank`'s residency (slot at `ps`) in node `id`; returns the count after. */
+function childRemoved(ps: usize, id: u32, rank: i32): u32 {
+  const c = <u32>load<u8>(ps, 6);
+  if (c < KIDS_OVERFLOW) {
+    store<u8>(ps, <u8>(c - 1), 6);
+    return c - 1;
+  }
+  const key = overflowKey(id, rank);
+  const e = overflowFind(key);
+  const n = load<u32>(e, 8) - 1;
+  if (n < KIDS_OVERFLOW) {
+    overflowRemove(key);
+    store<u8>(ps, <u8>n, 6);
+  } else {
+    store<u32>(e, n, 8);
+  }
+  return n;
 }
 
 /** Slot of `rank`'s residency in node `id`, or -1. */
@@ -367,7 +499,7 @@ function findResidency(id: u32, rank: i32): i32 {
   if (n == 0) return -1;
   const base = slotAt(start); // a block never straddles chunks
   for (let k: u32 = 0; k < n; k++) {
-    if (<i32>load<u16>(base + (<usize>k << 3)) == rank) return <i32>(start + k);
+    if (slotRank(slotIn(base, k)) == rank) return <i32>(start + k);
   }
   return -1;
 }
@@ -488,7 +620,7 @@ function entryValid(rank: i32, s: u32, id: u32): bool {
   const slot = findResidency(id, rank);
   if (slot < 0) return false;
   const at = slotAt(<u32>slot);
-  return load<u16>(at, 2) == 0 && load<u32>(at, 4) == s;
+  return slotIsLeaf(at) && slotStamp(at) == s;
 }
 
 /** Drops stale entries from the top of `rank`'s heap; returns the valid top node or 0. */
@@ -599,20 +731,21 @@ function addResidency(id: u32, rank: i32, s: u32): u32 {
   const at = nodeAt(id);
   const n = resCount(id);
   let cls = resClass(id);
-  if (cls == 0xff || n == (<u32>1 << cls)) {
+  if (cls == 0xff || n == classSize(cls)) {
     const newCls: u32 = cls == 0xff ? 0 : cls + 1;
     const fresh = allocBlock(newCls);
     if (cls != 0xff) {
-      memory.copy(slotAt(fresh), slotAt(resStart(id)), <usize>n << 3);
+      memory.copy(slotAt(fresh), slotAt(resStart(id)), <usize>n * SLOT_BYTES);
       freeBlock(resStart(id), cls);
     }
     store<u32>(at, fresh, 8);
     store<u8>(at, <u8>newCls, 14);
   }
   const slot = resStart(id) + n;
-  store<u16>(slotAt(slot), <u16>rank);
-  store<u16>(slotAt(slot), 0, 2);
-  store<u32>(slotAt(slot), s, 4);
+  const sa = slotAt(slot);
+  store<u16>(sa, <u16>rank);
+  setSlotStamp(sa, s);
+  store<u8>(sa, 0, 6);
   store<u16>(at, <u16>(n + 1), 12);
   residencies++;
   store<u32>(u32At(rankBlocks, rank), load<u32>(u32At(rankBlocks, rank)) + 1);
@@ -620,9 +753,7 @@ function addResidency(id: u32, rank: i32, s: u32): u32 {
   const parent = parentOf(id);
   if (parent != 0) {
     const ps = slotAt(<u32>findResidency(parent, rank));
-    const c = load<u16>(ps, 2);
-    if (c == 0) store<u32>(u32At(rankLeaves, rank), load<u32>(u32At(rankLeaves, rank)) - 1);
-    store<u16>(ps, c + 1, 2);
+    if (childAdded(ps, parent, rank) == 0) store<u32>(u32At(rankLeaves, rank), load<u32>(u32At(rankLeaves, rank)) - 1);
   }
   return slot;
 }
@@ -637,7 +768,11 @@ function removeLeafResidency(id: u32, rank: i32, chain: u32): u32 {
   const start = resStart(id);
   const n = resCount(id);
   const slot = <u32>findResidency(id, rank);
-  store<u64>(slotAt(slot), load<u64>(slotAt(start + n - 1)));
+  const dst = slotAt(slot);
+  const src = slotAt(start + n - 1);
+  store<u32>(dst, load<u32>(src));
+  store<u16>(dst, load<u16>(src, 4), 4);
+  store<u8>(dst, load<u8>(src, 6), 6);
   store<u16>(nodeAt(id), <u16>(n - 1), 12);
   residencies--;
   store<u32>(u32At(rankBlocks, rank), load<u32>(u32At(rankBlocks, rank)) - 1);
@@ -646,11 +781,9 @@ function removeLeafResidency(id: u32, rank: i32, chain: u32): u32 {
   let next: u32 = 0;
   if (parent != 0) {
     const ps = slotAt(<u32>findResidency(parent, rank));
-    const c = load<u16>(ps, 2) - 1;
-    store<u16>(ps, c, 2);
-    if (c == 0) {
+    if (childRemoved(ps, parent, rank) == 0) {
       store<u32>(u32At(rankLeaves, rank), load<u32>(u32At(rankLeaves, rank)) + 1);
-      const ps4 = load<u32>(ps, 4);
+      const ps4 = slotStamp(ps);
       if (chain != 0 && ps4 == chain) next = parent;
       else heapPush(rank, ps4, parent);
     }
@@ -730,7 +863,7 @@ function evictFrom(rank: i32, byBudget: bool, reserve: f64, extraNodes: u32): bo
  * (by block class), heap entries and the per-rank arrays.
  */
 export function indexBytes(): f64 {
-  return <f64>liveNodes * <f64>NODE_BYTES + <f64>tableCap * 8 + <f64>slotsInUse * <f64>SLOT_BYTES +
+  return <f64>liveNodes * <f64>NODE_BYTES + <f64>tableCap * 8 + <f64>slotsInUse * <f64>SLOT_BYTES + <f64>overflowCap * 16 +
     <f64>(heapEntries + topsSize) * 8 + <f64>numRanks * 32;
 }
 
@@ -751,7 +884,7 @@ export function indexReservedBytes(): f64 {
   let heapBytes: f64 = 0;
   for (let r = 0; r < numRanks; r++) heapBytes += <f64>load<u32>(heapBase(r), 8) * 8;
   return <f64>nodeChunkCount * <f64>(<u32>NODE_BYTES << NODE_CHUNK_SHIFT) + <f64>tableCap * 8 +
-    <f64>slotChunkCount * <f64>(<u32>8 << slotChunkShift) + heapBytes + <f64>numRanks * 32 + idlePageBytes();
+    <f64>slotChunkCount * <f64>(SLOT_BYTES << slotChunkShift) + <f64>overflowCap * 16 + heapBytes + <f64>numRanks * 32 + idlePageBytes();
 }
 
 /**
@@ -793,8 +926,10 @@ export function indexInit(ranks: i32, blockTokens: i32, capacityPerRank: u32, ma
   tableCap = INITIAL_TABLE;
   table = tableAlloc(tableCap);
   // A residency block holds at most numRanks slots (rounded up to a power of two).
-  slotChunkShift = max<u32>(11, 32 - clz<u32>(<u32>max(ranks - 1, 1)));
-  slotChunks = appendChunk(0, 0, takePages(<usize>8 << slotChunkShift));
+  let top: u32 = 0; // the class a block of all ranks needs
+  while (classSize(top) < <u32>ranks) top++;
+  slotChunkShift = max<u32>(14, 32 - clz<u32>(classSize(top) - 1));
+  slotChunks = appendChunk(0, 0, takePages(<usize>SLOT_BYTES << slotChunkShift));
   slotChunkCount = 1;
   slotCap = <u32>1 << slotChunkShift;
   const perRank = <usize>ranks << 2;
@@ -853,7 +988,7 @@ export function hashBlockKeys(keys: usize, count: i32): void {
 // @ts-ignore: decorator
 @inline function writeRanks(id: u32, count: u32, tokens: u32, out: usize): void {
   const base = slotAt(resStart(id)); // a block never straddles chunks
-  for (let k: u32 = 0; k < count; k++) store<u32>(u32At(out, <i32>load<u16>(base + (<usize>k << 3))), tokens);
+  for (let k: u32 = 0; k < count; k++) store<u32>(u32At(out, slotRank(slotIn(base, k))), tokens);
 }
 
 /**
@@ -919,9 +1054,6 @@ export function indexMatch(seedLo: u32, seedHi: u32, blocks: usize, count: i32, 
   matchWalk((<u64>seedHi << 32) | <u64>seedLo, 0, blocks, count, out);
 }
 
-/** Most distinct next blocks one block keeps per rank (the 16-bit child count). */
-// @ts-ignore: decorator
-@inline const MAX_CHILDREN: u16 = 0xffff;
 /** Stamps at which the index starts over (32-bit stamps; see `indexInsert`). */
 // @ts-ignore: decorator
 @inline const LAST_STAMP: u32 = 0xfffffff0;
@@ -931,7 +1063,7 @@ let stampResets: u32 = 0;
 /**
  * Inserts the block path into `rank`'s view with a new stamp, then enforces
  * capacity and budget. Returns the blocks the rank now holds along the path
- * (fewer than `count` only past a block that already has MAX_CHILDREN next blocks).
+ * (fewer than `count` only when the hash table would have to grow past the budget).
  */
 export function indexInsert(rank: i32, seedLo: u32, seedHi: u32, blocks: usize, count: i32): i32 {
   if (count == 0) return 0;
@@ -954,9 +1086,8 @@ function extendPath(rank: i32, key: u64, prev: u32, slot: u32, blocks: usize, co
     const found = id == 0 ? -1 : findResidency(id, rank);
     if (found >= 0) {
       slot = <u32>found;
-      store<u32>(slotAt(slot), s, 4);
+      setSlotStamp(slotAt(slot), s);
     } else {
-      if (prev != 0 && load<u16>(slotAt(slot), 2) == MAX_CHILDREN) break;
       // A table that must double past the budget ends the insert (it never shrinks).
       if (id == 0 && budget != 0 && tableGrowth(1) > 0 && indexBytes() + tableGrowth(1) > budget) break;
       if (id == 0) id = newNode(key, prev);
@@ -966,7 +1097,7 @@ function extendPath(rank: i32, key: u64, prev: u32, slot: u32, blocks: usize, co
     prev = id;
     held++;
   }
-  if (prev != 0 && load<u16>(slotAt(slot), 2) == 0) heapPush(rank, s, prev);
+  if (prev != 0 && slotIsLeaf(slotAt(slot))) heapPush(rank, s, prev);
   maybeCompact(rank);
   if (capacity != 0) {
     while (load<u32>(u32At(rankBlocks, rank)) > capacity) evictFrom(rank, false, 0, 0);
@@ -1036,7 +1167,7 @@ export function indexInsertBelow(rank: i32, parentLo: u32, parentHi: u32, blocks
   const s0 = ++stamp;
   let up = parent;
   while (up != 0) {
-    store<u32>(slotAt(<u32>findResidency(up, rank)), s0, 4);
+    setSlotStamp(slotAt(<u32>findResidency(up, rank)), s0);
     up = parentOf(up);
   }
   fitBudget(<f64>count * (<f64>NODE_BYTES + 16) + 16, <u32>count);
@@ -1108,8 +1239,9 @@ export function indexExport(out: usize): u32 {
     at += 16;
     const start = resStart(id);
     for (let k: u32 = 0; k < n; k++) {
-      store<u32>(at, <u32>load<u16>(slotAt(start + k)));
-      store<u32>(at, load<u32>(slotAt(start + k), 4), 4);
+      const sa = slotAt(start + k);
+      store<u32>(at, <u32>slotRank(sa));
+      store<u32>(at, slotStamp(sa), 4);
       at += 8;
     }
   }
@@ -1141,7 +1273,7 @@ export function indexImport(data: usize, count: u32, stampNow: u32, evicted: f64
     const n = resCount(id);
     for (let k: u32 = 0; k < n; k++) {
       const slot = slotAt(start + k);
-      if (load<u16>(slot, 2) == 0) heapPush(<i32>load<u16>(slot), load<u32>(slot, 4), id);
+      if (slotIsLeaf(slot)) heapPush(slotRank(slot), slotStamp(slot), id);
     }
   }
   storageFree(ids, <usize>(count + 1) << 2);

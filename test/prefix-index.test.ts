@@ -87,6 +87,21 @@ describe("prefix index semantics", () => {
     expect(index.stats().evictions).toBe(2);
   });
 
+  it("counts a block's next blocks per rank exactly past 255 (where the count leaves the residency slot)", () => {
+    const index = createPrefixIndex({ numRanks: 2, tokensPerBlock: 1, capacityBlocksPerRank: 301 });
+    for (let k = 0; k < 300; k++) index.insert(0, [7, 1000 + k]); // block [7] gets 300 next blocks in rank 0
+    index.insert(1, [7, 1000]);
+    expect(index.blockCount(0)).toBe(301);
+    // Each disjoint one-block insert evicts rank 0's least recently stamped leaf:
+    // the 300 next blocks in order, and only then [7], which is a leaf only once they are gone.
+    for (let j = 1; j <= 301; j++) {
+      index.insert(0, [5000 + j]);
+      expect(index.blockCount(0)).toBe(301);
+      expect(index.match([7, 1000 + Math.min(j, 299)])[0]).toBe(j < 300 ? 2 : j === 300 ? 1 : 0);
+    }
+    expect(index.match([7, 1000])).toEqual([0, 2]); // rank 1's view is its own
+  });
+
   it("a memory budget bounds the module's linear memory too, not only what the index counts", () => {
     const budget = 8 << 20;
     const index = createPrefixIndex({ numRanks: 8, tokensPerBlock: 4, maxMemoryBytes: budget });
