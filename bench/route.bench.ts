@@ -3,7 +3,7 @@
 // line per measurement (medians over many batches). Run: npm run bench
 import { Bench } from "tinybench";
 import { mulberry32 } from "../src/simulate/workload.js";
-import { createRouter, type RouteRequest } from "../src/index.js";
+import { ConversationMap, createRouter, type RouteRequest } from "../src/index.js";
 import { RoutingCore } from "../src/core.js";
 import { oracleScoreKvAware, portScoreKvAware, type OracleKvRequest } from "../test/oracle/routing-loops.js";
 
@@ -105,5 +105,58 @@ for (const numRanks of [8, 72, 256]) {
       results.push(line);
       console.log(JSON.stringify(line));
     }
+  }
+}
+
+// Conversation affinity under churn: every request opens a new conversation, so
+// once 65,536 sessions are bound each one evicts the least recent. The map alone
+// is timed against the `Map`-front eviction it replaced (`keys().next()` walks
+// over every entry deleted since the last rehash).
+{
+  const numRanks = 8;
+  const router = createRouter({ numRanks, attentionDp: { kv_cache_routing_conversation_affinity: true } });
+  const rankStates = Array.from({ length: numRanks }, () => ({ numActiveRequests: 0, numActiveTokens: 0 }));
+  let next = 0;
+  const batch = () => ({
+    rankStates,
+    maxNumActiveRequests: 4096,
+    requests: Array.from({ length: BATCH }, (): RouteRequest => ({ id: next, numTokens: 512, conversationId: `conv-${next++}` })),
+  });
+  for (let i = 0; i < 300; i++) router.route(batch()); // 76,800 conversations: the map is full
+  const map = new ConversationMap(65_536);
+  const front = new Map<string, number>();
+  for (let i = 0; i < 70_000; i++) {
+    map.record(`c${i}`, i & 7);
+    front.set(`c${i}`, i & 7);
+    if (front.size > 65_536) front.delete(front.keys().next().value!);
+  }
+  let k = 70_000;
+  const bench = new Bench({ time: 400, warmup: true, warmupTime: 100 });
+  bench
+    .add("route() conversation affinity, every request a new conversation", () => {
+      router.route(batch());
+    })
+    .add("ConversationMap.record evicting the least recent (256 records)", () => {
+      for (let i = 0; i < BATCH; i++) map.record(`c${k++}`, i & 7);
+    })
+    .add("Map front eviction, the baseline it replaced (256 records)", () => {
+      for (let i = 0; i < BATCH; i++) {
+        front.set(`c${k++}`, i & 7);
+        if (front.size > 65_536) front.delete(front.keys().next().value!);
+      }
+    });
+  await bench.run();
+  for (const task of bench.tasks) {
+    const result = task.result as { latency?: { p50?: number; samplesCount?: number } } | undefined;
+    const line = {
+      bench: "conversation_churn",
+      ranks: numRanks,
+      sessions: 65_536,
+      impl: task.name,
+      us_per_request_median: Number((((result?.latency?.p50 ?? NaN) * 1000) / BATCH).toFixed(3)),
+      samples: result?.latency?.samplesCount ?? 0,
+    };
+    results.push(line);
+    console.log(JSON.stringify(line));
   }
 }

@@ -123,4 +123,36 @@ describe("conversation map against lru-cache", () => {
       { seed: 77, numRuns: 500 },
     );
   });
+
+  it("stays exact past its first array growth and through restore, counting evictions", () => {
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 1, max: 40 }),
+        fc.array(fc.record({ key: fc.integer({ min: 0, max: 60 }), rank: fc.integer({ min: 0, max: 7 }) }), { minLength: 40, maxLength: 300, size: "max" }),
+        fc.nat(),
+        (max, ops, cut) => {
+          let mine = new ConversationMap(max);
+          const oracle = new LRUCache<string, number>({ max });
+          let evicted = 0;
+          ops.forEach((op, i) => {
+            if (i === cut % (ops.length + 1)) {
+              const copy = new ConversationMap(max);
+              copy.restore(mine.entries());
+              expect(copy.evictions).toBe(0);
+              mine = copy;
+              evicted = 0;
+            }
+            const key = `conv-${op.key}`;
+            if (oracle.peek(key) === undefined && oracle.size === max) evicted++;
+            mine.record(key, op.rank);
+            oracle.set(key, op.rank);
+          });
+          expect(mine.entries()).toEqual([...oracle.rentries()]);
+          expect(mine.size).toBe(oracle.size);
+          expect(mine.evictions).toBe(evicted);
+        },
+      ),
+      { seed: 78, numRuns: 300 },
+    );
+  });
 });
