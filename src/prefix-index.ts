@@ -123,6 +123,8 @@ export class PrefixIndex {
   #scratchBytes = 0;
   /** A u32 view of the whole linear memory, re-created when memory grows. */
   #memory: Uint32Array | null = null;
+  /** A view of the per-rank result at the scratch's start (token matches write there). */
+  #result: Uint32Array | null = null;
   /** Per rank: engine block hash → path key (lo, hi) of the block it names. */
   #engineBlocks: Map<EngineHash, [number, number]>[];
   /** Per rank: the last event_id seen. */
@@ -211,6 +213,15 @@ export class PrefixIndex {
     ex.indexInsert(rank, seed[0], seed[1], blocks, count);
   }
 
+  /** The view of a token match's per-rank result, current after memory growth or a scratch move. */
+  #resultView(): Uint32Array {
+    const r = this.#result;
+    if (r === null || r.length === 0 || r.byteOffset !== this.#scratch) {
+      this.#result = new Uint32Array(this.#core().memory.buffer, this.#scratch, this.#numRanks);
+    }
+    return this.#result!;
+  }
+
   /** Matches the first `length` tokens (validated); the result is in scratch at the returned address. */
   #matchTokens(tokens: ArrayLike<number>, length: number, seed: readonly [number, number]): number {
     const ex = this.#core();
@@ -270,7 +281,11 @@ export class PrefixIndex {
   match(tokens: ArrayLike<number>, ns?: PrefixNamespace | null): number[] {
     const seed = namespaceSeed(ns);
     const t = checkTokens(tokens, "tokens");
-    return this.#read(this.#matchTokens(t, t.length, seed));
+    this.#matchTokens(t, t.length, seed);
+    const result = this.#resultView();
+    const out = new Array<number>(this.#numRanks);
+    for (let r = 0; r < this.#numRanks; r++) out[r] = result[r]!;
+    return out;
   }
 
   /** Like {@link match}, writing into `out` (at least `numRanks` long) instead of allocating. */
@@ -280,9 +295,10 @@ export class PrefixIndex {
     }
     const seed = namespaceSeed(ns);
     const t = checkTokens(tokens, "tokens");
-    const at = this.#matchTokens(t, t.length, seed) >>> 2;
-    const memory = this.#u32();
-    for (let r = 0; r < this.#numRanks; r++) out[r] = memory[at + r]!;
+    this.#matchTokens(t, t.length, seed);
+    const result = this.#resultView();
+    if (out instanceof Uint32Array) out.set(result);
+    else for (let r = 0; r < this.#numRanks; r++) out[r] = result[r]!;
   }
 
   /** Like {@link insert} for a prompt given as caller block keys (one per full block). */
@@ -303,8 +319,8 @@ export class PrefixIndex {
 
   /** @internal The router's probe: matches the first `length` validated tokens into `target()` at `offset`. */
   probeInto(tokens: ArrayLike<number>, length: number, seed: readonly [number, number], target: () => Uint32Array, offset: number): void {
-    const out = this.#matchTokens(tokens, length, seed) >>> 2;
-    target().set(this.#u32().subarray(out, out + this.#numRanks), offset);
+    this.#matchTokens(tokens, length, seed);
+    target().set(this.#resultView(), offset);
   }
 
   /** @internal The router's probe by block keys: matches the first `count` validated keys into `target()` at `offset`. */
