@@ -88,8 +88,8 @@ export interface KvEventsResult extends KvEventCounts {
 
 /** The options `createPrefixIndex` accepts. */
 const OPTION_KEYS = new Set(["numRanks", "tokensPerBlock", "capacityBlocksPerRank", "maxMemoryBytes"]);
-/** Most ranks an index supports (ranks are stored in 16 bits). */
-export const MAX_INDEX_RANKS = 65536;
+/** Most ranks an index supports (a rank, and a block's count of ranks holding it, are 16-bit). */
+export const MAX_INDEX_RANKS = 65535;
 
 /** `n` rounded up to a multiple of 8. */
 const align8 = (n: number): number => (n + 7) & ~7;

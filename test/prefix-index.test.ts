@@ -33,7 +33,8 @@ describe("prefix index input checks (nothing changes on a rejected call)", () =>
   });
 
   it("rejects bad options by name, and a budget too small for one block", () => {
-    expect(() => createPrefixIndex({ numRanks: 0 })).toThrow(/numRanks: must be an integer in \[1, 65536\], got 0/);
+    expect(() => createPrefixIndex({ numRanks: 0 })).toThrow(/numRanks: must be an integer in \[1, 65535\], got 0/);
+    expect(() => createPrefixIndex({ numRanks: 65536 })).toThrow(/numRanks: must be an integer in \[1, 65535\], got 65536/);
     expect(() => createPrefixIndex({ numRanks: 2, tokensPerBlock: 0 })).toThrow(/tokensPerBlock/);
     expect(() => createPrefixIndex({ numRanks: 2, blockSize: 4 } as never)).toThrow(/blockSize: is not a prefix index option/);
     expect(() => createPrefixIndex({ numRanks: 2, maxMemoryBytes: 10 })).toThrow(/maxMemoryBytes: must hold at least one block/);
