@@ -1,7 +1,7 @@
 // Builds the package: asc (release + debug wasm) → src/generated/wasm-bytes.ts
 // (the release module inlined as base64) → esbuild bundles (library: neutral
 // ESM; CLI: node) → tsc declarations and typecheck → dist/config.schema.json.
-import { mkdir, readFile, writeFile, rm } from "node:fs/promises";
+import { chmod, mkdir, readFile, writeFile, rm } from "node:fs/promises";
 import { createHash } from "node:crypto";
 import { execFileSync } from "node:child_process";
 import { fileURLToPath } from "node:url";
@@ -47,6 +47,7 @@ await build({
   platform: "node",
   banner: { js: "#!/usr/bin/env node" },
 });
+await chmod("dist/cli.js", 0o755); // `npx adp-router` in this checkout runs it directly
 
 const tsc = path.join("node_modules", ".bin", "tsc");
 execFileSync(tsc, ["-p", "tsconfig.build.json"], { stdio: "inherit" });

@@ -8,6 +8,15 @@ const cli = fileURLToPath(new URL("../dist/cli.js", import.meta.url));
 const fixture = fileURLToPath(new URL("./fixtures/conformance.jsonl", import.meta.url));
 const run = (args: string[], input?: string) => spawnSync(process.execPath, [cli, ...args], { input, encoding: "utf8" });
 
+describe("the README's commands in this checkout", () => {
+  it("`npx adp-router …` runs the built CLI (executable, with its shebang)", () => {
+    const out = spawnSync("npx", ["--no-install", "adp-router", "conformance", "--check", fixture], { encoding: "utf8", cwd: fileURLToPath(new URL("..", import.meta.url)) });
+    expect(out.stderr).not.toMatch(/Permission denied/);
+    expect(out.status).toBe(0);
+    expect(out.stdout).toMatch(/600 passed, 0 failed/);
+  });
+});
+
 describe("adp-router conformance", () => {
   const lines = readFileSync(fixture, "utf8").trim().split("\n");
 
