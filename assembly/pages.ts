@@ -1,19 +1,20 @@
-// Page-granular storage for the prefix index's large arrays: node and residency
-// chunks, and any table, heap or scratch array of 64 KiB or more.
+// The core's storage, taken from `memory.grow` directly instead of the TLSF
+// heap, whose growth at least doubles linear memory each time it runs out:
+// linear memory then tracks what the core holds, so the prefix index's memory
+// budget bounds the whole module. Nothing in the core uses the TLSF heap; it
+// is started (it claims the memory the module begins with) before the first
+// page is grown, so anything that ever did use it would add what it grows as a
+// separate region and never touch these pages.
 //
-// They are taken from `memory.grow` directly instead of the TLSF heap, whose
-// growth at least doubles linear memory each time it runs out: linear memory
-// then tracks what the index holds, so a memory budget bounds the module too.
-// Nothing in the core uses the TLSF heap any more; it is started (it claims the
-// memory the module begins with) before the first page is grown, so that
-// anything that ever did use it would add what it grows as a separate region
-// and never touch these pages.
+// Pages: a bump region [bumpAt, bumpEnd) inside the pages grown last (memory
+// grows by at least an eighth at a time), and up to MAX_RUNS free runs
+// {start u32, bytes u32} in static data. A request is served first-fit from the
+// runs, then from the bump region, then by growing memory; what is given back
+// (an outgrown table) becomes a run. Every size is a multiple of 16 KiB, so
+// runs never fragment below that.
 //
-// Layout: a bump region [bumpAt, bumpEnd) inside the pages grown last, and up
-// to MAX_RUNS free runs {start u32, bytes u32} in static data. A request is
-// served first-fit from the runs, then from the bump region, then by growing
-// memory by whole pages; what is given back (an outgrown table) becomes a run.
-// Every size is a multiple of 16 KiB, so runs never fragment below that.
+// Arrays (`storageAlloc`): power-of-two blocks, whole pages from 16 KiB up,
+// smaller ones cut from 64 KiB slabs (see below).
 
 /** Free runs kept at most. */
 // @ts-ignore: decorator

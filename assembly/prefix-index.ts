@@ -4,8 +4,7 @@
 // the chained 64-bit hash of its path (namespace seed, then each block's hash),
 // so a prompt is walked block by block without storing its tokens.
 //
-// Layout (unmanaged memory, never shrunk; node and residency chunks and large
-// tables in page storage, see pages.ts, the rest on the TLSF heap):
+// Layout (unmanaged memory from pages.ts, never shrunk):
 //   nodes      1-based ids (0 = none), in chunks of 1,024; each chunk holds the
 //                nodes' hot halves (what a match walk reads), then their cold halves:
 //                hot  0 keyLo u32 · 4 keyHi u32 · 8 residencies (slot index) · 12 count u16
@@ -28,7 +27,8 @@
 // an insert stamps a whole path, so a parent's stamp is never older than its
 // child's and the least-recently-stamped leaf of a rank is its heap minimum.
 // `match` walks the prompt once for all ranks: the set of ranks holding a node
-// only shrinks along a path, so it diffs rank sets only where the count drops.
+// only shrinks along a path, so ranks are written only from the nodes where the
+// count drops. Eviction takes a leaf, then the rest of its insert's path upward.
 
 import { idlePageBytes, storageAlloc, storageFree, takePages } from "./pages";
 
