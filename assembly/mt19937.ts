@@ -52,22 +52,31 @@ function prepareBase(): void {
 // @ts-ignore: decorator
 @inline function wordAt(base: usize, shift: u32, k: i32): usize { return base + (<usize>k << shift); }
 
-/** The next tempered 32-bit output (`genrand_uint32`) of the generator at (base, shift), index at `at`. */
-function nextWith(base: usize, shift: u32, at: usize): u32 {
-  let k = load<i32>(at);
-  if (k >= N) k = 0;
-  // Twist word k of the new generation now: word k+1 is still old, word k+M
-  // is old below N and already new above, as in CPython's whole-block loop.
+/**
+ * Twists word k (< N) of the generator at (base, shift) into the next generation
+ * and returns it tempered: CPython's next `genrand_uint32` when k is its index.
+ */
+// @ts-ignore: decorator
+@inline function twistTemper(base: usize, shift: u32, k: i32): u32 {
+  // Word k+1 is still old, word k+M is old below N and already new above, as
+  // in CPython's whole-block loop.
   const y = (load<u32>(wordAt(base, shift, k)) & 0x80000000) | (load<u32>(wordAt(base, shift, k + 1 < N ? k + 1 : 0)) & 0x7fffffff);
   const far = k + M < N ? k + M : k + M - N;
   let v = load<u32>(wordAt(base, shift, far)) ^ (y >>> 1) ^ ((y & 1) != 0 ? MATRIX_A : 0);
   store<u32>(wordAt(base, shift, k), v);
-  store<i32>(at, k + 1);
   v ^= v >>> 11;
   v ^= (v << 7) & 0x9d2c5680;
   v ^= (v << 15) & 0xefc60000;
   v ^= v >>> 18;
   return v;
+}
+
+/** The next tempered 32-bit output (`genrand_uint32`) of the generator at (base, shift), index at `at`. */
+function nextWith(base: usize, shift: u32, at: usize): u32 {
+  let k = load<i32>(at);
+  if (k >= N) k = 0;
+  store<i32>(at, k + 1);
+  return twistTemper(base, shift, k);
 }
 
 /** CPython's `_randbelow(n)` for 1 <= n < 2^32: k = bitlen(n) bits, rejection sampled. */
@@ -78,16 +87,30 @@ function randBelowWith(base: usize, shift: u32, at: usize, n: u32): u32 {
   return r;
 }
 
-/** Shuffles `length` u32 words at `ptr` in place, as `random.shuffle`, with the generator at (base, shift). */
+/**
+ * Shuffles `length` u32 words at `ptr` in place, as `random.shuffle`, with the
+ * generator at (base, shift): `_randbelow(i + 1)` for i from the end, drawn
+ * inline with the generator's index kept in a local.
+ */
 function shuffleWordsWith(base: usize, shift: u32, at: usize, ptr: usize, length: i32): void {
+  let k = load<i32>(at);
   for (let i = length - 1; i > 0; i--) {
-    const j = <i32>randBelowWith(base, shift, at, <u32>(i + 1));
+    const n = <u32>(i + 1);
+    const drop = <u32>clz<u32>(n); // 32 - bitlen(n)
+    let r: u32;
+    do {
+      if (k >= N) k = 0;
+      r = twistTemper(base, shift, k) >>> drop;
+      k++;
+    } while (r >= n);
+    const j = <i32>r;
     const a = ptr + (<usize>i << 2);
     const b = ptr + (<usize>j << 2);
     const t = load<u32>(a);
     store<u32>(a, load<u32>(b));
     store<u32>(b, t);
   }
+  store<i32>(at, k);
 }
 
 // ---- sixteen seeds at once, with wasm SIMD -----------------------------------------
