@@ -20,7 +20,7 @@
 // A request that ties seeds its own generator and, in the same SIMD pass,
 // those of the next fifteen requests, which tie too when ranks are idle.
 
-import { SIMD_LANES, seed16, shuffleWithLane } from "./mt19937";
+import { SIMD_LANES, seedLanes, shuffleWithLane } from "./mt19937";
 
 /** Below this, sums of integer loads are exact in f64 whatever their order. */
 // @ts-ignore: decorator
@@ -52,7 +52,7 @@ function seedAhead(owners: usize, requests: usize, numRequests: i32, first: i32)
     store<u32>(seedKeys + (<usize>l << 3), load<u32>(record, 4));
     store<u32>(seedKeys + (<usize>l << 3), load<u32>(record, 8), 4);
   }
-  seed16(seedKeys, n);
+  seedLanes(seedKeys, n);
   for (let l = 0; l < LANES; l++) store<i32>(owners + (<usize>l << 2), l < n ? first + l : -1);
 }
 

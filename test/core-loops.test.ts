@@ -55,6 +55,23 @@ describe("wasm routing loops agree with the plain-TypeScript oracles", () => {
     );
   });
 
+  it("all-tie batches long enough to use every seeding lane, several passes over", () => {
+    // Each tied request draws from its own generator lane; a batch of 100 idle
+    // requests fills all lanes three times over and part of a fourth.
+    const ids = Array.from({ length: 100 }, (_, i) => (i % 3 === 0 ? BigInt(i) : (BigInt(i) * 0x9e3779b97f4a7c15n) & ((1n << 64n) - 1n)));
+    for (const numRanks of [2, 8, 72]) {
+      const requests = ids.map((id) => ({ id, numTokens: 0, matches: new Array<number>(numRanks).fill(0) }));
+      const views = core.reserveKvBatch(numRanks, requests.length, requests.length + 1);
+      views.counts.fill(0);
+      views.tokens.fill(0);
+      requests.forEach((r, i) => views.requests.set([0, Number(r.id & 0xffffffffn), Number(r.id >> 32n), i + 1], 4 * i));
+      core.scoreKvAware(requests.length, 1000, 1, 0.1);
+      const expected = oracleScoreKvAware(new Int32Array(numRanks), new Float64Array(numRanks), requests, 1000, 1, 0.1);
+      expect([...core.kvViews().out]).toEqual(expected);
+      expect(new Set(expected).size).toBeGreaterThan(1); // the shuffles did spread them
+    }
+  });
+
   it("default min-heap balance", () => {
     fc.assert(
       fc.property(
