@@ -656,8 +656,21 @@ function maybeCompact(rank: i32): void {
 
 // ---- nodes ------------------------------------------------------------------------------
 
-/** Creates the node for path key `key` under `parent`. */
-function newNode(key: u64, parent: u32): u32 {
+/** Nodes created by the insert in progress whose table entries are still to be made. */
+let pending: usize = 0;
+/** Pending node ids. */
+let pendingCount: u32 = 0;
+/** Pending capacity. */
+let pendingCap: u32 = 0;
+
+/**
+ * Creates the node for path key `key` under `parent`. With `deferTable`, its
+ * table entry waits for `flushPending`: an insert's new blocks are never looked
+ * up while it runs (a new node has no next blocks, so the walk below it never
+ * probes), and entering them together lets their random table slots be fetched
+ * at once instead of one miss at a time.
+ */
+function newNode(key: u64, parent: u32, deferTable: bool): u32 {
   let id = freeNode;
   if (id != 0) {
     freeNode = nextSibling(id);
@@ -692,8 +705,24 @@ function newNode(key: u64, parent: u32): u32 {
   }
   liveNodes++;
   if (liveNodes * 2 > tableCap) growTable();
-  tableInsert(id);
+  if (deferTable) {
+    if (pendingCount == pendingCap) {
+      const cap = max<u32>(pendingCap << 1, 64);
+      pending = grow(pending, <usize>pendingCap << 2, <usize>cap << 2);
+      pendingCap = cap;
+    }
+    store<u32>(pending + (<usize>pendingCount << 2), id);
+    pendingCount++;
+  } else {
+    tableInsert(id);
+  }
   return id;
+}
+
+/** Makes the table entries of the nodes `newNode` deferred. */
+function flushPending(): void {
+  for (let i: u32 = 0; i < pendingCount; i++) tableInsert(load<u32>(pending + (<usize>i << 2)));
+  pendingCount = 0;
 }
 
 /** Frees node `id`, which holds no residency and so has no live child. */
@@ -1090,13 +1119,14 @@ function extendPath(rank: i32, key: u64, prev: u32, slot: u32, blocks: usize, co
     } else {
       // A table that must double past the budget ends the insert (it never shrinks).
       if (id == 0 && budget != 0 && tableGrowth(1) > 0 && indexBytes() + tableGrowth(1) > budget) break;
-      if (id == 0) id = newNode(key, prev);
+      if (id == 0) id = newNode(key, prev, true);
       slot = addResidency(id, rank, s);
     }
     if (keysOut != 0) store<u64>(keysOut + (<usize>d << 3), key);
     prev = id;
     held++;
   }
+  flushPending();
   if (prev != 0 && slotIsLeaf(slotAt(slot))) heapPush(rank, s, prev);
   maybeCompact(rank);
   if (capacity != 0) {
@@ -1259,7 +1289,7 @@ export function indexImport(data: usize, count: u32, stampNow: u32, evicted: f64
     const n = load<u32>(at, 12);
     at += 16;
     const parent = parentPos < 0 ? 0 : load<u32>(ids + (<usize>parentPos << 2));
-    const id = newNode(key, parent);
+    const id = newNode(key, parent, false);
     store<u32>(ids + (<usize>i << 2), id);
     for (let k: u32 = 0; k < n; k++) {
       addResidency(id, <i32>load<u32>(at), load<u32>(at, 4));
