@@ -3,7 +3,7 @@
 export { init } from "./wasm.js";
 export { createRouter, restoreRouter, routerKindFor, MAX_RANKS, type Router, type RouterOptions } from "./router.js";
 export type { RouteResult, RouterKind, DecisionRecord, DecisionOutcome, ScoringExplanation } from "./routers/types.js";
-export type { RouterMetrics } from "./metrics.js";
+export type { PrefixHitMetrics, RouterMetrics } from "./metrics.js";
 export type { RankState, RequestId, RouteInput, RouteRequest } from "./batch.js";
 export {
   parseAttentionDpConfig,

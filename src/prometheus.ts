@@ -49,6 +49,19 @@ export function formatPrometheus(snapshot: RouterMetrics, options: PrometheusOpt
     metric("prefix_index_bytes", "gauge", "Bytes the prefix index accounts for.", [[router, snapshot.prefixIndex.bytesInUse]]);
     metric("prefix_index_evictions_total", "counter", "Residencies evicted from the prefix index.", [[router, snapshot.prefixIndex.evictions]]);
   }
+  if (snapshot.prefixHits) {
+    const h = snapshot.prefixHits;
+    const name = `${p}prefix_hit_fraction`;
+    out.push(`# HELP ${name} Fraction of each placed prompt already cached on its chosen rank, as the router saw it.`, `# TYPE ${name} histogram`);
+    let cumulative = 0;
+    h.upperBounds.forEach((le, i) => {
+      cumulative += h.counts[i]!;
+      out.push(`${name}_bucket{${router},le="${le}"} ${cumulative}`);
+    });
+    out.push(`${name}_bucket{${router},le="+Inf"} ${h.requests}`, `${name}_sum{${router}} ${h.fractionSum}`, `${name}_count{${router}} ${h.requests}`);
+    metric("prefix_matched_tokens_total", "counter", "Prompt tokens already cached on the chosen rank (the router's prefix hits).", [[router, h.matchedTokens]]);
+    metric("prompt_tokens_total", "counter", "Prompt tokens of the placed requests counted in prefix_hit_fraction.", [[router, h.promptTokens]]);
+  }
   if (options.gate) {
     metric("gate_iterations_total", "counter", "Context balance gate decisions, by outcome.", [
       [`${router},outcome="hold"`, options.gate.holds],

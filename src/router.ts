@@ -11,7 +11,7 @@ import { DefaultRouter } from "./routers/default.js";
 import { PrefixIndex, restorePrefixIndex, type PrefixIndexOptions } from "./prefix-index.js";
 import { decodeSnapshot, encodeSnapshot } from "./snapshot-format.js";
 import { KvCacheAwareRouter } from "./routers/kv-cache-aware.js";
-import { MetricsCounters, type RouterMetrics } from "./metrics.js";
+import { MetricsCounters, PREFIX_HIT_BOUNDS, type RouterMetrics } from "./metrics.js";
 import type { Decision, DecisionRecord, RouteResult, RouterKind, RoutingPolicy } from "./routers/types.js";
 
 /** Largest rank count accepted. */
@@ -161,6 +161,7 @@ export function createRouter(options: RouterOptions): Router {
       const decision = policy.route(batch, onDecision !== undefined);
       if (index !== null && learnFromRouting) learn(index, batch, decision);
       counters.count(decision.outcomes, decision.rankOf);
+      if (decision.matched) counters.countMatches(decision.matched, batch.requests);
       if (onDecision !== undefined) {
         for (const req of batch.requests) {
           onDecision({ requestId: req.id, router: kind, outcome: decision.outcomes[req.index]!, rank: decision.rankOf[req.index]!, ...decision.details?.[req.index] });
@@ -180,6 +181,7 @@ export function createRouter(options: RouterOptions): Router {
         selectionsPerRank: [...counters.selectionsPerRank],
         ...(conv ? { conversations: { tracked: conv.size, maxSessions: conv.maxSize, evictions: conv.evictions } } : {}),
         ...(stats ? { prefixIndex: { blocks: stats.blocks, residencies: stats.residencies, bytesInUse: stats.bytesInUse, evictions: stats.evictions } } : {}),
+        ...(kind === "kv_cache_aware" ? { prefixHits: { upperBounds: PREFIX_HIT_BOUNDS, ...counters.prefixHits, counts: [...counters.prefixHits.counts] } } : {}),
       };
     },
     setPrefixIndex(next: PrefixIndex | null): void {

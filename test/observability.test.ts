@@ -80,4 +80,46 @@ describe("metrics() and formatPrometheus", () => {
     expect(router.metrics().prefixIndex).toMatchObject({ blocks: 4, residencies: 4 });
     expect(formatPrometheus(router.metrics(), { prefix: "x_" })).toContain('x_prefix_index_blocks{router="kv_cache_aware"} 4');
   });
+
+  it("histograms how much of each placed prompt was cached on its rank, as the router saw it", () => {
+    const requests = [
+      req(1, 100, { schedulingParams: true, attentionDpRank: 1, attentionDpRelax: false, prefixMatches: [0, 30] }), // explicit: 0.3 on rank 1
+      req(2, 100, { prefixMatches: [80, 0] }),
+      req(3, 0), // no prompt tokens: not counted
+      req(4, 100, { prefixMatches: [0, 0] }),
+      req(5, 50, { prefixMatches: [500, 500] }), // claims more than the prompt: counts as all of it
+    ];
+    const input = { rankStates: idle(2), maxNumActiveRequests: 8, requests };
+    const results = [false, true].map((hooked) => {
+      const router = createRouter({ numRanks: 2, attentionDp: { enable_kv_cache_aware_routing: true }, ...(hooked ? { onDecision: () => {} } : {}) });
+      return { result: router.route(input), metrics: router.metrics() };
+    });
+    const { result, metrics } = results[0]!;
+    expect(results[1]!.metrics.prefixHits).toEqual(metrics.prefixHits); // the explained path counts alike
+    // Expected from the placements themselves: each request's prefixMatches on the rank it got.
+    const rankOf = new Map<number, number>();
+    result.assignments.forEach((ids, rank) => ids.forEach((id) => rankOf.set(Number(id), rank)));
+    expect(rankOf.get(1)).toBe(1);
+    const size = (r: (typeof requests)[number]) => r.tokens!.length;
+    const fractions = requests.filter((r) => size(r) > 0).map((r) => Math.min(r.prefixMatches?.[rankOf.get(Number(r.id))!] ?? 0, size(r)) / size(r));
+    const h = metrics.prefixHits!;
+    expect(h.upperBounds).toEqual([0, 0.1, 0.25, 0.5, 0.75, 0.9, 1]);
+    expect(h.counts).toEqual(h.upperBounds.map((le, i) => fractions.filter((f) => f <= le && (i === 0 || f > h.upperBounds[i - 1]!)).length));
+    expect(h.counts[3]).toBeGreaterThanOrEqual(1); // request 1's 0.3
+    expect(h.counts[6]).toBeGreaterThanOrEqual(1); // request 5, clamped to 1
+    expect(h.requests).toBe(4);
+    expect(h.fractionSum).toBeCloseTo(fractions.reduce((a, b) => a + b, 0), 12);
+    expect(h.promptTokens).toBe(350);
+    expect(h.matchedTokens).toBe(fractions.reduce((a, f, i) => a + f * [100, 100, 100, 50][i]!, 0));
+    const text = formatPrometheus(metrics);
+    let cumulative = 0;
+    h.upperBounds.forEach((le, i) => {
+      cumulative += h.counts[i]!;
+      expect(text).toContain(`adp_router_prefix_hit_fraction_bucket{router="kv_cache_aware",le="${le}"} ${cumulative}`);
+    });
+    expect(text).toContain('adp_router_prefix_hit_fraction_count{router="kv_cache_aware"} 4');
+    expect(text).toContain(`adp_router_prefix_matched_tokens_total{router="kv_cache_aware"} ${h.matchedTokens}`);
+    // Routers that do not look at prefixes have no such metric.
+    expect(createRouter({ numRanks: 2 }).metrics().prefixHits).toBeUndefined();
+  });
 });

@@ -121,6 +121,7 @@ export class KvCacheAwareRouter implements RoutingPolicy {
         const matched = matches[rowOf[req.index]! * numRanks + t]!;
         tokens[t]! += Math.max(req.numTokens - matched, 0);
         placements.place(req, t!, warmup ? "warmup" : "explicit");
+        placements.recordMatch(req, matched);
         if (pending[t] === 1) {
           pending[t] = 0;
           pendingCount--;
@@ -144,8 +145,14 @@ export class KvCacheAwareRouter implements RoutingPolicy {
       if (explain) this.#scoreExplained(remaining, rowOf, expected, placements);
       else {
         this.#core.scoreKvAware(remaining.length, expected, this.#beta, this.#threshold);
-        const chosen = this.#core.kvViews().out;
-        for (let i = 0; i < remaining.length; i++) if (chosen[i]! >= 0) placements.place(remaining[i]!, chosen[i]!, "scored");
+        const { out: chosen, matches: cached } = this.#core.kvViews();
+        for (let i = 0; i < remaining.length; i++) {
+          const rank = chosen[i]!;
+          if (rank < 0) continue;
+          const req = remaining[i]!;
+          placements.place(req, rank, "scored");
+          placements.recordMatch(req, cached[rowOf[req.index]! * numRanks + rank]!);
+        }
       }
     }
     this.#pending = pending;
@@ -174,6 +181,7 @@ export class KvCacheAwareRouter implements RoutingPolicy {
       const rank = this.#core.kvViews().out[i]!;
       if (rank < 0) break;
       const n = req.numTokens;
+      placements.recordMatch(req, views.matches[row + rank]!);
       placements.place(req, rank, "scored", {
         scoring: {
           eligibleRanks,

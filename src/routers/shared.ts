@@ -49,6 +49,8 @@ export class Placements {
   readonly outcomes: DecisionOutcome[];
   /** Details per request, when explaining. */
   readonly details: (Partial<DecisionRecord> | undefined)[] | undefined;
+  /** Prefix tokens cached on the chosen rank, by input position, once any is recorded. */
+  #matched: number[] | undefined;
 
   constructor(numRanks: number, numRequests: number, explain = false) {
     this.assignments = Array.from({ length: numRanks }, () => []);
@@ -65,6 +67,11 @@ export class Placements {
     if (this.details !== undefined && detail !== undefined) this.details[req.index] = detail;
   }
 
+  /** Records the prefix tokens `req` finds cached on the rank it was placed on. */
+  recordMatch(req: BatchRequest, tokens: number): void {
+    (this.#matched ??= new Array<number>(this.rankOf.length).fill(-1))[req.index] = tokens;
+  }
+
   /** The decision: unplaced requests are listed as unassigned, in input order. */
   decide(router: RouterKind, expected: number, requests: readonly BatchRequest[]): Decision {
     const unassigned = requests.filter((r) => this.rankOf[r.index] === -1).map((r) => r.id);
@@ -73,6 +80,7 @@ export class Placements {
       rankOf: this.rankOf,
       outcomes: this.outcomes,
       ...(this.details ? { details: this.details } : {}),
+      ...(this.#matched ? { matched: this.#matched } : {}),
     };
   }
 }

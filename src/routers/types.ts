@@ -68,6 +68,8 @@ export interface Decision {
   readonly outcomes: readonly DecisionOutcome[];
   /** Extra per-request detail, built only when explanations were asked for. */
   readonly details?: readonly (Partial<DecisionRecord> | undefined)[];
+  /** Prefix tokens already cached on the chosen rank, by input position (-1: not known); KV-cache-aware router only. */
+  readonly matched?: readonly number[];
 }
 
 /** One router's decision procedure over a validated batch. */
