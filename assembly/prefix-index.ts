@@ -291,6 +291,16 @@ function tableInsert(id: u32): void {
   tablePut(<u32>fmix((<u64>keyHi(id) << 32) | <u64>keyLo(id)), id);
 }
 
+/**
+ * Whether an entry with home slot `home`, found at slot j while backward-shift
+ * deletion holds a hole at slot i, must stay: its home lies cyclically in (i, j].
+ * Otherwise it moves back into the hole, which keeps its probe chain intact.
+ */
+// @ts-ignore: decorator
+@inline function homeBetween(home: u32, i: u32, j: u32): bool {
+  return i <= j ? (home > i && home <= j) : (home > i || home <= j);
+}
+
 /** Removes node `id` from the table (backward-shift deletion keeps probe chains intact). */
 function tableRemove(id: u32): void {
   const mask = tableCap - 1;
@@ -301,10 +311,7 @@ function tableRemove(id: u32): void {
     j = (j + 1) & mask;
     const slot = table + (<usize>j << 3);
     if (load<u32>(slot, 4) == 0) break;
-    const home = load<u32>(slot) & mask;
-    // Move the entry at j back into the hole at i unless its home lies cyclically in (i, j].
-    const inRange = i <= j ? (home > i && home <= j) : (home > i || home <= j);
-    if (!inRange) {
+    if (!homeBetween(load<u32>(slot) & mask, i, j)) {
       store<u64>(table + (<usize>i << 3), load<u64>(slot));
       i = j;
     }
@@ -384,8 +391,7 @@ function allocBlock(cls: u32): u32 {
 
 /** Returns a block of class `cls` to its free list. */
 function freeBlock(start: u32, cls: u32): void {
-  store<u32>(slotAt(start), load<u32>(u32At(freeBlocks, cls)));
-  store<u32>(u32At(freeBlocks, cls), start + 1);
+  pushFree(start, cls);
   slotsInUse -= classSize(cls);
 }
 
@@ -442,9 +448,7 @@ function overflowRemove(key: u64): void {
     j = (j + 1) & mask;
     const k = load<u64>(overflow + (<usize>j << 4));
     if (k == 0) break;
-    const home = <u32>fmix(k) & mask;
-    const inRange = i <= j ? (home > i && home <= j) : (home > i || home <= j);
-    if (!inRange) {
+    if (!homeBetween(<u32>fmix(k) & mask, i, j)) {
       store<u64>(overflow + (<usize>i << 4), k);
       store<u32>(overflow + (<usize>i << 4), load<u32>(overflow + (<usize>j << 4), 8), 8);
       i = j;
@@ -697,11 +701,7 @@ function newNode(key: u64, parent: u32, deferTable: bool): u32 {
   if (sibling != 0) store<u32>(coldAt(sibling), id, 8);
   if (parent != 0) {
     store<u32>(coldAt(parent), id, 12);
-    const pa = nodeAt(parent);
-    let kids = <u32>load<u8>(pa, 15);
-    if ((kids & KIDS_MASK) < KIDS_MASK) kids++;
-    if (id == parent + 1) kids |= NEXT_IS_CHILD;
-    store<u8>(pa, <u8>kids, 15);
+    countChild(parent, id, true);
   }
   liveNodes++;
   if (liveNodes * 2 > tableCap) growTable();
@@ -717,6 +717,19 @@ function newNode(key: u64, parent: u32, deferTable: bool): u32 {
     tableInsert(id);
   }
   return id;
+}
+
+/**
+ * Counts child `id` into (`added`) or out of `parent`'s kids byte: the count
+ * saturates at KIDS_MASK and then stays "many", and the flag says whether
+ * id = parent + 1 is the child.
+ */
+function countChild(parent: u32, id: u32, added: bool): void {
+  const pa = nodeAt(parent);
+  let kids = <u32>load<u8>(pa, 15);
+  if ((kids & KIDS_MASK) < KIDS_MASK) kids = added ? kids + 1 : kids - 1;
+  if (id == parent + 1) kids = added ? kids | NEXT_IS_CHILD : kids & ~NEXT_IS_CHILD;
+  store<u8>(pa, <u8>kids, 15);
 }
 
 /** Makes the table entries of the nodes `newNode` deferred. */
@@ -736,13 +749,7 @@ function freeNodeId(id: u32): void {
   if (prev != 0) store<u32>(coldAt(prev), next, 4);
   else if (parent != 0) store<u32>(coldAt(parent), next, 12);
   if (next != 0) store<u32>(coldAt(next), prev, 8);
-  if (parent != 0) {
-    const pa = nodeAt(parent);
-    let kids = <u32>load<u8>(pa, 15);
-    if ((kids & KIDS_MASK) < KIDS_MASK) kids--; // a saturated count stays "many"
-    if (id == parent + 1) kids &= ~NEXT_IS_CHILD;
-    store<u8>(pa, <u8>kids, 15);
-  }
+  if (parent != 0) countChild(parent, id, false);
   const cls = resClass(id);
   if (cls != 0xff) freeBlock(resStart(id), cls);
   store<u32>(at, 0);
@@ -797,11 +804,7 @@ function removeLeafResidency(id: u32, rank: i32, chain: u32): u32 {
   const start = resStart(id);
   const n = resCount(id);
   const slot = <u32>findResidency(id, rank);
-  const dst = slotAt(slot);
-  const src = slotAt(start + n - 1);
-  store<u32>(dst, load<u32>(src));
-  store<u16>(dst, load<u16>(src, 4), 4);
-  store<u8>(dst, load<u8>(src, 6), 6);
+  memory.copy(slotAt(slot), slotAt(start + n - 1), SLOT_BYTES);
   store<u16>(nodeAt(id), <u16>(n - 1), 12);
   residencies--;
   store<u32>(u32At(rankBlocks, rank), load<u32>(u32At(rankBlocks, rank)) - 1);
@@ -954,8 +957,8 @@ export function indexInit(ranks: i32, blockTokens: i32, capacityPerRank: u32, ma
   nodeCap = 1 << NODE_CHUNK_SHIFT;
   tableCap = INITIAL_TABLE;
   table = tableAlloc(tableCap);
-  // A residency block holds at most numRanks slots (rounded up to a power of two).
-  let top: u32 = 0; // the class a block of all ranks needs
+  // A chunk holds at least the largest residency block: the class that holds all ranks.
+  let top: u32 = 0;
   while (classSize(top) < <u32>ranks) top++;
   slotChunkShift = max<u32>(14, 32 - clz<u32>(classSize(top) - 1));
   slotChunks = appendChunk(0, 0, takePages(<usize>SLOT_BYTES << slotChunkShift));
@@ -1013,6 +1016,14 @@ export function hashBlockKeys(keys: usize, count: i32): void {
   return lookup(key);
 }
 
+/** Notes node `id` at `tokens` matched tokens as drop `noted` of a walk; returns the drops noted. */
+// @ts-ignore: decorator
+@inline function noteDrop(noted: i32, id: u32, tokens: u32): i32 {
+  store<u32>(drops + (<usize>noted << 3), id);
+  store<u32>(drops + (<usize>noted << 3), tokens, 4);
+  return noted + 1;
+}
+
 /** Writes `tokens` matched tokens for every rank holding `id` (`count` residencies). */
 // @ts-ignore: decorator
 @inline function writeRanks(id: u32, count: u32, tokens: u32, out: usize): void {
@@ -1048,20 +1059,12 @@ function matchWalk(seed: u64, tokens: usize, blocks: usize, count: i32, out: usi
     const id = step(prev, key);
     if (id == 0) break;
     const c = resCount(id);
-    if (c < prevCount && prevCount < <u32>numRanks) { // all ranks get `full` anyway
-      store<u32>(drops + (<usize>noted << 3), prev);
-      store<u32>(drops + (<usize>noted << 3), <u32>(d * tokensPerBlock), 4);
-      noted++;
-    }
+    if (c < prevCount && prevCount < <u32>numRanks) noted = noteDrop(noted, prev, <u32>(d * tokensPerBlock)); // all ranks get `full` anyway
     if (c == <u32>numRanks) full = <u32>((d + 1) * tokensPerBlock);
     prev = id;
     prevCount = c;
   }
-  if (prev != 0 && prevCount < <u32>numRanks) {
-    store<u32>(drops + (<usize>noted << 3), prev);
-    store<u32>(drops + (<usize>noted << 3), <u32>(d * tokensPerBlock), 4);
-    noted++;
-  }
+  if (prev != 0 && prevCount < <u32>numRanks) noted = noteDrop(noted, prev, <u32>(d * tokensPerBlock));
   const fill = v128.splat<u32>(full);
   let r = 0;
   for (; r + 4 <= numRanks; r += 4) v128.store(u32At(out, r), fill);
@@ -1118,7 +1121,10 @@ function extendPath(rank: i32, key: u64, prev: u32, slot: u32, blocks: usize, co
       setSlotStamp(slotAt(slot), s);
     } else {
       // A table that must double past the budget ends the insert (it never shrinks).
-      if (id == 0 && budget != 0 && tableGrowth(1) > 0 && indexBytes() + tableGrowth(1) > budget) break;
+      if (id == 0 && budget != 0) {
+        const growth = tableGrowth(1);
+        if (growth > 0 && indexBytes() + growth > budget) break;
+      }
       if (id == 0) id = newNode(key, prev, true);
       slot = addResidency(id, rank, s);
     }

@@ -281,11 +281,7 @@ export class PrefixIndex {
   match(tokens: ArrayLike<number>, ns?: PrefixNamespace | null): number[] {
     const seed = namespaceSeed(ns);
     const t = checkTokens(tokens, "tokens");
-    this.#matchTokens(t, t.length, seed);
-    const result = this.#resultView();
-    const out = new Array<number>(this.#numRanks);
-    for (let r = 0; r < this.#numRanks; r++) out[r] = result[r]!;
-    return out;
+    return this.#read(this.#matchTokens(t, t.length, seed));
   }
 
   /** Like {@link match}, writing into `out` (at least `numRanks` long) instead of allocating. */
