@@ -183,8 +183,9 @@ export function seedLanes(keys: usize, count: i32): void {
   pf = i32x4.add(mixv(v128.load(w, 80), pf, m1), jf); v128.store(w, pf, 80);
   pg = i32x4.add(mixv(v128.load(w, 96), pg, m1), jg); v128.store(w, pg, 96);
   ph = i32x4.add(mixv(v128.load(w, 112), ph, m1), jh); v128.store(w, ph, 112);
-  // Second pass: i = 2..623, then i = 1.
-  for (let i = 2; i < N; i++) {
+  // Second pass: i = 2..623, then i = 1 (whose row the wrap above rewrote).
+  for (let t = 2; t <= N; t++) {
+    const i = t < N ? t : 1;
     const k = i32x4.splat(i);
     const at = ilv + (<usize>i << LANE_SHIFT);
     pa = i32x4.sub(mixv(v128.load(at, 0), pa, m2), k); v128.store(at, pa, 0);
@@ -196,15 +197,6 @@ export function seedLanes(keys: usize, count: i32): void {
     pg = i32x4.sub(mixv(v128.load(at, 96), pg, m2), k); v128.store(at, pg, 96);
     ph = i32x4.sub(mixv(v128.load(at, 112), ph, m2), k); v128.store(at, ph, 112);
   }
-  const one = i32x4.splat(1);
-  pa = i32x4.sub(mixv(v128.load(w, 0), pa, m2), one); v128.store(w, pa, 0);
-  pb = i32x4.sub(mixv(v128.load(w, 16), pb, m2), one); v128.store(w, pb, 16);
-  pc = i32x4.sub(mixv(v128.load(w, 32), pc, m2), one); v128.store(w, pc, 32);
-  pd = i32x4.sub(mixv(v128.load(w, 48), pd, m2), one); v128.store(w, pd, 48);
-  pe = i32x4.sub(mixv(v128.load(w, 64), pe, m2), one); v128.store(w, pe, 64);
-  pf = i32x4.sub(mixv(v128.load(w, 80), pf, m2), one); v128.store(w, pf, 80);
-  pg = i32x4.sub(mixv(v128.load(w, 96), pg, m2), one); v128.store(w, pg, 96);
-  ph = i32x4.sub(mixv(v128.load(w, 112), ph, m2), one); v128.store(w, ph, 112);
   for (let l = 0; l < SIMD_LANES; l++) {
     store<u32>(ilv + (<usize>l << 2), 0x80000000);
     store<i32>(laneIndex + (<usize>l << 2), N);
