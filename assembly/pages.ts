@@ -123,6 +123,13 @@ let smallFreeBytes: f64 = 0;
   return bytes <= (<usize>1 << MIN_CLASS) ? MIN_CLASS : 32 - clz<u32>(<u32>bytes - 1);
 }
 
+/** Pushes the free small block at `at` on the list whose head is at `head`. */
+// @ts-ignore: decorator
+@inline function pushSmall(head: usize, at: usize): void {
+  store<u32>(at, load<u32>(head));
+  store<u32>(head, <u32>at);
+}
+
 /** Storage for an array of `bytes` bytes, 16-byte aligned. */
 export function storageAlloc(bytes: usize): usize {
   const cls = classOf(bytes);
@@ -133,10 +140,7 @@ export function storageAlloc(bytes: usize): usize {
   if (at == 0) {
     // A new slab: all its blocks but the first go on the free list.
     at = takePages(SLAB_BYTES);
-    for (let b = at + size; b < at + SLAB_BYTES; b += size) {
-      store<u32>(b, load<u32>(head));
-      store<u32>(head, <u32>b);
-    }
+    for (let b = at + size; b < at + SLAB_BYTES; b += size) pushSmall(head, b);
     smallFreeBytes += <f64>(SLAB_BYTES - size);
     return at;
   }
@@ -153,9 +157,7 @@ export function storageFree(at: usize, bytes: usize): void {
     givePages(at, size);
     return;
   }
-  const head = smallFree + (<usize>cls << 2);
-  store<u32>(at, load<u32>(head));
-  store<u32>(head, <u32>at);
+  pushSmall(smallFree + (<usize>cls << 2), at);
   smallFreeBytes += <f64>size;
 }
 

@@ -151,9 +151,9 @@ for (const numRanks of only.length > 0 ? only : [8, 72, 1024]) {
 }
 
 /**
- * Median µs per 512-token insert (32 new blocks of 16 tokens after a shared
- * 64-token stem) into an index already full at an 8 MiB budget, so every insert
- * first evicts the least recently stamped leaves across ranks.
+ * Median µs per 512-token insert (32 blocks of 16 tokens: a shared 64-token
+ * stem, then 28 new blocks) into an index already full at an 8 MiB budget, so
+ * every insert first evicts the least recently stamped leaves across ranks.
  */
 function timeInsertsUnderBudget(numRanks: number): { us_median: number; evicted_per_insert: number } {
   const index = createPrefixIndex({ numRanks, tokensPerBlock: 16, maxMemoryBytes: 8 << 20 });

@@ -42,7 +42,15 @@ function idleTies(numRanks: number): Workload {
 }
 
 const config = { enable_kv_cache_aware_routing: true };
-const results: Record<string, unknown>[] = [];
+
+/** Prints one JSON line per task of a finished run: `fields`, the task, its median µs per request of a BATCH-request call. */
+function report(bench: Bench, fields: Record<string, unknown>): void {
+  for (const task of bench.tasks) {
+    const result = task.result as { latency?: { p50?: number; samplesCount?: number } } | undefined;
+    const median = result?.latency?.p50 ?? NaN; // ms per batch
+    console.log(JSON.stringify({ ...fields, impl: task.name, us_per_request_median: Number(((median * 1000) / BATCH).toFixed(3)), samples: result?.latency?.samplesCount ?? 0 }));
+  }
+}
 
 for (const numRanks of [8, 72, 256]) {
   for (const w of [busy(numRanks), idleTies(numRanks)]) {
@@ -90,21 +98,7 @@ for (const numRanks of [8, 72, 256]) {
         oracleScoreKvAware(Int32Array.from(w.counts), Float64Array.from(w.tokens), oracleRequests, 2 * Math.ceil(BATCH / numRanks) + 8, 1.0, 0.1);
       });
     await bench.run();
-    for (const task of bench.tasks) {
-      const result = task.result as { latency?: { p50?: number; samplesCount?: number } } | undefined;
-      const median = result?.latency?.p50 ?? NaN; // ms per batch
-      const line = {
-        bench: "kv_route",
-        workload: w.name,
-        ranks: numRanks,
-        batch: BATCH,
-        impl: task.name,
-        us_per_request_median: Number(((median * 1000) / BATCH).toFixed(3)),
-        samples: result?.latency?.samplesCount ?? 0,
-      };
-      results.push(line);
-      console.log(JSON.stringify(line));
-    }
+    report(bench, { bench: "kv_route", workload: w.name, ranks: numRanks, batch: BATCH });
   }
 }
 
@@ -146,17 +140,5 @@ for (const numRanks of [8, 72, 256]) {
       }
     });
   await bench.run();
-  for (const task of bench.tasks) {
-    const result = task.result as { latency?: { p50?: number; samplesCount?: number } } | undefined;
-    const line = {
-      bench: "conversation_churn",
-      ranks: numRanks,
-      sessions: 65_536,
-      impl: task.name,
-      us_per_request_median: Number((((result?.latency?.p50 ?? NaN) * 1000) / BATCH).toFixed(3)),
-      samples: result?.latency?.samplesCount ?? 0,
-    };
-    results.push(line);
-    console.log(JSON.stringify(line));
-  }
+  report(bench, { bench: "conversation_churn", ranks: numRanks, sessions: 65_536 });
 }
