@@ -3,15 +3,21 @@
 // with `allocate`, writes inputs through typed-array views, calls one export per
 // batch and reads the results back through the same views.
 
-import { storageAlloc, storageFree } from "./pages";
+import { MAX_ALLOC, storageAlloc, storageFree } from "./pages";
 
 /** Bytes before each `allocate`d region: its size, for `release`. */
 // @ts-ignore: decorator
 @inline const HEADER: usize = 16;
 
-/** Allocates `bytes` bytes of unmanaged memory, 16-byte aligned. */
+/**
+ * Allocates `bytes` bytes of unmanaged memory, 16-byte aligned; 0 when
+ * `bytes` is above MAX_ALLOC or memory cannot grow (the shell checks sizes
+ * first and turns a 0 into a typed error; nothing here can wrap).
+ */
 export function allocate(bytes: usize): usize {
+  if (bytes > MAX_ALLOC - HEADER) return 0;
   const at = storageAlloc(bytes + HEADER);
+  if (at == 0) return 0;
   store<u32>(at, <u32>(bytes + HEADER));
   return at + HEADER;
 }
@@ -26,7 +32,9 @@ export { seed, nextUint32, randBelow, shuffleWords } from "./mt19937";
 export { balanceDefault } from "./default-balance";
 export { scoreKvAware, kvWorkBytes, kvTrailer } from "./kv-score";
 export {
-  indexInit, hashBlocks, hashBlockKeys, indexMatch, indexMatchTokens, indexInsert, indexInsertBelow, indexPathKeys, indexClearRank,
-  indexBlockCount, indexNodeCount, indexResidencyCount, indexEvictions, indexBytes, indexRemovePath,
-  indexHolds, indexStampResets, indexExportBytes, indexExport, indexImport, indexStamp, indexReservedBytes, indexTableBytes,
+  indexInit, hashBlocks, hashBlockKeys, indexMatch, indexMatchTokens, indexMatchBegin, indexMatchFeed, indexMatchEnd,
+  indexInsert, indexInsertBegin, indexInsertBelowBegin, indexInsertFeed, indexInsertEnd, indexClearRank,
+  indexBlockCount, indexNodeCount, indexResidencyCount, indexEvictions, indexBytes, indexRemovePath, indexHolds, indexStampResets,
+  indexExportBytes, indexExportBegin, indexExportPiece, indexImportBegin, indexImportPiece, indexImportEnd, indexStamp,
+  indexReservedBytes, indexTableBytes,
 } from "./prefix-index";

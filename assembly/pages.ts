@@ -16,6 +16,15 @@
 // Arrays (`storageAlloc`): power-of-two blocks, whole pages from 16 KiB up,
 // smaller ones cut from 64 KiB slabs (see below).
 
+/**
+ * Most bytes one allocation may take (1 GiB). Larger requests are refused
+ * (0), so the rounding below, done in 32-bit `usize`, can never wrap.
+ */
+export const MAX_ALLOC: usize = 1 << 30;
+/** Most pages linear memory may hold: one page short of 4 GiB keeps every address and end in u32. */
+// @ts-ignore: decorator
+@inline const MAX_PAGES: i32 = 65535;
+
 /** Free runs kept at most. */
 // @ts-ignore: decorator
 @inline const MAX_RUNS: i32 = 64;
@@ -32,8 +41,12 @@ let runBytes: f64 = 0;
 /** Whether the TLSF heap has claimed the memory it starts with. */
 let heapStarted = false;
 
-/** `bytes` bytes (a multiple of 16 KiB) of page-backed storage, 16 KiB aligned. */
+/**
+ * `bytes` bytes (a multiple of 16 KiB, at most MAX_ALLOC) of page-backed
+ * storage, 16 KiB aligned; 0 when memory cannot grow that far.
+ */
 export function takePages(bytes: usize): usize {
+  if (bytes > MAX_ALLOC) return 0;
   for (let i = 0; i < runCount; i++) {
     const run = runs + (<usize>i << 3);
     const size = <usize>load<u32>(run, 4);
@@ -50,7 +63,6 @@ export function takePages(bytes: usize): usize {
     return at;
   }
   if (bumpEnd - bumpAt < bytes) {
-    if (bumpEnd > bumpAt) givePages(bumpAt, bumpEnd - bumpAt);
     // The TLSF heap claims all of memory when it first runs: let it do so
     // before growing, or it would claim these pages too.
     if (!heapStarted) {
@@ -58,10 +70,15 @@ export function takePages(bytes: usize): usize {
       heapStarted = true;
     }
     // Grow by an eighth of memory at least: each grow costs the engine a
-    // remap, and an eighth bounds the pages held ahead of need.
-    const pages = max(<i32>((bytes + 0xffff) >> 16), memory.size() >> 3);
+    // remap, and an eighth bounds the pages held ahead of need. Never past
+    // MAX_PAGES, and a failed grow changes nothing.
+    const need = <i32>((bytes + 0xffff) >> 16);
+    const room = MAX_PAGES - memory.size();
+    if (need > room) return 0;
+    const pages = min(max(need, memory.size() >> 3), room);
     const before = memory.grow(pages);
-    if (before < 0) unreachable(); // out of memory, as the TLSF heap would
+    if (before < 0) return 0;
+    if (bumpEnd > bumpAt) givePages(bumpAt, bumpEnd - bumpAt);
     bumpAt = <usize>before << 16;
     bumpEnd = bumpAt + (<usize>pages << 16);
   }
@@ -130,8 +147,9 @@ let smallFreeBytes: f64 = 0;
   store<u32>(head, <u32>at);
 }
 
-/** Storage for an array of `bytes` bytes, 16-byte aligned. */
+/** Storage for an array of `bytes` bytes, 16-byte aligned; 0 when refused (see MAX_ALLOC) or out of memory. */
 export function storageAlloc(bytes: usize): usize {
+  if (bytes > MAX_ALLOC) return 0;
   const cls = classOf(bytes);
   const size = <usize>1 << cls;
   if (cls >= PAGE_CLASS) return takePages(size);
@@ -140,6 +158,7 @@ export function storageAlloc(bytes: usize): usize {
   if (at == 0) {
     // A new slab: all its blocks but the first go on the free list.
     at = takePages(SLAB_BYTES);
+    if (at == 0) return 0;
     for (let b = at + size; b < at + SLAB_BYTES; b += size) pushSmall(head, b);
     smallFreeBytes += <f64>(SLAB_BYTES - size);
     return at;

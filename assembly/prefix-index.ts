@@ -24,8 +24,13 @@
 //                dropped when they surface, and the heap is rebuilt when mostly stale
 //
 // Views are prefix-closed (a rank holds a path only with all its prefixes), and
-// an insert stamps a whole path, so a parent's stamp is never older than its
-// child's and the least-recently-stamped leaf of a rank is its heap minimum.
+// an insert stamps a whole path. A stored event below a known parent stamps the
+// parent and the new blocks only; its older ancestors take the stamp lazily, when
+// a child leaves them (a parent's stamp becomes the larger of its own and the
+// departing child's). Only leaves are eviction candidates, and a node becomes a
+// leaf only once its last child has left, so every leaf's stamp is what a
+// whole-path restamp would have given it, and the least-recently-stamped leaf of
+// a rank is its heap minimum.
 // `match` walks the prompt once for all ranks: the set of ranks holding a node
 // only shrinks along a path, so ranks are written only from the nodes where the
 // count drops. Eviction takes a leaf, then the rest of its insert's path upward.
@@ -804,6 +809,7 @@ function removeLeafResidency(id: u32, rank: i32, chain: u32): u32 {
   const start = resStart(id);
   const n = resCount(id);
   const slot = <u32>findResidency(id, rank);
+  const gone = slotStamp(slotAt(slot));
   memory.copy(slotAt(slot), slotAt(start + n - 1), SLOT_BYTES);
   store<u16>(nodeAt(id), <u16>(n - 1), 12);
   residencies--;
@@ -813,6 +819,7 @@ function removeLeafResidency(id: u32, rank: i32, chain: u32): u32 {
   let next: u32 = 0;
   if (parent != 0) {
     const ps = slotAt(<u32>findResidency(parent, rank));
+    if (slotStamp(ps) < gone) setSlotStamp(ps, gone); // the lazy restamp (see the header)
     if (childRemoved(ps, parent, rank) == 0) {
       store<u32>(u32At(rankLeaves, rank), load<u32>(u32At(rankLeaves, rank)) + 1);
       const ps4 = slotStamp(ps);
@@ -906,9 +913,9 @@ export function indexTableBytes(): f64 {
 
 /** Bytes the table must grow by to take `extra` more nodes (load ≤ 1/2). */
 function tableGrowth(extra: u32): f64 {
-  let cap = tableCap;
-  while ((<u64>liveNodes + <u64>extra) * 2 > <u64>cap) cap <<= 1;
-  return <f64>(cap - tableCap) * 8;
+  let cap = <u64>tableCap;
+  while ((<u64>liveNodes + <u64>extra) * 2 > cap) cap <<= 1;
+  return <f64>(cap - <u64>tableCap) * 8;
 }
 
 /** Bytes the index's pools hold, used or free: node and residency chunks, the table, the heaps, idle pages. */
@@ -921,9 +928,12 @@ export function indexReservedBytes(): f64 {
 
 /**
  * Evicts least-recently-stamped leaves across all ranks until `reserve` more
- * bytes and `extraNodes` more nodes (with the table growth they need) fit the budget.
+ * bytes and `extraNodes` more nodes (with the table growth they need) fit the
+ * budget, but never a leaf stamped `protect` (nonzero: the insert in progress,
+ * whose stamp is the newest, so once such a leaf is the least recent nothing
+ * else is left to evict).
  */
-function fitBudget(reserve: f64, extraNodes: u32): void {
+function fitBudget(reserve: f64, extraNodes: u32, protect: u32): void {
   if (budget == 0) return;
   if (topsSize > <u32>(4 * numRanks + 64)) topsCompact();
   while (indexBytes() + reserve + tableGrowth(extraNodes) > budget) {
@@ -937,6 +947,10 @@ function fitBudget(reserve: f64, extraNodes: u32): void {
     if (top != s) {
       topsPush(top, rank); // a stale entry: re-enter the rank at its real top
       continue;
+    }
+    if (s == protect) {
+      topsPush(s, rank);
+      return;
     }
     evictFrom(rank, true, reserve, extraNodes);
     if (heapTop(rank) != 0) topsPush(topStamp(rank), rank);
@@ -1031,44 +1045,96 @@ export function hashBlockKeys(keys: usize, count: i32): void {
   for (let k: u32 = 0; k < count; k++) store<u32>(u32At(out, slotRank(slotIn(base, k))), tokens);
 }
 
+// ---- the match walk ----------------------------------------------------------------
+//
+// A walk may be fed a prompt in pieces (the shell's scratch holds a bounded
+// piece of a long prompt), so its state lives in these globals between calls.
+
+/** Path key of the last block fed. */
+let walkKey: u64 = 0;
+/** Node of the deepest block matched so far (0 = none). */
+let walkPrev: u32 = 0;
+/** Ranks holding `walkPrev` (numRanks before the first block). */
+let walkPrevCount: u32 = 0;
+/** Matched tokens every rank holds. */
+let walkFull: u32 = 0;
+/** Drops noted so far. */
+let walkNoted: i32 = 0;
+/** Tokens matched so far. */
+let walkDepth: u32 = 0;
+/** Whether the walk met a block no rank holds (later pieces change nothing). */
+let walkEnded = true;
+
+/** Starts a walk from the namespace seed. */
+function walkBegin(seed: u64): void {
+  walkKey = seed;
+  walkPrev = 0;
+  walkPrevCount = <u32>numRanks;
+  walkFull = 0;
+  walkNoted = 0;
+  walkDepth = 0;
+  walkEnded = false;
+}
+
 /**
- * Writes, for every rank, the matched tokens of a prompt as u32 at `out`, from
- * one walk. With `tokens` != 0 the prompt is `count` token ids there, hashed a
- * block at a time as the walk goes (so nothing past the first unknown block is
- * hashed); otherwise `blocks` holds `count` block hashes. Changes nothing.
+ * Walks the next blocks of the prompt: `count` token ids at `tokens` (a whole
+ * number of blocks, hashed a block at a time as the walk goes, so nothing past
+ * the first unknown block is hashed), or else `count` block hashes at `blocks`.
+ * Returns 1 while the walk goes on, 0 once it has ended.
  *
  * The set of ranks holding a node only shrinks along a path, so a rank's match
  * is the depth of the last node before the set drops it. The walk only notes
- * the nodes where the count drops; then every rank is set to the depth of the
- * last node all ranks hold (often a shared system prompt, so no slot is read),
- * and each noted node, shallow to deep, overwrites its ranks with its depth.
+ * the nodes where the count drops (see `walkEnd`).
  */
-function matchWalk(seed: u64, tokens: usize, blocks: usize, count: i32, out: usize): void {
+function walkFeed(tokens: usize, blocks: usize, count: i32): i32 {
+  if (walkEnded) return 0;
   const numBlocks = tokens != 0 ? count / tokensPerBlock : count;
-  let key = seed;
-  let prev: u32 = 0;
-  let prevCount: u32 = <u32>numRanks;
-  let full: u32 = 0; // matched tokens every rank holds
-  let noted = 0;
-  let d = 0;
-  for (; d < numBlocks; d++) {
+  let key = walkKey;
+  let prev = walkPrev;
+  let prevCount = walkPrevCount;
+  let full = walkFull;
+  let noted = walkNoted;
+  let depth = walkDepth;
+  for (let d = 0; d < numBlocks; d++) {
     const block = tokens != 0
       ? hashTokens(tokens + (<usize>(d * tokensPerBlock) << 2), tokensPerBlock)
       : load<u64>(blocks + (<usize>d << 3));
     key = chain(key, block);
     const id = step(prev, key);
-    if (id == 0) break;
+    if (id == 0) {
+      walkEnded = true;
+      break;
+    }
     const c = resCount(id);
-    if (c < prevCount && prevCount < <u32>numRanks) noted = noteDrop(noted, prev, <u32>(d * tokensPerBlock)); // all ranks get `full` anyway
-    if (c == <u32>numRanks) full = <u32>((d + 1) * tokensPerBlock);
+    if (c < prevCount && prevCount < <u32>numRanks) noted = noteDrop(noted, prev, depth); // all ranks get `full` anyway
+    depth += <u32>tokensPerBlock;
+    if (c == <u32>numRanks) full = depth;
     prev = id;
     prevCount = c;
   }
-  if (prev != 0 && prevCount < <u32>numRanks) noted = noteDrop(noted, prev, <u32>(d * tokensPerBlock));
-  const fill = v128.splat<u32>(full);
+  walkKey = key;
+  walkPrev = prev;
+  walkPrevCount = prevCount;
+  walkFull = full;
+  walkNoted = noted;
+  walkDepth = depth;
+  return walkEnded ? 0 : 1;
+}
+
+/**
+ * Ends the walk: writes, for every rank, its matched tokens as u32 at `out`.
+ * Every rank is set to the depth of the last node all ranks hold (often a
+ * shared system prompt, so no slot is read), then each noted node, shallow to
+ * deep, overwrites its ranks with its depth.
+ */
+function walkEnd(out: usize): void {
+  let noted = walkNoted;
+  if (walkPrev != 0 && walkPrevCount < <u32>numRanks) noted = noteDrop(noted, walkPrev, walkDepth);
+  walkEnded = true;
+  const fill = v128.splat<u32>(walkFull);
   let r = 0;
   for (; r + 4 <= numRanks; r += 4) v128.store(u32At(out, r), fill);
-  for (; r < numRanks; r++) store<u32>(u32At(out, r), full);
+  for (; r < numRanks; r++) store<u32>(u32At(out, r), walkFull);
   for (let i = 0; i < noted; i++) {
     const at = drops + (<usize>i << 3);
     const id = load<u32>(at);
@@ -1076,14 +1142,33 @@ function matchWalk(seed: u64, tokens: usize, blocks: usize, count: i32, out: usi
   }
 }
 
-/** Matched tokens per rank for `numTokens` token ids at `tokens` (see `matchWalk`). */
+/** Matched tokens per rank for `numTokens` token ids at `tokens`, written to `out`, in one call. Changes nothing. */
 export function indexMatchTokens(seedLo: u32, seedHi: u32, tokens: usize, numTokens: i32, out: usize): void {
-  matchWalk((<u64>seedHi << 32) | <u64>seedLo, tokens, 0, numTokens, out);
+  walkBegin((<u64>seedHi << 32) | <u64>seedLo);
+  walkFeed(tokens, 0, numTokens);
+  walkEnd(out);
 }
 
-/** Matched tokens per rank for `count` block hashes at `blocks` (see `matchWalk`). */
+/** Matched tokens per rank for `count` block hashes at `blocks`, in one call. */
 export function indexMatch(seedLo: u32, seedHi: u32, blocks: usize, count: i32, out: usize): void {
-  matchWalk((<u64>seedHi << 32) | <u64>seedLo, 0, blocks, count, out);
+  walkBegin((<u64>seedHi << 32) | <u64>seedLo);
+  walkFeed(0, blocks, count);
+  walkEnd(out);
+}
+
+/** Starts a match fed in pieces (`indexMatchFeed`, then `indexMatchEnd`). */
+export function indexMatchBegin(seedLo: u32, seedHi: u32): void {
+  walkBegin((<u64>seedHi << 32) | <u64>seedLo);
+}
+
+/** Feeds a piece: `count` tokens at `tokens` (whole blocks), or with `tokens` 0 block hashes at `blocks`; 1 while the walk goes on. */
+export function indexMatchFeed(tokens: usize, blocks: usize, count: i32): i32 {
+  return walkFeed(tokens, blocks, count);
+}
+
+/** Ends a match fed in pieces, writing matched tokens per rank to `out`. */
+export function indexMatchEnd(out: usize): void {
+  walkEnd(out);
 }
 
 /** Stamps at which the index starts over (32-bit stamps; see `indexInsert`). */
@@ -1092,54 +1177,139 @@ export function indexMatch(seedLo: u32, seedHi: u32, blocks: usize, count: i32, 
 /** Times the index was cleared because its stamps ran out. */
 let stampResets: u32 = 0;
 
-/**
- * Inserts the block path into `rank`'s view with a new stamp, then enforces
- * capacity and budget. Returns the blocks the rank now holds along the path
- * (fewer than `count` only when the hash table would have to grow past the budget).
- */
-export function indexInsert(rank: i32, seedLo: u32, seedHi: u32, blocks: usize, count: i32): i32 {
-  if (count == 0) return 0;
-  if (stamp >= LAST_STAMP) clearAll();
-  fitBudget(<f64>count * (<f64>NODE_BYTES + 16) + 16, <u32>count);
-  return extendPath(rank, (<u64>seedHi << 32) | <u64>seedLo, 0, 0, blocks, count, ++stamp, 0);
+// ---- inserting a path ------------------------------------------------------------------
+//
+// Like a walk, an insert may arrive in pieces; its state lives here between
+// calls. Nothing is evicted by capacity until it ends, and the budget never
+// takes a block stamped with the insert's own stamp, so the path being built
+// stays whole while it is fed.
+
+/** Rank of the insert in progress. */
+let pathRank: i32 = 0;
+/** Path key of the last block added. */
+let pathKey: u64 = 0;
+/** Node of the last block added (0 = the namespace root). */
+let pathPrev: u32 = 0;
+/** The insert's stamp. */
+let pathStamp: u32 = 0;
+/** Blocks the rank holds along the path so far. */
+let pathHeld: i32 = 0;
+/** Whether the insert stopped early (the budget cannot hold more), or no insert is open. */
+let pathStopped = true;
+
+/** Bytes that adding a residency to node `id` (0: a new node) adds to `indexBytes()`. */
+function addCost(id: u32): f64 {
+  if (id == 0) return <f64>NODE_BYTES + <f64>SLOT_BYTES + tableGrowth(1);
+  const cls = resClass(id);
+  if (cls == 0xff) return <f64>SLOT_BYTES;
+  const n = resCount(id);
+  return n < classSize(cls) ? 0 : <f64>(classSize(cls + 1) - classSize(cls)) * <f64>SLOT_BYTES;
+}
+
+/** Starts an insert of up to `count` blocks into `rank`'s view below `prev` (0 = the root with key `key`), stamped `s`. */
+function pathBegin(rank: i32, key: u64, prev: u32, s: u32, count: i32): void {
+  pathRank = rank;
+  pathKey = key;
+  pathPrev = prev;
+  pathStamp = s;
+  pathHeld = 0;
+  pathStopped = false;
+  // Make room for the whole path at once (cheaper than block by block).
+  fitBudget(<f64>count * (<f64>NODE_BYTES + 16) + 16, <u32>count, s);
 }
 
 /**
- * Adds the blocks below node `prev` (0 = the namespace root with key `key`; else
- * held by `rank` in residency `slot`) to `rank`'s view with stamp `s`, writing
- * each block's path key to `keysOut` unless it is 0; then pushes the new leaf,
- * enforces capacity and budget. Returns the blocks now held along the way.
+ * Adds the next `count` blocks (hashes at `blocks`) to the path, writing each
+ * block's path key to `keysOut` unless it is 0. Returns 1 while the insert goes
+ * on, 0 once it stopped because the budget cannot hold another block.
  */
-function extendPath(rank: i32, key: u64, prev: u32, slot: u32, blocks: usize, count: i32, s: u32, keysOut: usize): i32 {
-  let held = 0;
+function pathFeed(blocks: usize, count: i32, keysOut: usize): i32 {
+  if (pathStopped) return 0;
+  const rank = pathRank;
+  const s = pathStamp;
+  let key = pathKey;
+  let prev = pathPrev;
   for (let d = 0; d < count; d++) {
-    key = chain(key, load<u64>(blocks + (<usize>d << 3)));
-    let id = step(prev, key);
+    const next = chain(key, load<u64>(blocks + (<usize>d << 3)));
+    let id = step(prev, next);
     const found = id == 0 ? -1 : findResidency(id, rank);
     if (found >= 0) {
-      slot = <u32>found;
-      setSlotStamp(slotAt(slot), s);
+      setSlotStamp(slotAt(<u32>found), s);
     } else {
-      // A table that must double past the budget ends the insert (it never shrinks).
-      if (id == 0 && budget != 0) {
-        const growth = tableGrowth(1);
-        if (growth > 0 && indexBytes() + growth > budget) break;
+      if (budget != 0) {
+        const cost = addCost(id);
+        if (indexBytes() + cost > budget) {
+          fitBudget(cost, 0, s);
+          // Eviction never frees a node on the path, but it may have freed `id`
+          // itself (held by other ranks only), so look it up again.
+          if (id != 0) id = step(prev, next);
+          if (indexBytes() + addCost(id) > budget) {
+            pathStopped = true;
+            break;
+          }
+        }
       }
-      if (id == 0) id = newNode(key, prev, true);
-      slot = addResidency(id, rank, s);
+      if (id == 0) id = newNode(next, prev, true);
+      addResidency(id, rank, s);
     }
-    if (keysOut != 0) store<u64>(keysOut + (<usize>d << 3), key);
+    if (keysOut != 0) store<u64>(keysOut + (<usize>d << 3), next);
+    key = next;
     prev = id;
-    held++;
+    pathHeld++;
   }
   flushPending();
-  if (prev != 0 && slotIsLeaf(slotAt(slot))) heapPush(rank, s, prev);
+  pathKey = key;
+  pathPrev = prev;
+  return pathStopped ? 0 : 1;
+}
+
+/** Ends the insert: queues the new leaf, enforces capacity and budget; returns the blocks held along the path. */
+function pathEnd(): i32 {
+  pathStopped = true;
+  const rank = pathRank;
+  const prev = pathPrev;
+  if (prev != 0) {
+    const slot = findResidency(prev, rank);
+    if (slot >= 0 && slotIsLeaf(slotAt(<u32>slot))) heapPush(rank, pathStamp, prev);
+  }
   maybeCompact(rank);
   if (capacity != 0) {
     while (load<u32>(u32At(rankBlocks, rank)) > capacity) evictFrom(rank, false, 0, 0);
   }
-  fitBudget(0, 0);
-  return held;
+  fitBudget(0, 0, 0);
+  return pathHeld;
+}
+
+
+/**
+ * Starts inserting a path of up to `count` blocks into `rank`'s view with a new
+ * stamp; feed it with `indexInsertFeed`, end it with `indexInsertEnd`.
+ */
+export function indexInsertBegin(rank: i32, seedLo: u32, seedHi: u32, count: i32): void {
+  if (stamp >= LAST_STAMP) clearAll();
+  pathBegin(rank, (<u64>seedHi << 32) | <u64>seedLo, 0, ++stamp, count);
+}
+
+/** Adds the next `count` block hashes at `blocks` (path keys to `keysOut` unless 0); 1 while the insert goes on. */
+export function indexInsertFeed(blocks: usize, count: i32, keysOut: usize): i32 {
+  return pathFeed(blocks, count, keysOut);
+}
+
+/** Ends the insert (capacity and budget enforced); returns the blocks the rank holds along the path. */
+export function indexInsertEnd(): i32 {
+  return pathEnd();
+}
+
+/**
+ * Inserts the block path into `rank`'s view with a new stamp, then enforces
+ * capacity and budget, in one call. Returns the blocks the rank now holds
+ * along the path (fewer than `count` only when the budget cannot hold it).
+ */
+export function indexInsert(rank: i32, seedLo: u32, seedHi: u32, blocks: usize, count: i32): i32 {
+  if (count == 0) return 0;
+  indexInsertBegin(rank, seedLo, seedHi, count);
+  pathFeed(blocks, count, 0);
+  return pathEnd();
 }
 
 /** Empties every rank's view (used when the 32-bit stamps run out, after ~4 billion inserts). */
@@ -1188,37 +1358,25 @@ export function indexRemovePath(rank: i32, lo: u32, hi: u32): u32 {
 }
 
 /**
- * Inserts blocks below the path with key (parentLo, parentHi), which `rank`
- * must hold (it and its ancestors are restamped, as for a whole-path insert),
- * and writes each new block's path key (u64) to `keysOut`. Returns the blocks
- * inserted, or -1 when `rank` does not hold the parent path.
+ * Starts inserting up to `count` blocks below the path with key (parentLo,
+ * parentHi), which `rank` must hold; feed with `indexInsertFeed` (each new
+ * block's path key to `keysOut`), end with `indexInsertEnd`. Only the parent
+ * is restamped; its ancestors take the stamp lazily (see the header), so a
+ * chain of n single-block events costs O(n), not O(n²). Returns 0, or -1 when
+ * `rank` does not hold the parent path (nothing changes then).
  */
-export function indexInsertBelow(rank: i32, parentLo: u32, parentHi: u32, blocks: usize, count: i32, keysOut: usize): i32 {
+export function indexInsertBelowBegin(rank: i32, parentLo: u32, parentHi: u32, count: i32): i32 {
   const parentKey = (<u64>parentHi << 32) | <u64>parentLo;
   const parent = lookup(parentKey);
-  if (parent == 0 || findResidency(parent, rank) < 0) return -1;
-  if (stamp >= LAST_STAMP) return -1;
-  // Eviction may not touch the parent path while we extend it: restamp it first,
-  // so it is the newest in the rank, then make room.
-  const s0 = ++stamp;
-  let up = parent;
-  while (up != 0) {
-    setSlotStamp(slotAt(<u32>findResidency(up, rank)), s0);
-    up = parentOf(up);
-  }
-  fitBudget(<f64>count * (<f64>NODE_BYTES + 16) + 16, <u32>count);
+  if (parent == 0 || stamp >= LAST_STAMP) return -1;
   const slot = findResidency(parent, rank);
   if (slot < 0) return -1;
-  return extendPath(rank, parentKey, parent, <u32>slot, blocks, count, s0, keysOut);
-}
-
-/** Writes the path key (u64) of each prefix of the block path to `keysOut`. */
-export function indexPathKeys(seedLo: u32, seedHi: u32, blocks: usize, count: i32, keysOut: usize): void {
-  let key = (<u64>seedHi << 32) | <u64>seedLo;
-  for (let d = 0; d < count; d++) {
-    key = chain(key, load<u64>(blocks + (<usize>d << 3)));
-    store<u64>(keysOut + (<usize>d << 3), key);
-  }
+  // The parent gets the newest stamp, so the budget's eviction never takes it
+  // while the blocks below it are added (its ancestors are not leaves).
+  const s = ++stamp;
+  setSlotStamp(slotAt(<u32>slot), s);
+  pathBegin(rank, parentKey, parent, s, count);
+  return 0;
 }
 
 /** Whether `rank` holds the node with path key (lo, hi). */
@@ -1229,93 +1387,221 @@ export function indexHolds(rank: i32, lo: u32, hi: u32): bool {
 
 // ---- snapshot -----------------------------------------------------------------------
 //
-// An index snapshot lists live nodes parents first, each as
-//   u32 keyLo · u32 keyHi · i32 parent (position in the list, -1 for none) · u32 count
+// An index snapshot lists live nodes parents first (a depth-first walk of the
+// tree through its own links, so exporting needs no memory), each as
+//   u32 keyLo · u32 keyHi · u32 parentLo · u32 parentHi · u32 hasParent · u32 count
 //   then `count` residencies {u32 rank, u32 stamp}
-// Node ids, the table layout and the heaps are rebuilt on import; stamps, and so
-// the eviction order, are kept exactly.
+// and is written and read in pieces of whole records. Node ids, the table
+// layout and the heaps are rebuilt on import; stamps, and so the eviction
+// order, are kept exactly. Import trusts nothing: every record is checked
+// against the index built so far (see `indexImportPiece`).
 
-/** Bytes `indexExport` writes. */
+/** Bytes of a record's fixed part. */
+// @ts-ignore: decorator
+@inline const RECORD_BYTES: u32 = 24;
+
+/** Bytes `indexExport` writes in all. */
 export function indexExportBytes(): f64 {
-  return <f64>liveNodes * 16 + <f64>residencies * 8;
+  return <f64>liveNodes * <f64>RECORD_BYTES + <f64>residencies * 8;
 }
 
-/** Writes the snapshot to `out`; returns the number of nodes written. */
-export function indexExport(out: usize): u32 {
-  // Breadth-first from every root, through the child lists: parents come first.
-  reservePath(liveNodes + 1);
-  let length: u32 = 0;
-  for (let id: u32 = 1; id < nodeTop; id++) {
-    if (resCount(id) > 0 && parentOf(id) == 0) {
-      store<u32>(path + (<usize>length << 2), id);
-      length++;
+/** Next id to look at for a root. */
+let exportScan: u32 = 1;
+/** Root of the tree being walked. */
+let exportRoot: u32 = 0;
+/** Next node to write (0 = done). */
+let exportNext: u32 = 0;
+
+/** The node after `id` in the depth-first order of the export (0 = none left). */
+function exportAfter(id: u32): u32 {
+  if (id != 0) {
+    const child = firstChild(id);
+    if (child != 0) return child;
+    let up = id;
+    while (up != exportRoot && nextSibling(up) == 0) up = parentOf(up);
+    if (up != exportRoot) return nextSibling(up);
+  }
+  while (exportScan < nodeTop) {
+    const root = exportScan++;
+    if (resCount(root) > 0 && parentOf(root) == 0) {
+      exportRoot = root;
+      return root;
     }
   }
-  let at = out;
-  for (let i: u32 = 0; i < length; i++) {
-    const id = load<u32>(path + (<usize>i << 2));
-    let child = firstChild(id);
-    while (child != 0) {
-      store<u32>(path + (<usize>length << 2), child);
-      length++;
-      child = nextSibling(child);
-    }
-  }
-  // Node id → list position, so children can name their parent's position.
-  const position = storageAlloc(<usize>nodeTop << 2);
-  for (let i: u32 = 0; i < length; i++) store<u32>(position + (<usize>load<u32>(path + (<usize>i << 2)) << 2), i);
-  for (let i: u32 = 0; i < length; i++) {
-    const id = load<u32>(path + (<usize>i << 2));
+  return 0;
+}
+
+/** Starts an export. */
+export function indexExportBegin(): void {
+  exportScan = 1;
+  exportRoot = 0;
+  exportNext = exportAfter(0);
+}
+
+/** Writes the next whole records that fit in `room` bytes at `out`; returns the bytes written (0 once done). */
+export function indexExportPiece(out: usize, room: u32): u32 {
+  let at: u32 = 0;
+  while (exportNext != 0) {
+    const id = exportNext;
+    const n = resCount(id);
+    if (at + RECORD_BYTES + n * 8 > room) break;
+    const rec = out + <usize>at;
     const parent = parentOf(id);
-    const n = resCount(id);
-    store<u32>(at, keyLo(id));
-    store<u32>(at, keyHi(id), 4);
-    store<i32>(at, parent == 0 ? -1 : <i32>load<u32>(position + (<usize>parent << 2)), 8);
-    store<u32>(at, n, 12);
-    at += 16;
-    const start = resStart(id);
+    store<u32>(rec, keyLo(id));
+    store<u32>(rec, keyHi(id), 4);
+    store<u32>(rec, parent == 0 ? 0 : keyLo(parent), 8);
+    store<u32>(rec, parent == 0 ? 0 : keyHi(parent), 12);
+    store<u32>(rec, parent == 0 ? 0 : 1, 16);
+    store<u32>(rec, n, 20);
+    const base = slotAt(resStart(id));
     for (let k: u32 = 0; k < n; k++) {
-      const sa = slotAt(start + k);
-      store<u32>(at, <u32>slotRank(sa));
-      store<u32>(at, slotStamp(sa), 4);
-      at += 8;
+      const sa = slotIn(base, k);
+      store<u32>(rec + RECORD_BYTES + (<usize>k << 3), <u32>slotRank(sa));
+      store<u32>(rec + RECORD_BYTES + (<usize>k << 3), slotStamp(sa), 4);
     }
+    at += RECORD_BYTES + n * 8;
+    exportNext = exportAfter(id);
   }
-  storageFree(position, <usize>nodeTop << 2);
-  return length;
+  return at;
 }
 
-/** Rebuilds the index (freshly initialised) from a snapshot of `count` nodes at `data`. */
-export function indexImport(data: usize, count: u32, stampNow: u32, evicted: f64, resets: u32): void {
-  const ids = storageAlloc(<usize>(count + 1) << 2);
-  let at = data;
-  for (let i: u32 = 0; i < count; i++) {
-    const key = (<u64>load<u32>(at, 4) << 32) | <u64>load<u32>(at);
-    const parentPos = load<i32>(at, 8);
-    const n = load<u32>(at, 12);
-    at += 16;
-    const parent = parentPos < 0 ? 0 : load<u32>(ids + (<usize>parentPos << 2));
-    const id = newNode(key, parent, false);
-    store<u32>(ids + (<usize>i << 2), id);
-    for (let k: u32 = 0; k < n; k++) {
-      addResidency(id, <i32>load<u32>(at), load<u32>(at, 4));
-      at += 8;
-    }
-  }
-  // Every leaf residency is an eviction candidate.
-  for (let i: u32 = 0; i < count; i++) {
-    const id = load<u32>(ids + (<usize>i << 2));
-    const start = resStart(id);
-    const n = resCount(id);
-    for (let k: u32 = 0; k < n; k++) {
-      const slot = slotAt(start + k);
-      if (slotIsLeaf(slot)) heapPush(slotRank(slot), slotStamp(slot), id);
-    }
-  }
-  storageFree(ids, <usize>(count + 1) << 2);
+/** Why an import was refused (negative results of the import exports). */
+// @ts-ignore: decorator
+@inline const BAD_STAMP_NOW: i32 = -1;
+// @ts-ignore: decorator
+@inline const BAD_COUNT: i32 = -2;
+// @ts-ignore: decorator
+@inline const BAD_FLAG: i32 = -3;
+// @ts-ignore: decorator
+@inline const DUPLICATE_KEY: i32 = -4;
+// @ts-ignore: decorator
+@inline const UNKNOWN_PARENT: i32 = -5;
+// @ts-ignore: decorator
+@inline const BAD_RANK: i32 = -6;
+// @ts-ignore: decorator
+@inline const BAD_STAMP: i32 = -7;
+// @ts-ignore: decorator
+@inline const DUPLICATE_RANK: i32 = -8;
+// @ts-ignore: decorator
+@inline const PARENT_NOT_HELD: i32 = -9;
+// @ts-ignore: decorator
+@inline const OVER_BUDGET: i32 = -10;
+// @ts-ignore: decorator
+@inline const OVER_CAPACITY: i32 = -11;
+// @ts-ignore: decorator
+@inline const OUT_OF_MEMORY: i32 = -12;
+
+/** Per rank, while importing: [node that last added the rank, node whose slot is noted, that slot]. */
+let importMarks: usize = 0;
+
+/** Starts an import into this freshly initialised index whose stamp counter is `stampNow`; 0, or a negative reason. */
+export function indexImportBegin(stampNow: u32): i32 {
+  if (stampNow >= LAST_STAMP) return BAD_STAMP_NOW;
+  const bytes = <usize>numRanks * 12;
+  importMarks = storageAlloc(bytes);
+  if (importMarks == 0) return OUT_OF_MEMORY;
+  memory.fill(importMarks, 0, bytes);
   stamp = stampNow;
+  return 0;
+}
+
+/**
+ * Imports the whole records among `bytes` bytes at `data`; returns the bytes
+ * consumed (a record cut off at the end is left for the next piece), or a
+ * negative reason. Each record is checked before it enters: a new key, a
+ * parent already imported, 1..numRanks residencies of distinct ranks in
+ * range that each hold the parent (views are prefix-closed), stamps in
+ * 1..stampNow; then the index must stay within its budget and each rank
+ * within its capacity. A refused import leaves a half-built index that the
+ * shell drops.
+ */
+export function indexImportPiece(data: usize, bytes: u32): i32 {
+  let at: u32 = 0;
+  const marks = importMarks;
+  while (bytes - at >= RECORD_BYTES) {
+    const rec = data + <usize>at;
+    const n = load<u32>(rec, 20);
+    if (n == 0 || n > <u32>numRanks) return BAD_COUNT;
+    if (bytes - at - RECORD_BYTES < n * 8) break;
+    const key = (<u64>load<u32>(rec, 4) << 32) | <u64>load<u32>(rec);
+    const flag = load<u32>(rec, 16);
+    if (flag > 1) return BAD_FLAG;
+    if (lookup(key) != 0) return DUPLICATE_KEY;
+    let parent: u32 = 0;
+    if (flag == 1) {
+      parent = lookup((<u64>load<u32>(rec, 12) << 32) | <u64>load<u32>(rec, 8));
+      if (parent == 0) return UNKNOWN_PARENT;
+      // Note where the parent holds each of its ranks, for O(1) checks below.
+      const pn = resCount(parent);
+      const pbase = resStart(parent);
+      for (let k: u32 = 0; k < pn; k++) {
+        const r = <usize>slotRank(slotAt(pbase + k));
+        store<u32>(marks + r * 12, parent, 4);
+        store<u32>(marks + r * 12, pbase + k, 8);
+      }
+    }
+    const res = rec + RECORD_BYTES;
+    for (let k: u32 = 0; k < n; k++) {
+      const r = load<u32>(res + (<usize>k << 3));
+      const st = load<u32>(res + (<usize>k << 3), 4);
+      if (r >= <u32>numRanks) return BAD_RANK;
+      if (st == 0 || st > stamp) return BAD_STAMP;
+      if (parent != 0 && load<u32>(marks + <usize>r * 12, 4) != parent) return PARENT_NOT_HELD;
+    }
+    // Room for the node and its block before anything is allocated.
+    let cls: u32 = 0;
+    while (classSize(cls) < n) cls++;
+    if (budget != 0 && indexBytes() + <f64>NODE_BYTES + tableGrowth(1) + <f64>classSize(cls) * <f64>SLOT_BYTES > budget) return OVER_BUDGET;
+    const id = newNode(key, parent, false);
+    const block = allocBlock(cls);
+    const node = nodeAt(id);
+    store<u32>(node, block, 8);
+    store<u8>(node, <u8>cls, 14);
+    const base = slotAt(block);
+    for (let k: u32 = 0; k < n; k++) {
+      const r = <i32>load<u32>(res + (<usize>k << 3));
+      if (load<u32>(marks + <usize>r * 12) == id) return DUPLICATE_RANK;
+      store<u32>(marks + <usize>r * 12, id);
+      const sa = slotIn(base, k);
+      store<u16>(sa, <u16>r);
+      setSlotStamp(sa, load<u32>(res + (<usize>k << 3), 4));
+      store<u8>(sa, 0, 6);
+      store<u16>(node, <u16>(k + 1), 12);
+      residencies++;
+      const blocksHeld = load<u32>(u32At(rankBlocks, r)) + 1;
+      if (capacity != 0 && blocksHeld > capacity) return OVER_CAPACITY;
+      store<u32>(u32At(rankBlocks, r), blocksHeld);
+      store<u32>(u32At(rankLeaves, r), load<u32>(u32At(rankLeaves, r)) + 1);
+      if (parent != 0) {
+        const ps = slotAt(load<u32>(marks + <usize>r * 12, 8));
+        if (childAdded(ps, parent, r) == 0) store<u32>(u32At(rankLeaves, r), load<u32>(u32At(rankLeaves, r)) - 1);
+      }
+    }
+    at += RECORD_BYTES + n * 8;
+  }
+  return <i32>at;
+}
+
+/**
+ * Ends an import: queues every leaf residency for eviction and takes the
+ * counters. Returns the nodes imported, or a negative reason (over budget).
+ */
+export function indexImportEnd(evicted: f64, resets: u32): i32 {
+  storageFree(importMarks, <usize>numRanks * 12);
+  importMarks = 0;
+  for (let id: u32 = 1; id < nodeTop; id++) {
+    const n = resCount(id);
+    if (n == 0) continue;
+    const base = slotAt(resStart(id));
+    for (let k: u32 = 0; k < n; k++) {
+      const sa = slotIn(base, k);
+      if (slotIsLeaf(sa)) heapPush(slotRank(sa), slotStamp(sa), id);
+    }
+  }
   evictions = evicted;
   stampResets = resets;
+  if (budget != 0 && indexBytes() > budget) return OVER_BUDGET;
+  return <i32>liveNodes;
 }
 
 /** The stamp counter (for snapshots). */

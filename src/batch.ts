@@ -1,7 +1,10 @@
 // Validation of one `route()` call: rank states, the hard cap and the requests,
 // normalized into the shape the routers work on. Everything here runs before
-// any router state is touched, so a rejected batch changes nothing.
+// any router state is touched, so a rejected batch changes nothing. Every field
+// of the caller's objects is read once into a local and checked there; the
+// routers only ever see those copies (see src/arrays.ts).
 
+import { readCounts, readSafeKeys, readTokens } from "./arrays.js";
 import { AdpInputError } from "./errors.js";
 import { namespaceKey } from "./namespace.js";
 
@@ -79,8 +82,8 @@ export interface BatchRequest {
   readonly idHi: number;
   /** Prompt tokens (numTokens, else tokens.length). */
   readonly numTokens: number;
-  /** Token ids (validated, not copied), or null when only a count was given. */
-  readonly tokens: ArrayLike<number> | null;
+  /** Token ids, read once (a Uint32Array given is used as is), or null when only a count was given. */
+  readonly tokens: Uint32Array | null;
   /** Whether the request carries scheduling params. */
   readonly hasParams: boolean;
   /** Target rank, or null. */
@@ -95,10 +98,10 @@ export interface BatchRequest {
   readonly cacheSalt: string | null;
   /** The prefix-cache namespace (LoRA id, salt) as the index's chain seed. */
   readonly namespace: readonly [number, number];
-  /** Matched tokens per rank, or null. */
-  readonly prefixMatches: ArrayLike<number> | null;
-  /** Block keys (validated), or null. */
-  readonly blockKeys: ArrayLike<number> | null;
+  /** Matched tokens per rank, read once, or null. */
+  readonly prefixMatches: Uint32Array | null;
+  /** Block keys, read once, or null. */
+  readonly blockKeys: Float64Array | null;
 }
 
 /** A validated batch. */
@@ -151,25 +154,6 @@ function optionalString(v: unknown, field: string): string | null {
   return v;
 }
 
-/**
- * Validates token ids without copying them: a Uint32Array passes as is, any
- * other array-like is checked element by element (`(t >>> 0) === t` holds
- * exactly for integers in [0, 2^32)).
- */
-export function checkTokens(v: unknown, field: string): ArrayLike<number> {
-  if (v instanceof Uint32Array) return v;
-  if (typeof v !== "object" || v === null || typeof (v as ArrayLike<unknown>).length !== "number") {
-    throw new AdpInputError(field, "must be an array of token ids or a Uint32Array", v);
-  }
-  const src = v as ArrayLike<number>;
-  if (src.length > MAX_PROMPT_TOKENS) throw new AdpInputError(field, `must hold at most ${MAX_PROMPT_TOKENS} tokens`, src.length);
-  for (let i = 0; i < src.length; i++) {
-    const t = src[i]!;
-    if (t >>> 0 !== t) throw new AdpInputError(`${field}[${i}]`, "must be an integer token id in [0, 2^32)", t);
-  }
-  return src;
-}
-
 /** Validates a rank index against `numRanks`. */
 export function checkRank(v: unknown, numRanks: number, field: string): number {
   if (typeof v !== "number" || !Number.isInteger(v) || v < 0 || v >= numRanks) {
@@ -178,70 +162,54 @@ export function checkRank(v: unknown, numRanks: number, field: string): number {
   return v;
 }
 
-/** Validates one request and returns its working shape. */
+/** Validates one request, reading each of its fields once, and returns its working shape. */
 function normalizeRequest(raw: unknown, index: number, numRanks: number): BatchRequest {
   const at = `requests[${index}]`;
   if (!isRecord(raw)) throw new AdpInputError(at, "must be an object", raw);
-  const [idLo, idHi] = idWords(raw.id, `${at}.id`);
-  const tokens = raw.tokens === undefined || raw.tokens === null ? null : checkTokens(raw.tokens, `${at}.tokens`);
+  const {
+    id, tokens: rawTokens, numTokens: rawCount, schedulingParams: params, attentionDpRank, attentionDpRelax: relaxRaw,
+    subagentAffinityId, conversationId, loraTaskId: lora, cacheSalt: rawSalt, prefixMatches: rawMatches, blockKeys: rawKeys,
+  } = raw;
+  const [idLo, idHi] = idWords(id, `${at}.id`);
+  const tokens = rawTokens === undefined || rawTokens === null ? null : readTokens(rawTokens, `${at}.tokens`);
   let numTokens: number;
-  if (raw.numTokens !== undefined) {
-    if (!isCount(raw.numTokens, MAX_PROMPT_TOKENS)) {
-      throw new AdpInputError(`${at}.numTokens`, `must be an integer in [0, ${MAX_PROMPT_TOKENS}]`, raw.numTokens);
+  if (rawCount !== undefined) {
+    if (!isCount(rawCount, MAX_PROMPT_TOKENS)) {
+      throw new AdpInputError(`${at}.numTokens`, `must be an integer in [0, ${MAX_PROMPT_TOKENS}]`, rawCount);
     }
-    numTokens = raw.numTokens;
+    numTokens = rawCount;
   } else if (tokens !== null) {
     numTokens = tokens.length;
   } else {
     throw new AdpInputError(at, "must carry tokens or numTokens", raw);
   }
-  const params = raw.schedulingParams;
   if (params !== undefined && typeof params !== "boolean") throw new AdpInputError(`${at}.schedulingParams`, "must be a boolean", params);
   const hasParams = params !== false;
   if (!hasParams) {
-    for (const k of ["attentionDpRank", "attentionDpRelax", "subagentAffinityId"] as const) {
-      if (raw[k] !== undefined && raw[k] !== null) {
-        throw new AdpInputError(`${at}.${k}`, "cannot be set when schedulingParams is false (it lives in SchedulingParams)", raw[k]);
+    const scheduling = { attentionDpRank, attentionDpRelax: relaxRaw, subagentAffinityId };
+    for (const [k, v] of Object.entries(scheduling)) {
+      if (v !== undefined && v !== null) {
+        throw new AdpInputError(`${at}.${k}`, "cannot be set when schedulingParams is false (it lives in SchedulingParams)", v);
       }
     }
   }
-  const rank = raw.attentionDpRank === undefined || raw.attentionDpRank === null ? null : checkRank(raw.attentionDpRank, numRanks, `${at}.attentionDpRank`);
-  const relaxRaw = raw.attentionDpRelax;
+  const rank = attentionDpRank === undefined || attentionDpRank === null ? null : checkRank(attentionDpRank, numRanks, `${at}.attentionDpRank`);
   if (relaxRaw !== undefined && typeof relaxRaw !== "boolean") throw new AdpInputError(`${at}.attentionDpRelax`, "must be a boolean", relaxRaw);
-  const subagent = optionalString(raw.subagentAffinityId, `${at}.subagentAffinityId`);
-  const conversation = optionalString(raw.conversationId, `${at}.conversationId`);
+  const subagent = optionalString(subagentAffinityId, `${at}.subagentAffinityId`);
+  const conversation = optionalString(conversationId, `${at}.conversationId`);
   if (conversation === "") throw new AdpInputError(`${at}.conversationId`, "must be non-empty (omit it or pass null for none)", conversation);
-  const lora = raw.loraTaskId;
   if (lora !== undefined && lora !== null && !(typeof lora === "number" && Number.isSafeInteger(lora))) {
     throw new AdpInputError(`${at}.loraTaskId`, "must be a safe integer", lora);
   }
-  let prefixMatches: ArrayLike<number> | null = null;
-  if (raw.prefixMatches !== undefined && raw.prefixMatches !== null) {
-    const pm = raw.prefixMatches as ArrayLike<unknown>;
-    if (typeof pm !== "object" || typeof pm.length !== "number" || pm.length !== numRanks) {
-      throw new AdpInputError(`${at}.prefixMatches`, `must hold one matched-token count per rank (${numRanks})`, pm);
-    }
-    for (let r = 0; r < numRanks; r++) {
-      const m = pm[r] as number;
-      if (m >>> 0 !== m) throw new AdpInputError(`${at}.prefixMatches[${r}]`, "must be an integer in [0, 2^32)", m);
-    }
-    prefixMatches = pm as ArrayLike<number>;
-  }
+  const prefixMatches = rawMatches === undefined || rawMatches === null
+    ? null
+    : readCounts(rawMatches, numRanks, `${at}.prefixMatches`, `must hold one matched-token count per rank (${numRanks})`);
   const loraTaskId = typeof lora === "number" ? lora : null;
-  const cacheSalt = optionalString(raw.cacheSalt, `${at}.cacheSalt`);
-  let blockKeys: ArrayLike<number> | null = null;
-  if (raw.blockKeys !== undefined && raw.blockKeys !== null) {
-    const keys = raw.blockKeys as ArrayLike<unknown>;
-    if (typeof keys !== "object" || typeof keys.length !== "number") throw new AdpInputError(`${at}.blockKeys`, "must be an array of block keys", keys);
-    for (let i = 0; i < keys.length; i++) {
-      const k = keys[i];
-      if (!(typeof k === "number" && Number.isSafeInteger(k) && k >= 0)) throw new AdpInputError(`${at}.blockKeys[${i}]`, "must be a non-negative safe integer", k);
-    }
-    blockKeys = keys as ArrayLike<number>;
-  }
+  const cacheSalt = optionalString(rawSalt, `${at}.cacheSalt`);
+  const blockKeys = rawKeys === undefined || rawKeys === null ? null : readSafeKeys(rawKeys, `${at}.blockKeys`);
   return {
     index,
-    id: raw.id as RequestId,
+    id: id as RequestId,
     idLo,
     idHi,
     numTokens,
@@ -274,24 +242,26 @@ export function validateBatch(input: unknown, numRanks: number): Batch {
   for (let r = 0; r < numRanks; r++) {
     const s: unknown = rankStates[r];
     if (!isRecord(s)) throw new AdpInputError(`rankStates[${r}]`, "must be an object", s);
-    if (s.rank !== undefined && s.rank !== r) throw new AdpInputError(`rankStates[${r}].rank`, `must equal its position ${r}`, s.rank);
-    if (!isCount(s.numActiveRequests, MAX_COUNT)) {
-      throw new AdpInputError(`rankStates[${r}].numActiveRequests`, `must be an integer in [0, ${MAX_COUNT}]`, s.numActiveRequests);
+    const { rank, numActiveRequests, numActiveTokens } = s;
+    if (rank !== undefined && rank !== r) throw new AdpInputError(`rankStates[${r}].rank`, `must equal its position ${r}`, rank);
+    if (!isCount(numActiveRequests, MAX_COUNT)) {
+      throw new AdpInputError(`rankStates[${r}].numActiveRequests`, `must be an integer in [0, ${MAX_COUNT}]`, numActiveRequests);
     }
-    if (!isCount(s.numActiveTokens, Number.MAX_SAFE_INTEGER)) {
-      throw new AdpInputError(`rankStates[${r}].numActiveTokens`, "must be a non-negative safe integer", s.numActiveTokens);
+    if (!isCount(numActiveTokens, Number.MAX_SAFE_INTEGER)) {
+      throw new AdpInputError(`rankStates[${r}].numActiveTokens`, "must be a non-negative safe integer", numActiveTokens);
     }
-    counts[r] = s.numActiveRequests;
-    tokens[r] = s.numActiveTokens;
+    counts[r] = numActiveRequests;
+    tokens[r] = numActiveTokens;
   }
   if (!isCount(maxNumActiveRequests, MAX_COUNT)) {
     throw new AdpInputError("maxNumActiveRequests", `must be an integer in [0, ${MAX_COUNT}]`, maxNumActiveRequests);
   }
   if (!Array.isArray(requests)) throw new AdpInputError("requests", "must be an array", requests);
-  if (requests.length > MAX_COUNT) throw new AdpInputError("requests", `must hold at most ${MAX_COUNT} requests`, requests.length);
-  const out: BatchRequest[] = new Array(requests.length);
+  const numRequests = requests.length;
+  if (numRequests > MAX_COUNT) throw new AdpInputError("requests", `must hold at most ${MAX_COUNT} requests`, numRequests);
+  const out: BatchRequest[] = new Array(numRequests);
   const seen = new Set<number | bigint>();
-  for (let i = 0; i < requests.length; i++) {
+  for (let i = 0; i < numRequests; i++) {
     const req = normalizeRequest(requests[i], i, numRanks);
     const key = idKey(req.id);
     if (seen.has(key)) throw new AdpInputError(`requests[${i}].id`, "must be unique within the batch", req.id);

@@ -169,6 +169,10 @@ function editDistance(a: string, b: string): number {
 
 /** The field name closest to an unknown key, or null when none is close. */
 function nearestField(key: string): string | null {
+  // The distance is at least the difference in length, and a suggestion needs
+  // it within a third of the key's length: past 60 characters (every field is
+  // at most 40) no field can qualify, so huge keys cost nothing.
+  if (key.length > 60) return null;
   // camelCase input (enableBalance) is compared in snake_case (enable_balance).
   const wanted = key.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`).toLowerCase();
   let best: string | null = null;

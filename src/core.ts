@@ -6,7 +6,11 @@
 // same views. Views are re-created whenever the arena moves or `memory.grow`
 // detaches the old buffer; pointers come back as i32 and are read `>>> 0`.
 
+import { AdpInputError } from "./errors.js";
 import { instantiateCore, type CoreExports } from "./wasm.js";
+
+/** Most scratch bytes one batch may take (the core refuses allocations above 1 GiB). */
+export const MAX_SCRATCH_BYTES = 2 ** 30 - 64;
 
 /** Byte offset of each region of a KV-cache-aware batch inside the arena. */
 interface KvLayout {
@@ -57,12 +61,22 @@ export class RoutingCore {
     return this.#ex;
   }
 
-  /** Ensures the arena holds `bytes` bytes and returns its address. */
+  /**
+   * Ensures the arena holds `bytes` bytes and returns its address. Sizes are
+   * computed as doubles and checked here, before the core sees them, so none
+   * can wrap at 2^32; the old arena is released only once the new one exists.
+   * @throws AdpInputError naming `requests` when a batch needs more than MAX_SCRATCH_BYTES.
+   */
   #reserve(bytes: number): number {
     if (bytes > this.#arenaBytes) {
+      if (!(bytes <= MAX_SCRATCH_BYTES)) {
+        throw new AdpInputError("requests", `need ${bytes} bytes of routing scratch (requests × ranks); at most ${MAX_SCRATCH_BYTES}: split the batch`, bytes);
+      }
+      const size = Math.min(Math.max(bytes, this.#arenaBytes * 2, 4096), MAX_SCRATCH_BYTES);
+      const at = this.#ex.allocate(size) >>> 0;
+      if (at === 0) throw new AdpInputError("requests", `need ${size} bytes of routing scratch, more than this platform's wasm memory can grow to: split the batch`, bytes);
       if (this.#arena !== 0) this.#ex.release(this.#arena);
-      const size = Math.max(bytes, this.#arenaBytes * 2, 4096);
-      this.#arena = this.#ex.allocate(size) >>> 0;
+      this.#arena = at;
       this.#arenaBytes = size;
     }
     return this.#arena;

@@ -12,25 +12,43 @@ export interface InputIssue {
   readonly received: unknown;
 }
 
-/** Renders a received value for a message: short, unambiguous, never huge. */
+/** Longest excerpt of a received string shown in a message. */
+const EXCERPT = 60;
+
+/** `text` cut to a bounded excerpt (with its length when cut): what a message may quote of a received string. */
+export function excerpt(text: string, max = EXCERPT): string {
+  return text.length > max ? `${text.slice(0, max - 3)}... (${text.length} characters)` : text;
+}
+
+/**
+ * Renders a received value for a message: short, unambiguous, never huge, and
+ * never throwing (it reads no property a getter or Proxy could intercept
+ * beyond an array's length, and that read is guarded).
+ */
 export function describeValue(value: unknown): string {
-  if (typeof value === "string") {
-    const shown = value.length > 60 ? `${value.slice(0, 57)}...` : value;
-    return `${JSON.stringify(shown)} (string${value.length > 60 ? ` of length ${value.length}` : ""})`;
+  try {
+    if (typeof value === "string") {
+      const shown = value.length > EXCERPT ? `${value.slice(0, EXCERPT - 3)}...` : value;
+      return `${JSON.stringify(shown)} (string${value.length > EXCERPT ? ` of length ${value.length}` : ""})`;
+    }
+    if (typeof value === "bigint") return `${excerpt(value.toString())}n (bigint)`;
+    if (typeof value === "number") return `${Object.is(value, -0) ? "-0" : String(value)} (number)`;
+    if (value === null) return "null";
+    if (value === undefined) return "undefined";
+    if (typeof value === "symbol") return `${excerpt(value.toString())} (symbol)`;
+    if (typeof value === "function") return "a function";
+    if (typeof value === "boolean") return `${value} (boolean)`;
+    if (Array.isArray(value)) return `an array of length ${value.length}`;
+    if (ArrayBuffer.isView(value)) return `a ${Object.prototype.toString.call(value).slice(8, -1)}`;
+    return "an object";
+  } catch {
+    return "a value that could not be described";
   }
-  if (typeof value === "bigint") return `${value}n (bigint)`;
-  if (typeof value === "number") return `${Object.is(value, -0) ? "-0" : String(value)} (number)`;
-  if (value === null) return "null";
-  if (value === undefined) return "undefined";
-  if (Array.isArray(value)) return `an array of length ${value.length}`;
-  if (ArrayBuffer.isView(value)) return `a ${value.constructor.name}`;
-  if (typeof value === "object") return "an object";
-  return `${String(value)} (${typeof value})`;
 }
 
 /** A heading and one line per issue. */
 function formatIssues(heading: string, issues: readonly InputIssue[]): string {
-  return [heading, ...issues.map((i) => `  ${i.field}: ${i.rule}, got ${describeValue(i.received)}`)].join("\n");
+  return [heading, ...issues.map((i) => `  ${excerpt(i.field, 200)}: ${i.rule}, got ${describeValue(i.received)}`)].join("\n");
 }
 
 /** An `attention_dp_config` that TensorRT-LLM would reject; lists every problem found. */
@@ -60,10 +78,28 @@ export class AdpInputError extends TypeError {
   /** The value received. */
   readonly received: unknown;
   constructor(field: string, rule: string, received: unknown) {
-    super(`${field}: ${rule}, got ${describeValue(received)}`);
+    super(`${excerpt(field, 200)}: ${rule}, got ${describeValue(received)}`);
     this.name = "AdpInputError";
     this.field = field;
     this.rule = rule;
     this.received = received;
+  }
+}
+
+/**
+ * An `onDecision` hook threw while a batch was reported. The batch had already
+ * been routed and committed (the router's state includes it): take the result
+ * from `result` and do not route the batch again. Thrown by `route()` only when
+ * no `onHookError` option is set; every record was still delivered.
+ */
+export class AdpHookError extends Error {
+  /** Stable error code. */
+  readonly code = "ERR_ADP_HOOK";
+  /** The committed result of the batch. */
+  readonly result: unknown;
+  constructor(cause: unknown, result: unknown) {
+    super(`onDecision threw after the batch was committed (the result is on error.result; do not route the batch again): ${cause instanceof Error ? excerpt(cause.message, 200) : describeValue(cause)}`, { cause });
+    this.name = "AdpHookError";
+    this.result = result;
   }
 }

@@ -21,10 +21,11 @@ export {
   restorePrefixIndex,
   PrefixIndex,
   MAX_INDEX_RANKS,
+  MAX_INDEX_BYTES,
   type PrefixIndexOptions,
   type PrefixIndexStats,
   type PrefixNamespace,
 } from "./prefix-index.js";
 export { ConversationMap } from "./conversation-map.js";
-export { AttentionDpConfigError, AdpInputError, type InputIssue } from "./errors.js";
+export { AttentionDpConfigError, AdpInputError, AdpHookError, type InputIssue } from "./errors.js";
 export { runScenario, firstDifference, toRouteInput, type ScenarioAnswer } from "./conformance.js";

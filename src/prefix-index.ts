@@ -4,12 +4,14 @@
 // caller block keys (engine or trace block ids); namespaces (LoRA task id, cache
 // salt) seed the block chain, so equal tokens in different namespaces never match.
 
-import { AdpInputError } from "./errors.js";
-import { checkRank, checkTokens, MAX_KEY_LENGTH } from "./batch.js";
+import { readKeyWords, readTokens } from "./arrays.js";
+import { checkRank, MAX_KEY_LENGTH } from "./batch.js";
+import { AdpInputError, excerpt } from "./errors.js";
+import { IndexCore } from "./index-core.js";
 import { parseKvEvents, type EngineHash } from "./kv-events.js";
 import { namespaceKey } from "./namespace.js";
-import { decodeSnapshot, encodeSnapshot } from "./snapshot-format.js";
-import { instantiateCore, type CoreExports } from "./wasm.js";
+import { readIndexState, type IndexState } from "./prefix-index-state.js";
+import { decodeSnapshot, encodeSnapshot, SNAPSHOT_KINDS } from "./snapshot-format.js";
 
 /** A prefix-cache namespace: TensorRT-LLM scopes reuse by LoRA task id and cache salt. */
 export interface PrefixNamespace {
@@ -30,7 +32,11 @@ export interface PrefixIndexOptions {
   readonly tokensPerBlock?: number;
   /** Most blocks one rank's view holds; beyond it the rank's least recently stamped leaf goes. */
   readonly capacityBlocksPerRank?: number;
-  /** Most bytes the index accounts for; beyond it least recently stamped leaves go, across ranks. */
+  /**
+   * Most bytes the index takes, its fixed scratch included; beyond it least
+   * recently stamped leaves go, across ranks. At most 2^31.
+   * @default 2^31 (2 GiB, the most the core's 32-bit memory holds safely)
+   */
   readonly maxMemoryBytes?: number;
 }
 
@@ -87,12 +93,13 @@ export interface KvEventsResult extends KvEventCounts {
 }
 
 /** The options `createPrefixIndex` accepts. */
-const OPTION_KEYS = new Set(["numRanks", "tokensPerBlock", "capacityBlocksPerRank", "maxMemoryBytes"]);
+export const OPTION_KEYS = new Set(["numRanks", "tokensPerBlock", "capacityBlocksPerRank", "maxMemoryBytes"]);
 /** Most ranks an index supports (a rank, and a block's count of ranks holding it, are 16-bit). */
 export const MAX_INDEX_RANKS = 65535;
 
-/** `n` rounded up to a multiple of 8. */
-const align8 = (n: number): number => (n + 7) & ~7;
+/** Most bytes an index may take, and the budget of one created without `maxMemoryBytes`. */
+export const MAX_INDEX_BYTES = 2 ** 31;
+
 /** Whether `v` is an integer in [1, max]. */
 const isPositiveInt = (v: unknown, max: number): v is number => typeof v === "number" && Number.isInteger(v) && v >= 1 && v <= max;
 
@@ -115,16 +122,10 @@ export function namespaceSeed(ns: unknown, field = "ns"): readonly [number, numb
 
 /** A multi-rank prefix index. Create with {@link createPrefixIndex}. */
 export class PrefixIndex {
-  #ex: CoreExports | null;
+  #core: IndexCore | null;
   readonly #numRanks: number;
   readonly #tokensPerBlock: number;
   readonly #options: PrefixIndexOptions;
-  #scratch = 0;
-  #scratchBytes = 0;
-  /** A u32 view of the whole linear memory, re-created when memory grows. */
-  #memory: Uint32Array | null = null;
-  /** A view of the per-rank result at the scratch's start (token matches write there). */
-  #result: Uint32Array | null = null;
   /** Per rank: engine block hash → path key (lo, hi) of the block it names. */
   #engineBlocks: Map<EngineHash, [number, number]>[];
   /** Per rank: the last event_id seen. */
@@ -135,7 +136,7 @@ export class PrefixIndex {
   constructor(options: PrefixIndexOptions) {
     if (typeof options !== "object" || options === null) throw new AdpInputError("createPrefixIndex()", "takes an options object", options);
     for (const key of Object.keys(options)) {
-      if (!OPTION_KEYS.has(key)) throw new AdpInputError(key, `is not a prefix index option (expected ${[...OPTION_KEYS].join(", ")})`, (options as unknown as Record<string, unknown>)[key]);
+      if (!OPTION_KEYS.has(key)) throw new AdpInputError(excerpt(key), `is not a prefix index option (expected ${[...OPTION_KEYS].join(", ")})`, (options as unknown as Record<string, unknown>)[key]);
     }
     const { numRanks, tokensPerBlock = 32, capacityBlocksPerRank, maxMemoryBytes } = options;
     if (!isPositiveInt(numRanks, MAX_INDEX_RANKS)) throw new AdpInputError("numRanks", `must be an integer in [1, ${MAX_INDEX_RANKS}]`, numRanks);
@@ -143,14 +144,10 @@ export class PrefixIndex {
     if (capacityBlocksPerRank !== undefined && !isPositiveInt(capacityBlocksPerRank, 2 ** 32 - 1)) {
       throw new AdpInputError("capacityBlocksPerRank", "must be an integer in [1, 2^32)", capacityBlocksPerRank);
     }
-    if (maxMemoryBytes !== undefined && !isPositiveInt(maxMemoryBytes, 2 ** 32)) {
-      throw new AdpInputError("maxMemoryBytes", "must be an integer in [1, 2^32]", maxMemoryBytes);
+    if (maxMemoryBytes !== undefined && !isPositiveInt(maxMemoryBytes, MAX_INDEX_BYTES)) {
+      throw new AdpInputError("maxMemoryBytes", "must be an integer in [1, 2^31]", maxMemoryBytes);
     }
-    const ex = instantiateCore();
-    if (ex.indexInit(numRanks, tokensPerBlock, capacityBlocksPerRank ?? 0, maxMemoryBytes ?? 0) !== 0) {
-      throw new AdpInputError("maxMemoryBytes", `must hold at least one block (${numRanks * 32 + 72} bytes for ${numRanks} ranks)`, maxMemoryBytes);
-    }
-    this.#ex = ex;
+    this.#core = new IndexCore(numRanks, tokensPerBlock, capacityBlocksPerRank ?? 0, maxMemoryBytes ?? MAX_INDEX_BYTES, "maxMemoryBytes");
     this.#numRanks = numRanks;
     this.#tokensPerBlock = tokensPerBlock;
     this.#options = { numRanks, tokensPerBlock, ...(capacityBlocksPerRank ? { capacityBlocksPerRank } : {}), ...(maxMemoryBytes ? { maxMemoryBytes } : {}) };
@@ -168,99 +165,15 @@ export class PrefixIndex {
     return this.#tokensPerBlock;
   }
 
-  #core(): CoreExports {
-    if (this.#ex === null) throw new AdpInputError("PrefixIndex", "has been disposed", "a disposed index");
-    return this.#ex;
+  /** The core, or a typed error once disposed. */
+  #live(): IndexCore {
+    if (this.#core === null) throw new AdpInputError("PrefixIndex", "has been disposed", "a disposed index");
+    return this.#core;
   }
 
-  /** Scratch of `bytes` bytes in the instance; its address is stable until the next call. */
-  #reserve(bytes: number): number {
-    const ex = this.#core();
-    if (bytes > this.#scratchBytes) {
-      if (this.#scratch !== 0) ex.release(this.#scratch);
-      const size = Math.max(bytes, this.#scratchBytes * 2, 1024);
-      this.#scratch = ex.allocate(size) >>> 0;
-      this.#scratchBytes = size;
-    }
-    return this.#scratch;
-  }
-
-  /**
-   * Writes `tokens` into scratch after the per-rank result region (at the
-   * scratch's start) and returns their address; room for one block hash per
-   * block follows them. The whole array is copied: a typed array's `set` is a
-   * memcpy, cheaper than making a `subarray` view of the first `length` tokens.
-   */
-  #writeTokens(tokens: ArrayLike<number>): number {
-    const tokensAt = align8(this.#numRanks * 4);
-    const base = this.#reserve(tokensAt + align8(tokens.length * 4) + Math.ceil(tokens.length / this.#tokensPerBlock) * 8);
-    this.#u32().set(tokens, (base + tokensAt) >>> 2);
-    return base + tokensAt;
-  }
-
-  /** The u32 view of linear memory, current after any growth (growth detaches the old buffer, emptying its views). */
-  #u32(): Uint32Array {
-    if (this.#memory === null || this.#memory.length === 0) this.#memory = new Uint32Array(this.#core().memory.buffer);
-    return this.#memory;
-  }
-
-  /** Inserts the first `length` tokens (validated) into `rank`'s view. */
-  #insertTokens(rank: number, tokens: ArrayLike<number>, length: number, seed: readonly [number, number]): void {
-    const ex = this.#core();
-    const at = this.#writeTokens(tokens);
-    const blocks = at + align8(tokens.length * 4);
-    const count = ex.hashBlocks(at, length - (length % this.#tokensPerBlock), blocks);
-    ex.indexInsert(rank, seed[0], seed[1], blocks, count);
-  }
-
-  /** The view of a token match's per-rank result, current after memory growth or a scratch move. */
-  #resultView(): Uint32Array {
-    const r = this.#result;
-    if (r === null || r.length === 0 || r.byteOffset !== this.#scratch) {
-      this.#result = new Uint32Array(this.#core().memory.buffer, this.#scratch, this.#numRanks);
-    }
-    return this.#result!;
-  }
-
-  /** Matches the first `length` tokens (validated); the result is in scratch at the returned address. */
-  #matchTokens(tokens: ArrayLike<number>, length: number, seed: readonly [number, number]): number {
-    const ex = this.#core();
-    const at = this.#writeTokens(tokens);
-    const out = this.#scratch;
-    ex.indexMatchTokens(seed[0], seed[1], at, length - (length % this.#tokensPerBlock), out);
-    return out;
-  }
-
-  /** Copies the per-rank result at `out` into a new array. */
-  #read(out: number): number[] {
-    const memory = this.#u32();
-    const at = out >>> 2;
-    const result = new Array<number>(this.#numRanks);
-    for (let r = 0; r < this.#numRanks; r++) result[r] = memory[at + r]!;
-    return result;
-  }
-
-  /** Writes block keys into scratch as block hashes; returns [blocksAddress, count, outAddress]. */
-  #hashKeys(keys: ArrayLike<number | bigint>, field: string, count = keys.length): [number, number, number] {
-    const ex = this.#core();
-    const n = count;
-    const outAt = n * 8;
-    const base = this.#reserve(outAt + this.#numRanks * 4 + 8);
-    const words = new Uint32Array(ex.memory.buffer, base, n * 2);
-    for (let i = 0; i < n; i++) {
-      const k = keys[i];
-      if (typeof k === "number" && Number.isSafeInteger(k) && k >= 0) {
-        words[2 * i] = k % 2 ** 32;
-        words[2 * i + 1] = Math.floor(k / 2 ** 32);
-      } else if (typeof k === "bigint" && k >= 0n && k < 1n << 64n) {
-        words[2 * i] = Number(k & 0xffffffffn);
-        words[2 * i + 1] = Number(k >> 32n);
-      } else {
-        throw new AdpInputError(`${field}[${i}]`, "must be a block key: a non-negative safe integer or a bigint below 2^64", k);
-      }
-    }
-    ex.hashBlockKeys(base, n);
-    return [base, n, base + outAt];
+  /** @internal Whether the index can still be used (not disposed). */
+  get usable(): boolean {
+    return this.#core !== null;
   }
 
   /**
@@ -268,10 +181,11 @@ export class PrefixIndex {
    * missing ones), then evicts to capacity and budget.
    */
   insert(rank: number, tokens: ArrayLike<number>, ns?: PrefixNamespace | null): void {
+    const core = this.#live();
     checkRank(rank, this.#numRanks, "rank");
     const seed = namespaceSeed(ns);
-    const t = checkTokens(tokens, "tokens");
-    this.#insertTokens(rank, t, t.length, seed);
+    const t = readTokens(tokens, "tokens");
+    core.insertTokens(rank, t, t.length, seed);
   }
 
   /**
@@ -279,68 +193,74 @@ export class PrefixIndex {
    * of `tokens` in each rank's view, from one walk of the prompt. Changes nothing.
    */
   match(tokens: ArrayLike<number>, ns?: PrefixNamespace | null): number[] {
+    const core = this.#live();
     const seed = namespaceSeed(ns);
-    const t = checkTokens(tokens, "tokens");
-    return this.#read(this.#matchTokens(t, t.length, seed));
+    const t = readTokens(tokens, "tokens");
+    core.matchTokens(t, t.length, seed);
+    return Array.from(core.result());
   }
 
   /** Like {@link match}, writing into `out` (at least `numRanks` long) instead of allocating. */
   matchInto(out: Uint32Array | number[], tokens: ArrayLike<number>, ns?: PrefixNamespace | null): void {
+    const core = this.#live();
     if (!(out instanceof Uint32Array || Array.isArray(out)) || out.length < this.#numRanks) {
       throw new AdpInputError("out", `must be a Uint32Array or array of at least ${this.#numRanks} elements`, out);
     }
     const seed = namespaceSeed(ns);
-    const t = checkTokens(tokens, "tokens");
-    this.#matchTokens(t, t.length, seed);
-    const result = this.#resultView();
+    const t = readTokens(tokens, "tokens");
+    core.matchTokens(t, t.length, seed);
+    const result = core.result();
     if (out instanceof Uint32Array) out.set(result);
     else for (let r = 0; r < this.#numRanks; r++) out[r] = result[r]!;
   }
 
   /** Like {@link insert} for a prompt given as caller block keys (one per full block). */
   insertBlocks(rank: number, blockKeys: ArrayLike<number | bigint>, ns?: PrefixNamespace | null): void {
+    const core = this.#live();
     checkRank(rank, this.#numRanks, "rank");
     const seed = namespaceSeed(ns);
-    const [blocks, count] = this.#hashKeys(blockKeys, "blockKeys");
-    this.#core().indexInsert(rank, seed[0], seed[1], blocks, count);
+    const words = readKeyWords(blockKeys, "blockKeys");
+    core.insertKeys(rank, words, words.length / 2, seed);
   }
 
   /** Like {@link match} for a prompt given as caller block keys. */
   matchBlocks(blockKeys: ArrayLike<number | bigint>, ns?: PrefixNamespace | null): number[] {
+    const core = this.#live();
     const seed = namespaceSeed(ns);
-    const [blocks, count, out] = this.#hashKeys(blockKeys, "blockKeys");
-    this.#core().indexMatch(seed[0], seed[1], blocks, count, out);
-    return this.#read(out);
+    const words = readKeyWords(blockKeys, "blockKeys");
+    core.matchKeys(words, words.length / 2, seed);
+    return Array.from(core.result());
   }
 
-  /** @internal The router's probe: matches the first `length` validated tokens into `target()` at `offset`. */
-  probeInto(tokens: ArrayLike<number>, length: number, seed: readonly [number, number], target: () => Uint32Array, offset: number): void {
-    this.#matchTokens(tokens, length, seed);
-    target().set(this.#resultView(), offset);
+  /** @internal The router's probe: matches the first `length` tokens (read by the batch) into `target()` at `offset`. */
+  probeInto(tokens: Uint32Array, length: number, seed: readonly [number, number], target: () => Uint32Array, offset: number): void {
+    const core = this.#live();
+    core.matchTokens(tokens, length, seed);
+    target().set(core.result(), offset);
   }
 
-  /** @internal The router's probe by block keys: matches the first `count` validated keys into `target()` at `offset`. */
-  probeBlocksInto(keys: ArrayLike<number>, count: number, seed: readonly [number, number], target: () => Uint32Array, offset: number): void {
-    const [blocks, , out] = this.#hashKeys(keys, "blockKeys", count);
-    this.#core().indexMatch(seed[0], seed[1], blocks, count, out);
-    target().set(new Uint32Array(this.#core().memory.buffer, out, this.#numRanks), offset);
+  /** @internal The router's probe by block keys (read by the batch): matches the first `count` into `target()` at `offset`. */
+  probeBlocksInto(keys: Float64Array, count: number, seed: readonly [number, number], target: () => Uint32Array, offset: number): void {
+    const core = this.#live();
+    core.matchKeys(keys, count, seed);
+    target().set(core.result(), offset);
   }
 
-  /** @internal The router's learning by block keys (validated). */
-  insertBlocksValidated(rank: number, keys: ArrayLike<number>, seed: readonly [number, number]): void {
-    const [blocks, count] = this.#hashKeys(keys, "blockKeys");
-    this.#core().indexInsert(rank, seed[0], seed[1], blocks, count);
+  /** @internal The router's learning by block keys (read by the batch). */
+  insertBlocksValidated(rank: number, keys: Float64Array, seed: readonly [number, number]): void {
+    this.#live().insertKeys(rank, keys, keys.length, seed);
   }
 
-  /** @internal The router's learning: inserts validated tokens. */
-  insertValidated(rank: number, tokens: ArrayLike<number>, seed: readonly [number, number]): void {
-    this.#insertTokens(rank, tokens, tokens.length, seed);
+  /** @internal The router's learning: inserts tokens read by the batch. */
+  insertValidated(rank: number, tokens: Uint32Array, seed: readonly [number, number]): void {
+    this.#live().insertTokens(rank, tokens, tokens.length, seed);
   }
 
   /** Empties one rank's view. */
   clearRank(rank: number): void {
+    const core = this.#live();
     checkRank(rank, this.#numRanks, "rank");
-    this.#core().indexClearRank(rank);
+    core.ex.indexClearRank(rank);
     this.#engineBlocks[rank]!.clear();
   }
 
@@ -348,17 +268,20 @@ export class PrefixIndex {
    * Applies engine KV-cache events (TensorRT-LLM's or vLLM's JSON shape; see
    * src/kv-events.ts): stored blocks enter the rank's view under one capacity
    * model with inserted ones, a removed block takes its descendants on that rank
-   * with it. Events naming an unknown parent or block, and malformed events, are
-   * counted and skipped; nothing throws for bad events.
+   * with it. Events naming an unknown parent or block, and malformed events
+   * (any value at all: bigints, cycles, getters that throw), are counted and
+   * skipped; nothing throws for bad events. A chain of n stored events, each
+   * below the previous one, costs O(n).
    *
    * @param options.rank the rank of events that carry none (single-engine streams)
    */
   applyKvEvents(events: unknown, options: { rank?: number } = {}): KvEventsResult {
-    const ex = this.#core();
-    if (options.rank !== undefined) checkRank(options.rank, this.#numRanks, "options.rank");
+    const core = this.#live();
+    const fallback = typeof options === "object" && options !== null ? options.rank : undefined;
+    if (fallback !== undefined) checkRank(fallback, this.#numRanks, "options.rank");
+    const ex = core.ex;
     const result: KvEventsResult = { applied: 0, unknownParent: 0, unknownBlock: 0, malformed: 0, ignored: 0, outOfOrder: 0, problems: [] };
-    const tpb = this.#tokensPerBlock;
-    for (const e of parseKvEvents(events, this.#numRanks, tpb, options.rank)) {
+    for (const e of parseKvEvents(events, this.#numRanks, this.#tokensPerBlock, fallback)) {
       if (e.kind === "malformed") {
         result.malformed++;
         if (result.problems.length < 100) result.problems.push(e.reason);
@@ -387,7 +310,7 @@ export class PrefixIndex {
         }
         if (known > 0) result.applied++;
       } else {
-        this.#applyStored(e.rank, e.parent, e.loraTaskId, e.blocks, map) ? result.applied++ : result.unknownParent++;
+        this.#applyStored(core, e.rank, e.parent, e.loraTaskId, e.blocks, map) ? result.applied++ : result.unknownParent++;
       }
     }
     for (const k of Object.keys(this.#eventCounts) as (keyof KvEventCounts)[]) this.#eventCounts[k] += result[k];
@@ -395,44 +318,29 @@ export class PrefixIndex {
   }
 
   /** Inserts one stored event's blocks below its parent; false when the rank does not hold the parent. */
-  #applyStored(rank: number, parent: EngineHash | null, lora: number | null, blocks: { hash: EngineHash; tokens: number[] | null }[], map: Map<EngineHash, [number, number]>): boolean {
-    const ex = this.#core();
-    const tpb = this.#tokensPerBlock;
-    let parentKey: [number, number] | undefined;
+  #applyStored(core: IndexCore, rank: number, parent: EngineHash | null, lora: number | null, blocks: { hash: EngineHash; tokens: number[] | null }[], map: Map<EngineHash, [number, number]>): boolean {
+    const ex = core.ex;
+    let parentKey: [number, number] | null = null;
     if (parent !== null) {
-      parentKey = map.get(parent);
-      if (parentKey === undefined || !ex.indexHolds(rank, parentKey[0], parentKey[1])) return false;
+      const known = map.get(parent);
+      if (known === undefined || !ex.indexHolds(rank, known[0], known[1])) return false;
+      parentKey = known;
     }
     const n = blocks.length;
-    const keysAt = n * 8;
-    const tokensAt = keysAt + n * 8;
-    const base = this.#reserve(tokensAt + n * tpb * 4);
+    let keys: Uint32Array | null = null;
     if (blocks[0]!.tokens === null) {
-      // Keyed blocks: the engine hash is the block key (safe integers only).
-      const words = new Uint32Array(ex.memory.buffer, base, n * 2);
+      // Keyed blocks: the engine hash is the block key (as its u64 bits).
+      keys = new Uint32Array(2 * n);
       for (let i = 0; i < n; i++) {
-        const k = blocks[i]!.hash;
-        const big = BigInt.asUintN(64, BigInt(k));
-        words[2 * i] = Number(big & 0xffffffffn);
-        words[2 * i + 1] = Number(big >> 32n);
+        const big = BigInt.asUintN(64, BigInt(blocks[i]!.hash));
+        keys[2 * i] = Number(big & 0xffffffffn);
+        keys[2 * i + 1] = Number(big >> 32n);
       }
-      ex.hashBlockKeys(base, n);
-    } else {
-      const tokenView = new Uint32Array(ex.memory.buffer, base + tokensAt, n * tpb);
-      blocks.forEach((b, i) => tokenView.set(b.tokens!, i * tpb));
-      ex.hashBlocks(base + tokensAt, n * tpb, base);
     }
-    let held: number;
-    if (parentKey === undefined) {
-      const seed = namespaceSeed({ loraTaskId: lora });
-      held = ex.indexInsert(rank, seed[0], seed[1], base, n);
-      ex.indexPathKeys(seed[0], seed[1], base, held, base + keysAt);
-    } else {
-      held = ex.indexInsertBelow(rank, parentKey[0], parentKey[1], base, n, base + keysAt);
-      if (held < 0) return false;
-    }
-    const keys = new Uint32Array(ex.memory.buffer, base + keysAt, held * 2);
-    for (let i = 0; i < held; i++) map.set(blocks[i]!.hash, [keys[2 * i]!, keys[2 * i + 1]!]);
+    const tokens = keys === null ? blocks.map((b) => b.tokens!) : null;
+    const pathKeys = core.insertStored(rank, parentKey, namespaceSeed({ loraTaskId: lora }), n, tokens, keys);
+    if (pathKeys === null) return false;
+    for (let i = 0; i < pathKeys.length; i++) map.set(blocks[i]!.hash, pathKeys[i]!);
     // Evicted paths leave stale entries behind; sweep them once they dominate.
     if (map.size > 2 * (ex.indexBlockCount(rank) >>> 0) + 1024) {
       for (const [h, k] of map) if (!ex.indexHolds(rank, k[0], k[1])) map.delete(h);
@@ -442,21 +350,23 @@ export class PrefixIndex {
 
   /** Blocks (paths) in one rank's view. */
   blockCount(rank: number): number {
+    const core = this.#live();
     checkRank(rank, this.#numRanks, "rank");
-    return this.#core().indexBlockCount(rank) >>> 0;
+    return core.ex.indexBlockCount(rank) >>> 0;
   }
 
   /** Counters and sizes. */
   stats(): PrefixIndexStats {
-    const ex = this.#core();
+    const core = this.#live();
+    const ex = core.ex;
     return {
       numRanks: this.#numRanks,
       tokensPerBlock: this.#tokensPerBlock,
       blocks: ex.indexNodeCount() >>> 0,
       residencies: ex.indexResidencyCount() >>> 0,
-      bytesInUse: ex.indexBytes(),
+      bytesInUse: ex.indexBytes() + core.scratchBytes,
       tableBytes: ex.indexTableBytes(),
-      reservedBytes: ex.indexReservedBytes(),
+      reservedBytes: ex.indexReservedBytes() + core.scratchBytes,
       wasmMemoryBytes: ex.memory.buffer.byteLength,
       evictions: ex.indexEvictions(),
       stampResets: ex.indexStampResets() >>> 0,
@@ -470,42 +380,36 @@ export class PrefixIndex {
    * back into an index that matches and evicts exactly as this one would.
    */
   snapshot(): Uint8Array {
-    const ex = this.#core();
-    const size = ex.indexExportBytes();
-    const base = this.#reserve(Math.max(size, 8));
-    const nodes = ex.indexExport(base) >>> 0;
-    const blob = new Uint8Array(ex.memory.buffer, base, size).slice();
-    return encodeSnapshot(
-      {
-        kind: "prefix-index",
-        pathKeys: PATH_KEY_SCHEME,
-        options: this.#options,
-        nodes,
-        stamp: ex.indexStamp() >>> 0,
-        evictions: ex.indexEvictions(),
-        stampResets: ex.indexStampResets() >>> 0,
-        engineBlocks: this.#engineBlocks.map((m) => [...m]),
-        lastEventId: this.#lastEventId.map((v) => (Number.isFinite(v) ? v : null)),
-        eventCounts: this.#eventCounts,
-      },
-      [blob],
-    );
+    const core = this.#live();
+    const ex = core.ex;
+    const records = core.exportRecords();
+    const state: IndexState = {
+      pathKeys: PATH_KEY_SCHEME,
+      options: this.#options,
+      nodes: ex.indexNodeCount() >>> 0,
+      stamp: ex.indexStamp() >>> 0,
+      evictions: ex.indexEvictions(),
+      stampResets: ex.indexStampResets() >>> 0,
+      engineBlocks: this.#engineBlocks.map((m) => [...m]),
+      lastEventId: this.#lastEventId.map((v) => (Number.isFinite(v) ? v : null)),
+      eventCounts: { ...this.#eventCounts },
+    };
+    return encodeSnapshot(SNAPSHOT_KINDS.prefixIndex, state, [records]);
   }
 
-  /** @internal Loads snapshot state into this freshly created index. */
-  loadSnapshot(state: Record<string, unknown>, blob: Uint8Array): void {
-    const ex = this.#core();
-    const base = this.#reserve(Math.max(blob.length, 8));
-    new Uint8Array(ex.memory.buffer, base, blob.length).set(blob);
-    ex.indexImport(base, state.nodes as number, state.stamp as number, state.evictions as number, state.stampResets as number);
-    this.#engineBlocks = (state.engineBlocks as [EngineHash, [number, number]][][]).map((entries) => new Map(entries));
-    this.#lastEventId = (state.lastEventId as (number | null)[]).map((v) => v ?? -Infinity);
+  /** @internal Loads checked snapshot state into this freshly created index. */
+  loadSnapshot(state: IndexState, records: Uint8Array): void {
+    const core = this.#live();
+    const nodes = core.importRecords(records, state.stamp, state.evictions, state.stampResets);
+    if (nodes !== state.nodes) throw new AdpInputError("snapshot", `is not a valid snapshot (prefix index: ${nodes} nodes where its state says ${state.nodes})`, `${records.length} bytes of index records`);
+    this.#engineBlocks = state.engineBlocks.map((entries) => new Map(entries));
+    this.#lastEventId = state.lastEventId.map((v) => v ?? -Infinity);
     Object.assign(this.#eventCounts, state.eventCounts);
   }
 
   /** Releases the instance; every later call throws. */
   dispose(): void {
-    this.#ex = null;
+    this.#core = null;
   }
 }
 
@@ -516,14 +420,26 @@ export class PrefixIndex {
  */
 const PATH_KEY_SCHEME = 2;
 
-/** Rebuilds an index from {@link PrefixIndex.snapshot} bytes (any platform). */
+/** Rebuilds an index from {@link PrefixIndex.snapshot} bytes (any platform); checks everything first. */
 export function restorePrefixIndex(bytes: Uint8Array): PrefixIndex {
-  const { state, sections } = decodeSnapshot(bytes);
-  if (state.kind !== "prefix-index" || sections.length !== 1) throw new AdpInputError("snapshot", "is not a prefix index snapshot", state.kind);
-  if (state.pathKeys !== PATH_KEY_SCHEME) {
-    throw new AdpInputError("snapshot", `holds block-path keys of another scheme (this version reads scheme ${PATH_KEY_SCHEME})`, state.pathKeys ?? 1);
+  const { state, sections } = decodeSnapshot(bytes, SNAPSHOT_KINDS.prefixIndex);
+  return restoreIndexFrom(state, sections);
+}
+
+/** @internal Restores an index from a decoded prefix-index snapshot: its state, then its one section of records. */
+export function restoreIndexFrom(raw: Record<string, unknown>, sections: readonly Uint8Array[]): PrefixIndex {
+  if (sections.length !== 1) throw new AdpInputError("snapshot", "is not a valid snapshot (a prefix index has one section of records)", `${sections.length} sections`);
+  if (raw.pathKeys !== PATH_KEY_SCHEME) {
+    throw new AdpInputError("snapshot", `holds block-path keys of another scheme (this version reads scheme ${PATH_KEY_SCHEME})`, raw.pathKeys ?? 1);
   }
-  const index = new PrefixIndex(state.options as PrefixIndexOptions);
+  let index: PrefixIndex;
+  try {
+    index = new PrefixIndex(raw.options as PrefixIndexOptions);
+  } catch (error) {
+    if (error instanceof AdpInputError) throw new AdpInputError("snapshot", `is not a valid snapshot (prefix index options: ${error.message})`, error.received);
+    throw error;
+  }
+  const state = readIndexState(raw, index.numRanks);
   index.loadSnapshot(state, sections[0]!);
   return index;
 }

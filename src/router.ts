@@ -5,11 +5,12 @@
 import { validateBatch, type Batch, type RouteInput } from "./batch.js";
 import { parseAttentionDpConfig, toAttentionDpConfigInput, type AttentionDpConfig, type AttentionDpConfigInput } from "./config.js";
 import { RoutingCore } from "./core.js";
-import { AdpInputError } from "./errors.js";
+import { AdpHookError, AdpInputError, excerpt } from "./errors.js";
 import { ConversationRouter } from "./routers/conversation.js";
 import { DefaultRouter } from "./routers/default.js";
-import { PrefixIndex, restorePrefixIndex, type PrefixIndexOptions } from "./prefix-index.js";
-import { decodeSnapshot, encodeSnapshot } from "./snapshot-format.js";
+import { PrefixIndex, restoreIndexFrom, type PrefixIndexOptions } from "./prefix-index.js";
+import { readRouterState, type RouterState } from "./router-state.js";
+import { decodeSnapshot, encodeSnapshot, SNAPSHOT_KINDS } from "./snapshot-format.js";
 import { KvCacheAwareRouter } from "./routers/kv-cache-aware.js";
 import { MetricsCounters, PREFIX_HIT_BOUNDS, type RouterMetrics } from "./metrics.js";
 import type { Decision, DecisionRecord, RouteResult, RouterKind, RoutingPolicy } from "./routers/types.js";
@@ -43,9 +44,17 @@ export interface RouterOptions {
    * Called synchronously for every request of every batch with why it went
    * where it went (explicit rank, warm-up, sticky conversation, overflow, or the
    * per-rank matched tokens, load terms and scores). Records are built only
-   * when this is set.
+   * when this is set. Hooks run after the batch is committed: one that throws
+   * never loses the result (see `onHookError`).
    */
   readonly onDecision?: (record: DecisionRecord) => void;
+  /**
+   * Called with each error an `onDecision` hook throws (and the record it was
+   * given); every record is still delivered and `route()` returns normally.
+   * @default none: `route()` throws an {@link AdpHookError} carrying the
+   * committed result once every record was delivered
+   */
+  readonly onHookError?: (error: unknown, record: DecisionRecord) => void;
 }
 
 /** A stateful router over `numRanks` attention-DP ranks. */
@@ -73,7 +82,7 @@ export interface Router {
 }
 
 /** The options `createRouter` accepts. */
-const OPTION_KEYS = new Set(["numRanks", "attentionDp", "prefixIndex", "learnFromRouting", "onDecision"]);
+const OPTION_KEYS = new Set(["numRanks", "attentionDp", "prefixIndex", "learnFromRouting", "onDecision", "onHookError"]);
 
 /** Inserts each placed request's prompt into its rank's view, in input order. */
 function learn(index: PrefixIndex, batch: Batch, decision: Decision): void {
@@ -87,6 +96,32 @@ function learn(index: PrefixIndex, batch: Batch, decision: Decision): void {
       index.insertBlocksValidated(rank, req.blockKeys, seed);
     }
   }
+}
+
+/**
+ * Delivers every record of a committed batch to `onDecision`. A hook that
+ * throws stops nothing: its errors go to `onHookError`, or, without one, the
+ * first is thrown once all records were delivered, as an AdpHookError that
+ * carries the committed result.
+ */
+function report(onDecision: (record: DecisionRecord) => void, onHookError: RouterOptions["onHookError"], kind: RouterKind, batch: Batch, decision: Decision): void {
+  let first: { error: unknown } | null = null;
+  for (const req of batch.requests) {
+    const record: DecisionRecord = { requestId: req.id, router: kind, outcome: decision.outcomes[req.index]!, rank: decision.rankOf[req.index]!, ...decision.details?.[req.index] };
+    try {
+      onDecision(record);
+    } catch (error) {
+      if (onHookError === undefined) first ??= { error };
+      else {
+        try {
+          onHookError(error, record);
+        } catch (hookError) {
+          first ??= { error: hookError };
+        }
+      }
+    }
+  }
+  if (first !== null) throw new AdpHookError(first.error, decision.result);
 }
 
 /** Which router TensorRT-LLM's factory builds for `config`. */
@@ -112,7 +147,7 @@ export function routerKindFor(config: AttentionDpConfig): RouterKind {
 export function createRouter(options: RouterOptions): Router {
   if (typeof options !== "object" || options === null) throw new AdpInputError("createRouter()", "takes an options object", options);
   for (const key of Object.keys(options)) {
-    if (!OPTION_KEYS.has(key)) throw new AdpInputError(key, `is not a createRouter option (expected ${[...OPTION_KEYS].join(", ")})`, (options as unknown as Record<string, unknown>)[key]);
+    if (!OPTION_KEYS.has(key)) throw new AdpInputError(excerpt(key), `is not a createRouter option (expected ${[...OPTION_KEYS].join(", ")})`, (options as unknown as Record<string, unknown>)[key]);
   }
   const { numRanks } = options;
   if (typeof numRanks !== "number" || !Number.isInteger(numRanks) || numRanks < 1 || numRanks > MAX_RANKS) {
@@ -133,8 +168,9 @@ export function createRouter(options: RouterOptions): Router {
       ? checkIndex(options.prefixIndex, "prefixIndex")
       : new PrefixIndex({ ...(options.prefixIndex as Omit<PrefixIndexOptions, "numRanks">), numRanks });
   }
-  const onDecision = options.onDecision;
+  const { onDecision, onHookError } = options;
   if (onDecision !== undefined && typeof onDecision !== "function") throw new AdpInputError("onDecision", "must be a function", onDecision);
+  if (onHookError !== undefined && typeof onHookError !== "function") throw new AdpInputError("onHookError", "must be a function", onHookError);
   const counters = new MetricsCounters(numRanks);
   const kind = routerKindFor(config);
   let policy: RoutingPolicy;
@@ -151,9 +187,13 @@ export function createRouter(options: RouterOptions): Router {
       return index;
     },
     route(input: RouteInput): RouteResult {
+      // Everything that can fail runs before any state changes: validation
+      // (which copies every input it keeps), the index's liveness, and the
+      // routers' own scratch checks, which come before their first write.
       let batch;
       try {
         batch = validateBatch(input, numRanks);
+        if (index !== null && !index.usable) throw new AdpInputError("prefixIndex", "has been disposed (setPrefixIndex(null) or a new index first)", "a disposed index");
       } catch (error) {
         counters.rejectedBatches++;
         throw error;
@@ -162,11 +202,7 @@ export function createRouter(options: RouterOptions): Router {
       if (index !== null && learnFromRouting) learn(index, batch, decision);
       counters.count(decision.outcomes, decision.rankOf);
       if (decision.matched) counters.countMatches(decision.matched, batch.requests);
-      if (onDecision !== undefined) {
-        for (const req of batch.requests) {
-          onDecision({ requestId: req.id, router: kind, outcome: decision.outcomes[req.index]!, rank: decision.rankOf[req.index]!, ...decision.details?.[req.index] });
-        }
-      }
+      if (onDecision !== undefined) report(onDecision, onHookError, kind, batch, decision);
       return decision.result;
     },
     metrics(): RouterMetrics {
@@ -191,8 +227,8 @@ export function createRouter(options: RouterOptions): Router {
     snapshot(): Uint8Array {
       const conv = policy instanceof ConversationRouter ? policy : null;
       return encodeSnapshot(
+        SNAPSHOT_KINDS.router,
         {
-          kind: "router",
           numRanks,
           attentionDp: toAttentionDpConfigInput(config),
           learnFromRouting,
@@ -206,30 +242,41 @@ export function createRouter(options: RouterOptions): Router {
   };
   restoreState.set(router, (state) => {
     if (policy instanceof ConversationRouter) {
-      policy.cursor = state.cursor as number;
-      policy.conversations.restore(state.conversations as [string, number][]);
+      policy.cursor = state.cursor;
+      policy.conversations.restore(state.conversations);
     }
-    if (kv) kv.pendingWarmup = state.pendingWarmup as number[];
+    if (kv) kv.pendingWarmup = state.pendingWarmup;
   });
   return router;
 }
 
-/** Per router: loads a snapshot's policy state (kept out of the public object). */
-const restoreState = new WeakMap<Router, (state: Record<string, unknown>) => void>();
+/** Per router: loads a snapshot's checked policy state (kept out of the public object). */
+const restoreState = new WeakMap<Router, (state: RouterState) => void>();
 
 /**
  * Rebuilds a router from {@link Router.snapshot} bytes, on any platform; its
  * next decisions equal the original's. Hooks are not part of a snapshot.
+ * Everything is checked before the router exists (the container's checksum,
+ * every field of its state, every node of its prefix index), and the new
+ * router is built aside: bad bytes give AdpInputError naming `snapshot`.
  */
-export function restoreRouter(bytes: Uint8Array, options: { onDecision?: RouterOptions["onDecision"] } = {}): Router {
-  const { state, sections } = decodeSnapshot(bytes);
-  if (state.kind !== "router") throw new AdpInputError("snapshot", "is not a router snapshot", state.kind);
+export function restoreRouter(bytes: Uint8Array, options: Pick<RouterOptions, "onDecision" | "onHookError"> = {}): Router {
+  const { state: raw, sections } = decodeSnapshot(bytes, SNAPSHOT_KINDS.router);
+  const state = readRouterState(raw, MAX_RANKS);
+  if (sections.length > 1) throw new AdpInputError("snapshot", "is not a valid snapshot (a router has at most one prefix index section)", `${sections.length} sections`);
+  let index: PrefixIndex | undefined;
+  if (sections.length === 1) {
+    const inner = decodeSnapshot(sections[0]!, SNAPSHOT_KINDS.prefixIndex);
+    index = restoreIndexFrom(inner.state, inner.sections);
+    if (index.numRanks !== state.numRanks) throw new AdpInputError("snapshot", `is not a valid snapshot (its prefix index has ${index.numRanks} ranks, the router ${state.numRanks})`, index.numRanks);
+  }
   const router = createRouter({
-    numRanks: state.numRanks as number,
-    attentionDp: state.attentionDp as AttentionDpConfigInput,
-    learnFromRouting: state.learnFromRouting as boolean,
-    ...(sections.length > 0 ? { prefixIndex: restorePrefixIndex(sections[0]!) } : {}),
+    numRanks: state.numRanks,
+    attentionDp: state.config,
+    learnFromRouting: state.learnFromRouting,
+    ...(index ? { prefixIndex: index } : {}),
     ...(options.onDecision ? { onDecision: options.onDecision } : {}),
+    ...(options.onHookError ? { onHookError: options.onHookError } : {}),
   });
   restoreState.get(router)!(state);
   return router;

@@ -1,20 +1,78 @@
-// The snapshot container: "ADPSNAP1", then a u32 length and UTF-8 JSON, then a
-// u32 count of binary sections, each a u32 length and its bytes. Little-endian,
-// so a snapshot taken on one platform restores on any other.
+// The snapshot container, self-checking: a snapshot is verified whole before
+// anything in it is parsed, so damaged bytes are refused with a typed error
+// instead of reaching the decoders.
+//
+// Layout (little-endian, so a snapshot taken on one platform restores on any other):
+//   0   "ADPSNAP2"          magic and format version
+//   8   u32 kind            1 = router, 2 = prefix index
+//   12  u32 payload length  bytes after the header; the snapshot is exactly header + payload
+//   16  u32 CRC-32C         of the payload
+//   20  payload             u32 length · UTF-8 JSON state · u32 section count ·
+//                           each section as u32 length · bytes
+//
+// The checksum catches damage; a crafted snapshot with a valid checksum is
+// still checked field by field by the restore functions.
 
 import { AdpInputError } from "./errors.js";
 
-/** The first eight bytes of every snapshot. */
-const MAGIC = "ADPSNAP1";
+/** The first eight bytes of every snapshot of this format. */
+const MAGIC = "ADPSNAP2";
+/** The magic of the format before checksums, refused with its own message. */
+const OLD_MAGIC = "ADPSNAP1";
+/** Bytes before the payload. */
+const HEADER = 20;
+/** Largest snapshot accepted (the payload length is a u32). */
+const MAX_PAYLOAD = 2 ** 32 - 1;
 
-/** Packs a JSON-able state and binary sections into bytes. */
-export function encodeSnapshot(state: unknown, sections: readonly Uint8Array[] = []): Uint8Array {
+/** What a snapshot holds. */
+export const SNAPSHOT_KINDS = Object.freeze({ router: 1, prefixIndex: 2 });
+/** Kind names, for messages. */
+const KIND_NAMES: Record<number, string> = { 1: "router", 2: "prefix index" };
+
+/** CRC-32C (Castagnoli) table, reflected polynomial 0x82f63b78. */
+const CRC_TABLE = (() => {
+  const table = new Int32Array(256 * 4);
+  for (let n = 0; n < 256; n++) {
+    let c = n;
+    for (let k = 0; k < 8; k++) c = c & 1 ? (c >>> 1) ^ 0x82f63b78 : c >>> 1;
+    table[n] = c;
+  }
+  // Slicing by four: table[k·256 + n] is the CRC of byte n followed by k zero bytes.
+  for (let n = 0; n < 256; n++) {
+    let c = table[n]!;
+    for (let k = 1; k < 4; k++) {
+      c = table[c & 0xff]! ^ (c >>> 8);
+      table[k * 256 + n] = c;
+    }
+  }
+  return table;
+})();
+
+/** CRC-32C of `bytes` (check value of "123456789": 0xe3069283). */
+export function crc32c(bytes: Uint8Array): number {
+  const t = CRC_TABLE;
+  let c = -1;
+  let i = 0;
+  const n = bytes.length;
+  for (; i + 4 <= n; i += 4) {
+    c ^= bytes[i]! | (bytes[i + 1]! << 8) | (bytes[i + 2]! << 16) | (bytes[i + 3]! << 24);
+    c = t[768 + (c & 0xff)]! ^ t[512 + ((c >>> 8) & 0xff)]! ^ t[256 + ((c >>> 16) & 0xff)]! ^ t[c >>> 24]!;
+  }
+  for (; i < n; i++) c = t[(c ^ bytes[i]!) & 0xff]! ^ (c >>> 8);
+  return (c ^ -1) >>> 0;
+}
+
+/** Packs a JSON-able state and binary sections into a checksummed snapshot of `kind`. */
+export function encodeSnapshot(kind: number, state: unknown, sections: readonly Uint8Array[] = []): Uint8Array {
   const json = new TextEncoder().encode(JSON.stringify(state));
-  const size = 8 + 4 + json.length + 4 + sections.reduce((a, s) => a + 4 + s.length, 0);
-  const out = new Uint8Array(size);
+  const payload = 4 + json.length + 4 + sections.reduce((a, s) => a + 4 + s.length, 0);
+  if (payload > MAX_PAYLOAD) throw new RangeError(`adp-router: a snapshot of ${payload} bytes exceeds the format's 4 GiB`);
+  const out = new Uint8Array(HEADER + payload);
   const view = new DataView(out.buffer);
   out.set(new TextEncoder().encode(MAGIC), 0);
-  let at = 8;
+  view.setUint32(8, kind, true);
+  view.setUint32(12, payload, true);
+  let at = HEADER;
   view.setUint32(at, json.length, true);
   out.set(json, (at += 4));
   at += json.length;
@@ -25,38 +83,55 @@ export function encodeSnapshot(state: unknown, sections: readonly Uint8Array[] =
     out.set(s, (at += 4));
     at += s.length;
   }
+  view.setUint32(16, crc32c(out.subarray(HEADER)), true);
   return out;
 }
 
-/** Unpacks bytes made by {@link encodeSnapshot}; throws AdpInputError on anything else. */
-export function decodeSnapshot(bytes: unknown, field = "snapshot"): { state: Record<string, unknown>; sections: Uint8Array[] } {
-  if (!(bytes instanceof Uint8Array)) throw new AdpInputError(field, "must be a Uint8Array from snapshot()", bytes);
+/**
+ * Unpacks a snapshot of `kind` made by {@link encodeSnapshot}: magic, kind,
+ * exact length and checksum first, then the layout of the payload. Throws
+ * AdpInputError naming `field` on anything else; what it returns is only
+ * well-formed, and its state still has to be checked by the caller.
+ */
+export function decodeSnapshot(bytes: unknown, kind: number, field = "snapshot"): { state: Record<string, unknown>; sections: Uint8Array[] } {
+  if (!(bytes instanceof Uint8Array) || !ArrayBuffer.isView(bytes)) throw new AdpInputError(field, "must be a Uint8Array from snapshot()", bytes);
+  const length = bytes.byteLength;
   const fail = (why: string): never => {
-    throw new AdpInputError(field, `is not a valid snapshot (${why})`, `${bytes.length} bytes`);
+    throw new AdpInputError(field, `is not a valid snapshot (${why})`, `${length} bytes`);
   };
-  if (bytes.length < 16 || new TextDecoder().decode(bytes.subarray(0, 8)) !== MAGIC) fail("bad header");
-  const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-  let at = 8;
+  const magic = length >= 8 ? String.fromCharCode(...bytes.subarray(0, 8)) : "";
+  if (magic === OLD_MAGIC) fail("it was written by an earlier adp-router without a checksum; take a new snapshot");
+  if (length < HEADER || magic !== MAGIC) fail("bad header");
+  const view = new DataView(bytes.buffer, bytes.byteOffset, length);
+  const got = view.getUint32(8, true);
+  if (got !== kind) fail(`it holds ${KIND_NAMES[got] ? `a ${KIND_NAMES[got]}` : `kind ${got}`}, not a ${KIND_NAMES[kind]}`);
+  const payload = view.getUint32(12, true);
+  if (HEADER + payload > length) fail("truncated");
+  if (HEADER + payload < length) fail(`${length - HEADER - payload} bytes after its end`);
+  if (crc32c(bytes.subarray(HEADER)) !== view.getUint32(16, true)) fail("checksum mismatch: the bytes are damaged");
+  let at = HEADER;
   const jsonLength = view.getUint32(at, true);
   at += 4;
-  if (at + jsonLength + 4 > bytes.length) fail("truncated");
-  let state: Record<string, unknown>;
+  if (jsonLength > length - at - 4) fail("its state overruns the payload");
+  let state: unknown;
   try {
-    state = JSON.parse(new TextDecoder().decode(bytes.subarray(at, at + jsonLength))) as Record<string, unknown>;
+    state = JSON.parse(new TextDecoder("utf-8", { fatal: true }).decode(bytes.subarray(at, at + jsonLength)));
   } catch {
-    return fail("corrupt state");
+    return fail("its state is not UTF-8 JSON");
   }
+  if (typeof state !== "object" || state === null || Array.isArray(state)) fail("its state is not an object");
   at += jsonLength;
   const count = view.getUint32(at, true);
   at += 4;
   const sections: Uint8Array[] = [];
   for (let i = 0; i < count; i++) {
-    if (at + 4 > bytes.length) fail("truncated");
+    if (at + 4 > length) fail("a section overruns the payload");
     const n = view.getUint32(at, true);
     at += 4;
-    if (at + n > bytes.length) fail("truncated");
+    if (n > length - at) fail("a section overruns the payload");
     sections.push(bytes.slice(at, at + n));
     at += n;
   }
-  return { state, sections };
+  if (at !== length) fail(`${length - at} bytes after its last section`);
+  return { state: state as Record<string, unknown>, sections };
 }

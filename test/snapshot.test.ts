@@ -2,7 +2,7 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { AdpInputError, createPrefixIndex, createRouter, restorePrefixIndex, restoreRouter, runScenario, toRouteInput, type RouteInput } from "../src/index.js";
-import { decodeSnapshot, encodeSnapshot } from "../src/snapshot-format.js";
+import { decodeSnapshot, encodeSnapshot, SNAPSHOT_KINDS } from "../src/snapshot-format.js";
 import { idle } from "./support/build.js";
 import { readJsonLines } from "./support/fixtures.js";
 
@@ -74,7 +74,7 @@ describe("router snapshot / restore", () => {
     expect(() => restoreRouter(new Uint8Array([1, 2, 3]))).toThrow(/not a valid snapshot/);
     expect(() => restoreRouter("x" as never)).toThrow(AdpInputError);
     const index = createPrefixIndex({ numRanks: 2 });
-    expect(() => restoreRouter(index.snapshot())).toThrow(/not a router snapshot/);
+    expect(() => restoreRouter(index.snapshot())).toThrow(/holds a prefix index, not a router/);
     const cut = createRouter({ numRanks: 2 }).snapshot().subarray(0, 20);
     expect(() => restoreRouter(cut)).toThrow(/truncated|corrupt/);
   });
@@ -115,10 +115,11 @@ describe("prefix index snapshot / restore", () => {
   it("refuses a snapshot whose block-path keys come from another key scheme", () => {
     const a = createPrefixIndex({ numRanks: 2, tokensPerBlock: 2 });
     a.insert(1, [1, 2, 3, 4]);
-    const { state, sections } = decodeSnapshot(a.snapshot());
-    expect(restorePrefixIndex(encodeSnapshot(state, sections)).match([1, 2, 3, 4, 5])).toEqual([0, 4]);
+    const kind = SNAPSHOT_KINDS.prefixIndex;
+    const { state, sections } = decodeSnapshot(a.snapshot(), kind);
+    expect(restorePrefixIndex(encodeSnapshot(kind, state, sections)).match([1, 2, 3, 4, 5])).toEqual([0, 4]);
     const { pathKeys: _scheme, ...older } = state;
-    expect(() => restorePrefixIndex(encodeSnapshot(older, sections))).toThrowError(/snapshot.*another scheme.*scheme 2.*got 1/s);
-    expect(() => restorePrefixIndex(encodeSnapshot({ ...state, pathKeys: 3 }, sections))).toThrowError(AdpInputError);
+    expect(() => restorePrefixIndex(encodeSnapshot(kind, older, sections))).toThrowError(/snapshot.*another scheme.*scheme 2.*got 1/s);
+    expect(() => restorePrefixIndex(encodeSnapshot(kind, { ...state, pathKeys: 3 }, sections))).toThrowError(AdpInputError);
   });
 });

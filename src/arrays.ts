@@ -1,0 +1,142 @@
+// Array inputs (token ids, per-rank counts, block keys), each read exactly once
+// into a plain typed array and validated as it is read. A caller's array-like
+// may be a Proxy, carry getters, or lie about its length; once copied here its
+// values cannot change between the check and the use, and nothing later reads
+// the caller's object again. A genuine Uint32Array is taken as is: its elements
+// are u32 by construction and cannot be intercepted.
+
+import { AdpInputError } from "./errors.js";
+
+/** Most token ids one prompt may hold as an array (2^28: a 1 GiB Uint32Array). */
+export const MAX_TOKEN_IDS = 2 ** 28;
+/** Most block keys one prompt may hold. */
+export const MAX_BLOCK_KEYS = 2 ** 27;
+
+/** The typed arrays' own `length` getter, which a subclass or an own property cannot shadow. */
+const typedLength = Object.getOwnPropertyDescriptor(Object.getPrototypeOf(Uint32Array.prototype) as object, "length")!.get!;
+
+/** `v` itself when it is a genuine Uint32Array whose `length` is its true length, else null. */
+function genuineUint32(v: unknown): Uint32Array | null {
+  if (!(v instanceof Uint32Array) || !ArrayBuffer.isView(v)) return null; // a Proxy is no view
+  return v.length === typedLength.call(v) ? v : null;
+}
+
+/** Reads an array-like's `length` once and checks it is a safe non-negative integer at most `max`. */
+function lengthOf(v: unknown, field: string, what: string, max: number): number {
+  if (typeof v !== "object" || v === null) throw new AdpInputError(field, `must be ${what}`, v);
+  const length = (v as { length?: unknown }).length;
+  if (typeof length !== "number" || !Number.isSafeInteger(length) || length < 0) {
+    throw new AdpInputError(`${field}.length`, "must be a non-negative safe integer", length);
+  }
+  if (length > max) throw new AdpInputError(`${field}.length`, `must be at most ${max}`, length);
+  return length;
+}
+
+/** Element `i` of `src`, checked to be an integer in [0, 2^32). */
+function u32At(src: ArrayLike<unknown>, i: number, field: string, rule: string): number {
+  const t = src[i];
+  if (typeof t !== "number" || t >>> 0 !== t) throw new AdpInputError(`${field}[${i}]`, rule, t);
+  return t;
+}
+
+/**
+ * Token ids as a Uint32Array: a Uint32Array as is, any other array-like read
+ * once and checked (integers in [0, 2^32)). The copy grows as elements pass,
+ * so a huge `length` with nothing behind it fails at its first element
+ * without allocating for the length.
+ */
+export function readTokens(v: unknown, field: string): Uint32Array {
+  const typed = genuineUint32(v);
+  if (typed !== null) {
+    if (typed.length > MAX_TOKEN_IDS) throw new AdpInputError(`${field}.length`, `must be at most ${MAX_TOKEN_IDS}`, typed.length);
+    return typed;
+  }
+  const length = lengthOf(v, field, "an array of token ids or a Uint32Array", MAX_TOKEN_IDS);
+  const src = v as ArrayLike<unknown>;
+  let out = new Uint32Array(Math.min(length, 1 << 16));
+  for (let i = 0; i < length; i++) {
+    const t = u32At(src, i, field, "must be an integer token id in [0, 2^32)");
+    if (i === out.length) {
+      const grown = new Uint32Array(Math.min(length, out.length * 2));
+      grown.set(out);
+      out = grown;
+    }
+    out[i] = t;
+  }
+  return out;
+}
+
+/** Exactly `count` integers in [0, 2^32) (per-rank matched tokens): a Uint32Array as is, else read once. */
+export function readCounts(v: unknown, count: number, field: string, rule: string): Uint32Array {
+  const typed = genuineUint32(v);
+  const length = typed !== null ? typed.length : typeof v === "object" && v !== null ? (v as { length?: unknown }).length : undefined;
+  if (length !== count) throw new AdpInputError(field, rule, v);
+  if (typed !== null) return typed;
+  const src = v as ArrayLike<unknown>;
+  const out = new Uint32Array(count);
+  for (let i = 0; i < count; i++) out[i] = u32At(src, i, field, "must be an integer in [0, 2^32)");
+  return out;
+}
+
+/** Block keys that must be non-negative safe integers (a request's `blockKeys`), read once. */
+export function readSafeKeys(v: unknown, field: string): Float64Array {
+  const length = lengthOf(v, field, "an array of block keys", MAX_BLOCK_KEYS);
+  const src = v as ArrayLike<unknown>;
+  let keys = new Float64Array(Math.min(length, 1 << 16));
+  for (let i = 0; i < length; i++) {
+    const k = src[i];
+    if (typeof k !== "number" || !Number.isSafeInteger(k) || k < 0) throw new AdpInputError(`${field}[${i}]`, "must be a non-negative safe integer", k);
+    if (i === keys.length) {
+      const grown = new Float64Array(Math.min(length, keys.length * 2));
+      grown.set(keys);
+      keys = grown;
+    }
+    keys[i] = k;
+  }
+  return keys;
+}
+
+/**
+ * Block keys as u64 words (lo, hi per key) from non-negative safe integers or
+ * bigints below 2^64, read once.
+ */
+export function readKeyWords(v: unknown, field: string): Uint32Array {
+  const length = lengthOf(v, field, "an array of block keys", MAX_BLOCK_KEYS);
+  const src = v as ArrayLike<unknown>;
+  let words = new Uint32Array(2 * Math.min(length, 1 << 16));
+  for (let i = 0; i < length; i++) {
+    const k = src[i];
+    let lo: number;
+    let hi: number;
+    if (typeof k === "number" && Number.isSafeInteger(k) && k >= 0) {
+      lo = k % 2 ** 32;
+      hi = Math.floor(k / 2 ** 32);
+    } else if (typeof k === "bigint" && k >= 0n && k < 1n << 64n) {
+      lo = Number(k & 0xffffffffn);
+      hi = Number(k >> 32n);
+    } else {
+      throw new AdpInputError(`${field}[${i}]`, "must be a block key: a non-negative safe integer or a bigint below 2^64", k);
+    }
+    if (2 * i === words.length) {
+      const grown = new Uint32Array(2 * Math.min(length, words.length));
+      grown.set(words);
+      words = grown;
+    }
+    words[2 * i] = lo;
+    words[2 * i + 1] = hi;
+  }
+  return words;
+}
+
+/** u64 words (lo, hi per key) of safe-integer keys `keys[from, from + n)`, written into `out` from index 0. */
+export function keyWordsInto(out: Uint32Array, keys: Float64Array | Uint32Array, from: number, n: number): void {
+  if (keys instanceof Uint32Array) {
+    out.set(keys.subarray(2 * from, 2 * (from + n)));
+    return;
+  }
+  for (let i = 0; i < n; i++) {
+    const k = keys[from + i]!;
+    out[2 * i] = k % 2 ** 32;
+    out[2 * i + 1] = Math.floor(k / 2 ** 32);
+  }
+}
