@@ -113,6 +113,8 @@ let rankLeaves: usize = 0;
 let heaps: usize = 0;
 /** Heap entries across ranks (accounted bytes). */
 let heapEntries: u32 = 0;
+/** Entry slots the per-rank heaps hold, used or not (what they take from memory, accounted). */
+let heapSlots: f64 = 0;
 /** Match scratch: the nodes where a walk's rank set shrinks, with their depths in tokens (2 × u32 each, numRanks + 1 at most). */
 let drops: usize = 0;
 /** Path scratch (node ids) for insert. */
@@ -361,6 +363,17 @@ function pushFree(start: u32, cls: u32): void {
   store<u32>(u32At(freeBlocks, cls), start + 1);
 }
 
+/** Puts the `rest` free slots from `start` on the free lists as blocks of class at most `cls`, largest first. */
+function pushRest(start: u32, rest: u32, cls: u32): void {
+  let c = cls;
+  while (rest > 0) {
+    while (classSize(c) > rest) c--;
+    pushFree(start, c);
+    start += classSize(c);
+    rest -= classSize(c);
+  }
+}
+
 /** Allocates a block of class `cls`; returns its first slot. */
 function allocBlock(cls: u32): u32 {
   const head = load<u32>(u32At(freeBlocks, cls));
@@ -371,19 +384,25 @@ function allocBlock(cls: u32): u32 {
     store<u32>(u32At(freeBlocks, cls), load<u32>(slotAt(s)));
     return s;
   }
+  // A free block of a larger class is cut: this block from its start, the rest
+  // back on the free lists (largest classes first). Without this, blocks freed
+  // as nodes grow through the classes would sit unused while new chunks are
+  // taken, and fragmentation would push memory past the budget's bound.
+  for (let big = cls + 1; big < <u32>CLASSES; big++) {
+    const bigHead = load<u32>(u32At(freeBlocks, big));
+    if (bigHead == 0) continue;
+    const s = bigHead - 1;
+    store<u32>(u32At(freeBlocks, big), load<u32>(slotAt(s)));
+    pushRest(s + size, classSize(big) - size, big);
+    return s;
+  }
   // Bump-allocate; a block that would straddle two chunks starts the next one,
   // and the rest of this chunk goes to the free lists, largest classes first.
   const chunkSlots: u32 = <u32>1 << slotChunkShift;
   const offset = slotTop & (chunkSlots - 1);
   if (slotTop < slotCap && offset + size > chunkSlots) {
-    let rest = chunkSlots - offset;
-    let c = cls;
-    while (rest > 0) {
-      while (classSize(c) > rest) c--;
-      pushFree(slotTop, c);
-      slotTop += classSize(c);
-      rest -= classSize(c);
-    }
+    pushRest(slotTop, chunkSlots - offset, cls);
+    slotTop += chunkSlots - offset;
   }
   while (slotTop + size > slotCap) {
     slotChunks = appendChunk(slotChunks, slotChunkCount++, takePages(<usize>chunkSlots * SLOT_BYTES));
@@ -564,8 +583,10 @@ function heapPush(rank: i32, s: u32, id: u32): void {
   let cap = load<u32>(h, 8);
   let data = <usize>load<u32>(h);
   if (size == cap) {
-    cap = cap == 0 ? 4 : cap << 1;
-    data = grow(data, <usize>size << 3, <usize>cap << 3);
+    const grown = cap == 0 ? 4 : cap << 1;
+    data = grow(data, <usize>size << 3, <usize>grown << 3);
+    heapSlots += <f64>(grown - cap);
+    cap = grown;
     store<u32>(h, <u32>data);
     store<u32>(h, cap, 8);
   }
@@ -621,6 +642,26 @@ function heapPop(rank: i32): void {
   store<u32>(h, size, 4);
   heapEntries--;
   if (size > 0) siftDown(data, size, 0, load<u64>(data + (<usize>size << 3)));
+  shrinkHeap(rank);
+}
+
+/**
+ * Halves `rank`'s heap storage once it is under a quarter full: the heaps'
+ * capacity is accounted in the budget, so eviction must be able to give it back.
+ */
+function shrinkHeap(rank: i32): void {
+  const h = heapBase(rank);
+  const size = load<u32>(h, 4);
+  const cap = load<u32>(h, 8);
+  if (cap <= 16 || size * 4 >= cap) return;
+  const half = cap >> 1;
+  const data = <usize>load<u32>(h);
+  const fresh = storageAlloc(<usize>half << 3);
+  memory.copy(fresh, data, <usize>size << 3);
+  storageFree(data, <usize>cap << 3);
+  store<u32>(h, <u32>fresh);
+  store<u32>(h, half, 8);
+  heapSlots -= <f64>(cap - half);
 }
 
 /** Whether heap entry (s, id) still names a leaf of `rank` stamped s. */
@@ -661,6 +702,7 @@ function maybeCompact(rank: i32): void {
   heapEntries -= size - kept;
   store<u32>(h, kept, 4);
   for (let i = <i32>(kept >> 1) - 1; i >= 0; i--) siftDown(data, kept, <u32>i, load<u64>(data + (<usize>i << 3)));
+  shrinkHeap(rank);
 }
 
 // ---- nodes ------------------------------------------------------------------------------
@@ -899,11 +941,11 @@ function evictFrom(rank: i32, byBudget: bool, reserve: f64, extraNodes: u32): bo
 
 /**
  * Bytes in use: live nodes, the hash table at its real size, residency slots
- * (by block class), heap entries and the per-rank arrays.
+ * (by block class), the eviction heaps' storage and the per-rank arrays.
  */
 export function indexBytes(): f64 {
   return <f64>liveNodes * <f64>NODE_BYTES + <f64>tableCap * 8 + <f64>slotsInUse * <f64>SLOT_BYTES + <f64>overflowCap * 16 +
-    <f64>(heapEntries + topsSize) * 8 + <f64>numRanks * 32;
+    (heapSlots + <f64>topsCap) * 8 + <f64>numRanks * 32;
 }
 
 /** Bytes of the hash table. */
@@ -1333,6 +1375,7 @@ export function indexClearRank(rank: i32): void {
   const h = heapBase(rank);
   heapEntries -= load<u32>(h, 4);
   store<u32>(h, 0, 4);
+  shrinkHeap(rank);
 }
 
 /** Blocks (paths) in `rank`'s view. */
