@@ -24,7 +24,7 @@ interface KvLayout {
 }
 
 /** `n` rounded up to a multiple of 8. */
-const align8 = (n: number): number => (n + 7) & ~7;
+const align8 = (n: number): number => Math.ceil(n / 8) * 8; // not `& ~7`: sizes past 2^31 must not wrap
 
 /** Views over one KV-cache-aware batch's regions; valid until the next reserve. */
 export interface KvBatchViews {

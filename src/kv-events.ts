@@ -189,8 +189,10 @@ function parseOne(e: unknown, numRanks: number, tokensPerBlock: number, fallback
       for (let i = 0; i < n; i++) {
         const item = itemAt(inner, i);
         if (item === null) out.push(UNREADABLE);
-        else if (!isObject(item.value)) out.push({ kind: "malformed", reason: "an event must be an object" });
-        else out.push(parseGuarded(() => parseVllm(item.value as Record<string, unknown>, numRanks, tokensPerBlock, batchRank, fallbackRank)));
+        else {
+          const v = item.value;
+          out.push(parseGuarded(() => (isObject(v) ? parseVllm(v, numRanks, tokensPerBlock, batchRank, fallbackRank) : { kind: "malformed", reason: "an event must be an object" })));
+        }
       }
     } else if (isObject(e.data)) {
       out.push(parseGuarded(() => parseTrtllm(e, numRanks, tokensPerBlock, fallbackRank)));

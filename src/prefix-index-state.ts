@@ -33,6 +33,8 @@ export interface IndexState {
   /** Per rank: the last event_id seen, or null. */
   readonly lastEventId: (number | null)[];
   readonly eventCounts: EventCounts;
+  /** CRC-32C of tokensPerBlock (u32) and the records (see `recordsSeal`). */
+  readonly seal: number;
 }
 
 /** The counters a snapshot's `eventCounts` must hold, exactly. */
@@ -90,5 +92,6 @@ export function readIndexState(raw: Record<string, unknown>, numRanks: number): 
     engineBlocks: maps,
     lastEventId: lastEventId as (number | null)[],
     eventCounts: checkedCounts,
+    seal: raw.seal as number,
   };
 }

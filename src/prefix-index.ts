@@ -11,7 +11,7 @@ import { IndexCore } from "./index-core.js";
 import { parseKvEvents, type EngineHash } from "./kv-events.js";
 import { namespaceKey } from "./namespace.js";
 import { readIndexState, type IndexState } from "./prefix-index-state.js";
-import { decodeSnapshot, encodeSnapshot, SNAPSHOT_KINDS } from "./snapshot-format.js";
+import { crc32c, decodeSnapshot, encodeSnapshot, SNAPSHOT_KINDS } from "./snapshot-format.js";
 
 /** A prefix-cache namespace: TensorRT-LLM scopes reuse by LoRA task id and cache salt. */
 export interface PrefixNamespace {
@@ -393,6 +393,7 @@ export class PrefixIndex {
       engineBlocks: this.#engineBlocks.map((m) => [...m]),
       lastEventId: this.#lastEventId.map((v) => (Number.isFinite(v) ? v : null)),
       eventCounts: { ...this.#eventCounts },
+      seal: recordsSeal(this.#tokensPerBlock, records),
     };
     return encodeSnapshot(SNAPSHOT_KINDS.prefixIndex, state, [records]);
   }
@@ -420,6 +421,19 @@ export class PrefixIndex {
  */
 const PATH_KEY_SCHEME = 2;
 
+/**
+ * A snapshot's seal over its node records and the block size their keys were
+ * hashed with: the records' path keys cannot show their `tokensPerBlock`, so an
+ * edit of that option (or of the records) without a matching seal is refused
+ * instead of restoring an index that silently matches nothing.
+ */
+function recordsSeal(tokensPerBlock: number, records: Uint8Array): number {
+  const bytes = new Uint8Array(4 + records.length);
+  new DataView(bytes.buffer).setUint32(0, tokensPerBlock, true);
+  bytes.set(records, 4);
+  return crc32c(bytes);
+}
+
 /** Rebuilds an index from {@link PrefixIndex.snapshot} bytes (any platform); checks everything first. */
 export function restorePrefixIndex(bytes: Uint8Array): PrefixIndex {
   const { state, sections } = decodeSnapshot(bytes, SNAPSHOT_KINDS.prefixIndex);
@@ -440,6 +454,9 @@ export function restoreIndexFrom(raw: Record<string, unknown>, sections: readonl
     throw error;
   }
   const state = readIndexState(raw, index.numRanks);
+  if (raw.seal !== recordsSeal(index.tokensPerBlock, sections[0]!)) {
+    throw new AdpInputError("snapshot", "is not a valid snapshot (prefix index records do not match their seal: edited, or written with another tokensPerBlock)", raw.seal);
+  }
   index.loadSnapshot(state, sections[0]!);
   return index;
 }
