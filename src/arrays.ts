@@ -66,16 +66,22 @@ export function readTokens(v: unknown, field: string): Uint32Array {
   return out;
 }
 
-/** Exactly `count` integers in [0, 2^32) (per-rank matched tokens): a Uint32Array as is, else read once. */
-export function readCounts(v: unknown, count: number, field: string, rule: string): Uint32Array {
+/**
+ * Exactly `count` integers in [0, 2^32) (per-rank matched tokens), read once
+ * into `out` at `offset`: a Uint32Array is copied whole, anything else element
+ * by element as it is checked. Writing into a batch-wide buffer instead of a
+ * new array per request keeps validation free of per-request allocations.
+ */
+export function readCountsInto(v: unknown, count: number, out: Uint32Array, offset: number, field: string, rule: string): void {
   const typed = genuineUint32(v);
   const length = typed !== null ? typed.length : typeof v === "object" && v !== null ? (v as { length?: unknown }).length : undefined;
   if (length !== count) throw new AdpInputError(field, rule, v);
-  if (typed !== null) return typed;
+  if (typed !== null) {
+    out.set(typed, offset);
+    return;
+  }
   const src = v as ArrayLike<unknown>;
-  const out = new Uint32Array(count);
-  for (let i = 0; i < count; i++) out[i] = u32At(src, i, field, "must be an integer in [0, 2^32)");
-  return out;
+  for (let i = 0; i < count; i++) out[offset + i] = u32At(src, i, field, "must be an integer in [0, 2^32)");
 }
 
 /** Block keys that must be non-negative safe integers (a request's `blockKeys`), read once. */

@@ -4,7 +4,7 @@
 // of the caller's objects is read once into a local and checked there; the
 // routers only ever see those copies (see src/arrays.ts).
 
-import { readCounts, readSafeKeys, readTokens } from "./arrays.js";
+import { readCountsInto, readSafeKeys, readTokens } from "./arrays.js";
 import { AdpInputError } from "./errors.js";
 import { namespaceKey } from "./namespace.js";
 
@@ -98,8 +98,8 @@ export interface BatchRequest {
   readonly cacheSalt: string | null;
   /** The prefix-cache namespace (LoRA id, salt) as the index's chain seed. */
   readonly namespace: readonly [number, number];
-  /** Matched tokens per rank, read once, or null. */
-  readonly prefixMatches: Uint32Array | null;
+  /** Row of this request's matched tokens per rank in the batch's `prefixMatches`, or -1 when it brought none. */
+  readonly matchesRow: number;
   /** Block keys, read once, or null. */
   readonly blockKeys: Float64Array | null;
 }
@@ -112,6 +112,8 @@ export interface Batch {
   readonly tokens: number[];
   /** The hard cap. */
   readonly cap: number;
+  /** Matched tokens per rank of the requests that brought them, row-major (row · numRanks + rank), read once. */
+  readonly prefixMatches: Uint32Array;
   /** Requests in input order. */
   readonly requests: readonly BatchRequest[];
 }
@@ -162,8 +164,26 @@ export function checkRank(v: unknown, numRanks: number, field: string): number {
   return v;
 }
 
+/** The batch-wide rows of caller `prefixMatches`, grown by doubling as requests bring them. */
+class MatchRows {
+  rows = new Uint32Array(0);
+  count = 0;
+  constructor(readonly numRanks: number) {}
+  /** Reads `v` as the next row; returns its row index. */
+  add(v: unknown, field: string, rule: string): number {
+    const at = this.count * this.numRanks;
+    if (at + this.numRanks > this.rows.length) {
+      const grown = new Uint32Array(Math.max(this.rows.length * 2, 16 * this.numRanks));
+      grown.set(this.rows);
+      this.rows = grown;
+    }
+    readCountsInto(v, this.numRanks, this.rows, at, field, rule);
+    return this.count++;
+  }
+}
+
 /** Validates one request, reading each of its fields once, and returns its working shape. */
-function normalizeRequest(raw: unknown, index: number, numRanks: number): BatchRequest {
+function normalizeRequest(raw: unknown, index: number, numRanks: number, matches: MatchRows): BatchRequest {
   const at = `requests[${index}]`;
   if (!isRecord(raw)) throw new AdpInputError(at, "must be an object", raw);
   const {
@@ -201,9 +221,9 @@ function normalizeRequest(raw: unknown, index: number, numRanks: number): BatchR
   if (lora !== undefined && lora !== null && !(typeof lora === "number" && Number.isSafeInteger(lora))) {
     throw new AdpInputError(`${at}.loraTaskId`, "must be a safe integer", lora);
   }
-  const prefixMatches = rawMatches === undefined || rawMatches === null
-    ? null
-    : readCounts(rawMatches, numRanks, `${at}.prefixMatches`, `must hold one matched-token count per rank (${numRanks})`);
+  const matchesRow = rawMatches === undefined || rawMatches === null
+    ? -1
+    : matches.add(rawMatches, `${at}.prefixMatches`, `must hold one matched-token count per rank (${numRanks})`);
   const loraTaskId = typeof lora === "number" ? lora : null;
   const cacheSalt = optionalString(rawSalt, `${at}.cacheSalt`);
   const blockKeys = rawKeys === undefined || rawKeys === null ? null : readSafeKeys(rawKeys, `${at}.blockKeys`);
@@ -221,7 +241,7 @@ function normalizeRequest(raw: unknown, index: number, numRanks: number): BatchR
     loraTaskId,
     cacheSalt,
     namespace: namespaceKey(loraTaskId, cacheSalt),
-    prefixMatches,
+    matchesRow,
     blockKeys,
   };
 }
@@ -261,12 +281,13 @@ export function validateBatch(input: unknown, numRanks: number): Batch {
   if (numRequests > MAX_COUNT) throw new AdpInputError("requests", `must hold at most ${MAX_COUNT} requests`, numRequests);
   const out: BatchRequest[] = new Array(numRequests);
   const seen = new Set<number | bigint>();
+  const matches = new MatchRows(numRanks);
   for (let i = 0; i < numRequests; i++) {
-    const req = normalizeRequest(requests[i], i, numRanks);
+    const req = normalizeRequest(requests[i], i, numRanks, matches);
     const key = idKey(req.id);
     if (seen.has(key)) throw new AdpInputError(`requests[${i}].id`, "must be unique within the batch", req.id);
     seen.add(key);
     out[i] = req;
   }
-  return { counts, tokens, cap: maxNumActiveRequests, requests: out };
+  return { counts, tokens, cap: maxNumActiveRequests, prefixMatches: matches.rows, requests: out };
 }

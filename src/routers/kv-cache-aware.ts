@@ -84,7 +84,7 @@ export class KvCacheAwareRouter implements RoutingPolicy {
     const rowOf = new Array<number>(requests.length).fill(0);
     let rows = 1;
     for (const req of requests) {
-      if (req.prefixMatches !== null || (index !== null && probeBlocks(req, index.tokensPerBlock) > 0)) rowOf[req.index] = rows++;
+      if (req.matchesRow >= 0 || (index !== null && probeBlocks(req, index.tokensPerBlock) > 0)) rowOf[req.index] = rows++;
     }
     this.#core.reserveKvBatch(numRanks, requests.length, rows);
     if (index !== null) {
@@ -92,14 +92,16 @@ export class KvCacheAwareRouter implements RoutingPolicy {
       // fresh view each time since probing may grow memory.
       const matches = (): Uint32Array => this.#core.kvViews().matches;
       for (const req of requests) {
-        if (rowOf[req.index] === 0 || req.prefixMatches !== null) continue;
+        if (rowOf[req.index] === 0 || req.matchesRow >= 0) continue;
         const seed = req.namespace;
         if (req.tokens !== null) index.probeInto(req.tokens, req.tokens.length - 1, seed, matches, rowOf[req.index]! * numRanks);
         else index.probeBlocksInto(req.blockKeys!, probeBlocks(req, index.tokensPerBlock), seed, matches, rowOf[req.index]! * numRanks);
       }
     }
     const { counts, tokens, matches } = this.#core.kvViews();
-    for (const req of requests) if (req.prefixMatches !== null) matches.set(req.prefixMatches, rowOf[req.index]! * numRanks);
+    for (const req of requests) {
+      if (req.matchesRow >= 0) matches.set(batch.prefixMatches.subarray(req.matchesRow * numRanks, (req.matchesRow + 1) * numRanks), rowOf[req.index]! * numRanks);
+    }
     counts.set(batch.counts);
     tokens.set(batch.tokens);
 
