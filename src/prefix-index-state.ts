@@ -6,17 +6,7 @@
 
 import { engineHash, type EngineHash } from "./kv-events.js";
 import { AdpInputError } from "./errors.js";
-import type { PrefixIndexOptions } from "./prefix-index.js";
-
-/** Outcomes of engine KV events, as a snapshot carries them. */
-interface EventCounts {
-  applied: number;
-  unknownParent: number;
-  unknownBlock: number;
-  malformed: number;
-  ignored: number;
-  outOfOrder: number;
-}
+import type { KvEventCounts, PrefixIndexOptions } from "./prefix-index.js";
 
 /** A prefix index's snapshot state, checked. */
 export interface IndexState {
@@ -32,7 +22,7 @@ export interface IndexState {
   readonly engineBlocks: [EngineHash, [number, number]][][];
   /** Per rank: the last event_id seen, or null. */
   readonly lastEventId: (number | null)[];
-  readonly eventCounts: EventCounts;
+  readonly eventCounts: KvEventCounts;
   /** CRC-32C of tokensPerBlock (u32) and the records (see `recordsSeal`). */
   readonly seal: number;
 }
@@ -81,7 +71,7 @@ export function readIndexState(raw: Record<string, unknown>, numRanks: number): 
   if (keys.length !== EVENT_COUNT_KEYS.length || !EVENT_COUNT_KEYS.every((k) => isCount(counts[k], Number.MAX_SAFE_INTEGER))) {
     refuse("eventCounts", `must hold exactly ${EVENT_COUNT_KEYS.join(", ")}, each a non-negative safe integer`, eventCounts);
   }
-  const checkedCounts = Object.fromEntries(EVENT_COUNT_KEYS.map((k) => [k, counts[k]])) as unknown as EventCounts;
+  const checkedCounts = Object.fromEntries(EVENT_COUNT_KEYS.map((k) => [k, counts[k]])) as unknown as KvEventCounts;
   return {
     pathKeys: raw.pathKeys as number,
     options: raw.options as PrefixIndexOptions,
