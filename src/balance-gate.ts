@@ -3,8 +3,8 @@
 // context requests or holds them for this iteration, so that ranks run context
 // work together instead of one rank's prefill stalling the others' decode.
 
-import type { AttentionDpConfig } from "./config.js";
-import { AdpInputError } from "./errors.js";
+import { parseAttentionDpConfig, type AttentionDpConfig } from "./config.js";
+import { AdpInputError, readOptions } from "./errors.js";
 
 /** One rank's scheduled work in an iteration. */
 export interface RankIterationLoad {
@@ -26,6 +26,8 @@ export interface BalanceGateOptions {
 
 /** Whether `v` is an integer number. */
 const isInt = (v: unknown): v is number => typeof v === "number" && Number.isInteger(v);
+/** The options a BalanceGate takes, all required. */
+const GATE_OPTION_KEYS = new Set(["maxBatchSize", "timeoutIters", "batchingWaitIters"] as const);
 
 /** Counters of a balance gate. */
 export interface BalanceGateMetrics {
@@ -52,13 +54,14 @@ export class BalanceGate {
    * gate.step([{ numCtx: 1, numGen: 2 }, { numCtx: 0, numGen: 3 }]); // false: hold
    * ```
    */
-  constructor(options: BalanceGateOptions) {
-    for (const k of ["maxBatchSize", "timeoutIters", "batchingWaitIters"] as const) {
-      if (!isInt(options?.[k])) throw new AdpInputError(k, "must be an integer", options?.[k]);
+  constructor(input: BalanceGateOptions) {
+    const options = readOptions(input, "BalanceGate()", GATE_OPTION_KEYS as ReadonlySet<string>, "balance gate option") as Partial<BalanceGateOptions>;
+    for (const k of GATE_OPTION_KEYS) {
+      if (!isInt(options[k])) throw new AdpInputError(k, "must be an integer", options[k]);
     }
-    this.#maxBatchSize = options.maxBatchSize;
-    this.#timeoutIters = options.timeoutIters;
-    this.#batchingWaitIters = options.batchingWaitIters;
+    this.#maxBatchSize = options.maxBatchSize!;
+    this.#timeoutIters = options.timeoutIters!;
+    this.#batchingWaitIters = options.batchingWaitIters!;
   }
 
   /** Iterations held so far while imbalanced. */
@@ -118,7 +121,8 @@ export class BalanceGate {
  * The gate TensorRT-LLM runs for a config: the state machine when
  * `enable_balance` is true, otherwise a gate that always releases.
  */
-export function createBalanceGate(config: AttentionDpConfig, maxBatchSize: number): Pick<BalanceGate, "step" | "metrics"> {
+export function createBalanceGate(input: AttentionDpConfig, maxBatchSize: number): Pick<BalanceGate, "step" | "metrics"> {
+  const config = parseAttentionDpConfig(input); // a parsed config as is
   if (config.enableBalance) {
     return new BalanceGate({ maxBatchSize, timeoutIters: config.timeoutIters, batchingWaitIters: config.batchingWaitIters });
   }

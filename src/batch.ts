@@ -112,8 +112,12 @@ export interface Batch {
   readonly tokens: number[];
   /** The hard cap. */
   readonly cap: number;
-  /** Matched tokens per rank of the requests that brought them, row-major (row · numRanks + rank), read once. */
+  /** Matched tokens per rank of the requests that brought them, row-major (row · numRanks + rank), read once; exactly their rows. */
   readonly prefixMatches: Uint32Array;
+  /** Rows in `prefixMatches` (counted here: the view may be detached by the time it is used). */
+  readonly matchRows: number;
+  /** Where `prefixMatches` live (a router's core holds them where it scores from). */
+  readonly matchesStore: RowStore;
   /** Requests in input order. */
   readonly requests: readonly BatchRequest[];
 }
@@ -164,21 +168,60 @@ export function checkRank(v: unknown, numRanks: number, field: string): number {
   return v;
 }
 
-/** The batch-wide rows of caller `prefixMatches`, grown by doubling as requests bring them. */
+/**
+ * Where a batch's caller `prefixMatches` rows are read to. A KV-cache-aware
+ * router's core is one (its match block, which it scores from: the matches
+ * are read once and copied nowhere else); {@link ArrayRowStore} is the other.
+ */
+export interface RowStore {
+  /**
+   * A view holding at least `rows` rows of numRanks u32, row k at k · numRanks,
+   * with the rows written since the batch began kept. It may be detached by
+   * the next call or by memory growth (its length then reads 0).
+   */
+  matchRows(numRanks: number, rows: number): Uint32Array;
+}
+
+/** A row store in a plain typed array, grown by doubling. */
+export class ArrayRowStore implements RowStore {
+  #rows = new Uint32Array(0);
+
+  matchRows(numRanks: number, rows: number): Uint32Array {
+    if (rows * numRanks > this.#rows.length) {
+      const grown = new Uint32Array(Math.max(rows * numRanks, this.#rows.length * 2, 16 * numRanks));
+      grown.set(this.#rows);
+      this.#rows = grown;
+    }
+    return this.#rows;
+  }
+}
+
+/** The rows of one batch's caller `prefixMatches`, read once into a {@link RowStore}. */
 class MatchRows {
-  rows = new Uint32Array(0);
+  #view: Uint32Array = new Uint32Array(0);
+  /** Rows read. */
   count = 0;
-  constructor(readonly numRanks: number) {}
+  readonly #numRanks: number;
+  /** Where the rows go. */
+  readonly store: RowStore;
+  constructor(numRanks: number, store: RowStore) {
+    this.#numRanks = numRanks;
+    this.store = store;
+  }
+
   /** Reads `v` as the next row; returns its row index. */
   add(v: unknown, field: string, rule: string): number {
-    const at = this.count * this.numRanks;
-    if (at + this.numRanks > this.rows.length) {
-      const grown = new Uint32Array(Math.max(this.rows.length * 2, 16 * this.numRanks));
-      grown.set(this.rows);
-      this.rows = grown;
-    }
-    readCountsInto(v, this.numRanks, this.rows, at, field, rule);
+    const numRanks = this.#numRanks;
+    const at = this.count * numRanks;
+    // A short view is one too small, or one detached by memory growth: ask again.
+    if (at + numRanks > this.#view.length) this.#view = this.store.matchRows(numRanks, this.count + 1);
+    readCountsInto(v, numRanks, this.#view, at, field, rule);
     return this.count++;
+  }
+
+  /** The rows read, as a view (empty when there are none). */
+  view(): Uint32Array {
+    return this.#view.subarray(0, this.count * this.#numRanks);
   }
 }
 
@@ -250,8 +293,17 @@ function normalizeRequest(raw: unknown, index: number, numRanks: number, matches
 const idKey = (id: RequestId): number | bigint =>
   typeof id === "bigint" && id >= BigInt(Number.MIN_SAFE_INTEGER) && id <= BigInt(Number.MAX_SAFE_INTEGER) ? Number(id) : id;
 
-/** Validates one `route()` call for `numRanks` ranks. */
-export function validateBatch(input: unknown, numRanks: number): Batch {
+/**
+ * Validates one `route()` call for `numRanks` ranks, reading caller
+ * `prefixMatches` into `rows` (a router's own; the batch's `prefixMatches`
+ * view of them is valid until the store's next use or memory growth).
+ */
+export function validateBatch(input: unknown, numRanks: number, rows: RowStore = new ArrayRowStore()): Batch {
+  return readBatch(input, numRanks, new MatchRows(numRanks, rows));
+}
+
+/** {@link validateBatch} reading matches through `matches`. */
+function readBatch(input: unknown, numRanks: number, matches: MatchRows): Batch {
   if (!isRecord(input)) throw new AdpInputError("route()", "takes { rankStates, maxNumActiveRequests, requests }", input);
   const { rankStates, maxNumActiveRequests, requests } = input;
   if (!Array.isArray(rankStates) || rankStates.length !== numRanks) {
@@ -281,7 +333,6 @@ export function validateBatch(input: unknown, numRanks: number): Batch {
   if (numRequests > MAX_COUNT) throw new AdpInputError("requests", `must hold at most ${MAX_COUNT} requests`, numRequests);
   const out: BatchRequest[] = new Array(numRequests);
   const seen = new Set<number | bigint>();
-  const matches = new MatchRows(numRanks);
   for (let i = 0; i < numRequests; i++) {
     const req = normalizeRequest(requests[i], i, numRanks, matches);
     const key = idKey(req.id);
@@ -289,5 +340,5 @@ export function validateBatch(input: unknown, numRanks: number): Batch {
     seen.add(key);
     out[i] = req;
   }
-  return { counts, tokens, cap: maxNumActiveRequests, prefixMatches: matches.rows, requests: out };
+  return { counts, tokens, cap: maxNumActiveRequests, prefixMatches: matches.view(), matchRows: matches.count, matchesStore: matches.store, requests: out };
 }

@@ -195,6 +195,21 @@ export function isAttentionDpConfig(value: unknown): value is AttentionDpConfig 
   return typeof value === "object" && value !== null && PARSED.has(value);
 }
 
+/** The own entries of a config object, read once; a config that is no object, or throws while read, is refused. */
+function readEntries(input: unknown): [string, unknown][] {
+  const refuse = (rule: string, received: unknown): never => {
+    throw new AttentionDpConfigError([{ field: "attention_dp_config", rule, received }]);
+  };
+  try {
+    if (typeof input !== "object" || input === null || Array.isArray(input)) refuse("must be an object", input);
+    const source = input as Record<string, unknown>;
+    return Object.keys(source).map((key) => [key, source[key]]);
+  } catch (error) {
+    if (error instanceof AttentionDpConfigError) throw error;
+    return refuse("threw while it was read (a getter or Proxy trap of the caller's value)", error);
+  }
+}
+
 /**
  * Validates an `attention_dp_config` and returns it frozen, camelCase, with
  * defaults filled. Throws one {@link AttentionDpConfigError} listing every problem.
@@ -207,14 +222,10 @@ export function isAttentionDpConfig(value: unknown): value is AttentionDpConfig 
  */
 export function parseAttentionDpConfig(input: unknown = {}): AttentionDpConfig {
   if (isAttentionDpConfig(input)) return input;
-  if (typeof input !== "object" || input === null || Array.isArray(input)) {
-    throw new AttentionDpConfigError([{ field: "attention_dp_config", rule: "must be an object", received: input }]);
-  }
   const issues: InputIssue[] = [];
   const values = new Map<FieldSpec, unknown>();
-  for (const key of Object.keys(input)) {
+  for (const [key, value] of readEntries(input)) {
     const spec = BY_NAME.get(key);
-    const value = (input as Record<string, unknown>)[key];
     if (spec === undefined) {
       const near = nearestField(key);
       issues.push({ field: key, rule: `is not an attention_dp_config field${near ? ` (did you mean "${near}"?)` : ""}`, received: value });

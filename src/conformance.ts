@@ -6,6 +6,7 @@
 import { BalanceGate } from "./balance-gate.js";
 import type { RouteInput, RouteRequest } from "./batch.js";
 import { parseAttentionDpConfig } from "./config.js";
+import { AdpInputError, readInput } from "./errors.js";
 import { createPrefixIndex } from "./prefix-index.js";
 import { createRouter } from "./router.js";
 
@@ -19,12 +20,12 @@ export type ScenarioAnswer = JsonObject;
 
 /** `v` as a JSON object, or an error naming `what`. */
 const asObject = (v: unknown, what: string): JsonObject => {
-  if (typeof v !== "object" || v === null || Array.isArray(v)) throw new Error(`${what} must be an object`);
+  if (typeof v !== "object" || v === null || Array.isArray(v)) throw new AdpInputError(what, "must be an object", v);
   return v as JsonObject;
 };
 /** `v` as a JSON array, or an error naming `what`. */
 const asArray = (v: unknown, what: string): Json[] => {
-  if (!Array.isArray(v)) throw new Error(`${what} must be an array`);
+  if (!Array.isArray(v)) throw new AdpInputError(what, "must be an array", v);
   return v;
 };
 
@@ -52,6 +53,11 @@ function toRequest(raw: JsonObject, matchesByRank: Map<string, number>[] | null,
 
 /** A scenario batch (snake_case) as a `route()` input; its `cached_prefixes` are not applied here. */
 export function toRouteInput(rawBatch: unknown, numRanks: number): RouteInput {
+  return readInput("batch", () => readRouteInput(rawBatch, numRanks));
+}
+
+/** {@link toRouteInput} without the guard that types what the caller's getters throw. */
+function readRouteInput(rawBatch: unknown, numRanks: number): RouteInput {
   const batch = asObject(rawBatch, "batch");
   let matchesByRank: Map<string, number>[] | null = null;
   if (batch.prefix_matches !== undefined) {

@@ -12,12 +12,11 @@ import { instantiateCore, type CoreExports } from "./wasm.js";
 /** Most scratch bytes one batch may take (the core refuses allocations above 1 GiB). */
 export const MAX_SCRATCH_BYTES = 2 ** 30 - 64;
 
-/** Byte offset of each region of a KV-cache-aware batch inside the arena. */
+/** Byte offset of each region of a KV-cache-aware batch inside the arena (its match rows live in their own block). */
 interface KvLayout {
   counts: number;
   tokens: number;
   requests: number;
-  matches: number;
   out: number;
   work: number;
   end: number;
@@ -40,11 +39,19 @@ export interface KvBatchViews {
   readonly out: Int32Array;
 }
 
-/** One wasm instance and its scratch arena. */
+/**
+ * One wasm instance, its scratch arena and its match block. The match block
+ * holds a KV-cache-aware batch's rows of matched tokens (row 0 all zeros, then
+ * a row per request that has matches): validation reads a caller's
+ * `prefixMatches` straight into it (see `matchRows`), so they are read once
+ * and copied nowhere else.
+ */
 export class RoutingCore {
   readonly #ex: CoreExports;
   #arena = 0;
   #arenaBytes = 0;
+  #rowsAt = 0;
+  #rowsBytes = 0;
   #kv: KvLayout | undefined;
   #kvNumRanks = 0;
   #kvNumRequests = 0;
@@ -83,6 +90,42 @@ export class RoutingCore {
   }
 
   /**
+   * Ensures the match block holds `rows` rows of `numRanks` u32 (row 0
+   * included), keeping the rows already written, and returns its address.
+   * @throws AdpInputError naming `requests` when the rows need more than MAX_SCRATCH_BYTES.
+   */
+  #reserveRows(numRanks: number, rows: number): number {
+    const bytes = rows * numRanks * 4;
+    if (bytes > this.#rowsBytes) {
+      if (!(bytes <= MAX_SCRATCH_BYTES)) {
+        throw new AdpInputError("requests", `need ${bytes} bytes of match rows (requests × ranks); at most ${MAX_SCRATCH_BYTES}: split the batch`, bytes);
+      }
+      const size = Math.min(Math.max(bytes, this.#rowsBytes * 2, 4096), MAX_SCRATCH_BYTES);
+      const at = this.#ex.allocate(size) >>> 0;
+      if (at === 0) throw new AdpInputError("requests", `need ${size} bytes of match rows, more than this platform's wasm memory can grow to: split the batch`, bytes);
+      if (this.#rowsAt !== 0) {
+        new Uint8Array(this.#ex.memory.buffer).copyWithin(at, this.#rowsAt, this.#rowsAt + this.#rowsBytes);
+        this.#ex.release(this.#rowsAt);
+      }
+      this.#rowsAt = at;
+      this.#rowsBytes = size;
+    }
+    return this.#rowsAt;
+  }
+
+  /**
+   * The match block past row 0, holding at least `rows` rows of `numRanks`:
+   * where a batch's caller `prefixMatches` are read to, row k at k · numRanks
+   * (the block's row k + 1). The rows written since the batch began are kept
+   * when it grows. The view is valid until the next call, or until the
+   * memory grows (then it is detached: its length reads 0).
+   */
+  matchRows(numRanks: number, rows: number): Uint32Array {
+    const at = this.#reserveRows(numRanks, rows + 1);
+    return new Uint32Array(this.#ex.memory.buffer, at + numRanks * 4, this.#rowsBytes / 4 - numRanks);
+  }
+
+  /**
    * Places requests with the default router's min-heap balance (reference §3.3
    * step 7). `sizes` are prompt tokens in processing order; returns the chosen
    * rank per request (-1 where no rank had room). `counts` and `tokens` are
@@ -116,17 +159,20 @@ export class RoutingCore {
 
   /**
    * Reserves a KV-cache-aware batch of `numRequests` requests over `numRanks`
-   * ranks with `rows` match rows (row 0 included, zeroed) and returns views
-   * over it. Nothing may allocate in this instance until `scoreKvAware` runs.
+   * ranks with `rows` match rows and returns views over it. Row 0 is zeroed;
+   * rows written through `matchRows` since are kept, the others hold whatever
+   * the block held until the caller writes them (it writes every row it
+   * assigns to a request). Nothing may allocate in this instance until
+   * `scoreKvAware` runs.
    */
   reserveKvBatch(numRanks: number, numRequests: number, rows: number): KvBatchViews {
-    const l: KvLayout = { counts: 0, tokens: 0, requests: 0, matches: 0, out: 0, work: 0, end: 0 };
+    const l: KvLayout = { counts: 0, tokens: 0, requests: 0, out: 0, work: 0, end: 0 };
     l.tokens = align8(numRanks * 4);
     l.requests = l.tokens + numRanks * 8;
-    l.matches = l.requests + numRequests * 16;
-    l.out = align8(l.matches + rows * numRanks * 4);
+    l.out = l.requests + numRequests * 16;
     l.work = align8(l.out + numRequests * 4);
     l.end = l.work + this.#ex.kvWorkBytes(numRanks);
+    this.#reserveRows(numRanks, rows);
     this.#reserve(l.end);
     this.#kv = l;
     this.#kvNumRanks = numRanks;
@@ -134,7 +180,7 @@ export class RoutingCore {
     this.#kvRows = rows;
     this.#kvViews = undefined;
     const views = this.kvViews();
-    views.matches.fill(0);
+    views.matches.fill(0, 0, numRanks);
     return views;
   }
 
@@ -151,7 +197,7 @@ export class RoutingCore {
       counts: new Int32Array(b, base + l.counts, numRanks),
       tokens: new Float64Array(b, base + l.tokens, numRanks),
       requests: new Uint32Array(b, base + l.requests, numRequests * 4),
-      matches: new Uint32Array(b, base + l.matches, this.#kvRows * numRanks),
+      matches: new Uint32Array(b, this.#rowsAt, this.#kvRows * numRanks),
       out: new Int32Array(b, base + l.out, numRequests),
     });
   }
@@ -165,7 +211,7 @@ export class RoutingCore {
     const l = this.#kv!;
     const base = this.#arena;
     const ex = this.#ex;
-    ex.scoreKvAware(this.#kvNumRanks, base + l.counts, base + l.tokens, 1, base + l.requests + 16 * q, base + l.matches, base + l.out + 4 * q, cap, beta, threshold, base + l.work);
+    ex.scoreKvAware(this.#kvNumRanks, base + l.counts, base + l.tokens, 1, base + l.requests + 16 * q, this.#rowsAt, base + l.out + 4 * q, cap, beta, threshold, base + l.work);
     const trailer = ex.kvTrailer(this.#kvNumRanks, base + l.work) >>> 0;
     const view = new DataView(ex.memory.buffer);
     const scoresAt = base + l.work + this.#kvNumRanks * 4;
@@ -182,7 +228,7 @@ export class RoutingCore {
     const base = this.#arena;
     return this.#ex.scoreKvAware(
       this.#kvNumRanks, base + l.counts, base + l.tokens,
-      numRequests, base + l.requests, base + l.matches, base + l.out,
+      numRequests, base + l.requests, this.#rowsAt, base + l.out,
       cap, beta, threshold, base + l.work,
     );
   }

@@ -40,6 +40,7 @@ export function describeValue(value: unknown): string {
     if (typeof value === "boolean") return `${value} (boolean)`;
     if (Array.isArray(value)) return `an array of length ${value.length}`;
     if (ArrayBuffer.isView(value)) return `a ${Object.prototype.toString.call(value).slice(8, -1)}`;
+    if (value instanceof Error) return `${excerpt(String(value.name))}: ${excerpt(String(value.message), 200)}`;
     return "an object";
   } catch {
     return "a value that could not be described";
@@ -77,8 +78,8 @@ export class AdpInputError extends TypeError {
   readonly rule: string;
   /** The value received. */
   readonly received: unknown;
-  constructor(field: string, rule: string, received: unknown) {
-    super(`${excerpt(field, 200)}: ${rule}, got ${describeValue(received)}`);
+  constructor(field: string, rule: string, received: unknown, options?: { cause?: unknown }) {
+    super(`${excerpt(field, 200)}: ${rule}, got ${describeValue(received)}`, options);
     this.name = "AdpInputError";
     this.field = field;
     this.rule = rule;
@@ -102,4 +103,41 @@ export class AdpHookError extends Error {
     this.name = "AdpHookError";
     this.result = result;
   }
+}
+
+/**
+ * `error` as a typed error: a typed error as is; anything else, thrown while a
+ * caller's value was read (a getter, a Proxy trap, a revoked Proxy), becomes
+ * AdpInputError naming `field`, with the original as its `cause`.
+ */
+export function asInputError(error: unknown, field: string): Error {
+  if (error instanceof AdpInputError || error instanceof AttentionDpConfigError) return error;
+  return new AdpInputError(field, "threw while it was read (a getter or Proxy trap of the caller's value)", error, { cause: error });
+}
+
+/** Runs `read`, which only reads a caller's value; what that value throws becomes AdpInputError naming `field`. */
+export function readInput<T>(field: string, read: () => T): T {
+  try {
+    return read();
+  } catch (error) {
+    throw asInputError(error, field);
+  }
+}
+
+/**
+ * A caller's options object read once into a plain object of its own keys,
+ * each of which must be in `keys` (`call` names the function, `what` one of
+ * its options in messages). Nothing reads the caller's object afterwards.
+ */
+export function readOptions(options: unknown, call: string, keys: ReadonlySet<string>, what: string): Record<string, unknown> {
+  if (typeof options !== "object" || options === null) throw new AdpInputError(call, "takes an options object", options);
+  return readInput(call, () => {
+    const source = options as Record<string, unknown>;
+    const copy: Record<string, unknown> = {};
+    for (const key of Object.keys(source)) {
+      if (!keys.has(key)) throw new AdpInputError(excerpt(key), `is not a ${what} (expected ${[...keys].join(", ")})`, source[key]);
+      copy[key] = source[key]; // never "__proto__": only listed keys pass
+    }
+    return copy;
+  });
 }

@@ -35,6 +35,13 @@ function refuse(where: string, rule: string, received: unknown): never {
   throw new AdpInputError("snapshot", `is not a valid snapshot (prefix index ${where} ${rule})`, received);
 }
 
+/**
+ * The largest counter a snapshot may carry: any finite integer. Counters are
+ * doubles that stop growing at 2^53 (x + 1 === x there), so refusing the
+ * unsafe ones would make a snapshot taken after restoring 2^53 − 1 unrestorable.
+ */
+const MAX_COUNTER = Number.MAX_VALUE;
+
 /** Whether `v` is an integer in [0, max]. */
 const isCount = (v: unknown, max: number): v is number => typeof v === "number" && Number.isInteger(v) && v >= 0 && v <= max;
 
@@ -43,7 +50,7 @@ export function readIndexState(raw: Record<string, unknown>, numRanks: number): 
   const { nodes, stamp, evictions, stampResets, engineBlocks, lastEventId, eventCounts } = raw;
   if (!isCount(nodes, 2 ** 32 - 1)) refuse("nodes", "must be a node count", nodes);
   if (!isCount(stamp, 2 ** 32 - 1)) refuse("stamp", "must be a u32 stamp", stamp);
-  if (!isCount(evictions, Number.MAX_SAFE_INTEGER)) refuse("evictions", "must be a non-negative safe integer", evictions);
+  if (!isCount(evictions, MAX_COUNTER)) refuse("evictions", "must be a non-negative integer", evictions);
   if (!isCount(stampResets, 2 ** 32 - 1)) refuse("stampResets", "must be a u32 count", stampResets);
   if (!Array.isArray(engineBlocks) || engineBlocks.length !== numRanks) refuse("engineBlocks", `must hold one map per rank (${numRanks})`, engineBlocks);
   const maps: [EngineHash, [number, number]][][] = [];
@@ -68,8 +75,8 @@ export function readIndexState(raw: Record<string, unknown>, numRanks: number): 
   if (typeof eventCounts !== "object" || eventCounts === null || Array.isArray(eventCounts)) refuse("eventCounts", "must be an object", eventCounts);
   const counts = eventCounts as Record<string, unknown>;
   const keys = Object.keys(counts);
-  if (keys.length !== EVENT_COUNT_KEYS.length || !EVENT_COUNT_KEYS.every((k) => isCount(counts[k], Number.MAX_SAFE_INTEGER))) {
-    refuse("eventCounts", `must hold exactly ${EVENT_COUNT_KEYS.join(", ")}, each a non-negative safe integer`, eventCounts);
+  if (keys.length !== EVENT_COUNT_KEYS.length || !EVENT_COUNT_KEYS.every((k) => isCount(counts[k], MAX_COUNTER))) {
+    refuse("eventCounts", `must hold exactly ${EVENT_COUNT_KEYS.join(", ")}, each a non-negative integer`, eventCounts);
   }
   const checkedCounts = Object.fromEntries(EVENT_COUNT_KEYS.map((k) => [k, counts[k]])) as unknown as KvEventCounts;
   return {

@@ -6,7 +6,7 @@
 
 import { readKeyWords, readTokens } from "./arrays.js";
 import { checkRank, MAX_KEY_LENGTH } from "./batch.js";
-import { AdpInputError, excerpt } from "./errors.js";
+import { AdpInputError, readInput, readOptions } from "./errors.js";
 import { IndexCore } from "./index-core.js";
 import { parseKvEvents, type EngineHash } from "./kv-events.js";
 import { namespaceKey } from "./namespace.js";
@@ -107,10 +107,13 @@ const isPositiveInt = (v: unknown, max: number): v is number => typeof v === "nu
 export function namespaceSeed(ns: unknown, field = "ns"): readonly [number, number] {
   if (ns === undefined || ns === null) return namespaceKey(null, null);
   if (typeof ns !== "object") throw new AdpInputError(field, "must be an object { loraTaskId?, cacheSalt? }", ns);
-  const { loraTaskId, cacheSalt } = ns as PrefixNamespace;
-  for (const key of Object.keys(ns)) {
-    if (key !== "loraTaskId" && key !== "cacheSalt") throw new AdpInputError(`${field}.${key}`, "is not a namespace field (loraTaskId, cacheSalt)", (ns as Record<string, unknown>)[key]);
-  }
+  const { loraTaskId, cacheSalt } = readInput(field, () => {
+    for (const key of Object.keys(ns)) {
+      if (key !== "loraTaskId" && key !== "cacheSalt") throw new AdpInputError(`${field}.${key}`, "is not a namespace field (loraTaskId, cacheSalt)", (ns as Record<string, unknown>)[key]);
+    }
+    const { loraTaskId, cacheSalt } = ns as PrefixNamespace;
+    return { loraTaskId, cacheSalt };
+  });
   const lora = loraTaskId ?? null;
   const salt = cacheSalt ?? null;
   if (lora !== null && !(typeof lora === "number" && Number.isSafeInteger(lora))) throw new AdpInputError(`${field}.loraTaskId`, "must be a safe integer or null", lora);
@@ -133,11 +136,8 @@ export class PrefixIndex {
   readonly #eventCounts: KvEventCounts = { applied: 0, unknownParent: 0, unknownBlock: 0, malformed: 0, ignored: 0, outOfOrder: 0 };
 
   /** @internal Use {@link createPrefixIndex}. */
-  constructor(options: PrefixIndexOptions) {
-    if (typeof options !== "object" || options === null) throw new AdpInputError("createPrefixIndex()", "takes an options object", options);
-    for (const key of Object.keys(options)) {
-      if (!OPTION_KEYS.has(key)) throw new AdpInputError(excerpt(key), `is not a prefix index option (expected ${[...OPTION_KEYS].join(", ")})`, (options as unknown as Record<string, unknown>)[key]);
-    }
+  constructor(input: PrefixIndexOptions) {
+    const options = readOptions(input, "createPrefixIndex()", OPTION_KEYS, "prefix index option") as Partial<PrefixIndexOptions>;
     const { numRanks, tokensPerBlock = 32, capacityBlocksPerRank, maxMemoryBytes } = options;
     if (!isPositiveInt(numRanks, MAX_INDEX_RANKS)) throw new AdpInputError("numRanks", `must be an integer in [1, ${MAX_INDEX_RANKS}]`, numRanks);
     if (!isPositiveInt(tokensPerBlock, 1 << 20)) throw new AdpInputError("tokensPerBlock", "must be an integer in [1, 2^20]", tokensPerBlock);
@@ -169,6 +169,15 @@ export class PrefixIndex {
   #live(): IndexCore {
     if (this.#core === null) throw new AdpInputError("PrefixIndex", "has been disposed", "a disposed index");
     return this.#core;
+  }
+
+  /**
+   * @internal Whether `v` is a PrefixIndex made by this module: a brand check on
+   * its private state, which never throws and which a Proxy or a look-alike
+   * with the right prototype cannot pass.
+   */
+  static isIndex(v: unknown): v is PrefixIndex {
+    return typeof v === "object" && v !== null && #numRanks in v;
   }
 
   /** @internal Whether the index can still be used (not disposed). */
@@ -203,7 +212,7 @@ export class PrefixIndex {
   /** Like {@link match}, writing into `out` (at least `numRanks` long) instead of allocating. */
   matchInto(out: Uint32Array | number[], tokens: ArrayLike<number>, ns?: PrefixNamespace | null): void {
     const core = this.#live();
-    if (!(out instanceof Uint32Array || Array.isArray(out)) || out.length < this.#numRanks) {
+    if (!readInput("out", () => (out instanceof Uint32Array || Array.isArray(out)) && out.length >= this.#numRanks)) {
       throw new AdpInputError("out", `must be a Uint32Array or array of at least ${this.#numRanks} elements`, out);
     }
     const seed = namespaceSeed(ns);
@@ -277,7 +286,7 @@ export class PrefixIndex {
    */
   applyKvEvents(events: unknown, options: { rank?: number } = {}): KvEventsResult {
     const core = this.#live();
-    const fallback = typeof options === "object" && options !== null ? options.rank : undefined;
+    const fallback = typeof options === "object" && options !== null ? readInput("options", () => options.rank) : undefined;
     if (fallback !== undefined) checkRank(fallback, this.#numRanks, "options.rank");
     const ex = core.ex;
     const result: KvEventsResult = { applied: 0, unknownParent: 0, unknownBlock: 0, malformed: 0, ignored: 0, outOfOrder: 0, problems: [] };

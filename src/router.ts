@@ -2,13 +2,13 @@
 // its factory does (conversation affinity over KV-cache-aware over default) and
 // routes batches atomically: a batch that fails validation changes nothing.
 
-import { validateBatch, type Batch, type RouteInput } from "./batch.js";
+import { ArrayRowStore, validateBatch, type Batch, type RouteInput, type RowStore } from "./batch.js";
 import { parseAttentionDpConfig, toAttentionDpConfigInput, type AttentionDpConfig, type AttentionDpConfigInput } from "./config.js";
 import { RoutingCore } from "./core.js";
-import { AdpHookError, AdpInputError, excerpt } from "./errors.js";
+import { AdpHookError, AdpInputError, asInputError, readOptions } from "./errors.js";
 import { ConversationRouter } from "./routers/conversation.js";
 import { DefaultRouter } from "./routers/default.js";
-import { PrefixIndex, restoreIndexFrom, type PrefixIndexOptions } from "./prefix-index.js";
+import { OPTION_KEYS as INDEX_OPTION_KEYS, PrefixIndex, restoreIndexFrom, type PrefixIndexOptions } from "./prefix-index.js";
 import { readRouterState, type RouterState } from "./router-state.js";
 import { decodeSnapshot, encodeSnapshot, SNAPSHOT_KINDS } from "./snapshot-format.js";
 import { KvCacheAwareRouter } from "./routers/kv-cache-aware.js";
@@ -83,6 +83,8 @@ export interface Router {
 
 /** The options `createRouter` accepts. */
 const OPTION_KEYS = new Set(["numRanks", "attentionDp", "prefixIndex", "learnFromRouting", "onDecision", "onHookError"]);
+/** The options `restoreRouter` accepts (hooks are not part of a snapshot). */
+const RESTORE_KEYS = new Set(["onDecision", "onHookError"]);
 
 /** Inserts each placed request's prompt into its rank's view, in input order. */
 function learn(index: PrefixIndex, batch: Batch, decision: Decision): void {
@@ -144,11 +146,8 @@ export function routerKindFor(config: AttentionDpConfig): RouterKind {
  * });
  * ```
  */
-export function createRouter(options: RouterOptions): Router {
-  if (typeof options !== "object" || options === null) throw new AdpInputError("createRouter()", "takes an options object", options);
-  for (const key of Object.keys(options)) {
-    if (!OPTION_KEYS.has(key)) throw new AdpInputError(excerpt(key), `is not a createRouter option (expected ${[...OPTION_KEYS].join(", ")})`, (options as unknown as Record<string, unknown>)[key]);
-  }
+export function createRouter(input: RouterOptions): Router {
+  const options = readOptions(input, "createRouter()", OPTION_KEYS, "createRouter option") as Partial<RouterOptions>;
   const { numRanks } = options;
   if (typeof numRanks !== "number" || !Number.isInteger(numRanks) || numRanks < 1 || numRanks > MAX_RANKS) {
     throw new AdpInputError("numRanks", `must be an integer in [1, ${MAX_RANKS}]`, numRanks);
@@ -158,15 +157,16 @@ export function createRouter(options: RouterOptions): Router {
   if (typeof learnFromRouting !== "boolean") throw new AdpInputError("learnFromRouting", "must be a boolean", learnFromRouting);
   const checkIndex = (index: unknown, field: string): PrefixIndex | null => {
     if (index === null) return null;
-    if (!(index instanceof PrefixIndex)) throw new AdpInputError(field, "must be a PrefixIndex (createPrefixIndex) or null", index);
+    if (!PrefixIndex.isIndex(index)) throw new AdpInputError(field, "must be a PrefixIndex (createPrefixIndex) or null", index);
     if (index.numRanks !== numRanks) throw new AdpInputError(`${field}.numRanks`, `must equal the router's numRanks (${numRanks})`, index.numRanks);
     return index;
   };
   let index: PrefixIndex | null = null;
-  if (options.prefixIndex !== undefined) {
-    index = options.prefixIndex instanceof PrefixIndex
-      ? checkIndex(options.prefixIndex, "prefixIndex")
-      : new PrefixIndex({ ...(options.prefixIndex as Omit<PrefixIndexOptions, "numRanks">), numRanks });
+  const given = options.prefixIndex;
+  if (given !== undefined) {
+    index = PrefixIndex.isIndex(given)
+      ? checkIndex(given, "prefixIndex")
+      : new PrefixIndex({ ...(readOptions(given, "prefixIndex", INDEX_OPTION_KEYS, "prefix index option") as Omit<PrefixIndexOptions, "numRanks">), numRanks });
   }
   const { onDecision, onHookError } = options;
   if (onDecision !== undefined && typeof onDecision !== "function") throw new AdpInputError("onDecision", "must be a function", onDecision);
@@ -175,9 +175,17 @@ export function createRouter(options: RouterOptions): Router {
   const kind = routerKindFor(config);
   let policy: RoutingPolicy;
   let kv: KvCacheAwareRouter | null = null;
+  // Caller prefixMatches are read into the store the policy scores from: the
+  // KV-cache-aware router's core (read once, copied nowhere), else a buffer.
+  let rowStore: RowStore = new ArrayRowStore();
   if (kind === "conversation") policy = new ConversationRouter(numRanks, config);
-  else if (kind === "kv_cache_aware") policy = kv = new KvCacheAwareRouter(new RoutingCore(), numRanks, config);
-  else policy = new DefaultRouter(new RoutingCore());
+  else if (kind === "kv_cache_aware") {
+    const core = new RoutingCore();
+    policy = kv = new KvCacheAwareRouter(core, numRanks, config);
+    rowStore = core;
+  } else policy = new DefaultRouter(new RoutingCore());
+  /** Whether a batch is being read: a caller's getter may not route on this router meanwhile (it would reuse the rows being read). */
+  let reading = false;
   if (kv) kv.prefixIndex = index;
   const router: Router = {
     kind,
@@ -190,13 +198,17 @@ export function createRouter(options: RouterOptions): Router {
       // Everything that can fail runs before any state changes: validation
       // (which copies every input it keeps), the index's liveness, and the
       // routers' own scratch checks, which come before their first write.
+      if (reading) throw new AdpInputError("route()", "was called on this router while it was reading a batch (from a getter or Proxy of that batch)", input);
       let batch;
+      reading = true;
       try {
-        batch = validateBatch(input, numRanks);
+        batch = validateBatch(input, numRanks, rowStore);
         if (index !== null && !index.usable) throw new AdpInputError("prefixIndex", "has been disposed (setPrefixIndex(null) or a new index first)", "a disposed index");
       } catch (error) {
         counters.rejectedBatches++;
-        throw error;
+        throw asInputError(error, "route() input");
+      } finally {
+        reading = false;
       }
       const decision = policy.route(batch, onDecision !== undefined);
       if (index !== null && learnFromRouting) learn(index, batch, decision);
@@ -260,7 +272,8 @@ const restoreState = new WeakMap<Router, (state: RouterState) => void>();
  * every field of its state, every node of its prefix index), and the new
  * router is built aside: bad bytes give AdpInputError naming `snapshot`.
  */
-export function restoreRouter(bytes: Uint8Array, options: Pick<RouterOptions, "onDecision" | "onHookError"> = {}): Router {
+export function restoreRouter(bytes: Uint8Array, input: Pick<RouterOptions, "onDecision" | "onHookError"> = {}): Router {
+  const options = readOptions(input, "restoreRouter()", RESTORE_KEYS, "restoreRouter option") as Pick<RouterOptions, "onDecision" | "onHookError">;
   const { state: raw, sections } = decodeSnapshot(bytes, SNAPSHOT_KINDS.router);
   const state = readRouterState(raw, MAX_RANKS);
   if (sections.length > 1) throw new AdpInputError("snapshot", "is not a valid snapshot (a router has at most one prefix index section)", `${sections.length} sections`);

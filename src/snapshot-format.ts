@@ -13,7 +13,7 @@
 // The checksum catches damage; a crafted snapshot with a valid checksum is
 // still checked field by field by the restore functions.
 
-import { AdpInputError } from "./errors.js";
+import { AdpInputError, readInput } from "./errors.js";
 
 /** The first eight bytes of every snapshot of this format. */
 const MAGIC = "ADPSNAP2";
@@ -93,8 +93,9 @@ export function encodeSnapshot(kind: number, state: unknown, sections: readonly 
  * AdpInputError naming `field` on anything else; what it returns is only
  * well-formed, and its state still has to be checked by the caller.
  */
-export function decodeSnapshot(bytes: unknown, kind: number, field = "snapshot"): { state: Record<string, unknown>; sections: Uint8Array[] } {
-  if (!(bytes instanceof Uint8Array) || !ArrayBuffer.isView(bytes)) throw new AdpInputError(field, "must be a Uint8Array from snapshot()", bytes);
+export function decodeSnapshot(input: unknown, kind: number, field = "snapshot"): { state: Record<string, unknown>; sections: Uint8Array[] } {
+  if (!readInput(field, () => input instanceof Uint8Array && ArrayBuffer.isView(input))) throw new AdpInputError(field, "must be a Uint8Array from snapshot()", input);
+  const bytes = input as Uint8Array;
   const length = bytes.byteLength;
   const fail = (why: string): never => {
     throw new AdpInputError(field, `is not a valid snapshot (${why})`, `${length} bytes`);
@@ -109,6 +110,8 @@ export function decodeSnapshot(bytes: unknown, kind: number, field = "snapshot")
   if (HEADER + payload > length) fail("truncated");
   if (HEADER + payload < length) fail(`${length - HEADER - payload} bytes after its end`);
   if (crc32c(bytes.subarray(HEADER)) !== view.getUint32(16, true)) fail("checksum mismatch: the bytes are damaged");
+  // The smallest payload is two u32 counts; a shorter one with a valid checksum was crafted.
+  if (payload < 8) fail("its payload is shorter than its two counts");
   let at = HEADER;
   const jsonLength = view.getUint32(at, true);
   at += 4;

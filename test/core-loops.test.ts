@@ -64,7 +64,10 @@ describe("wasm routing loops agree with the plain-TypeScript oracles", () => {
       const views = core.reserveKvBatch(numRanks, requests.length, requests.length + 1);
       views.counts.fill(0);
       views.tokens.fill(0);
-      requests.forEach((r, i) => views.requests.set([0, Number(r.id & 0xffffffffn), Number(r.id >> 32n), i + 1], 4 * i));
+      requests.forEach((r, i) => {
+        views.matches.set(r.matches, (i + 1) * numRanks); // only row 0 comes zeroed
+        views.requests.set([0, Number(r.id & 0xffffffffn), Number(r.id >> 32n), i + 1], 4 * i);
+      });
       core.scoreKvAware(requests.length, 1000, 1, 0.1);
       const expected = oracleScoreKvAware(new Int32Array(numRanks), new Float64Array(numRanks), requests, 1000, 1, 0.1);
       expect([...core.kvViews().out]).toEqual(expected);

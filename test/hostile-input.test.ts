@@ -1,6 +1,7 @@
 // Issue #10's examples, one test per class: hostile sizes at the wasm boundary,
-// damaged and crafted snapshots, inputs that change between reads, events that
-// used to throw, quadratic work, the budget at its edges, and atomic routes.
+// damaged and crafted snapshots (and those the fuzzing found), inputs that
+// change between reads or throw while read, events that used to throw,
+// quadratic work, the budget at its edges, and atomic routes.
 // Each failed on the code before the fix (traps, untyped errors, silent
 // corruption, a lost result).
 import { describe, expect, it } from "vitest";
@@ -8,6 +9,8 @@ import { AdpHookError, AdpInputError, createPrefixIndex, createRouter, parseAtte
 import { RoutingCore } from "../src/core.js";
 import { crc32c, decodeSnapshot, encodeSnapshot, SNAPSHOT_KINDS } from "../src/snapshot-format.js";
 import { idle } from "./support/build.js";
+import { attempt, describeError, sameBytes } from "./support/fuzz.js";
+import { recordOffsets, recordsSeal } from "./support/snapshot-damage.js";
 
 const range = (n: number, from = 0): number[] => Array.from({ length: n }, (_, i) => from + i);
 /** What a twin must agree on: per-rank matches of a few prompts. */
@@ -148,6 +151,80 @@ describe("2. snapshots are self-checking", () => {
   });
 });
 
+describe("2b. crafted snapshots the fuzzing found", () => {
+  it("a snapshot whose payload is shorter than its 4-byte state length is refused with AdpInputError, not a RangeError", () => {
+    for (const [kind, restore] of [[SNAPSHOT_KINDS.router, restoreRouter], [SNAPSHOT_KINDS.prefixIndex, restorePrefixIndex]] as const) {
+      for (let n = 0; n < 8; n++) {
+        const bytes = new Uint8Array(20 + n);
+        bytes.set(new TextEncoder().encode("ADPSNAP2"));
+        const view = new DataView(bytes.buffer);
+        view.setUint32(8, kind, true);
+        view.setUint32(12, n, true);
+        view.setUint32(16, crc32c(bytes.subarray(20)), true); // a valid checksum: 0 for the empty payload
+        let error: unknown;
+        try {
+          restore(bytes);
+        } catch (e) {
+          error = e;
+        }
+        expect(describeError(error), `kind ${kind}, ${n}-byte payload`).toMatch(/^AdpInputError: snapshot: /);
+      }
+    }
+  });
+
+  it("a crafted snapshot that grafts a root under another root (valid checksum and seal) is refused, or restores into an index that does not trap", () => {
+    const index = createPrefixIndex({ numRanks: 2, tokensPerBlock: 1 });
+    index.insert(0, [1]);
+    index.insert(0, [2]);
+    const { state, sections } = decodeSnapshot(index.snapshot(), SNAPSHOT_KINDS.prefixIndex);
+    const records = Uint8Array.from(sections[0]!);
+    const view = new DataView(records.buffer);
+    expect(recordOffsets(records, 2)).toEqual([0, 32]);
+    // Record 1 (the block [2], a root) now names record 0 (the block [1]) as its parent.
+    view.setUint32(32 + 8, view.getUint32(0, true), true);
+    view.setUint32(32 + 12, view.getUint32(4, true), true);
+    view.setUint32(32 + 16, 1, true);
+    const crafted = encodeSnapshot(SNAPSHOT_KINDS.prefixIndex, { ...state, seal: recordsSeal(1, records) }, [records]);
+    const restored = attempt("restore", () => restorePrefixIndex(crafted));
+    if (!restored.ok) return; // refused: fine
+    attempt("insert(1, [2]) into the restored index", () => restored.value.insert(1, [2]));
+    attempt("its snapshot restores", () => restorePrefixIndex(restored.value.snapshot()));
+  });
+
+  it("counters restored at Number.MAX_SAFE_INTEGER leave the index's own snapshot restorable", () => {
+    const index = createPrefixIndex({ numRanks: 1, tokensPerBlock: 1, capacityBlocksPerRank: 1 });
+    index.insert(0, [1]);
+    const edits: ((s: Record<string, unknown>) => void)[] = [(s) => (s.evictions = Number.MAX_SAFE_INTEGER), (s) => ((s.eventCounts as Record<string, number>).malformed = Number.MAX_SAFE_INTEGER)];
+    for (const edit of edits) {
+      const { state, sections } = decodeSnapshot(index.snapshot(), SNAPSHOT_KINDS.prefixIndex);
+      edit(state);
+      const restored = attempt("restore", () => restorePrefixIndex(encodeSnapshot(SNAPSHOT_KINDS.prefixIndex, state, sections)));
+      if (!restored.ok) continue; // refused: fine
+      restored.value.insert(0, [2]); // evicts [1]
+      restored.value.applyKvEvents("garbage"); // one more malformed event
+      const again = attempt("restore its own snapshot", () => restorePrefixIndex(restored.value.snapshot()));
+      expect(again.ok, again.ok ? "" : again.error.message).toBe(true);
+    }
+  });
+
+  it("a restored index snapshots byte for byte as the original when a block has two children", () => {
+    const index = createPrefixIndex({ numRanks: 1, tokensPerBlock: 1 });
+    index.insertBlocks(0, [1, 1]);
+    index.insertBlocks(0, [1, 0]);
+    const bytes = index.snapshot();
+    const restored = restorePrefixIndex(bytes);
+    expect(restored.match([1, 0])).toEqual(index.match([1, 0]));
+    expect(sameBytes(restored.snapshot(), bytes), "restorePrefixIndex(s).snapshot() differs from s").toBe(true);
+  });
+
+  it("a restored router snapshots byte for byte as the original when learned prompts branch", () => {
+    const router = createRouter({ numRanks: 2, attentionDp: { enable_kv_cache_aware_routing: true }, prefixIndex: { tokensPerBlock: 1 } });
+    router.route({ rankStates: idle(2), maxNumActiveRequests: 8, requests: [{ id: 1, tokens: [1, 1], attentionDpRank: 0 }, { id: 2, tokens: [1, 0], attentionDpRank: 0 }] });
+    const bytes = router.snapshot();
+    expect(sameBytes(restoreRouter(bytes).snapshot(), bytes), "restoreRouter(s).snapshot() differs from s").toBe(true);
+  });
+});
+
 describe("3. inputs are read once and checked fully", () => {
   const input = (requests: RouteInput["requests"]): RouteInput => ({ rankStates: idle(4), maxNumActiveRequests: 8, requests });
 
@@ -203,6 +280,83 @@ describe("3. inputs are read once and checked fully", () => {
     expectInputError(() => index.insert(0, liar), /^tokens/);
     expect(answers(index)).toEqual(answers(twin));
     expect(index.snapshot()).toEqual(twin.snapshot());
+  });
+});
+
+describe("3b. inputs that throw while they are read give typed errors", () => {
+  /** A revoked Proxy: any operation on it throws a TypeError. */
+  const revoked = (target: object = []): never => {
+    const { proxy, revoke } = Proxy.revocable(target, {});
+    revoke();
+    return proxy as never;
+  };
+  /** An array whose every read throws the caller's own error. */
+  const throwing = (): never => new Proxy([], { get() { throw new Error("caller boom"); }, getPrototypeOf() { throw new Error("caller boom"); } }) as never;
+  const kv = () => createRouter({ numRanks: 4, attentionDp: { enable_kv_cache_aware_routing: true } });
+  const index = () => createPrefixIndex({ numRanks: 4, tokensPerBlock: 2 });
+  const batch = (over: Partial<RouteInput>): RouteInput => ({ rankStates: idle(4), maxNumActiveRequests: 8, requests: [], ...over });
+
+  it.each([
+    ["route(input)", (bad: never) => kv().route(bad), /^route\(\) input$/],
+    ["route rankStates", (bad: never) => kv().route(batch({ rankStates: bad })), /^route\(\) input$/],
+    ["route requests[0]", (bad: never) => kv().route(batch({ requests: [bad] })), /^route\(\) input$/],
+    ["route tokens", (bad: never) => kv().route(batch({ requests: [{ id: 1, tokens: bad }] })), "requests[0].tokens"],
+    ["createRouter options", (bad: never) => createRouter(bad), "createRouter()"],
+    ["createRouter attentionDp", (bad: never) => createRouter({ numRanks: 2, attentionDp: bad }), /./],
+    ["createRouter prefixIndex options", (bad: never) => createRouter({ numRanks: 2, attentionDp: { enable_kv_cache_aware_routing: true }, prefixIndex: bad }), "prefixIndex"],
+    ["createPrefixIndex options", (bad: never) => createPrefixIndex(bad), "createPrefixIndex()"],
+    ["insert tokens", (bad: never) => index().insert(0, bad), "tokens"],
+    ["insert namespace", (bad: never) => index().insert(0, [1, 2], bad), "ns"],
+    ["match tokens", (bad: never) => index().match(bad), "tokens"],
+    ["matchInto out", (bad: never) => index().matchInto(bad, [1, 2]), "out"],
+    ["insertBlocks keys", (bad: never) => index().insertBlocks(0, bad), "blockKeys"],
+    ["matchBlocks keys", (bad: never) => index().matchBlocks(bad), "blockKeys"],
+    ["applyKvEvents options", (bad: never) => index().applyKvEvents([], bad), "options"],
+    ["restoreRouter bytes", (bad: never) => restoreRouter(bad), "snapshot"],
+    ["restoreRouter options", (bad: never) => restoreRouter(kv().snapshot(), bad), "restoreRouter()"],
+    ["restorePrefixIndex bytes", (bad: never) => restorePrefixIndex(bad), "snapshot"],
+  ] as const)("%s: a revoked Proxy or a throwing getter gives a typed error, the cause kept", (_name, call, field) => {
+    for (const [bad, named] of [[revoked(), true], [revoked({}), true], [throwing(), false]] as const) {
+      let error: unknown;
+      try {
+        call(bad);
+        if (named) throw new Error("expected a throw");
+        continue; // a throwing Proxy over [] has no own keys to read: an empty options object
+      } catch (e) {
+        error = e;
+      }
+      // parseAttentionDpConfig's contract is its own typed error; everything else is AdpInputError.
+      expect(error instanceof AdpInputError || (error as { code?: string }).code === "ERR_ADP_CONFIG", String(error)).toBe(true);
+      // A revoked Proxy throws at its first touch, so the error names the value itself (a throwing
+      // Proxy over an array may be refused earlier, as an array, under another name).
+      if (named && error instanceof AdpInputError) expect(error.field).toMatch(field);
+    }
+  });
+
+  it("parseAttentionDpConfig refuses a config that throws while read with its own typed error", () => {
+    const error = thrown(() => parseAttentionDpConfig(revoked({}))) as { code?: string; message: string };
+    expect(error.code).toBe("ERR_ADP_CONFIG");
+    expect(error.message).toMatch(/threw while it was read/);
+  });
+
+  it("a getter that routes on the same router while its batch is read is refused, and the outer batch is unharmed", () => {
+    const router = kv();
+    const twin = kv();
+    let inner: unknown;
+    const request = {
+      id: 1,
+      numTokens: 8,
+      get prefixMatches() {
+        inner = thrown(() => router.route(batch({ requests: [{ id: 9, numTokens: 4, prefixMatches: [0, 0, 0, 64] }] })));
+        return [0, 16, 0, 0];
+      },
+    };
+    const plain = { id: 1, numTokens: 8, prefixMatches: [0, 16, 0, 0] };
+    expect(router.route(batch({ requests: [request as never, { id: 2, numTokens: 8, prefixMatches: [32, 0, 0, 0] }] }))).toEqual(
+      twin.route(batch({ requests: [plain, { id: 2, numTokens: 8, prefixMatches: [32, 0, 0, 0] }] })),
+    );
+    expect(inner).toBeInstanceOf(AdpInputError);
+    expect((inner as AdpInputError).field).toBe("route()");
   });
 });
 
@@ -269,7 +423,7 @@ describe("5. bounded error work", () => {
 });
 
 describe("6. the budget covers everything the index allocates", () => {
-  it.each([1, 8, 1024, 4096])("%i ranks under 8 MiB: linear memory ≤ 1.125 × budget + 1 MiB, a million-token prompt included", (ranks) => {
+  it.each([1, 8, 1024, 4096, 65_535])("%i ranks under 8 MiB: linear memory ≤ 1.125 × budget + 1 MiB, a million-token prompt included", (ranks) => {
     const budget = 8 << 20;
     const index = createPrefixIndex({ numRanks: ranks, tokensPerBlock: 16, maxMemoryBytes: budget });
     let x = 1;

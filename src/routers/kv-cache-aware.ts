@@ -79,12 +79,15 @@ export class KvCacheAwareRouter implements RoutingPolicy {
     const numRanks = batch.counts.length;
     const requests = batch.requests;
     const index = this.prefixIndex;
-    // Row 0 of the match matrix is all zeros; a request gets its own row when it
-    // brings prefixMatches or the index can be probed with its tokens.
+    // Row 0 of the match matrix is all zeros; the batch's caller prefixMatches
+    // follow as one block (row 1 + matchesRow), then a row per request the
+    // index can be probed for with its tokens.
+    const callerRows = batch.matchRows;
     const rowOf = new Array<number>(requests.length).fill(0);
-    let rows = 1;
+    let rows = 1 + callerRows;
     for (const req of requests) {
-      if (req.matchesRow >= 0 || (index !== null && probeBlocks(req, index.tokensPerBlock) > 0)) rowOf[req.index] = rows++;
+      if (req.matchesRow >= 0) rowOf[req.index] = 1 + req.matchesRow;
+      else if (index !== null && probeBlocks(req, index.tokensPerBlock) > 0) rowOf[req.index] = rows++;
     }
     this.#core.reserveKvBatch(numRanks, requests.length, rows);
     if (index !== null) {
@@ -99,9 +102,9 @@ export class KvCacheAwareRouter implements RoutingPolicy {
       }
     }
     const { counts, tokens, matches } = this.#core.kvViews();
-    for (const req of requests) {
-      if (req.matchesRow >= 0) matches.set(batch.prefixMatches.subarray(req.matchesRow * numRanks, (req.matchesRow + 1) * numRanks), rowOf[req.index]! * numRanks);
-    }
+    // Validation read the caller rows into the core's match block, in place
+    // (its view of them may be detached since; it is not read).
+    if (batch.matchesStore !== this.#core) matches.set(batch.prefixMatches, numRanks);
     counts.set(batch.counts);
     tokens.set(batch.tokens);
 
