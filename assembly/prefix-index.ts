@@ -296,6 +296,26 @@ function tablePut(tag: u32, id: u32): void {
   store<u32>(table + (<usize>i << 3), id, 4);
 }
 
+/** Inserts node `id` (its key already set) unless the table holds its key; whether it did. */
+function tableInsertUnique(id: u32): bool {
+  const lo = keyLo(id);
+  const hi = keyHi(id);
+  const tag = <u32>fmix((<u64>hi << 32) | <u64>lo);
+  const mask = tableCap - 1;
+  let i = tag & mask;
+  while (true) {
+    const slot = table + (<usize>i << 3);
+    const other = load<u32>(slot, 4);
+    if (other == 0) {
+      store<u32>(slot, tag);
+      store<u32>(slot, id, 4);
+      return true;
+    }
+    if (load<u32>(slot) == tag && keyLo(other) == lo && keyHi(other) == hi) return false;
+    i = (i + 1) & mask;
+  }
+}
+
 /** Inserts node `id` (its key already set) into the table. */
 function tableInsert(id: u32): void {
   tablePut(<u32>fmix((<u64>keyHi(id) << 32) | <u64>keyLo(id)), id);
@@ -782,15 +802,39 @@ function countChild(parent: u32, id: u32, added: bool): void {
   store<u8>(pa, <u8>kids, 15);
 }
 
-/** Makes the table entries of the nodes `newNode` deferred. */
-function flushPending(): void {
-  for (let i: u32 = 0; i < pendingCount; i++) tableInsert(load<u32>(pending + (<usize>i << 2)));
+/** Parent of the first node the last `flushPending` undid (0: the root). */
+let undoneParent: u32 = 0;
+/** Whether the node being freed was never entered into the table (an undone pending node). */
+let freeingPending = false;
+
+/**
+ * Enters the nodes `newNode` deferred into the table, in creation order: the
+ * newest blocks of the path being inserted, each the child of the one before,
+ * held by the inserting rank alone. A key the table already holds belongs to
+ * another node (a crafted snapshot grafted it under another parent, or two
+ * paths collide on 64 bits: `step` never enters such a node from here). A
+ * path cannot hold a second node of one key, so the insert ends before it:
+ * that node and the pending ones below it are undone, newest first. Checking
+ * here, on the probe the entry takes anyway, costs nothing per new block.
+ * Returns how many were undone (their parent in `undoneParent`).
+ */
+function flushPending(): u32 {
+  const count = pendingCount;
   pendingCount = 0;
+  for (let i: u32 = 0; i < count; i++) {
+    if (tableInsertUnique(load<u32>(pending + (<usize>i << 2)))) continue;
+    undoneParent = parentOf(load<u32>(pending + (<usize>i << 2)));
+    freeingPending = true;
+    for (let k = count; k > i; k--) removeLeafResidency(load<u32>(pending + (<usize>(k - 1) << 2)), pathRank, 0);
+    freeingPending = false;
+    return count - i;
+  }
+  return 0;
 }
 
 /** Frees node `id`, which holds no residency and so has no live child. */
 function freeNodeId(id: u32): void {
-  tableRemove(id);
+  if (!freeingPending) tableRemove(id);
   const at = nodeAt(id);
   const cold = coldAt(id);
   const parent = parentOf(id);
@@ -1018,7 +1062,12 @@ export function indexInit(ranks: i32, blockTokens: i32, capacityPerRank: u32, ma
   table = tableAlloc(tableCap);
   // A chunk holds at least the largest residency block: the class that holds all ranks.
   let top: u32 = 0;
-  while (classSize(top) < <u32>ranks) top++;
+  let growth: u32 = 1;
+  while (classSize(top) < <u32>ranks) {
+    growth = max<u32>(growth, classSize(top + 1) - classSize(top));
+    top++;
+  }
+  blockCostBound = max<f64>(<f64>NODE_BYTES + <f64>SLOT_BYTES, <f64>growth * <f64>SLOT_BYTES);
   slotChunkShift = max<u32>(14, 32 - clz<u32>(classSize(top) - 1));
   slotChunks = appendChunk(0, 0, takePages(<usize>SLOT_BYTES << slotChunkShift));
   slotChunkCount = 1;
@@ -1245,6 +1294,13 @@ let pathHeld: i32 = 0;
 /** Whether the insert stopped early (the budget cannot hold more), or no insert is open. */
 let pathStopped = true;
 
+/**
+ * Most bytes one block of an insert adds to `indexBytes()` besides the table's
+ * growth: a new node with its one-slot block, or a node's residency block
+ * moving up a class (see `addCost`). Set by `indexInit`.
+ */
+let blockCostBound: f64 = 0;
+
 /** Bytes that adding a residency to node `id` (0: a new node) adds to `indexBytes()`. */
 function addCost(id: u32): f64 {
   if (id == 0) return <f64>NODE_BYTES + <f64>SLOT_BYTES + tableGrowth(1);
@@ -1277,6 +1333,9 @@ function pathFeed(blocks: usize, count: i32, keysOut: usize): i32 {
   const s = pathStamp;
   let key = pathKey;
   let prev = pathPrev;
+  // Block by block checks only when the budget could run out within this
+  // piece: far from it (the 2 GiB default, say), no block can pass it.
+  const checked = budget != 0 && indexBytes() + tableGrowth(<u32>count) + <f64>count * blockCostBound > budget;
   for (let d = 0; d < count; d++) {
     const next = chain(key, load<u64>(blocks + (<usize>d << 3)));
     let id = step(prev, next);
@@ -1284,7 +1343,7 @@ function pathFeed(blocks: usize, count: i32, keysOut: usize): i32 {
     if (found >= 0) {
       setSlotStamp(slotAt(<u32>found), s);
     } else {
-      if (budget != 0) {
+      if (checked) {
         const cost = addCost(id);
         if (indexBytes() + cost > budget) {
           fitBudget(cost, 0, s);
@@ -1297,15 +1356,7 @@ function pathFeed(blocks: usize, count: i32, keysOut: usize): i32 {
           }
         }
       }
-      if (id == 0) {
-        // The key belongs to a node elsewhere (a crafted snapshot grafted it):
-        // the path cannot go on without a second node of that key.
-        if (lookup(next) != 0) {
-          pathStopped = true;
-          break;
-        }
-        id = newNode(next, prev, true);
-      }
+      if (id == 0) id = newNode(next, prev, true);
       addResidency(id, rank, s);
     }
     if (keysOut != 0) store<u64>(keysOut + (<usize>d << 3), next);
@@ -1313,7 +1364,13 @@ function pathFeed(blocks: usize, count: i32, keysOut: usize): i32 {
     prev = id;
     pathHeld++;
   }
-  flushPending();
+  const undone = flushPending();
+  if (undone != 0) {
+    // The path ends before its first block whose key another node holds.
+    pathStopped = true;
+    pathHeld -= <i32>undone;
+    prev = undoneParent;
+  }
   pathKey = key;
   pathPrev = prev;
   return pathStopped ? 0 : 1;

@@ -125,6 +125,18 @@ export class IndexCore {
     return this.#result;
   }
 
+  /**
+   * The last match's result as a plain array, copied element by element
+   * (`Array.from` on a typed array goes through its iterator: a third of a
+   * 2,000-token match at 72 ranks).
+   */
+  resultArray(): number[] {
+    const result = this.result();
+    const out = new Array<number>(result.length);
+    for (let r = 0; r < result.length; r++) out[r] = result[r]!;
+    return out;
+  }
+
   /** Copies tokens[from, from + n) into the scratch's token piece. */
   #putTokens(tokens: Uint32Array, from: number, n: number): void {
     const at = (this.#at + this.#layout.tokensAt) >>> 2;

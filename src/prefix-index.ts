@@ -206,7 +206,7 @@ export class PrefixIndex {
     const seed = namespaceSeed(ns);
     const t = readTokens(tokens, "tokens");
     core.matchTokens(t, t.length, seed);
-    return Array.from(core.result());
+    return core.resultArray();
   }
 
   /** Like {@link match}, writing into `out` (at least `numRanks` long) instead of allocating. */
@@ -238,7 +238,7 @@ export class PrefixIndex {
     const seed = namespaceSeed(ns);
     const words = readKeyWords(blockKeys, "blockKeys");
     core.matchKeys(words, words.length / 2, seed);
-    return Array.from(core.result());
+    return core.resultArray();
   }
 
   /** @internal The router's probe: matches the first `length` tokens (read by the batch) into `target()` at `offset`. */

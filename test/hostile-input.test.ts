@@ -187,8 +187,20 @@ describe("2b. crafted snapshots the fuzzing found", () => {
     const crafted = encodeSnapshot(SNAPSHOT_KINDS.prefixIndex, { ...state, seal: recordsSeal(1, records) }, [records]);
     const restored = attempt("restore", () => restorePrefixIndex(crafted));
     if (!restored.ok) return; // refused: fine
-    attempt("insert(1, [2]) into the restored index", () => restored.value.insert(1, [2]));
-    attempt("its snapshot restores", () => restorePrefixIndex(restored.value.snapshot()));
+    const index2 = restored.value;
+    const before = index2.stats();
+    // [2]'s key is held by the grafted node: a walk never enters it, and an insert stops before it.
+    attempt("insert(1, [2]) into the restored index", () => index2.insert(1, [2]));
+    expect(index2.match([2])).toEqual([0, 0]);
+    expect(index2.stats().blocks).toBe(before.blocks);
+    expect(index2.stats().residencies).toBe(before.residencies);
+    // A longer prompt through the grafted key stops there too; what was held before stays.
+    attempt("insert(1, [2, 3, 4])", () => index2.insert(1, [2, 3, 4]));
+    expect(index2.match([2, 3, 4])).toEqual([0, 0]);
+    expect(index2.match([1])).toEqual([1, 0]);
+    index2.insert(1, [5, 6]); // other paths are unaffected
+    expect(index2.match([5, 6])).toEqual([0, 2]);
+    attempt("its snapshot restores", () => restorePrefixIndex(index2.snapshot()));
   });
 
   it("counters restored at Number.MAX_SAFE_INTEGER leave the index's own snapshot restorable", () => {
