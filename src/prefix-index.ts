@@ -6,7 +6,7 @@
 
 import { readKeyWords, readTokens } from "./arrays.js";
 import { checkRank, MAX_KEY_LENGTH } from "./batch.js";
-import { AdpInputError, readInput, readOptions } from "./errors.js";
+import { AdpInputError, asInputError, readInput, readOptions } from "./errors.js";
 import { IndexCore } from "./index-core.js";
 import { parseKvEvents, type EngineHash } from "./kv-events.js";
 import { namespaceKey } from "./namespace.js";
@@ -123,6 +123,17 @@ export function namespaceSeed(ns: unknown, field = "ns"): readonly [number, numb
   return namespaceKey(lora, salt);
 }
 
+/** How `matchInto` writes into `out`: 1 a genuine Uint32Array, 2 an array, 0 neither or too short. Never throws. */
+function outKind(out: unknown, numRanks: number): 0 | 1 | 2 {
+  try {
+    if (out instanceof Uint32Array && ArrayBuffer.isView(out)) return out.length >= numRanks ? 1 : 0;
+    if (Array.isArray(out)) return out.length >= numRanks ? 2 : 0;
+  } catch {
+    // a revoked Proxy, or a trap that throws: neither
+  }
+  return 0;
+}
+
 /** A multi-rank prefix index. Create with {@link createPrefixIndex}. */
 export class PrefixIndex {
   #core: IndexCore | null;
@@ -212,15 +223,20 @@ export class PrefixIndex {
   /** Like {@link match}, writing into `out` (at least `numRanks` long) instead of allocating. */
   matchInto(out: Uint32Array | number[], tokens: ArrayLike<number>, ns?: PrefixNamespace | null): void {
     const core = this.#live();
-    if (!readInput("out", () => (out instanceof Uint32Array || Array.isArray(out)) && out.length >= this.#numRanks)) {
-      throw new AdpInputError("out", `must be a Uint32Array or array of at least ${this.#numRanks} elements`, out);
-    }
+    const kind = outKind(out, this.#numRanks);
+    if (kind === 0) throw new AdpInputError("out", `must be a Uint32Array or array of at least ${this.#numRanks} elements`, out);
     const seed = namespaceSeed(ns);
     const t = readTokens(tokens, "tokens");
     core.matchTokens(t, t.length, seed);
     const result = core.result();
-    if (out instanceof Uint32Array) out.set(result);
-    else for (let r = 0; r < this.#numRanks; r++) out[r] = result[r]!;
+    if (kind === 1) (out as Uint32Array).set(result);
+    else {
+      try {
+        for (let r = 0; r < this.#numRanks; r++) out[r] = result[r]!;
+      } catch (error) {
+        throw asInputError(error, "out"); // an array Proxy whose set trap throws
+      }
+    }
   }
 
   /** Like {@link insert} for a prompt given as caller block keys (one per full block). */
