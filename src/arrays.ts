@@ -83,12 +83,14 @@ function copyTokens(v: unknown, field: string): Uint32Array {
 }
 
 /**
- * Exactly `count` integers in [0, 2^32) (per-rank matched tokens), read once
- * into `out` at `offset`: a Uint32Array is copied whole, anything else element
- * by element as it is checked. Writing into a batch-wide buffer instead of a
- * new array per request keeps validation free of per-request allocations.
+ * Exactly `row.length` integers in [0, 2^32) (per-rank matched tokens), read
+ * once into `out` at `offset`: a Uint32Array is copied whole, anything else
+ * element by element as it is checked, into `row` (the caller's, reused: it
+ * stays in the CPU cache) and then copied in bulk, which costs half as much
+ * as storing each element straight into a batch-sized buffer.
  */
-export function readCountsInto(v: unknown, count: number, out: Uint32Array, offset: number, field: string, rule: string): void {
+export function readCountsInto(v: unknown, out: Uint32Array, offset: number, row: Uint32Array, field: string, rule: string): void {
+  const count = row.length;
   const typed = genuineUint32(v);
   const length = typed !== null ? typed.length : typeof v === "object" && v !== null ? (v as { length?: unknown }).length : undefined;
   if (length !== count) throw new AdpInputError(field, rule, v);
@@ -96,14 +98,23 @@ export function readCountsInto(v: unknown, count: number, out: Uint32Array, offs
     out.set(typed, offset);
     return;
   }
+  // No typeof test per element: `>>> 0` throws for a bigint or a Symbol, and
+  // any other non-number (a string, null, an object) differs from its u32.
   const src = v as ArrayLike<unknown>;
-  for (let i = 0; i < count; i++) {
-    const t = src[i];
-    if (typeof t !== "number") throw new AdpInputError(`${field}[${i}]`, "must be an integer in [0, 2^32)", t);
-    const u = t >>> 0;
-    if (u !== t) throw new AdpInputError(`${field}[${i}]`, "must be an integer in [0, 2^32)", t);
-    out[offset + i] = u;
+  let i = 0;
+  let t: unknown;
+  try {
+    for (; i < count; i++) {
+      t = src[i];
+      const u = (t as number) >>> 0;
+      if (u !== t) break;
+      row[i] = u;
+    }
+  } catch (error) {
+    if (typeof t !== "bigint" && typeof t !== "symbol") throw error; // a getter or trap of the caller's
   }
+  if (i < count) throw new AdpInputError(`${field}[${i}]`, "must be an integer in [0, 2^32)", t);
+  out.set(row, offset);
 }
 
 /** Block keys that must be non-negative safe integers (a request's `blockKeys`), read once. */

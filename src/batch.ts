@@ -202,10 +202,13 @@ class MatchRows {
   /** Rows read. */
   count = 0;
   readonly #numRanks: number;
+  /** One row, where each is read before its bulk copy into the store. */
+  readonly #row: Uint32Array;
   /** Where the rows go. */
   readonly store: RowStore;
   constructor(numRanks: number, store: RowStore) {
     this.#numRanks = numRanks;
+    this.#row = new Uint32Array(numRanks);
     this.store = store;
   }
 
@@ -215,7 +218,7 @@ class MatchRows {
     const at = this.count * numRanks;
     // A short view is one too small, or one detached by memory growth: ask again.
     if (at + numRanks > this.#view.length) this.#view = this.store.matchRows(numRanks, this.count + 1);
-    readCountsInto(v, numRanks, this.#view, at, field, rule);
+    readCountsInto(v, this.#view, at, this.#row, field, rule);
     return this.count++;
   }
 
