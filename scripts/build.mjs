@@ -40,19 +40,34 @@ await build({
   chunkNames: "chunks/[name]-[hash]",
   platform: "neutral",
 });
+// The CLI and the gateway (`adp-router/serve`) run on Node; their dependencies
+// (undici, pino, yaml) stay packages, installed with adp-router, not bundled.
 await build({
   ...common,
   entryPoints: ["src/cli.ts"],
   outfile: "dist/cli.js",
   platform: "node",
+  target: "node20",
+  packages: "external",
   banner: { js: "#!/usr/bin/env node" },
+});
+await build({
+  ...common,
+  entryPoints: { serve: "src/serve/index.ts" },
+  outdir: "dist",
+  platform: "node",
+  target: "node20",
+  packages: "external",
 });
 await chmod("dist/cli.js", 0o755); // `npx adp-router` in this checkout runs it directly
 
 const tsc = path.join("node_modules", ".bin", "tsc");
 execFileSync(tsc, ["-p", "tsconfig.build.json"], { stdio: "inherit" });
+execFileSync(tsc, ["-p", "tsconfig.serve.json"], { stdio: "inherit" }); // the gateway's declarations, with Node's types
 execFileSync(tsc, ["-p", "tsconfig.json"], { stdio: "inherit" }); // typecheck src, test, bench, scripts
 
 const { attentionDpConfigSchema } = await import(path.join(root, "dist/index.js"));
 await writeFile("dist/config.schema.json", JSON.stringify(attentionDpConfigSchema, null, 2) + "\n");
-console.log(`built: release.wasm ${wasm.length} B, dist/index.js, dist/cli.js, dist/types, dist/config.schema.json`);
+const { gatewayConfigSchema } = await import(path.join(root, "dist/serve.js"));
+await writeFile("dist/gateway.schema.json", JSON.stringify(gatewayConfigSchema, null, 2) + "\n");
+console.log(`built: release.wasm ${wasm.length} B, dist/index.js, dist/serve.js, dist/cli.js, dist/types, dist/config.schema.json, dist/gateway.schema.json`);

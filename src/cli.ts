@@ -3,6 +3,7 @@
 //   conformance FILE|- [--check]   answer (or check) conformance scenarios
 //   validate FILE|-                validate an attention_dp_config JSON file
 //   schema                         print the attention_dp_config JSON Schema
+//   serve [options]                the gateway (src/serve/command.ts)
 
 import { readFileSync, writeFileSync } from "node:fs";
 import { gunzipSync } from "node:zlib";
@@ -14,6 +15,7 @@ import { renderReport } from "./simulate/report.js";
 import { formatTable, POLICIES, simulate, toJson, type IndexUpdates } from "./simulate/run.js";
 import { parseTrace, TraceError, type Trace } from "./simulate/trace.js";
 import { multiTurnWorkload } from "./simulate/workload.js";
+import { serveCommand } from "./serve/command.js";
 
 /** The help text. */
 const USAGE = `Usage: adp-router <command> [options]
@@ -43,6 +45,8 @@ Commands:
                                 --check compares with each line's "expected" instead.
   validate FILE|-               Check an attention_dp_config JSON object; print it with defaults.
   schema                        Print the JSON Schema of attention_dp_config.
+  serve [options]               Run the gateway in front of upstream engines (see serve --help):
+                                  adp-router serve --upstream http://127.0.0.1:8001 --upstream ...
 `;
 
 /** The text of FILE, or of standard input for `-`. */
@@ -232,11 +236,17 @@ function simulateCommand(args: string[]): number {
   return 0;
 }
 
-/** Dispatches a command line; returns the exit status. */
-function main(argv: string[]): number {
+/** Dispatches a command line; returns the exit status, or null while a server runs. */
+function main(argv: string[]): number | null {
   const [command, ...rest] = argv;
   try {
     switch (command) {
+      case "serve":
+        void serveCommand(rest).then((status) => {
+          process.exitCode = status;
+          if (status === 0) process.exit(0); // handles (signal listeners) must not keep it alive
+        });
+        return null;
       case "simulate":
         return simulateCommand(rest);
       case "conformance":
@@ -263,4 +273,5 @@ function main(argv: string[]): number {
   }
 }
 
-process.exitCode = main(process.argv.slice(2));
+const status = main(process.argv.slice(2));
+if (status !== null) process.exitCode = status;

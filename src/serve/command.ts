@@ -1,0 +1,114 @@
+// `adp-router serve`: loads the configuration (a YAML file, flags over it),
+// starts the gateway, prints the URL it listens on on a line of its own, and
+// shuts down gracefully on SIGTERM or SIGINT. Every failure to start is one
+// clear message on standard error and a non-zero exit, never a stack trace.
+
+import { readFileSync } from "node:fs";
+import { parseArgs } from "node:util";
+import { GatewayConfigError, loadGatewayConfig, type GatewayFlags } from "./config.js";
+import { createGateway, GatewayListenError } from "./gateway.js";
+
+/** The help text of `adp-router serve`. */
+export const SERVE_USAGE = `Usage: adp-router serve [--config FILE] [options]
+
+Starts an OpenAI-compatible gateway that routes each request to one of the
+upstream engines with adp-router (one upstream per rank).
+
+  --config FILE          gateway YAML (listen, upstreams, attention_dp_config, limits, ...)
+  --upstream URL         an upstream's base URL, http:// or https:// (repeat for each);
+                         replaces the file's upstreams
+  --host H               address to listen on (127.0.0.1)
+  --port N               port to listen on; 0 takes a free one (8000)
+  --policy P             kv_cache_aware (default), conversation or default
+  --log-level L          fatal, error, warn, info (default), debug, trace or silent
+  --shutdown-deadline S  seconds to let in-flight requests finish on SIGTERM (30)
+`;
+
+/** Runs `adp-router serve`; resolves with the exit status once it has stopped (or failed to start). */
+export async function serveCommand(args: string[]): Promise<number> {
+  const fail = (message: string, status = 2): number => {
+    process.stderr.write(`adp-router serve: ${message}\n`);
+    return status;
+  };
+  let values: ReturnType<typeof parse>["values"];
+  try {
+    values = parse(args).values;
+  } catch (error) {
+    return fail(`${(error as Error).message}\n\n${SERVE_USAGE}`);
+  }
+  if (values.help) {
+    process.stdout.write(SERVE_USAGE);
+    return 0;
+  }
+  const flags: { -readonly [K in keyof GatewayFlags]: GatewayFlags[K] } = {};
+  if (values.upstream) flags.upstreams = values.upstream;
+  if (values.host !== undefined) flags.host = values.host;
+  if (values.port !== undefined) {
+    if (!/^\d{1,5}$/.test(values.port)) return fail(`--port must be an integer in [0, 65535], got ${JSON.stringify(values.port)}`);
+    flags.port = Number(values.port);
+  }
+  if (values.policy !== undefined) flags.policy = values.policy;
+  if (values["log-level"] !== undefined) flags.logLevel = values["log-level"];
+  const deadlineText = values["shutdown-deadline"] ?? "30";
+  const deadline = Number(deadlineText);
+  if (!Number.isFinite(deadline) || deadline < 0) return fail(`--shutdown-deadline must be a non-negative number of seconds, got ${JSON.stringify(deadlineText)}`);
+  let file: { name: string; text: string } | undefined;
+  if (values.config !== undefined) {
+    try {
+      file = { name: values.config, text: readFileSync(values.config, "utf8") };
+    } catch (error) {
+      return fail(`cannot read ${values.config}: ${(error as NodeJS.ErrnoException).code === "ENOENT" ? "no such file" : (error as Error).message}`);
+    }
+  }
+  let config;
+  try {
+    config = loadGatewayConfig({ ...(file ? { file } : {}), flags });
+  } catch (error) {
+    if (error instanceof GatewayConfigError) return fail(error.message);
+    throw error;
+  }
+  let gateway;
+  try {
+    gateway = await createGateway(config);
+  } catch (error) {
+    if (error instanceof GatewayListenError) return fail(error.message, 1);
+    throw error;
+  }
+  // The URL on a line of its own, whatever the log format, for scripts to read.
+  process.stdout.write(`${gateway.url}\n`);
+  return new Promise<number>((resolve) => {
+    let stopping = false;
+    const stop = (signal: string) => {
+      if (stopping) {
+        process.stderr.write(`adp-router serve: ${signal} again, exiting now\n`);
+        resolve(1);
+        process.exit(1);
+      }
+      stopping = true;
+      process.stderr.write(`adp-router serve: ${signal}: finishing in-flight requests (up to ${deadline} s)\n`);
+      void gateway.close(deadline * 1000).then(() => resolve(0));
+    };
+    process.on("SIGTERM", () => stop("SIGTERM"));
+    process.on("SIGINT", () => stop("SIGINT"));
+    process.on("SIGHUP", () => process.stderr.write("adp-router serve: SIGHUP: reloading the configuration is not supported yet; restart to apply changes\n"));
+  });
+}
+
+/** The flags of `adp-router serve`. */
+function parse(args: string[]) {
+  return parseArgs({
+    args,
+    options: {
+      config: { type: "string" },
+      upstream: { type: "string", multiple: true },
+      host: { type: "string" },
+      port: { type: "string" },
+      policy: { type: "string" },
+      "log-level": { type: "string" },
+      "shutdown-deadline": { type: "string" },
+      help: { type: "boolean", short: "h" },
+    },
+    allowPositionals: false,
+    strict: true,
+  });
+}

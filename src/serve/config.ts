@@ -1,0 +1,483 @@
+// The gateway's configuration: a YAML file (`adp-router serve --config FILE`)
+// and command-line flags over it, checked field by field the way esbuild checks
+// its options: every problem is listed at once, each with the file and line it
+// is on, and nothing starts until the whole configuration is valid.
+//
+// The file holds the gateway's own settings (snake_case) and TensorRT-LLM's
+// `attention_dp_config:` block exactly as a user writes it in
+// `extra_llm_api_options.yaml`, checked by the library's own parser.
+
+import { LineCounter, parseDocument, isMap, isSeq, type Node } from "yaml";
+import { parseAttentionDpConfig, type AttentionDpConfig } from "../config.js";
+import { AttentionDpConfigError, describeValue, excerpt } from "../errors.js";
+
+/** Routing policies `--policy` names, and the attention_dp_config each starts from. */
+export const POLICY_CONFIGS = Object.freeze({
+  kv_cache_aware: { enable_kv_cache_aware_routing: true },
+  conversation: { kv_cache_routing_conversation_affinity: true },
+  default: {},
+} as const);
+/** A policy name. */
+export type PolicyName = keyof typeof POLICY_CONFIGS;
+
+/** One upstream engine: a rank of the gateway's router. */
+export interface UpstreamConfig {
+  /** Base URL, `http://` or `https://`, without a path beyond `/`. */
+  readonly url: string;
+  /** A short name for logs (defaults to the URL's host). Metrics label upstreams by index. */
+  readonly name: string;
+  /** The API key sent to this upstream as `Authorization: Bearer …` in place of the client's. */
+  readonly apiKey: string | null;
+}
+
+/** The gateway's whole configuration, checked, with defaults filled. */
+export interface GatewayConfig {
+  readonly listen: { readonly host: string; readonly port: number };
+  readonly upstreams: readonly UpstreamConfig[];
+  /** The routers' configuration (the policy's, overridden by `attention_dp_config`). */
+  readonly attentionDp: AttentionDpConfig;
+  readonly limits: {
+    /** Largest request body accepted (413 past it). */
+    readonly maxBodyBytes: number;
+    /** In-flight requests one upstream takes: the router's `maxNumActiveRequests`. */
+    readonly maxInFlightPerUpstream: number;
+    /** Requests waiting for capacity at most (429 past it). */
+    readonly queueSize: number;
+    /** How long a request waits for capacity before 429. */
+    readonly queueTimeoutMs: number;
+  };
+  readonly timeouts: {
+    /** Connecting to an upstream. */
+    readonly connectMs: number;
+    /** From sending the request to the upstream's response headers (504 past it). */
+    readonly firstByteMs: number;
+    /** Between two chunks of an upstream's response body. */
+    readonly idleMs: number;
+  };
+  readonly health: {
+    /** Path of the upstreams' health endpoint. */
+    readonly path: string;
+    readonly intervalMs: number;
+    readonly timeoutMs: number;
+    /** Consecutive failures (checks, connect errors, 5xx) that eject an upstream. */
+    readonly unhealthyThreshold: number;
+    /** Consecutive passing checks that re-admit it. */
+    readonly healthyThreshold: number;
+  };
+  readonly auth: {
+    /** Client API keys (bearer tokens); empty: no client auth. */
+    readonly apiKeys: readonly string[];
+    /** Whether `/metrics` needs a client key too (when keys are set). */
+    readonly protectMetrics: boolean;
+    /** Whether `/health` needs a client key too (when keys are set). */
+    readonly protectHealth: boolean;
+  };
+  readonly logging: {
+    readonly level: "fatal" | "error" | "warn" | "info" | "debug" | "trace" | "silent";
+  };
+  readonly routing: {
+    /** Tokens per block of the gateway's prefix index. */
+    readonly tokensPerBlock: number;
+    /** The prefix index's memory budget. */
+    readonly indexBytes: number;
+  };
+}
+
+/** Command-line settings, which override the file's. */
+export interface GatewayFlags {
+  readonly upstreams?: readonly string[];
+  readonly host?: string;
+  readonly port?: number;
+  readonly policy?: string;
+  readonly logLevel?: string;
+}
+
+/** One problem in a configuration, where it is. */
+export interface ConfigIssue {
+  /** The field, as a path (`upstreams[1].url`). */
+  readonly field: string;
+  /** What is wrong. */
+  readonly message: string;
+  /** `FILE:LINE` or `--flag`, when known. */
+  readonly where: string | null;
+}
+
+/** A configuration that cannot start the gateway; lists every problem. */
+export class GatewayConfigError extends Error {
+  /** Stable error code. */
+  readonly code = "ERR_ADP_GATEWAY_CONFIG";
+  readonly issues: readonly ConfigIssue[];
+  constructor(issues: readonly ConfigIssue[]) {
+    super(
+      [`Invalid gateway configuration (${issues.length} problem${issues.length === 1 ? "" : "s"}):`, ...issues.map((i) => `  ${i.where ? `${i.where}: ` : ""}${i.field}: ${i.message}`)].join("\n"),
+    );
+    this.name = "GatewayConfigError";
+    this.issues = issues;
+  }
+}
+
+/** The keys each section accepts, for unknown-key errors. */
+const SECTIONS: Record<string, readonly string[]> = {
+  "": ["listen", "upstreams", "policy", "attention_dp_config", "limits", "timeouts", "health", "auth", "logging", "routing"],
+  listen: ["host", "port"],
+  "upstreams[]": ["url", "name", "api_key", "api_key_env"],
+  limits: ["max_body_bytes", "max_in_flight_per_upstream", "queue_size", "queue_timeout_ms"],
+  timeouts: ["connect_ms", "first_byte_ms", "idle_ms"],
+  health: ["path", "interval_ms", "timeout_ms", "unhealthy_threshold", "healthy_threshold"],
+  auth: ["api_keys", "api_keys_env", "protect_metrics", "protect_health"],
+  logging: ["level"],
+  routing: ["tokens_per_block", "index_bytes"],
+};
+
+/** Log levels pino knows. */
+const LEVELS = ["fatal", "error", "warn", "info", "debug", "trace", "silent"] as const;
+
+/** Where each path of the YAML document is (`FILE:LINE`). */
+type Locator = (path: readonly (string | number)[]) => string | null;
+
+/** Reads one configuration: the file's text (or none) and the flags. */
+class Reader {
+  readonly issues: ConfigIssue[] = [];
+  constructor(readonly where: Locator) {}
+
+  /** Records a problem at `path`. */
+  fail(path: readonly (string | number)[], message: string, where = this.where(path)): void {
+    const field = path.reduce<string>((s, p) => (typeof p === "number" ? `${s}[${p}]` : s ? `${s}.${p}` : p), "");
+    this.issues.push({ field: excerpt(field || "(file)", 120), message, where });
+  }
+
+  /** `v` as a mapping of known keys (else records why and returns {}). */
+  section(v: unknown, path: (string | number)[], keys: readonly string[]): Record<string, unknown> {
+    if (v === undefined || v === null) return {};
+    if (typeof v !== "object" || Array.isArray(v)) {
+      this.fail(path, `must be a mapping, got ${describeValue(v)}`);
+      return {};
+    }
+    const out = v as Record<string, unknown>;
+    for (const k of Object.keys(out)) if (!keys.includes(k)) this.fail([...path, k], `is not a setting here (expected ${keys.join(", ")})`);
+    return out;
+  }
+
+  /** An integer in [min, max], or `fallback` when absent. */
+  int(v: unknown, path: (string | number)[], min: number, max: number, fallback: number): number {
+    if (v === undefined || v === null) return fallback;
+    if (typeof v !== "number" || !Number.isInteger(v) || v < min || v > max) {
+      this.fail(path, `must be an integer in [${min}, ${max}], got ${describeValue(v)}`);
+      return fallback;
+    }
+    return v;
+  }
+
+  /** A boolean, or `fallback` when absent. */
+  bool(v: unknown, path: (string | number)[], fallback: boolean): boolean {
+    if (v === undefined || v === null) return fallback;
+    if (typeof v !== "boolean") {
+      this.fail(path, `must be true or false, got ${describeValue(v)}`);
+      return fallback;
+    }
+    return v;
+  }
+
+  /** A non-empty string, or `fallback` when absent. */
+  str(v: unknown, path: (string | number)[], fallback: string): string {
+    if (v === undefined || v === null) return fallback;
+    if (typeof v !== "string" || v.length === 0) {
+      this.fail(path, `must be a non-empty string, got ${describeValue(v)}`);
+      return fallback;
+    }
+    return v;
+  }
+
+  /** The value of environment variable `name`, read from `env`. */
+  env(name: unknown, path: (string | number)[], env: Record<string, string | undefined>): string | null {
+    if (name === undefined || name === null) return null;
+    if (typeof name !== "string" || !/^[A-Za-z_][A-Za-z0-9_]*$/.test(name)) {
+      this.fail(path, `must name an environment variable, got ${describeValue(name)}`);
+      return null;
+    }
+    const value = env[name];
+    if (value === undefined || value === "") {
+      this.fail(path, `names ${name}, which is not set`);
+      return null;
+    }
+    return value;
+  }
+}
+
+/**
+ * An upstream URL checked: `http:` or `https:`, a host, no credentials, query
+ * or fragment; the path (if any) is kept as the base the API paths join.
+ * Returns the normalized URL (no trailing slash) or a reason.
+ */
+export function checkUpstreamUrl(text: string): { url: string } | { why: string } {
+  // "localhost:8001" parses as a URL of scheme "localhost:": ask for the scheme first.
+  if (!/^[A-Za-z][A-Za-z0-9+.-]*:\/\//.test(text)) return { why: `has no scheme (write it as http://${excerpt(text, 60)})` };
+  let url: URL;
+  try {
+    url = new URL(text);
+  } catch {
+    return { why: `is not a valid URL: ${excerpt(text, 60)}` };
+  }
+  if (url.protocol !== "http:" && url.protocol !== "https:") return { why: `must be an http:// or https:// URL, got ${url.protocol}//` };
+  if (!url.hostname) return { why: "has no host" };
+  if (url.username || url.password) return { why: "must not carry credentials (set api_key instead)" };
+  if (url.search || url.hash) return { why: "must not carry a query or fragment" };
+  return { url: `${url.protocol}//${url.host}${url.pathname.replace(/\/+$/, "")}` };
+}
+
+/** The line of each YAML path, from the document's source ranges. */
+function locator(file: string, doc: ReturnType<typeof parseDocument>, lines: LineCounter): Locator {
+  return (path) => {
+    let node: unknown = doc.contents;
+    let last: Node | null = (node as Node | null) ?? null;
+    for (const key of path) {
+      if (isMap(node)) {
+        const pair = node.items.find((p) => (p.key as { value?: unknown } | null)?.value === key);
+        if (!pair) break;
+        last = (pair.key as Node) ?? last;
+        node = pair.value;
+        if (node && (node as Node).range) last = (pair.key as Node) ?? (node as Node);
+      } else if (isSeq(node) && typeof key === "number") {
+        node = node.items[key];
+        if (!node) break;
+        last = node as Node;
+      } else break;
+    }
+    const offset = last?.range?.[0];
+    return offset === undefined ? file : `${file}:${lines.linePos(offset).line}`;
+  };
+}
+
+/** Options of {@link loadGatewayConfig}. */
+export interface LoadOptions {
+  /** The YAML text and its file name (for messages); none: flags only. */
+  readonly file?: { readonly name: string; readonly text: string };
+  readonly flags?: GatewayFlags;
+  /** Where `*_env` settings are read (process.env by default). */
+  readonly env?: Record<string, string | undefined>;
+}
+
+/**
+ * Checks a configuration (a YAML file, flags over it) and returns it with
+ * defaults filled. Throws one {@link GatewayConfigError} listing every problem.
+ */
+export function loadGatewayConfig(options: LoadOptions = {}): GatewayConfig {
+  const env = options.env ?? process.env;
+  const flags = options.flags ?? {};
+  let raw: Record<string, unknown> = {};
+  let where: Locator = () => null;
+  const early: ConfigIssue[] = [];
+  if (options.file) {
+    const lines = new LineCounter();
+    const doc = parseDocument(options.file.text, { lineCounter: lines, uniqueKeys: true, prettyErrors: false });
+    for (const e of doc.errors) {
+      early.push({ field: "(file)", message: excerpt(e.message.split("\n")[0] ?? "invalid YAML", 200), where: `${options.file.name}:${e.linePos?.[0]?.line ?? 1}` });
+    }
+    if (early.length > 0) throw new GatewayConfigError(early);
+    const value: unknown = doc.toJS({ maxAliasCount: 100 });
+    if (value !== null && value !== undefined) {
+      if (typeof value !== "object" || Array.isArray(value)) throw new GatewayConfigError([{ field: "(file)", message: "must be a mapping of settings", where: `${options.file.name}:1` }]);
+      raw = value as Record<string, unknown>;
+    }
+    where = locator(options.file.name, doc, lines);
+  }
+  const r = new Reader(where);
+  const top = r.section(raw, [], SECTIONS[""]!);
+
+  const listen = r.section(top.listen, ["listen"], SECTIONS.listen!);
+  const host = flags.host ?? r.str(listen.host, ["listen", "host"], "127.0.0.1");
+  let port = r.int(listen.port, ["listen", "port"], 0, 65535, 8000);
+  if (flags.port !== undefined) {
+    if (!Number.isInteger(flags.port) || flags.port < 0 || flags.port > 65535) r.fail(["port"], `must be an integer in [0, 65535], got ${describeValue(flags.port)}`, "--port");
+    else port = flags.port;
+  }
+
+  const upstreams: UpstreamConfig[] = [];
+  if (flags.upstreams && flags.upstreams.length > 0) {
+    flags.upstreams.forEach((text, i) => {
+      const checked = checkUpstreamUrl(text);
+      if ("why" in checked) r.fail(["upstream", i], checked.why, "--upstream");
+      else upstreams.push({ url: checked.url, name: new URL(checked.url).host, apiKey: null });
+    });
+  } else if (top.upstreams !== undefined) {
+    if (!Array.isArray(top.upstreams)) r.fail(["upstreams"], `must be a list of upstreams, got ${describeValue(top.upstreams)}`);
+    else {
+      top.upstreams.forEach((entry: unknown, i) => {
+        const path = ["upstreams", i];
+        const u = typeof entry === "string" ? { url: entry } : r.section(entry, path, SECTIONS["upstreams[]"]!);
+        const text = r.str(u.url, [...path, "url"], "");
+        if (!text) {
+          if (u.url === undefined) r.fail([...path, "url"], "is required");
+          return;
+        }
+        const checked = checkUpstreamUrl(text);
+        if ("why" in checked) {
+          r.fail([...path, "url"], checked.why);
+          return;
+        }
+        const name = r.str(u.name, [...path, "name"], new URL(checked.url).host);
+        if (u.api_key !== undefined && u.api_key_env !== undefined) r.fail([...path, "api_key"], "set api_key or api_key_env, not both");
+        const apiKey = u.api_key !== undefined ? r.str(u.api_key, [...path, "api_key"], "") || null : r.env(u.api_key_env, [...path, "api_key_env"], env);
+        upstreams.push({ url: checked.url, name: excerpt(name, 64), apiKey });
+      });
+    }
+  }
+  if (upstreams.length === 0 && r.issues.length === 0) r.fail(["upstreams"], "at least one upstream is required (upstreams: in the file, or --upstream URL)", options.file ? options.file.name : "--upstream");
+
+  const policyName = flags.policy ?? (top.policy === undefined ? undefined : r.str(top.policy, ["policy"], "kv_cache_aware"));
+  let base: Record<string, unknown> = { ...POLICY_CONFIGS.kv_cache_aware };
+  if (policyName !== undefined) {
+    if (!Object.hasOwn(POLICY_CONFIGS, policyName)) r.fail(["policy"], `must be one of ${Object.keys(POLICY_CONFIGS).join(", ")}, got ${describeValue(policyName)}`, flags.policy !== undefined ? "--policy" : where(["policy"]));
+    else base = { ...POLICY_CONFIGS[policyName as PolicyName] };
+  }
+  let attentionDp = parseAttentionDpConfig(base);
+  if (top.attention_dp_config !== undefined && top.attention_dp_config !== null) {
+    const block = top.attention_dp_config;
+    if (typeof block !== "object" || Array.isArray(block)) r.fail(["attention_dp_config"], `must be a mapping, got ${describeValue(block)}`);
+    else {
+      try {
+        // A --policy flag picks the router; the file's block tunes it.
+        attentionDp = parseAttentionDpConfig(flags.policy !== undefined ? { ...block, ...base } : { ...base, ...block });
+      } catch (error) {
+        if (!(error instanceof AttentionDpConfigError)) throw error;
+        for (const issue of error.issues) r.fail(["attention_dp_config", issue.field], `${issue.rule}, got ${describeValue(issue.received)}`, where(["attention_dp_config", issue.field]));
+      }
+    }
+  }
+
+  const limits = r.section(top.limits, ["limits"], SECTIONS.limits!);
+  const timeouts = r.section(top.timeouts, ["timeouts"], SECTIONS.timeouts!);
+  const health = r.section(top.health, ["health"], SECTIONS.health!);
+  const auth = r.section(top.auth, ["auth"], SECTIONS.auth!);
+  const logging = r.section(top.logging, ["logging"], SECTIONS.logging!);
+  const routing = r.section(top.routing, ["routing"], SECTIONS.routing!);
+
+  const apiKeys: string[] = [];
+  if (auth.api_keys !== undefined) {
+    if (!Array.isArray(auth.api_keys) || !auth.api_keys.every((k) => typeof k === "string" && k.length >= 8)) r.fail(["auth", "api_keys"], "must be a list of keys of at least 8 characters");
+    else apiKeys.push(...(auth.api_keys as string[]));
+  }
+  const fromEnv = r.env(auth.api_keys_env, ["auth", "api_keys_env"], env);
+  if (fromEnv !== null) apiKeys.push(...fromEnv.split(",").map((k) => k.trim()).filter((k) => k.length > 0));
+
+  const levelText = flags.logLevel ?? r.str(logging.level, ["logging", "level"], "info");
+  if (!(LEVELS as readonly string[]).includes(levelText)) r.fail(["logging", "level"], `must be one of ${LEVELS.join(", ")}, got ${describeValue(levelText)}`, flags.logLevel !== undefined ? "--log-level" : where(["logging", "level"]));
+  const path = r.str(health.path, ["health", "path"], "/health");
+  if (!path.startsWith("/")) r.fail(["health", "path"], "must start with /");
+
+  const config: GatewayConfig = {
+    listen: { host, port },
+    upstreams,
+    attentionDp,
+    limits: {
+      maxBodyBytes: r.int(limits.max_body_bytes, ["limits", "max_body_bytes"], 1024, 1 << 30, 4 << 20),
+      maxInFlightPerUpstream: r.int(limits.max_in_flight_per_upstream, ["limits", "max_in_flight_per_upstream"], 1, 1 << 20, 256),
+      queueSize: r.int(limits.queue_size, ["limits", "queue_size"], 0, 1 << 20, 1024),
+      queueTimeoutMs: r.int(limits.queue_timeout_ms, ["limits", "queue_timeout_ms"], 0, 3_600_000, 10_000),
+    },
+    timeouts: {
+      connectMs: r.int(timeouts.connect_ms, ["timeouts", "connect_ms"], 1, 600_000, 5_000),
+      firstByteMs: r.int(timeouts.first_byte_ms, ["timeouts", "first_byte_ms"], 1, 3_600_000, 300_000),
+      idleMs: r.int(timeouts.idle_ms, ["timeouts", "idle_ms"], 1, 3_600_000, 300_000),
+    },
+    health: {
+      path,
+      intervalMs: r.int(health.interval_ms, ["health", "interval_ms"], 100, 3_600_000, 5_000),
+      timeoutMs: r.int(health.timeout_ms, ["health", "timeout_ms"], 10, 600_000, 2_000),
+      unhealthyThreshold: r.int(health.unhealthy_threshold, ["health", "unhealthy_threshold"], 1, 1000, 3),
+      healthyThreshold: r.int(health.healthy_threshold, ["health", "healthy_threshold"], 1, 1000, 2),
+    },
+    auth: {
+      apiKeys,
+      protectMetrics: r.bool(auth.protect_metrics, ["auth", "protect_metrics"], false),
+      protectHealth: r.bool(auth.protect_health, ["auth", "protect_health"], false),
+    },
+    logging: { level: levelText as GatewayConfig["logging"]["level"] },
+    routing: {
+      tokensPerBlock: r.int(routing.tokens_per_block, ["routing", "tokens_per_block"], 1, 1 << 16, 32),
+      indexBytes: r.int(routing.index_bytes, ["routing", "index_bytes"], 1 << 20, 2 ** 31, 64 << 20),
+    },
+  };
+  if (r.issues.length > 0) throw new GatewayConfigError(r.issues);
+  return config;
+}
+
+/** JSON Schema (draft 2020-12) of the gateway's YAML file, `attention_dp_config` referenced from the library's schema. */
+export const gatewayConfigSchema = Object.freeze({
+  $schema: "https://json-schema.org/draft/2020-12/schema",
+  title: "adp-router serve configuration",
+  type: "object",
+  additionalProperties: false,
+  required: ["upstreams"],
+  properties: {
+    listen: { type: "object", additionalProperties: false, properties: { host: { type: "string", default: "127.0.0.1" }, port: { type: "integer", minimum: 0, maximum: 65535, default: 8000 } } },
+    upstreams: {
+      type: "array",
+      minItems: 1,
+      items: {
+        oneOf: [
+          { type: "string", pattern: "^https?://" },
+          {
+            type: "object",
+            additionalProperties: false,
+            required: ["url"],
+            properties: {
+              url: { type: "string", pattern: "^https?://" },
+              name: { type: "string" },
+              api_key: { type: "string" },
+              api_key_env: { type: "string", pattern: "^[A-Za-z_][A-Za-z0-9_]*$" },
+            },
+          },
+        ],
+      },
+    },
+    policy: { enum: Object.keys(POLICY_CONFIGS), default: "kv_cache_aware" },
+    attention_dp_config: { $ref: "config.schema.json", description: "TensorRT-LLM's attention_dp_config, as in extra_llm_api_options.yaml" },
+    limits: {
+      type: "object",
+      additionalProperties: false,
+      properties: {
+        max_body_bytes: { type: "integer", minimum: 1024, default: 4194304 },
+        max_in_flight_per_upstream: { type: "integer", minimum: 1, default: 256 },
+        queue_size: { type: "integer", minimum: 0, default: 1024 },
+        queue_timeout_ms: { type: "integer", minimum: 0, default: 10000 },
+      },
+    },
+    timeouts: {
+      type: "object",
+      additionalProperties: false,
+      properties: {
+        connect_ms: { type: "integer", minimum: 1, default: 5000 },
+        first_byte_ms: { type: "integer", minimum: 1, default: 300000 },
+        idle_ms: { type: "integer", minimum: 1, default: 300000 },
+      },
+    },
+    health: {
+      type: "object",
+      additionalProperties: false,
+      properties: {
+        path: { type: "string", pattern: "^/", default: "/health" },
+        interval_ms: { type: "integer", minimum: 100, default: 5000 },
+        timeout_ms: { type: "integer", minimum: 10, default: 2000 },
+        unhealthy_threshold: { type: "integer", minimum: 1, default: 3 },
+        healthy_threshold: { type: "integer", minimum: 1, default: 2 },
+      },
+    },
+    auth: {
+      type: "object",
+      additionalProperties: false,
+      properties: {
+        api_keys: { type: "array", items: { type: "string", minLength: 8 } },
+        api_keys_env: { type: "string" },
+        protect_metrics: { type: "boolean", default: false },
+        protect_health: { type: "boolean", default: false },
+      },
+    },
+    logging: { type: "object", additionalProperties: false, properties: { level: { enum: [...LEVELS], default: "info" } } },
+    routing: {
+      type: "object",
+      additionalProperties: false,
+      properties: { tokens_per_block: { type: "integer", minimum: 1, default: 32 }, index_bytes: { type: "integer", minimum: 1048576, default: 67108864 } },
+    },
+  },
+});

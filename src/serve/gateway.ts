@@ -1,0 +1,500 @@
+// The gateway: an OpenAI-compatible HTTP server in front of a fleet of
+// upstream engines, one upstream per rank of an adp-router router. Requests
+// that arrive in the same event-loop turn are routed together, as one batch,
+// so TensorRT-LLM's batch semantics (fair share, warm-up, the tie shuffle)
+// apply as they do in the engine; each upstream's in-flight requests and
+// prompt tokens are the rank states the next batch sees.
+
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import { timingSafeEqual, createHash } from "node:crypto";
+import { pipeline } from "node:stream/promises";
+import { pino, type Logger } from "pino";
+import { createRouter, type Router } from "../router.js";
+import { formatPrometheus } from "../prometheus.js";
+import type { GatewayConfig } from "./config.js";
+import { HttpError, readRequest, type RoutedRequest } from "./openai.js";
+import { Utf8ByteTokenizer, type Tokenizer } from "./tokenizer.js";
+import { Upstream } from "./upstream.js";
+import { formatGatewayMetrics, type GatewayCounters } from "./metrics.js";
+
+/** Headers that belong to one connection and are never forwarded. */
+const HOP_BY_HOP = new Set(["connection", "keep-alive", "proxy-connection", "proxy-authenticate", "proxy-authorization", "te", "trailer", "transfer-encoding", "upgrade", "host", "content-length", "expect"]);
+/** Errors that mean the request never reached the upstream, so retrying elsewhere cannot run it twice. */
+const NOT_SENT = new Set(["ECONNREFUSED", "UND_ERR_CONNECT_TIMEOUT", "ENOTFOUND", "EHOSTUNREACH", "ENETUNREACH", "EAI_AGAIN"]);
+/** How long `/v1/models` answers are reused. */
+const MODELS_TTL_MS = 5_000;
+
+/** A running gateway. */
+export interface Gateway {
+  /** `http://HOST:PORT`, as it listens. */
+  readonly url: string;
+  /** The router the gateway routes with (one rank per upstream). */
+  readonly router: Router;
+  /** Prometheus text of the router's and the gateway's metrics. */
+  metrics(): string;
+  /** Stops accepting, lets in-flight requests finish up to `deadlineMs`, then closes everything. */
+  close(deadlineMs?: number): Promise<void>;
+}
+
+/** Options of {@link createGateway} beyond the configuration. */
+export interface GatewayOptions {
+  /** Where logs go (default: pino to standard output at the configured level). */
+  readonly logger?: Logger;
+  /** How prompts become tokens (default: the UTF-8 byte tokenizer). */
+  readonly tokenizer?: Tokenizer;
+}
+
+/** A request waiting for an upstream. */
+interface Waiting {
+  readonly id: number;
+  readonly request: RoutedRequest;
+  readonly enqueuedAt: number;
+  readonly resolve: (upstream: Upstream) => void;
+  readonly reject: (error: HttpError) => void;
+  /** Whether it was already answered (placed, timed out, or its client left). */
+  done: boolean;
+}
+
+/** The listen error of a port in use or not allowed, as one clear message. */
+export class GatewayListenError extends Error {
+  readonly code = "ERR_ADP_GATEWAY_LISTEN";
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = "GatewayListenError";
+  }
+}
+
+/** sha256 of a key, so comparisons take constant time whatever the lengths. */
+const digest = (key: string): Buffer => createHash("sha256").update(key).digest();
+
+/** Starts a gateway listening as configured; resolves once it listens. */
+export async function createGateway(config: GatewayConfig, options: GatewayOptions = {}): Promise<Gateway> {
+  const log = options.logger ?? pino({ level: config.logging.level, base: undefined });
+  const tokenizer = options.tokenizer ?? new Utf8ByteTokenizer();
+  const upstreams = config.upstreams.map((u, i) => new Upstream(i, u, config));
+  const router = createRouter({
+    numRanks: upstreams.length,
+    attentionDp: config.attentionDp,
+    prefixIndex: { tokensPerBlock: config.routing.tokensPerBlock, maxMemoryBytes: config.routing.indexBytes },
+  });
+  const cap = config.limits.maxInFlightPerUpstream;
+  const keyDigests = config.auth.apiKeys.map(digest);
+  const counters: GatewayCounters = { requests: new Map(), queued: 0, rejectedFull: 0 };
+  const count = (outcome: string) => counters.requests.set(outcome, (counters.requests.get(outcome) ?? 0) + 1);
+
+  // ---- routing in batches ---------------------------------------------------------------
+  let queue: Waiting[] = [];
+  let flushScheduled = false;
+  let nextId = 1;
+
+  /** Routes the waiting requests on the next turn of the event loop. */
+  const scheduleFlush = () => {
+    if (flushScheduled || queue.length === 0) return;
+    flushScheduled = true;
+    setImmediate(flush);
+  };
+
+  /** Routes every waiting request as one batch; those no upstream can take wait for the next. */
+  function flush(): void {
+    flushScheduled = false;
+    const waiting = queue.filter((w) => !w.done);
+    queue = [];
+    if (waiting.length === 0) return;
+    const healthy = upstreams.filter((u) => u.healthy);
+    if (healthy.length === 0) {
+      for (const w of waiting) w.reject(new HttpError(503, "no healthy upstream", "server_error", "no_healthy_upstream", { "retry-after": "1" }));
+      return;
+    }
+    const byId = new Map(waiting.map((w) => [w.id, w]));
+    // An unhealthy upstream is reported full, so the routers place nothing there.
+    const result = router.route({
+      rankStates: upstreams.map((u) => ({ numActiveRequests: u.healthy ? Math.min(u.inFlight, cap) : cap, numActiveTokens: u.inFlightTokens })),
+      maxNumActiveRequests: cap,
+      requests: waiting.map((w) => ({
+        id: w.id,
+        tokens: w.request.tokens,
+        ...(w.request.conversationId !== null ? { conversationId: w.request.conversationId } : {}),
+        ...(w.request.subagentId !== null ? { subagentAffinityId: w.request.subagentId } : {}),
+        ...(w.request.cacheSalt !== null ? { cacheSalt: w.request.cacheSalt } : {}),
+      })),
+    });
+    result.assignments.forEach((ids, rank) => {
+      for (const id of ids) {
+        const w = byId.get(id as number)!;
+        byId.delete(id as number);
+        // The conversation router may keep a conversation on a rank at its cap or ejected: take the least loaded healthy one then.
+        let target = upstreams[rank]!;
+        if (!target.healthy || target.inFlight >= cap) target = leastLoaded(new Set()) ?? target;
+        if (!target.healthy || target.inFlight >= cap) {
+          queue.push(w);
+          continue;
+        }
+        place(w, target);
+      }
+    });
+    for (const w of byId.values()) queue.push(w); // unassigned: every upstream is full
+  }
+
+  /** Hands a waiting request its upstream, counting its load there. */
+  function place(w: Waiting, u: Upstream): void {
+    if (w.done) return;
+    u.inFlight++;
+    u.inFlightTokens += w.request.tokens.length;
+    w.resolve(u);
+  }
+
+  /** The healthy upstream with the fewest in-flight requests and room, outside `tried`. */
+  function leastLoaded(tried: ReadonlySet<Upstream>): Upstream | null {
+    let best: Upstream | null = null;
+    for (const u of upstreams) {
+      if (!u.healthy || tried.has(u) || u.inFlight >= cap) continue;
+      if (best === null || u.inFlight < best.inFlight || (u.inFlight === best.inFlight && u.inFlightTokens < best.inFlightTokens)) best = u;
+    }
+    return best;
+  }
+
+  /** Ends a request's load on `u` and lets waiting requests take the room. */
+  function release(u: Upstream, tokens: number): void {
+    u.inFlight--;
+    u.inFlightTokens -= tokens;
+    scheduleFlush();
+  }
+
+  /** Requests that could start now: the room left on healthy upstreams. */
+  const room = () => upstreams.reduce((n, u) => n + (u.healthy ? Math.max(0, cap - u.inFlight) : 0), 0);
+
+  /** Waits for an upstream for `request` (routed with the next batch), or rejects 429/503. */
+  function acquire(request: RoutedRequest, signal: AbortSignal): Promise<Upstream> {
+    if (counters.queued >= config.limits.queueSize + room()) {
+      counters.rejectedFull++;
+      return Promise.reject(new HttpError(429, "the gateway's queue is full", "rate_limit_exceeded", "queue_full", { "retry-after": "1" }));
+    }
+    return new Promise<Upstream>((resolve, reject) => {
+      let timer: NodeJS.Timeout | null = null;
+      /** Takes `w` off the queue's count once, whatever answers it. */
+      const settle = (): boolean => {
+        if (w.done) return false;
+        w.done = true;
+        counters.queued = Math.max(0, counters.queued - 1);
+        if (timer !== null) clearTimeout(timer);
+        return true;
+      };
+      const w: Waiting = {
+        id: nextId++,
+        request,
+        enqueuedAt: Date.now(),
+        resolve: (u) => {
+          if (settle()) resolve(u);
+        },
+        reject: (e) => {
+          if (settle()) reject(e);
+        },
+        done: false,
+      };
+      counters.queued++;
+      if (config.limits.queueTimeoutMs > 0) {
+        timer = setTimeout(() => {
+          counters.rejectedFull++;
+          w.reject(new HttpError(429, "every upstream is at capacity", "rate_limit_exceeded", "upstreams_full", { "retry-after": "1" }));
+        }, config.limits.queueTimeoutMs);
+        timer.unref();
+      }
+      signal.addEventListener("abort", () => w.reject(new HttpError(499, "the client closed the request")), { once: true });
+      queue.push(w);
+      scheduleFlush();
+    });
+  }
+
+  // ---- proxying ---------------------------------------------------------------------------
+
+  /** The headers sent upstream: the client's, less hop-by-hop ones, with the upstream's key. */
+  function upstreamHeaders(req: IncomingMessage, u: Upstream): Record<string, string | string[]> {
+    const out: Record<string, string | string[]> = {};
+    for (const [name, value] of Object.entries(req.headers)) {
+      if (value === undefined || HOP_BY_HOP.has(name)) continue;
+      out[name] = value;
+    }
+    if (u.apiKey !== null) out.authorization = `Bearer ${u.apiKey}`;
+    return out;
+  }
+
+  /** Proxies a routed request, retrying on another upstream only when it was never sent. */
+  async function proxy(req: IncomingMessage, res: ServerResponse, raw: Buffer, request: RoutedRequest, first: Upstream, abort: AbortController): Promise<{ status: number; upstream: number; outcome: string }> {
+    const tried = new Set<Upstream>();
+    let u: Upstream | null = first;
+    const tokens = request.tokens.length;
+    while (u !== null) {
+      tried.add(u);
+      const started = performance.now();
+      let released = false;
+      const done = () => {
+        if (!released) {
+          released = true;
+          release(u!, tokens);
+        }
+      };
+      try {
+        const response = await u.pool.request({
+          path: `${u.basePath}${req.url}`,
+          method: "POST",
+          headers: upstreamHeaders(req, u),
+          body: raw,
+          signal: abort.signal,
+        });
+        u.firstByte.observe((performance.now() - started) / 1000);
+        if (response.statusCode >= 500) u.fail();
+        else u.succeed();
+        u.countStatus(response.statusCode);
+        const headers: Record<string, string | string[]> = {};
+        for (const [name, value] of Object.entries(response.headers)) {
+          if (value !== undefined && !HOP_BY_HOP.has(name)) headers[name] = value;
+        }
+        headers["x-adp-upstream"] = String(u.index);
+        res.writeHead(response.statusCode, headers);
+        res.flushHeaders();
+        try {
+          await pipeline(response.body, res);
+        } catch (error) {
+          if (!res.writableEnded) res.destroy();
+          const code = (error as { code?: string }).code;
+          done();
+          u.latency.observe((performance.now() - started) / 1000);
+          return { status: response.statusCode, upstream: u.index, outcome: abort.signal.aborted ? "client_closed" : code === "UND_ERR_BODY_TIMEOUT" ? "idle_timeout" : "stream_error" };
+        }
+        done();
+        u.latency.observe((performance.now() - started) / 1000);
+        return { status: response.statusCode, upstream: u.index, outcome: "ok" };
+      } catch (error) {
+        done();
+        if (abort.signal.aborted) {
+          u.countStatus("aborted");
+          return { status: 499, upstream: u.index, outcome: "client_closed" };
+        }
+        const code = (error as { code?: string }).code ?? "";
+        if (NOT_SENT.has(code)) {
+          u.countStatus("error");
+          if (u.fail()) log.warn({ upstream: u.index, name: u.name, reason: code }, "upstream ejected");
+          const next = leastLoaded(tried);
+          if (next !== null) {
+            u.retriedAway++;
+            next.inFlight++;
+            next.inFlightTokens += tokens;
+            u = next;
+            continue;
+          }
+          throw new HttpError(502, "no upstream could be reached", "server_error", "upstream_unreachable");
+        }
+        if (code === "UND_ERR_HEADERS_TIMEOUT") {
+          u.countStatus("timeout");
+          u.fail();
+          throw new HttpError(504, "the upstream did not answer in time", "server_error", "upstream_timeout");
+        }
+        u.countStatus("error");
+        u.fail();
+        throw new HttpError(502, "the upstream failed", "server_error", "upstream_error");
+      }
+    }
+    throw new HttpError(502, "no upstream could be reached", "server_error", "upstream_unreachable");
+  }
+
+  // ---- the HTTP server --------------------------------------------------------------------
+
+  /** Whether the request carries one of the client keys (constant-time comparison). */
+  function authorized(req: IncomingMessage): boolean {
+    if (keyDigests.length === 0) return true;
+    const value = req.headers.authorization ?? "";
+    const match = /^Bearer\s+(.+)$/i.exec(value);
+    if (!match) return false;
+    const got = digest(match[1]!.trim());
+    let ok = false;
+    for (const d of keyDigests) ok = timingSafeEqual(got, d) || ok;
+    return ok;
+  }
+
+  /** The request body, at most the configured bytes (413 past it). */
+  async function readBody(req: IncomingMessage): Promise<Buffer> {
+    const limit = config.limits.maxBodyBytes;
+    const declared = Number(req.headers["content-length"] ?? NaN);
+    if (declared > limit) throw new HttpError(413, `the request body is over ${limit} bytes`);
+    const chunks: Buffer[] = [];
+    let size = 0;
+    for await (const chunk of req) {
+      size += (chunk as Buffer).length;
+      if (size > limit) throw new HttpError(413, `the request body is over ${limit} bytes`);
+      chunks.push(chunk as Buffer);
+    }
+    return Buffer.concat(chunks, size);
+  }
+
+  let modelsCache: { at: number; status: number; body: Buffer; type: string } | null = null;
+
+  /** `GET /v1/models` from a healthy upstream, reused for a few seconds. */
+  async function models(req: IncomingMessage, res: ServerResponse): Promise<number> {
+    if (modelsCache !== null && Date.now() - modelsCache.at < MODELS_TTL_MS) {
+      res.writeHead(modelsCache.status, { "content-type": modelsCache.type }).end(modelsCache.body);
+      return modelsCache.status;
+    }
+    const u = leastLoaded(new Set());
+    if (u === null) throw new HttpError(503, "no healthy upstream", "server_error", "no_healthy_upstream", { "retry-after": "1" });
+    try {
+      const response = await u.pool.request({ path: `${u.basePath}/v1/models`, method: "GET", headers: u.apiKey ? { authorization: `Bearer ${u.apiKey}` } : req.headers.authorization ? { authorization: req.headers.authorization } : {} });
+      const body = Buffer.from(await response.body.arrayBuffer());
+      const type = String(response.headers["content-type"] ?? "application/json");
+      if (response.statusCode < 400) modelsCache = { at: Date.now(), status: response.statusCode, body, type };
+      res.writeHead(response.statusCode, { "content-type": type, "x-adp-upstream": String(u.index) }).end(body);
+      return response.statusCode;
+    } catch {
+      u.fail();
+      throw new HttpError(502, "the upstream failed", "server_error", "upstream_error");
+    }
+  }
+
+  /** `/health`: 200 while at least one upstream is healthy. */
+  function health(res: ServerResponse): number {
+    const ok = upstreams.some((u) => u.healthy);
+    const body = { status: ok ? "ok" : "unavailable", upstreams: upstreams.map((u) => ({ index: u.index, name: u.name, healthy: u.healthy, in_flight: u.inFlight })) };
+    res.writeHead(ok ? 200 : 503, { "content-type": "application/json" }).end(JSON.stringify(body));
+    return ok ? 200 : 503;
+  }
+
+  /** Answers `error` OpenAI-style (when nothing was sent yet). */
+  function answerError(res: ServerResponse, error: HttpError): void {
+    if (res.headersSent) {
+      res.destroy();
+      return;
+    }
+    res.writeHead(error.status, { "content-type": "application/json", ...error.headers }).end(error.body());
+  }
+
+  const inFlightResponses = new Set<ServerResponse>();
+
+  async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const started = performance.now();
+    const path = (req.url ?? "/").split("?")[0]!;
+    const kind = path === "/v1/chat/completions" ? "chat" : path === "/v1/completions" ? "completion" : null;
+    let status = 0;
+    let upstream: number | null = null;
+    let outcome = "ok";
+    inFlightResponses.add(res);
+    const abort = new AbortController();
+    res.on("close", () => {
+      if (!res.writableFinished) abort.abort();
+      inFlightResponses.delete(res);
+    });
+    try {
+      if (kind !== null) {
+        if (req.method !== "POST") throw new HttpError(405, `${path} takes POST`, "invalid_request_error", null, { allow: "POST" });
+        if (!authorized(req)) throw new HttpError(401, "a valid API key is required", "invalid_request_error", "invalid_api_key");
+        const raw = await readBody(req);
+        const request = readRequest(kind, raw, req.headers, tokenizer);
+        const u = await acquire(request, abort.signal);
+        const r = await proxy(req, res, raw, request, u, abort);
+        status = r.status;
+        upstream = r.upstream;
+        outcome = r.outcome;
+      } else if (path === "/v1/models") {
+        if (req.method !== "GET") throw new HttpError(405, "/v1/models takes GET", "invalid_request_error", null, { allow: "GET" });
+        if (!authorized(req)) throw new HttpError(401, "a valid API key is required", "invalid_request_error", "invalid_api_key");
+        status = await models(req, res);
+      } else if (path === "/health") {
+        if (req.method !== "GET") throw new HttpError(405, "/health takes GET", "invalid_request_error", null, { allow: "GET" });
+        if (config.auth.protectHealth && !authorized(req)) throw new HttpError(401, "a valid API key is required", "invalid_request_error", "invalid_api_key");
+        status = health(res);
+      } else if (path === "/metrics") {
+        if (req.method !== "GET") throw new HttpError(405, "/metrics takes GET", "invalid_request_error", null, { allow: "GET" });
+        if (config.auth.protectMetrics && !authorized(req)) throw new HttpError(401, "a valid API key is required", "invalid_request_error", "invalid_api_key");
+        res.writeHead(200, { "content-type": "text/plain; version=0.0.4" }).end(metrics());
+        status = 200;
+      } else {
+        throw new HttpError(404, `no route for ${req.method} ${path.slice(0, 200)}`, "invalid_request_error", "not_found");
+      }
+    } catch (error) {
+      const e = error instanceof HttpError ? error : new HttpError(500, "internal error", "server_error");
+      if (!(error instanceof HttpError)) log.error({ err: error }, "unexpected error");
+      status = e.status;
+      outcome = e.code ?? (e.status === 499 ? "client_closed" : "error");
+      if (e.status !== 499) answerError(res, e);
+    } finally {
+      if (kind !== null) count(outcome);
+      log.info({ method: req.method, path: path.slice(0, 200), status, upstream, outcome, ms: Math.round((performance.now() - started) * 10) / 10 }, "request");
+    }
+  }
+
+  function metrics(): string {
+    return formatPrometheus(router.metrics()) + formatGatewayMetrics(upstreams, counters, queue.filter((w) => !w.done).length);
+  }
+
+  // ---- health checks ----------------------------------------------------------------------
+
+  const checks = upstreams.map((u) => {
+    const check = async () => {
+      try {
+        const response = await u.pool.request({ path: `${u.basePath}${config.health.path}`, method: "GET", headers: u.apiKey ? { authorization: `Bearer ${u.apiKey}` } : {}, signal: AbortSignal.timeout(config.health.timeoutMs) });
+        await response.body.dump();
+        if (response.statusCode < 400) {
+          if (u.checkPassed()) log.info({ upstream: u.index, name: u.name }, "upstream healthy again");
+          scheduleFlush();
+        } else if (u.fail()) log.warn({ upstream: u.index, name: u.name, status: response.statusCode }, "upstream ejected by its health check");
+      } catch (error) {
+        if (u.fail()) log.warn({ upstream: u.index, name: u.name, reason: (error as { code?: string }).code ?? "error" }, "upstream ejected by its health check");
+      }
+    };
+    void check();
+    const timer = setInterval(check, config.health.intervalMs);
+    timer.unref();
+    return timer;
+  });
+
+  // ---- listening --------------------------------------------------------------------------
+
+  const server: Server = createServer({ keepAliveTimeout: 65_000, requestTimeout: 0 }, (req, res) => void handle(req, res));
+  server.on("clientError", (_error, socket) => {
+    if (socket.writable) socket.end('HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n{"error":{"message":"malformed HTTP request","type":"invalid_request_error","param":null,"code":null}}');
+    else socket.destroy();
+  });
+  await new Promise<void>((resolve, reject) => {
+    const onError = (error: NodeJS.ErrnoException) => {
+      const where = `${config.listen.host}:${config.listen.port}`;
+      const why = error.code === "EADDRINUSE" ? `${where} is already in use` : error.code === "EACCES" ? `${where} is not allowed (a port below 1024 needs privileges)` : error.code === "EADDRNOTAVAIL" ? `${config.listen.host} is not an address of this machine` : `cannot listen on ${where} (${error.code ?? error.message})`;
+      reject(new GatewayListenError(why, { cause: error }));
+    };
+    server.once("error", onError);
+    server.listen(config.listen.port, config.listen.host, () => {
+      server.off("error", onError);
+      resolve();
+    });
+  }).catch(async (error) => {
+    for (const t of checks) clearInterval(t);
+    await Promise.all(upstreams.map((u) => u.pool.destroy()));
+    throw error;
+  });
+  const address = server.address();
+  const port = typeof address === "object" && address !== null ? address.port : config.listen.port;
+  const host = config.listen.host.includes(":") ? `[${config.listen.host}]` : config.listen.host;
+  const url = `http://${host}:${port}`;
+
+  let closing: Promise<void> | null = null;
+  return {
+    url,
+    router,
+    metrics,
+    close(deadlineMs = 30_000) {
+      closing ??= (async () => {
+        for (const t of checks) clearInterval(t);
+        const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+        server.closeIdleConnections();
+        const deadline = Date.now() + deadlineMs;
+        while (inFlightResponses.size > 0 && Date.now() < deadline) {
+          await new Promise((r) => setTimeout(r, 20));
+          server.closeIdleConnections();
+        }
+        server.closeAllConnections();
+        for (const w of queue) if (!w.done) w.reject(new HttpError(503, "the gateway is shutting down", "server_error", "shutting_down"));
+        queue = [];
+        await closed;
+        await Promise.all(upstreams.map((u) => u.pool.close().catch(() => u.pool.destroy())));
+      })();
+      return closing;
+    },
+  };
+}

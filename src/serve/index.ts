@@ -1,0 +1,12 @@
+// `adp-router/serve`: the gateway for embedding. Node only (HTTP server,
+// undici, pino, yaml); the library entry stays dependency-free without it.
+//
+//   import { createGateway, loadGatewayConfig } from "adp-router/serve";
+//   const gateway = await createGateway(loadGatewayConfig({ flags: { upstreams: ["http://127.0.0.1:8001"], port: 0 } }));
+//   console.log(gateway.url);
+//   await gateway.close();
+
+export { createGateway, GatewayListenError, type Gateway, type GatewayOptions } from "./gateway.js";
+export { checkUpstreamUrl, gatewayConfigSchema, GatewayConfigError, loadGatewayConfig, POLICY_CONFIGS, type ConfigIssue, type GatewayConfig, type GatewayFlags, type LoadOptions, type UpstreamConfig } from "./config.js";
+export { HttpError, SESSION_HEADERS, SUBAGENT_HEADER, type RoutedRequest } from "./openai.js";
+export { Utf8ByteTokenizer, type ChatMessage, type Tokenizer } from "./tokenizer.js";

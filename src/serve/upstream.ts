@@ -1,0 +1,101 @@
+// One upstream engine as the gateway sees it: a rank of its router, a pool of
+// keep-alive connections, the load it carries (in-flight requests and prompt
+// tokens, which become the rank's state for the next route), and its health:
+// active checks on an interval, passive ejection on connect errors and 5xx.
+
+import { Pool } from "undici";
+import type { GatewayConfig, UpstreamConfig } from "./config.js";
+
+/** Latency histogram bounds, seconds. */
+export const LATENCY_BOUNDS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120];
+
+/** A cumulative-per-bucket histogram of seconds. */
+export class Histogram {
+  readonly counts = new Array<number>(LATENCY_BOUNDS.length + 1).fill(0);
+  sum = 0;
+  count = 0;
+  observe(seconds: number): void {
+    let i = 0;
+    while (i < LATENCY_BOUNDS.length && seconds > LATENCY_BOUNDS[i]!) i++;
+    this.counts[i]!++;
+    this.sum += seconds;
+    this.count++;
+  }
+}
+
+/** One upstream: its pool, load, health and counters. */
+export class Upstream {
+  readonly index: number;
+  readonly url: string;
+  readonly name: string;
+  readonly apiKey: string | null;
+  /** The URL's path, which API paths are joined to (`""` for none). */
+  readonly basePath: string;
+  readonly pool: Pool;
+  /** Requests routed here and not yet ended. */
+  inFlight = 0;
+  /** Their prompt tokens. */
+  inFlightTokens = 0;
+  /** Whether it takes requests (health checks and passive ejection decide). */
+  healthy = true;
+  /** Consecutive failures (checks, connect errors, 5xx) and consecutive passing checks. */
+  failures = 0;
+  successes = 0;
+  /** Responses by status class, and requests retried elsewhere because this one could not be reached. */
+  readonly byStatus = new Map<string, number>();
+  retriedAway = 0;
+  readonly latency = new Histogram();
+  readonly firstByte = new Histogram();
+  readonly #unhealthyThreshold: number;
+  readonly #healthyThreshold: number;
+
+  constructor(index: number, config: UpstreamConfig, gateway: GatewayConfig) {
+    this.index = index;
+    this.url = config.url;
+    this.name = config.name;
+    this.apiKey = config.apiKey;
+    const url = new URL(config.url);
+    this.basePath = url.pathname === "/" ? "" : url.pathname;
+    this.pool = new Pool(url.origin, {
+      connect: { timeout: gateway.timeouts.connectMs },
+      headersTimeout: gateway.timeouts.firstByteMs,
+      bodyTimeout: gateway.timeouts.idleMs,
+      keepAliveTimeout: 30_000,
+    });
+    this.#unhealthyThreshold = gateway.health.unhealthyThreshold;
+    this.#healthyThreshold = gateway.health.healthyThreshold;
+  }
+
+  /** Counts a response's status. */
+  countStatus(status: number | "error" | "timeout" | "aborted"): void {
+    const key = typeof status === "number" ? `${Math.floor(status / 100)}xx` : status;
+    this.byStatus.set(key, (this.byStatus.get(key) ?? 0) + 1);
+  }
+
+  /** A failure seen while proxying or checking: ejects after the threshold. Returns whether it just became unhealthy. */
+  fail(): boolean {
+    this.successes = 0;
+    this.failures++;
+    if (this.healthy && this.failures >= this.#unhealthyThreshold) {
+      this.healthy = false;
+      return true;
+    }
+    return false;
+  }
+
+  /** A success seen while proxying: resets the failure count of a healthy upstream. */
+  succeed(): void {
+    if (this.healthy) this.failures = 0;
+  }
+
+  /** A passing health check: re-admits after the threshold. Returns whether it just became healthy. */
+  checkPassed(): boolean {
+    this.failures = 0;
+    this.successes++;
+    if (!this.healthy && this.successes >= this.#healthyThreshold) {
+      this.healthy = true;
+      return true;
+    }
+    return false;
+  }
+}

@@ -1,0 +1,140 @@
+// `adp-router serve` as a user runs it: the built CLI in a child process, on
+// loopback, in front of mock engines. Starting prints the URL on a line of its
+// own; every failure to start is one message and a non-zero exit, no stack.
+import { spawn, type ChildProcess } from "node:child_process";
+import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { afterEach, describe, expect, it } from "vitest";
+import { startMockEngine, type MockEngine } from "../support/mock-engine.js";
+
+const CLI = path.resolve("dist/cli.js");
+const children: ChildProcess[] = [];
+const engines: MockEngine[] = [];
+afterEach(async () => {
+  for (const c of children.splice(0)) if (c.exitCode === null) c.kill("SIGKILL");
+  for (const e of engines.splice(0)) await e.close();
+});
+
+/** Runs the CLI to its exit; resolves with its status and output. */
+function run(args: string[], timeoutMs = 10_000): Promise<{ status: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, [CLI, ...args], { stdio: ["ignore", "pipe", "pipe"] });
+    children.push(child);
+    let stdout = "";
+    let stderr = "";
+    child.stdout!.on("data", (d) => (stdout += d));
+    child.stderr!.on("data", (d) => (stderr += d));
+    const timer = setTimeout(() => child.kill("SIGKILL"), timeoutMs);
+    child.on("exit", (status) => {
+      clearTimeout(timer);
+      resolve({ status, stdout, stderr });
+    });
+  });
+}
+
+/** Starts `adp-router serve` and resolves with the URL it prints. */
+function start(args: string[]): Promise<{ child: ChildProcess; url: string; exited: Promise<number | null>; stderr: () => string }> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [CLI, "serve", ...args], { stdio: ["ignore", "pipe", "pipe"] });
+    children.push(child);
+    let stdout = "";
+    let stderr = "";
+    const exited = new Promise<number | null>((r) => child.on("exit", (code) => r(code)));
+    child.stderr!.on("data", (d) => (stderr += d));
+    child.stdout!.on("data", (d) => {
+      stdout += d;
+      const line = stdout.split("\n").find((l) => /^http:\/\/\S+$/.test(l));
+      if (line) resolve({ child, url: line, exited, stderr: () => stderr });
+    });
+    void exited.then((code) => reject(new Error(`exited ${code}: ${stderr}`)));
+  });
+}
+
+describe("adp-router serve", () => {
+  it("prints its URL on a line of its own, proxies, and drains an in-flight stream on SIGTERM before exiting 0", async () => {
+    const engine = await startMockEngine("e0", { chunks: 6, chunkGapMs: 100 });
+    engines.push(engine);
+    const { child, url, exited } = await start(["--port", "0", "--upstream", engine.url, "--log-level", "silent"]);
+    expect(url).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
+    const response = await fetch(`${url}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ model: "m", stream: true, messages: [{ role: "user", content: "hi" }] }) });
+    const reader = response.body!.getReader();
+    await reader.read(); // the stream has started
+    child.kill("SIGTERM");
+    let text = "";
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      text += new TextDecoder().decode(value);
+    }
+    expect(text).toContain("data: [DONE]");
+    expect(await exited).toBe(0);
+  });
+
+  it("a busy port: one message naming it, exit 1, no stack trace", async () => {
+    const blocker = createServer();
+    await new Promise<void>((r) => blocker.listen(0, "127.0.0.1", r));
+    const port = (blocker.address() as { port: number }).port;
+    const r = await run(["serve", "--port", String(port), "--upstream", "http://127.0.0.1:9"]);
+    blocker.close();
+    expect(r.status).toBe(1);
+    expect(r.stderr).toContain(`127.0.0.1:${port} is already in use`);
+    expect(r.stderr).not.toMatch(/\n\s+at /);
+  });
+
+  it("bad configuration: every problem with its file and line, exit 2, no stack trace", async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), "adp-serve-"));
+    const file = path.join(dir, "gateway.yaml");
+    writeFileSync(
+      file,
+      ["listen:", "  port: 99999", "upstreams:", "  - url: 127.0.0.1:8001", "  - url: ftp://example.invalid", "limits:", "  max_bodyy: 3", "attention_dp_config:", "  enable_kv_cache_aware_routing: yes please", "  kv_cache_routing_max_sesions: 4", ""].join("\n"),
+    );
+    const r = await run(["serve", "--config", file]);
+    expect(r.status).toBe(2);
+    expect(r.stderr).toContain(`${file}:2: listen.port: must be an integer in [0, 65535]`);
+    expect(r.stderr).toContain(`${file}:4: upstreams[0].url: has no scheme (write it as http://127.0.0.1:8001)`);
+    expect(r.stderr).toContain(`${file}:5: upstreams[1].url: must be an http:// or https:// URL`);
+    expect(r.stderr).toContain(`${file}:7: limits.max_bodyy: is not a setting here`);
+    expect(r.stderr).toContain(`${file}:9: attention_dp_config.enable_kv_cache_aware_routing`);
+    expect(r.stderr).toMatch(new RegExp(`${file.replace(/[.*+?^${}()|[\]\\]/g, "\\$&")}:10: attention_dp_config.kv_cache_routing_max_sesions: is not an attention_dp_config field \\(did you mean "kv_cache_routing_max_sessions"\\?\\)`));
+    expect(r.stderr).not.toMatch(/\n\s+at /);
+  });
+
+  it.each([
+    [["--upstream", "localhost:8001"], "--upstream: upstream[0]: has no scheme (write it as http://localhost:8001)"],
+    [["--upstream", "http://127.0.0.1:8001", "--policy", "fastest"], "policy: must be one of kv_cache_aware, conversation, default"],
+    [[], "at least one upstream is required"],
+    [["--upstream", "http://127.0.0.1:8001", "--port", "http"], "--port must be an integer"],
+    [["--config", "/nonexistent/gateway.yaml"], "cannot read /nonexistent/gateway.yaml: no such file"],
+    [["--frobnicate"], "Unknown option '--frobnicate'"],
+  ])("%j: one clear message and exit 2", async (args, message) => {
+    const r = await run(["serve", ...args]);
+    expect(r.status).toBe(2);
+    expect(r.stderr).toContain(message);
+    expect(r.stderr).not.toMatch(/\n\s+at /);
+  });
+});
+
+describe("examples/gateway", () => {
+  it("gateway.mjs starts the gateway from code, and gateway.yaml is a valid configuration", async () => {
+    const engine = await startMockEngine("e0");
+    engines.push(engine);
+    const child = spawn(process.execPath, [path.resolve("examples/gateway/gateway.mjs"), engine.url], { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, PORT: "0" } });
+    children.push(child);
+    const url = await new Promise<string>((resolve) => {
+      let out = "";
+      child.stdout!.on("data", (d) => {
+        out += d;
+        const line = out.split("\n").find((l) => /^http:\/\/\S+$/.test(l));
+        if (line) resolve(line);
+      });
+    });
+    const response = await fetch(`${url}/v1/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ model: "m", prompt: "hi" }) });
+    expect(response.status).toBe(200);
+    const { loadGatewayConfig } = await import("../../src/serve/index.js");
+    const config = loadGatewayConfig({ file: { name: "gateway.yaml", text: readFileSync("examples/gateway/gateway.yaml", "utf8") }, env: { ENGINE_B_KEY: "secret" } });
+    expect(config.upstreams.map((u) => u.name)).toEqual(["engine-a", "engine-b"]);
+    expect(config.upstreams[1]!.apiKey).toBe("secret");
+  });
+});

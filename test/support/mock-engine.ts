@@ -1,0 +1,122 @@
+// A mock OpenAI-compatible engine on loopback for the gateway's tests: it
+// speaks the API's exact shapes (chat and text completions, streaming as SSE
+// `data:` lines ending with `data: [DONE]`, /v1/models, /health), records what
+// it received, and can be made slow, failing or key-protected.
+
+import { createServer, type IncomingMessage, type Server } from "node:http";
+import type { AddressInfo } from "node:net";
+
+/** What one received request looked like. */
+export interface Received {
+  readonly method: string;
+  readonly path: string;
+  readonly headers: IncomingMessage["headers"];
+  readonly body: unknown;
+}
+
+/** Behaviour knobs, changeable while it runs. */
+export interface EngineBehaviour {
+  /** Answer every completion with this status (and an OpenAI error body). */
+  failWith?: number;
+  /** Milliseconds before the response headers. */
+  delayMs?: number;
+  /** Stream chunks: how many, and the gap between them. */
+  chunks?: number;
+  chunkGapMs?: number;
+  /** Required `Authorization: Bearer` key. */
+  apiKey?: string;
+  /** /health status. */
+  healthStatus?: number;
+}
+
+/** A running mock engine. */
+export interface MockEngine {
+  readonly url: string;
+  readonly name: string;
+  readonly received: Received[];
+  /** Completion requests whose client went away before the response ended. */
+  aborted: number;
+  /** Completion requests being answered now. */
+  active: number;
+  behaviour: EngineBehaviour;
+  close(): Promise<void>;
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** Starts a mock engine named `name` on a free loopback port. */
+export async function startMockEngine(name: string, behaviour: EngineBehaviour = {}): Promise<MockEngine> {
+  const engine: Partial<MockEngine> & { received: Received[]; behaviour: EngineBehaviour; aborted: number; active: number } = { name, received: [], behaviour, aborted: 0, active: 0 };
+  const server: Server = createServer(async (req, res) => {
+    const chunks: Buffer[] = [];
+    for await (const c of req) chunks.push(c as Buffer);
+    const text = Buffer.concat(chunks).toString("utf8");
+    let body: unknown = null;
+    try {
+      body = text ? JSON.parse(text) : null;
+    } catch {
+      body = text;
+    }
+    const path = req.url ?? "/";
+    engine.received.push({ method: req.method ?? "", path, headers: req.headers, body });
+    const b = engine.behaviour;
+    if (path === "/health") {
+      res.writeHead(b.healthStatus ?? 200).end("ok");
+      return;
+    }
+    if (b.apiKey !== undefined && req.headers.authorization !== `Bearer ${b.apiKey}`) {
+      res.writeHead(401, { "content-type": "application/json" }).end(JSON.stringify({ error: { message: "bad key", type: "invalid_request_error", param: null, code: "invalid_api_key" } }));
+      return;
+    }
+    if (path === "/v1/models") {
+      res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ object: "list", data: [{ id: "mock-model", object: "model", created: 0, owned_by: name }] }));
+      return;
+    }
+    if (path !== "/v1/chat/completions" && path !== "/v1/completions") {
+      res.writeHead(404).end();
+      return;
+    }
+    engine.active++;
+    let finished = false;
+    res.on("close", () => {
+      engine.active--;
+      if (!finished) engine.aborted++;
+    });
+    if (b.delayMs) await sleep(b.delayMs);
+    if (b.failWith !== undefined) {
+      finished = true;
+      res.writeHead(b.failWith, { "content-type": "application/json" }).end(JSON.stringify({ error: { message: "engine failure", type: "server_error", param: null, code: null } }));
+      return;
+    }
+    const chat = path === "/v1/chat/completions";
+    const stream = (body as { stream?: boolean } | null)?.stream === true;
+    const id = `cmpl-${engine.received.length}`;
+    if (!stream) {
+      finished = true;
+      const choice = chat ? { index: 0, message: { role: "assistant", content: `hello from ${name}` }, finish_reason: "stop" } : { index: 0, text: `hello from ${name}`, finish_reason: "stop" };
+      res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ id, object: chat ? "chat.completion" : "text_completion", created: 0, model: "mock-model", choices: [choice], usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 } }));
+      return;
+    }
+    res.writeHead(200, { "content-type": "text/event-stream", "cache-control": "no-cache" });
+    const n = b.chunks ?? 3;
+    for (let i = 0; i < n; i++) {
+      if (res.destroyed) return;
+      const delta = chat ? { index: 0, delta: i === 0 ? { role: "assistant", content: `${name}:${i}` } : { content: `:${i}` }, finish_reason: null } : { index: 0, text: `${name}:${i}`, finish_reason: null };
+      res.write(`data: ${JSON.stringify({ id, object: chat ? "chat.completion.chunk" : "text_completion", created: 0, model: "mock-model", choices: [delta] })}\n\n`);
+      if (b.chunkGapMs) await sleep(b.chunkGapMs);
+    }
+    if (res.destroyed) return;
+    finished = true;
+    res.end("data: [DONE]\n\n");
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const port = (server.address() as AddressInfo).port;
+  return Object.assign(engine, {
+    url: `http://127.0.0.1:${port}`,
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections();
+        server.close(() => resolve());
+      }),
+  }) as MockEngine;
+}
