@@ -51,7 +51,7 @@ export async function serveCommand(args: string[]): Promise<number> {
   if (values["log-level"] !== undefined) flags.logLevel = values["log-level"];
   const deadlineText = values["shutdown-deadline"] ?? "30";
   const deadline = Number(deadlineText);
-  if (!Number.isFinite(deadline) || deadline < 0) return fail(`--shutdown-deadline must be a non-negative number of seconds, got ${JSON.stringify(deadlineText)}`);
+  if (deadlineText.trim() === "" || !Number.isFinite(deadline) || deadline < 0) return fail(`--shutdown-deadline must be a non-negative number of seconds, got ${JSON.stringify(deadlineText)}`);
   let file: { name: string; text: string } | undefined;
   if (values.config !== undefined) {
     try {

@@ -47,6 +47,8 @@ export interface GatewayConfig {
     readonly queueTimeoutMs: number;
   };
   readonly timeouts: {
+    /** Receiving a whole request from a client (headers and body). */
+    readonly requestMs: number;
     /** Connecting to an upstream. */
     readonly connectMs: number;
     /** From sending the request to the upstream's response headers (504 past it). */
@@ -122,12 +124,15 @@ const SECTIONS: Record<string, readonly string[]> = {
   listen: ["host", "port"],
   "upstreams[]": ["url", "name", "api_key", "api_key_env"],
   limits: ["max_body_bytes", "max_in_flight_per_upstream", "queue_size", "queue_timeout_ms"],
-  timeouts: ["connect_ms", "first_byte_ms", "idle_ms"],
+  timeouts: ["request_ms", "connect_ms", "first_byte_ms", "idle_ms"],
   health: ["path", "interval_ms", "timeout_ms", "unhealthy_threshold", "healthy_threshold"],
   auth: ["api_keys", "api_keys_env", "protect_metrics", "protect_health"],
   logging: ["level"],
   routing: ["tokens_per_block", "index_bytes"],
 };
+
+/** Problems reported at most; the rest are counted. */
+const MAX_ISSUES = 100;
 
 /** Log levels pino knows. */
 const LEVELS = ["fatal", "error", "warn", "info", "debug", "trace", "silent"] as const;
@@ -138,10 +143,18 @@ type Locator = (path: readonly (string | number)[]) => string | null;
 /** Reads one configuration: the file's text (or none) and the flags. */
 class Reader {
   readonly issues: ConfigIssue[] = [];
+  /** Problems past MAX_ISSUES, counted only. */
+  omitted = 0;
   constructor(readonly where: Locator) {}
 
   /** Records a problem at `path`. */
-  fail(path: readonly (string | number)[], message: string, where = this.where(path)): void {
+  fail(path: readonly (string | number)[], message: string, where?: string | null): void {
+    // A file of thousands of bad keys is reported by its first hundred (finding each line costs a scan).
+    if (this.issues.length >= MAX_ISSUES) {
+      this.omitted++;
+      return;
+    }
+    where ??= this.where(path);
     const field = path.reduce<string>((s, p) => (typeof p === "number" ? `${s}[${p}]` : s ? `${s}.${p}` : p), "");
     this.issues.push({ field: excerpt(field || "(file)", 120), message, where });
   }
@@ -225,6 +238,24 @@ export function checkUpstreamUrl(text: string): { url: string } | { why: string 
   return { url: `${url.protocol}//${url.host}${url.pathname.replace(/\/+$/, "")}` };
 }
 
+/** Calls `report` for each key set twice in one mapping of `node` (with its source offset), in one pass. */
+function duplicateKeys(node: unknown, report: (key: string, offset: number) => void): void {
+  const stack = [node];
+  while (stack.length > 0) {
+    const n = stack.pop();
+    if (isMap(n)) {
+      const seen = new Set<unknown>();
+      for (const pair of n.items) {
+        const key = pair.key as { value?: unknown; range?: [number, number, number] } | null;
+        const value = key !== null && typeof key === "object" && "value" in key ? key.value : key;
+        if (seen.has(value)) report(String(value), key?.range?.[0] ?? 0);
+        seen.add(value);
+        stack.push(pair.value);
+      }
+    } else if (isSeq(n)) stack.push(...n.items);
+  }
+}
+
 /** The line of each YAML path, from the document's source ranges. */
 function locator(file: string, doc: ReturnType<typeof parseDocument>, lines: LineCounter): Locator {
   return (path) => {
@@ -269,12 +300,23 @@ export function loadGatewayConfig(options: LoadOptions = {}): GatewayConfig {
   const early: ConfigIssue[] = [];
   if (options.file) {
     const lines = new LineCounter();
-    const doc = parseDocument(options.file.text, { lineCounter: lines, uniqueKeys: true, prettyErrors: false });
+    // yaml's own duplicate-key check compares every pair of keys (quadratic in a
+    // file of many keys): ours takes one set per mapping.
+    const doc = parseDocument(options.file.text, { lineCounter: lines, uniqueKeys: false, prettyErrors: false });
     for (const e of doc.errors) {
       early.push({ field: "(file)", message: excerpt(e.message.split("\n")[0] ?? "invalid YAML", 200), where: `${options.file.name}:${e.linePos?.[0]?.line ?? 1}` });
+      if (early.length >= MAX_ISSUES) break;
     }
+    if (early.length === 0) duplicateKeys(doc.contents, (key, offset) => {
+      if (early.length < MAX_ISSUES) early.push({ field: excerpt(key, 120), message: "is set twice in one mapping", where: `${options.file!.name}:${lines.linePos(offset).line}` });
+    });
     if (early.length > 0) throw new GatewayConfigError(early);
-    const value: unknown = doc.toJS({ maxAliasCount: 100 });
+    let value: unknown;
+    try {
+      value = doc.toJS({ maxAliasCount: 100 });
+    } catch (error) {
+      throw new GatewayConfigError([{ field: "(file)", message: excerpt((error as Error).message, 200), where: options.file.name }]);
+    }
     if (value !== null && value !== undefined) {
       if (typeof value !== "object" || Array.isArray(value)) throw new GatewayConfigError([{ field: "(file)", message: "must be a mapping of settings", where: `${options.file.name}:1` }]);
       raw = value as Record<string, unknown>;
@@ -285,7 +327,13 @@ export function loadGatewayConfig(options: LoadOptions = {}): GatewayConfig {
   const top = r.section(raw, [], SECTIONS[""]!);
 
   const listen = r.section(top.listen, ["listen"], SECTIONS.listen!);
-  const host = flags.host ?? r.str(listen.host, ["listen", "host"], "127.0.0.1");
+  let host = r.str(listen.host, ["listen", "host"], "127.0.0.1");
+  if (flags.host !== undefined) {
+    if (flags.host.trim() === "") r.fail(["host"], "must be an address or host name (an empty one would listen on every interface: write 0.0.0.0 or :: for that)", "--host");
+    else host = flags.host;
+  }
+  if (host.trim() === "") r.fail(["listen", "host"], "must be an address or host name");
+  if (host.length > 255) r.fail(["listen", "host"], `must be at most 255 characters, got ${host.length}`);
   let port = r.int(listen.port, ["listen", "port"], 0, 65535, 8000);
   if (flags.port !== undefined) {
     if (!Number.isInteger(flags.port) || flags.port < 0 || flags.port > 65535) r.fail(["port"], `must be an integer in [0, 65535], got ${describeValue(flags.port)}`, "--port");
@@ -352,13 +400,19 @@ export function loadGatewayConfig(options: LoadOptions = {}): GatewayConfig {
   const logging = r.section(top.logging, ["logging"], SECTIONS.logging!);
   const routing = r.section(top.routing, ["routing"], SECTIONS.routing!);
 
+  // Keys are trimmed (a client's bearer token is), and short ones refused wherever they come from.
+  const goodKey = (k: unknown): k is string => typeof k === "string" && k.trim().length >= 8;
   const apiKeys: string[] = [];
   if (auth.api_keys !== undefined) {
-    if (!Array.isArray(auth.api_keys) || !auth.api_keys.every((k) => typeof k === "string" && k.length >= 8)) r.fail(["auth", "api_keys"], "must be a list of keys of at least 8 characters");
-    else apiKeys.push(...(auth.api_keys as string[]));
+    if (!Array.isArray(auth.api_keys) || !auth.api_keys.every(goodKey)) r.fail(["auth", "api_keys"], "must be a list of keys of at least 8 characters");
+    else apiKeys.push(...(auth.api_keys as string[]).map((k) => k.trim()));
   }
   const fromEnv = r.env(auth.api_keys_env, ["auth", "api_keys_env"], env);
-  if (fromEnv !== null) apiKeys.push(...fromEnv.split(",").map((k) => k.trim()).filter((k) => k.length > 0));
+  if (fromEnv !== null) {
+    const keys = fromEnv.split(",").map((k) => k.trim()).filter((k) => k.length > 0);
+    if (!keys.every(goodKey)) r.fail(["auth", "api_keys_env"], "names a variable whose comma-separated keys must each have at least 8 characters");
+    else apiKeys.push(...keys);
+  }
 
   const levelText = flags.logLevel ?? r.str(logging.level, ["logging", "level"], "info");
   if (!(LEVELS as readonly string[]).includes(levelText)) r.fail(["logging", "level"], `must be one of ${LEVELS.join(", ")}, got ${describeValue(levelText)}`, flags.logLevel !== undefined ? "--log-level" : where(["logging", "level"]));
@@ -376,6 +430,7 @@ export function loadGatewayConfig(options: LoadOptions = {}): GatewayConfig {
       queueTimeoutMs: r.int(limits.queue_timeout_ms, ["limits", "queue_timeout_ms"], 0, 3_600_000, 10_000),
     },
     timeouts: {
+      requestMs: r.int(timeouts.request_ms, ["timeouts", "request_ms"], 100, 3_600_000, 60_000),
       connectMs: r.int(timeouts.connect_ms, ["timeouts", "connect_ms"], 1, 600_000, 5_000),
       firstByteMs: r.int(timeouts.first_byte_ms, ["timeouts", "first_byte_ms"], 1, 3_600_000, 300_000),
       idleMs: r.int(timeouts.idle_ms, ["timeouts", "idle_ms"], 1, 3_600_000, 300_000),
@@ -398,6 +453,7 @@ export function loadGatewayConfig(options: LoadOptions = {}): GatewayConfig {
       indexBytes: r.int(routing.index_bytes, ["routing", "index_bytes"], 1 << 20, 2 ** 31, 64 << 20),
     },
   };
+  if (r.omitted > 0) r.issues.push({ field: "(file)", message: `and ${r.omitted} more problems`, where: null });
   if (r.issues.length > 0) throw new GatewayConfigError(r.issues);
   return config;
 }
@@ -447,6 +503,7 @@ export const gatewayConfigSchema = Object.freeze({
       type: "object",
       additionalProperties: false,
       properties: {
+        request_ms: { type: "integer", minimum: 100, default: 60000 },
         connect_ms: { type: "integer", minimum: 1, default: 5000 },
         first_byte_ms: { type: "integer", minimum: 1, default: 300000 },
         idle_ms: { type: "integer", minimum: 1, default: 300000 },

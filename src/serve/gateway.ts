@@ -11,6 +11,7 @@ import type { Readable } from "node:stream";
 import { pino, type Logger } from "pino";
 import { createRouter, type Router } from "../router.js";
 import { formatPrometheus } from "../prometheus.js";
+import { excerpt } from "../errors.js";
 import type { GatewayConfig } from "./config.js";
 import { HttpError, readRequest, type RoutedRequest } from "./openai.js";
 import { Utf8ByteTokenizer, type Tokenizer } from "./tokenizer.js";
@@ -106,6 +107,9 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
   const counters: GatewayCounters = { requests: new Map(), queued: 0, rejectedFull: 0 };
   const count = (outcome: string) => counters.requests.set(outcome, (counters.requests.get(outcome) ?? 0) + 1);
 
+  /** Set once `close()` has begun. */
+  let closing: Promise<void> | null = null;
+
   // ---- routing in batches ---------------------------------------------------------------
   let queue: Waiting[] = [];
   let flushScheduled = false;
@@ -189,6 +193,7 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
 
   /** Waits for an upstream for `request` (routed with the next batch), or rejects 429/503. */
   function acquire(request: RoutedRequest, signal: AbortSignal): Promise<Upstream> {
+    if (closing !== null) return Promise.reject(new HttpError(503, "the gateway is shutting down", "server_error", "shutting_down", { "retry-after": "1" }));
     if (counters.queued >= config.limits.queueSize + room()) {
       counters.rejectedFull++;
       return Promise.reject(new HttpError(429, "the gateway's queue is full", "rate_limit_exceeded", "queue_full", { "retry-after": "1" }));
@@ -234,11 +239,15 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
   /** The headers sent upstream: the client's, less hop-by-hop ones, with the upstream's key. */
   function upstreamHeaders(req: IncomingMessage, u: Upstream): Record<string, string | string[]> {
     const out: Record<string, string | string[]> = {};
+    // Headers the client's Connection header names are hop-by-hop too (RFC 9110 §7.6.1).
+    const named = req.headers.connection?.toLowerCase().split(",").map((t) => t.trim());
     for (const [name, value] of Object.entries(req.headers)) {
-      if (value === undefined || HOP_BY_HOP.has(name)) continue;
+      if (value === undefined || HOP_BY_HOP.has(name) || named?.includes(name)) continue;
       out[name] = value;
     }
+    // The upstream's own key; else, when clients authenticate to the gateway, their key is the gateway's and stays here.
     if (u.apiKey !== null) out.authorization = `Bearer ${u.apiKey}`;
+    else if (keyDigests.length > 0) delete out.authorization;
     return out;
   }
 
@@ -266,8 +275,10 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
           signal: abort.signal,
         });
         u.firstByte.observe((performance.now() - started) / 1000);
-        if (response.statusCode >= 500) u.fail();
-        else u.succeed();
+        // Passive ejection counts only failures to reach the upstream: a 5xx or a
+        // slow answer may be a client's doing (a crafted body), and must not let
+        // any client take the fleet out; the health checks judge those.
+        if (response.statusCode < 500) u.succeed();
         u.countStatus(response.statusCode);
         const headers: Record<string, string | string[]> = {};
         for (const [name, value] of Object.entries(response.headers)) {
@@ -311,11 +322,9 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
         }
         if (code === "UND_ERR_HEADERS_TIMEOUT") {
           u.countStatus("timeout");
-          u.fail();
           throw new HttpError(504, "the upstream did not answer in time", "server_error", "upstream_timeout");
         }
         u.countStatus("error");
-        u.fail();
         throw new HttpError(502, "the upstream failed", "server_error", "upstream_error");
       }
     }
@@ -343,10 +352,15 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
     if (declared > limit) throw new HttpError(413, `the request body is over ${limit} bytes`);
     const chunks: Buffer[] = [];
     let size = 0;
-    for await (const chunk of req) {
-      size += (chunk as Buffer).length;
-      if (size > limit) throw new HttpError(413, `the request body is over ${limit} bytes`);
-      chunks.push(chunk as Buffer);
+    try {
+      for await (const chunk of req) {
+        size += (chunk as Buffer).length;
+        if (size > limit) throw new HttpError(413, `the request body is over ${limit} bytes`);
+        chunks.push(chunk as Buffer);
+      }
+    } catch (error) {
+      if (error instanceof HttpError) throw error;
+      throw new HttpError(499, "the client closed the request"); // it hung up mid-body
     }
     return Buffer.concat(chunks, size);
   }
@@ -368,8 +382,8 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
       if (response.statusCode < 400) modelsCache = { at: Date.now(), status: response.statusCode, body, type };
       res.writeHead(response.statusCode, { "content-type": type, "x-adp-upstream": String(u.index) }).end(body);
       return response.statusCode;
-    } catch {
-      u.fail();
+    } catch (error) {
+      if (NOT_SENT.has((error as { code?: string }).code ?? "")) u.fail();
       throw new HttpError(502, "the upstream failed", "server_error", "upstream_error");
     }
   }
@@ -382,13 +396,19 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
     return ok ? 200 : 503;
   }
 
-  /** Answers `error` OpenAI-style (when nothing was sent yet). */
-  function answerError(res: ServerResponse, error: HttpError): void {
+  /**
+   * Answers `error` OpenAI-style (when nothing was sent yet). A request whose
+   * body was not read whole (refused by its size, key or method) also closes
+   * its connection, so the rest of that body is never read.
+   */
+  function answerError(req: IncomingMessage, res: ServerResponse, error: HttpError): void {
     if (res.headersSent) {
       res.destroy();
       return;
     }
-    res.writeHead(error.status, { "content-type": "application/json", ...error.headers }).end(error.body());
+    const unread = !req.complete;
+    res.writeHead(error.status, { "content-type": "application/json", ...error.headers, ...(unread ? { connection: "close" } : {}) }).end(error.body());
+    if (unread) res.once("finish", () => req.socket.destroy());
   }
 
   const inFlightResponses = new Set<ServerResponse>();
@@ -438,7 +458,7 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
       if (!(error instanceof HttpError)) log.error({ err: error }, "unexpected error");
       status = e.status;
       outcome = e.code ?? (e.status === 499 ? "client_closed" : "error");
-      if (e.status !== 499) answerError(res, e);
+      if (e.status !== 499) answerError(req, res, e);
     } finally {
       if (kind !== null) count(outcome);
       log.info({ method: req.method, path: path.slice(0, 200), status, upstream, outcome, ms: Math.round((performance.now() - started) * 10) / 10 }, "request");
@@ -472,15 +492,34 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
 
   // ---- listening --------------------------------------------------------------------------
 
-  const server: Server = createServer({ keepAliveTimeout: 65_000, requestTimeout: 0 }, (req, res) => void handle(req, res));
+  // requestTimeout bounds receiving a whole request (a body trickled a byte at a time is cut off).
+  const server: Server = createServer(
+    {
+      keepAliveTimeout: 65_000,
+      requestTimeout: config.timeouts.requestMs,
+      headersTimeout: Math.min(60_000, config.timeouts.requestMs),
+      // Node checks those timeouts on this interval (30 s by default): a fraction of the timeout keeps it near its word.
+      connectionsCheckingInterval: Math.max(50, Math.min(30_000, Math.floor(config.timeouts.requestMs / 4))),
+    },
+    (req, res) => void handle(req, res),
+  );
+  // Expect: 100-continue: a body declared over the limit is refused before the client sends it.
+  server.on("checkContinue", (req, res) => {
+    if (Number(req.headers["content-length"] ?? 0) > config.limits.maxBodyBytes) {
+      answerError(req, res, new HttpError(413, `the request body is over ${config.limits.maxBodyBytes} bytes`));
+      return;
+    }
+    res.writeContinue();
+    void handle(req, res);
+  });
   server.on("clientError", (_error, socket) => {
     if (socket.writable) socket.end('HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n{"error":{"message":"malformed HTTP request","type":"invalid_request_error","param":null,"code":null}}');
     else socket.destroy();
   });
   await new Promise<void>((resolve, reject) => {
     const onError = (error: NodeJS.ErrnoException) => {
-      const where = `${config.listen.host}:${config.listen.port}`;
-      const why = error.code === "EADDRINUSE" ? `${where} is already in use` : error.code === "EACCES" ? `${where} is not allowed (a port below 1024 needs privileges)` : error.code === "EADDRNOTAVAIL" ? `${config.listen.host} is not an address of this machine` : `cannot listen on ${where} (${error.code ?? error.message})`;
+      const where = `${excerpt(config.listen.host, 100)}:${config.listen.port}`;
+      const why = error.code === "EADDRINUSE" ? `${where} is already in use` : error.code === "EACCES" ? `${where} is not allowed (a port below 1024 needs privileges)` : error.code === "EADDRNOTAVAIL" ? `${excerpt(config.listen.host, 100)} is not an address of this machine` : `cannot listen on ${where} (${error.code ?? error.message})`;
       reject(new GatewayListenError(why, { cause: error }));
     };
     server.once("error", onError);
@@ -498,7 +537,6 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
   const host = config.listen.host.includes(":") ? `[${config.listen.host}]` : config.listen.host;
   const url = `http://${host}:${port}`;
 
-  let closing: Promise<void> | null = null;
   return {
     url,
     router,
@@ -507,6 +545,9 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
       closing ??= (async () => {
         for (const t of checks) clearInterval(t);
         const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+        // Requests still waiting for an upstream have not started: answer them now.
+        for (const w of queue) w.reject(new HttpError(503, "the gateway is shutting down", "server_error", "shutting_down", { "retry-after": "1" }));
+        queue = [];
         server.closeIdleConnections();
         const deadline = Date.now() + deadlineMs;
         while (inFlightResponses.size > 0 && Date.now() < deadline) {
@@ -514,8 +555,6 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
           server.closeIdleConnections();
         }
         server.closeAllConnections();
-        for (const w of queue) if (!w.done) w.reject(new HttpError(503, "the gateway is shutting down", "server_error", "shutting_down"));
-        queue = [];
         await closed;
         await Promise.all(upstreams.map((u) => u.pool.close().catch(() => u.pool.destroy())));
       })();

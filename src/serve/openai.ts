@@ -81,7 +81,12 @@ export function readRequest(kind: "chat" | "completion", raw: Buffer, headers: R
     for (const [i, m] of messages.entries()) {
       if (typeof m !== "object" || m === null || Array.isArray(m) || typeof (m as ChatMessage).role !== "string") throw new HttpError(400, `messages[${i}] must be an object with a string role`);
     }
-    tokens = tokenizer.encodeChat(messages as ChatMessage[]);
+    try {
+      tokens = tokenizer.encodeChat(messages as ChatMessage[]);
+    } catch (error) {
+      if (error instanceof RangeError) throw new HttpError(400, "messages are nested too deeply"); // JSON.stringify of the parts recursed too far
+      throw error;
+    }
   } else {
     const prompt = b.prompt;
     if (typeof prompt === "string") tokens = tokenizer.encodePrompt(prompt);
