@@ -1,7 +1,7 @@
 // adp-router: TensorRT-LLM's attention-DP request routers as a library.
 
 export { init } from "./wasm.js";
-export { createRouter, restoreRouter, routerKindFor, MAX_RANKS, type Router, type RouterOptions } from "./router.js";
+export { createRouter, restoreRouter, routerKindFor, MAX_RANKS, type RestoreOptions, type Router, type RouterOptions } from "./router.js";
 export type { RouteResult, RouterKind, DecisionRecord, DecisionOutcome, ScoringExplanation } from "./routers/types.js";
 export type { PrefixHitMetrics, RouterMetrics } from "./metrics.js";
 export type { RankState, RequestId, RouteInput, RouteRequest } from "./batch.js";

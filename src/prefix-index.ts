@@ -12,6 +12,7 @@ import { parseKvEvents, type EngineHash } from "./kv-events.js";
 import { namespaceKey } from "./namespace.js";
 import { readIndexState, type IndexState } from "./prefix-index-state.js";
 import { crc32c, decodeSnapshot, encodeSnapshot, SNAPSHOT_KINDS } from "./snapshot-format.js";
+import { remapRecords, type RankRemap } from "./rank-remap.js";
 
 /** A prefix-cache namespace: TensorRT-LLM scopes reuse by LoRA task id and cache salt. */
 export interface PrefixNamespace {
@@ -465,24 +466,37 @@ export function restorePrefixIndex(bytes: Uint8Array): PrefixIndex {
   return restoreIndexFrom(state, sections);
 }
 
-/** @internal Restores an index from a decoded prefix-index snapshot: its state, then its one section of records. */
-export function restoreIndexFrom(raw: Record<string, unknown>, sections: readonly Uint8Array[]): PrefixIndex {
+/**
+ * @internal Restores an index from a decoded prefix-index snapshot: its state,
+ * then its one section of records; with `remap`, onto another set of ranks
+ * (see src/rank-remap.ts).
+ */
+export function restoreIndexFrom(raw: Record<string, unknown>, sections: readonly Uint8Array[], remap?: RankRemap): PrefixIndex {
   if (sections.length !== 1) throw new AdpInputError("snapshot", "is not a valid snapshot (a prefix index has one section of records)", `${sections.length} sections`);
   if (raw.pathKeys !== PATH_KEY_SCHEME) {
     throw new AdpInputError("snapshot", `holds block-path keys of another scheme (this version reads scheme ${PATH_KEY_SCHEME})`, raw.pathKeys ?? 1);
   }
+  const options = raw.options as PrefixIndexOptions;
   let index: PrefixIndex;
   try {
-    index = new PrefixIndex(raw.options as PrefixIndexOptions);
+    index = new PrefixIndex(remap && typeof options === "object" && options !== null ? { ...options, numRanks: remap.newToOld.length } : options);
   } catch (error) {
     if (error instanceof AdpInputError) throw new AdpInputError("snapshot", `is not a valid snapshot (prefix index options: ${error.message})`, error.received);
     throw error;
   }
-  const state = readIndexState(raw, index.numRanks);
+  const oldNumRanks = remap ? remap.oldToNew.length : index.numRanks;
+  if (remap && options.numRanks !== oldNumRanks) throw new AdpInputError("snapshot", `is not a valid snapshot (its prefix index has ${String(options.numRanks)} ranks, the router ${oldNumRanks})`, options.numRanks);
+  const state = readIndexState(raw, oldNumRanks);
   if (raw.seal !== recordsSeal(index.tokensPerBlock, sections[0]!)) {
     throw new AdpInputError("snapshot", "is not a valid snapshot (prefix index records do not match their seal: edited, or written with another tokensPerBlock)", raw.seal);
   }
-  index.loadSnapshot(state, sections[0]!);
+  if (!remap) {
+    index.loadSnapshot(state, sections[0]!);
+    return index;
+  }
+  const { records, nodes } = remapRecords(sections[0]!, remap);
+  const pick = <T>(perRank: readonly T[], empty: T): T[] => Array.from(remap.newToOld, (old) => (old < 0 ? empty : perRank[old]!));
+  index.loadSnapshot({ ...state, nodes, engineBlocks: pick(state.engineBlocks, []), lastEventId: pick(state.lastEventId, null) }, records);
   return index;
 }
 

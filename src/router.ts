@@ -10,6 +10,7 @@ import { ConversationRouter } from "./routers/conversation.js";
 import { DefaultRouter } from "./routers/default.js";
 import { OPTION_KEYS as INDEX_OPTION_KEYS, PrefixIndex, restoreIndexFrom, type PrefixIndexOptions } from "./prefix-index.js";
 import { readRouterState, type RouterState } from "./router-state.js";
+import { readRankRemap, type RankRemap } from "./rank-remap.js";
 import { decodeSnapshot, encodeSnapshot, SNAPSHOT_KINDS } from "./snapshot-format.js";
 import { KvCacheAwareRouter } from "./routers/kv-cache-aware.js";
 import { MetricsCounters, PREFIX_HIT_BOUNDS, type RouterMetrics } from "./metrics.js";
@@ -84,7 +85,31 @@ export interface Router {
 /** The options `createRouter` accepts. */
 const OPTION_KEYS = new Set(["numRanks", "attentionDp", "prefixIndex", "learnFromRouting", "onDecision", "onHookError"]);
 /** The options `restoreRouter` accepts (hooks are not part of a snapshot). */
-const RESTORE_KEYS = new Set(["onDecision", "onHookError"]);
+const RESTORE_KEYS = new Set(["onDecision", "onHookError", "ranks"]);
+
+/** The options of {@link restoreRouter}. */
+export interface RestoreOptions extends Pick<RouterOptions, "onDecision" | "onHookError"> {
+  /**
+   * Restores onto another set of ranks (a fleet that changed): `ranks[i]` is
+   * the snapshot's rank whose state new rank i keeps (its cache view, its
+   * conversations, its pending warm-up), or null for a new, empty rank (which
+   * gets a warm-up request when cold-start warm-up is on). Ranks not listed
+   * are dropped with their state. Absent: the snapshot's ranks as they were.
+   */
+  readonly ranks?: readonly (number | null)[];
+}
+
+/** A router state moved onto the ranks of `remap`. */
+function remapRouterState(state: RouterState, remap: RankRemap): RouterState {
+  const numRanks = remap.newToOld.length;
+  const conversations: [string, number][] = [];
+  for (const [key, rank] of state.conversations) if (remap.oldToNew[rank]! >= 0) conversations.push([key, remap.oldToNew[rank]!]);
+  const warmupOn = routerKindFor(state.config) === "kv_cache_aware" && state.config.kvCacheRoutingColdStartWarmup;
+  const pending = new Set(state.pendingWarmup.map((r) => remap.oldToNew[r]!).filter((r) => r >= 0));
+  if (warmupOn) remap.newToOld.forEach((old, r) => old < 0 && pending.add(r));
+  const cursor = state.cursor < state.numRanks && remap.oldToNew[state.cursor]! >= 0 ? remap.oldToNew[state.cursor]! : 0;
+  return { ...state, numRanks, conversations, pendingWarmup: [...pending].sort((a, b) => a - b), cursor };
+}
 
 /** Inserts each placed request's prompt into its rank's view, in input order. */
 function learn(index: PrefixIndex, batch: Batch, decision: Decision): void {
@@ -272,15 +297,17 @@ const restoreState = new WeakMap<Router, (state: RouterState) => void>();
  * every field of its state, every node of its prefix index), and the new
  * router is built aside: bad bytes give AdpInputError naming `snapshot`.
  */
-export function restoreRouter(bytes: Uint8Array, input: Pick<RouterOptions, "onDecision" | "onHookError"> = {}): Router {
-  const options = readOptions(input, "restoreRouter()", RESTORE_KEYS, "restoreRouter option") as Pick<RouterOptions, "onDecision" | "onHookError">;
+export function restoreRouter(bytes: Uint8Array, input: RestoreOptions = {}): Router {
+  const options = readOptions(input, "restoreRouter()", RESTORE_KEYS, "restoreRouter option") as RestoreOptions;
   const { state: raw, sections } = decodeSnapshot(bytes, SNAPSHOT_KINDS.router);
-  const state = readRouterState(raw, MAX_RANKS);
+  const saved = readRouterState(raw, MAX_RANKS);
+  const remap = options.ranks === undefined ? undefined : readRankRemap(options.ranks, saved.numRanks, MAX_RANKS);
+  const state = remap ? remapRouterState(saved, remap) : saved;
   if (sections.length > 1) throw new AdpInputError("snapshot", "is not a valid snapshot (a router has at most one prefix index section)", `${sections.length} sections`);
   let index: PrefixIndex | undefined;
   if (sections.length === 1) {
     const inner = decodeSnapshot(sections[0]!, SNAPSHOT_KINDS.prefixIndex);
-    index = restoreIndexFrom(inner.state, inner.sections);
+    index = restoreIndexFrom(inner.state, inner.sections, remap);
     if (index.numRanks !== state.numRanks) throw new AdpInputError("snapshot", `is not a valid snapshot (its prefix index has ${index.numRanks} ranks, the router ${state.numRanks})`, index.numRanks);
   }
   const router = createRouter({
