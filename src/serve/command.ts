@@ -74,8 +74,6 @@ export async function serveCommand(args: string[]): Promise<number> {
     if (error instanceof GatewayListenError) return fail(error.message, 1);
     throw error;
   }
-  // The URL on a line of its own, whatever the log format, for scripts to read.
-  process.stdout.write(`${gateway.url}\n`);
   return new Promise<number>((resolve) => {
     let stopping = false;
     const stop = (signal: string) => {
@@ -90,7 +88,23 @@ export async function serveCommand(args: string[]): Promise<number> {
     };
     process.on("SIGTERM", () => stop("SIGTERM"));
     process.on("SIGINT", () => stop("SIGINT"));
-    process.on("SIGHUP", () => process.stderr.write("adp-router serve: SIGHUP: reloading the configuration is not supported yet; restart to apply changes\n"));
+    // SIGHUP: read the file again and move to its upstreams; a bad file changes nothing.
+    process.on("SIGHUP", () => {
+      if (file === undefined) {
+        process.stderr.write("adp-router serve: SIGHUP: no --config file to reload\n");
+        return;
+      }
+      try {
+        const next = loadGatewayConfig({ file: { name: file.name, text: readFileSync(file.name, "utf8") }, flags });
+        const change = gateway.reload(next);
+        process.stderr.write(`adp-router serve: SIGHUP: upstreams reloaded (${change.added.length} added, ${change.removed.length} removed, ${change.kept.length} kept)\n`);
+      } catch (error) {
+        process.stderr.write(`adp-router serve: SIGHUP: the configuration was not reloaded: ${error instanceof GatewayConfigError ? error.message : (error as Error).message}\n`);
+      }
+    });
+    // The URL on a line of its own, whatever the log format, for scripts to read;
+    // printed once the signal handlers are in place, so a signal sent on reading it is handled.
+    process.stdout.write(`${gateway.url}\n`);
   });
 }
 

@@ -28,6 +28,8 @@ export interface UpstreamConfig {
   readonly name: string;
   /** The API key sent to this upstream as `Authorization: Bearer …` in place of the client's. */
   readonly apiKey: string | null;
+  /** Whether it is drained: it stays a rank but takes no new requests. */
+  readonly drain: boolean;
 }
 
 /** The gateway's whole configuration, checked, with defaults filled. */
@@ -73,6 +75,8 @@ export interface GatewayConfig {
     readonly protectMetrics: boolean;
     /** Whether `/health` needs a client key too (when keys are set). */
     readonly protectHealth: boolean;
+    /** The key of the admin endpoints (`/admin/…`), which are off without one. */
+    readonly adminApiKey: string | null;
   };
   readonly logging: {
     readonly level: "fatal" | "error" | "warn" | "info" | "debug" | "trace" | "silent";
@@ -122,11 +126,11 @@ export class GatewayConfigError extends Error {
 const SECTIONS: Record<string, readonly string[]> = {
   "": ["listen", "upstreams", "policy", "attention_dp_config", "limits", "timeouts", "health", "auth", "logging", "routing"],
   listen: ["host", "port"],
-  "upstreams[]": ["url", "name", "api_key", "api_key_env"],
+  "upstreams[]": ["url", "name", "api_key", "api_key_env", "drain"],
   limits: ["max_body_bytes", "max_in_flight_per_upstream", "queue_size", "queue_timeout_ms"],
   timeouts: ["request_ms", "connect_ms", "first_byte_ms", "idle_ms"],
   health: ["path", "interval_ms", "timeout_ms", "unhealthy_threshold", "healthy_threshold"],
-  auth: ["api_keys", "api_keys_env", "protect_metrics", "protect_health"],
+  auth: ["api_keys", "api_keys_env", "admin_api_key_env", "protect_metrics", "protect_health"],
   logging: ["level"],
   routing: ["tokens_per_block", "index_bytes"],
 };
@@ -345,7 +349,7 @@ export function loadGatewayConfig(options: LoadOptions = {}): GatewayConfig {
     flags.upstreams.forEach((text, i) => {
       const checked = checkUpstreamUrl(text);
       if ("why" in checked) r.fail(["upstream", i], checked.why, "--upstream");
-      else upstreams.push({ url: checked.url, name: new URL(checked.url).host, apiKey: null });
+      else upstreams.push({ url: checked.url, name: new URL(checked.url).host, apiKey: null, drain: false });
     });
   } else if (top.upstreams !== undefined) {
     if (!Array.isArray(top.upstreams)) r.fail(["upstreams"], `must be a list of upstreams, got ${describeValue(top.upstreams)}`);
@@ -366,7 +370,7 @@ export function loadGatewayConfig(options: LoadOptions = {}): GatewayConfig {
         const name = r.str(u.name, [...path, "name"], new URL(checked.url).host);
         if (u.api_key !== undefined && u.api_key_env !== undefined) r.fail([...path, "api_key"], "set api_key or api_key_env, not both");
         const apiKey = u.api_key !== undefined ? r.str(u.api_key, [...path, "api_key"], "") || null : r.env(u.api_key_env, [...path, "api_key_env"], env);
-        upstreams.push({ url: checked.url, name: excerpt(name, 64), apiKey });
+        upstreams.push({ url: checked.url, name: excerpt(name, 64), apiKey, drain: r.bool(u.drain, [...path, "drain"], false) });
       });
     }
   }
@@ -414,6 +418,10 @@ export function loadGatewayConfig(options: LoadOptions = {}): GatewayConfig {
     else apiKeys.push(...keys);
   }
 
+  // The admin key comes from the environment only (a key in a file ends up in repositories).
+  const adminApiKey = r.env(auth.admin_api_key_env, ["auth", "admin_api_key_env"], env);
+  if (adminApiKey !== null && adminApiKey.trim().length < 16) r.fail(["auth", "admin_api_key_env"], "names a variable whose key must have at least 16 characters");
+
   const levelText = flags.logLevel ?? r.str(logging.level, ["logging", "level"], "info");
   if (!(LEVELS as readonly string[]).includes(levelText)) r.fail(["logging", "level"], `must be one of ${LEVELS.join(", ")}, got ${describeValue(levelText)}`, flags.logLevel !== undefined ? "--log-level" : where(["logging", "level"]));
   const path = r.str(health.path, ["health", "path"], "/health");
@@ -446,6 +454,7 @@ export function loadGatewayConfig(options: LoadOptions = {}): GatewayConfig {
       apiKeys,
       protectMetrics: r.bool(auth.protect_metrics, ["auth", "protect_metrics"], false),
       protectHealth: r.bool(auth.protect_health, ["auth", "protect_health"], false),
+      adminApiKey,
     },
     logging: { level: levelText as GatewayConfig["logging"]["level"] },
     routing: {
@@ -482,6 +491,7 @@ export const gatewayConfigSchema = Object.freeze({
               name: { type: "string" },
               api_key: { type: "string" },
               api_key_env: { type: "string", pattern: "^[A-Za-z_][A-Za-z0-9_]*$" },
+              drain: { type: "boolean", default: false, description: "Stays a rank, takes no new requests (finishes those it has)." },
             },
           },
         ],
@@ -526,6 +536,7 @@ export const gatewayConfigSchema = Object.freeze({
       properties: {
         api_keys: { type: "array", items: { type: "string", minLength: 8 } },
         api_keys_env: { type: "string" },
+        admin_api_key_env: { type: "string", description: "Environment variable holding the admin endpoints' key; without it they are off." },
         protect_metrics: { type: "boolean", default: false },
         protect_health: { type: "boolean", default: false },
       },

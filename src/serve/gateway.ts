@@ -9,13 +9,14 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import { timingSafeEqual, createHash } from "node:crypto";
 import type { Readable } from "node:stream";
 import { pino, type Logger } from "pino";
-import { createRouter, type Router } from "../router.js";
+import type { Router } from "../router.js";
 import { formatPrometheus } from "../prometheus.js";
 import { excerpt } from "../errors.js";
 import type { GatewayConfig } from "./config.js";
 import { HttpError, readRequest, type RoutedRequest } from "./openai.js";
 import { Utf8ByteTokenizer, type Tokenizer } from "./tokenizer.js";
-import { Upstream } from "./upstream.js";
+import type { Upstream } from "./upstream.js";
+import { Fleet, type FleetChange } from "./fleet.js";
 import { formatGatewayMetrics, type GatewayCounters } from "./metrics.js";
 
 /** Headers that belong to one connection and are never forwarded. */
@@ -29,8 +30,10 @@ const MODELS_TTL_MS = 5_000;
 export interface Gateway {
   /** `http://HOST:PORT`, as it listens. */
   readonly url: string;
-  /** The router the gateway routes with (one rank per upstream). */
+  /** The router the gateway routes with (one rank per upstream; a reload that changes the upstreams replaces it). */
   readonly router: Router;
+  /** Moves to `config`'s upstreams without a restart (see Fleet.reload); other settings need one. */
+  reload(config: GatewayConfig): FleetChange;
   /** Prometheus text of the router's and the gateway's metrics. */
   metrics(): string;
   /** Stops accepting, lets in-flight requests finish up to `deadlineMs`, then closes everything. */
@@ -96,14 +99,10 @@ const digest = (key: string): Buffer => createHash("sha256").update(key).digest(
 export async function createGateway(config: GatewayConfig, options: GatewayOptions = {}): Promise<Gateway> {
   const log = options.logger ?? pino({ level: config.logging.level, base: undefined });
   const tokenizer = options.tokenizer ?? new Utf8ByteTokenizer();
-  const upstreams = config.upstreams.map((u, i) => new Upstream(i, u, config));
-  const router = createRouter({
-    numRanks: upstreams.length,
-    attentionDp: config.attentionDp,
-    prefixIndex: { tokensPerBlock: config.routing.tokensPerBlock, maxMemoryBytes: config.routing.indexBytes },
-  });
+  const fleet = new Fleet(config, log, () => scheduleFlush());
   const cap = config.limits.maxInFlightPerUpstream;
   const keyDigests = config.auth.apiKeys.map(digest);
+  const adminDigest = config.auth.adminApiKey === null ? null : digest(config.auth.adminApiKey.trim());
   const counters: GatewayCounters = { requests: new Map(), queued: 0, rejectedFull: 0 };
   const count = (outcome: string) => counters.requests.set(outcome, (counters.requests.get(outcome) ?? 0) + 1);
 
@@ -128,15 +127,15 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
     const waiting = queue.filter((w) => !w.done);
     queue = [];
     if (waiting.length === 0) return;
-    const healthy = upstreams.filter((u) => u.healthy);
-    if (healthy.length === 0) {
+    const upstreams = fleet.upstreams;
+    if (!upstreams.some((u) => fleet.available(u))) {
       for (const w of waiting) w.reject(new HttpError(503, "no healthy upstream", "server_error", "no_healthy_upstream", { "retry-after": "1" }));
       return;
     }
     const byId = new Map(waiting.map((w) => [w.id, w]));
-    // An unhealthy upstream is reported full, so the routers place nothing there.
-    const result = router.route({
-      rankStates: upstreams.map((u) => ({ numActiveRequests: u.healthy ? Math.min(u.inFlight, cap) : cap, numActiveTokens: u.inFlightTokens })),
+    // An unhealthy or draining upstream is reported full, so the routers place nothing there.
+    const result = fleet.router.route({
+      rankStates: upstreams.map((u) => ({ numActiveRequests: fleet.available(u) ? Math.min(u.inFlight, cap) : cap, numActiveTokens: u.inFlightTokens })),
       maxNumActiveRequests: cap,
       requests: waiting.map((w) => ({
         id: w.id,
@@ -152,8 +151,8 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
         byId.delete(id as number);
         // The conversation router may keep a conversation on a rank at its cap or ejected: take the least loaded healthy one then.
         let target = upstreams[rank]!;
-        if (!target.healthy || target.inFlight >= cap) target = leastLoaded(new Set()) ?? target;
-        if (!target.healthy || target.inFlight >= cap) {
+        if (!fleet.available(target) || target.inFlight >= cap) target = leastLoaded(new Set()) ?? target;
+        if (!fleet.available(target) || target.inFlight >= cap) {
           queue.push(w);
           continue;
         }
@@ -174,22 +173,15 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
   /** The healthy upstream with the fewest in-flight requests and room, outside `tried`. */
   function leastLoaded(tried: ReadonlySet<Upstream>): Upstream | null {
     let best: Upstream | null = null;
-    for (const u of upstreams) {
-      if (!u.healthy || tried.has(u) || u.inFlight >= cap) continue;
+    for (const u of fleet.upstreams) {
+      if (!fleet.available(u) || tried.has(u) || u.inFlight >= cap) continue;
       if (best === null || u.inFlight < best.inFlight || (u.inFlight === best.inFlight && u.inFlightTokens < best.inFlightTokens)) best = u;
     }
     return best;
   }
 
-  /** Ends a request's load on `u` and lets waiting requests take the room. */
-  function release(u: Upstream, tokens: number): void {
-    u.inFlight--;
-    u.inFlightTokens -= tokens;
-    scheduleFlush();
-  }
-
   /** Requests that could start now: the room left on healthy upstreams. */
-  const room = () => upstreams.reduce((n, u) => n + (u.healthy ? Math.max(0, cap - u.inFlight) : 0), 0);
+  const room = () => fleet.upstreams.reduce((n, u) => n + (fleet.available(u) ? Math.max(0, cap - u.inFlight) : 0), 0);
 
   /** Waits for an upstream for `request` (routed with the next batch), or rejects 429/503. */
   function acquire(request: RoutedRequest, signal: AbortSignal): Promise<Upstream> {
@@ -263,7 +255,7 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
       const done = () => {
         if (!released) {
           released = true;
-          release(u!, tokens);
+          fleet.release(u!, tokens);
         }
       };
       try {
@@ -388,10 +380,35 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
     }
   }
 
+  /**
+   * The admin endpoints, off (404) unless an admin key is configured:
+   * `GET /admin/upstreams`, `POST /admin/upstreams/{index}/drain` and `/undrain`.
+   */
+  function admin(req: IncomingMessage, res: ServerResponse, path: string): number {
+    if (adminDigest === null) throw new HttpError(404, `no route for ${req.method} ${path.slice(0, 200)}`, "invalid_request_error", "not_found");
+    const match = /^Bearer\s+(.+)$/i.exec(req.headers.authorization ?? "");
+    if (!match || !timingSafeEqual(digest(match[1]!.trim()), adminDigest)) throw new HttpError(401, "a valid admin key is required", "invalid_request_error", "invalid_api_key");
+    const list = () => fleet.upstreams.map((u) => ({ index: u.index, name: u.name, url: u.url, healthy: u.healthy, draining: u.draining, in_flight: u.inFlight }));
+    if (path === "/admin/upstreams") {
+      if (req.method !== "GET") throw new HttpError(405, `${path} takes GET`, "invalid_request_error", null, { allow: "GET" });
+      res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ upstreams: list() }));
+      return 200;
+    }
+    const drain = /^\/admin\/upstreams\/(\d{1,6})\/(drain|undrain)$/.exec(path);
+    if (drain) {
+      if (req.method !== "POST") throw new HttpError(405, `${path} takes POST`, "invalid_request_error", null, { allow: "POST" });
+      const u = fleet.drain(Number(drain[1]), drain[2] === "drain");
+      if (u === null) throw new HttpError(404, `no upstream ${drain[1]}`, "invalid_request_error", "not_found");
+      res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ upstreams: list() }));
+      return 200;
+    }
+    throw new HttpError(404, `no route for ${req.method} ${path.slice(0, 200)}`, "invalid_request_error", "not_found");
+  }
+
   /** `/health`: 200 while at least one upstream is healthy. */
   function health(res: ServerResponse): number {
-    const ok = upstreams.some((u) => u.healthy);
-    const body = { status: ok ? "ok" : "unavailable", upstreams: upstreams.map((u) => ({ index: u.index, name: u.name, healthy: u.healthy, in_flight: u.inFlight })) };
+    const ok = fleet.upstreams.some((u) => fleet.available(u));
+    const body = { status: ok ? "ok" : "unavailable", upstreams: fleet.upstreams.map((u) => ({ index: u.index, name: u.name, healthy: u.healthy, draining: u.draining, in_flight: u.inFlight })) };
     res.writeHead(ok ? 200 : 503, { "content-type": "application/json" }).end(JSON.stringify(body));
     return ok ? 200 : 503;
   }
@@ -437,6 +454,8 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
         status = r.status;
         upstream = r.upstream;
         outcome = r.outcome;
+      } else if (path.startsWith("/admin/")) {
+        status = admin(req, res, path);
       } else if (path === "/v1/models") {
         if (req.method !== "GET") throw new HttpError(405, "/v1/models takes GET", "invalid_request_error", null, { allow: "GET" });
         if (!authorized(req)) throw new HttpError(401, "a valid API key is required", "invalid_request_error", "invalid_api_key");
@@ -466,29 +485,8 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
   }
 
   function metrics(): string {
-    return formatPrometheus(router.metrics()) + formatGatewayMetrics(upstreams, counters, queue.filter((w) => !w.done).length);
+    return formatPrometheus(fleet.router.metrics()) + formatGatewayMetrics(fleet.upstreams, counters, queue.filter((w) => !w.done).length);
   }
-
-  // ---- health checks ----------------------------------------------------------------------
-
-  const checks = upstreams.map((u) => {
-    const check = async () => {
-      try {
-        const response = await u.pool.request({ path: `${u.basePath}${config.health.path}`, method: "GET", headers: u.apiKey ? { authorization: `Bearer ${u.apiKey}` } : {}, signal: AbortSignal.timeout(config.health.timeoutMs) });
-        await response.body.dump();
-        if (response.statusCode < 400) {
-          if (u.checkPassed()) log.info({ upstream: u.index, name: u.name }, "upstream healthy again");
-          scheduleFlush();
-        } else if (u.fail()) log.warn({ upstream: u.index, name: u.name, status: response.statusCode }, "upstream ejected by its health check");
-      } catch (error) {
-        if (u.fail()) log.warn({ upstream: u.index, name: u.name, reason: (error as { code?: string }).code ?? "error" }, "upstream ejected by its health check");
-      }
-    };
-    void check();
-    const timer = setInterval(check, config.health.intervalMs);
-    timer.unref();
-    return timer;
-  });
 
   // ---- listening --------------------------------------------------------------------------
 
@@ -528,8 +526,7 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
       resolve();
     });
   }).catch(async (error) => {
-    for (const t of checks) clearInterval(t);
-    await Promise.all(upstreams.map((u) => u.pool.destroy()));
+    await fleet.destroy();
     throw error;
   });
   const address = server.address();
@@ -539,11 +536,19 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
 
   return {
     url,
-    router,
+    get router() {
+      return fleet.router;
+    },
     metrics,
+    reload(next: GatewayConfig): FleetChange {
+      const change = fleet.reload(next);
+      const fixed = (c: GatewayConfig) => JSON.stringify({ ...c, upstreams: undefined, logging: undefined });
+      if (fixed(next) !== fixed(config)) log.warn("the reloaded configuration changes settings besides the upstreams; those take effect on a restart");
+      log.info({ added: change.added.length, removed: change.removed.length, kept: change.kept.length }, "upstreams reloaded");
+      return change;
+    },
     close(deadlineMs = 30_000) {
       closing ??= (async () => {
-        for (const t of checks) clearInterval(t);
         const closed = new Promise<void>((resolve) => server.close(() => resolve()));
         // Requests still waiting for an upstream have not started: answer them now.
         for (const w of queue) w.reject(new HttpError(503, "the gateway is shutting down", "server_error", "shutting_down", { "retry-after": "1" }));
@@ -556,7 +561,7 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
         }
         server.closeAllConnections();
         await closed;
-        await Promise.all(upstreams.map((u) => u.pool.close().catch(() => u.pool.destroy())));
+        await fleet.close();
       })();
       return closing;
     },

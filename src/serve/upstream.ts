@@ -25,7 +25,8 @@ export class Histogram {
 
 /** One upstream: its pool, load, health and counters. */
 export class Upstream {
-  readonly index: number;
+  /** Its rank (its place in the configured list; a reload may move it). */
+  index: number;
   readonly url: string;
   readonly name: string;
   readonly apiKey: string | null;
@@ -38,6 +39,8 @@ export class Upstream {
   inFlightTokens = 0;
   /** Whether it takes requests (health checks and passive ejection decide). */
   healthy = true;
+  /** Whether it is being drained: it finishes its requests and takes no new ones. */
+  draining = false;
   /** Consecutive failures (checks, connect errors, 5xx) and consecutive passing checks. */
   failures = 0;
   successes = 0;

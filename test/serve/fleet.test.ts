@@ -1,0 +1,149 @@
+// Changing the fleet without a restart: a reload (SIGHUP, or Gateway.reload)
+// adds, removes and drains upstreams; the upstreams that remain keep their
+// routing state (conversations, cache views) under their new ranks, removed
+// and drained ones finish what they have and take nothing new.
+import { spawn } from "node:child_process";
+import { mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { afterEach, describe, expect, it } from "vitest";
+import { createGateway, loadGatewayConfig, type Gateway } from "../../src/serve/index.js";
+import { startMockEngine, type EngineBehaviour, type MockEngine } from "../support/mock-engine.js";
+
+const open: { close(): Promise<void> }[] = [];
+afterEach(async () => {
+  while (open.length > 0) await open.pop()!.close();
+});
+
+async function engines(n: number, behaviour: EngineBehaviour = {}): Promise<MockEngine[]> {
+  const out: MockEngine[] = [];
+  for (let i = 0; i < n; i++) {
+    const e = await startMockEngine(`e${i}`, { ...behaviour });
+    open.push(e);
+    out.push(e);
+  }
+  return out;
+}
+
+/** A gateway configuration's text over `list` (each engine, maybe drained). */
+const yaml = (list: { e: MockEngine; drain?: boolean }[], extra = "") =>
+  `listen: { port: 0 }\nlogging: { level: silent }\npolicy: conversation\nhealth: { interval_ms: 200 }\nupstreams:\n${list.map(({ e, drain }) => `  - url: ${e.url}\n    name: ${e.name}\n${drain ? "    drain: true\n" : ""}`).join("")}${extra}`;
+
+const config = (text: string, env: Record<string, string> = {}) => loadGatewayConfig({ file: { name: "g.yaml", text }, env });
+
+/** Which engine answered a session's turn (by the body the mock writes). */
+async function engineOf(gateway: Gateway, session: string): Promise<string> {
+  const response = await fetch(`${gateway.url}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json", "x-session-id": session }, body: JSON.stringify({ model: "m", messages: [{ role: "user", content: `hi ${session}` }] }) });
+  expect(response.status).toBe(200);
+  const body = (await response.json()) as { choices: { message: { content: string } }[] };
+  return body.choices[0]!.message.content.replace("hello from ", "");
+}
+
+describe("reload", () => {
+  it("adds and removes upstreams; conversations on the ones that remain stay with them", async () => {
+    const [e0, e1, e2] = await engines(3);
+    const gateway = await createGateway(config(yaml([{ e: e0! }, { e: e1! }])));
+    open.push(gateway);
+    const before = new Map<string, string>();
+    for (let i = 0; i < 12; i++) before.set(`s${i}`, await engineOf(gateway, `s${i}`));
+    expect(new Set(before.values())).toEqual(new Set(["e0", "e1"]));
+    const change = gateway.reload(config(yaml([{ e: e1! }, { e: e2! }])));
+    expect(change).toEqual({ added: [e2!.url], removed: [e0!.url], kept: [{ url: e1!.url, from: 1, to: 0 }] });
+    for (const [session, was] of before) {
+      const now = await engineOf(gateway, session);
+      if (was === "e1") expect(now).toBe("e1"); // its conversation moved with it to rank 0
+      else expect(now).not.toBe("e0"); // e0 is gone: placed anew
+    }
+    const fresh = new Set<string>();
+    for (let i = 0; i < 8; i++) fresh.add(await engineOf(gateway, `new-${i}`));
+    expect(fresh.has("e2")).toBe(true);
+    expect(gateway.router.numRanks).toBe(2);
+  });
+
+  it("a removed upstream finishes its in-flight stream; a drained one takes nothing new", async () => {
+    const [e0, e1] = await engines(2, { chunks: 6, chunkGapMs: 80 });
+    const gateway = await createGateway(config(yaml([{ e: e0! }, { e: e1! }])));
+    open.push(gateway);
+    const streams = await Promise.all(["a", "b"].map(async (s) => {
+      const response = await fetch(`${gateway.url}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json", "x-session-id": s }, body: JSON.stringify({ model: "m", stream: true, messages: [{ role: "user", content: s }] }) });
+      const reader = response.body!.getReader();
+      await reader.read();
+      return { upstream: response.headers.get("x-adp-upstream"), reader };
+    }));
+    const onE0 = streams.find((x) => x.upstream === "0");
+    expect(onE0).toBeDefined();
+    gateway.reload(config(yaml([{ e: e1!, drain: true }])));
+    // The stream on the removed e0 still ends normally.
+    let text = "";
+    for (;;) {
+      const { done, value } = await onE0!.reader.read();
+      if (done) break;
+      text += new TextDecoder().decode(value);
+    }
+    expect(text).toContain("[DONE]");
+    for (const x of streams) if (x !== onE0) await x.reader.cancel();
+    // e1, the one upstream left, is drained: nothing can take a new request.
+    const response = await fetch(`${gateway.url}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ model: "m", messages: [{ role: "user", content: "x" }] }) });
+    expect(response.status).toBe(503);
+    gateway.reload(config(yaml([{ e: e1! }])));
+    expect(await engineOf(gateway, "after")).toBe("e1");
+  });
+});
+
+describe("admin endpoints", () => {
+  it("are off without an admin key, need it when on, and drain and undrain an upstream", async () => {
+    const [e0, e1] = await engines(2);
+    const off = await createGateway(config(yaml([{ e: e0! }, { e: e1! }])));
+    open.push(off);
+    expect((await fetch(`${off.url}/admin/upstreams`)).status).toBe(404);
+    const gateway = await createGateway(config(yaml([{ e: e0! }, { e: e1! }], "auth: { admin_api_key_env: ADMIN_KEY }\n"), { ADMIN_KEY: "an-admin-key-of-length" }));
+    open.push(gateway);
+    expect((await fetch(`${gateway.url}/admin/upstreams`)).status).toBe(401);
+    const auth = { authorization: "Bearer an-admin-key-of-length" };
+    const drained = await fetch(`${gateway.url}/admin/upstreams/0/drain`, { method: "POST", headers: auth });
+    expect(drained.status).toBe(200);
+    expect(((await drained.json()) as { upstreams: { draining: boolean }[] }).upstreams.map((u) => u.draining)).toEqual([true, false]);
+    for (let i = 0; i < 6; i++) expect(await engineOf(gateway, `d${i}`)).toBe("e1");
+    expect((await fetch(`${gateway.url}/admin/upstreams/0/undrain`, { method: "POST", headers: auth })).status).toBe(200);
+    expect((await fetch(`${gateway.url}/admin/upstreams/9/drain`, { method: "POST", headers: auth })).status).toBe(404);
+    expect((await fetch(`${gateway.url}/admin/upstreams/0/drain`, { headers: auth })).status).toBe(405);
+  });
+});
+
+describe("adp-router serve, SIGHUP", () => {
+  it("rereads its file and adds an upstream; a broken file changes nothing", async () => {
+    const [e0, e1] = await engines(2);
+    const dir = mkdtempSync(path.join(tmpdir(), "adp-hup-"));
+    const file = path.join(dir, "gateway.yaml");
+    writeFileSync(file, yaml([{ e: e0! }]));
+    const child = spawn(process.execPath, [path.resolve("dist/cli.js"), "serve", "--config", file], { stdio: ["ignore", "pipe", "pipe"] });
+    open.push({ close: async () => void child.kill("SIGKILL") });
+    let stderr = "";
+    child.stderr!.on("data", (d) => (stderr += d));
+    const url = await new Promise<string>((resolve) => {
+      let out = "";
+      child.stdout!.on("data", (d) => {
+        out += d;
+        const line = out.split("\n").find((l) => /^http:\/\/\S+$/.test(l));
+        if (line) resolve(line);
+      });
+    });
+    const gateway = { url } as Gateway;
+    writeFileSync(file, "upstreams: [nope\n");
+    child.kill("SIGHUP");
+    await waitFor(() => stderr.includes("was not reloaded"), () => stderr);
+    expect(await engineOf(gateway, "x")).toBe("e0");
+    writeFileSync(file, yaml([{ e: e0!, drain: true }, { e: e1! }]));
+    child.kill("SIGHUP");
+    await waitFor(() => stderr.includes("1 added, 0 removed, 1 kept"), () => stderr);
+    expect(await engineOf(gateway, "y")).toBe("e1");
+  });
+});
+
+async function waitFor(condition: () => boolean, describe: () => string = () => "", ms = 5000): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!condition()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting (${describe()})`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
