@@ -84,6 +84,8 @@ export interface GatewayConfig {
   readonly routing: {
     /** Tokens per block of the gateway's prefix index. */
     readonly tokensPerBlock: number;
+    /** LoRA task ids by model name: a request for such a model routes in its adapter's cache namespace. */
+    readonly loraAdapters: ReadonlyMap<string, number>;
     /** The prefix index's memory budget. */
     readonly indexBytes: number;
   };
@@ -132,7 +134,7 @@ const SECTIONS: Record<string, readonly string[]> = {
   health: ["path", "interval_ms", "timeout_ms", "unhealthy_threshold", "healthy_threshold"],
   auth: ["api_keys", "api_keys_env", "admin_api_key_env", "protect_metrics", "protect_health"],
   logging: ["level"],
-  routing: ["tokens_per_block", "index_bytes"],
+  routing: ["tokens_per_block", "index_bytes", "lora_adapters"],
 };
 
 /**
@@ -430,6 +432,18 @@ export function loadGatewayConfig(options: LoadOptions = {}): GatewayConfig {
   const adminApiKey = r.env(auth.admin_api_key_env, ["auth", "admin_api_key_env"], env);
   if (adminApiKey !== null && adminApiKey.trim().length < 16) r.fail(["auth", "admin_api_key_env"], "names a variable whose key must have at least 16 characters");
 
+  const loraAdapters = new Map<string, number>();
+  if (routing.lora_adapters !== undefined && routing.lora_adapters !== null) {
+    const adapters = routing.lora_adapters;
+    if (typeof adapters !== "object" || Array.isArray(adapters)) r.fail(["routing", "lora_adapters"], `must map model names to LoRA task ids, got ${describeValue(adapters)}`);
+    else {
+      for (const [model, id] of Object.entries(adapters as Record<string, unknown>)) {
+        if (typeof id !== "number" || !Number.isSafeInteger(id) || id < 0) r.fail(["routing", "lora_adapters", model], `must be a LoRA task id (a non-negative integer), got ${describeValue(id)}`);
+        else loraAdapters.set(model, id);
+      }
+    }
+  }
+
   const levelText = flags.logLevel ?? r.str(logging.level, ["logging", "level"], "info");
   if (!(LEVELS as readonly string[]).includes(levelText)) r.fail(["logging", "level"], `must be one of ${LEVELS.join(", ")}, got ${describeValue(levelText)}`, flags.logLevel !== undefined ? "--log-level" : where(["logging", "level"]));
   const path = r.str(health.path, ["health", "path"], "/health");
@@ -468,6 +482,7 @@ export function loadGatewayConfig(options: LoadOptions = {}): GatewayConfig {
     routing: {
       tokensPerBlock: r.int(routing.tokens_per_block, ["routing", "tokens_per_block"], 1, 1 << 16, BYTE_BLOCK),
       indexBytes: r.int(routing.index_bytes, ["routing", "index_bytes"], 1 << 20, 2 ** 31, 64 << 20),
+      loraAdapters,
     },
   };
   if (r.omitted > 0) r.issues.push({ field: "(file)", message: `and ${r.omitted} more problems`, where: null });
@@ -553,7 +568,11 @@ export const gatewayConfigSchema = Object.freeze({
     routing: {
       type: "object",
       additionalProperties: false,
-      properties: { tokens_per_block: { type: "integer", minimum: 1, default: 128 }, index_bytes: { type: "integer", minimum: 1048576, default: 67108864 } },
+      properties: {
+        tokens_per_block: { type: "integer", minimum: 1, default: 128 },
+        index_bytes: { type: "integer", minimum: 1048576, default: 67108864 },
+        lora_adapters: { type: "object", additionalProperties: { type: "integer", minimum: 0 }, description: "LoRA task id by model name: such requests route in the adapter's cache namespace." },
+      },
     },
   },
 });

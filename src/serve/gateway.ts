@@ -157,6 +157,7 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
         ...(w.request.conversationId !== null ? { conversationId: w.request.conversationId } : {}),
         ...(w.request.subagentId !== null ? { subagentAffinityId: w.request.subagentId } : {}),
         ...(w.request.cacheSalt !== null ? { cacheSalt: w.request.cacheSalt } : {}),
+        ...(w.request.loraTaskId !== null ? { loraTaskId: w.request.loraTaskId } : {}),
       })),
     });
     result.assignments.forEach((ids, rank) => {
@@ -462,7 +463,7 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
         if (req.method !== "POST") throw new HttpError(405, `${path} takes POST`, "invalid_request_error", null, { allow: "POST" });
         if (!authorized(req)) throw new HttpError(401, "a valid API key is required", "invalid_request_error", "invalid_api_key");
         const raw = await readBody(req);
-        const request = readRequest(kind, raw, req.headers, tokenizer);
+        const request = readRequest(kind, raw, req.headers, tokenizer, config.routing.loraAdapters);
         const u = await acquire(request, abort);
         const r = await proxy(req, res, raw, request, u, abort);
         status = r.status;
@@ -556,7 +557,7 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
     metrics,
     reload(next: GatewayConfig): FleetChange {
       const change = fleet.reload(next);
-      const fixed = (c: GatewayConfig) => JSON.stringify({ ...c, upstreams: undefined, logging: undefined });
+      const fixed = (c: GatewayConfig) => JSON.stringify({ ...c, upstreams: undefined, logging: undefined }, (_k, v: unknown) => (v instanceof Map ? [...v] : v));
       if (fixed(next) !== fixed(config)) log.warn("the reloaded configuration changes settings besides the upstreams; those take effect on a restart");
       log.info({ added: change.added.length, removed: change.removed.length, kept: change.kept.length }, "upstreams reloaded");
       return change;

@@ -40,6 +40,8 @@ export interface RoutedRequest {
   readonly conversationId: string | null;
   readonly subagentId: string | null;
   readonly cacheSalt: string | null;
+  /** The LoRA task id the model name maps to (routing.lora_adapters), or null. */
+  readonly loraTaskId: number | null;
 }
 
 /** A header's first value, trimmed, or null. */
@@ -63,7 +65,7 @@ function idOf(v: unknown, field: string): string | null {
  * Parses and checks a chat or completion request body (bytes as received)
  * and reads its routing fields; throws HttpError 400 for anything malformed.
  */
-export function readRequest(kind: "chat" | "completion", raw: Buffer, headers: Record<string, string | string[] | undefined>, tokenizer: Tokenizer): RoutedRequest {
+export function readRequest(kind: "chat" | "completion", raw: Buffer, headers: Record<string, string | string[] | undefined>, tokenizer: Tokenizer, loraAdapters: ReadonlyMap<string, number> = new Map()): RoutedRequest {
   let body: unknown;
   try {
     body = JSON.parse(raw.toString("utf8"));
@@ -109,5 +111,5 @@ export function readRequest(kind: "chat" | "completion", raw: Buffer, headers: R
   }
   const subagentId = idOf(header(headers, SUBAGENT_HEADER), SUBAGENT_HEADER);
   const cacheSalt = idOf(b.cache_salt, "cache_salt");
-  return { kind, model: b.model, stream: b.stream === true, tokens, conversationId, subagentId, cacheSalt };
+  return { kind, model: b.model, stream: b.stream === true, tokens, conversationId, subagentId, cacheSalt, loraTaskId: loraAdapters.get(b.model) ?? null };
 }

@@ -3,7 +3,7 @@
 // (test/support/mock-engine.ts) speaking the API's exact shapes.
 import OpenAI from "openai";
 import { afterEach, describe, expect, it } from "vitest";
-import { createGateway, loadGatewayConfig, type Gateway } from "../../src/serve/index.js";
+import { createGateway, loadGatewayConfig, Utf8ByteTokenizer, type Gateway } from "../../src/serve/index.js";
 import type { GatewayFlags } from "../../src/serve/config.js";
 import { startMockEngine, type EngineBehaviour, type MockEngine } from "../support/mock-engine.js";
 
@@ -123,6 +123,25 @@ describe("routing", () => {
     const spread = new Set<string | null>();
     for (let i = 0; i < 9; i++) spread.add((await post(gateway, chat("new"), { "x-correlation-id": `fresh-${i}` })).upstream);
     expect(spread.size).toBeGreaterThan(1);
+  });
+
+  it("a model mapped to a LoRA adapter routes in that adapter's cache namespace", async () => {
+    const { gateway } = await fleet(2, "routing: { lora_adapters: { adapter-x: 7 } }\n");
+    const baseText = "cached under the base model. ".repeat(20);
+    const adapterText = "cached under the adapter. ".repeat(20);
+    expect((await post(gateway, chat(baseText))).status).toBe(200);
+    expect((await post(gateway, { ...chat(adapterText), model: "adapter-x" })).status).toBe(200);
+    const tokens = (content: string) => new Utf8ByteTokenizer().encodeChat(chat(content).messages);
+    const index = gateway.router.prefixIndex!;
+    const base = tokens(baseText);
+    const adapter = tokens(adapterText);
+    expect(Math.max(...index.match(base.subarray(0, base.length - 1)))).toBeGreaterThan(0);
+    // Outside the adapter's namespace only the shared system prompt (learned by the base model) matches;
+    // inside it, the adapter's whole prompt does.
+    const outside = Math.max(...index.match(adapter.subarray(0, adapter.length - 1)));
+    const inside = Math.max(...index.match(adapter.subarray(0, adapter.length - 1), { loraTaskId: 7 }));
+    expect(inside).toBe(Math.floor((adapter.length - 1) / 128) * 128);
+    expect(outside).toBeLessThan(inside);
   });
 
   it("requests arriving together are routed as one batch and spread by load", async () => {
