@@ -13,8 +13,8 @@
 // (an outgrown table) becomes a run. Every size is a multiple of 16 KiB, so
 // runs never fragment below that.
 //
-// Arrays (`storageAlloc`): whole pages from 16 KiB up, smaller ones
-// power-of-two blocks cut from 16 KiB slabs (see below).
+// Arrays (`storageAlloc`): whole pages past 8 KiB, smaller ones power-of-two
+// blocks cut from 16 KiB slabs (see below).
 
 /**
  * Most bytes one allocation may take (1 GiB). Larger requests are refused

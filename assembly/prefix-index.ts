@@ -1291,7 +1291,7 @@ let pathPrev: u32 = 0;
 let pathStamp: u32 = 0;
 /** Blocks the rank holds along the path so far. */
 let pathHeld: i32 = 0;
-/** Whether the insert stopped early (the budget cannot hold more), or no insert is open. */
+/** Whether the insert stopped early (the budget cannot hold more, or a block's key is held elsewhere: see flushPending), or no insert is open. */
 let pathStopped = true;
 
 /**
@@ -1325,7 +1325,8 @@ function pathBegin(rank: i32, key: u64, prev: u32, s: u32, count: i32): void {
 /**
  * Adds the next `count` blocks (hashes at `blocks`) to the path, writing each
  * block's path key to `keysOut` unless it is 0. Returns 1 while the insert goes
- * on, 0 once it stopped because the budget cannot hold another block.
+ * on, 0 once it stopped: the budget cannot hold another block, or a block's
+ * key is held by another node (see flushPending).
  */
 function pathFeed(blocks: usize, count: i32, keysOut: usize): i32 {
   if (pathStopped) return 0;

@@ -64,7 +64,8 @@ export function readTokens(v: unknown, field: string): Uint32Array {
 function copyTokens(v: unknown, field: string): Uint32Array {
   const typed = genuineUint32(v);
   if (typed !== null) {
-    if (typed.length > MAX_TOKEN_IDS) throw new AdpInputError(`${field}.length`, `must be at most ${MAX_TOKEN_IDS}`, typed.length);
+    const n = typedLength.call(typed) as number; // its true length: an own `length` getter is not read again
+    if (n > MAX_TOKEN_IDS) throw new AdpInputError(`${field}.length`, `must be at most ${MAX_TOKEN_IDS}`, n);
     return typed;
   }
   const length = lengthOf(v, field, "an array of token ids or a Uint32Array", MAX_TOKEN_IDS);
@@ -92,7 +93,7 @@ function copyTokens(v: unknown, field: string): Uint32Array {
 export function readCountsInto(v: unknown, out: Uint32Array, offset: number, row: Uint32Array, field: string, rule: string): void {
   const count = row.length;
   const typed = genuineUint32(v);
-  const length = typed !== null ? typed.length : typeof v === "object" && v !== null ? (v as { length?: unknown }).length : undefined;
+  const length = typed !== null ? (typedLength.call(typed) as number) : typeof v === "object" && v !== null ? (v as { length?: unknown }).length : undefined;
   if (length !== count) throw new AdpInputError(field, rule, v);
   if (typed !== null) {
     out.set(typed, offset);

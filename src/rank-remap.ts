@@ -4,7 +4,7 @@
 // and starts an added one empty. `ranks[i]` is the old rank that new rank i
 // continues, or null for a new, empty rank; old ranks not listed are dropped.
 
-import { AdpInputError } from "./errors.js";
+import { AdpInputError, readInput } from "./errors.js";
 
 /** A checked mapping: new rank → old rank (−1: new), and old rank → new rank (−1: dropped). */
 export interface RankRemap {
@@ -15,13 +15,16 @@ export interface RankRemap {
 /** Checks `ranks` (the `ranks` option of a restore) against a snapshot of `oldNumRanks` ranks. */
 export function readRankRemap(ranks: unknown, oldNumRanks: number, maxRanks: number): RankRemap {
   const field = "ranks";
-  if (!Array.isArray(ranks) || ranks.length < 1 || ranks.length > maxRanks) {
+  // Read once (length, then each element), checked before anything is allocated for it.
+  const length = readInput(field, () => (Array.isArray(ranks) ? (ranks.length as unknown) : undefined));
+  if (typeof length !== "number" || !Number.isInteger(length) || length < 1 || length > maxRanks) {
     throw new AdpInputError(field, `must list the new ranks (1 to ${maxRanks}), each the old rank it continues or null`, ranks);
   }
-  const newToOld = new Int32Array(ranks.length).fill(-1);
+  const source = ranks as readonly unknown[];
+  const newToOld = new Int32Array(length).fill(-1);
   const oldToNew = new Int32Array(oldNumRanks).fill(-1);
-  for (let i = 0; i < ranks.length; i++) {
-    const r: unknown = ranks[i];
+  for (let i = 0; i < length; i++) {
+    const r: unknown = readInput(`${field}[${i}]`, () => source[i]);
     if (r === null) continue;
     if (typeof r !== "number" || !Number.isInteger(r) || r < 0 || r >= oldNumRanks) throw new AdpInputError(`${field}[${i}]`, `must be an old rank in 0..${oldNumRanks - 1} or null`, r);
     if (oldToNew[r] !== -1) throw new AdpInputError(`${field}[${i}]`, `continues old rank ${r}, which ranks[${oldToNew[r]}] continues already`, r);

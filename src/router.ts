@@ -292,7 +292,8 @@ const restoreState = new WeakMap<Router, (state: RouterState) => void>();
 
 /**
  * Rebuilds a router from {@link Router.snapshot} bytes, on any platform; its
- * next decisions equal the original's. Hooks are not part of a snapshot.
+ * next decisions equal the original's (with `ranks`, those of a router whose
+ * ranks were renumbered, dropped or added as listed). Hooks are not part of a snapshot.
  * Everything is checked before the router exists (the container's checksum,
  * every field of its state, every node of its prefix index), and the new
  * router is built aside: bad bytes give AdpInputError naming `snapshot`.

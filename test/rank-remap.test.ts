@@ -51,6 +51,15 @@ describe("restoreRouter with ranks", () => {
     expect(moved.metrics().decisions.warmup).toBe(1);
   });
 
+  it("a revoked Proxy or a length that lies as ranks is a typed error", () => {
+    const router = createRouter({ numRanks: 3 });
+    const { proxy, revoke } = Proxy.revocable([0, 1], {});
+    revoke();
+    expect(() => restoreRouter(router.snapshot(), { ranks: proxy })).toThrow(AdpInputError);
+    const liar = new Proxy([0], { get: (t, k) => (k === "length" ? 5e8 : Reflect.get(t, k)) });
+    expect(() => restoreRouter(router.snapshot(), { ranks: liar })).toThrow(AdpInputError);
+  });
+
   it.each([
     [[0, 0], "ranks[1]"],
     [[3], "ranks[0]"],

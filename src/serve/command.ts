@@ -1,7 +1,8 @@
 // `adp-router serve`: loads the configuration (a YAML file, flags over it),
 // starts the gateway, prints the URL it listens on on a line of its own, and
-// shuts down gracefully on SIGTERM or SIGINT. Every failure to start is one
-// clear message on standard error and a non-zero exit, never a stack trace.
+// shuts down gracefully on SIGTERM or SIGINT; SIGHUP rereads the file and moves
+// to its upstreams. Every failure to start is one clear message on standard
+// error and a non-zero exit, never a stack trace.
 
 import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";

@@ -22,7 +22,7 @@ export type PolicyName = keyof typeof POLICY_CONFIGS;
 
 /** One upstream engine: a rank of the gateway's router. */
 export interface UpstreamConfig {
-  /** Base URL, `http://` or `https://`, without a path beyond `/`. */
+  /** Base URL, `http://` or `https://` (a path, if any, is the base the API paths join). */
   readonly url: string;
   /** A short name for logs (defaults to the URL's host). Metrics label upstreams by index. */
   readonly name: string;
@@ -63,7 +63,7 @@ export interface GatewayConfig {
     readonly path: string;
     readonly intervalMs: number;
     readonly timeoutMs: number;
-    /** Consecutive failures (checks, connect errors, 5xx) that eject an upstream. */
+    /** Consecutive failures (failed checks, failures to connect) that eject an upstream. */
     readonly unhealthyThreshold: number;
     /** Consecutive passing checks that re-admit it. */
     readonly healthyThreshold: number;

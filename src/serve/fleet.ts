@@ -23,11 +23,13 @@ export interface FleetChange {
 export class Fleet {
   /** The upstreams, one per rank, in rank order. */
   upstreams: Upstream[];
+  /** The router over them (a reload that changes the upstreams replaces it). */
   router: Router;
   /** Removed upstreams still finishing requests. */
   readonly #retired = new Set<Upstream>();
   readonly #checks = new Map<Upstream, NodeJS.Timeout>();
-  #config: GatewayConfig;
+  /** The configuration the gateway started with (connections and health checks keep it). */
+  readonly #config: GatewayConfig;
   readonly #log: Logger;
   /** Called when an upstream may take requests again (waiting ones can be routed). */
   readonly #onRoom: () => void;
@@ -40,6 +42,7 @@ export class Fleet {
     this.router = createRouter({
       numRanks: this.upstreams.length,
       attentionDp: config.attentionDp,
+      learnFromRouting: false, // the gateway teaches the index where requests really go (see place())
       prefixIndex: { tokensPerBlock: config.routing.tokensPerBlock, maxMemoryBytes: config.routing.indexBytes },
     });
     for (const u of this.upstreams) this.#startChecks(u);
@@ -73,31 +76,34 @@ export class Fleet {
 
   /**
    * Moves to `config`'s upstreams (matched by URL), keeping the routing state
-   * of those that remain. Other settings need a restart; the caller reports them.
+   * of those that remain. Only the list of upstreams (with their names, keys
+   * and drain flags) changes; every other setting, and the connection and
+   * health settings of new upstreams, stay those the gateway started with.
+   * Throws, changing nothing, when the router cannot move (its index cannot
+   * hold the new ranks within its budget, say).
    */
   reload(config: GatewayConfig): FleetChange {
     const old = this.upstreams;
     const unused = new Map<string, Upstream[]>();
     for (const u of old) unused.set(u.url, [...(unused.get(u.url) ?? []), u]);
+    // First what would change, without changing anything.
+    const plan = config.upstreams.map((c) => ({ c, same: unused.get(c.url)?.shift() }));
+    const ranks = plan.map(({ same }) => (same === undefined ? null : same.index));
+    const unchanged = ranks.length === old.length && ranks.every((r, i) => r === i);
+    const router = unchanged ? this.router : restoreRouter(this.router.snapshot(), { ranks });
+    // Then all of it.
     const change: FleetChange = { added: [], removed: [], kept: [] };
-    const next: Upstream[] = [];
-    const ranks: (number | null)[] = [];
-    config.upstreams.forEach((c, i) => {
-      const same = unused.get(c.url)?.shift();
+    const next = plan.map(({ c, same }, i) => {
       if (same !== undefined) {
         change.kept.push({ url: c.url, from: same.index, to: i });
-        ranks.push(same.index);
         same.index = i;
-        same.draining = c.drain;
-        next.push(same);
-      } else {
-        const u = new Upstream(i, c, config);
-        u.draining = c.drain;
-        change.added.push(c.url);
-        ranks.push(null);
-        next.push(u);
-        this.#startChecks(u);
+        same.update(c);
+        return same;
       }
+      const u = new Upstream(i, c, this.#config);
+      change.added.push(c.url);
+      this.#startChecks(u);
+      return u;
     });
     for (const gone of unused.values()) {
       for (const u of gone) {
@@ -107,10 +113,8 @@ export class Fleet {
         else void u.pool.close().catch(() => u.pool.destroy());
       }
     }
-    const same = ranks.length === old.length && ranks.every((r, i) => r === i);
-    if (!same) this.router = restoreRouter(this.router.snapshot(), { ranks });
+    this.router = router;
     this.upstreams = next;
-    this.#config = config;
     this.#onRoom();
     return change;
   }
@@ -149,6 +153,7 @@ export class Fleet {
     this.#checks.set(u, timer);
   }
 
+  /** Stops `u`'s health checks. */
   #stopChecks(u: Upstream): void {
     const timer = this.#checks.get(u);
     if (timer !== undefined) clearInterval(timer);

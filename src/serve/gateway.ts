@@ -20,7 +20,7 @@ import type { Upstream } from "./upstream.js";
 import { Fleet, type FleetChange } from "./fleet.js";
 import { formatGatewayMetrics, type GatewayCounters } from "./metrics.js";
 
-/** Headers that belong to one connection and are never forwarded. */
+/** Headers never forwarded: those of one connection (hop-by-hop), and those the proxy sets itself (host, length, expect). */
 const HOP_BY_HOP = new Set(["connection", "keep-alive", "proxy-connection", "proxy-authenticate", "proxy-authorization", "te", "trailer", "transfer-encoding", "upgrade", "host", "content-length", "expect"]);
 /** Errors that mean the request never reached the upstream, so retrying elsewhere cannot run it twice. */
 const NOT_SENT = new Set(["ECONNREFUSED", "UND_ERR_CONNECT_TIMEOUT", "ENOTFOUND", "EHOSTUNREACH", "ENETUNREACH", "EAI_AGAIN"]);
@@ -115,6 +115,7 @@ function copyBody(body: Readable, res: ServerResponse): Promise<void> {
  */
 class Hangup extends EventEmitter {
   aborted = false;
+  /** Signals the hang-up once. */
   abort(): void {
     if (this.aborted) return;
     this.aborted = true;
@@ -163,19 +164,15 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
       return;
     }
     const byId = new Map(waiting.map((w) => [w.id, w]));
-    // An unhealthy or draining upstream is reported full, so the routers place nothing there.
-    const result = fleet.router.route({
-      rankStates: upstreams.map((u) => ({ numActiveRequests: fleet.available(u) ? Math.min(u.inFlight, cap) : cap, numActiveTokens: u.inFlightTokens })),
-      maxNumActiveRequests: cap,
-      requests: waiting.map((w) => ({
-        id: w.id,
-        tokens: w.request.tokens,
-        ...(w.request.conversationId !== null ? { conversationId: w.request.conversationId } : {}),
-        ...(w.request.subagentId !== null ? { subagentAffinityId: w.request.subagentId } : {}),
-        ...(w.request.cacheSalt !== null ? { cacheSalt: w.request.cacheSalt } : {}),
-        ...(w.request.loraTaskId !== null ? { loraTaskId: w.request.loraTaskId } : {}),
-      })),
-    });
+    let result;
+    try {
+      result = routeBatch(upstreams, waiting);
+    } catch (error) {
+      // Nothing a request can carry should make the router refuse a batch; if it does, the batch is answered, not lost.
+      log.error({ err: error }, "the router refused a batch");
+      for (const w of waiting) w.reject(new HttpError(500, "the router could not route the request", "server_error", "routing_failed"));
+      return;
+    }
     result.assignments.forEach((ids, rank) => {
       for (const id of ids) {
         const w = byId.get(id as number)!;
@@ -193,11 +190,37 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
     for (const w of byId.values()) queue.push(w); // unassigned: every upstream is full
   }
 
-  /** Hands a waiting request its upstream, counting its load there. */
+  /** Routes `waiting` over `upstreams` in one `route()` call (an unhealthy or draining upstream is reported full). */
+  function routeBatch(upstreams: readonly Upstream[], waiting: readonly Waiting[]) {
+    return fleet.router.route({
+      rankStates: upstreams.map((u) => ({ numActiveRequests: fleet.available(u) ? Math.min(u.inFlight, cap) : cap, numActiveTokens: u.inFlightTokens })),
+      maxNumActiveRequests: cap,
+      requests: waiting.map((w) => ({
+        id: w.id,
+        tokens: w.request.tokens,
+        ...(w.request.conversationId !== null ? { conversationId: w.request.conversationId } : {}),
+        ...(w.request.subagentId !== null ? { subagentAffinityId: w.request.subagentId } : {}),
+        ...(w.request.cacheSalt !== null ? { cacheSalt: w.request.cacheSalt } : {}),
+        ...(w.request.loraTaskId !== null ? { loraTaskId: w.request.loraTaskId } : {}),
+      })),
+    });
+  }
+
+  /**
+   * Hands a waiting request its upstream, counting its load there, and
+   * teaches the prefix index that the upstream now holds its prompt. The
+   * router learns nothing itself (learnFromRouting: false): the gateway may
+   * place a request elsewhere than the router chose, or hold it for later,
+   * and the index must know where prompts really went.
+   */
   function place(w: Waiting, u: Upstream): void {
     if (w.done) return;
     u.inFlight++;
     u.inFlightTokens += w.request.tokens.length;
+    const index = fleet.router.prefixIndex;
+    if (index !== null && w.request.tokens.length > 0) {
+      index.insert(u.index, w.request.tokens, { loraTaskId: w.request.loraTaskId, cacheSalt: w.request.cacheSalt });
+    }
     w.resolve(u);
   }
 
@@ -217,6 +240,7 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
   /** Waits for an upstream for `request` (routed with the next batch), or rejects 429/503. */
   function acquire(request: RoutedRequest, signal: Hangup): Promise<Upstream> {
     if (closing !== null) return Promise.reject(new HttpError(503, "the gateway is shutting down", "server_error", "shutting_down", { "retry-after": "1" }));
+    if (signal.aborted) return Promise.reject(new HttpError(499, "the client closed the request"));
     if (counters.queued >= config.limits.queueSize + room()) {
       counters.rejectedFull++;
       return Promise.reject(new HttpError(429, "the gateway's queue is full", "rate_limit_exceeded", "queue_full", { "retry-after": "1" }));
@@ -410,13 +434,16 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
       res.writeHead(modelsCache.status, { "content-type": modelsCache.type }).end(modelsCache.body);
       return modelsCache.status;
     }
-    const u = leastLoaded(new Set());
+    const u = fleet.upstreams.find((x) => fleet.available(x)) ?? null;
     if (u === null) throw new HttpError(503, "no healthy upstream", "server_error", "no_healthy_upstream", { "retry-after": "1" });
+    // The upstream's key; else the client's, when it is meant for the engines (no client keys
+    // here), and then the answer is that client's alone, not cached.
+    const clientAuth = u.apiKey === null && keyDigests.length === 0 ? req.headers.authorization : undefined;
     try {
-      const response = await u.pool.request({ path: `${u.basePath}/v1/models`, method: "GET", headers: u.apiKey ? { authorization: `Bearer ${u.apiKey}` } : req.headers.authorization ? { authorization: req.headers.authorization } : {} });
+      const response = await u.pool.request({ path: `${u.basePath}/v1/models`, method: "GET", headers: u.apiKey ? { authorization: `Bearer ${u.apiKey}` } : clientAuth ? { authorization: clientAuth } : {} });
       const body = Buffer.from(await response.body.arrayBuffer());
       const type = String(response.headers["content-type"] ?? "application/json");
-      if (response.statusCode < 400) modelsCache = { at: Date.now(), status: response.statusCode, body, type };
+      if (response.statusCode < 400 && clientAuth === undefined) modelsCache = { at: Date.now(), status: response.statusCode, body, type };
       res.writeHead(response.statusCode, { "content-type": type, "x-adp-upstream": String(u.index) }).end(body);
       return response.statusCode;
     } catch (error) {
@@ -470,11 +497,12 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
     }
     const unread = !req.complete;
     res.writeHead(error.status, { "content-type": "application/json", ...error.headers, ...(unread ? { connection: "close" } : {}) }).end(error.body());
-    if (unread) res.once("finish", () => req.socket.destroy());
+    if (unread) res.once("finish", () => req.socket?.destroy());
   }
 
   const inFlightResponses = new Set<ServerResponse>();
 
+  /** Serves one request: routes by path, answers every failure OpenAI-style, logs one line. */
   async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const started = performance.now();
     const path = (req.url ?? "/").split("?")[0]!;
@@ -529,6 +557,7 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
     }
   }
 
+  /** The router's metrics, then the gateway's, as Prometheus text. */
   function metrics(): string {
     return formatPrometheus(fleet.router.metrics()) + formatGatewayMetrics(fleet.upstreams, counters, queue.filter((w) => !w.done).length);
   }

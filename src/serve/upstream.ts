@@ -1,7 +1,7 @@
 // One upstream engine as the gateway sees it: a rank of its router, a pool of
 // keep-alive connections, the load it carries (in-flight requests and prompt
 // tokens, which become the rank's state for the next route), and its health:
-// active checks on an interval, passive ejection on connect errors and 5xx.
+// active checks on an interval, passive ejection when it cannot be reached.
 
 import { Pool } from "undici";
 import type { GatewayConfig, UpstreamConfig } from "./config.js";
@@ -14,6 +14,7 @@ export class Histogram {
   readonly counts = new Array<number>(LATENCY_BOUNDS.length + 1).fill(0);
   sum = 0;
   count = 0;
+  /** Counts one observation. */
   observe(seconds: number): void {
     let i = 0;
     while (i < LATENCY_BOUNDS.length && seconds > LATENCY_BOUNDS[i]!) i++;
@@ -27,9 +28,12 @@ export class Histogram {
 export class Upstream {
   /** Its rank (its place in the configured list; a reload may move it). */
   index: number;
+  /** Its base URL (what a reload matches upstreams by). */
   readonly url: string;
-  readonly name: string;
-  readonly apiKey: string | null;
+  /** Its name in logs. */
+  name: string;
+  /** The key sent to it in place of the client's, or null. */
+  apiKey: string | null;
   /** The URL's path, which API paths are joined to (`""` for none). */
   readonly basePath: string;
   readonly pool: Pool;
@@ -41,7 +45,7 @@ export class Upstream {
   healthy = true;
   /** Whether it is being drained: it finishes its requests and takes no new ones. */
   draining = false;
-  /** Consecutive failures (checks, connect errors, 5xx) and consecutive passing checks. */
+  /** Consecutive failures (failed checks, failures to connect) and consecutive passing checks. */
   failures = 0;
   successes = 0;
   /** Responses by status class, and requests retried elsewhere because this one could not be reached. */
@@ -57,6 +61,7 @@ export class Upstream {
     this.url = config.url;
     this.name = config.name;
     this.apiKey = config.apiKey;
+    this.draining = config.drain;
     const url = new URL(config.url);
     this.basePath = url.pathname === "/" ? "" : url.pathname;
     this.pool = new Pool(url.origin, {
@@ -69,13 +74,20 @@ export class Upstream {
     this.#healthyThreshold = gateway.health.healthyThreshold;
   }
 
+  /** Takes a reloaded configuration's name, key and drain flag (its URL is the same). */
+  update(config: UpstreamConfig): void {
+    this.name = config.name;
+    this.apiKey = config.apiKey;
+    this.draining = config.drain;
+  }
+
   /** Counts a response's status. */
   countStatus(status: number | "error" | "timeout" | "aborted"): void {
     const key = typeof status === "number" ? `${Math.floor(status / 100)}xx` : status;
     this.byStatus.set(key, (this.byStatus.get(key) ?? 0) + 1);
   }
 
-  /** A failure seen while proxying or checking: ejects after the threshold. Returns whether it just became unhealthy. */
+  /** A failure to reach it, or a failed check: ejects after the threshold. Returns whether it just became unhealthy. */
   fail(): boolean {
     this.successes = 0;
     this.failures++;

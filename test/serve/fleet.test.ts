@@ -90,6 +90,23 @@ describe("reload", () => {
   });
 });
 
+describe("reload, names and keys", () => {
+  it("a kept upstream takes its new key and name", async () => {
+    const e = await startMockEngine("keyed", { apiKey: "first-key" });
+    open.push(e);
+    const text = (key: string) => `listen: { port: 0 }\nlogging: { level: silent }\nupstreams:\n  - url: ${e.url}\n    name: before\n    api_key: ${key}\n`;
+    const gateway = await createGateway(config(text("first-key")));
+    open.push(gateway);
+    const ask = () => fetch(`${gateway.url}/v1/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ model: "m", prompt: "x" }) });
+    expect((await ask()).status).toBe(200);
+    e.behaviour.apiKey = "second-key";
+    expect((await ask()).status).toBe(401);
+    expect(gateway.reload(config(text("second-key").replace("name: before", "name: after"))).kept).toHaveLength(1);
+    expect((await ask()).status).toBe(200);
+    expect(gateway.metrics()).toContain('name="after"');
+  });
+});
+
 describe("admin endpoints", () => {
   it("are off without an admin key, need it when on, and drain and undrain an upstream", async () => {
     const [e0, e1] = await engines(2);

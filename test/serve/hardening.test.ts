@@ -77,6 +77,24 @@ describe("hostile clients", () => {
     expect(r.closedAfterMs).not.toBeNull();
   });
 
+  it("a chunked body over the limit is answered 413 and the gateway goes on serving", async () => {
+    const { gateway } = await fleet(1, "limits: { max_body_bytes: 4096 }\n");
+    const r = await raw(gateway.url, (s) => {
+      s.write("POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n");
+      const chunk = Buffer.alloc(2048, 0x20);
+      for (let i = 0; i < 8; i++) s.write(`${chunk.length.toString(16)}\r\n${chunk.toString()}\r\n`);
+    });
+    expect(r.text).toMatch(/^HTTP\/1\.1 413 /);
+    expect((await post(gateway, chat)).status).toBe(200);
+  });
+
+  it("/v1/models never sends a client's gateway key on to an upstream", async () => {
+    const { gateway, engines } = await fleet(1, "auth: { api_keys: [client-key-123] }\n");
+    const response = await fetch(`${gateway.url}/v1/models`, { headers: { authorization: "Bearer client-key-123" } });
+    expect(response.status).toBe(200);
+    expect(engines[0]!.received.find((r) => r.path === "/v1/models")!.headers.authorization).toBeUndefined();
+  });
+
   it("Expect: 100-continue with a body declared over the limit gets 413 without 100 Continue", async () => {
     const { gateway } = await fleet(1, "limits: { max_body_bytes: 4096 }\n");
     const r = await raw(gateway.url, (s) => s.write("POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nexpect: 100-continue\r\ncontent-length: 999999\r\n\r\n"));
