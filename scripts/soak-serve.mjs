@@ -111,6 +111,12 @@ const floor = (figures) => Math.min(...figures.map((f) => f.heapUsed));
 if (process.argv[2] === "--engine") await engine();
 else if (process.argv[1] === SELF) {
   const { values } = parseArgs({ options: { requests: { type: "string" }, concurrency: { type: "string" } } });
+  for (const [name, value] of Object.entries(values)) {
+    if (!/^[1-9][0-9]*$/.test(value)) {
+      console.error(`soak-serve: --${name} must be a positive integer, got ${JSON.stringify(value)}`);
+      process.exit(2);
+    }
+  }
   const figures = await soakServe({ ...(values.requests ? { requests: Number(values.requests) } : {}), ...(values.concurrency ? { concurrency: Number(values.concurrency) } : {}) });
   console.log(JSON.stringify(figures));
   process.exitCode = figures.flat && figures.failed === 0 && figures.leaked_in_flight === 0 ? 0 : 1;

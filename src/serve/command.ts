@@ -91,6 +91,7 @@ export async function serveCommand(args: string[]): Promise<number> {
     process.on("SIGINT", () => stop("SIGINT"));
     // SIGHUP: read the file again and move to its upstreams; a bad file changes nothing.
     process.on("SIGHUP", () => {
+      if (stopping) return; // shutting down: nothing to reload into
       if (file === undefined) {
         process.stderr.write("adp-router serve: SIGHUP: no --config file to reload\n");
         return;

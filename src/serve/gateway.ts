@@ -584,9 +584,14 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
     res.writeContinue();
     void handle(req, res);
   });
-  server.on("clientError", (_error, socket) => {
-    if (socket.writable) socket.end('HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n{"error":{"message":"malformed HTTP request","type":"invalid_request_error","param":null,"code":null}}');
-    else socket.destroy();
+  // A request Node's parser refuses: a timeout is 408, oversized headers 431, anything else 400.
+  server.on("clientError", (error: NodeJS.ErrnoException, socket) => {
+    if (!socket.writable) {
+      socket.destroy();
+      return;
+    }
+    const [status, text, message] = error.code === "ERR_HTTP_REQUEST_TIMEOUT" ? [408, "Request Timeout", "the request was not received in time"] : error.code === "HPE_HEADER_OVERFLOW" ? [431, "Request Header Fields Too Large", "the request headers are too large"] : [400, "Bad Request", "malformed HTTP request"];
+    socket.end(`HTTP/1.1 ${status} ${text}\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n${new HttpError(status, message).body()}`);
   });
   await new Promise<void>((resolve, reject) => {
     const onError = (error: NodeJS.ErrnoException) => {

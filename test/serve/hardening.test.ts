@@ -62,6 +62,15 @@ describe("hostile clients", () => {
     });
     expect(r.closedAfterMs).not.toBeNull();
     expect(r.closedAfterMs!).toBeLessThan(2500);
+    expect(r.text).toMatch(/^HTTP\/1\.1 408 /);
+  });
+
+  it("oversized headers get 431, garbage gets 400", async () => {
+    const { gateway } = await fleet(1);
+    const big = await raw(gateway.url, (s) => s.write(`GET /health HTTP/1.1\r\nhost: x\r\nx-big: ${"a".repeat(100_000)}\r\n\r\n`));
+    expect(big.text).toMatch(/^HTTP\/1\.1 431 /);
+    const junk = await raw(gateway.url, (s) => s.write("NOT HTTP AT ALL\r\n\r\n"));
+    expect(junk.text).toMatch(/^HTTP\/1\.1 400 /);
   });
 
   it("a body over the limit is answered 413 and its connection closed, not read to its end", async () => {
