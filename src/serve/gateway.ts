@@ -58,6 +58,8 @@ interface Waiting {
   readonly reject: (error: HttpError) => void;
   /** Whether it was already answered (placed, timed out, or its client left). */
   done: boolean;
+  /** Its queue timeout, armed only once it has to wait past its first batch (most never do). */
+  timer: NodeJS.Timeout | null;
 }
 
 /** The listen error of a port in use or not allowed, as one clear message. */
@@ -181,13 +183,13 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
         let target = upstreams[rank]!;
         if (!fleet.available(target) || target.inFlight >= cap) target = leastLoaded(new Set()) ?? target;
         if (!fleet.available(target) || target.inFlight >= cap) {
-          queue.push(w);
+          requeue(w);
           continue;
         }
         place(w, target);
       }
     });
-    for (const w of byId.values()) queue.push(w); // unassigned: every upstream is full
+    for (const w of byId.values()) requeue(w); // unassigned: every upstream is full
   }
 
   /** Routes `waiting` over `upstreams` in one `route()` call (an unhealthy or draining upstream is reported full). */
@@ -234,6 +236,21 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
     return best;
   }
 
+  /**
+   * Puts `w` back to wait for room, arming its queue timeout (counted from its
+   * arrival) the first time: a timer per request would cost every request,
+   * and most are placed by the batch they arrive in.
+   */
+  function requeue(w: Waiting): void {
+    queue.push(w);
+    if (w.timer !== null || config.limits.queueTimeoutMs <= 0) return;
+    w.timer = setTimeout(() => {
+      counters.rejectedFull++;
+      w.reject(new HttpError(429, "every upstream is at capacity", "rate_limit_exceeded", "upstreams_full", { "retry-after": "1" }));
+    }, Math.max(0, config.limits.queueTimeoutMs - (Date.now() - w.enqueuedAt)));
+    w.timer.unref();
+  }
+
   /** Requests that could start now: the room left on healthy upstreams. */
   const room = () => fleet.upstreams.reduce((n, u) => n + (fleet.available(u) ? Math.max(0, cap - u.inFlight) : 0), 0);
 
@@ -246,13 +263,12 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
       return Promise.reject(new HttpError(429, "the gateway's queue is full", "rate_limit_exceeded", "queue_full", { "retry-after": "1" }));
     }
     return new Promise<Upstream>((resolve, reject) => {
-      let timer: NodeJS.Timeout | null = null;
       /** Takes `w` off the queue's count once, whatever answers it. */
       const settle = (): boolean => {
         if (w.done) return false;
         w.done = true;
         counters.queued = Math.max(0, counters.queued - 1);
-        if (timer !== null) clearTimeout(timer);
+        if (w.timer !== null) clearTimeout(w.timer);
         return true;
       };
       const w: Waiting = {
@@ -266,15 +282,9 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
           if (settle()) reject(e);
         },
         done: false,
+        timer: null,
       };
       counters.queued++;
-      if (config.limits.queueTimeoutMs > 0) {
-        timer = setTimeout(() => {
-          counters.rejectedFull++;
-          w.reject(new HttpError(429, "every upstream is at capacity", "rate_limit_exceeded", "upstreams_full", { "retry-after": "1" }));
-        }, config.limits.queueTimeoutMs);
-        timer.unref();
-      }
       signal.once("abort", () => w.reject(new HttpError(499, "the client closed the request")));
       queue.push(w);
       scheduleFlush();
