@@ -1,13 +1,12 @@
 // The gateway: an OpenAI-compatible HTTP server in front of a fleet of
-// upstream engines, one upstream per rank of an adp-router router. Requests
-// that arrive in the same event-loop turn are routed together, as one batch,
-// so TensorRT-LLM's batch semantics (fair share, warm-up, the tie shuffle)
-// apply as they do in the engine; each upstream's in-flight requests and
-// prompt tokens are the rank states the next batch sees.
+// upstream engines, one upstream per rank of an adp-router router. This file
+// is the HTTP side (requests, proxying, errors, admin, health, metrics,
+// listening and shutdown); the fleet (fleet.ts) holds the upstreams and the
+// router, and the scheduler (scheduler.ts) routes the requests of each
+// event-loop turn as one batch over the upstreams' in-flight loads.
 
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import { timingSafeEqual, createHash } from "node:crypto";
-import { EventEmitter } from "node:events";
 import type { Readable } from "node:stream";
 import { pino, type Logger } from "pino";
 import type { Router } from "../router.js";
@@ -18,6 +17,7 @@ import { HttpError, readRequest, type RoutedRequest } from "./openai.js";
 import { Utf8ByteTokenizer, type Tokenizer } from "./tokenizer.js";
 import type { Upstream } from "./upstream.js";
 import { Fleet, type FleetChange } from "./fleet.js";
+import { Hangup, Scheduler } from "./scheduler.js";
 import { formatGatewayMetrics, type GatewayCounters } from "./metrics.js";
 
 /** Headers never forwarded: those of one connection (hop-by-hop), and those the proxy sets itself (host, length, expect). */
@@ -47,19 +47,6 @@ export interface GatewayOptions {
   readonly logger?: Logger;
   /** How prompts become tokens (default: the UTF-8 byte tokenizer). */
   readonly tokenizer?: Tokenizer;
-}
-
-/** A request waiting for an upstream. */
-interface Waiting {
-  readonly id: number;
-  readonly request: RoutedRequest;
-  readonly enqueuedAt: number;
-  readonly resolve: (upstream: Upstream) => void;
-  readonly reject: (error: HttpError) => void;
-  /** Whether it was already answered (placed, timed out, or its client left). */
-  done: boolean;
-  /** Its queue timeout, armed only once it has to wait past its first batch (most never do). */
-  timer: NodeJS.Timeout | null;
 }
 
 /** The listen error of a port in use or not allowed, as one clear message. */
@@ -111,20 +98,6 @@ function copyBody(body: Readable, res: ServerResponse): Promise<void> {
   });
 }
 
-/**
- * A client's hang-up, as the signal undici takes (an EventEmitter with an
- * `aborted` flag costs less per request than an AbortController).
- */
-class Hangup extends EventEmitter {
-  aborted = false;
-  /** Signals the hang-up once. */
-  abort(): void {
-    if (this.aborted) return;
-    this.aborted = true;
-    this.emit("abort");
-  }
-}
-
 /** sha256 of a key, so comparisons take constant time whatever the lengths. */
 const digest = (key: string): Buffer => createHash("sha256").update(key).digest();
 
@@ -132,165 +105,15 @@ const digest = (key: string): Buffer => createHash("sha256").update(key).digest(
 export async function createGateway(config: GatewayConfig, options: GatewayOptions = {}): Promise<Gateway> {
   const log = options.logger ?? pino({ level: config.logging.level, base: undefined });
   const tokenizer = options.tokenizer ?? new Utf8ByteTokenizer();
-  const fleet = new Fleet(config, log, () => scheduleFlush());
-  const cap = config.limits.maxInFlightPerUpstream;
+  const fleet: Fleet = new Fleet(config, log, () => scheduler.schedule());
   const keyDigests = config.auth.apiKeys.map(digest);
   const adminDigest = config.auth.adminApiKey === null ? null : digest(config.auth.adminApiKey.trim());
   const counters: GatewayCounters = { requests: new Map(), queued: 0, rejectedFull: 0 };
+  const scheduler = new Scheduler(fleet, config, counters, (error) => log.error({ err: error }, "the router refused a batch"));
   const count = (outcome: string) => counters.requests.set(outcome, (counters.requests.get(outcome) ?? 0) + 1);
 
   /** Set once `close()` has begun. */
   let closing: Promise<void> | null = null;
-
-  // ---- routing in batches ---------------------------------------------------------------
-  let queue: Waiting[] = [];
-  let flushScheduled = false;
-  let nextId = 1;
-
-  /** Routes the waiting requests on the next turn of the event loop. */
-  const scheduleFlush = () => {
-    if (flushScheduled || queue.length === 0) return;
-    flushScheduled = true;
-    setImmediate(flush);
-  };
-
-  /** Routes every waiting request as one batch; those no upstream can take wait for the next. */
-  function flush(): void {
-    flushScheduled = false;
-    const waiting = queue.filter((w) => !w.done);
-    queue = [];
-    if (waiting.length === 0) return;
-    const upstreams = fleet.upstreams;
-    if (!upstreams.some((u) => fleet.available(u))) {
-      for (const w of waiting) w.reject(new HttpError(503, "no healthy upstream", "server_error", "no_healthy_upstream", { "retry-after": "1" }));
-      return;
-    }
-    const byId = new Map(waiting.map((w) => [w.id, w]));
-    let result;
-    try {
-      result = routeBatch(upstreams, waiting);
-    } catch (error) {
-      // Nothing a request can carry should make the router refuse a batch; if it does, the batch is answered, not lost.
-      log.error({ err: error }, "the router refused a batch");
-      for (const w of waiting) w.reject(new HttpError(500, "the router could not route the request", "server_error", "routing_failed"));
-      return;
-    }
-    result.assignments.forEach((ids, rank) => {
-      for (const id of ids) {
-        const w = byId.get(id as number)!;
-        byId.delete(id as number);
-        // The conversation router may keep a conversation on a rank at its cap or ejected: take the least loaded healthy one then.
-        let target = upstreams[rank]!;
-        if (!fleet.available(target) || target.inFlight >= cap) target = leastLoaded(new Set()) ?? target;
-        if (!fleet.available(target) || target.inFlight >= cap) {
-          requeue(w);
-          continue;
-        }
-        place(w, target);
-      }
-    });
-    for (const w of byId.values()) requeue(w); // unassigned: every upstream is full
-  }
-
-  /** Routes `waiting` over `upstreams` in one `route()` call (an unhealthy or draining upstream is reported full). */
-  function routeBatch(upstreams: readonly Upstream[], waiting: readonly Waiting[]) {
-    return fleet.router.route({
-      rankStates: upstreams.map((u) => ({ numActiveRequests: fleet.available(u) ? Math.min(u.inFlight, cap) : cap, numActiveTokens: u.inFlightTokens })),
-      maxNumActiveRequests: cap,
-      requests: waiting.map((w) => ({
-        id: w.id,
-        tokens: w.request.tokens,
-        ...(w.request.conversationId !== null ? { conversationId: w.request.conversationId } : {}),
-        ...(w.request.subagentId !== null ? { subagentAffinityId: w.request.subagentId } : {}),
-        ...(w.request.cacheSalt !== null ? { cacheSalt: w.request.cacheSalt } : {}),
-        ...(w.request.loraTaskId !== null ? { loraTaskId: w.request.loraTaskId } : {}),
-      })),
-    });
-  }
-
-  /**
-   * Hands a waiting request its upstream, counting its load there, and
-   * teaches the prefix index that the upstream now holds its prompt. The
-   * router learns nothing itself (learnFromRouting: false): the gateway may
-   * place a request elsewhere than the router chose, or hold it for later,
-   * and the index must know where prompts really went.
-   */
-  function place(w: Waiting, u: Upstream): void {
-    if (w.done) return;
-    u.inFlight++;
-    u.inFlightTokens += w.request.tokens.length;
-    const index = fleet.router.prefixIndex;
-    if (index !== null && w.request.tokens.length > 0) {
-      index.insert(u.index, w.request.tokens, { loraTaskId: w.request.loraTaskId, cacheSalt: w.request.cacheSalt });
-    }
-    w.resolve(u);
-  }
-
-  /** The healthy upstream with the fewest in-flight requests and room, outside `tried`. */
-  function leastLoaded(tried: ReadonlySet<Upstream>): Upstream | null {
-    let best: Upstream | null = null;
-    for (const u of fleet.upstreams) {
-      if (!fleet.available(u) || tried.has(u) || u.inFlight >= cap) continue;
-      if (best === null || u.inFlight < best.inFlight || (u.inFlight === best.inFlight && u.inFlightTokens < best.inFlightTokens)) best = u;
-    }
-    return best;
-  }
-
-  /**
-   * Puts `w` back to wait for room, arming its queue timeout (counted from its
-   * arrival) the first time: a timer per request would cost every request,
-   * and most are placed by the batch they arrive in.
-   */
-  function requeue(w: Waiting): void {
-    queue.push(w);
-    if (w.timer !== null || config.limits.queueTimeoutMs <= 0) return;
-    w.timer = setTimeout(() => {
-      counters.rejectedFull++;
-      w.reject(new HttpError(429, "every upstream is at capacity", "rate_limit_exceeded", "upstreams_full", { "retry-after": "1" }));
-    }, Math.max(0, config.limits.queueTimeoutMs - (Date.now() - w.enqueuedAt)));
-    w.timer.unref();
-  }
-
-  /** Requests that could start now: the room left on healthy upstreams. */
-  const room = () => fleet.upstreams.reduce((n, u) => n + (fleet.available(u) ? Math.max(0, cap - u.inFlight) : 0), 0);
-
-  /** Waits for an upstream for `request` (routed with the next batch), or rejects 429/503. */
-  function acquire(request: RoutedRequest, signal: Hangup): Promise<Upstream> {
-    if (closing !== null) return Promise.reject(new HttpError(503, "the gateway is shutting down", "server_error", "shutting_down", { "retry-after": "1" }));
-    if (signal.aborted) return Promise.reject(new HttpError(499, "the client closed the request"));
-    if (counters.queued >= config.limits.queueSize + room()) {
-      counters.rejectedFull++;
-      return Promise.reject(new HttpError(429, "the gateway's queue is full", "rate_limit_exceeded", "queue_full", { "retry-after": "1" }));
-    }
-    return new Promise<Upstream>((resolve, reject) => {
-      /** Takes `w` off the queue's count once, whatever answers it. */
-      const settle = (): boolean => {
-        if (w.done) return false;
-        w.done = true;
-        counters.queued = Math.max(0, counters.queued - 1);
-        if (w.timer !== null) clearTimeout(w.timer);
-        return true;
-      };
-      const w: Waiting = {
-        id: nextId++,
-        request,
-        enqueuedAt: Date.now(),
-        resolve: (u) => {
-          if (settle()) resolve(u);
-        },
-        reject: (e) => {
-          if (settle()) reject(e);
-        },
-        done: false,
-        timer: null,
-      };
-      counters.queued++;
-      signal.once("abort", () => w.reject(new HttpError(499, "the client closed the request")));
-      queue.push(w);
-      scheduleFlush();
-    });
-  }
-
   // ---- proxying ---------------------------------------------------------------------------
 
   /** The headers sent upstream: the client's, less hop-by-hop ones, with the upstream's key. */
@@ -367,7 +190,7 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
         if (NOT_SENT.has(code)) {
           u.countStatus("error");
           if (u.fail()) log.warn({ upstream: u.index, name: u.name, reason: code }, "upstream ejected");
-          const next = leastLoaded(tried);
+          const next = scheduler.leastLoaded(tried);
           if (next !== null) {
             u.retriedAway++;
             next.inFlight++;
@@ -532,7 +355,7 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
         if (!authorized(req)) throw new HttpError(401, "a valid API key is required", "invalid_request_error", "invalid_api_key");
         const raw = await readBody(req);
         const request = readRequest(kind, raw, req.headers, tokenizer, config.routing.loraAdapters);
-        const u = await acquire(request, abort);
+        const u = await scheduler.acquire(request, abort);
         const r = await proxy(req, res, raw, request, u, abort);
         status = r.status;
         upstream = r.upstream;
@@ -569,7 +392,7 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
 
   /** The router's metrics, then the gateway's, as Prometheus text. */
   function metrics(): string {
-    return formatPrometheus(fleet.router.metrics()) + formatGatewayMetrics(fleet.upstreams, counters, queue.filter((w) => !w.done).length);
+    return formatPrometheus(fleet.router.metrics()) + formatGatewayMetrics(fleet.upstreams, counters, scheduler.waiting());
   }
 
   // ---- listening --------------------------------------------------------------------------
@@ -640,8 +463,7 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
       closing ??= (async () => {
         const closed = new Promise<void>((resolve) => server.close(() => resolve()));
         // Requests still waiting for an upstream have not started: answer them now.
-        for (const w of queue) w.reject(new HttpError(503, "the gateway is shutting down", "server_error", "shutting_down", { "retry-after": "1" }));
-        queue = [];
+        scheduler.stop();
         server.closeIdleConnections();
         const deadline = Date.now() + deadlineMs;
         while (inFlightResponses.size > 0 && Date.now() < deadline) {

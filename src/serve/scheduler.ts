@@ -1,0 +1,227 @@
+// Routing in batches: requests wait here for an upstream, and every request
+// that arrives in one turn of the event loop is routed in one `route()` call,
+// so TensorRT-LLM's batch semantics (fair share, warm-up, the tie shuffle)
+// apply as in the engine; those no upstream can take wait for room (a bounded
+// queue with a timeout). Placing a request counts its load on its upstream and
+// teaches the prefix index where its prompt went.
+
+import { EventEmitter } from "node:events";
+import type { GatewayConfig } from "./config.js";
+import type { Fleet } from "./fleet.js";
+import type { GatewayCounters } from "./metrics.js";
+import { HttpError, type RoutedRequest } from "./openai.js";
+import type { Upstream } from "./upstream.js";
+
+/**
+ * A client's hang-up, as the signal undici takes (an EventEmitter with an
+ * `aborted` flag costs less per request than an AbortController).
+ */
+export class Hangup extends EventEmitter {
+  aborted = false;
+  /** Signals the hang-up once. */
+  abort(): void {
+    if (this.aborted) return;
+    this.aborted = true;
+    this.emit("abort");
+  }
+}
+
+/** A request waiting for an upstream. */
+interface Waiting {
+  readonly id: number;
+  readonly request: RoutedRequest;
+  readonly enqueuedAt: number;
+  readonly resolve: (upstream: Upstream) => void;
+  readonly reject: (error: HttpError) => void;
+  /** Whether it was already answered (placed, timed out, or its client left). */
+  done: boolean;
+  /** Its queue timeout, armed only once it has to wait past its first batch (most never do). */
+  timer: NodeJS.Timeout | null;
+}
+
+/** The queue of requests waiting for an upstream, and the batches that place them. */
+export class Scheduler {
+  #queue: Waiting[] = [];
+  #flushScheduled = false;
+  #nextId = 1;
+  #stopped = false;
+  readonly #fleet: Fleet;
+  readonly #config: GatewayConfig;
+  readonly #counters: GatewayCounters;
+  /** The in-flight cap of one upstream (the router's maxNumActiveRequests). */
+  readonly #cap: number;
+  /** Where a batch the router refuses is logged. */
+  readonly #onRouterError: (error: unknown) => void;
+
+  constructor(fleet: Fleet, config: GatewayConfig, counters: GatewayCounters, onRouterError: (error: unknown) => void) {
+    this.#fleet = fleet;
+    this.#config = config;
+    this.#counters = counters;
+    this.#cap = config.limits.maxInFlightPerUpstream;
+    this.#onRouterError = onRouterError;
+  }
+
+  /** Requests waiting now. */
+  waiting(): number {
+    return this.#queue.filter((w) => !w.done).length;
+  }
+
+  /** Routes the waiting requests on the next turn of the event loop. */
+  schedule(): void {
+    if (this.#flushScheduled || this.#queue.length === 0) return;
+    this.#flushScheduled = true;
+    setImmediate(() => this.#flush());
+  }
+
+  /** Answers every waiting request 503 and takes no more (shutdown). */
+  stop(): void {
+    this.#stopped = true;
+    for (const w of this.#queue) w.reject(new HttpError(503, "the gateway is shutting down", "server_error", "shutting_down", { "retry-after": "1" }));
+    this.#queue = [];
+  }
+
+  /** Waits for an upstream for `request` (routed with the next batch), or rejects 429/499/503. */
+  acquire(request: RoutedRequest, signal: Hangup): Promise<Upstream> {
+    const counters = this.#counters;
+    if (this.#stopped) return Promise.reject(new HttpError(503, "the gateway is shutting down", "server_error", "shutting_down", { "retry-after": "1" }));
+    if (signal.aborted) return Promise.reject(new HttpError(499, "the client closed the request"));
+    if (counters.queued >= this.#config.limits.queueSize + this.#room()) {
+      counters.rejectedFull++;
+      return Promise.reject(new HttpError(429, "the gateway's queue is full", "rate_limit_exceeded", "queue_full", { "retry-after": "1" }));
+    }
+    return new Promise<Upstream>((resolve, reject) => {
+      /** Takes `w` off the queue's count once, whatever answers it. */
+      const settle = (): boolean => {
+        if (w.done) return false;
+        w.done = true;
+        counters.queued = Math.max(0, counters.queued - 1);
+        if (w.timer !== null) clearTimeout(w.timer);
+        return true;
+      };
+      const w: Waiting = {
+        id: this.#nextId++,
+        request,
+        enqueuedAt: Date.now(),
+        resolve: (u) => {
+          if (settle()) resolve(u);
+        },
+        reject: (e) => {
+          if (settle()) reject(e);
+        },
+        done: false,
+        timer: null,
+      };
+      counters.queued++;
+      signal.once("abort", () => w.reject(new HttpError(499, "the client closed the request")));
+      this.#queue.push(w);
+      this.schedule();
+    });
+  }
+
+  /** The available upstream with the fewest in-flight requests and room, outside `tried`. */
+  leastLoaded(tried: ReadonlySet<Upstream>): Upstream | null {
+    let best: Upstream | null = null;
+    for (const u of this.#fleet.upstreams) {
+      if (!this.#fleet.available(u) || tried.has(u) || u.inFlight >= this.#cap) continue;
+      if (best === null || u.inFlight < best.inFlight || (u.inFlight === best.inFlight && u.inFlightTokens < best.inFlightTokens)) best = u;
+    }
+    return best;
+  }
+
+  /** Routes every waiting request as one batch; those no upstream can take wait for the next. */
+  #flush(): void {
+    this.#flushScheduled = false;
+    const fleet = this.#fleet;
+    const cap = this.#cap;
+    const waiting = this.#queue.filter((w) => !w.done);
+    this.#queue = [];
+    if (waiting.length === 0) return;
+    const upstreams = fleet.upstreams;
+    if (!upstreams.some((u) => fleet.available(u))) {
+      for (const w of waiting) w.reject(new HttpError(503, "no healthy upstream", "server_error", "no_healthy_upstream", { "retry-after": "1" }));
+      return;
+    }
+    const byId = new Map(waiting.map((w) => [w.id, w]));
+    let result;
+    try {
+      result = this.#route(upstreams, waiting);
+    } catch (error) {
+      // Nothing a request can carry should make the router refuse a batch; if it does, the batch is answered, not lost.
+      this.#onRouterError(error);
+      for (const w of waiting) w.reject(new HttpError(500, "the router could not route the request", "server_error", "routing_failed"));
+      return;
+    }
+    result.assignments.forEach((ids, rank) => {
+      for (const id of ids) {
+        const w = byId.get(id as number)!;
+        byId.delete(id as number);
+        // The conversation router may keep a conversation on a rank at its cap or ejected: take the least loaded available one then.
+        let target = upstreams[rank]!;
+        if (!fleet.available(target) || target.inFlight >= cap) target = this.leastLoaded(new Set()) ?? target;
+        if (!fleet.available(target) || target.inFlight >= cap) {
+          this.#requeue(w);
+          continue;
+        }
+        this.#place(w, target);
+      }
+    });
+    for (const w of byId.values()) this.#requeue(w); // unassigned: every upstream is full
+  }
+
+  /** Routes `waiting` over `upstreams` in one `route()` call (an unavailable upstream is reported full). */
+  #route(upstreams: readonly Upstream[], waiting: readonly Waiting[]) {
+    const fleet = this.#fleet;
+    const cap = this.#cap;
+    return fleet.router.route({
+      rankStates: upstreams.map((u) => ({ numActiveRequests: fleet.available(u) ? Math.min(u.inFlight, cap) : cap, numActiveTokens: u.inFlightTokens })),
+      maxNumActiveRequests: cap,
+      requests: waiting.map((w) => ({
+        id: w.id,
+        tokens: w.request.tokens,
+        ...(w.request.conversationId !== null ? { conversationId: w.request.conversationId } : {}),
+        ...(w.request.subagentId !== null ? { subagentAffinityId: w.request.subagentId } : {}),
+        ...(w.request.cacheSalt !== null ? { cacheSalt: w.request.cacheSalt } : {}),
+        ...(w.request.loraTaskId !== null ? { loraTaskId: w.request.loraTaskId } : {}),
+      })),
+    });
+  }
+
+  /**
+   * Hands a waiting request its upstream, counting its load there, and
+   * teaches the prefix index that the upstream now holds its prompt. The
+   * router learns nothing itself (learnFromRouting: false): a request may be
+   * placed elsewhere than the router chose, or held for later, and the index
+   * must know where prompts really went.
+   */
+  #place(w: Waiting, u: Upstream): void {
+    if (w.done) return;
+    u.inFlight++;
+    u.inFlightTokens += w.request.tokens.length;
+    const index = this.#fleet.router.prefixIndex;
+    if (index !== null && w.request.tokens.length > 0) {
+      index.insert(u.index, w.request.tokens, { loraTaskId: w.request.loraTaskId, cacheSalt: w.request.cacheSalt });
+    }
+    w.resolve(u);
+  }
+
+  /**
+   * Puts `w` back to wait for room, arming its queue timeout (counted from its
+   * arrival) the first time: a timer per request would cost every request,
+   * and most are placed by the batch they arrive in.
+   */
+  #requeue(w: Waiting): void {
+    this.#queue.push(w);
+    const timeout = this.#config.limits.queueTimeoutMs;
+    if (w.timer !== null || timeout <= 0) return;
+    w.timer = setTimeout(() => {
+      this.#counters.rejectedFull++;
+      w.reject(new HttpError(429, "every upstream is at capacity", "rate_limit_exceeded", "upstreams_full", { "retry-after": "1" }));
+    }, Math.max(0, timeout - (Date.now() - w.enqueuedAt)));
+    w.timer.unref();
+  }
+
+  /** Requests that could start now: the room left on available upstreams. */
+  #room(): number {
+    return this.#fleet.upstreams.reduce((n, u) => n + (this.#fleet.available(u) ? Math.max(0, this.#cap - u.inFlight) : 0), 0);
+  }
+}
