@@ -16,8 +16,10 @@ import { createGateway, loadGatewayConfig } from "../src/serve/index.js";
 
 const SELF = fileURLToPath(import.meta.url);
 const CONCURRENCY = 16;
-const CPU_REQUESTS = 6000;
-const LATENCY_REQUESTS = 1500;
+const CPU_REQUESTS = 9000;
+/** Interleaved rounds of the two servers. */
+const ROUNDS = 9;
+const LATENCY_REQUESTS = 1800;
 
 /** A 4 KB chat body (a system prompt and a question). */
 function body(i: number): string {
@@ -118,15 +120,16 @@ async function main(): Promise<void> {
   const cpu: Record<string, number[]> = { passthrough: [], gateway: [] };
   const latency: Record<string, number[]> = { direct: [], passthrough: [], gateway: [] };
   for (const s of Object.values(servers)) await load(s.url, 1000, CONCURRENCY); // warm-up (JIT, connections)
-  // Interleaved rounds, so drift of the VM's speed hits both alike.
-  for (let round = 0; round < 3; round++) {
+  // Interleaved rounds, so drift of the VM's speed hits both alike; the ratio is
+  // taken per round (each pair ran back to back) and its median reported.
+  for (let round = 0; round < ROUNDS; round++) {
     for (const [name, s] of Object.entries(servers)) {
       s.proc.send("reset");
-      await load(s.url, CPU_REQUESTS / 3, CONCURRENCY);
+      await load(s.url, CPU_REQUESTS / ROUNDS, CONCURRENCY);
       cpu[name]!.push(await cpuOf(s.proc));
     }
-    latency.direct!.push(...(await load(engine.url, LATENCY_REQUESTS / 3, 1)));
-    for (const [name, s] of Object.entries(servers)) latency[name]!.push(...(await load(s.url, LATENCY_REQUESTS / 3, 1)));
+    latency.direct!.push(...(await load(engine.url, LATENCY_REQUESTS / ROUNDS, 1)));
+    for (const [name, s] of Object.entries(servers)) latency[name]!.push(...(await load(s.url, LATENCY_REQUESTS / ROUNDS, 1)));
   }
   const perRequest = (name: string) => cpu[name]!.reduce((a, b) => a + b, 0) / CPU_REQUESTS;
   const direct50 = quantile(latency.direct!, 0.5);
@@ -142,7 +145,17 @@ async function main(): Promise<void> {
       concurrency: CONCURRENCY,
     }));
   }
-  console.log(JSON.stringify({ bench: "serve", gateway_cpu_over_passthrough: Number((perRequest("gateway") / perRequest("passthrough")).toFixed(2)), direct_latency_ms_p50: Number(direct50.toFixed(3)), direct_latency_ms_p99: Number(direct99.toFixed(3)) }));
+  const ratios = cpu.gateway!.map((g, i) => g / cpu.passthrough![i]!).sort((a, b) => a - b);
+  console.log(JSON.stringify({
+    bench: "serve",
+    gateway_cpu_over_passthrough: Number((perRequest("gateway") / perRequest("passthrough")).toFixed(2)),
+    per_round_ratio_median: Number(quantile(ratios, 0.5).toFixed(2)),
+    per_round_ratio_min: Number(ratios[0]!.toFixed(2)),
+    per_round_ratio_max: Number(ratios.at(-1)!.toFixed(2)),
+    per_round_us: { gateway: cpu.gateway!.map((c) => Math.round(c / (CPU_REQUESTS / ROUNDS))), passthrough: cpu.passthrough!.map((c) => Math.round(c / (CPU_REQUESTS / ROUNDS))) },
+    direct_latency_ms_p50: Number(direct50.toFixed(3)),
+    direct_latency_ms_p99: Number(direct99.toFixed(3)),
+  }));
   for (const p of [engine.proc, servers.passthrough.proc, servers.gateway.proc]) p.send("exit");
 }
 
