@@ -76,17 +76,27 @@ export class RoutingCore {
    */
   #reserve(bytes: number): number {
     if (bytes > this.#arenaBytes) {
-      if (!(bytes <= MAX_SCRATCH_BYTES)) {
-        throw new AdpInputError("requests", `need ${bytes} bytes of routing scratch (requests × ranks); at most ${MAX_SCRATCH_BYTES}: split the batch`, bytes);
-      }
-      const size = Math.min(Math.max(bytes, this.#arenaBytes * 2, 4096), MAX_SCRATCH_BYTES);
-      const at = this.#ex.allocate(size) >>> 0;
-      if (at === 0) throw new AdpInputError("requests", `need ${size} bytes of routing scratch, more than this platform's wasm memory can grow to: split the batch`, bytes);
+      const { at, size } = this.#take(bytes, this.#arenaBytes, "routing scratch");
       if (this.#arena !== 0) this.#ex.release(this.#arena);
       this.#arena = at;
       this.#arenaBytes = size;
     }
     return this.#arena;
+  }
+
+  /**
+   * A new block for `bytes` bytes (doubling `have`, at least 4 KiB), checked
+   * as a double first so no size can wrap at 2^32.
+   * @throws AdpInputError naming `requests` past MAX_SCRATCH_BYTES, or when memory cannot grow.
+   */
+  #take(bytes: number, have: number, what: string): { at: number; size: number } {
+    if (!(bytes <= MAX_SCRATCH_BYTES)) {
+      throw new AdpInputError("requests", `need ${bytes} bytes of ${what} (requests × ranks); at most ${MAX_SCRATCH_BYTES}: split the batch`, bytes);
+    }
+    const size = Math.min(Math.max(bytes, have * 2, 4096), MAX_SCRATCH_BYTES);
+    const at = this.#ex.allocate(size) >>> 0;
+    if (at === 0) throw new AdpInputError("requests", `need ${size} bytes of ${what}, more than this platform's wasm memory can grow to: split the batch`, bytes);
+    return { at, size };
   }
 
   /**
@@ -97,12 +107,7 @@ export class RoutingCore {
   #reserveRows(numRanks: number, rows: number): number {
     const bytes = rows * numRanks * 4;
     if (bytes > this.#rowsBytes) {
-      if (!(bytes <= MAX_SCRATCH_BYTES)) {
-        throw new AdpInputError("requests", `need ${bytes} bytes of match rows (requests × ranks); at most ${MAX_SCRATCH_BYTES}: split the batch`, bytes);
-      }
-      const size = Math.min(Math.max(bytes, this.#rowsBytes * 2, 4096), MAX_SCRATCH_BYTES);
-      const at = this.#ex.allocate(size) >>> 0;
-      if (at === 0) throw new AdpInputError("requests", `need ${size} bytes of match rows, more than this platform's wasm memory can grow to: split the batch`, bytes);
+      const { at, size } = this.#take(bytes, this.#rowsBytes, "match rows");
       if (this.#rowsAt !== 0) {
         new Uint8Array(this.#ex.memory.buffer).copyWithin(at, this.#rowsAt, this.#rowsAt + this.#rowsBytes);
         this.#ex.release(this.#rowsAt);

@@ -8,7 +8,7 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { createGateway, loadGatewayConfig, type Gateway } from "../../src/serve/index.js";
-import { startMockEngine, type EngineBehaviour, type MockEngine } from "../support/mock-engine.js";
+import { startMockEngine, urlFrom, type EngineBehaviour, type MockEngine } from "../support/mock-engine.js";
 
 const open: { close(): Promise<void> }[] = [];
 afterEach(async () => {
@@ -137,14 +137,7 @@ describe("adp-router serve, SIGHUP", () => {
     open.push({ close: async () => void child.kill("SIGKILL") });
     let stderr = "";
     child.stderr!.on("data", (d) => (stderr += d));
-    const url = await new Promise<string>((resolve) => {
-      let out = "";
-      child.stdout!.on("data", (d) => {
-        out += d;
-        const line = out.split("\n").find((l) => /^http:\/\/\S+$/.test(l));
-        if (line) resolve(line);
-      });
-    });
+    const url = await urlFrom(child);
     const gateway = { url } as Gateway;
     writeFileSync(file, "upstreams: [nope\n");
     child.kill("SIGHUP");

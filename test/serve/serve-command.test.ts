@@ -7,7 +7,7 @@ import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
-import { startMockEngine, type MockEngine } from "../support/mock-engine.js";
+import { startMockEngine, urlFrom, type MockEngine } from "../support/mock-engine.js";
 
 const CLI = path.resolve("dist/cli.js");
 const children: ChildProcess[] = [];
@@ -122,14 +122,7 @@ describe("examples/gateway", () => {
     engines.push(engine);
     const child = spawn(process.execPath, [path.resolve("examples/gateway/gateway.mjs"), engine.url], { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, PORT: "0" } });
     children.push(child);
-    const url = await new Promise<string>((resolve) => {
-      let out = "";
-      child.stdout!.on("data", (d) => {
-        out += d;
-        const line = out.split("\n").find((l) => /^http:\/\/\S+$/.test(l));
-        if (line) resolve(line);
-      });
-    });
+    const url = await urlFrom(child);
     const response = await fetch(`${url}/v1/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ model: "m", prompt: "hi" }) });
     expect(response.status).toBe(200);
     const { loadGatewayConfig } = await import("../../src/serve/index.js");

@@ -120,3 +120,15 @@ export async function startMockEngine(name: string, behaviour: EngineBehaviour =
       }),
   }) as MockEngine;
 }
+
+/** The first `http://…` line a child process prints on standard output (how `adp-router serve` announces itself). */
+export function urlFrom(child: { stdout: NodeJS.ReadableStream | null }): Promise<string> {
+  return new Promise((resolve) => {
+    let out = "";
+    child.stdout!.on("data", (d) => {
+      out += d;
+      const line = out.split("\n").find((l) => /^http:\/\/\S+$/.test(l));
+      if (line) resolve(line);
+    });
+  });
+}
