@@ -342,6 +342,7 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
     const kind = path === "/v1/chat/completions" ? "chat" : path === "/v1/completions" ? "completion" : null;
     let status = 0;
     let upstream: number | null = null;
+    let matched: number | null = null;
     let outcome = "ok";
     inFlightResponses.add(res);
     const abort = new Hangup();
@@ -355,8 +356,9 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
         if (!authorized(req)) throw new HttpError(401, "a valid API key is required", "invalid_request_error", "invalid_api_key");
         const raw = await readBody(req);
         const request = readRequest(kind, raw, req.headers, tokenizer, config.routing.loraAdapters);
-        const u = await scheduler.acquire(request, abort);
-        const r = await proxy(req, res, raw, request, u, abort);
+        const placement = await scheduler.acquire(request, abort);
+        matched = placement.matchedTokens;
+        const r = await proxy(req, res, raw, request, placement.upstream, abort);
         status = r.status;
         upstream = r.upstream;
         outcome = r.outcome;
@@ -386,7 +388,7 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
       if (e.status !== 499) answerError(req, res, e);
     } finally {
       if (kind !== null) count(outcome);
-      log.info({ method: req.method, path: path.slice(0, 200), status, upstream, outcome, ms: Math.round((performance.now() - started) * 10) / 10 }, "request");
+      log.info({ method: req.method, path: path.slice(0, 200), status, upstream, outcome, matched_tokens: matched, ms: Math.round((performance.now() - started) * 10) / 10 }, "request");
     }
   }
 

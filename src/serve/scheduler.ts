@@ -26,12 +26,18 @@ export class Hangup extends EventEmitter {
   }
 }
 
+/** Where a request was placed, and how many of its prompt's tokens the prefix index holds there. */
+export interface Placement {
+  readonly upstream: Upstream;
+  readonly matchedTokens: number;
+}
+
 /** A request waiting for an upstream. */
 interface Waiting {
   readonly id: number;
   readonly request: RoutedRequest;
   readonly enqueuedAt: number;
-  readonly resolve: (upstream: Upstream) => void;
+  readonly resolve: (placement: Placement) => void;
   readonly reject: (error: HttpError) => void;
   /** Whether it was already answered (placed, timed out, or its client left). */
   done: boolean;
@@ -81,7 +87,7 @@ export class Scheduler {
   }
 
   /** Waits for an upstream for `request` (routed with the next batch), or rejects 429/499/503. */
-  acquire(request: RoutedRequest, signal: Hangup): Promise<Upstream> {
+  acquire(request: RoutedRequest, signal: Hangup): Promise<Placement> {
     const counters = this.#counters;
     if (this.#stopped) return Promise.reject(new HttpError(503, "the gateway is shutting down", "server_error", "shutting_down", { "retry-after": "1" }));
     if (signal.aborted) return Promise.reject(new HttpError(499, "the client closed the request"));
@@ -89,7 +95,7 @@ export class Scheduler {
       counters.rejectedFull++;
       return Promise.reject(new HttpError(429, "the gateway's queue is full", "rate_limit_exceeded", "queue_full", { "retry-after": "1" }));
     }
-    return new Promise<Upstream>((resolve, reject) => {
+    return new Promise<Placement>((resolve, reject) => {
       /** Takes `w` off the queue's count once, whatever answers it. */
       const settle = (): boolean => {
         if (w.done) return false;
@@ -198,10 +204,13 @@ export class Scheduler {
     u.inFlight++;
     u.inFlightTokens += w.request.tokens.length;
     const index = this.#fleet.router.prefixIndex;
+    let matchedTokens = 0;
     if (index !== null && w.request.tokens.length > 0) {
-      index.insert(u.index, w.request.tokens, { loraTaskId: w.request.loraTaskId, cacheSalt: w.request.cacheSalt });
+      const ns = { loraTaskId: w.request.loraTaskId, cacheSalt: w.request.cacheSalt };
+      matchedTokens = index.match(w.request.tokens, ns)[u.index]!; // what it finds cached there, for its log line
+      index.insert(u.index, w.request.tokens, ns);
     }
-    w.resolve(u);
+    w.resolve({ upstream: u, matchedTokens });
   }
 
   /**

@@ -242,6 +242,26 @@ describe("bad requests get OpenAI-style errors, and the next request is served",
 });
 
 describe("observability", () => {
+  it("logs one line per request with its upstream and matched tokens, never its prompt or keys", async () => {
+    const engine = await startMockEngine("e0");
+    open.push(engine);
+    const lines: Record<string, unknown>[] = [];
+    const { pino } = await import("pino");
+    const logger = pino({ level: "info" }, { write: (line: string) => void lines.push(JSON.parse(line) as Record<string, unknown>) });
+    const gateway = await createGateway(loadGatewayConfig({ flags: { upstreams: [engine.url], port: 0 } }), { logger });
+    open.push(gateway);
+    await post(gateway, chat("the first question"), { authorization: "Bearer secret-client-key" });
+    await post(gateway, chat("the second question"), { authorization: "Bearer secret-client-key" });
+    const requests = lines.filter((l) => l.msg === "request");
+    expect(requests).toHaveLength(2);
+    expect(requests[0]).toMatchObject({ method: "POST", path: "/v1/chat/completions", status: 200, upstream: 0, outcome: "ok", matched_tokens: 0 });
+    expect(requests[1]!.matched_tokens as number).toBeGreaterThanOrEqual(1024); // the shared system prompt, cached by the first
+    const text = JSON.stringify(lines);
+    expect(text).not.toContain("question");
+    expect(text).not.toContain("careful assistant");
+    expect(text).not.toContain("secret-client-key");
+  });
+
   it("/metrics has the router's and the gateway's metrics, /health lists the upstreams", async () => {
     const { gateway } = await fleet(2);
     await post(gateway, chat("x"));
