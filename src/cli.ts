@@ -6,6 +6,7 @@
 //   serve [options]                the gateway (src/serve/command.ts)
 
 import { readFileSync, writeFileSync } from "node:fs";
+import { createRequire } from "node:module";
 import { gunzipSync } from "node:zlib";
 import { parseArgs } from "node:util";
 import { attentionDpConfigSchema, parseAttentionDpConfig, toAttentionDpConfigInput } from "./config.js";
@@ -255,6 +256,11 @@ function main(argv: string[]): number | null {
         return validate(rest);
       case "schema":
         process.stdout.write(JSON.stringify(attentionDpConfigSchema, null, 2) + "\n");
+        return 0;
+      case "--version":
+      case "-v":
+      case "version":
+        process.stdout.write(`${(createRequire(import.meta.url)("../package.json") as { version: string }).version}\n`);
         return 0;
       case undefined:
       case "-h":

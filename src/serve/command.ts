@@ -23,6 +23,13 @@ upstream engines with adp-router (one upstream per rank).
   --policy P             kv_cache_aware (default), conversation or default
   --log-level L          fatal, error, warn, info (default), debug, trace or silent
   --shutdown-deadline S  seconds to let in-flight requests finish on SIGTERM (30)
+
+Endpoints: POST /v1/chat/completions, /v1/completions; GET /v1/models, /health,
+/metrics; /admin/upstreams (with auth.admin_api_key_env). Signals: SIGTERM or SIGINT
+finish in-flight requests and exit; SIGHUP rereads --config and moves to its upstreams.
+The default policy routes by prefix (KV-cache aware); session headers pin
+conversations under --policy conversation. Run the installed bin (not through npx,
+which does not pass signals on) for a long-lived server.
 `;
 
 /** Runs `adp-router serve`; resolves with the exit status once it has stopped (or failed to start). */
@@ -99,7 +106,12 @@ export async function serveCommand(args: string[]): Promise<number> {
       try {
         const next = loadGatewayConfig({ file: { name: file.name, text: readFileSync(file.name, "utf8") }, flags });
         const change = gateway.reload(next);
-        process.stderr.write(`adp-router serve: SIGHUP: upstreams reloaded (${change.added.length} added, ${change.removed.length} removed, ${change.kept.length} kept)\n`);
+        const notes = [
+          change.draining.length > 0 ? `draining: ${change.draining.join(", ")}` : "",
+          flags.upstreams ? "the upstreams come from --upstream, not the file" : "",
+          change.needRestart.length > 0 ? `changed but needing a restart: ${change.needRestart.join(", ")}` : "",
+        ].filter((n) => n !== "");
+        process.stderr.write(`adp-router serve: SIGHUP: upstreams reloaded (${change.added.length} added, ${change.removed.length} removed, ${change.kept.length} kept)${notes.length > 0 ? `; ${notes.join("; ")}` : ""}\n`);
       } catch (error) {
         process.stderr.write(`adp-router serve: SIGHUP: the configuration was not reloaded: ${error instanceof GatewayConfigError ? error.message : (error as Error).message}\n`);
       }

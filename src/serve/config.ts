@@ -293,6 +293,14 @@ function locator(file: string, doc: ReturnType<typeof parseDocument>, lines: Lin
   };
 }
 
+/** Configurations {@link loadGatewayConfig} checked (what `createGateway` takes). */
+const CHECKED = new WeakSet<object>();
+
+/** Whether `v` is a configuration {@link loadGatewayConfig} returned. */
+export function isGatewayConfig(v: unknown): v is GatewayConfig {
+  return typeof v === "object" && v !== null && CHECKED.has(v);
+}
+
 /** Options of {@link loadGatewayConfig}. */
 export interface LoadOptions {
   /** The YAML text and its file name (for messages); none: flags only. */
@@ -317,8 +325,14 @@ export function loadGatewayConfig(options: LoadOptions = {}): GatewayConfig {
     // yaml's own duplicate-key check compares every pair of keys (quadratic in a
     // file of many keys): ours takes one set per mapping.
     const doc = parseDocument(options.file.text, { lineCounter: lines, uniqueKeys: false, prettyErrors: false });
+    const seen = new Set<string>();
     for (const e of doc.errors) {
-      early.push({ field: "(file)", message: excerpt(e.message.split("\n")[0] ?? "invalid YAML", 200), where: `${options.file.name}:${e.linePos?.[0]?.line ?? 1}` });
+      // Without prettyErrors the error carries its offset, not its line: the line counter turns one into the other.
+      const where = `${options.file.name}:${lines.linePos(e.pos[0]).line}`;
+      const message = excerpt(e.message.split("\n")[0] ?? "invalid YAML", 200);
+      if (seen.has(where + message)) continue; // one mistake can raise the same error several times
+      seen.add(where + message);
+      early.push({ field: "(file)", message, where });
       if (early.length >= MAX_ISSUES) break;
     }
     if (early.length === 0) duplicateKeys(doc.contents, (key, offset) => {
@@ -487,6 +501,7 @@ export function loadGatewayConfig(options: LoadOptions = {}): GatewayConfig {
   };
   if (r.omitted > 0) r.issues.push({ field: "(file)", message: `and ${r.omitted} more problems`, where: null });
   if (r.issues.length > 0) throw new GatewayConfigError(r.issues);
+  CHECKED.add(config);
   return config;
 }
 

@@ -17,6 +17,8 @@ export interface FleetChange {
   readonly added: string[];
   readonly removed: string[];
   readonly kept: { url: string; from: number; to: number }[];
+  /** Indexes (new) of the upstreams now draining. */
+  readonly draining: number[];
 }
 
 /** The upstreams, their router and their health checks. */
@@ -92,7 +94,7 @@ export class Fleet {
     const unchanged = ranks.length === old.length && ranks.every((r, i) => r === i);
     const router = unchanged ? this.router : restoreRouter(this.router.snapshot(), { ranks });
     // Then all of it.
-    const change: FleetChange = { added: [], removed: [], kept: [] };
+    const change: FleetChange = { added: [], removed: [], kept: [], draining: [] };
     const next = plan.map(({ c, same }, i) => {
       if (same !== undefined) {
         change.kept.push({ url: c.url, from: same.index, to: i });
@@ -113,6 +115,7 @@ export class Fleet {
         else void u.pool.close().catch(() => u.pool.destroy());
       }
     }
+    for (const u of next) if (u.draining) change.draining.push(u.index);
     this.router = router;
     this.upstreams = next;
     this.#onRoom();

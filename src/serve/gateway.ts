@@ -12,7 +12,7 @@ import { pino, type Logger } from "pino";
 import type { Router } from "../router.js";
 import { formatPrometheus } from "../prometheus.js";
 import { excerpt } from "../errors.js";
-import type { GatewayConfig } from "./config.js";
+import { isGatewayConfig, type GatewayConfig } from "./config.js";
 import { HttpError, readRequest, type RoutedRequest } from "./openai.js";
 import { Utf8ByteTokenizer, type Tokenizer } from "./tokenizer.js";
 import type { Upstream } from "./upstream.js";
@@ -33,8 +33,8 @@ export interface Gateway {
   readonly url: string;
   /** The router the gateway routes with (one rank per upstream; a reload that changes the upstreams replaces it). */
   readonly router: Router;
-  /** Moves to `config`'s upstreams without a restart (see Fleet.reload); other settings need one. */
-  reload(config: GatewayConfig): FleetChange;
+  /** Moves to `config`'s upstreams without a restart (see Fleet.reload); other settings need one, and are named in `needRestart`. */
+  reload(config: GatewayConfig): FleetChange & { needRestart: string[] };
   /** Prometheus text of the router's and the gateway's metrics. */
   metrics(): string;
   /** Stops accepting, lets in-flight requests finish up to `deadlineMs`, then closes everything. */
@@ -103,6 +103,9 @@ const digest = (key: string): Buffer => createHash("sha256").update(key).digest(
 
 /** Starts a gateway listening as configured; resolves once it listens. */
 export async function createGateway(config: GatewayConfig, options: GatewayOptions = {}): Promise<Gateway> {
+  if (!isGatewayConfig(config)) {
+    throw new TypeError("createGateway() takes a configuration from loadGatewayConfig({ file, flags }) (which checks it and fills its defaults), not a plain object");
+  }
   const log = options.logger ?? pino({ level: config.logging.level, base: undefined });
   const tokenizer = options.tokenizer ?? new Utf8ByteTokenizer();
   const fleet: Fleet = new Fleet(config, log, () => scheduler.schedule());
@@ -454,12 +457,14 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
       return fleet.router;
     },
     metrics,
-    reload(next: GatewayConfig): FleetChange {
+    reload(next: GatewayConfig): FleetChange & { needRestart: string[] } {
+      if (!isGatewayConfig(next)) throw new TypeError("reload() takes a configuration from loadGatewayConfig()");
       const change = fleet.reload(next);
-      const fixed = (c: GatewayConfig) => JSON.stringify({ ...c, upstreams: undefined, logging: undefined }, (_k, v: unknown) => (v instanceof Map ? [...v] : v));
-      if (fixed(next) !== fixed(config)) log.warn("the reloaded configuration changes settings besides the upstreams; those take effect on a restart");
-      log.info({ added: change.added.length, removed: change.removed.length, kept: change.kept.length }, "upstreams reloaded");
-      return change;
+      const text = (v: unknown) => JSON.stringify(v, (_k, x: unknown) => (x instanceof Map ? [...x] : x));
+      const needRestart = (Object.keys(config) as (keyof GatewayConfig)[]).filter((k) => k !== "upstreams" && text(next[k]) !== text(config[k]));
+      if (needRestart.length > 0) log.warn({ settings: needRestart }, "the reloaded configuration changes settings that take effect on a restart");
+      log.info({ added: change.added.length, removed: change.removed.length, kept: change.kept.length, draining: change.draining }, "upstreams reloaded");
+      return { ...change, needRestart };
     },
     close(deadlineMs = 30_000) {
       closing ??= (async () => {

@@ -7,6 +7,6 @@
 //   await gateway.close();
 
 export { createGateway, GatewayListenError, type Gateway, type GatewayOptions } from "./gateway.js";
-export { checkUpstreamUrl, gatewayConfigSchema, GatewayConfigError, loadGatewayConfig, POLICY_CONFIGS, type ConfigIssue, type GatewayConfig, type GatewayFlags, type LoadOptions, type UpstreamConfig } from "./config.js";
+export { checkUpstreamUrl, gatewayConfigSchema, GatewayConfigError, isGatewayConfig, loadGatewayConfig, POLICY_CONFIGS, type ConfigIssue, type GatewayConfig, type GatewayFlags, type LoadOptions, type UpstreamConfig } from "./config.js";
 export { HttpError, SESSION_HEADERS, SUBAGENT_HEADER, type RoutedRequest } from "./openai.js";
 export { Utf8ByteTokenizer, type ChatMessage, type Tokenizer } from "./tokenizer.js";

@@ -48,7 +48,7 @@ describe("reload", () => {
     for (let i = 0; i < 12; i++) before.set(`s${i}`, await engineOf(gateway, `s${i}`));
     expect(new Set(before.values())).toEqual(new Set(["e0", "e1"]));
     const change = gateway.reload(config(yaml([{ e: e1! }, { e: e2! }])));
-    expect(change).toEqual({ added: [e2!.url], removed: [e0!.url], kept: [{ url: e1!.url, from: 1, to: 0 }] });
+    expect(change).toMatchObject({ added: [e2!.url], removed: [e0!.url], kept: [{ url: e1!.url, from: 1, to: 0 }], draining: [], needRestart: [] });
     for (const [session, was] of before) {
       const now = await engineOf(gateway, session);
       if (was === "e1") expect(now).toBe("e1"); // its conversation moved with it to rank 0
@@ -143,9 +143,10 @@ describe("adp-router serve, SIGHUP", () => {
     child.kill("SIGHUP");
     await waitFor(() => stderr.includes("was not reloaded"), () => stderr);
     expect(await engineOf(gateway, "x")).toBe("e0");
-    writeFileSync(file, yaml([{ e: e0!, drain: true }, { e: e1! }]));
+    writeFileSync(file, yaml([{ e: e0!, drain: true }, { e: e1! }], "limits: { queue_size: 7 }\n"));
     child.kill("SIGHUP");
     await waitFor(() => stderr.includes("1 added, 0 removed, 1 kept"), () => stderr);
+    expect(stderr).toContain("draining: 0; changed but needing a restart: limits");
     expect(await engineOf(gateway, "y")).toBe("e1");
   });
 });

@@ -201,6 +201,16 @@ describe("hostile configurations", () => {
     expect(found.length).toBeLessThan(500);
   });
 
+  it("a YAML syntax error names its own line, once", () => {
+    const found = issues(() => load("upstreams:\n  - url: http://127.0.0.1:1\nlimits:\n   max_body_bytes: 4096\n  queue_size: 3\n"));
+    expect(found.length).toBeLessThanOrEqual(2);
+    expect(found[0]).toMatch(/^g\.yaml:[45]: /);
+  });
+
+  it("createGateway refuses a configuration loadGatewayConfig did not check", async () => {
+    await expect(createGateway({ listen: { host: "127.0.0.1", port: 0 }, upstreams: [] } as never)).rejects.toThrow(/loadGatewayConfig/);
+  });
+
   it("client keys from the environment must be long enough too; keys are trimmed", () => {
     expect(issues(() => load("upstreams: [http://127.0.0.1:1]\nauth: { api_keys_env: KEYS }", { KEYS: "k" })).join("\n")).toContain("auth.api_keys_env");
     const config = load("upstreams: [http://127.0.0.1:1]\nauth: { api_keys: [' padded-key-123 '] }");
