@@ -198,6 +198,8 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
             u.retriedAway++;
             next.inFlight++;
             next.inFlightTokens += tokens;
+            // The prompt now goes to `next`: its view learns it (the first one's cannot unlearn it, but it is out of the fleet for now).
+            if (tokens > 0) fleet.router.prefixIndex?.insert(next.index, request.tokens, { loraTaskId: request.loraTaskId, cacheSalt: request.cacheSalt });
             u = next;
             continue;
           }
