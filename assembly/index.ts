@@ -33,7 +33,7 @@ export { balanceDefault } from "./default-balance";
 export { scoreKvAware, kvWorkBytes, kvTrailer } from "./kv-score";
 export {
   indexInit, hashBlocks, hashBlockKeys, indexMatch, indexMatchTokens, indexMatchBegin, indexMatchFeed, indexMatchEnd,
-  indexInsert, indexInsertBegin, indexInsertBelowBegin, indexInsertFeed, indexInsertEnd, indexClearRank,
+  indexInsert, indexInsertBegin, indexInsertBelowBegin, indexInsertFeed, indexInsertEnd, indexInsertFound, indexClearRank,
   indexBlockCount, indexNodeCount, indexResidencyCount, indexEvictions, indexBytes, indexRemovePath, indexHolds, indexStampResets,
   indexExportBytes, indexExportBegin, indexExportPiece, indexImportBegin, indexImportPiece, indexImportEnd, indexStamp,
   indexReservedBytes, indexTableBytes,

@@ -302,6 +302,8 @@ export let pathPrev: u32 = 0;
 export let pathStamp: u32 = 0;
 /** Blocks the rank holds along the path so far. */
 export let pathHeld: i32 = 0;
+/** Blocks of the path the rank held before the insert (a prefix: views are prefix-closed). */
+export let pathFound: i32 = 0;
 /** Whether the insert stopped early (the budget cannot hold more, or a block's key is held elsewhere: see flushPending), or no insert is open. */
 export let pathStopped = true;
 
@@ -328,6 +330,7 @@ export function pathBegin(rank: i32, key: u64, prev: u32, s: u32, count: i32): v
   pathPrev = prev;
   pathStamp = s;
   pathHeld = 0;
+  pathFound = 0;
   pathStopped = false;
   // Make room for the whole path at once (cheaper than block by block).
   fitBudget(<f64>count * (<f64>NODE_BYTES + 16) + 16, <u32>count, s);
@@ -354,6 +357,7 @@ export function pathFeed(blocks: usize, count: i32, keysOut: usize): i32 {
     const found = id == 0 ? -1 : findResidency(id, rank);
     if (found >= 0) {
       setSlotStamp(slotAt(<u32>found), s);
+      pathFound++;
     } else {
       if (checked) {
         const cost = addCost(id);
@@ -443,6 +447,9 @@ export function clearAll(): void {
   stamp = 0;
   stampResets++;
 }
+
+/** Blocks of the last insert's path its rank held before it (what a match of the prompt in that rank would have found). */
+export function indexInsertFound(): i32 { return pathFound; }
 
 /** Times the index started over because its stamps ran out. */
 export function indexStampResets(): u32 { return stampResets; }

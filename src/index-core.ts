@@ -183,17 +183,17 @@ export class IndexCore {
     ex.indexMatchEnd(this.#at);
   }
 
-  /** Inserts the full blocks of the first `length` tokens into `rank`'s view. */
-  insertTokens(rank: number, tokens: Uint32Array, length: number, seed: readonly [number, number]): void {
+  /** Inserts the full blocks of the first `length` tokens into `rank`'s view; returns the tokens of them it held before. */
+  insertTokens(rank: number, tokens: Uint32Array, length: number, seed: readonly [number, number]): number {
     const ex = this.ex;
     const { pieceTokens, tokensAt, hashesAt } = this.#layout;
     const blocks = Math.floor(length / this.#tpb);
-    if (blocks === 0) return;
+    if (blocks === 0) return 0;
     if (tokens.length <= pieceTokens) {
       this.#putTokens(tokens, 0, tokens.length);
       ex.hashBlocks(this.#at + tokensAt, blocks * this.#tpb, this.#at + hashesAt);
       ex.indexInsert(rank, seed[0], seed[1], this.#at + hashesAt, blocks);
-      return;
+      return ex.indexInsertFound() * this.#tpb;
     }
     ex.indexInsertBegin(rank, seed[0], seed[1], blocks);
     const usable = blocks * this.#tpb;
@@ -204,6 +204,7 @@ export class IndexCore {
       if (ex.indexInsertFeed(this.#at + hashesAt, count, 0) === 0) break;
     }
     ex.indexInsertEnd();
+    return ex.indexInsertFound() * this.#tpb;
   }
 
   /** Inserts `count` block keys (safe integers, or u64 words) into `rank`'s view. */

@@ -199,14 +199,15 @@ export class PrefixIndex {
 
   /**
    * Stamps every full-block prefix of `tokens` in `rank`'s view (adding the
-   * missing ones), then evicts to capacity and budget.
+   * missing ones), then evicts to capacity and budget. Returns the tokens the
+   * rank held before (what `match(tokens)[rank]` would have said), in one walk.
    */
-  insert(rank: number, tokens: ArrayLike<number>, ns?: PrefixNamespace | null): void {
+  insert(rank: number, tokens: ArrayLike<number>, ns?: PrefixNamespace | null): number {
     const core = this.#live();
     checkRank(rank, this.#numRanks, "rank");
     const seed = namespaceSeed(ns);
     const t = readTokens(tokens, "tokens");
-    core.insertTokens(rank, t, t.length, seed);
+    return core.insertTokens(rank, t, t.length, seed);
   }
 
   /**

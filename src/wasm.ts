@@ -38,6 +38,7 @@ export interface CoreExports {
   indexInsertBelowBegin(rank: number, parentLo: number, parentHi: number, count: number): number;
   indexInsertFeed(blocks: number, count: number, keysOut: number): number;
   indexInsertEnd(): number;
+  indexInsertFound(): number;
   indexClearRank(rank: number): void;
   indexBlockCount(rank: number): number;
   indexNodeCount(): number;

@@ -172,3 +172,16 @@ describe("routing with a prefix index", () => {
     expect(router.prefixIndex!.stats().residencies).toBe(0);
   });
 });
+
+describe("insert returns what the rank held before", () => {
+  it("equals a match of the prompt in that rank just before, in the same walk", () => {
+    const index = createPrefixIndex({ numRanks: 2, tokensPerBlock: 4 });
+    const prompt = Array.from({ length: 23 }, (_, i) => i);
+    expect(index.insert(0, prompt)).toBe(0);
+    expect(index.insert(0, prompt)).toBe(20);
+    const longer = [...prompt.slice(0, 12), 99, 98, 97, 96, 95];
+    const before = index.match(longer)[0];
+    expect(index.insert(0, longer)).toBe(before);
+    expect(index.insert(1, longer)).toBe(0);
+  });
+});

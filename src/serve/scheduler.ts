@@ -206,9 +206,8 @@ export class Scheduler {
     const index = this.#fleet.router.prefixIndex;
     let matchedTokens = 0;
     if (index !== null && w.request.tokens.length > 0) {
-      const ns = { loraTaskId: w.request.loraTaskId, cacheSalt: w.request.cacheSalt };
-      matchedTokens = index.match(w.request.tokens, ns)[u.index]!; // what it finds cached there, for its log line
-      index.insert(u.index, w.request.tokens, ns);
+      // What it finds cached there (for its log line), learned in the same walk.
+      matchedTokens = index.insert(u.index, w.request.tokens, { loraTaskId: w.request.loraTaskId, cacheSalt: w.request.cacheSalt });
     }
     w.resolve({ upstream: u, matchedTokens });
   }
