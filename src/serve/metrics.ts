@@ -1,7 +1,8 @@
 // The gateway's own metrics as Prometheus text, after the router's: per
 // upstream (labelled by its index in the configuration, so label values stay
 // bounded) in-flight requests and tokens, health, responses by status class,
-// retries away from it, and latency and time-to-first-byte histograms.
+// prompt and matched tokens (its prefix hit rate), retries away from it, and
+// latency and time-to-first-byte histograms.
 
 import { LATENCY_BOUNDS, type Histogram, type Upstream } from "./upstream.js";
 
@@ -48,6 +49,10 @@ export function formatGatewayMetrics(upstreams: readonly Upstream[], counters: G
   gauge("upstream_healthy", "1 while the upstream takes requests.", (u) => (u.healthy ? 1 : 0));
   lines.push(`# HELP ${p}upstream_responses_total Upstream responses by status class, and requests that failed there.`, `# TYPE ${p}upstream_responses_total counter`);
   for (const u of upstreams) for (const [status, n] of [...u.byStatus].sort()) lines.push(`${p}upstream_responses_total{upstream="${u.index}",status="${status}"} ${n}`);
+  lines.push(`# HELP ${p}upstream_prompt_tokens_total Prompt tokens of the requests placed on the upstream.`, `# TYPE ${p}upstream_prompt_tokens_total counter`);
+  for (const u of upstreams) lines.push(`${p}upstream_prompt_tokens_total{upstream="${u.index}"} ${u.promptTokens}`);
+  lines.push(`# HELP ${p}upstream_matched_tokens_total Of those, the tokens its cache view already held (matched / prompt is its prefix hit rate).`, `# TYPE ${p}upstream_matched_tokens_total counter`);
+  for (const u of upstreams) lines.push(`${p}upstream_matched_tokens_total{upstream="${u.index}"} ${u.matchedTokens}`);
   lines.push(`# HELP ${p}upstream_retries_total Requests retried on another upstream because this one could not be reached.`, `# TYPE ${p}upstream_retries_total counter`);
   for (const u of upstreams) lines.push(`${p}upstream_retries_total{upstream="${u.index}"} ${u.retriedAway}`);
   lines.push(...histogram(`${p}upstream_latency_seconds`, "Time from sending a request to the end of its response.", upstreams, (u) => u.latency));

@@ -209,6 +209,8 @@ export class Scheduler {
       // What it finds cached there (for its log line), learned in the same walk.
       matchedTokens = index.insert(u.index, w.request.tokens, { loraTaskId: w.request.loraTaskId, cacheSalt: w.request.cacheSalt });
     }
+    u.promptTokens += w.request.tokens.length;
+    u.matchedTokens += matchedTokens;
     w.resolve({ upstream: u, matchedTokens });
   }
 

@@ -51,6 +51,9 @@ export class Upstream {
   /** Responses by status class, and requests retried elsewhere because this one could not be reached. */
   readonly byStatus = new Map<string, number>();
   retriedAway = 0;
+  /** Prompt tokens of the requests placed here, and those of them its cache view already held (their ratio is its prefix hit rate). */
+  promptTokens = 0;
+  matchedTokens = 0;
   readonly latency = new Histogram();
   readonly firstByte = new Histogram();
   readonly #unhealthyThreshold: number;

@@ -256,6 +256,10 @@ describe("observability", () => {
     expect(requests).toHaveLength(2);
     expect(requests[0]).toMatchObject({ method: "POST", path: "/v1/chat/completions", status: 200, upstream: 0, outcome: "ok", matched_tokens: 0 });
     expect(requests[1]!.matched_tokens as number).toBeGreaterThanOrEqual(1024); // the shared system prompt, cached by the first
+    const metrics = gateway.metrics();
+    const total = (name: string) => Number(new RegExp(`adp_gateway_upstream_${name}_total\\{upstream="0"\\} (\\d+)`).exec(metrics)![1]);
+    expect(total("matched_tokens")).toBe((requests[0]!.matched_tokens as number) + (requests[1]!.matched_tokens as number));
+    expect(total("prompt_tokens")).toBeGreaterThan(total("matched_tokens"));
     const text = JSON.stringify(lines);
     expect(text).not.toContain("question");
     expect(text).not.toContain("careful assistant");
