@@ -16,7 +16,7 @@ export interface PrometheusOptions {
 }
 
 /** A label value escaped for the exposition format. */
-const label = (v: string | number) => String(v).replace(/[\\"\n]/g, (c) => (c === "\n" ? "\\n" : `\\${c}`));
+export const escapeLabel = (v: string | number) => String(v).replace(/[\\"\n]/g, (c) => (c === "\n" ? "\\n" : `\\${c}`));
 
 /**
  * Formats a `router.metrics()` snapshot as Prometheus text (version 0.0.4).
@@ -29,7 +29,7 @@ const label = (v: string | number) => String(v).replace(/[\\"\n]/g, (c) => (c ==
  */
 export function formatPrometheus(snapshot: RouterMetrics, options: PrometheusOptions = {}): string {
   const p = options.prefix ?? "adp_router_";
-  const router = `router="${label(snapshot.router)}"`;
+  const router = `router="${escapeLabel(snapshot.router)}"`;
   const out: string[] = [];
   const metric = (name: string, type: "counter" | "gauge", help: string, samples: [string, number][]) => {
     out.push(`# HELP ${p}${name} ${help}`, `# TYPE ${p}${name} ${type}`);

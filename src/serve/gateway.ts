@@ -101,6 +101,16 @@ function copyBody(body: Readable, res: ServerResponse): Promise<void> {
 /** sha256 of a key, so comparisons take constant time whatever the lengths. */
 const digest = (key: string): Buffer => createHash("sha256").update(key).digest();
 
+/** Whether the request's bearer token is one of the keys of `digests` (compared in constant time, against every one). */
+function bearerIn(req: IncomingMessage, digests: readonly Buffer[]): boolean {
+  const match = /^Bearer\s+(.+)$/i.exec(req.headers.authorization ?? "");
+  if (!match) return false;
+  const got = digest(match[1]!.trim());
+  let ok = false;
+  for (const d of digests) ok = timingSafeEqual(got, d) || ok;
+  return ok;
+}
+
 /** Starts a gateway listening as configured; resolves once it listens. */
 export async function createGateway(config: GatewayConfig, options: GatewayOptions = {}): Promise<Gateway> {
   if (!isGatewayConfig(config)) {
@@ -220,14 +230,7 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
 
   /** Whether the request carries one of the client keys (constant-time comparison). */
   function authorized(req: IncomingMessage): boolean {
-    if (keyDigests.length === 0) return true;
-    const value = req.headers.authorization ?? "";
-    const match = /^Bearer\s+(.+)$/i.exec(value);
-    if (!match) return false;
-    const got = digest(match[1]!.trim());
-    let ok = false;
-    for (const d of keyDigests) ok = timingSafeEqual(got, d) || ok;
-    return ok;
+    return keyDigests.length === 0 || bearerIn(req, keyDigests);
   }
 
   /** The request body, at most the configured bytes (413 past it). */
@@ -296,8 +299,7 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
    */
   function admin(req: IncomingMessage, res: ServerResponse, path: string): number {
     if (adminDigest === null) throw new HttpError(404, `no route for ${req.method} ${path.slice(0, 200)}`, "invalid_request_error", "not_found");
-    const match = /^Bearer\s+(.+)$/i.exec(req.headers.authorization ?? "");
-    if (!match || !timingSafeEqual(digest(match[1]!.trim()), adminDigest)) throw new HttpError(401, "a valid admin key is required", "invalid_request_error", "invalid_api_key");
+    if (!bearerIn(req, [adminDigest])) throw new HttpError(401, "a valid admin key is required", "invalid_request_error", "invalid_api_key");
     const list = () => fleet.upstreams.map((u) => ({ index: u.index, name: u.name, url: u.url, healthy: u.healthy, draining: u.draining, in_flight: u.inFlight }));
     if (path === "/admin/upstreams") {
       if (req.method !== "GET") throw new HttpError(405, `${path} takes GET`, "invalid_request_error", null, { allow: "GET" });

@@ -4,6 +4,7 @@
 // prompt and matched tokens (its prefix hit rate), retries away from it, and
 // latency and time-to-first-byte histograms.
 
+import { escapeLabel } from "../prometheus.js";
 import { LATENCY_BOUNDS, type Histogram, type Upstream } from "./upstream.js";
 
 /** Gateway-wide counters. */
@@ -15,9 +16,6 @@ export interface GatewayCounters {
   /** Requests refused with 429 (queue full or timed out waiting). */
   rejectedFull: number;
 }
-
-/** A label value escaped for the exposition format. */
-const label = (v: string | number) => String(v).replace(/[\\"\n]/g, (c) => (c === "\n" ? "\\n" : `\\${c}`));
 
 /** The lines of one histogram per upstream. */
 function histogram(name: string, help: string, upstreams: readonly Upstream[], pick: (u: Upstream) => Histogram): string[] {
@@ -43,7 +41,7 @@ export function formatGatewayMetrics(upstreams: readonly Upstream[], counters: G
     for (const u of upstreams) lines.push(`${p}${name}{upstream="${u.index}"} ${value(u)}`);
   };
   lines.push(`# HELP ${p}upstream_info The configured upstreams (name bounded to 64 characters).`, `# TYPE ${p}upstream_info gauge`);
-  for (const u of upstreams) lines.push(`${p}upstream_info{upstream="${u.index}",name="${label(u.name.slice(0, 64))}"} 1`);
+  for (const u of upstreams) lines.push(`${p}upstream_info{upstream="${u.index}",name="${escapeLabel(u.name.slice(0, 64))}"} 1`);
   gauge("upstream_in_flight_requests", "Requests routed to the upstream and not yet ended.", (u) => u.inFlight);
   gauge("upstream_in_flight_tokens", "Prompt tokens of those requests.", (u) => u.inFlightTokens);
   gauge("upstream_healthy", "1 while the upstream takes requests.", (u) => (u.healthy ? 1 : 0));
@@ -58,7 +56,7 @@ export function formatGatewayMetrics(upstreams: readonly Upstream[], counters: G
   lines.push(...histogram(`${p}upstream_latency_seconds`, "Time from sending a request to the end of its response.", upstreams, (u) => u.latency));
   lines.push(...histogram(`${p}upstream_first_byte_seconds`, "Time from sending a request to the upstream's response headers.", upstreams, (u) => u.firstByte));
   lines.push(`# HELP ${p}requests_total Completion requests by outcome.`, `# TYPE ${p}requests_total counter`);
-  for (const [outcome, n] of [...counters.requests].sort()) lines.push(`${p}requests_total{outcome="${label(outcome)}"} ${n}`);
+  for (const [outcome, n] of [...counters.requests].sort()) lines.push(`${p}requests_total{outcome="${escapeLabel(outcome)}"} ${n}`);
   lines.push(`# HELP ${p}queued_requests Requests waiting for an upstream.`, `# TYPE ${p}queued_requests gauge`, `${p}queued_requests ${queued}`);
   lines.push(`# HELP ${p}rejected_full_total Requests refused with 429.`, `# TYPE ${p}rejected_full_total counter`, `${p}rejected_full_total ${counters.rejectedFull}`);
   return lines.join("\n") + "\n";
