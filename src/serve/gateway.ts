@@ -7,18 +7,18 @@
 
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import { timingSafeEqual, createHash } from "node:crypto";
-import type { Readable } from "node:stream";
 import { pino, type Logger } from "pino";
 import type { Router } from "../router.js";
 import { formatPrometheus } from "../prometheus.js";
 import { excerpt } from "../errors.js";
 import { isGatewayConfig, type GatewayConfig } from "./config.js";
-import { HttpError, readRequest, type RoutedRequest } from "./openai.js";
+import { HttpError, readRequest } from "./openai.js";
 import { Utf8ByteTokenizer, type Tokenizer } from "./tokenizer.js";
 import type { Upstream } from "./upstream.js";
 import { Fleet, type FleetChange } from "./fleet.js";
-import { Hangup, Scheduler } from "./scheduler.js";
+import { Hangup, Scheduler, type Placement } from "./scheduler.js";
 import { formatGatewayMetrics, type GatewayCounters } from "./metrics.js";
+import { exchange } from "./exchange.js";
 
 /** Headers never forwarded: those of one connection (hop-by-hop), and those the proxy sets itself (host, length, expect). */
 const HOP_BY_HOP = new Set(["connection", "keep-alive", "proxy-connection", "proxy-authenticate", "proxy-authorization", "te", "trailer", "transfer-encoding", "upgrade", "host", "content-length", "expect"]);
@@ -58,46 +58,6 @@ export class GatewayListenError extends Error {
   }
 }
 
-/**
- * Copies an upstream body to the client chunk by chunk as it arrives, pausing
- * it while the client drains. Events, not async iteration: a promise per chunk
- * (and `stream.pipeline`'s bookkeeping) cost a measurable part of the
- * gateway's CPU per request (bench:serve). Rejects with what the upstream body
- * fails with (an idle timeout, an abort), or when the client goes away.
- */
-function copyBody(body: Readable, res: ServerResponse): Promise<void> {
-  return new Promise<void>((resolve, reject) => {
-    const onDrain = () => body.resume();
-    const onClose = () => {
-      if (!res.writableFinished) finish(new Error("the client went away"));
-    };
-    const finish = (error?: Error) => {
-      body.off("data", onData);
-      body.off("end", onEnd);
-      body.off("error", finish);
-      res.off("drain", onDrain);
-      res.off("close", onClose);
-      if (error === undefined) resolve();
-      else {
-        body.destroy();
-        reject(error);
-      }
-    };
-    const onData = (chunk: Buffer) => {
-      if (!res.write(chunk)) body.pause();
-    };
-    const onEnd = () => {
-      res.end();
-      finish();
-    };
-    body.on("data", onData);
-    body.on("end", onEnd);
-    body.on("error", finish);
-    res.on("drain", onDrain);
-    res.on("close", onClose);
-  });
-}
-
 /** sha256 of a key, so comparisons take constant time whatever the lengths. */
 const digest = (key: string): Buffer => createHash("sha256").update(key).digest();
 
@@ -122,7 +82,7 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
   const keyDigests = config.auth.apiKeys.map(digest);
   const adminDigest = config.auth.adminApiKey === null ? null : digest(config.auth.adminApiKey.trim());
   const counters: GatewayCounters = { requests: new Map(), queued: 0, rejectedFull: 0 };
-  const scheduler = new Scheduler(fleet, config, counters, (error) => log.error({ err: error }, "the router refused a batch"));
+  const scheduler = new Scheduler(fleet, config, counters, (error) => log.error({ err: error }, "the router refused a batch"), (ids) => tokenizer.release?.(ids));
   const count = (outcome: string) => counters.requests.set(outcome, (counters.requests.get(outcome) ?? 0) + 1);
 
   /** Set once `close()` has begun. */
@@ -144,11 +104,22 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
     return out;
   }
 
-  /** Proxies a routed request, retrying on another upstream only when it was never sent. */
-  async function proxy(req: IncomingMessage, res: ServerResponse, raw: Buffer, request: RoutedRequest, first: Upstream, abort: Hangup): Promise<{ status: number; upstream: number; outcome: string }> {
+  /**
+   * Reads a completion request and waits for its upstream. Only the prompt's
+   * size leaves here, not its token ids: a token array held for the whole
+   * upstream round trip outlives the young generation, and that alone cost
+   * about a third of the gateway's CPU per request (bench:serve, 4 KB bodies).
+   */
+  function place(kind: "chat" | "completion", raw: Buffer, req: IncomingMessage, abort: Hangup): Promise<Placement & { tokens: number }> {
+    const request = readRequest(kind, raw, req.headers, tokenizer, config.routing.loraAdapters);
+    const tokens = request.tokens.length;
+    return scheduler.acquire(request, abort).then((p) => ({ upstream: p.upstream, matchedTokens: p.matchedTokens, tokens }));
+  }
+
+  /** Proxies a placed request, retrying on another upstream only when it was never sent. */
+  async function proxy(req: IncomingMessage, res: ServerResponse, raw: Buffer, kind: "chat" | "completion", tokens: number, first: Upstream, abort: Hangup): Promise<{ status: number; upstream: number; outcome: string }> {
     const tried = new Set<Upstream>();
     let u: Upstream | null = first;
-    const tokens = request.tokens.length;
     while (u !== null) {
       tried.add(u);
       const started = performance.now();
@@ -160,39 +131,48 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
         }
       };
       try {
-        const response = await u.pool.request({
-          path: `${u.basePath}${req.url}`,
-          method: "POST",
-          headers: upstreamHeaders(req, u),
+        const upstream: Upstream = u;
+        const sent = exchange(upstream.pool, res, {
+          path: `${upstream.basePath}${req.url}`,
+          headers: upstreamHeaders(req, upstream),
           body: raw,
-          signal: abort,
+          hangup: abort,
+          onHead: (status, answer) => {
+            upstream.firstByte.observe((performance.now() - started) / 1000);
+            // Passive ejection counts only failures to reach the upstream: a 5xx or a
+            // slow answer may be a client's doing (a crafted body), and must not let
+            // any client take the fleet out; the health checks judge those.
+            if (status < 500) upstream.succeed();
+            upstream.countStatus(status);
+            const headers: Record<string, string | string[]> = {};
+            for (const name in answer) {
+              const value = answer[name];
+              if (value !== undefined && !HOP_BY_HOP.has(name)) headers[name] = value;
+            }
+            // The body is passed on byte for byte, so the upstream's length stands: the
+            // answer then goes out unchunked, headers and body in one write and no
+            // closing chunk (undici refuses a body that does not match its length).
+            const length = answer["content-length"];
+            if (typeof length === "string" && answer["transfer-encoding"] === undefined) headers["content-length"] = length;
+            headers["x-adp-upstream"] = String(upstream.index);
+            res.writeHead(status, headers);
+            // A stream's head goes out at once; a whole answer's goes with its body, in one write.
+            if (String(answer["content-type"] ?? "").startsWith("text/event-stream")) res.flushHeaders();
+          },
         });
-        u.firstByte.observe((performance.now() - started) / 1000);
-        // Passive ejection counts only failures to reach the upstream: a 5xx or a
-        // slow answer may be a client's doing (a crafted body), and must not let
-        // any client take the fleet out; the health checks judge those.
-        if (response.statusCode < 500) u.succeed();
-        u.countStatus(response.statusCode);
-        const headers: Record<string, string | string[]> = {};
-        for (const [name, value] of Object.entries(response.headers)) {
-          if (value !== undefined && !HOP_BY_HOP.has(name)) headers[name] = value;
-        }
-        headers["x-adp-upstream"] = String(u.index);
-        res.writeHead(response.statusCode, headers);
-        // A stream's headers go out at once; a whole answer's go with its body, in one write.
-        if (String(response.headers["content-type"] ?? "").startsWith("text/event-stream")) res.flushHeaders();
+        const status = await sent.head;
         try {
-          await copyBody(response.body, res);
+          await sent.end;
         } catch (error) {
           if (!res.writableEnded) res.destroy();
           const code = (error as { code?: string }).code;
           done();
           u.latency.observe((performance.now() - started) / 1000);
-          return { status: response.statusCode, upstream: u.index, outcome: abort.aborted ? "client_closed" : code === "UND_ERR_BODY_TIMEOUT" ? "idle_timeout" : "stream_error" };
+          return { status, upstream: u.index, outcome: abort.aborted ? "client_closed" : code === "UND_ERR_BODY_TIMEOUT" ? "idle_timeout" : "stream_error" };
         }
         done();
         u.latency.observe((performance.now() - started) / 1000);
-        return { status: response.statusCode, upstream: u.index, outcome: "ok" };
+        return { status, upstream: u.index, outcome: "ok" };
       } catch (error) {
         done();
         if (abort.aborted) {
@@ -209,7 +189,12 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
             next.inFlight++;
             next.inFlightTokens += tokens;
             // The prompt now goes to `next`: its view learns it (the first one's cannot unlearn it, but it is out of the fleet for now).
-            if (tokens > 0) fleet.router.prefixIndex?.insert(next.index, request.tokens, { loraTaskId: request.loraTaskId, cacheSalt: request.cacheSalt });
+            // Its tokens are read again from the body (the same ids: tokenizers are deterministic) rather than held by every request for this rare path.
+            if (tokens > 0 && fleet.router.prefixIndex !== null) {
+              const again = readRequest(kind, raw, req.headers, tokenizer, config.routing.loraAdapters);
+              fleet.router.prefixIndex.insert(next.index, again.tokens, { loraTaskId: again.loraTaskId, cacheSalt: again.cacheSalt });
+              tokenizer.release?.(again.tokens);
+            }
             u = next;
             continue;
           }
@@ -238,7 +223,7 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
     const limit = config.limits.maxBodyBytes;
     const declared = Number(req.headers["content-length"] ?? NaN);
     if (declared > limit) throw new HttpError(413, `the request body is over ${limit} bytes`);
-    // Events, not async iteration (a promise per chunk): see copyBody.
+    // Events, not async iteration: a promise per chunk costs measurably per request.
     return new Promise<Buffer>((resolve, reject) => {
       const chunks: Buffer[] = [];
       let size = 0;
@@ -362,10 +347,9 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
         if (req.method !== "POST") throw new HttpError(405, `${path} takes POST`, "invalid_request_error", null, { allow: "POST" });
         if (!authorized(req)) throw new HttpError(401, "a valid API key is required", "invalid_request_error", "invalid_api_key");
         const raw = await readBody(req);
-        const request = readRequest(kind, raw, req.headers, tokenizer, config.routing.loraAdapters);
-        const placement = await scheduler.acquire(request, abort);
+        const placement = await place(kind, raw, req, abort);
         matched = placement.matchedTokens;
-        const r = await proxy(req, res, raw, request, placement.upstream, abort);
+        const r = await proxy(req, res, raw, kind, placement.tokens, placement.upstream, abort);
         status = r.status;
         upstream = r.upstream;
         outcome = r.outcome;

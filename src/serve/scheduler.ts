@@ -35,10 +35,13 @@ export interface Placement {
 /** A request waiting for an upstream. */
 interface Waiting {
   readonly id: number;
-  readonly request: RoutedRequest;
+  /** What routing reads besides the tokens (not the request itself, which holds them too). */
+  readonly route: Pick<RoutedRequest, "conversationId" | "subagentId" | "cacheSalt" | "loraTaskId">;
+  /** Its prompt's token ids. */
+  readonly tokens: Uint32Array;
   readonly enqueuedAt: number;
-  readonly resolve: (placement: Placement) => void;
-  readonly reject: (error: HttpError) => void;
+  resolve: (placement: Placement) => void;
+  reject: (error: HttpError) => void;
   /** Whether it was already answered (placed, timed out, or its client left). */
   done: boolean;
   /** Its queue timeout, armed only once it has to wait past its first batch (most never do). */
@@ -58,13 +61,16 @@ export class Scheduler {
   readonly #cap: number;
   /** Where a batch the router refuses is logged. */
   readonly #onRouterError: (error: unknown) => void;
+  /** Hands a request's token ids back to its tokenizer once it is placed or refused (nothing here reads them after). */
+  readonly #release: (tokens: Uint32Array) => void;
 
-  constructor(fleet: Fleet, config: GatewayConfig, counters: GatewayCounters, onRouterError: (error: unknown) => void) {
+  constructor(fleet: Fleet, config: GatewayConfig, counters: GatewayCounters, onRouterError: (error: unknown) => void, release: (tokens: Uint32Array) => void = () => {}) {
     this.#fleet = fleet;
     this.#config = config;
     this.#counters = counters;
     this.#cap = config.limits.maxInFlightPerUpstream;
     this.#onRouterError = onRouterError;
+    this.#release = release;
   }
 
   /** Requests waiting now. */
@@ -88,37 +94,63 @@ export class Scheduler {
 
   /** Waits for an upstream for `request` (routed with the next batch), or rejects 429/499/503. */
   acquire(request: RoutedRequest, signal: Hangup): Promise<Placement> {
-    const counters = this.#counters;
-    if (this.#stopped) return Promise.reject(new HttpError(503, "the gateway is shutting down", "server_error", "shutting_down", { "retry-after": "1" }));
-    if (signal.aborted) return Promise.reject(new HttpError(499, "the client closed the request"));
-    if (counters.queued >= this.#config.limits.queueSize + this.#room()) {
-      counters.rejectedFull++;
-      return Promise.reject(new HttpError(429, "the gateway's queue is full", "rate_limit_exceeded", "queue_full", { "retry-after": "1" }));
+    const refusal = this.#refusal(signal);
+    if (refusal !== null) {
+      this.#release(request.tokens);
+      return Promise.reject(refusal);
     }
+    // Built here, not in the promise's closures, so they never hold `request`.
+    const w: Waiting = {
+      id: this.#nextId++,
+      route: { conversationId: request.conversationId, subagentId: request.subagentId, cacheSalt: request.cacheSalt, loraTaskId: request.loraTaskId },
+      tokens: request.tokens,
+      enqueuedAt: Date.now(),
+      resolve: () => {},
+      reject: () => {},
+      done: false,
+      timer: null,
+    };
+    return this.#enqueue(w, signal);
+  }
+
+  /** Why a request cannot even wait (shutting down, its client gone, the queue full), or null. */
+  #refusal(signal: Hangup): HttpError | null {
+    if (this.#stopped) return new HttpError(503, "the gateway is shutting down", "server_error", "shutting_down", { "retry-after": "1" });
+    if (signal.aborted) return new HttpError(499, "the client closed the request");
+    if (this.#counters.queued >= this.#config.limits.queueSize + this.#room()) {
+      this.#counters.rejectedFull++;
+      return new HttpError(429, "the gateway's queue is full", "rate_limit_exceeded", "queue_full", { "retry-after": "1" });
+    }
+    return null;
+  }
+
+  /** Queues `w` for the next batch; settles once, when placed, refused, timed out, or when its client hangs up. */
+  #enqueue(w: Waiting, signal: Hangup): Promise<Placement> {
+    const counters = this.#counters;
     return new Promise<Placement>((resolve, reject) => {
-      /** Takes `w` off the queue's count once, whatever answers it. */
+      const onAbort = () => w.reject(new HttpError(499, "the client closed the request"));
+      /**
+       * Takes `w` off the queue's count once, whatever answers it, and lets go
+       * of it: the hang-up signal lives as long as the response, and a
+       * listener left on it would hold the request's tokens as long.
+       */
       const settle = (): boolean => {
         if (w.done) return false;
         w.done = true;
         counters.queued = Math.max(0, counters.queued - 1);
         if (w.timer !== null) clearTimeout(w.timer);
+        signal.off("abort", onAbort);
+        this.#release(w.tokens);
         return true;
       };
-      const w: Waiting = {
-        id: this.#nextId++,
-        request,
-        enqueuedAt: Date.now(),
-        resolve: (u) => {
-          if (settle()) resolve(u);
-        },
-        reject: (e) => {
-          if (settle()) reject(e);
-        },
-        done: false,
-        timer: null,
+      w.resolve = (u) => {
+        if (settle()) resolve(u);
+      };
+      w.reject = (e) => {
+        if (settle()) reject(e);
       };
       counters.queued++;
-      signal.once("abort", () => w.reject(new HttpError(499, "the client closed the request")));
+      signal.once("abort", onAbort);
       this.#queue.push(w);
       this.schedule();
     });
@@ -183,11 +215,11 @@ export class Scheduler {
       maxNumActiveRequests: cap,
       requests: waiting.map((w) => ({
         id: w.id,
-        tokens: w.request.tokens,
-        ...(w.request.conversationId !== null ? { conversationId: w.request.conversationId } : {}),
-        ...(w.request.subagentId !== null ? { subagentAffinityId: w.request.subagentId } : {}),
-        ...(w.request.cacheSalt !== null ? { cacheSalt: w.request.cacheSalt } : {}),
-        ...(w.request.loraTaskId !== null ? { loraTaskId: w.request.loraTaskId } : {}),
+        tokens: w.tokens,
+        ...(w.route.conversationId !== null ? { conversationId: w.route.conversationId } : {}),
+        ...(w.route.subagentId !== null ? { subagentAffinityId: w.route.subagentId } : {}),
+        ...(w.route.cacheSalt !== null ? { cacheSalt: w.route.cacheSalt } : {}),
+        ...(w.route.loraTaskId !== null ? { loraTaskId: w.route.loraTaskId } : {}),
       })),
     });
   }
@@ -202,14 +234,14 @@ export class Scheduler {
   #place(w: Waiting, u: Upstream): void {
     if (w.done) return;
     u.inFlight++;
-    u.inFlightTokens += w.request.tokens.length;
+    u.inFlightTokens += w.tokens.length;
     const index = this.#fleet.router.prefixIndex;
     let matchedTokens = 0;
-    if (index !== null && w.request.tokens.length > 0) {
+    if (index !== null && w.tokens.length > 0) {
       // What it finds cached there (for its log line), learned in the same walk.
-      matchedTokens = index.insert(u.index, w.request.tokens, { loraTaskId: w.request.loraTaskId, cacheSalt: w.request.cacheSalt });
+      matchedTokens = index.insert(u.index, w.tokens, { loraTaskId: w.route.loraTaskId, cacheSalt: w.route.cacheSalt });
     }
-    u.promptTokens += w.request.tokens.length;
+    u.promptTokens += w.tokens.length;
     u.matchedTokens += matchedTokens;
     w.resolve({ upstream: u, matchedTokens });
   }

@@ -8,6 +8,7 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { createGateway, loadGatewayConfig, type Gateway } from "../../src/serve/index.js";
+import { waitFor } from "../support/wait.js";
 import { startMockEngine, urlFrom, type EngineBehaviour, type MockEngine } from "../support/mock-engine.js";
 
 const open: { close(): Promise<void> }[] = [];
@@ -150,11 +151,3 @@ describe("adp-router serve, SIGHUP", () => {
     expect(await engineOf(gateway, "y")).toBe("e1");
   });
 });
-
-async function waitFor(condition: () => boolean, describe: () => string = () => "", ms = 5000): Promise<void> {
-  const deadline = Date.now() + ms;
-  while (!condition()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting (${describe()})`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}

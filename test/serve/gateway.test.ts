@@ -1,6 +1,7 @@
 // The gateway end to end, on loopback only: real HTTP servers and clients
 // (fetch, and the official `openai` client), mock OpenAI-compatible engines
 // (test/support/mock-engine.ts) speaking the API's exact shapes.
+import { request as httpRequest } from "node:http";
 import OpenAI from "openai";
 import { afterEach, describe, expect, it } from "vitest";
 import { createGateway, loadGatewayConfig, Utf8ByteTokenizer, type Gateway } from "../../src/serve/index.js";
@@ -81,6 +82,50 @@ describe("proxying", () => {
     expect(text).toContain("data: [DONE]");
     expect(text.match(/^data: \{/gm)?.length).toBe(4);
   });
+
+  it("a whole answer keeps the upstream's length; a client that stops reading a stream stops the upstream (backpressure), then gets every byte", async () => {
+    const CHUNKS = 1024;
+    const { gateway, engines } = await fleet(1, "", {}, { chunks: CHUNKS, chunkBytes: 64 * 1024 });
+    const whole = await fetch(`${gateway.url}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(chat("hi")) });
+    const text = await whole.text();
+    expect(whole.headers.get("content-length")).toBe(String(Buffer.byteLength(text)));
+    expect(whole.headers.get("transfer-encoding")).toBeNull();
+
+    // A raw client that stops reading: 64 MB cannot all sit in socket buffers, so
+    // the engine must stall until it reads again; without backpressure the gateway
+    // would read the engine dry into its own memory and the engine would finish.
+    const engine = engines[0]!;
+    const url = new URL(gateway.url);
+    const { bytes, tail, stalledAt } = await new Promise<{ bytes: number; tail: string; stalledAt: number }>((resolve, reject) => {
+      const req = httpRequest({ host: url.hostname, port: url.port, path: "/v1/chat/completions", method: "POST", headers: { "content-type": "application/json" } }, (res) => {
+        res.pause();
+        let bytes = 0;
+        let tail = "";
+        let last = -1;
+        let stalledAt = -1;
+        // Stalled: no chunk written for 300 ms while the client reads nothing.
+        const watch = setInterval(() => {
+          if (engine.streamed === last && last > 0) {
+            clearInterval(watch);
+            stalledAt = last;
+            res.on("data", (d: Buffer) => {
+              bytes += d.length;
+              tail = (tail + d.toString("latin1")).slice(-64);
+            });
+            res.on("end", () => resolve({ bytes, tail, stalledAt }));
+            res.resume();
+          }
+          last = engine.streamed;
+        }, 300);
+      });
+      req.on("error", reject);
+      req.end(JSON.stringify(chat("a long stream", { stream: true })));
+    });
+    expect(stalledAt).toBeLessThan(CHUNKS / 2);
+    expect(engine.streamed).toBe(CHUNKS);
+    expect(bytes).toBeGreaterThan(CHUNKS * 64 * 1024);
+    expect(tail).toContain("data: [DONE]");
+  }, 30_000);
 
   it("serves the official openai client, streaming and not", async () => {
     const { gateway } = await fleet(2);

@@ -23,6 +23,8 @@ export interface EngineBehaviour {
   /** Stream chunks: how many, and the gap between them. */
   chunks?: number;
   chunkGapMs?: number;
+  /** Pads each stream chunk's content to about this many bytes. */
+  chunkBytes?: number;
   /** Required `Authorization: Bearer` key. */
   apiKey?: string;
   /** /health status. */
@@ -38,6 +40,8 @@ export interface MockEngine {
   aborted: number;
   /** Completion requests being answered now. */
   active: number;
+  /** Stream chunks written so far (a writer that honours backpressure stops while its reader does not read). */
+  streamed: number;
   behaviour: EngineBehaviour;
   close(): Promise<void>;
 }
@@ -46,7 +50,7 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** Starts a mock engine named `name` on a free loopback port. */
 export async function startMockEngine(name: string, behaviour: EngineBehaviour = {}): Promise<MockEngine> {
-  const engine: Partial<MockEngine> & { received: Received[]; behaviour: EngineBehaviour; aborted: number; active: number } = { name, received: [], behaviour, aborted: 0, active: 0 };
+  const engine: Partial<MockEngine> & { received: Received[]; behaviour: EngineBehaviour; aborted: number; active: number; streamed: number } = { name, received: [], behaviour, aborted: 0, active: 0, streamed: 0 };
   const server: Server = createServer(async (req, res) => {
     const chunks: Buffer[] = [];
     for await (const c of req) chunks.push(c as Buffer);
@@ -94,15 +98,24 @@ export async function startMockEngine(name: string, behaviour: EngineBehaviour =
     if (!stream) {
       finished = true;
       const choice = chat ? { index: 0, message: { role: "assistant", content: `hello from ${name}` }, finish_reason: "stop" } : { index: 0, text: `hello from ${name}`, finish_reason: "stop" };
-      res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ id, object: chat ? "chat.completion" : "text_completion", created: 0, model: "mock-model", choices: [choice], usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 } }));
+      // With its length, as the engines' servers (uvicorn behind FastAPI) send a whole JSON answer.
+      const answer = JSON.stringify({ id, object: chat ? "chat.completion" : "text_completion", created: 0, model: "mock-model", choices: [choice], usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 } });
+      res.writeHead(200, { "content-type": "application/json", "content-length": Buffer.byteLength(answer) }).end(answer);
       return;
     }
     res.writeHead(200, { "content-type": "text/event-stream", "cache-control": "no-cache" });
     const n = b.chunks ?? 3;
     for (let i = 0; i < n; i++) {
       if (res.destroyed) return;
-      const delta = chat ? { index: 0, delta: i === 0 ? { role: "assistant", content: `${name}:${i}` } : { content: `:${i}` }, finish_reason: null } : { index: 0, text: `${name}:${i}`, finish_reason: null };
-      res.write(`data: ${JSON.stringify({ id, object: chat ? "chat.completion.chunk" : "text_completion", created: 0, model: "mock-model", choices: [delta] })}\n\n`);
+      const pad = b.chunkBytes ? ".".repeat(b.chunkBytes) : "";
+      const delta = chat ? { index: 0, delta: i === 0 ? { role: "assistant", content: `${name}:${i}${pad}` } : { content: `:${i}${pad}` }, finish_reason: null } : { index: 0, text: `${name}:${i}${pad}`, finish_reason: null };
+      if (!res.write(`data: ${JSON.stringify({ id, object: chat ? "chat.completion.chunk" : "text_completion", created: 0, model: "mock-model", choices: [delta] })}\n\n`)) {
+        await new Promise((r) => {
+          res.once("drain", r);
+          res.once("close", r);
+        });
+      }
+      engine.streamed++;
       if (b.chunkGapMs) await sleep(b.chunkGapMs);
     }
     if (res.destroyed) return;
