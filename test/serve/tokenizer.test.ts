@@ -2,7 +2,7 @@
 // canonical rendering (checked against TextEncoder on the rendered text),
 // whatever the scratch memory it reuses between calls.
 import { describe, expect, it } from "vitest";
-import { Utf8ByteTokenizer } from "../../src/serve/tokenizer.js";
+import { TokenPool, Utf8ByteTokenizer } from "../../src/serve/tokenizer.js";
 
 /** The canonical rendering, written out independently of the tokenizer. */
 function rendered(messages: { role: string; content: string }[]): string {
@@ -51,5 +51,37 @@ describe("Utf8ByteTokenizer", () => {
 
   it("token-id prompts are taken as given", () => {
     expect(Array.from(new Utf8ByteTokenizer().encodePrompt([1, 2, 4_000_000_000]))).toEqual([1, 2, 4_000_000_000]);
+  });
+});
+
+describe("TokenPool", () => {
+  it("hands a released array out again, once: a second release or a foreign array is ignored", () => {
+    const pool = new TokenPool();
+    const a = pool.take(3_000);
+    expect(a.length).toBe(3_000);
+    pool.release(a);
+    pool.release(a); // twice: must not be lent to two callers
+    pool.release(new Uint32Array(4_096)); // not the pool's
+    const b = pool.take(3_500); // same size class: a's memory
+    const c = pool.take(3_500);
+    expect(b.buffer).toBe(a.buffer);
+    expect(c.buffer).not.toBe(a.buffer);
+    expect(b.length).toBe(3_500);
+  });
+
+  it("a tokenizer's released ids come back filled with the next prompt's bytes, nothing left over", () => {
+    const tok = new Utf8ByteTokenizer();
+    const long = tok.encodePrompt("a".repeat(3_000));
+    tok.release(long);
+    const short = tok.encodePrompt("bc");
+    expect(Array.from(short)).toEqual([0x62, 0x63]);
+  });
+
+  it("arrays past the largest size are plain (not pooled)", () => {
+    const pool = new TokenPool();
+    const big = pool.take((1 << 18) + 1);
+    expect(big.buffer.byteLength).toBe(((1 << 18) + 1) * 4);
+    pool.release(big);
+    expect(pool.take((1 << 18) + 1).buffer).not.toBe(big.buffer);
   });
 });
