@@ -8,6 +8,8 @@
 
 import type { Logger } from "pino";
 import { createRouter, restoreRouter, type Router } from "../router.js";
+import type { RouterMetrics } from "../metrics.js";
+import { addCounters, carryOver } from "./carried-metrics.js";
 import type { GatewayConfig } from "./config.js";
 import { Upstream } from "./upstream.js";
 
@@ -33,6 +35,8 @@ export class Fleet {
   /** The configuration the gateway started with (connections and health checks keep it). */
   readonly #config: GatewayConfig;
   readonly #log: Logger;
+  /** Counters of the routers reloads replaced, on the current ranks (see carried-metrics.ts). */
+  #carried: RouterMetrics | null = null;
   /** Called when an upstream may take requests again (waiting ones can be routed). */
   readonly #onRoom: () => void;
 
@@ -70,7 +74,7 @@ export class Fleet {
   drain(index: number, on: boolean): Upstream | null {
     const u = this.upstreams[index];
     if (u === undefined) return null;
-    u.draining = on;
+    u.drainOverride = on;
     this.#log.info({ upstream: u.index, name: u.name, draining: on }, on ? "upstream draining" : "upstream taking requests again");
     if (!on) this.#onRoom();
     return u;
@@ -93,6 +97,7 @@ export class Fleet {
     const ranks = plan.map(({ same }) => (same === undefined ? null : same.index));
     const unchanged = ranks.length === old.length && ranks.every((r, i) => r === i);
     const router = unchanged ? this.router : restoreRouter(this.router.snapshot(), { ranks });
+    const carried = unchanged ? this.#carried : carryOver(addCounters(this.router.metrics(), this.#carried), ranks);
     // Then all of it.
     const change: FleetChange = { added: [], removed: [], kept: [], draining: [] };
     const next = plan.map(({ c, same }, i) => {
@@ -117,9 +122,15 @@ export class Fleet {
     }
     for (const u of next) if (u.draining) change.draining.push(u.index);
     this.router = router;
+    this.#carried = carried;
     this.upstreams = next;
     this.#onRoom();
     return change;
+  }
+
+  /** The router's metrics, its counters including what the routers before the last reloads counted. */
+  routerMetrics(): RouterMetrics {
+    return addCounters(this.router.metrics(), this.#carried);
   }
 
   /** Stops the health checks and closes every connection pool. */

@@ -385,7 +385,7 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
 
   /** The router's metrics, then the gateway's, as Prometheus text. */
   function metrics(): string {
-    return formatPrometheus(fleet.router.metrics()) + formatGatewayMetrics(fleet.upstreams, counters, scheduler.waiting());
+    return formatPrometheus(fleet.routerMetrics()) + formatGatewayMetrics(fleet.upstreams, counters, scheduler.waiting());
   }
 
   // ---- listening --------------------------------------------------------------------------

@@ -43,8 +43,10 @@ export class Upstream {
   inFlightTokens = 0;
   /** Whether it takes requests (health checks and passive ejection decide). */
   healthy = true;
-  /** Whether it is being drained: it finishes its requests and takes no new ones. */
-  draining = false;
+  /** Its configuration's drain flag (a reload may change it). */
+  #drainInConfig: boolean;
+  /** Drained or undrained through the admin endpoint: this wins over the configuration, across reloads, until the next admin call. */
+  drainOverride: boolean | null = null;
   /** Consecutive failures (failed checks, failures to connect) and consecutive passing checks. */
   failures = 0;
   successes = 0;
@@ -64,7 +66,7 @@ export class Upstream {
     this.url = config.url;
     this.name = config.name;
     this.apiKey = config.apiKey;
-    this.draining = config.drain;
+    this.#drainInConfig = config.drain;
     const url = new URL(config.url);
     this.basePath = url.pathname === "/" ? "" : url.pathname;
     this.pool = new Pool(url.origin, {
@@ -77,11 +79,16 @@ export class Upstream {
     this.#healthyThreshold = gateway.health.healthyThreshold;
   }
 
+  /** Whether it is being drained: it finishes its requests and takes no new ones. */
+  get draining(): boolean {
+    return this.drainOverride ?? this.#drainInConfig;
+  }
+
   /** Takes a reloaded configuration's name, key and drain flag (its URL is the same). */
   update(config: UpstreamConfig): void {
     this.name = config.name;
     this.apiKey = config.apiKey;
-    this.draining = config.drain;
+    this.#drainInConfig = config.drain;
   }
 
   /** Counts a response's status. */

@@ -108,6 +108,35 @@ describe("reload, names and keys", () => {
   });
 });
 
+describe("reload, counters and admin drains", () => {
+  it("keeps the router's counters (each kept upstream's moved to its new rank) and an upstream drained through the admin endpoint stays drained", async () => {
+    const [e0, e1, e2] = await engines(3);
+    const admin = "auth: { admin_api_key_env: ADMIN_KEY }\n";
+    const env = { ADMIN_KEY: "an-admin-key-of-length" };
+    const gateway = await createGateway(config(yaml([{ e: e0! }, { e: e1! }], admin), env));
+    open.push(gateway);
+    for (let i = 0; i < 10; i++) await engineOf(gateway, `c${i}`);
+    const counter = (name: string) => Number(/ ([0-9.e+]+)$/.exec(gateway.metrics().split("\n").find((l) => l.startsWith(name))!)![1]);
+    const batches = counter("adp_router_batches_total");
+    const onE1 = counter('adp_router_rank_selected_total{router="conversation",dp_rank="1"}');
+    expect(batches).toBeGreaterThanOrEqual(10);
+    expect(onE1).toBeGreaterThan(0);
+    expect((await fetch(`${gateway.url}/admin/upstreams/1/drain`, { method: "POST", headers: { authorization: `Bearer ${env.ADMIN_KEY}` } })).status).toBe(200);
+    // e1 moves to rank 0, e0 goes, e2 comes: the file says nothing of draining.
+    const change = gateway.reload(config(yaml([{ e: e1! }, { e: e2! }], admin), env));
+    expect(change.draining).toEqual([0]);
+    expect(counter("adp_router_batches_total")).toBe(batches);
+    expect(counter('adp_router_rank_selected_total{router="conversation",dp_rank="0"}')).toBe(onE1);
+    expect(counter('adp_router_rank_selected_total{router="conversation",dp_rank="1"}')).toBe(0);
+    for (let i = 0; i < 6; i++) expect(await engineOf(gateway, `after-${i}`)).toBe("e2"); // e1 still drained
+    expect(counter("adp_router_batches_total")).toBe(batches + 6);
+    expect((await fetch(`${gateway.url}/admin/upstreams/0/undrain`, { method: "POST", headers: { authorization: `Bearer ${env.ADMIN_KEY}` } })).status).toBe(200);
+    const spread = new Set<string>();
+    for (let i = 0; i < 8; i++) spread.add(await engineOf(gateway, `later-${i}`));
+    expect(spread.has("e1")).toBe(true);
+  });
+});
+
 describe("admin endpoints", () => {
   it("are off without an admin key, need it when on, and drain and undrain an upstream", async () => {
     const [e0, e1] = await engines(2);
