@@ -7,9 +7,10 @@
 // rank but takes no new requests.
 
 import type { Logger } from "pino";
-import { createRouter, restoreRouter, type Router } from "../router.js";
+import { createRouter, type Router } from "../router.js";
 import type { RouterMetrics } from "../metrics.js";
 import { addCounters, carryOver } from "./carried-metrics.js";
+import { RoutingState, type StateLog } from "./routing-state.js";
 import type { GatewayConfig } from "./config.js";
 import { Upstream } from "./upstream.js";
 
@@ -27,8 +28,8 @@ export interface FleetChange {
 export class Fleet {
   /** The upstreams, one per rank, in rank order. */
   upstreams: Upstream[];
-  /** The router over them (a reload that changes the upstreams replaces it). */
-  router: Router;
+  /** The routing state over them: the router, changed only through it (and its state log). */
+  readonly state: RoutingState;
   /** Removed upstreams still finishing requests. */
   readonly #retired = new Set<Upstream>();
   readonly #checks = new Map<Upstream, NodeJS.Timeout>();
@@ -40,18 +41,18 @@ export class Fleet {
   /** Called when an upstream may take requests again (waiting ones can be routed). */
   readonly #onRoom: () => void;
 
-  constructor(config: GatewayConfig, log: Logger, onRoom: () => void) {
+  constructor(config: GatewayConfig, log: Logger, onRoom: () => void, stateLog: StateLog | null = null) {
     this.#config = config;
     this.#log = log;
     this.#onRoom = onRoom;
     this.upstreams = config.upstreams.map((u, i) => new Upstream(i, u, config));
-    this.router = createRouter({
-      numRanks: this.upstreams.length,
-      attentionDp: config.attentionDp,
-      learnFromRouting: false, // the gateway teaches the index where requests really go (see place())
-      prefixIndex: { tokensPerBlock: config.routing.tokensPerBlock, maxMemoryBytes: config.routing.indexBytes },
-    });
+    this.state = new RoutingState(createGatewayRouter(config), stateLog);
     for (const u of this.upstreams) this.#startChecks(u);
+  }
+
+  /** The router over the upstreams (a reload that changes them replaces it). */
+  get router(): Router {
+    return this.state.router;
   }
 
   /** Whether `u` takes new requests: a current rank, healthy and not draining. */
@@ -96,8 +97,8 @@ export class Fleet {
     const plan = config.upstreams.map((c) => ({ c, same: unused.get(c.url)?.shift() }));
     const ranks = plan.map(({ same }) => (same === undefined ? null : same.index));
     const unchanged = ranks.length === old.length && ranks.every((r, i) => r === i);
-    const router = unchanged ? this.router : restoreRouter(this.router.snapshot(), { ranks });
     const carried = unchanged ? this.#carried : carryOver(addCounters(this.router.metrics(), this.#carried), ranks);
+    if (!unchanged) this.state.moveRanks(ranks); // the only step that can throw: before it, nothing changed
     // Then all of it.
     const change: FleetChange = { added: [], removed: [], kept: [], draining: [] };
     const next = plan.map(({ c, same }, i) => {
@@ -121,7 +122,6 @@ export class Fleet {
       }
     }
     for (const u of next) if (u.draining) change.draining.push(u.index);
-    this.router = router;
     this.#carried = carried;
     this.upstreams = next;
     this.#onRoom();
@@ -173,4 +173,14 @@ export class Fleet {
     if (timer !== undefined) clearInterval(timer);
     this.#checks.delete(u);
   }
+}
+
+/** The router a gateway starts with: one rank per upstream, as configured. */
+export function createGatewayRouter(config: GatewayConfig): Router {
+  return createRouter({
+    numRanks: config.upstreams.length,
+    attentionDp: config.attentionDp,
+    learnFromRouting: false, // the gateway teaches the index where requests really go (Scheduler's #place)
+    prefixIndex: { tokensPerBlock: config.routing.tokensPerBlock, maxMemoryBytes: config.routing.indexBytes },
+  });
 }

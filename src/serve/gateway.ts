@@ -19,6 +19,7 @@ import { Fleet, type FleetChange } from "./fleet.js";
 import { Hangup, Scheduler, type Placement } from "./scheduler.js";
 import { formatGatewayMetrics, type GatewayCounters } from "./metrics.js";
 import { exchange } from "./exchange.js";
+import type { StateLog } from "./routing-state.js";
 
 /** Headers never forwarded: those of one connection (hop-by-hop), and those the proxy sets itself (host, length, expect). */
 const HOP_BY_HOP = new Set(["connection", "keep-alive", "proxy-connection", "proxy-authenticate", "proxy-authorization", "te", "trailer", "transfer-encoding", "upgrade", "host", "content-length", "expect"]);
@@ -47,6 +48,8 @@ export interface GatewayOptions {
   readonly logger?: Logger;
   /** How prompts become tokens (default: the UTF-8 byte tokenizer). */
   readonly tokenizer?: Tokenizer;
+  /** Where every change to the routing state goes, in order (see routing-state.ts); none by default. */
+  readonly stateLog?: StateLog;
 }
 
 /** The listen error of a port in use or not allowed, as one clear message. */
@@ -78,7 +81,7 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
   }
   const log = options.logger ?? pino({ level: config.logging.level, base: undefined });
   const tokenizer = options.tokenizer ?? new Utf8ByteTokenizer();
-  const fleet: Fleet = new Fleet(config, log, () => scheduler.schedule());
+  const fleet: Fleet = new Fleet(config, log, () => scheduler.schedule(), options.stateLog ?? null);
   const keyDigests = config.auth.apiKeys.map(digest);
   const adminDigest = config.auth.adminApiKey === null ? null : digest(config.auth.adminApiKey.trim());
   const counters: GatewayCounters = { requests: new Map(), queued: 0, rejectedFull: 0 };
@@ -192,7 +195,7 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
             // Its tokens are read again from the body (the same ids: tokenizers are deterministic) rather than held by every request for this rare path.
             if (tokens > 0 && fleet.router.prefixIndex !== null) {
               const again = readRequest(kind, raw, req.headers, tokenizer, config.routing.loraAdapters);
-              fleet.router.prefixIndex.insert(next.index, again.tokens, { loraTaskId: again.loraTaskId, cacheSalt: again.cacheSalt });
+              fleet.state.learn(next.index, again.tokens, { loraTaskId: again.loraTaskId, cacheSalt: again.cacheSalt });
               tokenizer.release?.(again.tokens);
             }
             u = next;

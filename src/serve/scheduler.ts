@@ -210,7 +210,7 @@ export class Scheduler {
   #route(upstreams: readonly Upstream[], waiting: readonly Waiting[]) {
     const fleet = this.#fleet;
     const cap = this.#cap;
-    return fleet.router.route({
+    return fleet.state.route({
       rankStates: upstreams.map((u) => ({ numActiveRequests: fleet.available(u) ? Math.min(u.inFlight, cap) : cap, numActiveTokens: u.inFlightTokens })),
       maxNumActiveRequests: cap,
       requests: waiting.map((w) => ({
@@ -235,12 +235,8 @@ export class Scheduler {
     if (w.done) return;
     u.inFlight++;
     u.inFlightTokens += w.tokens.length;
-    const index = this.#fleet.router.prefixIndex;
-    let matchedTokens = 0;
-    if (index !== null && w.tokens.length > 0) {
-      // What it finds cached there (for its log line), learned in the same walk.
-      matchedTokens = index.insert(u.index, w.tokens, { loraTaskId: w.route.loraTaskId, cacheSalt: w.route.cacheSalt });
-    }
+    // What its cache view held of the prompt (for its log line), learned in the same walk.
+    const matchedTokens = this.#fleet.state.learn(u.index, w.tokens, { loraTaskId: w.route.loraTaskId, cacheSalt: w.route.cacheSalt });
     u.promptTokens += w.tokens.length;
     u.matchedTokens += matchedTokens;
     w.resolve({ upstream: u, matchedTokens });
