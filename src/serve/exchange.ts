@@ -11,9 +11,6 @@ import type { IncomingHttpHeaders, ServerResponse } from "node:http";
 import type { Dispatcher } from "undici";
 import type { Hangup } from "./scheduler.js";
 
-/** The answer's head as undici hands it over. */
-export type AnswerHeaders = IncomingHttpHeaders;
-
 /** What sending one request needs. */
 export interface ExchangeOptions {
   readonly path: string;
@@ -22,7 +19,7 @@ export interface ExchangeOptions {
   /** The client's hang-up: it aborts the exchange whenever it comes. */
   readonly hangup: Hangup;
   /** Called once with the answer's final head (1xx heads are skipped); it writes the client's head. */
-  readonly onHead: (status: number, headers: AnswerHeaders) => void;
+  readonly onHead: (status: number, headers: IncomingHttpHeaders) => void;
 }
 
 /** A sent request: `head` settles with the answer's status, or with the error that came before any answer; `end` once the body is through. */

@@ -10,5 +10,6 @@ export { createGateway, GatewayListenError, type Gateway, type GatewayOptions } 
 export { checkUpstreamUrl, gatewayConfigSchema, GatewayConfigError, isGatewayConfig, loadGatewayConfig, POLICY_CONFIGS, type ConfigIssue, type GatewayConfig, type GatewayFlags, type LoadOptions, type UpstreamConfig } from "./config.js";
 export { HttpError, SESSION_HEADERS, SUBAGENT_HEADER, type RoutedRequest } from "./openai.js";
 export { TokenPool, Utf8ByteTokenizer, type ChatMessage, type Tokenizer } from "./tokenizer.js";
-export { RoutingState, type IndexUpdate, type IndexUpdateSource, type PromptNamespace, type StateEntry, type StateLog } from "./routing-state.js";
+export { RoutingState, type IndexUpdate, type IndexUpdateSource, type StateEntry, type StateLog } from "./routing-state.js";
 export { createGatewayRouter } from "./fleet.js";
+export { EventFreshness, type EventFreshnessOptions, type FeedStatus, type SequenceStep } from "./event-freshness.js";

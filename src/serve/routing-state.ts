@@ -8,21 +8,17 @@
 // update source, from the engine itself (its KV-cache events).
 
 import type { RouteInput } from "../batch.js";
+import type { PrefixNamespace } from "../prefix-index.js";
 import { restoreRouter, type Router } from "../router.js";
 import type { RouteResult } from "../routers/types.js";
-
-/** A prompt's namespace in the cache view (what the engine hashes besides the tokens). */
-export interface PromptNamespace {
-  readonly loraTaskId: number | null;
-  readonly cacheSalt: string | null;
-}
+import type { FeedStatus } from "./event-freshness.js";
 
 /** One change to the routing state, as the state log carries it. */
 export type StateEntry =
   /** A batch routed (it moves conversations, the tie-break generator and the counters). */
   | { readonly op: "route"; readonly input: RouteInput }
   /** An upstream was given a prompt: its cache view now holds it. */
-  | { readonly op: "learn"; readonly upstream: number; readonly tokens: Uint32Array; readonly namespace: PromptNamespace }
+  | { readonly op: "learn"; readonly upstream: number; readonly tokens: Uint32Array; readonly namespace: PrefixNamespace }
   /** An engine's own KV-cache events for an upstream (TensorRT-LLM's or vLLM's, see PrefixIndex.applyKvEvents). */
   | { readonly op: "kv-events"; readonly upstream: number; readonly events: unknown }
   /** An upstream's cache view emptied (its engine restarted, or its events cannot be trusted). */
@@ -51,7 +47,7 @@ export interface IndexUpdateSource {
   /** A short name for logs and metrics. */
   readonly kind: string;
   /** `live` while its updates can be trusted; `gapped` after a sequence gap it could not fill; `stale` after a silence. */
-  readonly status: "live" | "gapped" | "stale";
+  readonly status: FeedStatus;
   /** Starts delivering updates, in order, to `emit`. */
   start(emit: (update: IndexUpdate) => void): void;
   /** Stops delivering and lets go of its connections. */
@@ -81,7 +77,7 @@ export class RoutingState {
   }
 
   /** Teaches `upstream`'s cache view a prompt; returns the tokens it held of it before. */
-  learn(upstream: number, tokens: Uint32Array, namespace: PromptNamespace): number {
+  learn(upstream: number, tokens: Uint32Array, namespace: PrefixNamespace): number {
     const index = this.#router.prefixIndex;
     if (index === null || tokens.length === 0) return 0;
     const held = index.insert(upstream, tokens, namespace);

@@ -13,8 +13,9 @@ import { HttpError, type RoutedRequest } from "./openai.js";
 import type { Upstream } from "./upstream.js";
 
 /**
- * A client's hang-up, as the signal undici takes (an EventEmitter with an
- * `aborted` flag costs less per request than an AbortController).
+ * A client's hang-up, which the queue and the exchange with the upstream both
+ * listen to (an EventEmitter with an `aborted` flag costs less per request
+ * than an AbortController).
  */
 export class Hangup extends EventEmitter {
   aborted = false;
