@@ -5,7 +5,7 @@ import { defineConfig } from "vitest/config";
 const chromium = process.env.CHROMIUM_PATH ?? "/usr/bin/chromium";
 const hasChromium = existsSync(chromium);
 
-/** Suites that run unchanged in the browser: the routers, the index, conformance. */
+/** Suites that run unchanged in the browser: the routers, the index, conformance, the engines' tokenizers. */
 const browserSuites = [
   "test/mt19937.test.ts",
   "test/core-loops.test.ts",
@@ -22,6 +22,7 @@ const browserSuites = [
   "test/observability.test.ts",
   "test/snapshot.test.ts",
   "test/hostile-input.test.ts",
+  "test/serve/hf-tokenizer.test.ts",
 ];
 
 if (!hasChromium) {

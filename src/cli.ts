@@ -32,6 +32,14 @@ Commands:
       --policies a,b              ${POLICIES.join(", ")}
       --config JSON               attention_dp_config overrides for kv_cache_aware (snake_case)
       --index-updates MODE        routing (learn from own decisions) | events (engine KV events)
+      --event-delay MS            events: batches reach the router MS simulated ms late (0)
+      --event-drop P              events: share of batches lost, 0 to 1 (0); a gap empties that
+                                  rank's engine view, rebuilt from the next batch
+      --event-replay              events: fill gaps by replaying the lost batches instead
+      --event-seed N              events: seed of which batches are lost (1)
+      --event-stale MS            events: the gateway's stale_after_ms (10000): a rank whose stream
+                                  is silent that long while sent requests, or rebuilding after a
+                                  gap, is matched on the router's own placements
       --rate-scale X              replay X times faster (1)
       --block-tokens N            tokens per hash_ids block of a trace (512)
       --max-num-tokens N          per-rank iteration token budget (${DEFAULT_ENGINE.maxNumTokens})
@@ -161,6 +169,11 @@ function simulateCommand(args: string[]): number {
       policies: { type: "string" },
       config: { type: "string" },
       "index-updates": { type: "string" },
+      "event-delay": { type: "string" },
+      "event-drop": { type: "string" },
+      "event-replay": { type: "boolean" },
+      "event-seed": { type: "string" },
+      "event-stale": { type: "string" },
       "rate-scale": { type: "string" },
       "block-tokens": { type: "string" },
       "max-num-tokens": { type: "string" },
@@ -183,6 +196,17 @@ function simulateCommand(args: string[]): number {
   if (values.workload !== undefined && values.trace !== undefined) throw new RangeError("--workload and --trace: give one or the other");
   const indexUpdates = values["index-updates"] ?? "routing";
   if (indexUpdates !== "routing" && indexUpdates !== "events") throw new RangeError(`--index-updates: must be routing or events, got ${JSON.stringify(indexUpdates)}`);
+  // Event flags would change nothing without events: refuse them rather than ignore them.
+  for (const flag of ["event-delay", "event-drop", "event-replay", "event-seed", "event-stale"]) {
+    if (values[flag as keyof typeof values] !== undefined && indexUpdates !== "events") throw new RangeError(`--${flag}: applies only with --index-updates events`);
+  }
+  const events = {
+    eventDelayMs: numberOption(values, "event-delay", nonNeg, "a non-negative number of milliseconds"),
+    eventDropRate: numberOption(values, "event-drop", (v) => v >= 0 && v <= 1, "a number from 0 to 1"),
+    eventReplay: values["event-replay"],
+    eventSeed: numberOption(values, "event-seed", Number.isSafeInteger, "an integer"),
+    eventStaleMs: numberOption(values, "event-stale", pos, "a positive number of milliseconds"),
+  };
   let config: Record<string, unknown> | undefined;
   if (values.config !== undefined) {
     try {
@@ -211,6 +235,7 @@ function simulateCommand(args: string[]): number {
     ranks,
     ...(config ? { config } : {}),
     indexUpdates: indexUpdates as IndexUpdates,
+    ...events,
     ...(values.policies ? { policies: values.policies.split(",").map((p) => p.trim()) } : {}),
     rateScale: numberOption(values, "rate-scale", pos, "a positive number"),
     maxNumTokens: numberOption(values, "max-num-tokens", int, "a positive integer"),

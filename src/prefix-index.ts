@@ -301,14 +301,16 @@ export class PrefixIndex {
    * below the previous one, costs O(n).
    *
    * @param options.rank the rank of events that carry none (single-engine streams)
+   * @param options.loraIds LoRA task ids by adapter name, for events that name their adapter (vLLM's `lora_name`)
    */
-  applyKvEvents(events: unknown, options: { rank?: number } = {}): KvEventsResult {
+  applyKvEvents(events: unknown, options: { rank?: number; loraIds?: ReadonlyMap<string, number> } = {}): KvEventsResult {
     const core = this.#live();
-    const fallback = typeof options === "object" && options !== null ? readInput("options", () => options.rank) : undefined;
+    const { fallback, loraIds } = typeof options === "object" && options !== null ? readInput("options", () => ({ fallback: options.rank, loraIds: options.loraIds })) : { fallback: undefined, loraIds: undefined };
     if (fallback !== undefined) checkRank(fallback, this.#numRanks, "options.rank");
+    if (loraIds !== undefined && !(loraIds instanceof Map)) throw new AdpInputError("options.loraIds", "must be a Map of adapter names to LoRA task ids", loraIds);
     const ex = core.ex;
     const result: KvEventsResult = { applied: 0, unknownParent: 0, unknownBlock: 0, malformed: 0, ignored: 0, outOfOrder: 0, problems: [] };
-    for (const e of parseKvEvents(events, this.#numRanks, this.#tokensPerBlock, fallback)) {
+    for (const e of parseKvEvents(events, this.#numRanks, this.#tokensPerBlock, fallback, loraIds)) {
       if (e.kind === "malformed") {
         result.malformed++;
         if (result.problems.length < 100) result.problems.push(e.reason);
@@ -337,7 +339,7 @@ export class PrefixIndex {
         }
         if (known > 0) result.applied++;
       } else {
-        this.#applyStored(core, e.rank, e.parent, e.loraTaskId, e.blocks, map) ? result.applied++ : result.unknownParent++;
+        this.#applyStored(core, e.rank, e.parent, { loraTaskId: e.loraTaskId, cacheSalt: e.cacheSalt }, e.blocks, map) ? result.applied++ : result.unknownParent++;
       }
     }
     for (const k of Object.keys(this.#eventCounts) as (keyof KvEventCounts)[]) this.#eventCounts[k] += result[k];
@@ -345,7 +347,7 @@ export class PrefixIndex {
   }
 
   /** Inserts one stored event's blocks below its parent; false when the rank does not hold the parent. */
-  #applyStored(core: IndexCore, rank: number, parent: EngineHash | null, lora: number | null, blocks: { hash: EngineHash; tokens: number[] | null }[], map: Map<EngineHash, [number, number]>): boolean {
+  #applyStored(core: IndexCore, rank: number, parent: EngineHash | null, ns: PrefixNamespace, blocks: { hash: EngineHash; tokens: number[] | null }[], map: Map<EngineHash, [number, number]>): boolean {
     const ex = core.ex;
     let parentKey: [number, number] | null = null;
     if (parent !== null) {
@@ -365,7 +367,7 @@ export class PrefixIndex {
       }
     }
     const tokens = keys === null ? blocks.map((b) => b.tokens!) : null;
-    const pathKeys = core.insertStored(rank, parentKey, namespaceSeed({ loraTaskId: lora }), n, tokens, keys);
+    const pathKeys = core.insertStored(rank, parentKey, namespaceSeed(ns), n, tokens, keys);
     if (pathKeys === null) return false;
     for (let i = 0; i < pathKeys.length; i++) map.set(blocks[i]!.hash, pathKeys[i]!);
     // Evicted paths leave stale entries behind; sweep them once they dominate.

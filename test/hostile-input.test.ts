@@ -373,7 +373,7 @@ describe("3b. inputs that throw while they are read give typed errors", () => {
 });
 
 describe("4. KV events never throw", () => {
-  it("bigint fields, cycles, throwing getters and revoked proxies are counted as malformed", () => {
+  it("out-of-range bigint fields, cycles, throwing getters and revoked proxies are counted as malformed", () => {
     const index = createPrefixIndex({ numRanks: 2, tokensPerBlock: 2 });
     const cyclic: Record<string, unknown> = { type: "BlockStored" };
     cyclic.self = cyclic;
@@ -382,7 +382,7 @@ describe("4. KV events never throw", () => {
     revoke();
     const throwing = { get data() { throw new Error("boom"); } };
     const events = [
-      { event_id: 1, data: { type: "stored", parent_hash: null, blocks: [{ block_hash: 1, tokens: [1, 2] }] }, attention_dp_rank: 1n },
+      { event_id: 1, data: { type: "stored", parent_hash: null, blocks: [{ block_hash: 1, tokens: [1, 2] }] }, attention_dp_rank: 2n ** 70n },
       { event_id: 2, data: { type: 5n }, attention_dp_rank: 0 },
       cyclic,
       { type: cyclic },

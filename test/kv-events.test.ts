@@ -122,3 +122,67 @@ describe("applyKvEvents", () => {
     );
   });
 });
+
+describe("applyKvEvents: every wire variant the engines publish (kv-events reference §2)", () => {
+  const storedMap = (fields: Record<string, unknown>) => ({ type: "BlockStored", parent_block_hash: null, block_size: 2, lora_id: null, medium: "GPU", lora_name: null, ...fields });
+
+  it("positional events and batches ([ts, events, rank], [tag, …]) read as their maps", () => {
+    const index = createPrefixIndex({ numRanks: 2, tokensPerBlock: 2 });
+    const r = index.applyKvEvents([1.5, [["BlockStored", [11, 12], null, [1, 2, 3, 4], 2, null, "GPU"]], 1]);
+    expect(r.applied).toBe(1);
+    expect([...index.match([1, 2, 3, 4])]).toEqual([0, 4]);
+    index.applyKvEvents([2.5, [["BlockRemoved", [12], "GPU"]], 1]);
+    expect([...index.match([1, 2, 3, 4])]).toEqual([0, 2]);
+    index.applyKvEvents([3.5, [["AllBlocksCleared"]], 1]);
+    expect(index.blockCount(1)).toBe(0);
+    expect(index.applyKvEvents([1, [["NoSuchEvent", 1]], 0]).malformed).toBe(1);
+  });
+
+  it("byte hashes stay whole and uint64 hashes keep every bit (bigints from msgpack)", () => {
+    const index = createPrefixIndex({ numRanks: 1, tokensPerBlock: 2 });
+    const a = new Uint8Array(32).fill(7);
+    const b = new Uint8Array(32).fill(7);
+    b[31] = 8; // differs only in the last byte: a distinct block
+    index.applyKvEvents({ events: [storedMap({ block_hashes: [a], token_ids: [1, 2] }), storedMap({ block_hashes: [b], parent_block_hash: a, token_ids: [3, 4] })] }, { rank: 0 });
+    expect([...index.match([1, 2, 3, 4])]).toEqual([4]);
+    index.applyKvEvents({ events: [{ type: "BlockRemoved", block_hashes: [b] }] }, { rank: 0 });
+    expect([...index.match([1, 2, 3, 4])]).toEqual([2]);
+    const big = (1n << 64n) - 1n;
+    index.applyKvEvents({ events: [storedMap({ block_hashes: [big], token_ids: [5, 6] }), storedMap({ block_hashes: [big - 1n], parent_block_hash: big, token_ids: [7, 8] })] }, { rank: 0 });
+    expect([...index.match([5, 6, 7, 8])]).toEqual([4]);
+    // 2^64-1 and 2^64-2 are one number to a double: removing one must not remove the other.
+    index.applyKvEvents({ events: [{ type: "BlockRemoved", block_hashes: [big - 1n] }] }, { rank: 0 });
+    expect([...index.match([5, 6, 7, 8])]).toEqual([2]);
+  });
+
+  it("token ids as decimal strings or bigints (TensorRT-LLM allows strings)", () => {
+    const index = createPrefixIndex({ numRanks: 1, tokensPerBlock: 2 });
+    expect(index.applyKvEvents(["BlockStored", [1], null, ["9", 10n], 2, null, "GPU"], { rank: 0 }).applied).toBe(1);
+    expect([...index.match([9, 10])]).toEqual([2]);
+    expect(index.applyKvEvents(["BlockStored", [2], null, ["x", 10], 2], { rank: 0 }).malformed).toBe(1);
+  });
+
+  it("a cache salt in the first block's extra_keys and a LoRA lora_name give the chain its namespace", () => {
+    const index = createPrefixIndex({ numRanks: 1, tokensPerBlock: 2 });
+    const loraIds = new Map([["sql-adapter", 7]]);
+    index.applyKvEvents({ events: [storedMap({ block_hashes: [1, 2], token_ids: [1, 2, 3, 4], extra_keys: [["salt-A"], null] })] }, { rank: 0, loraIds });
+    expect([...index.match([1, 2, 3, 4])]).toEqual([0]);
+    expect([...index.match([1, 2, 3, 4], { cacheSalt: "salt-A" })]).toEqual([4]);
+    expect([...index.match([1, 2, 3, 4], { cacheSalt: "salt-B" })]).toEqual([0]);
+    index.applyKvEvents({ events: [storedMap({ block_hashes: [3], token_ids: [5, 6], lora_name: "sql-adapter", lora_id: 99, extra_keys: [["sql-adapter"]] })] }, { rank: 0, loraIds });
+    expect([...index.match([5, 6], { loraTaskId: 7 })]).toEqual([2]);
+    expect([...index.match([5, 6], { loraTaskId: 99 })]).toEqual([0]);
+    // An adapter the caller does not know: nothing of it can be asked for.
+    const r = index.applyKvEvents({ events: [storedMap({ block_hashes: [4], token_ids: [7, 8], lora_name: "other" })] }, { rank: 0, loraIds });
+    expect(r.ignored).toBe(1);
+    expect([...index.match([7, 8])]).toEqual([0]);
+  });
+
+  it("blocks whose extra keys name inputs the tokens do not show (images) are left out, with what follows", () => {
+    const index = createPrefixIndex({ numRanks: 1, tokensPerBlock: 2 });
+    index.applyKvEvents({ events: [storedMap({ block_hashes: [1, 2, 3], token_ids: [1, 2, 3, 4, 5, 6], extra_keys: [null, ["mm-hash-1"], null] })] }, { rank: 0 });
+    expect([...index.match([1, 2, 3, 4, 5, 6])]).toEqual([2]);
+    const trt = { event_id: 1, data: { type: "stored", parent_hash: null, blocks: [{ block_hash: 9, tokens: tok([7, 8]), mm_keys: [{ type: "mm_key", hash: "ab", start_offset: 0 }] }] }, window_size: 32 };
+    expect(index.applyKvEvents(trt, { rank: 0 }).ignored).toBe(1);
+  });
+});

@@ -58,7 +58,7 @@ describe("a fresh consumer project", () => {
     consumer = mkdtempSync(path.join(tmpdir(), "adp-consumer-"));
     const packed = execFileSync("npm", ["pack", "--silent", "--pack-destination", consumer], { cwd: root, encoding: "utf8" }).trim().split("\n").pop()!;
     writeFileSync(path.join(consumer, "package.json"), JSON.stringify({ name: "consumer", version: "1.0.0", private: true }));
-    execFileSync("npm", ["install", "--no-audit", "--no-fund", "--offline", path.join(consumer, packed)], { cwd: consumer, stdio: "pipe" });
+    execFileSync("npm", ["install", "--no-audit", "--no-fund", "--prefer-offline", path.join(consumer, packed)], { cwd: consumer, stdio: "pipe" });
   }, 120_000);
 
   it("can import and require the installed package and run its CLI", () => {

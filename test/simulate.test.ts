@@ -80,7 +80,8 @@ describe("adp-router simulate (CLI)", () => {
     const out = spawnSync(process.execPath, [cli, "simulate", "--workload", "multi-turn", "--sessions", "40", "--ranks", "4", "--json"], { encoding: "utf8" });
     expect(out.status).toBe(0);
     const json = JSON.parse(out.stdout);
-    expect(Object.keys(json)).toEqual(["trace", "ranks", "requests", "optimum_prefix_hit_ratio", "policies"]);
+    expect(Object.keys(json)).toEqual(["trace", "ranks", "requests", "optimum_prefix_hit_ratio", "index_updates", "policies"]);
+    expect(json.index_updates).toEqual({ mode: "routing" });
     expect(json.policies.map((p: { policy: string }) => p.policy)).toEqual([
       "round_robin", "default", "kv_cache_aware", "conversation:round_robin", "conversation:least_queued", "conversation:least_tokens",
     ]);
@@ -100,6 +101,48 @@ describe("adp-router simulate (CLI)", () => {
     expect(spawnSync(process.execPath, [cli, "simulate", "--config", '{"enable_kv_cache_routing": true}'], { encoding: "utf8" }).stderr).toContain("did you mean");
   });
 
+  it("--index-updates events with --event-* flags: the JSON states the event model and counts each policy's batches; the table says it in words", () => {
+    const args = ["simulate", "--workload", "multi-turn", "--sessions", "40", "--ranks", "4", "--cache-blocks", "400", "--policies", "round_robin,kv_cache_aware", "--index-updates", "events", "--event-delay", "250", "--event-drop", "0.2", "--event-seed", "3", "--event-stale", "5000"];
+    const out = spawnSync(process.execPath, [cli, ...args, "--json"], { encoding: "utf8" });
+    expect(out.status, out.stderr).toBe(0);
+    const json = JSON.parse(out.stdout);
+    expect(json.index_updates).toEqual({ mode: "events", event_delay_ms: 250, event_drop_rate: 0.2, event_replay: false, event_seed: 3, event_stale_ms: 5000 });
+    const [rr, kv] = json.policies;
+    expect(rr.event_feed).toBeUndefined(); // round-robin has no index
+    const f = kv.event_feed;
+    expect(f.batches_dropped).toBeGreaterThan(0);
+    expect(f.gaps).toBeGreaterThan(0);
+    expect(f.batches_published).toBe(f.batches_delivered + f.batches_dropped + f.batches_in_flight_at_end);
+    const again = JSON.parse(spawnSync(process.execPath, [cli, ...args, "--json"], { encoding: "utf8" }).stdout);
+    const noCost = (j: { policies: { route_us_per_request: number }[] }) => j.policies.map(({ route_us_per_request: _, ...p }) => p);
+    expect(noCost(again)).toEqual(noCost(json));
+    const table = spawnSync(process.execPath, [cli, ...args], { encoding: "utf8" }).stdout;
+    expect(table).toContain("index updates: engine KV events, delivered 250 ms after publication; 20% of batches lost (seed 3), no replay");
+    expect(table).toMatch(new RegExp(`kv_cache_aware event batches: ${f.batches_published.toLocaleString("en-US")} published, .* ${f.batches_dropped.toLocaleString("en-US")} dropped`));
+    // A plain routing run's table is as it was: no event lines.
+    expect(spawnSync(process.execPath, [cli, "simulate", "--workload", "multi-turn", "--sessions", "10", "--ranks", "2"], { encoding: "utf8" }).stdout).not.toContain("index updates");
+  });
+
+  it("rejects bad --event-* flags by name with exit status 2, and event flags without --index-updates events", () => {
+    const cases: [string[], string][] = [
+      [["--index-updates", "events", "--event-drop", "1.5"], '--event-drop: must be a number from 0 to 1, got "1.5"'],
+      [["--index-updates", "events", "--event-drop", "lots"], '--event-drop: must be a number from 0 to 1, got "lots"'],
+      [["--index-updates", "events", "--event-delay=-5"], '--event-delay: must be a non-negative number of milliseconds, got "-5"'],
+      [["--index-updates", "events", "--event-seed", "1.5"], '--event-seed: must be an integer, got "1.5"'],
+      [["--index-updates", "events", "--event-stale", "0"], '--event-stale: must be a positive number of milliseconds, got "0"'],
+      [["--event-delay", "50"], "--event-delay: applies only with --index-updates events"],
+      [["--index-updates", "routing", "--event-replay"], "--event-replay: applies only with --index-updates events"],
+      [["--index-updates", "events", "--event-replay=yes"], "event-replay"],
+      [["--index-updates", "events", "--event-dely", "50"], "--event-dely"],
+    ];
+    for (const [flags, message] of cases) {
+      const out = spawnSync(process.execPath, [cli, "simulate", "--workload", "multi-turn", "--sessions", "5", ...flags], { encoding: "utf8" });
+      expect(out.status, flags.join(" ")).toBe(2);
+      expect(out.stderr, flags.join(" ")).toContain(message);
+      expect(out.stdout, flags.join(" ")).toBe("");
+    }
+  });
+
   it("--report writes a self-contained page with the three charts", () => {
     const dir = mkdtempSync(path.join(tmpdir(), "adp-sim-"));
     const file = path.join(dir, "r.html");
@@ -108,5 +151,13 @@ describe("adp-router simulate (CLI)", () => {
     const html = readFileSync(file, "utf8");
     expect(html.match(/<svg /g)!.length).toBe(2 + 6);
     expect(html).not.toMatch(/<script|https?:\/\/(?!www\.w3)/);
+    expect(html).toContain("learned from the router's own placements");
+    const events = path.join(dir, "e.html");
+    const withEvents = spawnSync(process.execPath, [cli, "simulate", "--workload", "multi-turn", "--sessions", "30", "--ranks", "4", "--policies", "kv_cache_aware", "--index-updates", "events", "--event-drop", "0.1", "--report", events], { encoding: "utf8" });
+    expect(withEvents.status).toBe(0);
+    const page = readFileSync(events, "utf8");
+    expect(page).toContain("learned from engine KV events");
+    expect(page).toContain("10% of batches lost (seed 1)");
+    expect(page).toMatch(/kv_cache_aware event batches: [\d,]+ published/);
   });
 });

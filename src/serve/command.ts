@@ -8,6 +8,7 @@ import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { GatewayConfigError, loadGatewayConfig, type GatewayFlags } from "./config.js";
 import { createGateway, GatewayListenError } from "./gateway.js";
+import { loadTokenizer, TokenizerLoadError } from "./tokenizer-config.js";
 
 /** The help text of `adp-router serve`. */
 export const SERVE_USAGE = `Usage: adp-router serve [--config FILE] [options]
@@ -22,6 +23,9 @@ upstream engines with adp-router (one upstream per rank).
   --port N               port to listen on; 0 takes a free one (8000)
   --policy P             kv_cache_aware (default), conversation or default
   --log-level L          fatal, error, warn, info (default), debug, trace or silent
+  --tokenizer DIR        route by the engine's own token ids: the Hugging Face
+                         tokenizer in DIR (tokenizer.json, tokenizer_config.json);
+                         default: UTF-8 bytes (or the file's tokenizer: setting)
   --shutdown-deadline S  seconds to let in-flight requests finish on SIGTERM (30)
 
 Endpoints: POST /v1/chat/completions, /v1/completions; GET /v1/models, /health,
@@ -57,6 +61,7 @@ export async function serveCommand(args: string[]): Promise<number> {
   }
   if (values.policy !== undefined) flags.policy = values.policy;
   if (values["log-level"] !== undefined) flags.logLevel = values["log-level"];
+  if (values.tokenizer !== undefined) flags.tokenizer = values.tokenizer;
   const deadlineText = values["shutdown-deadline"] ?? "30";
   const deadline = Number(deadlineText);
   if (deadlineText.trim() === "" || !Number.isFinite(deadline) || deadline < 0) return fail(`--shutdown-deadline must be a non-negative number of seconds, got ${JSON.stringify(deadlineText)}`);
@@ -75,9 +80,16 @@ export async function serveCommand(args: string[]): Promise<number> {
     if (error instanceof GatewayConfigError) return fail(error.message);
     throw error;
   }
+  let tokenizer;
+  try {
+    tokenizer = loadTokenizer(config.tokenizer);
+  } catch (error) {
+    if (error instanceof TokenizerLoadError) return fail(error.message);
+    throw error;
+  }
   let gateway;
   try {
-    gateway = await createGateway(config);
+    gateway = await createGateway(config, { tokenizer });
   } catch (error) {
     if (error instanceof GatewayListenError) return fail(error.message, 1);
     throw error;
@@ -133,6 +145,7 @@ function parse(args: string[]) {
       port: { type: "string" },
       policy: { type: "string" },
       "log-level": { type: "string" },
+      tokenizer: { type: "string" },
       "shutdown-deadline": { type: "string" },
       help: { type: "boolean", short: "h" },
     },

@@ -10,6 +10,8 @@
 import { LineCounter, parseDocument, isMap, isSeq, type Node } from "yaml";
 import { parseAttentionDpConfig, type AttentionDpConfig } from "../config.js";
 import { AttentionDpConfigError, describeValue, excerpt } from "../errors.js";
+import { ENGINE_TOKENS_PER_BLOCK, readTokenizerSettings, type TokenizerSettings } from "./tokenizer-config.js";
+import { readEngineLoad, readKvEvents, type EngineLoadConfig, type KvEventsConfig } from "./events-config.js";
 
 /** Routing policies `--policy` names, and the attention_dp_config each starts from. */
 export const POLICY_CONFIGS = Object.freeze({
@@ -30,6 +32,10 @@ export interface UpstreamConfig {
   readonly apiKey: string | null;
   /** Whether it is drained: it stays a rank but takes no new requests. */
   readonly drain: boolean;
+  /** Where its engine publishes its KV-cache events, or null (the gateway learns from its own placements). */
+  readonly kvEvents: KvEventsConfig | null;
+  /** Where its engine's load is scraped, or null (the gateway counts only its own requests). */
+  readonly load: EngineLoadConfig | null;
 }
 
 /** The gateway's whole configuration, checked, with defaults filled. */
@@ -81,6 +87,8 @@ export interface GatewayConfig {
   readonly logging: {
     readonly level: "fatal" | "error" | "warn" | "info" | "debug" | "trace" | "silent";
   };
+  /** How prompts become token ids: UTF-8 bytes, or the engine's tokenizer (tokenizer-config.ts). */
+  readonly tokenizer: TokenizerSettings;
   readonly routing: {
     /** Tokens per block of the gateway's prefix index. */
     readonly tokensPerBlock: number;
@@ -98,6 +106,8 @@ export interface GatewayFlags {
   readonly port?: number;
   readonly policy?: string;
   readonly logLevel?: string;
+  /** `--tokenizer DIR`: the engine's Hugging Face tokenizer from that folder. */
+  readonly tokenizer?: string;
 }
 
 /** One problem in a configuration, where it is. */
@@ -126,9 +136,9 @@ export class GatewayConfigError extends Error {
 
 /** The keys each section accepts, for unknown-key errors. */
 const SECTIONS: Record<string, readonly string[]> = {
-  "": ["listen", "upstreams", "policy", "attention_dp_config", "limits", "timeouts", "health", "auth", "logging", "routing"],
+  "": ["listen", "upstreams", "policy", "attention_dp_config", "limits", "timeouts", "health", "auth", "logging", "routing", "tokenizer"],
   listen: ["host", "port"],
-  "upstreams[]": ["url", "name", "api_key", "api_key_env", "drain"],
+  "upstreams[]": ["url", "name", "api_key", "api_key_env", "drain", "kv_events", "load"],
   limits: ["max_body_bytes", "max_in_flight_per_upstream", "queue_size", "queue_timeout_ms"],
   timeouts: ["request_ms", "connect_ms", "first_byte_ms", "idle_ms"],
   health: ["path", "interval_ms", "timeout_ms", "unhealthy_threshold", "healthy_threshold"],
@@ -138,8 +148,8 @@ const SECTIONS: Record<string, readonly string[]> = {
 };
 
 /**
- * Tokens per block of the gateway's prefix index by default. The shipped
- * tokenizer's tokens are UTF-8 bytes, about four to an engine's token, so 128
+ * Tokens per block of the gateway's prefix index by default with the byte
+ * tokenizer. Its tokens are UTF-8 bytes, about four to an engine's token, so 128
  * of them stand for an engine's 32-token block (and a prompt walks a quarter of
  * the blocks it would at 32: bench:serve).
  */
@@ -149,13 +159,13 @@ const BYTE_BLOCK = 128;
 const MAX_ISSUES = 100;
 
 /** Log levels pino knows. */
-const LEVELS = ["fatal", "error", "warn", "info", "debug", "trace", "silent"] as const;
+export const LEVELS = ["fatal", "error", "warn", "info", "debug", "trace", "silent"] as const;
 
 /** Where each path of the YAML document is (`FILE:LINE`). */
 type Locator = (path: readonly (string | number)[]) => string | null;
 
 /** Reads one configuration: the file's text (or none) and the flags. */
-class Reader {
+export class Reader {
   readonly issues: ConfigIssue[] = [];
   /** Problems past MAX_ISSUES, counted only. */
   omitted = 0;
@@ -373,7 +383,7 @@ export function loadGatewayConfig(options: LoadOptions = {}): GatewayConfig {
     flags.upstreams.forEach((text, i) => {
       const checked = checkUpstreamUrl(text);
       if ("why" in checked) r.fail(["upstream", i], checked.why, "--upstream");
-      else upstreams.push({ url: checked.url, name: new URL(checked.url).host, apiKey: null, drain: false });
+      else upstreams.push({ url: checked.url, name: new URL(checked.url).host, apiKey: null, drain: false, kvEvents: null, load: null });
     });
   } else if (top.upstreams !== undefined) {
     if (!Array.isArray(top.upstreams)) r.fail(["upstreams"], `must be a list of upstreams, got ${describeValue(top.upstreams)}`);
@@ -394,7 +404,9 @@ export function loadGatewayConfig(options: LoadOptions = {}): GatewayConfig {
         const name = r.str(u.name, [...path, "name"], new URL(checked.url).host);
         if (u.api_key !== undefined && u.api_key_env !== undefined) r.fail([...path, "api_key"], "set api_key or api_key_env, not both");
         const apiKey = u.api_key !== undefined ? r.str(u.api_key, [...path, "api_key"], "") || null : r.env(u.api_key_env, [...path, "api_key_env"], env);
-        upstreams.push({ url: checked.url, name: excerpt(name, 64), apiKey, drain: r.bool(u.drain, [...path, "drain"], false) });
+        const kvEvents = readKvEvents(r, u.kv_events, [...path, "kv_events"]);
+        const load = readEngineLoad(r, u.load, [...path, "load"]);
+        upstreams.push({ url: checked.url, name: excerpt(name, 64), apiKey, drain: r.bool(u.drain, [...path, "drain"], false), kvEvents, load });
       });
     }
   }
@@ -427,6 +439,7 @@ export function loadGatewayConfig(options: LoadOptions = {}): GatewayConfig {
   const auth = r.section(top.auth, ["auth"], SECTIONS.auth!);
   const logging = r.section(top.logging, ["logging"], SECTIONS.logging!);
   const routing = r.section(top.routing, ["routing"], SECTIONS.routing!);
+  const tokenizer = readTokenizerSettings(r, top.tokenizer, flags.tokenizer);
 
   // Keys are trimmed (a client's bearer token is), and short ones refused wherever they come from.
   const goodKey = (k: unknown): k is string => typeof k === "string" && k.trim().length >= 8;
@@ -493,8 +506,9 @@ export function loadGatewayConfig(options: LoadOptions = {}): GatewayConfig {
       adminApiKey,
     },
     logging: { level: levelText as GatewayConfig["logging"]["level"] },
+    tokenizer,
     routing: {
-      tokensPerBlock: r.int(routing.tokens_per_block, ["routing", "tokens_per_block"], 1, 1 << 16, BYTE_BLOCK),
+      tokensPerBlock: r.int(routing.tokens_per_block, ["routing", "tokens_per_block"], 1, 1 << 16, tokenizer.kind === "huggingface" ? ENGINE_TOKENS_PER_BLOCK : BYTE_BLOCK),
       indexBytes: r.int(routing.index_bytes, ["routing", "index_bytes"], 1 << 20, 2 ** 31, 64 << 20),
       loraAdapters,
     },
@@ -504,90 +518,3 @@ export function loadGatewayConfig(options: LoadOptions = {}): GatewayConfig {
   CHECKED.add(config);
   return config;
 }
-
-/** JSON Schema (draft 2020-12) of the gateway's YAML file, `attention_dp_config` referenced from the library's schema. */
-export const gatewayConfigSchema = Object.freeze({
-  $schema: "https://json-schema.org/draft/2020-12/schema",
-  title: "adp-router serve configuration",
-  type: "object",
-  additionalProperties: false,
-  required: ["upstreams"],
-  properties: {
-    listen: { type: "object", additionalProperties: false, properties: { host: { type: "string", default: "127.0.0.1" }, port: { type: "integer", minimum: 0, maximum: 65535, default: 8000 } } },
-    upstreams: {
-      type: "array",
-      minItems: 1,
-      items: {
-        oneOf: [
-          { type: "string", pattern: "^https?://" },
-          {
-            type: "object",
-            additionalProperties: false,
-            required: ["url"],
-            properties: {
-              url: { type: "string", pattern: "^https?://" },
-              name: { type: "string" },
-              api_key: { type: "string" },
-              api_key_env: { type: "string", pattern: "^[A-Za-z_][A-Za-z0-9_]*$" },
-              drain: { type: "boolean", default: false, description: "Stays a rank, takes no new requests (finishes those it has)." },
-            },
-          },
-        ],
-      },
-    },
-    policy: { enum: Object.keys(POLICY_CONFIGS), default: "kv_cache_aware" },
-    attention_dp_config: { $ref: "config.schema.json", description: "TensorRT-LLM's attention_dp_config, as in extra_llm_api_options.yaml" },
-    limits: {
-      type: "object",
-      additionalProperties: false,
-      properties: {
-        max_body_bytes: { type: "integer", minimum: 1024, default: 4194304 },
-        max_in_flight_per_upstream: { type: "integer", minimum: 1, default: 256 },
-        queue_size: { type: "integer", minimum: 0, default: 1024 },
-        queue_timeout_ms: { type: "integer", minimum: 0, default: 10000 },
-      },
-    },
-    timeouts: {
-      type: "object",
-      additionalProperties: false,
-      properties: {
-        request_ms: { type: "integer", minimum: 100, default: 60000 },
-        connect_ms: { type: "integer", minimum: 1, default: 5000 },
-        first_byte_ms: { type: "integer", minimum: 1, default: 300000 },
-        idle_ms: { type: "integer", minimum: 1, default: 300000 },
-      },
-    },
-    health: {
-      type: "object",
-      additionalProperties: false,
-      properties: {
-        path: { type: "string", pattern: "^/", default: "/health" },
-        interval_ms: { type: "integer", minimum: 100, default: 5000 },
-        timeout_ms: { type: "integer", minimum: 10, default: 2000 },
-        unhealthy_threshold: { type: "integer", minimum: 1, default: 3 },
-        healthy_threshold: { type: "integer", minimum: 1, default: 2 },
-      },
-    },
-    auth: {
-      type: "object",
-      additionalProperties: false,
-      properties: {
-        api_keys: { type: "array", items: { type: "string", minLength: 8 } },
-        api_keys_env: { type: "string" },
-        admin_api_key_env: { type: "string", description: "Environment variable holding the admin endpoints' key; without it they are off." },
-        protect_metrics: { type: "boolean", default: false },
-        protect_health: { type: "boolean", default: false },
-      },
-    },
-    logging: { type: "object", additionalProperties: false, properties: { level: { enum: [...LEVELS], default: "info" } } },
-    routing: {
-      type: "object",
-      additionalProperties: false,
-      properties: {
-        tokens_per_block: { type: "integer", minimum: 1, default: 128 },
-        index_bytes: { type: "integer", minimum: 1048576, default: 67108864 },
-        lora_adapters: { type: "object", additionalProperties: { type: "integer", minimum: 0 }, description: "LoRA task id by model name: such requests route in the adapter's cache namespace." },
-      },
-    },
-  },
-});

@@ -3,8 +3,9 @@
 // #14882). A stream is `live` while its batches arrive in sequence; `gapped`
 // after a sequence gap that replay could not fill; `stale` when it has said
 // nothing for `staleAfterMs` while requests were routed to its engine (an
-// idle engine has nothing to say), and before its first batch. While not
-// live, the gateway learns that upstream's cache from its own placements.
+// idle engine has nothing to say), and before its engine first answers (its
+// first batch, or a poll). While not live, the gateway learns that upstream's
+// cache from its own placements.
 
 /** What a stream's picture is worth now. */
 export type FeedStatus = "live" | "gapped" | "stale";
@@ -40,7 +41,11 @@ export class EventFreshness {
   #lastHeardAt: number;
   /** Whether requests went to the engine since it last spoke. */
   #routedSinceHeard = false;
+  /** Whether the engine has answered at all (a polled engine with nothing to say has a true, empty picture). */
+  #answered = false;
   #gapped = false;
+  /** When a gapped stream rebuilding its view is trusted again (null: only a resync ends the gap). */
+  #gappedUntil: number | null = null;
 
   constructor(options: EventFreshnessOptions) {
     if (!Number.isFinite(options.staleAfterMs) || options.staleAfterMs <= 0) throw new RangeError("staleAfterMs must be a positive number of milliseconds");
@@ -52,8 +57,9 @@ export class EventFreshness {
 
   /** The stream's status now. */
   get status(): FeedStatus {
+    if (this.#gapped && this.#gappedUntil !== null && this.#now() >= this.#gappedUntil) this.#gapped = false;
     if (this.#gapped) return "gapped";
-    if (this.#last === null) return "stale";
+    if (this.#last === null && !this.#answered) return "stale";
     return this.#routedSinceHeard && this.#now() - this.#lastHeardAt > this.#staleAfterMs ? "stale" : "live";
   }
 
@@ -69,6 +75,7 @@ export class EventFreshness {
 
   /** The engine spoke without a sequence number (a poll that came back, even empty). */
   heard(): void {
+    this.#answered = true;
     this.#lastHeardAt = this.#now();
     this.#routedSinceHeard = false;
   }
@@ -89,6 +96,7 @@ export class EventFreshness {
     if (last - seq >= this.#restartBehind || seq === 0n) {
       this.#last = seq;
       this.#gapped = false;
+      this.#gappedUntil = null;
       return "restart";
     }
     return "old";
@@ -98,21 +106,58 @@ export class EventFreshness {
   filled(seq: bigint): void {
     this.#last = seq;
     this.#gapped = false;
+    this.#gappedUntil = null;
   }
 
   /**
    * The gap could not be filled (no replay socket, or the publisher no longer
-   * buffers those batches): the stream is gapped until `resync`, and its
-   * batches are not trusted.
+   * buffers those batches): the stream is gapped, and its picture not trusted,
+   * until `resync`. With `resumeAt`, the caller goes on from batch `resumeAt`
+   * (which it applies) with a view that missed the lost batches: the stream
+   * is trusted again `staleAfterMs` later, once what the engine's traffic
+   * uses has been stored (or removed) again.
    */
-  unfilled(): void {
+  unfilled(resumeAt?: bigint): void {
     this.#gapped = true;
+    this.#gappedUntil = null;
+    if (resumeAt !== undefined) {
+      this.#last = resumeAt;
+      this.#gappedUntil = this.#now() + this.#staleAfterMs;
+    }
   }
 
-  /** Starts over from `seq` with an emptied view (after AllBlocksCleared, or a cleared view after a gap). */
+  /** Starts over from `seq` (null: the next batch, whatever its number) with a trusted view. */
   resync(seq: bigint | null): void {
     this.#last = seq;
     this.#gapped = false;
+    this.#gappedUntil = null;
     this.heard();
   }
+}
+
+/** Counters of one source, summed over its DP ranks. */
+export interface EventSourceCounters {
+  /** Batches applied (live or replayed). */
+  batches: number;
+  /** Batches that did not decode, or messages not of three frames (skipped). */
+  unparseable: number;
+  /** Sequence gaps seen. */
+  gaps: number;
+  /** Batches a replay delivered into a gap. */
+  replayed: number;
+  /** Gaps a replay could not fill (the stream was gapped while its view went on). */
+  unfilled: number;
+  /** Publisher restarts seen (its sequence started over). */
+  restarts: number;
+  /** Batches seen twice (skipped). */
+  duplicates: number;
+}
+
+/** New zeroed counters. */
+export const zeroCounters = (): EventSourceCounters => ({ batches: 0, unparseable: 0, gaps: 0, replayed: 0, unfilled: 0, restarts: 0, duplicates: 0 });
+
+/** The status of several streams as one: gapped if any is, else stale if any is, else live. */
+export function worstStatus(statuses: readonly FeedStatus[]): FeedStatus {
+  if (statuses.includes("gapped")) return "gapped";
+  return statuses.includes("stale") ? "stale" : "live";
 }

@@ -10,9 +10,16 @@ import type { Logger } from "pino";
 import { createRouter, type Router } from "../router.js";
 import type { RouterMetrics } from "../metrics.js";
 import { addCounters, carryOver } from "./carried-metrics.js";
-import { RoutingState, type StateLog } from "./routing-state.js";
+import { RoutingState, type IndexUpdate, type StateLog } from "./routing-state.js";
 import type { GatewayConfig } from "./config.js";
-import { Upstream } from "./upstream.js";
+import { EngineViews, type EngineViewShape } from "./engine-views.js";
+import { EngineLoadScraper } from "./engine-load.js";
+import { TrtllmHttpEventSource } from "./http-events.js";
+import { Upstream, type EventSource } from "./upstream.js";
+import { ZmqEventSource } from "./zmq-events.js";
+
+/** How often event streams' statuses are checked for transitions to log. */
+const STATUS_CHECK_MS = 1_000;
 
 /** What a reload changed. */
 export interface FleetChange {
@@ -40,14 +47,26 @@ export class Fleet {
   #carried: RouterMetrics | null = null;
   /** Called when an upstream may take requests again (waiting ones can be routed). */
   readonly #onRoom: () => void;
+  /** Checks event streams' statuses, when any upstream has one. */
+  #statusTimer: NodeJS.Timeout | null = null;
 
   constructor(config: GatewayConfig, log: Logger, onRoom: () => void, stateLog: StateLog | null = null) {
     this.#config = config;
     this.#log = log;
     this.#onRoom = onRoom;
     this.upstreams = config.upstreams.map((u, i) => new Upstream(i, u, config));
-    this.state = new RoutingState(createGatewayRouter(config), stateLog);
-    for (const u of this.upstreams) this.#startChecks(u);
+    const views = new EngineViews(this.upstreams.map(shapeOf), { tokensPerBlock: config.routing.tokensPerBlock, maxMemoryBytes: config.routing.indexBytes, loraIds: config.routing.loraAdapters });
+    // Asked before each routed batch: a change of status is logged as routing first sees it.
+    const live = () => {
+      this.#logStatuses();
+      return this.upstreams.map((u) => u.loggedStatus === "live");
+    };
+    this.state = new RoutingState(createGatewayRouter(config), stateLog, { views, live });
+    for (const u of this.upstreams) {
+      this.#startChecks(u);
+      this.#startEvents(u);
+      this.#startLoad(u);
+    }
   }
 
   /** The router over the upstreams (a reload that changes them replaces it). */
@@ -55,9 +74,9 @@ export class Fleet {
     return this.state.router;
   }
 
-  /** Whether `u` takes new requests: a current rank, healthy and not draining. */
+  /** Whether `u` takes new requests: a current rank, healthy, not draining, and (when its load is scraped) reporting. */
   available(u: Upstream): boolean {
-    return u.healthy && !u.draining && !this.#retired.has(u);
+    return u.healthy && !u.draining && !this.#retired.has(u) && u.loadKnown;
   }
 
   /** Ends one request's load on `u`; a retired upstream closes once it has none. */
@@ -98,7 +117,8 @@ export class Fleet {
     const ranks = plan.map(({ same }) => (same === undefined ? null : same.index));
     const unchanged = ranks.length === old.length && ranks.every((r, i) => r === i);
     const carried = unchanged ? this.#carried : carryOver(addCounters(this.router.metrics(), this.#carried), ranks);
-    if (!unchanged) this.state.moveRanks(ranks); // the only step that can throw: before it, nothing changed
+    // The only step that can throw: before it, nothing changed. Kept upstreams keep their engine views (and event sources).
+    if (!unchanged) this.state.moveRanks(ranks, plan.map(({ c, same }) => shapeOf(same ?? c)));
     // Then all of it.
     const change: FleetChange = { added: [], removed: [], kept: [], draining: [] };
     const next = plan.map(({ c, same }, i) => {
@@ -111,12 +131,18 @@ export class Fleet {
       const u = new Upstream(i, c, this.#config);
       change.added.push(c.url);
       this.#startChecks(u);
+      this.#startEvents(u);
+      this.#startLoad(u);
       return u;
     });
     for (const gone of unused.values()) {
       for (const u of gone) {
         change.removed.push(u.url);
         this.#stopChecks(u);
+        void u.events?.close();
+        u.events = null;
+        void u.load?.close();
+        u.load = null;
         if (u.inFlight > 0) this.#retired.add(u);
         else void u.pool.close().catch(() => u.pool.destroy());
       }
@@ -133,16 +159,92 @@ export class Fleet {
     return addCounters(this.router.metrics(), this.#carried);
   }
 
-  /** Stops the health checks and closes every connection pool. */
+  /** Stops the health checks and event sources and closes every connection pool. */
   async close(): Promise<void> {
     for (const u of [...this.#checks.keys()]) this.#stopChecks(u);
+    await this.#closeEvents();
     await Promise.all([...this.upstreams, ...this.#retired].map((u) => u.pool.close().catch(() => u.pool.destroy())));
+    this.state.views?.dispose();
   }
 
   /** Destroys every pool at once (a gateway that failed to start). */
   async destroy(): Promise<void> {
     for (const u of [...this.#checks.keys()]) this.#stopChecks(u);
+    await this.#closeEvents();
     await Promise.all(this.upstreams.map((u) => u.pool.destroy()));
+    this.state.views?.dispose();
+  }
+
+  /** Starts `u`'s KV-event source, when it has one: its updates go to its engine view, at its rank at the time. */
+  #startEvents(u: Upstream): void {
+    const config = u.kvEvents;
+    if (config === null) return;
+    const onNotice = (n: { rank: number; what: string; detail?: string }) =>
+      this.#log.warn({ upstream: u.index, name: u.name, ...(n.rank >= 0 ? { dpRank: n.rank } : {}), ...(n.detail === undefined ? {} : { detail: n.detail }) }, `KV events: ${n.what}`);
+    const source: EventSource =
+      config.kind === "zmq" ? new ZmqEventSource(config, { onNotice }) : new TrtllmHttpEventSource(config, { pool: u.pool, basePath: u.basePath, apiKey: () => u.apiKey }, { onNotice });
+    u.events = source;
+    source.start((update: IndexUpdate) => {
+      if (this.upstreams[u.index] === u) this.state.update(u.index, update);
+    });
+    this.#ensureStatusTimer();
+  }
+
+  /**
+   * Notes (and logs) each change of an event stream's status: routing falls
+   * back to the gateway's own view while it is not live. A stream not yet
+   * heard from is stale without a warning (it has said nothing yet).
+   */
+  #logStatuses(): void {
+    for (const u of this.upstreams) {
+      if (u.load !== null && u.loadKnown !== u.loadFresh) {
+        const fields = { upstream: u.index, name: u.name, ...(u.load.lastError === null ? {} : { lastError: u.load.lastError }) };
+        if (u.loadKnown) this.#log.info(fields, "engine load reported: upstream takes requests");
+        else this.#log.warn(fields, `engine load report older than ${u.loadConfig!.maxAgeMs} ms: upstream takes no requests until it reports (its cache view is kept)`);
+        u.loadFresh = u.loadKnown;
+      }
+      const status = u.events?.status;
+      if (status === undefined || status === u.loggedStatus) continue;
+      const fields = { upstream: u.index, name: u.name, status, dpRanks: u.events!.rankStatuses };
+      if (status === "live") this.#log.info(fields, "KV events live: routing on the engine's own cache view");
+      else if (u.loggedStatus !== null || status !== "stale") this.#log.warn(fields, `KV events ${status}: routing on the gateway's own placements until they resume`);
+      else this.#log.info(fields, "KV events: waiting for the engine's first batch; routing on the gateway's own placements meanwhile");
+      u.loggedStatus = status;
+    }
+  }
+
+  /** Stops every event source and load scraper. */
+  async #closeEvents(): Promise<void> {
+    if (this.#statusTimer !== null) clearInterval(this.#statusTimer);
+    this.#statusTimer = null;
+    await Promise.all(this.upstreams.flatMap((u) => [u.events?.close(), u.load?.close()]));
+  }
+
+  /** Starts scraping `u`'s engine load, when configured; a report arriving may let waiting requests go there. */
+  #startLoad(u: Upstream): void {
+    const config = u.loadConfig;
+    if (config === null) return;
+    u.load = new EngineLoadScraper({
+      baseUrl: u.url,
+      engine: config.kind,
+      path: config.path,
+      intervalMs: config.intervalMs,
+      apiKey: u.apiKey,
+      ...(config.model === null ? {} : { model: config.model }),
+      onScrape: (outcome) => {
+        if (outcome.kind === "ok") this.#onRoom();
+        this.#logStatuses();
+      },
+    });
+    u.load.start();
+    this.#ensureStatusTimer();
+  }
+
+  /** Starts the status check that logs feeds going stale (silence changes nothing by itself). */
+  #ensureStatusTimer(): void {
+    if (this.#statusTimer !== null) return;
+    this.#statusTimer = setInterval(() => this.#logStatuses(), STATUS_CHECK_MS);
+    this.#statusTimer.unref();
   }
 
   /** Runs `u`'s health check now and on every interval. */
@@ -174,6 +276,9 @@ export class Fleet {
     this.#checks.delete(u);
   }
 }
+
+/** The engine view an upstream (or its configuration) asks for: one rank per DP rank of its engine, or none. */
+const shapeOf = (u: { readonly kvEvents: { readonly dpRanks: number } | null }): EngineViewShape | null => (u.kvEvents === null ? null : { dpRanks: u.kvEvents.dpRanks });
 
 /** The router a gateway starts with: one rank per upstream, as configured. */
 export function createGatewayRouter(config: GatewayConfig): Router {

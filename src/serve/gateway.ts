@@ -13,7 +13,8 @@ import { formatPrometheus } from "../prometheus.js";
 import { excerpt } from "../errors.js";
 import { isGatewayConfig, type GatewayConfig } from "./config.js";
 import { HttpError, readRequest } from "./openai.js";
-import { Utf8ByteTokenizer, type Tokenizer } from "./tokenizer.js";
+import type { Tokenizer } from "./tokenizer.js";
+import { loadTokenizer } from "./tokenizer-config.js";
 import type { Upstream } from "./upstream.js";
 import { Fleet, type FleetChange } from "./fleet.js";
 import { Hangup, Scheduler, type Placement } from "./scheduler.js";
@@ -46,7 +47,7 @@ export interface Gateway {
 export interface GatewayOptions {
   /** Where logs go (default: pino to standard output at the configured level). */
   readonly logger?: Logger;
-  /** How prompts become tokens (default: the UTF-8 byte tokenizer). */
+  /** How prompts become tokens (default: the configuration's `tokenizer:`, the UTF-8 byte tokenizer unless set). */
   readonly tokenizer?: Tokenizer;
   /** Where every change to the routing state goes, in order (see routing-state.ts); none by default. */
   readonly stateLog?: StateLog;
@@ -80,8 +81,13 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
     throw new TypeError("createGateway() takes a configuration from loadGatewayConfig({ file, flags }) (which checks it and fills its defaults), not a plain object");
   }
   const log = options.logger ?? pino({ level: config.logging.level, base: undefined });
-  const tokenizer = options.tokenizer ?? new Utf8ByteTokenizer();
+  // The configured tokenizer unless one is given (loading a Hugging Face folder throws a TokenizerLoadError naming the file).
+  const tokenizer = options.tokenizer ?? loadTokenizer(config.tokenizer);
   const fleet: Fleet = new Fleet(config, log, () => scheduler.schedule(), options.stateLog ?? null);
+  if (tokenizer.name === "utf8-bytes" && config.upstreams.some((u) => u.kvEvents !== null)) {
+    // Engine blocks hold the engine's token ids: only token-id prompts can match them through bytes.
+    log.warn("kv_events with the byte tokenizer: only prompts sent as token ids can match the engines' blocks (set tokenizer: { kind: huggingface, path: DIR })");
+  }
   const keyDigests = config.auth.apiKeys.map(digest);
   const adminDigest = config.auth.adminApiKey === null ? null : digest(config.auth.adminApiKey.trim());
   const counters: GatewayCounters = { requests: new Map(), queued: 0, rejectedFull: 0 };
@@ -388,7 +394,7 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
 
   /** The router's metrics, then the gateway's, as Prometheus text. */
   function metrics(): string {
-    return formatPrometheus(fleet.routerMetrics()) + formatGatewayMetrics(fleet.upstreams, counters, scheduler.waiting());
+    return formatPrometheus(fleet.routerMetrics()) + formatGatewayMetrics(fleet.upstreams, counters, scheduler.waiting(), fleet.state.views);
   }
 
   // ---- listening --------------------------------------------------------------------------

@@ -7,9 +7,17 @@
 //   await gateway.close();
 
 export { createGateway, GatewayListenError, type Gateway, type GatewayOptions } from "./gateway.js";
-export { checkUpstreamUrl, gatewayConfigSchema, GatewayConfigError, isGatewayConfig, loadGatewayConfig, POLICY_CONFIGS, type ConfigIssue, type GatewayConfig, type GatewayFlags, type LoadOptions, type UpstreamConfig } from "./config.js";
+export { checkUpstreamUrl, GatewayConfigError, isGatewayConfig, loadGatewayConfig, POLICY_CONFIGS, type ConfigIssue, type GatewayConfig, type GatewayFlags, type LoadOptions, type UpstreamConfig } from "./config.js";
+export { gatewayConfigSchema } from "./config-schema.js";
 export { HttpError, SESSION_HEADERS, SUBAGENT_HEADER, type RoutedRequest } from "./openai.js";
-export { TokenPool, Utf8ByteTokenizer, type ChatMessage, type Tokenizer } from "./tokenizer.js";
-export { RoutingState, type IndexUpdate, type IndexUpdateSource, type StateEntry, type StateLog } from "./routing-state.js";
+export { TokenPool, TokenizerRequestError, Utf8ByteTokenizer, type ChatMessage, type RequestFields, type Tokenizer } from "./tokenizer.js";
+export { HuggingFaceTokenizer, TokenizerFilesError, type HuggingFaceTokenizerFiles, type HuggingFaceTokenizerOptions } from "./hf-tokenizer.js";
+export { ChatTemplateSyntaxError } from "./chat-template.js";
+export { loadHuggingFaceTokenizer, loadTokenizer, TokenizerLoadError, type TokenizerSettings } from "./tokenizer-config.js";
+export { RoutingState, type EngineFeeds, type IndexUpdate, type IndexUpdateSource, type StateEntry, type StateLog } from "./routing-state.js";
 export { createGatewayRouter } from "./fleet.js";
-export { EventFreshness, type EventFreshnessOptions, type FeedStatus, type SequenceStep } from "./event-freshness.js";
+export { EventFreshness, worstStatus, type EventFreshnessOptions, type EventSourceCounters, type FeedStatus, type SequenceStep } from "./event-freshness.js";
+export { EngineViews, type EngineViewShape, type EngineViewsOptions } from "./engine-views.js";
+export { checkZmqEndpoint, type KvEventsConfig } from "./events-config.js";
+export { ZmqEventSource, rankEndpoint, type ZmqEventSourceOptions } from "./zmq-events.js";
+export { TrtllmHttpEventSource, type HttpEventSourceOptions, type PolledEngine } from "./http-events.js";

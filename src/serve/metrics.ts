@@ -2,10 +2,66 @@
 // upstream (labelled by its index in the configuration, so label values stay
 // bounded) in-flight requests and tokens, health, responses by status class,
 // prompt and matched tokens (its prefix hit rate), retries away from it, and
-// latency and time-to-first-byte histograms.
+// latency and time-to-first-byte histograms; for upstreams whose engines
+// publish KV events, each DP rank's stream state (live, gapped, stale), what
+// came of their batches and events, and the blocks their engine views hold.
 
 import { escapeLabel } from "../prometheus.js";
+import type { EngineViews } from "./engine-views.js";
 import { LATENCY_BOUNDS, type Histogram, type Upstream } from "./upstream.js";
+
+/** The stream states, one series each (Prometheus' enum pattern). */
+const FEED_STATES = ["live", "gapped", "stale"] as const;
+
+/** Lines of the engine-load metrics of the upstreams whose load is scraped. */
+function loadLines(p: string, upstreams: readonly Upstream[]): string[] {
+  const scraped = upstreams.filter((u) => u.load !== null);
+  if (scraped.length === 0) return [];
+  const lines = [`# HELP ${p}upstream_load_reporting 1 while the engine's last load report is recent enough (else the upstream takes no requests).`, `# TYPE ${p}upstream_load_reporting gauge`];
+  for (const u of scraped) lines.push(`${p}upstream_load_reporting{upstream="${u.index}"} ${u.loadKnown ? 1 : 0}`);
+  lines.push(`# HELP ${p}upstream_load_scrapes_total Engine load scrapes by outcome.`, `# TYPE ${p}upstream_load_scrapes_total counter`);
+  for (const u of scraped) for (const [outcome, n] of Object.entries(u.load!.counts)) lines.push(`${p}upstream_load_scrapes_total{upstream="${u.index}",outcome="${outcome}"} ${n}`);
+  lines.push(`# HELP ${p}upstream_engine_requests Requests the engine last reported, running and waiting (all its DP ranks).`, `# TYPE ${p}upstream_engine_requests gauge`);
+  for (const u of scraped) {
+    const report = u.load!.report;
+    if (report !== null) lines.push(`${p}upstream_engine_requests{upstream="${u.index}",state="running"} ${report.total.running}`, `${p}upstream_engine_requests{upstream="${u.index}",state="waiting"} ${report.total.waiting}`);
+  }
+  return lines;
+}
+
+/** Lines of the KV-event metrics of the upstreams that have a source. */
+function eventLines(p: string, upstreams: readonly Upstream[], views: EngineViews | null): string[] {
+  const fed = upstreams.filter((u) => u.events !== null);
+  if (fed.length === 0) return [];
+  const lines = [`# HELP ${p}upstream_kv_events_state Each DP rank's KV-event stream: 1 in its current state (live: routing on the engine's view; gapped or stale: on the gateway's own placements).`, `# TYPE ${p}upstream_kv_events_state gauge`];
+  for (const u of fed) {
+    u.events!.rankStatuses.forEach((status, r) => {
+      for (const state of FEED_STATES) lines.push(`${p}upstream_kv_events_state{upstream="${u.index}",dp_rank="${r}",state="${state}"} ${status === state ? 1 : 0}`);
+    });
+  }
+  lines.push(`# HELP ${p}upstream_kv_event_batches_total KV-event batches by outcome (applied, replayed into a gap, unparseable and skipped, duplicate and skipped).`, `# TYPE ${p}upstream_kv_event_batches_total counter`);
+  for (const u of fed) {
+    const c = u.events!.counters;
+    for (const [outcome, n] of [["applied", c.batches], ["replayed", c.replayed], ["unparseable", c.unparseable], ["duplicate", c.duplicates]] as const) lines.push(`${p}upstream_kv_event_batches_total{upstream="${u.index}",outcome="${outcome}"} ${n}`);
+  }
+  lines.push(`# HELP ${p}upstream_kv_event_gaps_total Sequence gaps, and those replay could not fill (the view was emptied and rebuilt).`, `# TYPE ${p}upstream_kv_event_gaps_total counter`);
+  for (const u of fed) lines.push(`${p}upstream_kv_event_gaps_total{upstream="${u.index}",filled="true"} ${u.events!.counters.gaps - u.events!.counters.unfilled}`, `${p}upstream_kv_event_gaps_total{upstream="${u.index}",filled="false"} ${u.events!.counters.unfilled}`);
+  lines.push(`# HELP ${p}upstream_kv_event_restarts_total Engine restarts seen in its events (its view was emptied).`, `# TYPE ${p}upstream_kv_event_restarts_total counter`);
+  for (const u of fed) lines.push(`${p}upstream_kv_event_restarts_total{upstream="${u.index}"} ${u.events!.counters.restarts}`);
+  if (views === null) return lines;
+  lines.push(`# HELP ${p}upstream_kv_events_total Engine KV events by outcome (applied, unknown_parent, unknown_block, malformed, ignored).`, `# TYPE ${p}upstream_kv_events_total counter`);
+  const blocks = [`# HELP ${p}upstream_engine_view_blocks Blocks the upstream's engine view holds, over its DP ranks.`, `# TYPE ${p}upstream_engine_view_blocks gauge`];
+  for (const u of fed) {
+    const view = views.view(u.index);
+    if (view === null) continue;
+    const k = view.stats().kvEvents;
+    for (const [outcome, n] of [["applied", k.applied], ["unknown_parent", k.unknownParent], ["unknown_block", k.unknownBlock], ["malformed", k.malformed], ["ignored", k.ignored]] as const) lines.push(`${p}upstream_kv_events_total{upstream="${u.index}",outcome="${outcome}"} ${n}`);
+    let held = 0;
+    for (let r = 0; r < view.numRanks; r++) held += view.blockCount(r);
+    blocks.push(`${p}upstream_engine_view_blocks{upstream="${u.index}"} ${held}`);
+  }
+  return [...lines, ...blocks];
+}
 
 /** Gateway-wide counters. */
 export interface GatewayCounters {
@@ -33,7 +89,7 @@ function histogram(name: string, help: string, upstreams: readonly Upstream[], p
 }
 
 /** Prometheus text of the gateway's metrics. */
-export function formatGatewayMetrics(upstreams: readonly Upstream[], counters: GatewayCounters, queued: number): string {
+export function formatGatewayMetrics(upstreams: readonly Upstream[], counters: GatewayCounters, queued: number, views: EngineViews | null = null): string {
   const p = "adp_gateway_";
   const lines: string[] = [];
   const gauge = (name: string, help: string, value: (u: Upstream) => number) => {
@@ -53,6 +109,8 @@ export function formatGatewayMetrics(upstreams: readonly Upstream[], counters: G
   for (const u of upstreams) lines.push(`${p}upstream_matched_tokens_total{upstream="${u.index}"} ${u.matchedTokens}`);
   lines.push(`# HELP ${p}upstream_retries_total Requests retried on another upstream because this one could not be reached.`, `# TYPE ${p}upstream_retries_total counter`);
   for (const u of upstreams) lines.push(`${p}upstream_retries_total{upstream="${u.index}"} ${u.retriedAway}`);
+  lines.push(...eventLines(p, upstreams, views));
+  lines.push(...loadLines(p, upstreams));
   lines.push(...histogram(`${p}upstream_latency_seconds`, "Time from sending a request to the end of its response.", upstreams, (u) => u.latency));
   lines.push(...histogram(`${p}upstream_first_byte_seconds`, "Time from sending a request to the upstream's response headers.", upstreams, (u) => u.firstByte));
   lines.push(`# HELP ${p}requests_total Completion requests by outcome.`, `# TYPE ${p}requests_total counter`);

@@ -2,7 +2,7 @@
 // body and its headers to route it, and OpenAI-style error bodies. The body is
 // parsed once (the prompt is needed); it is forwarded as the bytes received.
 
-import type { ChatMessage, Tokenizer } from "./tokenizer.js";
+import { TokenizerRequestError, type ChatMessage, type Tokenizer } from "./tokenizer.js";
 
 /** An error the gateway answers itself, OpenAI-style. */
 export class HttpError extends Error {
@@ -84,17 +84,25 @@ export function readRequest(kind: "chat" | "completion", raw: Buffer, headers: R
       if (typeof m !== "object" || m === null || Array.isArray(m) || typeof (m as ChatMessage).role !== "string") throw new HttpError(400, `messages[${i}] must be an object with a string role`);
     }
     try {
-      tokens = tokenizer.encodeChat(messages as ChatMessage[]);
+      tokens = tokenizer.encodeChat(messages as ChatMessage[], b);
     } catch (error) {
       if (error instanceof RangeError) throw new HttpError(400, "messages are nested too deeply"); // JSON.stringify of the parts recursed too far
+      if (error instanceof TokenizerRequestError) throw new HttpError(400, error.message); // the chat template refused it, as the engine would
       throw error;
     }
   } else {
     const prompt = b.prompt;
-    if (typeof prompt === "string") tokens = tokenizer.encodePrompt(prompt);
-    else if (Array.isArray(prompt) && prompt.length > 0 && prompt.every((t) => typeof t === "string")) tokens = tokenizer.encodePrompt(prompt.join(""));
-    else if (Array.isArray(prompt) && prompt.length > 0 && prompt.every((t) => typeof t === "number" && t >>> 0 === t)) tokens = tokenizer.encodePrompt(prompt as number[]);
+    let text: string | number[];
+    if (typeof prompt === "string") text = prompt;
+    else if (Array.isArray(prompt) && prompt.length > 0 && prompt.every((t) => typeof t === "string")) text = prompt.join("");
+    else if (Array.isArray(prompt) && prompt.length > 0 && prompt.every((t) => typeof t === "number" && t >>> 0 === t)) text = prompt as number[];
     else throw new HttpError(400, "prompt must be a string, a list of strings or a list of token ids");
+    try {
+      tokens = tokenizer.encodePrompt(text, b);
+    } catch (error) {
+      if (error instanceof TokenizerRequestError) throw new HttpError(400, error.message);
+      throw error;
+    }
   }
   const params = b.conversation_params;
   let conversationId: string | null = null;

@@ -7,10 +7,11 @@
 // cache holds comes from the gateway's own placements or, through an index
 // update source, from the engine itself (its KV-cache events).
 
-import type { RouteInput } from "../batch.js";
+import type { RouteInput, RouteRequest } from "../batch.js";
 import type { PrefixNamespace } from "../prefix-index.js";
 import { restoreRouter, type Router } from "../router.js";
 import type { RouteResult } from "../routers/types.js";
+import type { EngineViews, EngineViewShape } from "./engine-views.js";
 import type { FeedStatus } from "./event-freshness.js";
 
 /** One change to the routing state, as the state log carries it. */
@@ -19,12 +20,12 @@ export type StateEntry =
   | { readonly op: "route"; readonly input: RouteInput }
   /** An upstream was given a prompt: its cache view now holds it. */
   | { readonly op: "learn"; readonly upstream: number; readonly tokens: Uint32Array; readonly namespace: PrefixNamespace }
-  /** An engine's own KV-cache events for an upstream (TensorRT-LLM's or vLLM's, see PrefixIndex.applyKvEvents). */
-  | { readonly op: "kv-events"; readonly upstream: number; readonly events: unknown }
-  /** An upstream's cache view emptied (its engine restarted, or its events cannot be trusted). */
-  | { readonly op: "clear"; readonly upstream: number }
-  /** The fleet changed: rank i is the old rank `ranks[i]`, or new when null. */
-  | { readonly op: "ranks"; readonly ranks: readonly (number | null)[] };
+  /** An engine's own KV-cache events for an upstream (TensorRT-LLM's or vLLM's, see PrefixIndex.applyKvEvents), from one DP rank's stream or naming their ranks. */
+  | { readonly op: "kv-events"; readonly upstream: number; readonly events: unknown; readonly dpRank?: number }
+  /** An upstream's engine view emptied, one DP rank or all (its engine restarted, or its events cannot be trusted). */
+  | { readonly op: "clear"; readonly upstream: number; readonly dpRank?: number }
+  /** The fleet changed: rank i is the old rank `ranks[i]`, or new when null; `shapes` are the new upstreams' engine views. */
+  | { readonly op: "ranks"; readonly ranks: readonly (number | null)[]; readonly shapes?: readonly (EngineViewShape | null)[] };
 
 /**
  * Where state changes go, in order. `append` runs synchronously, right after
@@ -35,8 +36,8 @@ export interface StateLog {
   append(entry: StateEntry): void;
 }
 
-/** What an index update source hands over for its upstream. */
-export type IndexUpdate = { readonly kind: "kv-events"; readonly events: unknown } | { readonly kind: "cleared" };
+/** What an index update source hands over for its upstream (`dpRank`: the DP rank whose stream it came from, when it names none itself). */
+export type IndexUpdate = { readonly kind: "kv-events"; readonly events: unknown; readonly dpRank?: number } | { readonly kind: "cleared"; readonly dpRank?: number };
 
 /**
  * Where an upstream's cache view is learned from besides the gateway's own
@@ -50,18 +51,35 @@ export interface IndexUpdateSource {
   readonly status: FeedStatus;
   /** Starts delivering updates, in order, to `emit`. */
   start(emit: (update: IndexUpdate) => void): void;
+  /** A request was sent to the source's engine (a stream silent while its engine works goes stale). */
+  routed(): void;
   /** Stops delivering and lets go of its connections. */
   close(): Promise<void>;
+}
+
+/** Where the routing state learns each upstream's engine's own view (both or neither). */
+export interface EngineFeeds {
+  /** The engine views. */
+  readonly views: EngineViews;
+  /** Which upstreams' event streams are live now (the others' matches come from the gateway's own view). */
+  readonly live: () => readonly boolean[];
 }
 
 /** The router, changed only through entries of the state log. */
 export class RoutingState {
   #router: Router;
   readonly #log: StateLog | null;
+  readonly #feeds: EngineFeeds | null;
 
-  constructor(router: Router, log: StateLog | null = null) {
+  constructor(router: Router, log: StateLog | null = null, feeds: EngineFeeds | null = null) {
     this.#router = router;
     this.#log = log;
+    this.#feeds = feeds;
+  }
+
+  /** The engine views, or null when no upstream publishes events. */
+  get views(): EngineViews | null {
+    return this.#feeds?.views ?? null;
   }
 
   /** The router as it is now (a fleet change replaces it). */
@@ -69,11 +87,37 @@ export class RoutingState {
     return this.#router;
   }
 
-  /** Routes a batch. A batch the router refuses changes nothing and is not logged. */
+  /**
+   * Routes a batch. With engine views, each request with tokens is routed on
+   * its upstreams' matches (a live stream's from its engine's view, the others'
+   * from the gateway's own), which the logged input carries: replaying the
+   * log makes the same decisions whatever the streams did. A batch the router
+   * refuses changes nothing and is not logged.
+   */
   route(input: RouteInput): RouteResult {
-    const result = this.#router.route(input);
-    this.#log?.append({ op: "route", input });
+    const routed = this.#withEngineMatches(input);
+    const result = this.#router.route(routed);
+    this.#log?.append({ op: "route", input: routed });
     return result;
+  }
+
+  /** `input` with each request's prefix matches filled from the engine views, when any stream is live. */
+  #withEngineMatches(input: RouteInput): RouteInput {
+    const feeds = this.#feeds;
+    const learned = this.#router.prefixIndex;
+    if (feeds === null || learned === null || !feeds.views.any) return input;
+    const live = feeds.live();
+    if (!live.includes(true)) return input; // every upstream falls back: the router probes its own view
+    const numRanks = input.rankStates.length;
+    const requests = input.requests.map((req): RouteRequest => {
+      const tokens = req.tokens;
+      if (tokens === undefined || req.prefixMatches !== undefined || tokens.length <= learned.tokensPerBlock) return req;
+      const all = tokens instanceof Uint32Array ? tokens : Uint32Array.from(tokens);
+      const matches = new Uint32Array(numRanks);
+      feeds.views.matchInto(matches, all.subarray(0, all.length - 1), { loraTaskId: req.loraTaskId ?? null, cacheSalt: req.cacheSalt ?? null }, learned, live);
+      return { ...req, prefixMatches: matches };
+    });
+    return { ...input, requests };
   }
 
   /** Teaches `upstream`'s cache view a prompt; returns the tokens it held of it before. */
@@ -85,16 +129,28 @@ export class RoutingState {
     return held;
   }
 
-  /** Applies an update from `upstream`'s index update source. */
+  /**
+   * What `upstream`'s engine would reuse of a prompt by its own view (its best
+   * DP rank's match of all tokens but the last), or null when its event
+   * stream is not live (the caller then counts the gateway's own view).
+   */
+  engineMatch(upstream: number, tokens: Uint32Array, namespace: PrefixNamespace): number | null {
+    const feeds = this.#feeds;
+    if (feeds === null || feeds.views.view(upstream) === null || feeds.live()[upstream] !== true) return null;
+    return feeds.views.bestMatch(upstream, tokens.subarray(0, Math.max(tokens.length - 1, 0)), namespace);
+  }
+
+  /** Applies an update from `upstream`'s index update source to its engine view. */
   update(upstream: number, update: IndexUpdate): void {
-    const index = this.#router.prefixIndex;
-    if (index === null) return;
+    const views = this.#feeds?.views;
+    if (views === undefined || views.view(upstream) === null) return;
+    const dpRank = update.dpRank;
     if (update.kind === "cleared") {
-      index.clearRank(upstream);
-      this.#log?.append({ op: "clear", upstream });
+      views.clear(upstream, dpRank);
+      this.#log?.append({ op: "clear", upstream, ...(dpRank === undefined ? {} : { dpRank }) });
     } else {
-      index.applyKvEvents(update.events, { rank: upstream });
-      this.#log?.append({ op: "kv-events", upstream, events: update.events });
+      views.apply(upstream, update.events, dpRank);
+      this.#log?.append({ op: "kv-events", upstream, events: update.events, ...(dpRank === undefined ? {} : { dpRank }) });
     }
   }
 
@@ -102,10 +158,11 @@ export class RoutingState {
    * Moves to a new set of ranks (see restoreRouter's `ranks`). Throws, changing
    * nothing, when the router cannot move (its index would not fit its budget).
    */
-  moveRanks(ranks: readonly (number | null)[]): void {
+  moveRanks(ranks: readonly (number | null)[], shapes?: readonly (EngineViewShape | null)[]): void {
     const next = restoreRouter(this.#router.snapshot(), { ranks });
     this.#router = next;
-    this.#log?.append({ op: "ranks", ranks });
+    if (shapes !== undefined) this.#feeds?.views.move(ranks, shapes);
+    this.#log?.append({ op: "ranks", ranks, ...(shapes === undefined ? {} : { shapes }) });
   }
 
   /** Applies an entry of another replica's log (the same change, and logged here too). */
@@ -118,13 +175,13 @@ export class RoutingState {
         this.learn(entry.upstream, entry.tokens, entry.namespace);
         break;
       case "kv-events":
-        this.update(entry.upstream, { kind: "kv-events", events: entry.events });
+        this.update(entry.upstream, { kind: "kv-events", events: entry.events, ...(entry.dpRank === undefined ? {} : { dpRank: entry.dpRank }) });
         break;
       case "clear":
-        this.update(entry.upstream, { kind: "cleared" });
+        this.update(entry.upstream, { kind: "cleared", ...(entry.dpRank === undefined ? {} : { dpRank: entry.dpRank }) });
         break;
       case "ranks":
-        this.moveRanks(entry.ranks);
+        this.moveRanks(entry.ranks, entry.shapes);
         break;
     }
   }

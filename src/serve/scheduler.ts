@@ -211,8 +211,18 @@ export class Scheduler {
   #route(upstreams: readonly Upstream[], waiting: readonly Waiting[]) {
     const fleet = this.#fleet;
     const cap = this.#cap;
+    let prompts = 0;
+    let placed = 0;
+    for (const u of upstreams) {
+      prompts += u.promptTokens;
+      placed += u.placed;
+    }
+    const meanPrompt = placed === 0 ? 0 : prompts / placed;
     return fleet.state.route({
-      rankStates: upstreams.map((u) => ({ numActiveRequests: fleet.available(u) ? Math.min(u.inFlight, cap) : cap, numActiveTokens: u.inFlightTokens })),
+      rankStates: upstreams.map((u) => {
+        const load = u.rankLoad(meanPrompt);
+        return { numActiveRequests: fleet.available(u) ? Math.min(load.numActiveRequests, cap) : cap, numActiveTokens: load.numActiveTokens };
+      }),
       maxNumActiveRequests: cap,
       requests: waiting.map((w) => ({
         id: w.id,
@@ -236,9 +246,15 @@ export class Scheduler {
     if (w.done) return;
     u.inFlight++;
     u.inFlightTokens += w.tokens.length;
-    // What its cache view held of the prompt (for its log line), learned in the same walk.
-    const matchedTokens = this.#fleet.state.learn(u.index, w.tokens, { loraTaskId: w.route.loraTaskId, cacheSalt: w.route.cacheSalt });
+    // What its cache held of the prompt (for its log line and hit rate): by its engine's own view while
+    // that is live, else by the gateway's, which learns the prompt in the same walk either way.
+    const namespace = { loraTaskId: w.route.loraTaskId, cacheSalt: w.route.cacheSalt };
+    const engineMatched = this.#fleet.state.engineMatch(u.index, w.tokens, namespace);
+    const held = this.#fleet.state.learn(u.index, w.tokens, namespace);
+    const matchedTokens = engineMatched ?? held;
+    u.events?.routed();
     u.promptTokens += w.tokens.length;
+    u.placed++;
     u.matchedTokens += matchedTokens;
     w.resolve({ upstream: u, matchedTokens });
   }

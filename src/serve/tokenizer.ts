@@ -1,7 +1,8 @@
 // How the gateway turns a request's prompt into the token ids it routes by.
-// The seam for the engines' own tokenizers (next issue); this file ships the
-// UTF-8 byte tokenizer over a canonical rendering of the request, which gives
-// equal token prefixes to equal prompt prefixes: all prefix affinity needs.
+// The seam for the engines' own tokenizers (HuggingFaceTokenizer,
+// src/serve/hf-tokenizer.ts); this file ships the UTF-8 byte tokenizer over a
+// canonical rendering of the request, which gives equal token prefixes to
+// equal prompt prefixes: all prefix affinity needs.
 
 /** A chat message as OpenAI's API carries it. */
 export interface ChatMessage {
@@ -10,20 +11,46 @@ export interface ChatMessage {
   readonly name?: unknown;
 }
 
+/**
+ * The rest of a request's body, as received (parsed, unchecked): what an
+ * engine's tokenizer reads besides the prompt (`tools`, `documents`,
+ * `add_generation_prompt`, `add_special_tokens`, `chat_template_kwargs`).
+ */
+export type RequestFields = Readonly<Record<string, unknown>>;
+
 /** Turns prompts into token ids. Implementations must be deterministic. */
 export interface Tokenizer {
   /** A short name for logs and metrics. */
   readonly name: string;
-  /** Token ids of a chat request's messages, as the engine would see them. */
-  encodeChat(messages: readonly ChatMessage[]): Uint32Array;
-  /** Token ids of a completion request's prompt (a string, or token ids as given). */
-  encodePrompt(prompt: string | readonly number[]): Uint32Array;
+  /**
+   * Token ids of a chat request's messages, as the engine would see them;
+   * `request` is the body's other fields (a tokenizer that renders a chat
+   * template reads its tools and options there). Throws
+   * TokenizerRequestError for a request it cannot tokenize.
+   */
+  encodeChat(messages: readonly ChatMessage[], request?: RequestFields): Uint32Array;
+  /** Token ids of a completion request's prompt (a string, or token ids as given); `request` as for encodeChat. */
+  encodePrompt(prompt: string | readonly number[], request?: RequestFields): Uint32Array;
   /**
    * Takes back ids this tokenizer returned, once the caller is done with them
    * (optional): it may hand their memory out again, so the caller must not
    * read them afterwards.
    */
   release?(ids: Uint32Array): void;
+}
+
+/**
+ * A request a tokenizer cannot turn into tokens: a chat template that refuses
+ * it (its `raise_exception` message, as the engine would answer), or a field
+ * of the wrong shape. The gateway answers it 400, as the engine would.
+ */
+export class TokenizerRequestError extends Error {
+  /** Stable error code. */
+  readonly code = "ERR_ADP_TOKENIZER_REQUEST";
+  constructor(message: string) {
+    super(message);
+    this.name = "TokenizerRequestError";
+  }
 }
 
 /** Separator bytes of the canonical rendering (control characters no JSON text holds raw). */

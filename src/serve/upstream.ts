@@ -4,7 +4,18 @@
 // active checks on an interval, passive ejection when it cannot be reached.
 
 import { Pool } from "undici";
+import { rankStateFromLoad } from "./engine-load-combine.js";
 import type { GatewayConfig, UpstreamConfig } from "./config.js";
+import type { EventSourceCounters, FeedStatus } from "./event-freshness.js";
+import type { EngineLoadConfig, KvEventsConfig } from "./events-config.js";
+import type { EngineLoadScraper } from "./engine-load.js";
+import type { IndexUpdateSource } from "./routing-state.js";
+
+/** An engine's KV-event source as the gateway keeps it: its counters and its DP ranks' statuses besides the interface. */
+export interface EventSource extends IndexUpdateSource {
+  readonly counters: EventSourceCounters;
+  readonly rankStatuses: FeedStatus[];
+}
 
 /** Latency histogram bounds, seconds. */
 export const LATENCY_BOUNDS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120];
@@ -56,6 +67,20 @@ export class Upstream {
   /** Prompt tokens of the requests placed here, and those of them its cache view already held (their ratio is its prefix hit rate). */
   promptTokens = 0;
   matchedTokens = 0;
+  /** Requests placed here (promptTokens / placed is its mean prompt). */
+  placed = 0;
+  /** Where its engine publishes KV events (kept across reloads, as its URL is), or null. */
+  readonly kvEvents: KvEventsConfig | null;
+  /** The source of those events, once started, or null. */
+  events: EventSource | null = null;
+  /** Where its engine's load is scraped (kept across reloads, as its URL is), or null. */
+  readonly loadConfig: EngineLoadConfig | null;
+  /** The scraper of that load, once started, or null. */
+  load: EngineLoadScraper | null = null;
+  /** Whether its load report was recent enough when last looked at (changes are logged). */
+  loadFresh: boolean | null = null;
+  /** Its event stream's status last logged (transitions are logged, never silent). */
+  loggedStatus: FeedStatus | null = null;
   readonly latency = new Histogram();
   readonly firstByte = new Histogram();
   readonly #unhealthyThreshold: number;
@@ -67,6 +92,8 @@ export class Upstream {
     this.name = config.name;
     this.apiKey = config.apiKey;
     this.#drainInConfig = config.drain;
+    this.kvEvents = config.kvEvents;
+    this.loadConfig = config.load;
     const url = new URL(config.url);
     this.basePath = url.pathname === "/" ? "" : url.pathname;
     this.pool = new Pool(url.origin, {
@@ -77,6 +104,23 @@ export class Upstream {
     });
     this.#unhealthyThreshold = gateway.health.unhealthyThreshold;
     this.#healthyThreshold = gateway.health.healthyThreshold;
+  }
+
+  /** Whether its engine's load is known recently enough to route to it (always, when its load is not scraped). */
+  get loadKnown(): boolean {
+    return this.load === null || this.loadConfig === null || this.load.fresh(this.loadConfig.maxAgeMs);
+  }
+
+  /**
+   * Its rank state for the router: its own in-flight counts, combined with its
+   * engine's last report when scraped (requests the gateway did not send count
+   * at `meanPrompt` tokens each, the fleet's mean prompt, when the report has
+   * no token count).
+   */
+  rankLoad(meanPrompt: number): { numActiveRequests: number; numActiveTokens: number } {
+    const report = this.load === null || this.loadConfig === null ? null : this.load.current(this.loadConfig.maxAgeMs);
+    if (report === null) return { numActiveRequests: this.inFlight, numActiveTokens: this.inFlightTokens };
+    return rankStateFromLoad({ inFlight: this.inFlight, inFlightTokens: this.inFlightTokens }, report, { tokensPerRequest: meanPrompt });
   }
 
   /** Whether it is being drained: it finishes its requests and takes no new ones. */

@@ -13,7 +13,9 @@
 //
 // Each rank's true cache is an LRU of block paths (unbounded unless `cacheBlocks`)
 // and is separate from what the router believes. The router learns either from its
-// own decisions or from the KV events these caches emit.
+// own decisions or from the KV events these caches emit: each rank publishes its
+// events of an iteration as one batch at the iteration's end (how they travel to
+// the router is src/simulate/event-feed.ts).
 
 import type { RouteRequest } from "../batch.js";
 import type { TraceRequest } from "./trace.js";
@@ -51,12 +53,15 @@ export const DEFAULT_ENGINE: Omit<EngineOptions, "ranks"> = Object.freeze({
 
 /** What the simulated engine tells the router each iteration. */
 export interface RouterSide {
-  /** Routes one batch; returns the rank per request (-1 = not placed, retried next iteration). */
-  route(states: { numActiveRequests: number; numActiveTokens: number }[], cap: number, requests: RouteRequest[]): number[];
+  /** Routes one batch at simulated time `nowMs`; returns the rank per request (-1 = not placed, retried next iteration). */
+  route(states: { numActiveRequests: number; numActiveTokens: number }[], cap: number, requests: RouteRequest[], nowMs: number): number[];
   /** Whether rank loads should discount cached tokens (the KV-cache-aware router's rank state). */
   readonly discountCached: boolean;
-  /** Engine KV events, when the router learns from them. */
-  onEvents?(events: unknown[]): void;
+  /**
+   * One rank's KV events of one iteration, published at `atMs`, when the router
+   * learns from them (how and when they reach it is the router side's business).
+   */
+  publish?(rank: number, events: unknown[], atMs: number): void;
 }
 
 /** Per-request outcome. */
@@ -122,7 +127,8 @@ export function runEngine(
   const ttft = new Float64Array(requests.length);
   const queue: Job[] = [];
   const loadSamples: number[][] = [];
-  const events: unknown[] = [];
+  /** Each rank's KV events of the current iteration, published together at its end. */
+  const events: unknown[][] = Array.from({ length: R }, () => []);
   let queueHead = 0;
   let nextArrival = 0;
   let finished = 0;
@@ -148,8 +154,8 @@ export function runEngine(
       else firstNew = i;
       cache.set(id, blocks[i]!);
     }
-    if (router.onEvents && firstNew >= 0) {
-      events.push({
+    if (router.publish && firstNew >= 0) {
+      events[rank]!.push({
         event_id: 0,
         // Block keys are chained (a trace's hash_ids), so they serve as the engine's
         // block hashes; blocks without tokens are keyed by that hash.
@@ -164,7 +170,7 @@ export function runEngine(
         cache.delete(oldest);
         removed.push(key);
       }
-      if (router.onEvents && removed.length > 0) events.push({ event_id: 0, data: { type: "removed", block_hashes: removed }, attention_dp_rank: rank });
+      if (router.publish && removed.length > 0) events[rank]!.push({ event_id: 0, data: { type: "removed", block_hashes: removed }, attention_dp_rank: rank });
     }
   };
 
@@ -178,7 +184,6 @@ export function runEngine(
 
     // Fetch and route: at most ranks × cap − active requests, in arrival order.
     if (queueHead < queue.length) {
-      if (router.onEvents && events.length > 0) router.onEvents(events.splice(0));
       const room = R * opts.maxNumActiveRequests - active.reduce((a, b) => a + b, 0);
       const batch = queue.slice(queueHead, queueHead + Math.max(room, 0));
       if (batch.length > 0) {
@@ -189,7 +194,7 @@ export function runEngine(
           numTokens: j.req.inputLength,
           blockKeys: j.req.blocks,
           conversationId: j.req.conversationId,
-        })));
+        })), t);
         routeMs += performance.now() - t0;
         const retry: Job[] = [];
         batch.forEach((job, i) => {
@@ -273,6 +278,14 @@ export function runEngine(
       } else {
         job.decodeLeft = job.req.outputLength - 1;
         decoding[r]!.push(job);
+      }
+    }
+    // Each rank publishes what its cache did this iteration as one batch.
+    if (router.publish) {
+      for (let r = 0; r < R; r++) {
+        if (events[r]!.length === 0) continue;
+        router.publish(r, events[r]!, t);
+        events[r] = [];
       }
     }
     if (iteration % 64 === 0) {

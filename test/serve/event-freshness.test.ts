@@ -52,6 +52,19 @@ describe("EventFreshness", () => {
     expect(f.batch(17n)).toBe("next");
   });
 
+  it("a gap it rebuilds from (the view emptied) is trusted again after staleAfterMs of batches", () => {
+    const { f, clock } = tracker(1_000);
+    f.batch(1n);
+    expect(f.batch(9n)).toBe("gap");
+    f.unfilled(9n);
+    expect(f.status).toBe("gapped");
+    expect(f.batch(10n)).toBe("next");
+    clock.t = 999;
+    expect(f.status).toBe("gapped");
+    clock.t = 1_000;
+    expect(f.status).toBe("live");
+  });
+
   it("a batch already seen is old; one far behind, or sequence 0, is a publisher restart", () => {
     const { f } = tracker();
     f.batch(5_000n);

@@ -2,7 +2,7 @@
 // state log, so a replica replaying the log holds the same state byte for byte;
 // an index update source (an engine's KV events) feeds an upstream's cache view.
 import { afterEach, describe, expect, it } from "vitest";
-import { createGateway, createGatewayRouter, loadGatewayConfig, RoutingState, type StateEntry } from "../../src/serve/index.js";
+import { createGateway, createGatewayRouter, EngineViews, loadGatewayConfig, RoutingState, type StateEntry } from "../../src/serve/index.js";
 import { startMockEngine, type MockEngine } from "../support/mock-engine.js";
 
 const open: { close(): Promise<void> }[] = [];
@@ -45,15 +45,29 @@ describe("the state log", () => {
 });
 
 describe("index update sources", () => {
-  it("an engine's KV events fill its upstream's cache view, and a clear empties it (both logged)", () => {
-    const config = loadGatewayConfig({ flags: { upstreams: ["http://127.0.0.1:9", "http://127.0.0.1:10"], port: 0 }, file: { name: "g.yaml", text: "routing: { tokens_per_block: 2 }\n" } });
+  it("an engine's KV events fill its upstream's engine view (per DP rank), and a clear empties it (both logged)", () => {
+    const text = "routing: { tokens_per_block: 2 }\nupstreams:\n  - http://127.0.0.1:9\n  - url: http://127.0.0.1:10\n    kv_events: { kind: http, dp_ranks: 2 }\n";
+    const config = loadGatewayConfig({ file: { name: "g.yaml", text } });
     const log: StateEntry[] = [];
-    const state = new RoutingState(createGatewayRouter(config), { append: (entry) => log.push(entry) });
-    const index = state.router.prefixIndex!;
-    state.update(1, { kind: "kv-events", events: { ts: 1, events: [{ type: "BlockStored", block_hashes: [5, 6], parent_block_hash: null, token_ids: [1, 2, 3, 4], block_size: 2, lora_id: null }] } });
-    expect([...index.match([1, 2, 3, 4])]).toEqual([0, 4]);
-    state.update(1, { kind: "cleared" });
-    expect([...index.match([1, 2, 3, 4])]).toEqual([0, 0]);
-    expect(log.map((e) => e.op)).toEqual(["kv-events", "clear"]);
+    const views = new EngineViews([null, { dpRanks: 2 }], { tokensPerBlock: 2, maxMemoryBytes: 1 << 24, loraIds: new Map() });
+    let live = [false, true];
+    const state = new RoutingState(createGatewayRouter(config), { append: (entry) => log.push(entry) }, { views, live: () => live });
+    state.update(1, { kind: "kv-events", events: { ts: 1, events: [{ type: "BlockStored", block_hashes: [5, 6], parent_block_hash: null, token_ids: [1, 2, 3, 4], block_size: 2, lora_id: null }] }, dpRank: 1 });
+    expect([...views.view(1)!.match([1, 2, 3, 4])]).toEqual([0, 4]);
+    // The gateway's own view is untouched: the engine's picture is its own.
+    expect([...state.router.prefixIndex!.match([1, 2, 3, 4])]).toEqual([0, 0]);
+    // A live upstream's match is its best DP rank's (all tokens but the last, as the routers probe).
+    expect(state.engineMatch(1, Uint32Array.of(1, 2, 3, 4, 9), {})).toBe(4);
+    const routeLog = () => log.filter((e) => e.op === "route").at(-1) as Extract<StateEntry, { op: "route" }>;
+    state.route({ rankStates: [{ numActiveRequests: 0, numActiveTokens: 0 }, { numActiveRequests: 0, numActiveTokens: 0 }], maxNumActiveRequests: 8, requests: [{ id: 1, tokens: Uint32Array.of(1, 2, 3, 4, 9) }] });
+    expect([...(routeLog().input.requests[0]!.prefixMatches as Uint32Array)]).toEqual([0, 4]);
+    // Not live: its match comes from the gateway's own placements, and nothing says it is the engine's.
+    live = [false, false];
+    expect(state.engineMatch(1, Uint32Array.of(1, 2, 3, 4, 9), {})).toBeNull();
+    state.route({ rankStates: [{ numActiveRequests: 0, numActiveTokens: 0 }, { numActiveRequests: 0, numActiveTokens: 0 }], maxNumActiveRequests: 8, requests: [{ id: 2, tokens: Uint32Array.of(1, 2, 3, 4, 9) }] });
+    expect(routeLog().input.requests[0]!.prefixMatches).toBeUndefined();
+    state.update(1, { kind: "cleared", dpRank: 1 });
+    expect([...views.view(1)!.match([1, 2, 3, 4])]).toEqual([0, 0]);
+    expect(log.map((e) => e.op)).toEqual(["kv-events", "route", "route", "clear"]);
   });
 });

@@ -29,6 +29,13 @@ export interface EngineBehaviour {
   apiKey?: string;
   /** /health status. */
   healthStatus?: number;
+  /**
+   * TensorRT-LLM's `/kv_cache_events` (POST): the bodies queued here are served
+   * one per call, byte for byte, then `[]` (each call drains the engine's buffer).
+   */
+  kvCacheEvents?: string[];
+  /** `GET /metrics`: this text as vLLM's Prometheus page, or a status to fail with. */
+  loadMetrics?: string | number;
 }
 
 /** A running mock engine. */
@@ -70,6 +77,16 @@ export async function startMockEngine(name: string, behaviour: EngineBehaviour =
     }
     if (b.apiKey !== undefined && req.headers.authorization !== `Bearer ${b.apiKey}`) {
       res.writeHead(401, { "content-type": "application/json" }).end(JSON.stringify({ error: { message: "bad key", type: "invalid_request_error", param: null, code: "invalid_api_key" } }));
+      return;
+    }
+    if (path === "/metrics" && b.loadMetrics !== undefined) {
+      if (typeof b.loadMetrics === "number") res.writeHead(b.loadMetrics).end();
+      else res.writeHead(200, { "content-type": "text/plain; version=0.0.4" }).end(b.loadMetrics);
+      return;
+    }
+    if (path === "/kv_cache_events" && b.kvCacheEvents !== undefined) {
+      const next = b.kvCacheEvents.shift() ?? "[]";
+      res.writeHead(200, { "content-type": "application/json", "content-length": Buffer.byteLength(next) }).end(next);
       return;
     }
     if (path === "/v1/models") {

@@ -1,0 +1,293 @@
+// A model's chat template, rendered as the engines render it, so the gateway's
+// token ids for a chat request are the engine's. What TensorRT-LLM's OpenAI
+// server does (tensorrt_llm/serve/chat_utils.py, chat_tokenization.py; vLLM's
+// is the same up to the details named below):
+//
+// - each message becomes {role, content}: a string content as is, a list of
+//   parts as its non-empty text parts joined by "\n", null as ""; an
+//   assistant's tool calls are kept with their JSON-string arguments parsed to
+//   objects (an unparsable string is kept as the string), a tool message keeps
+//   its tool_call_id, an assistant's reasoning (or reasoning_content) is kept
+//   as reasoning_content; anything else (name, media) is dropped (vLLM keeps
+//   `name`);
+// - `tools` become the dumps of their pydantic models: {type, function: {name,
+//   description, parameters, strict}}, absent fields as null (vLLM's dump has
+//   no `strict` unless sent);
+// - transformers' apply_chat_template renders the template with messages,
+//   tools, documents, add_generation_prompt (default true), the tokenizer's
+//   special tokens (bos_token, eos_token, ... as text) and the request's
+//   chat_template_kwargs, in a Jinja environment with trim_blocks and
+//   lstrip_blocks (which @huggingface/jinja applies), raise_exception,
+//   strftime_now and a tojson that escapes nothing.
+//
+// Platform-neutral (no node: imports): it runs in browsers too.
+
+import { Environment, Interpreter, Template } from "@huggingface/jinja";
+import { TokenizerRequestError, type ChatMessage, type RequestFields } from "./tokenizer.js";
+
+/** The template's text and where it came from (for messages). */
+export interface ChatTemplateSource {
+  /** The default template (null: the model has none). */
+  readonly text: string | null;
+  /** The template for requests with tools, when the model names one `tool_use`. */
+  readonly toolUse: string | null;
+  /** The file it was read from. */
+  readonly file: string;
+}
+
+/** transformers' SPECIAL_TOKENS_ATTRIBUTES: the special tokens a template sees by name. */
+const SPECIAL_TOKEN_ATTRIBUTES = ["bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token", "additional_special_tokens"] as const;
+/** Template variables the request's chat_template_kwargs cannot replace (transformers passes them by name). */
+const RESERVED = new Set(["messages", "tools", "documents", "add_generation_prompt"]);
+
+/** A chat template that does not parse; names the file. */
+export class ChatTemplateSyntaxError extends Error {
+  /** Stable error code. */
+  readonly code = "ERR_ADP_CHAT_TEMPLATE";
+  constructor(
+    readonly file: string,
+    message: string,
+  ) {
+    super(`${file}: the chat template does not parse: ${message}`);
+    this.name = "ChatTemplateSyntaxError";
+  }
+}
+
+/**
+ * The template transformers would pick: chat_template.jinja (where newer
+ * models keep it), else tokenizer_config.json's `chat_template` (a string, or
+ * named templates: `default`, and `tool_use` for requests with tools), else
+ * chat_template.json's.
+ */
+export function chatTemplateSource(config: Readonly<Record<string, unknown>>, jinja: string | null, json: unknown): ChatTemplateSource {
+  if (jinja !== null) return { text: jinja, toolUse: null, file: "chat_template.jinja" };
+  const named = config.chat_template;
+  if (typeof named === "string") return { text: named, toolUse: null, file: "tokenizer_config.json" };
+  if (Array.isArray(named)) {
+    const byName = new Map<string, string>();
+    for (const t of named as unknown[]) {
+      const entry = t as { name?: unknown; template?: unknown } | null;
+      if (entry !== null && typeof entry === "object" && typeof entry.name === "string" && typeof entry.template === "string") byName.set(entry.name, entry.template);
+    }
+    return { text: byName.get("default") ?? null, toolUse: byName.get("tool_use") ?? null, file: "tokenizer_config.json" };
+  }
+  const fromJson = (json as { chat_template?: unknown } | null)?.chat_template;
+  if (typeof fromJson === "string") return { text: fromJson, toolUse: null, file: "chat_template.json" };
+  return { text: null, toolUse: null, file: "tokenizer_config.json" };
+}
+
+/** A special token as text: tokenizer_config.json writes a string or an AddedToken ({content, ...}). */
+function tokenText(v: unknown): string | null {
+  if (typeof v === "string") return v;
+  if (v !== null && typeof v === "object" && typeof (v as { content?: unknown }).content === "string") return (v as { content: string }).content;
+  return null;
+}
+
+/** transformers' special_tokens_map: each special token the config sets (non-empty), as text. */
+export function specialTokenVariables(config: Readonly<Record<string, unknown>>): Record<string, unknown> {
+  const out: Record<string, unknown> = {};
+  for (const name of SPECIAL_TOKEN_ATTRIBUTES) {
+    const v = config[name];
+    if (name === "additional_special_tokens") {
+      const list = Array.isArray(v) ? v.map(tokenText).filter((t): t is string => t !== null) : [];
+      if (list.length > 0) out[name] = list;
+    } else {
+      const text = tokenText(v);
+      if (text) out[name] = text;
+    }
+  }
+  return out;
+}
+
+/** An object (not null, not an array), or null. */
+function record(v: unknown): Record<string, unknown> | null {
+  return v !== null && typeof v === "object" && !Array.isArray(v) ? (v as Record<string, unknown>) : null;
+}
+
+/** A tool call's arguments as TensorRT-LLM normalises them (a JSON string parsed to an object). */
+function toolCallArguments(v: unknown, where: string): unknown {
+  if (v === undefined || v === null) return {};
+  if (typeof v !== "string") {
+    if (record(v) === null) throw new TokenizerRequestError(`${where}.function.arguments must be an object`);
+    return v;
+  }
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(v);
+  } catch {
+    return v; // kept as the string, as the engine keeps it
+  }
+  if (record(parsed) === null) throw new TokenizerRequestError(`${where}.function.arguments must be a JSON object.`);
+  return parsed;
+}
+
+/** The messages as the engine hands them to the template (see the file's header). */
+export function templateMessages(messages: readonly ChatMessage[]): Record<string, unknown>[] {
+  return messages.map((m, i) => {
+    const content = m.content;
+    let text: string;
+    if (content === null || content === undefined) text = "";
+    else if (typeof content === "string") text = content;
+    else if (Array.isArray(content)) {
+      const texts: string[] = [];
+      for (const part of content as unknown[]) {
+        const t = typeof part === "string" ? part : record(part)?.type === "text" ? record(part)!.text : null;
+        if (typeof t === "string" && t !== "") texts.push(t); // the engine skips empty parts
+      }
+      text = texts.join("\n");
+    } else throw new TokenizerRequestError(`messages[${i}].content must be a string, a list of parts or null`);
+    const out: Record<string, unknown> = { role: m.role, content: text };
+    const fields = m as unknown as Record<string, unknown>;
+    if (m.role === "assistant") {
+      const reasoning = fields.reasoning ?? fields.reasoning_content;
+      if (reasoning !== undefined && reasoning !== null) out.reasoning_content = reasoning;
+      const calls = fields.tool_calls;
+      if (calls !== undefined && calls !== null) {
+        if (!Array.isArray(calls)) throw new TokenizerRequestError(`messages[${i}].tool_calls must be a list`);
+        out.tool_calls = calls.map((call: unknown, j) => {
+          const where = `messages[${i}].tool_calls[${j}]`;
+          const c = record(call);
+          const f = record(c?.function);
+          if (c === null || f === null) throw new TokenizerRequestError(`${where}.function must be an object`);
+          return { ...c, function: { ...f, arguments: toolCallArguments(f.arguments, where) } };
+        });
+      }
+    } else if (m.role === "tool" && "tool_call_id" in fields) out.tool_call_id = fields.tool_call_id;
+    return out;
+  });
+}
+
+/** The request's tools as the engine dumps them for the template, or null. */
+export function templateTools(tools: unknown): Record<string, unknown>[] | null {
+  if (tools === undefined || tools === null) return null;
+  if (!Array.isArray(tools)) throw new TokenizerRequestError("tools must be a list");
+  return tools.map((tool: unknown, i) => {
+    const t = record(tool);
+    const f = record(t?.function);
+    if (t === null || f === null || typeof f.name !== "string") throw new TokenizerRequestError(`tools[${i}].function.name must be a string`);
+    return { type: t.type ?? "function", function: { name: f.name, description: f.description ?? null, parameters: f.parameters ?? null, strict: f.strict ?? null } };
+  });
+}
+
+/** A boolean field of the request, or `fallback` when absent or null. */
+export function flag(request: RequestFields | undefined, name: string, fallback: boolean): boolean {
+  const v = request?.[name];
+  if (v === undefined || v === null) return fallback;
+  if (typeof v !== "boolean") throw new TokenizerRequestError(`${name} must be a boolean`);
+  return v;
+}
+
+/** Python's range(): [start, stop) by step. */
+function range(start: number, stop?: number, step = 1): number[] {
+  if (stop === undefined) [start, stop] = [0, start];
+  if (step === 0) throw new Error("range() step must not be zero");
+  const out: number[] = [];
+  for (let i = start; step > 0 ? i < stop : i > stop; i += step) out.push(i);
+  return out;
+}
+
+/**
+ * transformers' strftime_now: the local date and time in a strftime format
+ * (the directives @huggingface/jinja knows: %Y %m %d %b %B %H %M %%). The
+ * clock reaches only templates that print today's date (Llama 3's), as it
+ * does in the engine; no routing decision reads it otherwise.
+ */
+function strftimeNow(format: string): string {
+  const now = new Date();
+  const pad = (n: number) => String(n).padStart(2, "0");
+  return format.replace(/%[YmdbBHM%]/g, (d) => {
+    switch (d) {
+      case "%Y":
+        return String(now.getFullYear());
+      case "%m":
+        return pad(now.getMonth() + 1);
+      case "%d":
+        return pad(now.getDate());
+      case "%b":
+        return new Intl.DateTimeFormat(undefined, { month: "short" }).format(now);
+      case "%B":
+        return new Intl.DateTimeFormat(undefined, { month: "long" }).format(now);
+      case "%H":
+        return pad(now.getHours());
+      case "%M":
+        return pad(now.getMinutes());
+      default:
+        return "%";
+    }
+  });
+}
+
+/**
+ * The template's globals, as @huggingface/jinja's Template.render sets them,
+ * but with a raise_exception of ours: the template's own refusal must be told
+ * apart from a failure to render (Template.render's cannot be replaced).
+ */
+function globals(env: Environment): void {
+  for (const [name, value] of [["false", false], ["true", true], ["none", null], ["False", false], ["True", true], ["None", null]] as const) env.set(name, value);
+  env.set("range", range);
+  env.set("strftime_now", strftimeNow);
+  env.set("raise_exception", (message: unknown) => {
+    throw new TokenizerRequestError(String(message));
+  });
+}
+
+/** A model's chat template, compiled once, rendered per request. */
+export class ChatTemplate {
+  /** The default template, or null when the model has none. */
+  readonly #default: Template | null;
+  /** The `tool_use` template, when the model names one. */
+  readonly #toolUse: Template | null;
+  /** The special tokens as template variables. */
+  readonly #specials: Record<string, unknown>;
+
+  /** Compiles `source`'s templates; throws ChatTemplateSyntaxError naming its file. */
+  constructor(source: ChatTemplateSource, config: Readonly<Record<string, unknown>>) {
+    const compile = (text: string | null) => {
+      if (text === null) return null;
+      try {
+        return new Template(text);
+      } catch (error) {
+        throw new ChatTemplateSyntaxError(source.file, (error as Error).message);
+      }
+    };
+    this.#default = compile(source.text);
+    this.#toolUse = compile(source.toolUse);
+    this.#specials = specialTokenVariables(config);
+  }
+
+  /** Whether the model has a chat template at all. */
+  get present(): boolean {
+    return this.#default !== null || this.#toolUse !== null;
+  }
+
+  /**
+   * The prompt text of a chat request. Throws TokenizerRequestError when the
+   * template refuses the request (its raise_exception message), cannot render
+   * it, or a field has the wrong shape.
+   */
+  render(messages: readonly ChatMessage[], request: RequestFields | undefined): string {
+    const tools = templateTools(request?.tools);
+    const template = tools !== null && this.#toolUse !== null ? this.#toolUse : (this.#default ?? this.#toolUse);
+    if (template === null) throw new TokenizerRequestError("the model has no chat template (tokenizer_config.json, chat_template.jinja or chat_template.json)");
+    const kwargs = request?.chat_template_kwargs;
+    if (kwargs !== undefined && kwargs !== null && record(kwargs) === null) throw new TokenizerRequestError("chat_template_kwargs must be an object");
+    const documents = request?.documents ?? null;
+    if (documents !== null && !Array.isArray(documents)) throw new TokenizerRequestError("documents must be a list");
+    const variables: Record<string, unknown> = { ...this.#specials };
+    for (const [k, v] of Object.entries(record(kwargs) ?? {})) if (!RESERVED.has(k)) variables[k] = v;
+    variables.messages = templateMessages(messages);
+    variables.tools = tools;
+    variables.documents = documents;
+    variables.add_generation_prompt = flag(request, "add_generation_prompt", true);
+    try {
+      const env = new Environment();
+      globals(env);
+      for (const [k, v] of Object.entries(variables)) if (env.variables.has(k)) env.setVariable(k, new Environment().set(k, v)); else env.set(k, v);
+      return new Interpreter(env).run(template.parsed).value as string;
+    } catch (error) {
+      // The template's own refusal reaches the client word for word, as the engine's does.
+      if (error instanceof TokenizerRequestError) throw error;
+      throw new TokenizerRequestError(`the chat template cannot render this request: ${(error as Error).message}`);
+    }
+  }
+}

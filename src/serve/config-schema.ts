@@ -1,0 +1,97 @@
+// The JSON Schema of the gateway's YAML file (shipped as
+// adp-router/gateway.schema.json), beside the checks in config.ts that it
+// describes: editors and CI validate a file with it before a gateway starts.
+
+import { LEVELS, POLICY_CONFIGS } from "./config.js";
+import { engineLoadSchema, kvEventsSchema } from "./events-config.js";
+import { tokenizerSchema } from "./tokenizer-config.js";
+
+/** JSON Schema (draft 2020-12) of the gateway's YAML file, `attention_dp_config` referenced from the library's schema. */
+export const gatewayConfigSchema = Object.freeze({
+  $schema: "https://json-schema.org/draft/2020-12/schema",
+  title: "adp-router serve configuration",
+  type: "object",
+  additionalProperties: false,
+  required: ["upstreams"],
+  properties: {
+    listen: { type: "object", additionalProperties: false, properties: { host: { type: "string", default: "127.0.0.1" }, port: { type: "integer", minimum: 0, maximum: 65535, default: 8000 } } },
+    upstreams: {
+      type: "array",
+      minItems: 1,
+      items: {
+        oneOf: [
+          { type: "string", pattern: "^https?://" },
+          {
+            type: "object",
+            additionalProperties: false,
+            required: ["url"],
+            properties: {
+              url: { type: "string", pattern: "^https?://" },
+              name: { type: "string" },
+              api_key: { type: "string" },
+              api_key_env: { type: "string", pattern: "^[A-Za-z_][A-Za-z0-9_]*$" },
+              drain: { type: "boolean", default: false, description: "Stays a rank, takes no new requests (finishes those it has)." },
+              kv_events: kvEventsSchema,
+              load: engineLoadSchema,
+            },
+          },
+        ],
+      },
+    },
+    policy: { enum: Object.keys(POLICY_CONFIGS), default: "kv_cache_aware" },
+    attention_dp_config: { $ref: "config.schema.json", description: "TensorRT-LLM's attention_dp_config, as in extra_llm_api_options.yaml" },
+    limits: {
+      type: "object",
+      additionalProperties: false,
+      properties: {
+        max_body_bytes: { type: "integer", minimum: 1024, default: 4194304 },
+        max_in_flight_per_upstream: { type: "integer", minimum: 1, default: 256 },
+        queue_size: { type: "integer", minimum: 0, default: 1024 },
+        queue_timeout_ms: { type: "integer", minimum: 0, default: 10000 },
+      },
+    },
+    timeouts: {
+      type: "object",
+      additionalProperties: false,
+      properties: {
+        request_ms: { type: "integer", minimum: 100, default: 60000 },
+        connect_ms: { type: "integer", minimum: 1, default: 5000 },
+        first_byte_ms: { type: "integer", minimum: 1, default: 300000 },
+        idle_ms: { type: "integer", minimum: 1, default: 300000 },
+      },
+    },
+    health: {
+      type: "object",
+      additionalProperties: false,
+      properties: {
+        path: { type: "string", pattern: "^/", default: "/health" },
+        interval_ms: { type: "integer", minimum: 100, default: 5000 },
+        timeout_ms: { type: "integer", minimum: 10, default: 2000 },
+        unhealthy_threshold: { type: "integer", minimum: 1, default: 3 },
+        healthy_threshold: { type: "integer", minimum: 1, default: 2 },
+      },
+    },
+    auth: {
+      type: "object",
+      additionalProperties: false,
+      properties: {
+        api_keys: { type: "array", items: { type: "string", minLength: 8 } },
+        api_keys_env: { type: "string" },
+        admin_api_key_env: { type: "string", description: "Environment variable holding the admin endpoints' key; without it they are off." },
+        protect_metrics: { type: "boolean", default: false },
+        protect_health: { type: "boolean", default: false },
+      },
+    },
+    logging: { type: "object", additionalProperties: false, properties: { level: { enum: [...LEVELS], default: "info" } } },
+    tokenizer: tokenizerSchema,
+    routing: {
+      type: "object",
+      additionalProperties: false,
+      properties: {
+        tokens_per_block: { type: "integer", minimum: 1, default: 128, description: "Default 128 (bytes) with the byte tokenizer, 32 with tokenizer kind huggingface." },
+        index_bytes: { type: "integer", minimum: 1048576, default: 67108864 },
+        lora_adapters: { type: "object", additionalProperties: { type: "integer", minimum: 0 }, description: "LoRA task id by model name: such requests route in the adapter's cache namespace." },
+      },
+    },
+  },
+});

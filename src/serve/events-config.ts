@@ -1,0 +1,181 @@
+// What an upstream's engine tells the gateway about itself, checked like the
+// rest of the gateway's configuration: `kv_events:`, where it publishes its
+// KV-cache events (kv-events reference §1–2), and `load:`, where its load is
+// scraped (§3). Two event transports:
+//
+//   kv_events: { kind: zmq, endpoint: "tcp://engine:5557", replay_endpoint: "tcp://engine:5558", dp_ranks: 2 }
+//   kv_events: { kind: http, path: /kv_cache_events, interval_ms: 200 }
+//
+// ZeroMQ endpoints are DP rank 0's; rank r publishes (and replays) at the port
+// plus r, as both engines offset them.
+
+import { describeValue, excerpt } from "../errors.js";
+
+/** Where one upstream's engine publishes its KV-cache events. */
+export type KvEventsConfig =
+  /** A ZeroMQ PUB stream per DP rank (TensorRT-LLM's and vLLM's msgpack events). */
+  | {
+      readonly kind: "zmq";
+      /** DP rank 0's PUB endpoint (`tcp://HOST:PORT`, or `ipc://PATH` for one rank). */
+      readonly endpoint: string;
+      /** DP rank 0's replay (ROUTER) endpoint, or null: a gap then cannot be filled. */
+      readonly replayEndpoint: string | null;
+      /** Whether the gateway binds the endpoint (an engine configured to connect, as vLLM does without `*`). */
+      readonly bind: boolean;
+      /** The topic subscribed to (a prefix; empty: all). */
+      readonly topic: string;
+      readonly dpRanks: number;
+      readonly staleAfterMs: number;
+      /** How long a replay may take before the gap counts as unfilled. */
+      readonly replayTimeoutMs: number;
+    }
+  /** TensorRT-LLM's `/kv_cache_events`, polled (each call drains the engine's buffer). */
+  | {
+      readonly kind: "http";
+      readonly path: string;
+      readonly intervalMs: number;
+      readonly dpRanks: number;
+      readonly staleAfterMs: number;
+    };
+
+/** Where an upstream's engine load is scraped, and how old a report may be. */
+export interface EngineLoadConfig {
+  /** The metrics format: vLLM's Prometheus text or trtllm-serve's iteration statistics. */
+  readonly kind: "vllm" | "trtllm";
+  readonly path: string;
+  readonly intervalMs: number;
+  /** A report older than this excludes the upstream from routing until it reports again (TensorRT-LLM's `load_suspend_s`). */
+  readonly maxAgeMs: number;
+  /** vLLM: only this model's series (its `model_name` label), or null for all. */
+  readonly model: string | null;
+}
+
+/** Reads an upstream's `load` setting (null when absent). */
+export function readEngineLoad(r: SettingReader, value: unknown, path: (string | number)[]): EngineLoadConfig | null {
+  if (value === undefined || value === null) return null;
+  const s = r.section(value, path, ["kind", "path", "interval_ms", "max_age_ms", "model"]);
+  const kind = r.str(s.kind, [...path, "kind"], "");
+  if (kind !== "vllm" && kind !== "trtllm") {
+    r.fail([...path, "kind"], `must be vllm (Prometheus /metrics) or trtllm (trtllm-serve's /metrics statistics), got ${describeValue(s.kind)}`);
+    return null;
+  }
+  const p = r.str(s.path, [...path, "path"], "/metrics");
+  if (!p.startsWith("/")) r.fail([...path, "path"], "must start with /");
+  const intervalMs = r.int(s.interval_ms, [...path, "interval_ms"], 50, 600_000, 1_000);
+  const maxAgeMs = r.int(s.max_age_ms, [...path, "max_age_ms"], 100, 3_600_000, 3_000);
+  if (maxAgeMs <= intervalMs) r.fail([...path, "max_age_ms"], `must be longer than interval_ms (${intervalMs}), or every report would be old before the next`);
+  const model = s.model === undefined || s.model === null ? null : r.str(s.model, [...path, "model"], "") || null;
+  return { kind, path: p, intervalMs, maxAgeMs, model };
+}
+
+/** JSON Schema of `load`. */
+export const engineLoadSchema = Object.freeze({
+  type: "object",
+  additionalProperties: false,
+  required: ["kind"],
+  description: "Scrape the engine's load on an interval and add it to the gateway's own counts; an upstream whose last report is older than max_age_ms takes no requests until it reports again (its cache view is kept).",
+  properties: {
+    kind: { enum: ["vllm", "trtllm"] },
+    path: { type: "string", default: "/metrics" },
+    interval_ms: { type: "integer", minimum: 50, default: 1000 },
+    max_age_ms: { type: "integer", minimum: 100, default: 3000 },
+    model: { type: "string", description: "vLLM: read only this model_name's series." },
+  },
+});
+
+/** The keys `kv_events` accepts. */
+export const KV_EVENTS_KEYS = ["kind", "endpoint", "replay_endpoint", "bind", "topic", "dp_ranks", "stale_after_ms", "replay_timeout_ms", "path", "interval_ms"] as const;
+
+/** What reading one setting needs from the configuration's reader (src/serve/config.ts). */
+export interface SettingReader {
+  fail(path: readonly (string | number)[], message: string): void;
+  section(v: unknown, path: (string | number)[], keys: readonly string[]): Record<string, unknown>;
+  int(v: unknown, path: (string | number)[], min: number, max: number, fallback: number): number;
+  bool(v: unknown, path: (string | number)[], fallback: boolean): boolean;
+  str(v: unknown, path: (string | number)[], fallback: string): string;
+}
+
+/** A ZeroMQ endpoint checked (`tcp://HOST:PORT` with room for `dpRanks` ports, or `ipc://PATH`); a reason when it is not one. */
+export function checkZmqEndpoint(text: string, dpRanks: number, bind: boolean): string | null {
+  if (text.startsWith("ipc://")) return text.length > 6 ? (dpRanks === 1 ? null : "an ipc:// endpoint serves one DP rank (use tcp:// with dp_ranks > 1)") : "ipc:// needs a path";
+  const m = /^tcp:\/\/(\*|\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9.-]+):(\d{1,5})$/.exec(text);
+  if (m === null) return `must be tcp://HOST:PORT or ipc://PATH, got ${describeValue(excerpt(text, 80))}`;
+  if (m[1] === "*" && !bind) return "names every interface (*), which only a bound socket can: set bind: true, or name the engine's host";
+  const port = Number(m[2]);
+  if (port < 1 || port + dpRanks - 1 > 65535) return `port ${port} leaves no room for ${dpRanks} DP rank${dpRanks === 1 ? "" : "s"} (rank r uses port + r)`;
+  return null;
+}
+
+/** Reads an upstream's `kv_events` setting (null when absent). */
+export function readKvEvents(r: SettingReader, value: unknown, path: (string | number)[]): KvEventsConfig | null {
+  if (value === undefined || value === null) return null;
+  const s = r.section(value, path, KV_EVENTS_KEYS);
+  const kind = r.str(s.kind, [...path, "kind"], "");
+  const dpRanks = r.int(s.dp_ranks, [...path, "dp_ranks"], 1, 1024, 1);
+  const staleAfterMs = r.int(s.stale_after_ms, [...path, "stale_after_ms"], 100, 3_600_000, 10_000);
+  const only = (keys: readonly string[]) => {
+    for (const k of Object.keys(s)) if (!keys.includes(k)) r.fail([...path, k], `is not a setting of kind ${kind} (expected ${keys.join(", ")})`);
+  };
+  if (kind === "zmq") {
+    only(["kind", "endpoint", "replay_endpoint", "bind", "topic", "dp_ranks", "stale_after_ms", "replay_timeout_ms"]);
+    const bind = r.bool(s.bind, [...path, "bind"], false);
+    const endpoint = r.str(s.endpoint, [...path, "endpoint"], "");
+    if (s.endpoint === undefined) r.fail([...path, "endpoint"], "is required (the engine's PUB endpoint, e.g. tcp://engine:5557)");
+    else if (endpoint) {
+      const why = checkZmqEndpoint(endpoint, dpRanks, bind);
+      if (why !== null) r.fail([...path, "endpoint"], why);
+    }
+    let replayEndpoint: string | null = null;
+    if (s.replay_endpoint !== undefined && s.replay_endpoint !== null) {
+      replayEndpoint = r.str(s.replay_endpoint, [...path, "replay_endpoint"], "") || null;
+      const why = replayEndpoint === null ? null : checkZmqEndpoint(replayEndpoint, dpRanks, false);
+      if (why !== null) r.fail([...path, "replay_endpoint"], why);
+    }
+    const topic = s.topic === undefined || s.topic === null ? "" : typeof s.topic === "string" ? s.topic : (r.fail([...path, "topic"], `must be a string, got ${describeValue(s.topic)}`), "");
+    const replayTimeoutMs = r.int(s.replay_timeout_ms, [...path, "replay_timeout_ms"], 10, 600_000, 2_000);
+    return { kind, endpoint, replayEndpoint, bind, topic, dpRanks, staleAfterMs, replayTimeoutMs };
+  }
+  if (kind === "http") {
+    only(["kind", "path", "interval_ms", "dp_ranks", "stale_after_ms"]);
+    const p = r.str(s.path, [...path, "path"], "/kv_cache_events");
+    if (!p.startsWith("/")) r.fail([...path, "path"], "must start with /");
+    const intervalMs = r.int(s.interval_ms, [...path, "interval_ms"], 10, 600_000, 200);
+    return { kind, path: p, intervalMs, dpRanks, staleAfterMs };
+  }
+  r.fail([...path, "kind"], `must be zmq (an engine's ZeroMQ stream) or http (TensorRT-LLM's /kv_cache_events), got ${describeValue(s.kind)}`);
+  return null;
+}
+
+/** JSON Schema of `kv_events`. */
+export const kvEventsSchema = Object.freeze({
+  description: "Where this upstream's engine publishes its KV-cache events (TensorRT-LLM or vLLM). Routing then matches prompts against the engine's own blocks while the stream is live.",
+  oneOf: [
+    {
+      type: "object",
+      additionalProperties: false,
+      required: ["kind", "endpoint"],
+      properties: {
+        kind: { const: "zmq" },
+        endpoint: { type: "string", description: "DP rank 0's PUB endpoint, tcp://HOST:PORT (rank r at PORT + r) or ipc://PATH." },
+        replay_endpoint: { type: "string", description: "DP rank 0's replay (ROUTER) endpoint; without it a sequence gap cannot be filled." },
+        bind: { type: "boolean", default: false, description: "Bind the endpoint instead of connecting (an engine that connects to its consumer)." },
+        topic: { type: "string", default: "" },
+        dp_ranks: { type: "integer", minimum: 1, maximum: 1024, default: 1 },
+        stale_after_ms: { type: "integer", minimum: 100, default: 10000, description: "Silence while requests were routed here after which the picture is stale." },
+        replay_timeout_ms: { type: "integer", minimum: 10, default: 2000 },
+      },
+    },
+    {
+      type: "object",
+      additionalProperties: false,
+      required: ["kind"],
+      properties: {
+        kind: { const: "http" },
+        path: { type: "string", default: "/kv_cache_events" },
+        interval_ms: { type: "integer", minimum: 10, default: 200 },
+        dp_ranks: { type: "integer", minimum: 1, maximum: 1024, default: 1 },
+        stale_after_ms: { type: "integer", minimum: 100, default: 10000 },
+      },
+    },
+  ],
+});

@@ -1,0 +1,223 @@
+// TensorRT-LLM's `/kv_cache_events` (kv-events reference §1), polled: each POST
+// drains the engine's event buffer and returns a JSON list of events
+// `{event_id, data, window_size, attention_dp_rank?}`. Each attention-DP rank
+// numbers its events in its own sequence (its own KV-cache manager), so a jump
+// in a rank's event ids means the engine's buffer overflowed between polls and
+// dropped events: HTTP has no replay, so that rank's view goes on from there,
+// reported `gapped` for `stale_after_ms` (see zmq-events.ts for why it is not
+// emptied). Ids that start over mean the engine restarted: its view is emptied. A poll that fails leaves the
+// stream to go stale; a body that is not a JSON list is counted and skipped.
+
+import type { Pool } from "undici";
+import { EventFreshness, worstStatus, zeroCounters, type FeedStatus } from "./event-freshness.js";
+import type { KvEventsConfig } from "./events-config.js";
+import type { IndexUpdate, IndexUpdateSource } from "./routing-state.js";
+
+/** Largest response body read from an engine. */
+const MAX_BODY_BYTES = 64 << 20;
+
+/** What the source needs of its upstream. */
+export interface PolledEngine {
+  /** The upstream's connection pool. */
+  readonly pool: Pool;
+  /** The upstream URL's path, which `path` is joined to. */
+  readonly basePath: string;
+  /** The upstream's API key now (a reload may change it), or null. */
+  apiKey(): string | null;
+}
+
+/** Options of {@link TrtllmHttpEventSource}. */
+export interface HttpEventSourceOptions {
+  /** The clock (ms); injectable for tests. */
+  readonly now?: () => number;
+  /** Called with what went wrong or changed, for logs. */
+  readonly onNotice?: (notice: { readonly rank: number; readonly what: string; readonly detail?: string }) => void;
+}
+
+/**
+ * JSON.parse, but integers too long for a double's exact range (uint64 block
+ * hashes) come back as decimal strings, which the index takes as hashes with
+ * every bit: `JSON.parse` alone would round 17293822569102704641 and merge
+ * distinct blocks. Node 20's JSON.parse has no access to a number's source.
+ */
+export function parseJsonKeepingIntegers(text: string): unknown {
+  let out = "";
+  let from = 0;
+  let inString = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (inString) {
+      if (c === 0x5c) i++; // a backslash escapes the next character
+      else if (c === 0x22) inString = false;
+      continue;
+    }
+    if (c === 0x22) {
+      inString = true;
+      continue;
+    }
+    if (c !== 0x2d && (c < 0x30 || c > 0x39)) continue;
+    let j = i + 1;
+    while (j < text.length && /[0-9.eE+-]/.test(text[j]!)) j++;
+    const token = text.slice(i, j);
+    // 15 digits are exact in a double whatever they are; longer integers are kept as text.
+    if (/^-?\d{16,}$/.test(token)) {
+      out += `${text.slice(from, i)}"${token}"`;
+      from = j;
+    }
+    i = j - 1;
+  }
+  return JSON.parse(from === 0 ? text : out + text.slice(from));
+}
+
+/** The DP rank an event names, or null (the index's parser decides what to do with it). */
+function rankOf(e: unknown, dpRanks: number): number | null {
+  if (typeof e !== "object" || e === null) return null;
+  const r = (e as Record<string, unknown>).attention_dp_rank;
+  if (r === undefined || r === null) return dpRanks === 1 ? 0 : null;
+  return typeof r === "number" && Number.isInteger(r) && r >= 0 && r < dpRanks ? r : null;
+}
+
+/** An event's id, or null. */
+function idOf(e: unknown): bigint | null {
+  const id = (e as Record<string, unknown>).event_id;
+  return typeof id === "number" && Number.isSafeInteger(id) && id >= 0 ? BigInt(id) : null;
+}
+
+/** An upstream's KV events from TensorRT-LLM's `/kv_cache_events`, polled. */
+export class TrtllmHttpEventSource implements IndexUpdateSource {
+  readonly kind = "http";
+  readonly counters = zeroCounters();
+  readonly #config: Extract<KvEventsConfig, { kind: "http" }>;
+  readonly #engine: PolledEngine;
+  readonly #ranks: EventFreshness[];
+  readonly #onNotice: NonNullable<HttpEventSourceOptions["onNotice"]>;
+  #timer: NodeJS.Timeout | null = null;
+  #polling: Promise<void> | null = null;
+  #closed = false;
+  /** Aborts the poll in flight on close. */
+  readonly #abort = new AbortController();
+
+  constructor(config: Extract<KvEventsConfig, { kind: "http" }>, engine: PolledEngine, options: HttpEventSourceOptions = {}) {
+    this.#config = config;
+    this.#engine = engine;
+    this.#onNotice = options.onNotice ?? (() => {});
+    const now = options.now ?? Date.now;
+    this.#ranks = Array.from({ length: config.dpRanks }, () => new EventFreshness({ staleAfterMs: config.staleAfterMs, now }));
+  }
+
+  /** The worst of its DP ranks' statuses. */
+  get status(): FeedStatus {
+    return worstStatus(this.#ranks.map((f) => f.status));
+  }
+
+  /** Each DP rank's status. */
+  get rankStatuses(): FeedStatus[] {
+    return this.#ranks.map((f) => f.status);
+  }
+
+  routed(): void {
+    for (const f of this.#ranks) f.routed();
+  }
+
+  start(emit: (update: IndexUpdate) => void): void {
+    const tick = () => {
+      this.#polling = this.poll(emit).finally(() => {
+        this.#polling = null;
+        if (!this.#closed) {
+          this.#timer = setTimeout(tick, this.#config.intervalMs);
+          this.#timer.unref();
+        }
+      });
+    };
+    tick();
+  }
+
+  async close(): Promise<void> {
+    this.#closed = true;
+    if (this.#timer !== null) clearTimeout(this.#timer);
+    this.#abort.abort();
+    await this.#polling;
+  }
+
+  /** One poll: drains the engine's buffer and emits its events per DP rank, in order. */
+  async poll(emit: (update: IndexUpdate) => void): Promise<void> {
+    let list: unknown;
+    try {
+      const key = this.#engine.apiKey();
+      const response = await this.#engine.pool.request({
+        path: `${this.#engine.basePath}${this.#config.path}`,
+        method: "POST",
+        headers: key === null ? {} : { authorization: `Bearer ${key}` },
+        signal: AbortSignal.any([this.#abort.signal, AbortSignal.timeout(Math.max(this.#config.staleAfterMs, 1_000))]),
+      });
+      const declared = Number(response.headers["content-length"] ?? 0);
+      if (response.statusCode >= 400 || declared > MAX_BODY_BYTES) {
+        await response.body.dump();
+        this.#onNotice({ rank: -1, what: "poll failed", detail: response.statusCode >= 400 ? `HTTP ${response.statusCode}` : "body too large" });
+        return;
+      }
+      let text = "";
+      let size = 0;
+      for await (const chunk of response.body) {
+        size += (chunk as Buffer).length;
+        if (size > MAX_BODY_BYTES) throw Object.assign(new Error("body too large"), { code: "TOO_LARGE" });
+        text += (chunk as Buffer).toString("utf8");
+      }
+      try {
+        list = parseJsonKeepingIntegers(text);
+      } catch {
+        list = undefined;
+      }
+    } catch (error) {
+      if (!this.#closed) this.#onNotice({ rank: -1, what: "poll failed", detail: (error as { code?: string }).code ?? (error as Error).message });
+      return;
+    }
+    if (this.#closed) return;
+    if (!Array.isArray(list)) {
+      this.counters.unparseable++;
+      this.#onNotice({ rank: -1, what: "batch skipped", detail: "not a JSON list of events" });
+      return;
+    }
+    for (const f of this.#ranks) f.heard();
+    this.counters.batches++;
+    this.#emitByRank(list, emit);
+  }
+
+  /** Emits a poll's events per DP rank, checking each rank's event ids. */
+  #emitByRank(list: unknown[], emit: (update: IndexUpdate) => void): void {
+    const pending: unknown[][] = this.#ranks.map(() => []);
+    const unranked: unknown[] = [];
+    const flush = (rank: number) => {
+      if (pending[rank]!.length > 0) emit({ kind: "kv-events", events: pending[rank]!, dpRank: rank });
+      pending[rank] = [];
+    };
+    for (const e of list) {
+      const rank = rankOf(e, this.#ranks.length);
+      const id = rank === null ? null : idOf(e);
+      if (rank === null || id === null) {
+        unranked.push(e); // the index's parser counts what it cannot place
+        continue;
+      }
+      const f = this.#ranks[rank]!;
+      const step = f.batch(id);
+      if (step === "old") {
+        this.counters.duplicates++;
+        continue;
+      }
+      if (step === "gap") {
+        this.counters.gaps++;
+        this.counters.unfilled++;
+        this.#onNotice({ rank, what: "events dropped by the engine; stream gapped while its view goes on", detail: `event ids ${f.expected}..${id - 1n} lost` });
+        f.unfilled(id);
+      } else if (step === "restart") {
+        this.counters.restarts++;
+        this.#onNotice({ rank, what: "engine restarted; view emptied", detail: `event id ${id}` });
+        flush(rank);
+        emit({ kind: "cleared", dpRank: rank });
+      }
+      pending[rank]!.push(e);
+    }
+    for (let r = 0; r < pending.length; r++) flush(r);
+    if (unranked.length > 0) emit({ kind: "kv-events", events: unranked });
+  }
+}

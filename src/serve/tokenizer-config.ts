@@ -1,0 +1,140 @@
+// The gateway's `tokenizer:` setting and what it builds: how prompts become
+// the token ids the gateway routes by.
+//
+//   tokenizer: { kind: bytes }                          # the default: UTF-8 bytes of a canonical rendering
+//   tokenizer: { kind: huggingface, path: /models/Qwen2.5-7B-Instruct }
+//
+// `huggingface` loads the engine's own tokenizer from a local folder (never
+// the network): tokenizer.json and tokenizer_config.json, and
+// chat_template.jinja or chat_template.json where the model keeps its chat
+// template there. `--tokenizer DIR` on the command line is the same as
+// `{kind: huggingface, path: DIR}`. A relative path is taken from the
+// current directory, as --config is.
+
+import { existsSync, readFileSync, statSync } from "node:fs";
+import path from "node:path";
+import { describeValue } from "../errors.js";
+import { ChatTemplateSyntaxError } from "./chat-template.js";
+import { HuggingFaceTokenizer, TokenizerFilesError } from "./hf-tokenizer.js";
+import { Utf8ByteTokenizer, type Tokenizer } from "./tokenizer.js";
+
+/** How the gateway tokenizes prompts. */
+export type TokenizerSettings =
+  /** UTF-8 bytes of a canonical rendering (src/serve/tokenizer.ts). */
+  | { readonly kind: "bytes" }
+  /** The engine's tokenizer, from a local folder of its Hugging Face files. */
+  | { readonly kind: "huggingface"; readonly path: string };
+
+/** Tokenizer kinds. */
+const KINDS = ["bytes", "huggingface"] as const;
+
+/**
+ * Tokens per block of the prefix index by default with an engine's tokenizer:
+ * its own KV-cache block (TensorRT-LLM's tokens_per_block and vLLM's
+ * block_size default to 32 and 16; 32 is the engine this gateway mirrors).
+ * The byte tokenizer's default is 128 bytes, about one such block (config.ts).
+ */
+export const ENGINE_TOKENS_PER_BLOCK = 32;
+
+/** What reading the setting needs from the configuration's reader (src/serve/config.ts). */
+export interface TokenizerSettingReader {
+  fail(path: readonly (string | number)[], message: string, where?: string | null): void;
+  section(v: unknown, path: (string | number)[], keys: readonly string[]): Record<string, unknown>;
+  str(v: unknown, path: (string | number)[], fallback: string): string;
+}
+
+/** Reads the `tokenizer:` setting, `--tokenizer DIR` (`flag`) over it; problems go to `r`. */
+export function readTokenizerSettings(r: TokenizerSettingReader, value: unknown, flag: string | undefined): TokenizerSettings {
+  if (flag !== undefined) {
+    if (flag.trim() === "") r.fail(["tokenizer"], "must name a folder holding tokenizer.json and tokenizer_config.json", "--tokenizer");
+    return { kind: "huggingface", path: flag };
+  }
+  if (value === undefined || value === null) return { kind: "bytes" };
+  const s = r.section(value, ["tokenizer"], ["kind", "path"]);
+  const kind = r.str(s.kind, ["tokenizer", "kind"], "bytes");
+  if (!(KINDS as readonly string[]).includes(kind)) {
+    r.fail(["tokenizer", "kind"], `must be one of ${KINDS.join(", ")}, got ${describeValue(kind)}`);
+    return { kind: "bytes" };
+  }
+  if (kind === "bytes") {
+    if (s.path !== undefined) r.fail(["tokenizer", "path"], "is a setting of kind huggingface only");
+    return { kind: "bytes" };
+  }
+  const dir = r.str(s.path, ["tokenizer", "path"], "");
+  if (s.path === undefined) r.fail(["tokenizer", "path"], "is required: the folder holding the model's tokenizer.json and tokenizer_config.json");
+  return { kind: "huggingface", path: dir };
+}
+
+/** JSON Schema of the `tokenizer:` setting (in the gateway's schema, config.ts). */
+export const tokenizerSchema = Object.freeze({
+  type: "object",
+  additionalProperties: false,
+  description: "How prompts become the token ids routing uses: UTF-8 bytes (default), or the engine's Hugging Face tokenizer from a local folder.",
+  properties: {
+    kind: { enum: [...KINDS], default: "bytes" },
+    path: { type: "string", minLength: 1, description: "kind huggingface: the folder holding tokenizer.json and tokenizer_config.json (and chat_template.jinja or chat_template.json, if the model has them)." },
+  },
+  if: { properties: { kind: { const: "huggingface" } }, required: ["kind"] },
+  then: { required: ["path"] },
+});
+
+/** A tokenizer that cannot be built from its settings: one message naming the file at fault. */
+export class TokenizerLoadError extends Error {
+  /** Stable error code. */
+  readonly code = "ERR_ADP_TOKENIZER_LOAD";
+  constructor(message: string) {
+    super(message);
+    this.name = "TokenizerLoadError";
+  }
+}
+
+/** A file of `dir` read as text, or null when it is not there; throws TokenizerLoadError when it cannot be read. */
+function readText(dir: string, name: string, required: boolean): string | null {
+  const file = path.join(dir, name);
+  if (!existsSync(file)) {
+    if (required) throw new TokenizerLoadError(`${file}: no such file (the tokenizer folder must hold tokenizer.json and tokenizer_config.json)`);
+    return null;
+  }
+  try {
+    return readFileSync(file, "utf8");
+  } catch (error) {
+    throw new TokenizerLoadError(`${file}: cannot be read: ${(error as Error).message}`);
+  }
+}
+
+/** `text` parsed as JSON, or TokenizerLoadError naming the file. */
+function parseJson(dir: string, name: string, text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch (error) {
+    throw new TokenizerLoadError(`${path.join(dir, name)}: not valid JSON: ${(error as Error).message}`);
+  }
+}
+
+/** The Hugging Face tokenizer in folder `dir`; throws TokenizerLoadError with one clear message. */
+export function loadHuggingFaceTokenizer(dir: string): HuggingFaceTokenizer {
+  let stat;
+  try {
+    stat = statSync(dir);
+  } catch {
+    throw new TokenizerLoadError(`${dir}: no such folder (tokenizer.path or --tokenizer must name the folder holding the model's tokenizer.json and tokenizer_config.json)`);
+  }
+  if (!stat.isDirectory()) throw new TokenizerLoadError(`${dir}: not a folder (tokenizer.path or --tokenizer names the folder holding tokenizer.json, not the file)`);
+  const tokenizer = parseJson(dir, "tokenizer.json", readText(dir, "tokenizer.json", true)!);
+  const config = parseJson(dir, "tokenizer_config.json", readText(dir, "tokenizer_config.json", true)!);
+  const jinja = readText(dir, "chat_template.jinja", false);
+  const jsonText = readText(dir, "chat_template.json", false);
+  const chatTemplateJson = jsonText === null ? null : parseJson(dir, "chat_template.json", jsonText);
+  try {
+    return new HuggingFaceTokenizer({ tokenizer, config, chatTemplateJinja: jinja, chatTemplateJson }, { name: `huggingface:${path.basename(path.resolve(dir))}` });
+  } catch (error) {
+    // The files' own errors name the file; say which folder it is in.
+    if (error instanceof TokenizerFilesError || error instanceof ChatTemplateSyntaxError) throw new TokenizerLoadError(path.join(dir, error.file) + error.message.slice(error.file.length));
+    throw new TokenizerLoadError(`${dir}: the tokenizer cannot be built: ${(error as Error).message}`);
+  }
+}
+
+/** The tokenizer `settings` name (what `createGateway(config, { tokenizer })` takes); throws TokenizerLoadError. */
+export function loadTokenizer(settings: TokenizerSettings): Tokenizer {
+  return settings.kind === "huggingface" ? loadHuggingFaceTokenizer(settings.path) : new Utf8ByteTokenizer();
+}

@@ -1,0 +1,314 @@
+// The gateway routing on the engines' own KV-cache events: fake engines publish
+// every wire variant of the reference (recorded byte for byte by
+// scripts/kv-event-fixtures.py) on real ZeroMQ sockets and serve TensorRT-LLM's
+// /kv_cache_events over HTTP on 127.0.0.1; the gateway subscribes, and the
+// next request with a stored prefix routes to the engine holding it, with the
+// tokens that engine would reuse. Removals, AllBlocksCleared, gaps (replayed or
+// not), restarts, silence and unparseable batches each show in routing and in
+// /metrics.
+import { readFileSync } from "node:fs";
+import { encode } from "@msgpack/msgpack";
+import fc from "fast-check";
+import pino from "pino";
+import { afterEach, describe, expect, it } from "vitest";
+import { createGateway, loadGatewayConfig, type Gateway } from "../../src/serve/index.js";
+import { parseJsonKeepingIntegers } from "../../src/serve/http-events.js";
+import { startFakePublisher, seqFrame, type FakePublisher, type ReplayStyle } from "../support/fake-kv-publisher.js";
+import { startMockEngine, type MockEngine } from "../support/mock-engine.js";
+import { waitFor } from "../support/wait.js";
+
+const wire = JSON.parse(readFileSync(new URL("../fixtures/kv-events/wire.json", import.meta.url), "utf8")) as {
+  tokensPerBlock: number;
+  prompts: Record<"P" | "Q" | "R", number[]>;
+  msgpack: Record<string, { what: string; hex: string }>;
+  http: Record<string, string>;
+};
+const bytes = (name: string): Buffer => Buffer.from(wire.msgpack[name]!.hex, "hex");
+const { P, Q, R } = wire.prompts;
+
+const open: { close(): Promise<void> }[] = [];
+afterEach(async () => {
+  while (open.length > 0) await open.pop()!.close();
+});
+
+/** A gateway in front of engine B (no events, index 0) and engine A (events as `kvEvents`, index 1); logs kept. */
+async function gatewayWith(kvEvents: string, extra = ""): Promise<{ gateway: Gateway; a: MockEngine; logs: Record<string, unknown>[] }> {
+  const b = await startMockEngine("B");
+  const a = await startMockEngine("A");
+  open.push(b, a);
+  const text = [
+    "listen: { port: 0 }",
+    "health: { interval_ms: 60000 }",
+    `routing: { tokens_per_block: ${extra.includes("huggingface") ? 16 : wire.tokensPerBlock}, lora_adapters: { sql-lora: 1 } }`,
+    "upstreams:",
+    `  - url: ${b.url}`,
+    `  - url: ${a.url}`,
+    `    kv_events: ${kvEvents}`,
+    extra,
+  ].join("\n");
+  const logs: Record<string, unknown>[] = [];
+  const logger = pino({ level: "info" }, { write: (line: string) => logs.push(JSON.parse(line) as Record<string, unknown>) });
+  const gateway = await createGateway(loadGatewayConfig({ file: { name: "g.yaml", text } }), { logger });
+  open.push(gateway);
+  return { gateway, a, logs };
+}
+
+/** A metric's value (labels matched as written), or NaN when absent. */
+function metric(gateway: Gateway, name: string, labels: string): number {
+  const line = gateway.metrics().split("\n").find((l) => l.startsWith(`adp_gateway_${name}{${labels}}`));
+  return line === undefined ? Number.NaN : Number(line.slice(line.lastIndexOf(" ") + 1));
+}
+
+/** Sends a completion with token ids as its prompt; returns the upstream it went to. */
+async function complete(gateway: Gateway, prompt: number[], body: Record<string, unknown> = {}): Promise<number> {
+  const response = await fetch(`${gateway.url}/v1/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ model: "m", prompt, max_tokens: 1, ...body }) });
+  await response.text();
+  expect(response.status).toBe(200);
+  return Number(response.headers.get("x-adp-upstream"));
+}
+
+/** Tokens matched on upstream 1 so far (by the engine's view while live, else the gateway's). */
+const matchedOnA = (g: Gateway) => metric(g, "upstream_matched_tokens_total", 'upstream="1"');
+const viewBlocks = (g: Gateway) => metric(g, "upstream_engine_view_blocks", 'upstream="1"');
+const state = (g: Gateway, s: string, rank = 0) => metric(g, "upstream_kv_events_state", `upstream="1",dp_rank="${rank}",state="${s}"`);
+
+/** Starts a publisher and a gateway subscribed to it. */
+async function subscribed(dpRanks = 1, replay: ReplayStyle | null = null, extraEvents = "") {
+  const pub = await startFakePublisher(dpRanks, replay);
+  open.push(pub);
+  const replayPart = pub.replayEndpoint === null ? "" : `, replay_endpoint: "${pub.replayEndpoint}"`;
+  const g = await gatewayWith(`{ kind: zmq, endpoint: "${pub.endpoint}"${replayPart}, dp_ranks: ${dpRanks}${extraEvents} }`);
+  for (let r = 0; r < dpRanks; r++) await pub.subscribed(r);
+  return { pub, ...g };
+}
+
+describe("ZeroMQ streams: every encoding, stored then removed then cleared", () => {
+  const variants: [string, string, string][] = [
+    ["vllm_map_stored", "vllm_map_removed", "map_cleared"],
+    ["vllm_array_stored", "vllm_array_removed", "array_cleared"],
+    ["vllm_map_bytes_stored", "vllm_map_bytes_removed", "map_cleared"],
+    ["trtllm_array_stored", "trtllm_array_removed", "array_cleared"],
+  ];
+  for (const [stored, removed, cleared] of variants) {
+    it(`${stored} → ${removed} → ${cleared}`, async () => {
+      const { pub, gateway } = await subscribed();
+      await pub.publish(0, 0n, bytes(stored));
+      await waitFor(() => viewBlocks(gateway) === 4, () => gateway.metrics().split("\n").filter((l) => l.includes("kv_")).join("\n"));
+      expect(state(gateway, "live")).toBe(1);
+      // The engine holds P's four blocks: P plus one token routes there, all 16 tokens reused.
+      expect(await complete(gateway, [...P, 7])).toBe(1);
+      expect(matchedOnA(gateway)).toBe(16);
+
+      await pub.publish(0, 1n, bytes(removed));
+      await waitFor(() => viewBlocks(gateway) === 1);
+      expect(await complete(gateway, [...P, 8])).toBe(1);
+      expect(matchedOnA(gateway)).toBe(16 + 4);
+
+      await pub.publish(0, 2n, bytes(cleared));
+      await waitFor(() => viewBlocks(gateway) === 0);
+      await complete(gateway, [...P, 9]);
+      // The engine reuses nothing now, whatever the gateway placed there before.
+      expect(matchedOnA(gateway)).toBe(20);
+      expect(metric(gateway, "upstream_kv_event_batches_total", 'upstream="1",outcome="applied"')).toBe(3);
+      expect(metric(gateway, "upstream_kv_events_total", 'upstream="1",outcome="malformed"')).toBe(0);
+    });
+  }
+
+  it("an engine that connects to its consumer (vLLM without *): the gateway binds the endpoint", async () => {
+    const pub = await startFakePublisher(1, null, true);
+    open.push(pub);
+    const { gateway } = await gatewayWith(`{ kind: zmq, endpoint: "${pub.endpoint}", bind: true }`);
+    await pub.subscribed(0);
+    await pub.publish(0, 0n, bytes("vllm_map_stored"));
+    await waitFor(() => viewBlocks(gateway) === 4);
+    expect(await complete(gateway, [...P, 7])).toBe(1);
+    expect(matchedOnA(gateway)).toBe(16);
+  });
+
+  it("a salted prompt and a LoRA prompt match exactly the blocks the engine would reuse for them", async () => {
+    const { pub, gateway } = await subscribed();
+    await pub.publish(0, 0n, bytes("vllm_map_salted"));
+    await pub.publish(0, 1n, bytes("vllm_map_lora"));
+    await waitFor(() => viewBlocks(gateway) === 8);
+    expect(await complete(gateway, [...Q, 7], { cache_salt: "tenant-salt" })).toBe(1);
+    expect(matchedOnA(gateway)).toBe(16);
+    // Unsalted, or salted otherwise: the engine would reuse none of it.
+    await complete(gateway, [...Q, 8]);
+    await complete(gateway, [...Q, 9], { cache_salt: "another" });
+    expect(matchedOnA(gateway)).toBe(16);
+    expect(await complete(gateway, [...Q, 10], { model: "sql-lora" })).toBe(1);
+    expect(matchedOnA(gateway)).toBe(32);
+  });
+
+  it("an upstream's match is its best DP rank's (rank 1 publishes on the base port plus one)", async () => {
+    const { pub, gateway } = await subscribed(2);
+    await pub.publish(0, 0n, bytes("array_cleared"));
+    await pub.publish(1, 0n, bytes("vllm_map_rank1"));
+    await waitFor(() => viewBlocks(gateway) === 4 && state(gateway, "live", 0) === 1 && state(gateway, "live", 1) === 1);
+    expect(await complete(gateway, [...P, 7])).toBe(1);
+    expect(matchedOnA(gateway)).toBe(16);
+  });
+});
+
+describe("ZeroMQ streams: sequence gaps, restarts, bad batches, silence", () => {
+  for (const style of ["vllm", "trtllm"] as const) {
+    it(`a gap is filled through the replay socket (${style} replies)`, async () => {
+      const { pub, gateway } = await subscribed(1, style);
+      await pub.publish(0, 0n, bytes("chain_p"));
+      pub.lose(0, 1n, bytes("chain_q"));
+      await pub.publish(0, 2n, bytes("chain_r"));
+      await waitFor(() => viewBlocks(gateway) === 12, () => gateway.metrics().split("\n").filter((l) => l.includes("kv_")).join("\n"));
+      expect(pub.replayRequests[0]).toEqual([1n]);
+      expect(metric(gateway, "upstream_kv_event_gaps_total", 'upstream="1",filled="true"')).toBe(1);
+      expect(metric(gateway, "upstream_kv_event_batches_total", 'upstream="1",outcome="replayed"')).toBe(1);
+      expect(state(gateway, "live")).toBe(1);
+      // The replayed batch counts: Q is on the engine.
+      expect(await complete(gateway, [...Q, 7])).toBe(1);
+      expect(matchedOnA(gateway)).toBe(16);
+    });
+  }
+
+  it("joining a stream under way, the gateway first replays what the publisher still buffers", async () => {
+    const { pub, gateway } = await subscribed(1, "vllm");
+    pub.lose(0, 0n, bytes("chain_p"));
+    pub.lose(0, 1n, bytes("chain_q"));
+    await pub.publish(0, 2n, bytes("chain_r"));
+    await waitFor(() => viewBlocks(gateway) === 12);
+    expect(pub.replayRequests[0]).toEqual([0n]);
+    expect(metric(gateway, "upstream_kv_event_gaps_total", 'upstream="1",filled="false"')).toBe(0);
+    expect(state(gateway, "live")).toBe(1);
+  });
+
+  it("a gap without replay keeps the view going but untrusted: meanwhile routing uses the gateway's own placements", async () => {
+    const { pub, gateway, logs } = await subscribed(1, null, ", stale_after_ms: 60000");
+    await pub.publish(0, 0n, bytes("chain_p"));
+    await waitFor(() => viewBlocks(gateway) === 4);
+    expect(await complete(gateway, [...P, 5])).toBe(1); // the gateway's own view of A now holds P
+    await pub.publish(0, 2n, bytes("chain_q")); // batch 1 never arrives
+    await waitFor(() => state(gateway, "gapped") === 1);
+    expect(viewBlocks(gateway)).toBe(8); // P and Q: the view goes on
+    expect(metric(gateway, "upstream_kv_event_gaps_total", 'upstream="1",filled="false"')).toBe(1);
+    expect(logs.some((l) => String(l.msg).includes("gap not filled"))).toBe(true);
+    // Gapped: A's match comes from what the gateway placed there (P, not Q), not from its engine view (P and Q).
+    const before = matchedOnA(gateway);
+    await complete(gateway, [...Q, 6]);
+    expect(matchedOnA(gateway)).toBe(before);
+    expect(await complete(gateway, [...P, 6])).toBe(1);
+    expect(matchedOnA(gateway)).toBe(before + P.length);
+  });
+
+  it("a publisher restart (its sequence starts over) empties the view", async () => {
+    const { pub, gateway } = await subscribed();
+    await pub.publish(0, 0n, bytes("chain_p"));
+    await pub.publish(0, 1n, bytes("chain_q"));
+    await waitFor(() => viewBlocks(gateway) === 8);
+    await pub.publish(0, 0n, bytes("chain_r"));
+    await waitFor(() => metric(gateway, "upstream_kv_event_restarts_total", 'upstream="1"') === 1);
+    expect(viewBlocks(gateway)).toBe(4);
+    expect(state(gateway, "live")).toBe(1);
+  });
+
+  it("an unparseable batch and a malformed message are counted and skipped; the stream goes on", async () => {
+    const { pub, gateway, logs } = await subscribed();
+    await pub.publish(0, 0n, bytes("chain_p"));
+    await pub.publish(0, 1n, bytes("garbage"));
+    await pub.sendFrames(0, [Buffer.from(""), seqFrame(2n)]); // two frames, no payload
+    await pub.publish(0, 2n, bytes("chain_q"));
+    await waitFor(() => viewBlocks(gateway) === 8);
+    expect(metric(gateway, "upstream_kv_event_batches_total", 'upstream="1",outcome="unparseable"')).toBe(2);
+    expect(state(gateway, "live")).toBe(1);
+    expect(logs.filter((l) => l.level === 40 && String(l.msg).startsWith("KV events:")).length).toBeGreaterThanOrEqual(2);
+  });
+
+  it("a stream silent while its engine is sent requests goes stale, is logged, and routing falls back until events resume", async () => {
+    const { pub, gateway, logs } = await subscribed(1, null, ", stale_after_ms: 300");
+    await pub.publish(0, 0n, bytes("chain_p"));
+    await waitFor(() => viewBlocks(gateway) === 4);
+    expect(await complete(gateway, [...P, 7])).toBe(1);
+    await waitFor(() => state(gateway, "stale") === 1, () => "stale", 3000);
+    await waitFor(() => logs.some((l) => String(l.msg).startsWith("KV events stale")), () => "a log line", 3000);
+    await pub.publish(0, 1n, bytes("chain_q"));
+    await waitFor(() => state(gateway, "live") === 1);
+    await waitFor(() => logs.some((l) => String(l.msg).startsWith("KV events live")), () => "a log line", 3000);
+  });
+});
+
+/** msgpack of `v`, or of its string form when msgpack has no encoding for it (a bigint past 64 bits, say). */
+function packed(v: unknown): Buffer {
+  try {
+    return Buffer.from(encode(v, { ignoreUndefined: true, useBigInt64: true }));
+  } catch {
+    return Buffer.from(encode(String(v)));
+  }
+}
+
+describe("the engine's tokenizer and its events together", () => {
+  it("a chat's next turn, tokenized as Qwen2.5 does, matches the blocks the engine stored for the turn before", async () => {
+    const reference = JSON.parse(readFileSync(new URL("../fixtures/tokenizers/qwen2.5/reference.json", import.meta.url), "utf8")) as { cases: { name: string; request: Record<string, unknown>; ids: number[] }[] };
+    const turn = reference.cases.find((c) => c.name === "chat: long multi-turn")!;
+    const next = reference.cases.find((c) => c.name === "chat: long multi-turn, next turn")!;
+    // What the engine would reuse, from the reference ids alone: the full 16-token blocks
+    // it stored of the turn before, within the next turn's shared prefix (its last token never).
+    let shared = 0;
+    while (shared < turn.ids.length && turn.ids[shared] === next.ids[shared]) shared++;
+    const stored = Math.floor(turn.ids.length / 16) * 16;
+    const expected = Math.min(stored, Math.floor(Math.min(shared, next.ids.length - 1) / 16) * 16);
+    expect(expected).toBeGreaterThan(1_000);
+
+    const pub = await startFakePublisher(1);
+    open.push(pub);
+    const tokenizerDir = new URL("../fixtures/tokenizers/qwen2.5", import.meta.url).pathname;
+    const { gateway } = await gatewayWith(`{ kind: zmq, endpoint: "${pub.endpoint}" }`, `tokenizer: { kind: huggingface, path: "${tokenizerDir}" }`);
+    await pub.subscribed(0);
+    await pub.publish(0, 0n, bytes("qwen_long_turn_stored"));
+    await waitFor(() => viewBlocks(gateway) === stored / 16);
+    const response = await fetch(`${gateway.url}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ model: "m", ...next.request }) });
+    await response.text();
+    expect(response.headers.get("x-adp-upstream")).toBe("1");
+    expect(matchedOnA(gateway)).toBe(expected);
+  });
+});
+
+describe("hostile streams", () => {
+  it("random payloads, random msgpack values and odd frame counts never stop the stream or reach past the counters", async () => {
+    const { pub, gateway } = await subscribed();
+    const values = fc.sample(fc.oneof(fc.uint8Array({ maxLength: 64 }), fc.anything({ withBigInt: true, withTypedArray: true, maxDepth: 4 }).map((v) => packed(v))), { numRuns: 150, seed: 12 });
+    let seq = 0n;
+    for (const v of values) await pub.publish(0, seq++, Buffer.from(v));
+    await pub.sendFrames(0, [Buffer.from("t")]);
+    await pub.sendFrames(0, [Buffer.from("t"), Buffer.alloc(3), Buffer.alloc(0), Buffer.alloc(1)]);
+    await pub.publish(0, seq++, bytes("chain_p"));
+    await waitFor(() => viewBlocks(gateway) === 4, () => gateway.metrics().split("\n").filter((l) => l.includes("kv_")).join("\n"));
+    const applied = metric(gateway, "upstream_kv_event_batches_total", 'upstream="1",outcome="applied"');
+    const unparseable = metric(gateway, "upstream_kv_event_batches_total", 'upstream="1",outcome="unparseable"');
+    expect(applied + unparseable).toBe(values.length + 1 + 2);
+    expect(await complete(gateway, [...P, 7])).toBe(1);
+  });
+});
+
+describe("TensorRT-LLM's /kv_cache_events over HTTP", () => {
+  it("polled and drained per attention-DP rank: stored, updated, removed, an id gap, a body that is not a list", async () => {
+    const { gateway, a } = await gatewayWith("{ kind: http, interval_ms: 20, dp_ranks: 2 }");
+    a.behaviour.kvCacheEvents = [wire.http.stored!];
+    await waitFor(() => viewBlocks(gateway) === 5, () => gateway.metrics().split("\n").filter((l) => l.includes("kv_")).join("\n"));
+    expect(a.received.some((r) => r.method === "POST" && r.path === "/kv_cache_events")).toBe(true);
+    expect(await complete(gateway, [...P, 7])).toBe(1);
+    expect(matchedOnA(gateway)).toBe(16);
+    a.behaviour.kvCacheEvents.push(wire.http.updated_and_removed!);
+    await waitFor(() => viewBlocks(gateway) === 2);
+    expect(await complete(gateway, [...P, 8])).toBe(1);
+    expect(matchedOnA(gateway)).toBe(20);
+    a.behaviour.kvCacheEvents.push(wire.http.gap!);
+    await waitFor(() => state(gateway, "gapped", 0) === 1);
+    expect(metric(gateway, "upstream_kv_event_gaps_total", 'upstream="1",filled="false"')).toBe(1);
+    expect(state(gateway, "live", 1)).toBe(1);
+    a.behaviour.kvCacheEvents.push(wire.http.not_a_list!);
+    await waitFor(() => metric(gateway, "upstream_kv_event_batches_total", 'upstream="1",outcome="unparseable"') === 1);
+    expect(metric(gateway, "upstream_kv_events_total", 'upstream="1",outcome="ignored"')).toBeGreaterThanOrEqual(2); // created, updated
+  });
+
+  it("uint64 hashes in the JSON keep every bit", () => {
+    const parsed = parseJsonKeepingIntegers('[{"h": 17293822569102704641, "n": 12, "s": "17293822569102704642 \\" 17293822569102704643", "f": 1.5e300}]') as Record<string, unknown>[];
+    expect(parsed[0]).toEqual({ h: "17293822569102704641", n: 12, s: '17293822569102704642 " 17293822569102704643', f: 1.5e300 });
+  });
+});

@@ -1,0 +1,135 @@
+// A fake engine's KV-event publisher on real ZeroMQ sockets, as vLLM and
+// TensorRT-LLM run theirs (kv-events reference §2): per DP rank an XPUB socket
+// (a PUB that also tells us when the gateway has subscribed, so no batch is
+// lost to ZeroMQ's slow-joiner window) bound at the base port plus the rank,
+// and optionally a ROUTER replay socket that answers a start sequence with the
+// buffered batches from there, then the end marker (seq -1, empty payload).
+// Payloads are the recorded fixture bytes, sent as they are.
+
+import { createServer } from "node:net";
+import { Router, XPublisher } from "zeromq";
+
+/** Listens on `port` on loopback for a moment: whether it is free. */
+function portFree(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const server = createServer();
+    server.once("error", () => resolve(false));
+    server.listen(port, "127.0.0.1", () => server.close(() => resolve(true)));
+  });
+}
+
+/** The first of `n` consecutive free loopback ports. */
+export async function freePorts(n: number): Promise<number> {
+  for (let attempt = 0; attempt < 50; attempt++) {
+    const base = await new Promise<number>((resolve) => {
+      const server = createServer();
+      server.listen(0, "127.0.0.1", () => {
+        const port = (server.address() as { port: number }).port;
+        server.close(() => resolve(port));
+      });
+    });
+    if (base + n > 65535) continue;
+    let ok = true;
+    for (let i = 1; i < n && ok; i++) ok = await portFree(base + i);
+    if (ok) return base;
+  }
+  throw new Error("no consecutive free ports");
+}
+
+/** How the replay socket frames its replies: vLLM `(seq, payload)`, TensorRT-LLM `(topic, seq, payload)`. */
+export type ReplayStyle = "vllm" | "trtllm";
+
+/** A running fake publisher. */
+export interface FakePublisher {
+  /** DP rank 0's PUB endpoint. */
+  readonly endpoint: string;
+  /** DP rank 0's replay endpoint, or null. */
+  readonly replayEndpoint: string | null;
+  /** Resolves once the gateway has subscribed to rank `rank`'s socket. */
+  subscribed(rank: number): Promise<void>;
+  /** Publishes a batch on rank `rank` (and keeps it for replay). */
+  publish(rank: number, seq: bigint, payload: Buffer, topic?: string): Promise<void>;
+  /** Keeps a batch for replay without publishing it (a batch the subscriber lost). */
+  lose(rank: number, seq: bigint, payload: Buffer): void;
+  /** Sends raw frames on rank `rank`'s PUB socket (a malformed message). */
+  sendFrames(rank: number, frames: Buffer[]): Promise<void>;
+  /** Replay requests received, per rank (their start sequences). */
+  readonly replayRequests: bigint[][];
+  close(): Promise<void>;
+}
+
+/** The 8-byte big-endian sequence frame. */
+export const seqFrame = (seq: bigint): Buffer => {
+  const b = Buffer.alloc(8);
+  b.writeBigInt64BE(seq, 0);
+  return b;
+};
+
+/**
+ * Starts a publisher for `dpRanks` ranks on consecutive ports (and a replay
+ * socket per rank when `replay` is given). With `connect`, its PUB sockets
+ * connect to those ports instead (vLLM with an endpoint without `*`): the
+ * gateway binds them.
+ */
+export async function startFakePublisher(dpRanks: number, replay: ReplayStyle | null = null, connect = false): Promise<FakePublisher> {
+  const base = await freePorts(dpRanks);
+  const replayBase = replay === null ? 0 : await freePorts(dpRanks);
+  const pubs: XPublisher[] = [];
+  const routers: Router[] = [];
+  const subscribedAt: Promise<void>[] = [];
+  const buffers: { seq: bigint; payload: Buffer; topic: string }[][] = [];
+  const replayRequests: bigint[][] = [];
+  const loops: Promise<void>[] = [];
+  for (let r = 0; r < dpRanks; r++) {
+    const pub = new XPublisher({ linger: 0 });
+    if (connect) pub.connect(`tcp://127.0.0.1:${base + r}`);
+    else await pub.bind(`tcp://127.0.0.1:${base + r}`);
+    pubs.push(pub);
+    buffers.push([]);
+    replayRequests.push([]);
+    // The first subscription message says the gateway's SUB socket is connected and subscribed.
+    subscribedAt.push(pub.receive().then(() => undefined, () => undefined));
+    if (replay !== null) {
+      const router = new Router({ linger: 0 });
+      await router.bind(`tcp://127.0.0.1:${replayBase + r}`);
+      routers.push(router);
+      loops.push(
+        (async () => {
+          try {
+            for await (const [identity, , start] of router) {
+              const from = start!.readBigInt64BE(0);
+              replayRequests[r]!.push(from);
+              for (const b of buffers[r]!) {
+                if (b.seq < from) continue;
+                await router.send(replay === "vllm" ? [identity!, "", seqFrame(b.seq), b.payload] : [identity!, "", b.topic, seqFrame(b.seq), b.payload]);
+              }
+              await router.send(replay === "vllm" ? [identity!, "", seqFrame(-1n), ""] : [identity!, "", "", seqFrame(-1n), ""]);
+            }
+          } catch {
+            // closed
+          }
+        })(),
+      );
+    }
+  }
+  return {
+    endpoint: `tcp://127.0.0.1:${base}`,
+    replayEndpoint: replay === null ? null : `tcp://127.0.0.1:${replayBase}`,
+    replayRequests,
+    subscribed: (rank) => subscribedAt[rank]!,
+    async publish(rank, seq, payload, topic = "") {
+      buffers[rank]!.push({ seq, payload, topic });
+      await pubs[rank]!.send([topic, seqFrame(seq), payload]);
+    },
+    lose(rank, seq, payload) {
+      buffers[rank]!.push({ seq, payload, topic: "" });
+    },
+    async sendFrames(rank, frames) {
+      await pubs[rank]!.send(frames);
+    },
+    async close() {
+      for (const s of [...pubs, ...routers]) s.close();
+      await Promise.all(loops);
+    },
+  };
+}
