@@ -16,6 +16,9 @@
 // most 128 bits) or bytes (vLLM's sha256 hashes, kept whole as "0x…" hex). Token
 // ids may arrive as numbers, bigints or decimal strings (TensorRT-LLM).
 //
+// Events of a tier other than the GPU's (`medium` "CPU", say) are ignored:
+// an offloaded block's removal does not take the GPU's copy with it.
+//
 // Namespaces follow what the engine hashes: a stored chain's LoRA adapter is its
 // `lora_name` (through the caller's name → task id map; an adapter it does not
 // know is ignored, as no request of its can ask for those blocks) or `lora_id`;
@@ -217,6 +220,8 @@ function parseVllm(e: Record<string, unknown>, ctx: ParseContext, batchRank: unk
   const { tokensPerBlock } = ctx;
   const rank = rankOf(e.data_parallel_rank ?? batchRank, ctx.numRanks, ctx.fallbackRank);
   if (typeof rank === "string") return { kind: "malformed", reason: rank };
+  // A tier other than the GPU's (vLLM's CPU offload): its blocks come and go without the GPU's, and routing is on the GPU's.
+  if (typeof e.medium === "string" && e.medium !== "GPU" && e.type !== "AllBlocksCleared") return { kind: "ignored", eventId: null };
   switch (e.type) {
     case "AllBlocksCleared":
       return { kind: "cleared", rank, eventId: null };

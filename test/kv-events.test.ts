@@ -186,3 +186,14 @@ describe("applyKvEvents: every wire variant the engines publish (kv-events refer
     expect(index.applyKvEvents(trt, { rank: 0 }).ignored).toBe(1);
   });
 });
+
+describe("applyKvEvents: tiers", () => {
+  it("events of a tier other than the GPU's are ignored: an offloaded copy's removal leaves the GPU's block", () => {
+    const index = createPrefixIndex({ numRanks: 1, tokensPerBlock: 2 });
+    index.applyKvEvents({ type: "BlockStored", block_hashes: [1], parent_block_hash: null, token_ids: [1, 2], block_size: 2, medium: "GPU" }, { rank: 0 });
+    const r = index.applyKvEvents([{ type: "BlockRemoved", block_hashes: [1], medium: "CPU" }, { type: "BlockStored", block_hashes: [2], parent_block_hash: null, token_ids: [3, 4], block_size: 2, medium: "CPU" }], { rank: 0 });
+    expect(r.ignored).toBe(2);
+    expect([...index.match([1, 2])]).toEqual([2]);
+    expect([...index.match([3, 4])]).toEqual([0]);
+  });
+});

@@ -26,10 +26,13 @@ upstream engines with adp-router (one upstream per rank).
   --tokenizer DIR        route by the engine's own token ids: the Hugging Face
                          tokenizer in DIR (tokenizer.json, tokenizer_config.json);
                          default: UTF-8 bytes (or the file's tokenizer: setting)
+  --sync URL             share one routing state with the other replicas through
+                         NATS JetStream at URL (nats://HOST:PORT)
+  --replica-id ID        this replica's name in the cluster (HOST-PID)
   --shutdown-deadline S  seconds to let in-flight requests finish on SIGTERM (30)
 
 Endpoints: POST /v1/chat/completions, /v1/completions; GET /v1/models, /health,
-/metrics; /admin/upstreams (with auth.admin_api_key_env). Signals: SIGTERM or SIGINT
+/metrics, /sync/state (with --sync); /admin/upstreams (with auth.admin_api_key_env). Signals: SIGTERM or SIGINT
 finish in-flight requests and exit; SIGHUP rereads --config and moves to its upstreams.
 The default policy routes by prefix (KV-cache aware); session headers pin
 conversations under --policy conversation. Run the installed bin (not through npx,
@@ -62,6 +65,8 @@ export async function serveCommand(args: string[]): Promise<number> {
   if (values.policy !== undefined) flags.policy = values.policy;
   if (values["log-level"] !== undefined) flags.logLevel = values["log-level"];
   if (values.tokenizer !== undefined) flags.tokenizer = values.tokenizer;
+  if (values.sync !== undefined) flags.sync = values.sync;
+  if (values["replica-id"] !== undefined) flags.replicaId = values["replica-id"];
   const deadlineText = values["shutdown-deadline"] ?? "30";
   const deadline = Number(deadlineText);
   if (deadlineText.trim() === "" || !Number.isFinite(deadline) || deadline < 0) return fail(`--shutdown-deadline must be a non-negative number of seconds, got ${JSON.stringify(deadlineText)}`);
@@ -146,6 +151,8 @@ function parse(args: string[]) {
       policy: { type: "string" },
       "log-level": { type: "string" },
       tokenizer: { type: "string" },
+      sync: { type: "string" },
+      "replica-id": { type: "string" },
       "shutdown-deadline": { type: "string" },
       help: { type: "boolean", short: "h" },
     },

@@ -4,6 +4,7 @@
 
 import { LEVELS, POLICY_CONFIGS } from "./config.js";
 import { engineLoadSchema, kvEventsSchema } from "./events-config.js";
+import { syncSchema } from "./sync/sync-config.js";
 import { tokenizerSchema } from "./tokenizer-config.js";
 
 /** JSON Schema (draft 2020-12) of the gateway's YAML file, `attention_dp_config` referenced from the library's schema. */
@@ -83,6 +84,7 @@ export const gatewayConfigSchema = Object.freeze({
       },
     },
     logging: { type: "object", additionalProperties: false, properties: { level: { enum: [...LEVELS], default: "info" } } },
+    sync: syncSchema,
     tokenizer: tokenizerSchema,
     routing: {
       type: "object",

@@ -12,6 +12,7 @@ import { parseAttentionDpConfig, type AttentionDpConfig } from "../config.js";
 import { AttentionDpConfigError, describeValue, excerpt } from "../errors.js";
 import { ENGINE_TOKENS_PER_BLOCK, readTokenizerSettings, type TokenizerSettings } from "./tokenizer-config.js";
 import { readEngineLoad, readKvEvents, type EngineLoadConfig, type KvEventsConfig } from "./events-config.js";
+import { readSyncSettings, type SyncConfig } from "./sync/sync-config.js";
 
 /** Routing policies `--policy` names, and the attention_dp_config each starts from. */
 export const POLICY_CONFIGS = Object.freeze({
@@ -89,6 +90,8 @@ export interface GatewayConfig {
   };
   /** How prompts become token ids: UTF-8 bytes, or the engine's tokenizer (tokenizer-config.ts). */
   readonly tokenizer: TokenizerSettings;
+  /** The NATS server its replicas share one routing state through, or null (a gateway of its own). */
+  readonly sync: SyncConfig | null;
   readonly routing: {
     /** Tokens per block of the gateway's prefix index. */
     readonly tokensPerBlock: number;
@@ -108,6 +111,10 @@ export interface GatewayFlags {
   readonly logLevel?: string;
   /** `--tokenizer DIR`: the engine's Hugging Face tokenizer from that folder. */
   readonly tokenizer?: string;
+  /** `--sync nats://HOST:PORT`: share the routing state with the other replicas there. */
+  readonly sync?: string;
+  /** `--replica-id ID`: this replica's name in the cluster. */
+  readonly replicaId?: string;
 }
 
 /** One problem in a configuration, where it is. */
@@ -136,7 +143,7 @@ export class GatewayConfigError extends Error {
 
 /** The keys each section accepts, for unknown-key errors. */
 const SECTIONS: Record<string, readonly string[]> = {
-  "": ["listen", "upstreams", "policy", "attention_dp_config", "limits", "timeouts", "health", "auth", "logging", "routing", "tokenizer"],
+  "": ["listen", "upstreams", "policy", "attention_dp_config", "limits", "timeouts", "health", "auth", "logging", "routing", "tokenizer", "sync"],
   listen: ["host", "port"],
   "upstreams[]": ["url", "name", "api_key", "api_key_env", "drain", "kv_events", "load"],
   limits: ["max_body_bytes", "max_in_flight_per_upstream", "queue_size", "queue_timeout_ms"],
@@ -440,6 +447,7 @@ export function loadGatewayConfig(options: LoadOptions = {}): GatewayConfig {
   const logging = r.section(top.logging, ["logging"], SECTIONS.logging!);
   const routing = r.section(top.routing, ["routing"], SECTIONS.routing!);
   const tokenizer = readTokenizerSettings(r, top.tokenizer, flags.tokenizer);
+  const sync = readSyncSettings(r, top.sync, { ...(flags.sync === undefined ? {} : { sync: flags.sync }), ...(flags.replicaId === undefined ? {} : { replicaId: flags.replicaId }) });
 
   // Keys are trimmed (a client's bearer token is), and short ones refused wherever they come from.
   const goodKey = (k: unknown): k is string => typeof k === "string" && k.trim().length >= 8;
@@ -507,6 +515,7 @@ export function loadGatewayConfig(options: LoadOptions = {}): GatewayConfig {
     },
     logging: { level: levelText as GatewayConfig["logging"]["level"] },
     tokenizer,
+    sync,
     routing: {
       tokensPerBlock: r.int(routing.tokens_per_block, ["routing", "tokens_per_block"], 1, 1 << 16, tokenizer.kind === "huggingface" ? ENGINE_TOKENS_PER_BLOCK : BYTE_BLOCK),
       indexBytes: r.int(routing.index_bytes, ["routing", "index_bytes"], 1 << 20, 2 ** 31, 64 << 20),

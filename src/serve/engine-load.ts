@@ -37,7 +37,7 @@ export interface EngineLoadScraperOptions {
   /** The largest body read; a larger one fails the scrape. @default 8 MiB (a vLLM page with many ranks and histograms runs to hundreds of KiB) */
   readonly maxBodyBytes?: number;
   /** Sent as `Authorization: Bearer` (engines started with an API key protect their metrics too). */
-  readonly apiKey?: string | null;
+  readonly apiKey?: string | null | (() => string | null);
   /** vLLM only: read only this `model_name`'s series. */
   readonly model?: string;
   /** The clock (ms); injectable for tests. */
@@ -104,7 +104,7 @@ export class EngineLoadScraper {
   readonly #timeoutMs: number;
   readonly #maxBodyBytes: number;
   /** The bearer key, or null. */
-  readonly #apiKey: string | null;
+  readonly #apiKey: () => string | null;
   /** vLLM's model filter, or undefined for every series. */
   readonly #model: string | undefined;
   readonly #now: () => number;
@@ -155,7 +155,9 @@ export class EngineLoadScraper {
     this.#engine = options.engine;
     this.#origin = url.origin;
     this.#path = `${url.pathname.replace(/\/+$/, "")}${path}`;
-    this.#apiKey = options.apiKey ?? null;
+    const key = options.apiKey ?? null;
+    // A function is asked at each scrape (a reload may change the upstream's key).
+    this.#apiKey = typeof key === "function" ? key : () => key;
     this.#model = options.model;
     this.#now = options.now ?? Date.now;
     this.#onScrape = options.onScrape ?? null;
@@ -283,7 +285,8 @@ export class EngineLoadScraper {
   /** Sends the GET and reads the body under the cap; throws what the transport throws. */
   async #fetch(signal: AbortSignal): Promise<ScrapeOutcome> {
     const headers: Record<string, string> = { accept: this.#engine === "vllm" ? "text/plain;version=0.0.4" : "application/json", "user-agent": "adp-router" };
-    if (this.#apiKey !== null && this.#apiKey !== "") headers.authorization = `Bearer ${this.#apiKey}`;
+    const apiKey = this.#apiKey();
+    if (apiKey !== null && apiKey !== "") headers.authorization = `Bearer ${apiKey}`;
     const response = await this.#dispatcher.request({ origin: this.#origin, path: this.#path, method: "GET", headers, signal, headersTimeout: this.#timeoutMs, bodyTimeout: this.#timeoutMs });
     if (response.statusCode < 200 || response.statusCode > 299) {
       await response.body.dump({ limit: 64 * 1024 }).catch(() => {});
@@ -352,7 +355,8 @@ export class EngineLoadScraper {
   /** `text` cut short, with the key (should any error ever quote it) and any URL's userinfo masked. */
   #safe(text: string): string {
     let out = text.replace(/\/\/[^/@\s]*@/g, "//");
-    if (this.#apiKey !== null && this.#apiKey.length >= 4) out = out.split(this.#apiKey).join("***");
+    const apiKey = this.#apiKey();
+    if (apiKey !== null && apiKey.length >= 4) out = out.split(apiKey).join("***");
     return out.length > MAX_MESSAGE ? `${out.slice(0, MAX_MESSAGE - 3)}...` : out;
   }
 }

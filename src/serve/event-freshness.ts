@@ -55,6 +55,11 @@ export class EventFreshness {
     this.#lastHeardAt = this.#now();
   }
 
+  /** Whether its engine has answered at all. */
+  get answered(): boolean {
+    return this.#answered;
+  }
+
   /** The stream's status now. */
   get status(): FeedStatus {
     if (this.#gapped && this.#gappedUntil !== null && this.#now() >= this.#gappedUntil) this.#gapped = false;
@@ -156,8 +161,16 @@ export interface EventSourceCounters {
 /** New zeroed counters. */
 export const zeroCounters = (): EventSourceCounters => ({ batches: 0, unparseable: 0, gaps: 0, replayed: 0, unfilled: 0, restarts: 0, duplicates: 0 });
 
-/** The status of several streams as one: gapped if any is, else stale if any is, else live. */
-export function worstStatus(statuses: readonly FeedStatus[]): FeedStatus {
+/**
+ * The status of one engine's DP-rank streams as one: gapped if any is; stale
+ * if any has never answered (no picture of that rank at all) or all are
+ * silent while the engine had work; else live. One rank silent while the
+ * others speak is an idle rank (the engine's own balancer chose the others),
+ * not a dead stream.
+ */
+export function engineStatus(streams: readonly EventFreshness[]): FeedStatus {
+  const statuses = streams.map((s) => s.status);
   if (statuses.includes("gapped")) return "gapped";
-  return statuses.includes("stale") ? "stale" : "live";
+  if (streams.some((s) => !s.answered)) return "stale";
+  return statuses.every((s) => s === "stale") ? "stale" : "live";
 }

@@ -10,6 +10,7 @@ import type { Logger } from "pino";
 import { createRouter, type Router } from "../router.js";
 import type { RouterMetrics } from "../metrics.js";
 import { addCounters, carryOver } from "./carried-metrics.js";
+import type { KvEventsResult } from "../prefix-index.js";
 import { RoutingState, type IndexUpdate, type StateLog } from "./routing-state.js";
 import type { GatewayConfig } from "./config.js";
 import { EngineViews, type EngineViewShape } from "./engine-views.js";
@@ -185,9 +186,33 @@ export class Fleet {
       config.kind === "zmq" ? new ZmqEventSource(config, { onNotice }) : new TrtllmHttpEventSource(config, { pool: u.pool, basePath: u.basePath, apiKey: () => u.apiKey }, { onNotice });
     u.events = source;
     source.start((update: IndexUpdate) => {
-      if (this.upstreams[u.index] === u) this.state.update(u.index, update);
+      if (this.upstreams[u.index] !== u) return;
+      try {
+        const result = this.state.update(u.index, update);
+        if (result !== null) this.#judgeEvents(u, result);
+      } catch (error) {
+        this.#log.error({ upstream: u.index, name: u.name, err: error }, "KV events: a batch could not be applied");
+      }
     });
     this.#ensureStatusTimer();
+  }
+
+  /**
+   * Notes what came of a batch of `u`'s events: malformed ones are logged (at
+   * most every 10 s, with their reasons), and while every event it stores is
+   * malformed (its engine's blocks are not the gateway's size, say) its
+   * stream counts as not live, whatever its sequence says.
+   */
+  #judgeEvents(u: Upstream, result: KvEventsResult): void {
+    if (result.malformed > 0) {
+      if (result.applied === 0) u.eventsUsable = false;
+      const now = performance.now();
+      if (now - u.malformedLoggedAt > 10_000) {
+        u.malformedLoggedAt = now;
+        this.#log.warn({ upstream: u.index, name: u.name, malformed: result.malformed, reasons: result.problems.slice(0, 3) }, "KV events: events the gateway cannot use were skipped");
+      }
+    }
+    if (result.applied > 0) u.eventsUsable = true;
   }
 
   /**
@@ -203,8 +228,10 @@ export class Fleet {
         else this.#log.warn(fields, `engine load report older than ${u.loadConfig!.maxAgeMs} ms: upstream takes no requests until it reports (its cache view is kept)`);
         u.loadFresh = u.loadKnown;
       }
-      const status = u.events?.status;
-      if (status === undefined || status === u.loggedStatus) continue;
+      const reported = u.events?.status;
+      if (reported === undefined) continue;
+      const status = reported === "live" && !u.eventsUsable ? "stale" : reported;
+      if (status === u.loggedStatus) continue;
       const fields = { upstream: u.index, name: u.name, status, dpRanks: u.events!.rankStatuses };
       if (status === "live") this.#log.info(fields, "KV events live: routing on the engine's own cache view");
       else if (u.loggedStatus !== null || status !== "stale") this.#log.warn(fields, `KV events ${status}: routing on the gateway's own placements until they resume`);
@@ -229,7 +256,7 @@ export class Fleet {
       engine: config.kind,
       path: config.path,
       intervalMs: config.intervalMs,
-      apiKey: u.apiKey,
+      apiKey: () => u.apiKey,
       ...(config.model === null ? {} : { model: config.model }),
       onScrape: (outcome) => {
         if (outcome.kind === "ok") this.#onRoom();

@@ -15,6 +15,8 @@ import { isGatewayConfig, type GatewayConfig } from "./config.js";
 import { HttpError, readRequest } from "./openai.js";
 import type { Tokenizer } from "./tokenizer.js";
 import { loadTokenizer } from "./tokenizer-config.js";
+import { formatSyncMetrics } from "./sync/sync-metrics.js";
+import { Replication } from "./sync/replication.js";
 import type { Upstream } from "./upstream.js";
 import { Fleet, type FleetChange } from "./fleet.js";
 import { Hangup, Scheduler, type Placement } from "./scheduler.js";
@@ -83,7 +85,12 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
   const log = options.logger ?? pino({ level: config.logging.level, base: undefined });
   // The configured tokenizer unless one is given (loading a Hugging Face folder throws a TokenizerLoadError naming the file).
   const tokenizer = options.tokenizer ?? loadTokenizer(config.tokenizer);
-  const fleet: Fleet = new Fleet(config, log, () => scheduler.schedule(), options.stateLog ?? null);
+  // With `sync:`, shared changes also go to the other replicas (replication.ts).
+  const replication = config.sync === null ? null : new Replication(config.sync, config, log);
+  const own = options.stateLog ?? null;
+  const stateLog: StateLog | null = replication === null ? own : own === null ? replication.stateLog : { append: (e) => (own.append(e), replication.stateLog.append(e)) };
+  const fleet: Fleet = new Fleet(config, log, () => scheduler.schedule(), stateLog);
+  replication?.start(fleet.state);
   if (tokenizer.name === "utf8-bytes" && config.upstreams.some((u) => u.kvEvents !== null)) {
     // Engine blocks hold the engine's token ids: only token-id prompts can match them through bytes.
     log.warn("kv_events with the byte tokenizer: only prompts sent as token ids can match the engines' blocks (set tokenizer: { kind: huggingface, path: DIR })");
@@ -314,7 +321,11 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
   /** `/health`: 200 while at least one upstream is healthy. */
   function health(res: ServerResponse): number {
     const ok = fleet.upstreams.some((u) => fleet.available(u));
-    const body = { status: ok ? "ok" : "unavailable", upstreams: fleet.upstreams.map((u) => ({ index: u.index, name: u.name, healthy: u.healthy, draining: u.draining, in_flight: u.inFlight })) };
+    const body = {
+      status: ok ? "ok" : "unavailable",
+      upstreams: fleet.upstreams.map((u) => ({ index: u.index, name: u.name, healthy: u.healthy, draining: u.draining, in_flight: u.inFlight })),
+      ...(replication === null ? {} : { sync: { synced: replication.synced, connected: replication.connected, pending: replication.pending, applied: replication.applied } }),
+    };
     res.writeHead(ok ? 200 : 503, { "content-type": "application/json" }).end(JSON.stringify(body));
     return ok ? 200 : 503;
   }
@@ -372,6 +383,11 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
         if (req.method !== "GET") throw new HttpError(405, "/health takes GET", "invalid_request_error", null, { allow: "GET" });
         if (config.auth.protectHealth && !authorized(req)) throw new HttpError(401, "a valid API key is required", "invalid_request_error", "invalid_api_key");
         status = health(res);
+      } else if (path === "/sync/state" && replication !== null) {
+        if (req.method !== "GET") throw new HttpError(405, "/sync/state takes GET", "invalid_request_error", null, { allow: "GET" });
+        if (config.auth.protectMetrics && !authorized(req)) throw new HttpError(401, "a valid API key is required", "invalid_request_error", "invalid_api_key");
+        res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify(replication.state()));
+        status = 200;
       } else if (path === "/metrics") {
         if (req.method !== "GET") throw new HttpError(405, "/metrics takes GET", "invalid_request_error", null, { allow: "GET" });
         if (config.auth.protectMetrics && !authorized(req)) throw new HttpError(401, "a valid API key is required", "invalid_request_error", "invalid_api_key");
@@ -394,7 +410,7 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
 
   /** The router's metrics, then the gateway's, as Prometheus text. */
   function metrics(): string {
-    return formatPrometheus(fleet.routerMetrics()) + formatGatewayMetrics(fleet.upstreams, counters, scheduler.waiting(), fleet.state.views);
+    return formatPrometheus(fleet.routerMetrics()) + formatGatewayMetrics(fleet.upstreams, counters, scheduler.waiting(), fleet.state.views) + (replication === null ? "" : formatSyncMetrics(replication));
   }
 
   // ---- listening --------------------------------------------------------------------------
@@ -458,8 +474,18 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
       if (!isGatewayConfig(next)) throw new TypeError("reload() takes a configuration from loadGatewayConfig()");
       const change = fleet.reload(next);
       const text = (v: unknown) => JSON.stringify(v, (_k, x: unknown) => (x instanceof Map ? [...x] : x));
-      const needRestart = (Object.keys(config) as (keyof GatewayConfig)[]).filter((k) => k !== "upstreams" && text(next[k]) !== text(config[k]));
+      const needRestart: string[] = (Object.keys(config) as (keyof GatewayConfig)[]).filter((k) => k !== "upstreams" && text(next[k]) !== text(config[k]));
+      // An upstream that stays keeps its event source and load scraper as they started.
+      for (const u of next.upstreams) {
+        const kept = fleet.upstreams.find((f) => f.url === u.url);
+        if (kept === undefined) continue;
+        if (text(u.kvEvents) !== text(kept.kvEvents)) needRestart.push(`upstreams[${kept.index}].kv_events`);
+        if (text(u.load) !== text(kept.loadConfig)) needRestart.push(`upstreams[${kept.index}].load`);
+      }
       if (needRestart.length > 0) log.warn({ settings: needRestart }, "the reloaded configuration changes settings that take effect on a restart");
+      if (replication !== null && (change.added.length > 0 || change.removed.length > 0 || change.kept.some((k) => k.from !== k.to))) {
+        log.warn("sync: fleet changes are not shared yet: the replicated state keeps the old ranks (restart every replica with the same upstreams)");
+      }
       log.info({ added: change.added.length, removed: change.removed.length, kept: change.kept.length, draining: change.draining }, "upstreams reloaded");
       return { ...change, needRestart };
     },
@@ -476,6 +502,7 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
         }
         server.closeAllConnections();
         await closed;
+        await replication?.close();
         await fleet.close();
       })();
       return closing;

@@ -9,7 +9,7 @@
 // stream to go stale; a body that is not a JSON list is counted and skipped.
 
 import type { Pool } from "undici";
-import { EventFreshness, worstStatus, zeroCounters, type FeedStatus } from "./event-freshness.js";
+import { engineStatus, EventFreshness, zeroCounters, type FeedStatus } from "./event-freshness.js";
 import type { KvEventsConfig } from "./events-config.js";
 import type { IndexUpdate, IndexUpdateSource } from "./routing-state.js";
 
@@ -102,12 +102,13 @@ export class TrtllmHttpEventSource implements IndexUpdateSource {
     this.#engine = engine;
     this.#onNotice = options.onNotice ?? (() => {});
     const now = options.now ?? Date.now;
-    this.#ranks = Array.from({ length: config.dpRanks }, () => new EventFreshness({ staleAfterMs: config.staleAfterMs, now }));
+    // Draining polls never return an event twice: an id below the next expected is a restarted engine.
+    this.#ranks = Array.from({ length: config.dpRanks }, () => new EventFreshness({ staleAfterMs: config.staleAfterMs, now, restartBehind: 1n }));
   }
 
-  /** The worst of its DP ranks' statuses. */
+  /** Its DP ranks' statuses as one (see engineStatus). */
   get status(): FeedStatus {
-    return worstStatus(this.#ranks.map((f) => f.status));
+    return engineStatus(this.#ranks);
   }
 
   /** Each DP rank's status. */
@@ -156,13 +157,14 @@ export class TrtllmHttpEventSource implements IndexUpdateSource {
         this.#onNotice({ rank: -1, what: "poll failed", detail: response.statusCode >= 400 ? `HTTP ${response.statusCode}` : "body too large" });
         return;
       }
-      let text = "";
+      const chunks: Buffer[] = [];
       let size = 0;
       for await (const chunk of response.body) {
         size += (chunk as Buffer).length;
         if (size > MAX_BODY_BYTES) throw Object.assign(new Error("body too large"), { code: "TOO_LARGE" });
-        text += (chunk as Buffer).toString("utf8");
+        chunks.push(chunk as Buffer);
       }
+      const text = Buffer.concat(chunks).toString("utf8"); // decoded whole: a character may straddle two chunks
       try {
         list = parseJsonKeepingIntegers(text);
       } catch {
@@ -178,7 +180,8 @@ export class TrtllmHttpEventSource implements IndexUpdateSource {
       this.#onNotice({ rank: -1, what: "batch skipped", detail: "not a JSON list of events" });
       return;
     }
-    for (const f of this.#ranks) f.heard();
+    // An empty answer says nothing of the engine's cache: an engine whose event buffer is off
+    // (event_buffer_max_size 0) answers [] for ever, and must not read as a live, empty picture.
     this.counters.batches++;
     this.#emitByRank(list, emit);
   }

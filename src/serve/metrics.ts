@@ -39,12 +39,14 @@ function eventLines(p: string, upstreams: readonly Upstream[], views: EngineView
       for (const state of FEED_STATES) lines.push(`${p}upstream_kv_events_state{upstream="${u.index}",dp_rank="${r}",state="${state}"} ${status === state ? 1 : 0}`);
     });
   }
+  lines.push(`# HELP ${p}upstream_kv_events_used 1 while routing matches prompts against the engine's own view (its streams live and its events usable), else 0 (the gateway's own placements).`, `# TYPE ${p}upstream_kv_events_used gauge`);
+  for (const u of fed) lines.push(`${p}upstream_kv_events_used{upstream="${u.index}"} ${u.loggedStatus === "live" ? 1 : 0}`);
   lines.push(`# HELP ${p}upstream_kv_event_batches_total KV-event batches by outcome (applied, replayed into a gap, unparseable and skipped, duplicate and skipped).`, `# TYPE ${p}upstream_kv_event_batches_total counter`);
   for (const u of fed) {
     const c = u.events!.counters;
     for (const [outcome, n] of [["applied", c.batches], ["replayed", c.replayed], ["unparseable", c.unparseable], ["duplicate", c.duplicates]] as const) lines.push(`${p}upstream_kv_event_batches_total{upstream="${u.index}",outcome="${outcome}"} ${n}`);
   }
-  lines.push(`# HELP ${p}upstream_kv_event_gaps_total Sequence gaps, and those replay could not fill (the view was emptied and rebuilt).`, `# TYPE ${p}upstream_kv_event_gaps_total counter`);
+  lines.push(`# HELP ${p}upstream_kv_event_gaps_total Sequence gaps, and those replay could not fill (the stream was gapped while its view went on).`, `# TYPE ${p}upstream_kv_event_gaps_total counter`);
   for (const u of fed) lines.push(`${p}upstream_kv_event_gaps_total{upstream="${u.index}",filled="true"} ${u.events!.counters.gaps - u.events!.counters.unfilled}`, `${p}upstream_kv_event_gaps_total{upstream="${u.index}",filled="false"} ${u.events!.counters.unfilled}`);
   lines.push(`# HELP ${p}upstream_kv_event_restarts_total Engine restarts seen in its events (its view was emptied).`, `# TYPE ${p}upstream_kv_event_restarts_total counter`);
   for (const u of fed) lines.push(`${p}upstream_kv_event_restarts_total{upstream="${u.index}"} ${u.events!.counters.restarts}`);

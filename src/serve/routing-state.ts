@@ -8,7 +8,7 @@
 // update source, from the engine itself (its KV-cache events).
 
 import type { RouteInput, RouteRequest } from "../batch.js";
-import type { PrefixNamespace } from "../prefix-index.js";
+import type { KvEventsResult, PrefixNamespace } from "../prefix-index.js";
 import { restoreRouter, type Router } from "../router.js";
 import type { RouteResult } from "../routers/types.js";
 import type { EngineViews, EngineViewShape } from "./engine-views.js";
@@ -70,11 +70,18 @@ export class RoutingState {
   #router: Router;
   readonly #log: StateLog | null;
   readonly #feeds: EngineFeeds | null;
+  /** While set, changes are not logged (another replica's entries, which came from the log). */
+  #quiet = false;
 
   constructor(router: Router, log: StateLog | null = null, feeds: EngineFeeds | null = null) {
     this.#router = router;
     this.#log = log;
     this.#feeds = feeds;
+  }
+
+  /** Logs a change (unless applying one that came from the log). */
+  #append(entry: StateEntry): void {
+    if (!this.#quiet) this.#log?.append(entry);
   }
 
   /** The engine views, or null when no upstream publishes events. */
@@ -97,7 +104,7 @@ export class RoutingState {
   route(input: RouteInput): RouteResult {
     const routed = this.#withEngineMatches(input);
     const result = this.#router.route(routed);
-    this.#log?.append({ op: "route", input: routed });
+    this.#append({ op: "route", input: routed });
     return result;
   }
 
@@ -125,7 +132,7 @@ export class RoutingState {
     const index = this.#router.prefixIndex;
     if (index === null || tokens.length === 0) return 0;
     const held = index.insert(upstream, tokens, namespace);
-    this.#log?.append({ op: "learn", upstream, tokens, namespace });
+    this.#append({ op: "learn", upstream, tokens, namespace });
     return held;
   }
 
@@ -140,18 +147,19 @@ export class RoutingState {
     return feeds.views.bestMatch(upstream, tokens.subarray(0, Math.max(tokens.length - 1, 0)), namespace);
   }
 
-  /** Applies an update from `upstream`'s index update source to its engine view. */
-  update(upstream: number, update: IndexUpdate): void {
+  /** Applies an update from `upstream`'s index update source to its engine view; returns what came of its events (null for a clear, or without a view). */
+  update(upstream: number, update: IndexUpdate): KvEventsResult | null {
     const views = this.#feeds?.views;
-    if (views === undefined || views.view(upstream) === null) return;
+    if (views === undefined || views.view(upstream) === null) return null;
     const dpRank = update.dpRank;
     if (update.kind === "cleared") {
       views.clear(upstream, dpRank);
-      this.#log?.append({ op: "clear", upstream, ...(dpRank === undefined ? {} : { dpRank }) });
-    } else {
-      views.apply(upstream, update.events, dpRank);
-      this.#log?.append({ op: "kv-events", upstream, events: update.events, ...(dpRank === undefined ? {} : { dpRank }) });
+      this.#append({ op: "clear", upstream, ...(dpRank === undefined ? {} : { dpRank }) });
+      return null;
     }
+    const result = views.apply(upstream, update.events, dpRank);
+    this.#append({ op: "kv-events", upstream, events: update.events, ...(dpRank === undefined ? {} : { dpRank }) });
+    return result;
   }
 
   /**
@@ -162,14 +170,26 @@ export class RoutingState {
     const next = restoreRouter(this.#router.snapshot(), { ranks });
     this.#router = next;
     if (shapes !== undefined) this.#feeds?.views.move(ranks, shapes);
-    this.#log?.append({ op: "ranks", ranks, ...(shapes === undefined ? {} : { shapes }) });
+    this.#append({ op: "ranks", ranks, ...(shapes === undefined ? {} : { shapes }) });
+  }
+
+  /** Applies an entry that came from the shared log (another replica's change): the same change, not logged again. */
+  applyQuietly(entry: StateEntry): void {
+    this.#quiet = true;
+    try {
+      this.apply(entry);
+    } finally {
+      this.#quiet = false;
+    }
   }
 
   /** Applies an entry of another replica's log (the same change, and logged here too). */
   apply(entry: StateEntry): void {
     switch (entry.op) {
       case "route":
-        this.route(entry.input);
+        // As logged: its matches were filled (or not) when it was routed, whatever the streams say now.
+        this.#router.route(entry.input);
+        this.#append(entry);
         break;
       case "learn":
         this.learn(entry.upstream, entry.tokens, entry.namespace);

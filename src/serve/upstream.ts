@@ -79,6 +79,10 @@ export class Upstream {
   load: EngineLoadScraper | null = null;
   /** Whether its load report was recent enough when last looked at (changes are logged). */
   loadFresh: boolean | null = null;
+  /** Whether its events can be used: false while its engine's stored events are all malformed (a block size that is not the gateway's, say). */
+  eventsUsable = true;
+  /** When a malformed event of its engine was last logged (ms; such logs are rate-limited). */
+  malformedLoggedAt = Number.NEGATIVE_INFINITY;
   /** Its event stream's status last logged (transitions are logged, never silent). */
   loggedStatus: FeedStatus | null = null;
   readonly latency = new Histogram();

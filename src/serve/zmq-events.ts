@@ -15,12 +15,14 @@
 
 import { Decoder } from "@msgpack/msgpack";
 import { Dealer, Subscriber } from "zeromq";
-import { EventFreshness, worstStatus, zeroCounters, type FeedStatus } from "./event-freshness.js";
+import { engineStatus, EventFreshness, zeroCounters, type FeedStatus } from "./event-freshness.js";
 import type { KvEventsConfig } from "./events-config.js";
 import type { IndexUpdate, IndexUpdateSource } from "./routing-state.js";
 
 /** Largest message taken from an engine (a peer sending more is disconnected by ZeroMQ). */
 const MAX_MESSAGE_BYTES = 64 << 20;
+/** Batches a publisher keeps for replay (vLLM's `buffer_steps`). */
+const REPLAY_BUFFER_STEPS = 10_000;
 /** The replay's end marker: sequence -1 as 8 signed big-endian bytes. */
 const END_MARKER = -1n;
 
@@ -54,7 +56,9 @@ class RankStream {
     staleAfterMs: number,
     now: () => number,
   ) {
-    this.freshness = new EventFreshness({ staleAfterMs, now });
+    // ZeroMQ delivers a publisher's batches in order and once: any number below the next expected is a new publisher
+    // (its batch 0 may have been lost while the subscription reconnected).
+    this.freshness = new EventFreshness({ staleAfterMs, now, restartBehind: 1n });
     this.sub = new Subscriber({ maxMessageSize: MAX_MESSAGE_BYTES, linger: 0 });
   }
 
@@ -107,9 +111,9 @@ export class ZmqEventSource implements IndexUpdateSource {
     );
   }
 
-  /** The worst of its DP ranks' statuses. */
+  /** Its DP ranks' statuses as one (see engineStatus). */
   get status(): FeedStatus {
-    return worstStatus(this.#streams.map((s) => s.freshness.status));
+    return engineStatus(this.#streams.map((s) => s.freshness));
   }
 
   /** Each DP rank's status. */
@@ -160,12 +164,14 @@ export class ZmqEventSource implements IndexUpdateSource {
     if (s.freshness.expected === null && seq > 0n && s.replayEndpoint !== null) {
       // First contact with a stream already under way: what the publisher still buffers comes first.
       await this.#replay(s, 0n, seq, emit, true);
+      if (this.#closed) return;
     }
     let step = s.freshness.batch(seq);
     if (step === "gap") {
       this.counters.gaps++;
       const from = s.freshness.expected!;
       if (s.replayEndpoint !== null) await this.#replay(s, from, seq, emit, false);
+      if (this.#closed) return;
       step = s.freshness.batch(seq);
       if (step === "gap") {
         // Not filled: the view goes on from this batch, untrusted until it has for a while.
@@ -213,11 +219,17 @@ export class ZmqEventSource implements IndexUpdateSource {
     const dealer = s.replaySocket(this.#config.replayTimeoutMs);
     const request = Buffer.alloc(8);
     request.writeBigInt64BE(from, 0);
+    // One deadline for the whole replay, and no more frames than the gap holds (plus the publisher's
+    // buffer on first contact): a replay socket that keeps talking must not hold the live stream back.
+    const deadline = performance.now() + 4 * this.#config.replayTimeoutMs;
+    let frames = first ? REPLAY_BUFFER_STEPS : Number(upTo - from) + 1;
     try {
       await dealer.send(["", request]);
-      for (;;) {
-        const frames = await dealer.receive();
-        const body = frames[0]?.length === 0 ? frames.slice(1) : frames; // the ROUTER's empty delimiter
+      while (!this.#closed) {
+        if (performance.now() > deadline || frames-- <= 0) throw Object.assign(new Error("replay too long"), { code: "REPLAY_TOO_LONG" });
+        const reply = await dealer.receive();
+        if (this.#closed) return;
+        const body = reply[0]?.length === 0 ? reply.slice(1) : reply; // the ROUTER's empty delimiter
         const seq = sequenceOf(body.length === 3 ? body[1] : body[0]);
         if (seq === null) continue;
         if (seq === END_MARKER) break;
@@ -226,6 +238,7 @@ export class ZmqEventSource implements IndexUpdateSource {
         if (this.#apply(s, body[body.length - 1]!, emit)) this.counters.replayed++;
       }
     } catch (error) {
+      if (this.#closed) return;
       this.#onNotice({ rank: s.rank, what: "replay failed", detail: (error as { code?: string }).code ?? (error as Error).message });
       s.dropReplay();
     }

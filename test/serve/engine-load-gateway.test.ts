@@ -1,7 +1,7 @@
 // The gateway combining engines' own load reports with its in-flight counts: a
 // fake vLLM engine serves its Prometheus /metrics on 127.0.0.1; a busy engine
 // gets no new requests while an idle one is there, and one whose report is
-// older than max_age_ms is excluded until it reports again (its cache view kept).
+// older than max_age_ms is excluded until it reports again.
 import pino from "pino";
 import { afterEach, describe, expect, it } from "vitest";
 import { createGateway, loadGatewayConfig, type Gateway } from "../../src/serve/index.js";

@@ -220,27 +220,53 @@ describe("ZeroMQ streams: sequence gaps, restarts, bad batches, silence", () => 
     expect(logs.filter((l) => l.level === 40 && String(l.msg).startsWith("KV events:")).length).toBeGreaterThanOrEqual(2);
   });
 
-  it("a stream silent while its engine is sent requests goes stale, is logged, and routing falls back until events resume", async () => {
+  it("a stream silent while its engine is sent requests goes stale, is logged, and routing falls back to the gateway's own placements until events resume", async () => {
     const { pub, gateway, logs } = await subscribed(1, null, ", stale_after_ms: 300");
-    await pub.publish(0, 0n, bytes("chain_p"));
+    await pub.publish(0, 0n, bytes("vllm_map_stored"));
     await waitFor(() => viewBlocks(gateway) === 4);
-    expect(await complete(gateway, [...P, 7])).toBe(1);
+    expect(await complete(gateway, [...P, 5])).toBe(1); // the gateway's own view of A holds P from here
+    await pub.publish(0, 1n, bytes("vllm_map_removed")); // the engine keeps P's first block only
+    await waitFor(() => viewBlocks(gateway) === 1);
+    let before = matchedOnA(gateway);
+    expect(await complete(gateway, [...P, 6])).toBe(1);
+    expect(matchedOnA(gateway) - before).toBe(4); // live: what the engine holds
     await waitFor(() => state(gateway, "stale") === 1, () => "stale", 3000);
     await waitFor(() => logs.some((l) => String(l.msg).startsWith("KV events stale")), () => "a log line", 3000);
-    await pub.publish(0, 1n, bytes("chain_q"));
+    before = matchedOnA(gateway);
+    expect(await complete(gateway, [...P, 7])).toBe(1);
+    expect(matchedOnA(gateway) - before).toBe(16); // stale: what the gateway placed there
+    expect(metric(gateway, "upstream_kv_events_used", 'upstream="1"')).toBe(0);
+    await pub.publish(0, 2n, bytes("chain_q"));
     await waitFor(() => state(gateway, "live") === 1);
+    before = matchedOnA(gateway);
+    expect(await complete(gateway, [...P, 8])).toBe(1);
+    expect(matchedOnA(gateway) - before).toBe(4); // live again: the engine's view
     await waitFor(() => logs.some((l) => String(l.msg).startsWith("KV events live")), () => "a log line", 3000);
   });
-});
 
-/** msgpack of `v`, or of its string form when msgpack has no encoding for it (a bigint past 64 bits, say). */
-function packed(v: unknown): Buffer {
-  try {
-    return Buffer.from(encode(v, { ignoreUndefined: true, useBigInt64: true }));
-  } catch {
-    return Buffer.from(encode(String(v)));
-  }
-}
+  it("a restarted publisher whose batch 0 was lost is still a restart: any number below the next expected", async () => {
+    const { pub, gateway } = await subscribed();
+    await pub.publish(0, 0n, bytes("chain_p"));
+    await pub.publish(0, 1n, bytes("chain_q"));
+    await pub.publish(0, 2n, bytes("chain_r"));
+    await waitFor(() => viewBlocks(gateway) === 12);
+    await pub.publish(0, 1n, bytes("vllm_map_lora")); // the new publisher's batch 1 (its batch 0 lost on reconnection)
+    await waitFor(() => metric(gateway, "upstream_kv_event_restarts_total", 'upstream="1"') === 1);
+    expect(viewBlocks(gateway)).toBe(4);
+  });
+
+  it("an engine whose blocks are not the gateway's size is not live, and says why", async () => {
+    const pub = await startFakePublisher(1);
+    open.push(pub);
+    const { gateway, logs } = await gatewayWith(`{ kind: zmq, endpoint: "${pub.endpoint}" }`, "");
+    await pub.subscribed(0);
+    await pub.publish(0, 0n, bytes("qwen_long_turn_stored")); // 16-token blocks; the gateway's are 4
+    await waitFor(() => logs.some((l) => String(l.msg).startsWith("KV events: events the gateway cannot use")));
+    expect(String((logs.find((l) => String(l.msg).startsWith("KV events: events the gateway cannot use"))!.reasons as string[])[0])).toContain("block_size");
+    await complete(gateway, [...P, 1]);
+    expect(metric(gateway, "upstream_kv_events_used", 'upstream="1"')).toBe(0);
+  });
+});
 
 describe("the engine's tokenizer and its events together", () => {
   it("a chat's next turn, tokenized as Qwen2.5 does, matches the blocks the engine stored for the turn before", async () => {
@@ -268,6 +294,15 @@ describe("the engine's tokenizer and its events together", () => {
     expect(matchedOnA(gateway)).toBe(expected);
   });
 });
+
+/** msgpack of `v`, or of its string form when msgpack has no encoding for it (a bigint past 64 bits, say). */
+function packed(v: unknown): Buffer {
+  try {
+    return Buffer.from(encode(v, { ignoreUndefined: true, useBigInt64: true }));
+  } catch {
+    return Buffer.from(encode(String(v)));
+  }
+}
 
 describe("hostile streams", () => {
   it("random payloads, random msgpack values and odd frame counts never stop the stream or reach past the counters", async () => {

@@ -1,0 +1,78 @@
+// The gateway's `sync:` setting: the NATS server its replicas share one
+// routing state through (src/serve/sync/replication.ts), checked like the rest
+// of its configuration.
+//
+//   sync: { url: nats://127.0.0.1:4222, cluster: prod, replica_id: gw-1 }
+//
+// or `--sync nats://HOST:PORT [--replica-id ID]`, which override the file.
+
+import { hostname } from "node:os";
+import { describeValue, excerpt } from "../../errors.js";
+import type { SettingReader } from "../events-config.js";
+
+/** Where and as whom a replica shares its routing state. */
+export interface SyncConfig {
+  /** The NATS server (`nats://HOST:PORT`). */
+  readonly url: string;
+  /** The replicas' cluster: the JetStream stream `ADP_<CLUSTER>` and subject `adp.<cluster>.state` are its own. */
+  readonly cluster: string;
+  /** This replica's name (unique in the cluster), in its entries' ids and in `/sync/state`. */
+  readonly replicaId: string;
+  /** Most entries held while NATS cannot take them; past it the oldest are dropped (and counted). */
+  readonly maxBufferedEntries: number;
+}
+
+/** The flags that override the file's `sync:`. */
+export interface SyncFlags {
+  readonly sync?: string;
+  readonly replicaId?: string;
+}
+
+/** A cluster or replica name: letters, digits, `-` and `_` (they become subject and stream names). */
+const NAME = /^[A-Za-z0-9_-]{1,64}$/;
+
+/** A NATS URL checked; a reason when it is not one. */
+export function checkNatsUrl(text: string): string | null {
+  let url: URL;
+  try {
+    url = new URL(text);
+  } catch {
+    return `must be nats://HOST:PORT, got ${describeValue(excerpt(text, 80))}`;
+  }
+  if (url.protocol !== "nats:" && url.protocol !== "tls:") return `must be a nats:// (or tls://) URL, got ${url.protocol}//`;
+  if (!url.hostname) return "has no host";
+  if (url.username || url.password) return "must not carry credentials";
+  return null;
+}
+
+/** Reads `sync:` and its flags (null: this gateway shares nothing). */
+export function readSyncSettings(r: SettingReader, value: unknown, flags: SyncFlags): SyncConfig | null {
+  const s = r.section(value, ["sync"], ["url", "cluster", "replica_id", "max_buffered_entries"]);
+  const url = flags.sync ?? (s.url === undefined ? undefined : r.str(s.url, ["sync", "url"], ""));
+  if (url === undefined || url === "") {
+    if (flags.replicaId !== undefined || Object.keys(s).length > 0) r.fail(["sync", "url"], "is required to share state (sync.url, or --sync nats://HOST:PORT)");
+    return null;
+  }
+  const why = checkNatsUrl(url);
+  if (why !== null) r.fail(flags.sync !== undefined ? ["sync"] : ["sync", "url"], why);
+  const cluster = r.str(s.cluster, ["sync", "cluster"], "adp");
+  if (!NAME.test(cluster)) r.fail(["sync", "cluster"], `must be 1-64 letters, digits, - or _, got ${describeValue(cluster)}`);
+  const replicaId = flags.replicaId ?? r.str(s.replica_id, ["sync", "replica_id"], `${hostname()}-${process.pid}`.replace(/[^A-Za-z0-9_-]/g, "_").slice(0, 64));
+  if (!NAME.test(replicaId)) r.fail(flags.replicaId !== undefined ? ["replica-id"] : ["sync", "replica_id"], `must be 1-64 letters, digits, - or _, got ${describeValue(replicaId)}`);
+  const maxBufferedEntries = r.int(s.max_buffered_entries, ["sync", "max_buffered_entries"], 1, 10_000_000, 100_000);
+  return { url, cluster, replicaId, maxBufferedEntries };
+}
+
+/** JSON Schema of `sync:`. */
+export const syncSchema = Object.freeze({
+  type: "object",
+  additionalProperties: false,
+  required: ["url"],
+  description: "Share one routing state with the other replicas of this gateway through NATS JetStream.",
+  properties: {
+    url: { type: "string", pattern: "^(nats|tls)://" },
+    cluster: { type: "string", pattern: "^[A-Za-z0-9_-]{1,64}$", default: "adp" },
+    replica_id: { type: "string", pattern: "^[A-Za-z0-9_-]{1,64}$", description: "Unique in the cluster; default HOST-PID." },
+    max_buffered_entries: { type: "integer", minimum: 1, default: 100000 },
+  },
+});

@@ -1,0 +1,33 @@
+// A replica's sharing as Prometheus text: whether it is connected and synced,
+// the stream sequence its replicated state applied, entries waiting, and its
+// entries by outcome.
+
+import type { Replication } from "./replication.js";
+
+/** Prometheus text of a replica's sharing. */
+export function formatSyncMetrics(r: Replication): string {
+  const p = "adp_gateway_sync_";
+  const c = r.counters;
+  return [
+    `# HELP ${p}connected 1 while the replica reaches NATS.`,
+    `# TYPE ${p}connected gauge`,
+    `${p}connected ${r.connected ? 1 : 0}`,
+    `# HELP ${p}synced 1 while connected with nothing waiting to be published (else routing on local state).`,
+    `# TYPE ${p}synced gauge`,
+    `${p}synced ${r.synced ? 1 : 0}`,
+    `# HELP ${p}applied_sequence The stream sequence of the last entry the replicated state applied.`,
+    `# TYPE ${p}applied_sequence gauge`,
+    `${p}applied_sequence ${r.applied}`,
+    `# HELP ${p}pending_entries This replica's entries waiting for NATS.`,
+    `# TYPE ${p}pending_entries gauge`,
+    `${p}pending_entries ${r.pending}`,
+    `# HELP ${p}entries_total Entries by outcome: published by this replica, dropped from its full buffer, applied from the stream, rejected (not an entry, or not applicable here), duplicate deliveries skipped.`,
+    `# TYPE ${p}entries_total counter`,
+    `${p}entries_total{outcome="published"} ${c.published}`,
+    `${p}entries_total{outcome="dropped"} ${c.dropped}`,
+    `${p}entries_total{outcome="applied"} ${c.applied}`,
+    `${p}entries_total{outcome="rejected"} ${c.rejected}`,
+    `${p}entries_total{outcome="duplicate"} ${c.duplicates}`,
+    "",
+  ].join("\n");
+}
