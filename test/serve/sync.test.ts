@@ -5,10 +5,15 @@
 // read back; a duplicated delivery changes nothing.
 import { connect } from "@nats-io/transport-node";
 import { jetstream } from "@nats-io/jetstream";
+import { spawn, type ChildProcess } from "node:child_process";
+import { mkdtempSync, writeFileSync } from "node:fs";
+import { connect as connectTcp, createServer, type Socket } from "node:net";
+import { tmpdir } from "node:os";
+import path from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { createGateway, loadGatewayConfig, type Gateway } from "../../src/serve/index.js";
 import { decodeEntry, encodeEntry, SyncEntryError } from "../../src/serve/sync/entry-codec.js";
-import { startMockEngine } from "../support/mock-engine.js";
+import { startMockEngine, urlFrom } from "../support/mock-engine.js";
 import { hasNatsServer, startNatsServer, type NatsServer } from "../support/nats-server.js";
 import { waitFor } from "../support/wait.js";
 
@@ -43,7 +48,7 @@ describe("entries on the wire", () => {
 });
 
 describe.skipIf(!hasNatsServer)("replicas through a real nats-server", () => {
-  async function cluster(n: number, nats: NatsServer): Promise<Gateway[]> {
+  async function cluster(n: number, nats: NatsServer, urls: (i: number) => string = () => nats.url): Promise<Gateway[]> {
     const engines = [];
     for (let i = 0; i < 3; i++) {
       const e = await startMockEngine(`e${i}`);
@@ -52,7 +57,7 @@ describe.skipIf(!hasNatsServer)("replicas through a real nats-server", () => {
     }
     const gateways: Gateway[] = [];
     for (let i = 0; i < n; i++) {
-      const text = `listen: { port: 0 }\nlogging: { level: silent }\nhealth: { interval_ms: 60000 }\nrouting: { tokens_per_block: 16 }\nsync: { url: "${nats.url}", cluster: t${nats.port}, replica_id: gw-${i} }\nupstreams:\n${engines.map((e) => `  - url: ${e.url}\n`).join("")}`;
+      const text = `listen: { port: 0 }\nlogging: { level: silent }\nhealth: { interval_ms: 60000 }\nrouting: { tokens_per_block: 16 }\nsync: { url: "${urls(i)}", cluster: t${nats.port}, replica_id: gw-${i} }\nupstreams:\n${engines.map((e) => `  - url: ${e.url}\n`).join("")}`;
       const g = await createGateway(loadGatewayConfig({ file: { name: "g.yaml", text } }));
       open.push(g);
       gateways.push(g);
@@ -109,5 +114,110 @@ describe.skipIf(!hasNatsServer)("replicas through a real nats-server", () => {
     expect(metric(g!, "sync_entries_total", 'outcome="rejected"')).toBe(1);
     const after = await syncState(g!);
     expect(after.digest).not.toBe(before.digest); // the other's entry applied, once
+  });
+
+  /** Resolves once every replica is synced at the same sequence; returns their states. */
+  async function settled(gateways: Gateway[]) {
+    await waitFor(() => gateways.every((g) => metric(g, "sync_synced") === 1) && new Set(gateways.map((g) => metric(g, "sync_applied_sequence"))).size === 1, () => gateways.map((g) => `${metric(g, "sync_synced")}@${metric(g, "sync_applied_sequence")}`).join(","), 20_000);
+    return Promise.all(gateways.map(syncState));
+  }
+
+  it("a nats-server restart mid-load loses no client request and ends with equal digests", async () => {
+    const nats = await startNatsServer();
+    open.push({ close: () => nats.stop() });
+    const gateways = await cluster(2, nats);
+    const statuses: number[] = [];
+    let restarted = false;
+    await Promise.all(
+      Array.from({ length: 4 }, async (_, w) => {
+        for (let i = w; i < 160; i += 4) {
+          if (i === 80 && !restarted) {
+            restarted = true;
+            await nats.restart();
+          }
+          statuses.push((await ask(gateways[i % 2]!, `load ${i % 30}`)).status);
+        }
+      }),
+    );
+    expect(statuses).toHaveLength(160);
+    expect(statuses.every((s) => s === 200)).toBe(true);
+    const states = await settled(gateways);
+    expect(states[0]!.applied).toBe(160);
+    expect(states[0]!.digest).toBe(states[1]!.digest);
+  });
+
+  it("a replica cut off from NATS keeps serving, says it is unsynced, and reconciles when NATS is back", async () => {
+    const nats = await startNatsServer();
+    open.push({ close: () => nats.stop() });
+    // Replica 1 reaches NATS through a TCP proxy the test can cut.
+    const sockets = new Set<Socket>();
+    const proxy = createServer((client) => {
+      const upstream = connectTcp(nats.port, "127.0.0.1");
+      for (const s of [client, upstream]) {
+        sockets.add(s);
+        s.on("close", () => sockets.delete(s));
+        s.on("error", () => s.destroy());
+      }
+      client.pipe(upstream).pipe(client);
+    });
+    await new Promise<void>((r) => proxy.listen(0, "127.0.0.1", r));
+    const proxyPort = (proxy.address() as { port: number }).port;
+    open.push({ close: () => new Promise<void>((r) => (proxy.close(() => r()), sockets.forEach((s) => s.destroy()))) });
+    const gateways = await cluster(2, nats, (i) => (i === 1 ? `nats://127.0.0.1:${proxyPort}` : nats.url));
+    for (let i = 0; i < 10; i++) expect((await ask(gateways[i % 2]!, `before ${i}`)).status).toBe(200);
+    await settled(gateways);
+
+    // Cut: stop accepting and drop the connections.
+    await new Promise<void>((r) => (proxy.close(() => r()), sockets.forEach((s) => s.destroy())));
+    await waitFor(() => metric(gateways[1]!, "sync_connected") === 0, () => "replica 1 disconnected", 10_000);
+    for (let i = 0; i < 10; i++) expect((await ask(gateways[1]!, `while cut ${i}`)).status).toBe(200);
+    const health = (await (await fetch(`${gateways[1]!.url}/health`)).json()) as { sync: { synced: boolean; pending: number } };
+    expect(health.sync.synced).toBe(false);
+    expect(health.sync.pending).toBe(10);
+
+    // Back: the buffered entries go out, and both replicas end equal.
+    await new Promise<void>((r) => proxy.listen(proxyPort, "127.0.0.1", r));
+    const states = await settled(gateways);
+    expect(states[0]!.applied).toBe(20);
+    expect(states[0]!.digest).toBe(states[1]!.digest);
+  });
+
+  it("a replica killed with SIGKILL and started again catches up to the same digest", async () => {
+    const nats = await startNatsServer();
+    open.push({ close: () => nats.stop() });
+    const [a] = await cluster(1, nats);
+    const engineUrls = a!.metrics().match(/upstream_info\{upstream="\d+",name="[^"]+"\}/g)!.length;
+    expect(engineUrls).toBe(3);
+    const dir = mkdtempSync(path.join(tmpdir(), "adp-sync-"));
+    const file = path.join(dir, "g.yaml");
+    // The child replica: the built CLI with the same upstreams as replica a.
+    const upstreams = [...(a!.metrics().matchAll(/upstream_info\{upstream="\d+",name="([^"]+)"\}/g))].map((m) => `  - url: http://${m[1]}`);
+    writeFileSync(file, `listen: { port: 0 }\nlogging: { level: warn }\nhealth: { interval_ms: 60000 }\nrouting: { tokens_per_block: 16 }\nsync: { url: "${nats.url}", cluster: t${nats.port} }\nupstreams:\n${upstreams.join("\n")}\n`);
+    const children: ChildProcess[] = [];
+    open.push({ close: async () => void children.forEach((c) => c.exitCode === null && c.kill("SIGKILL")) });
+    const startChild = async () => {
+      const child = spawn(process.execPath, [path.resolve("dist/cli.js"), "serve", "--config", file, "--replica-id", "gw-child"], { stdio: ["ignore", "pipe", "pipe"] });
+      children.push(child);
+      return urlFrom(child);
+    };
+    const state = async (url: string) => (await fetch(`${url}/sync/state`)).json() as Promise<{ applied: number; digest: string }>;
+    const post = (url: string, content: string) => fetch(`${url}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ model: "m", messages: [{ role: "system", content: SYSTEM }, { role: "user", content }] }) }).then((r) => (r.text(), r.status));
+
+    let b = await startChild();
+    for (let i = 0; i < 20; i++) expect(await post(i % 2 ? b : a!.url, `first ${i}`)).toBe(200);
+    children[0]!.kill("SIGKILL");
+    await new Promise((r) => children[0]!.once("exit", r));
+    for (let i = 0; i < 10; i++) expect(await post(a!.url, `while down ${i}`)).toBe(200);
+    b = await startChild();
+    await waitFor(() => metric(a!, "sync_applied_sequence") === 30);
+    let sa = await state(a!.url);
+    let sb = await state(b);
+    const deadline = Date.now() + 15_000;
+    while ((sb.applied !== sa.applied || sb.digest !== sa.digest) && Date.now() < deadline) {
+      await new Promise((r) => setTimeout(r, 100));
+      [sa, sb] = [await state(a!.url), await state(b)];
+    }
+    expect(sb.applied).toBe(30);
+    expect(sb.digest).toBe(sa.digest);
   });
 });

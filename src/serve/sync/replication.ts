@@ -78,6 +78,8 @@ export class Replication {
   #connected = false;
   #closed = false;
   #consuming: Promise<void> | null = null;
+  /** The stream consumption under way (stopped to start over after a reconnection). */
+  #messages: { stop(): void } | null = null;
   #retry: NodeJS.Timeout | null = null;
 
   constructor(sync: SyncConfig, config: GatewayConfig, log: Logger) {
@@ -198,6 +200,8 @@ export class Replication {
       if (s.type === "disconnect") this.#setConnected(false, "disconnected");
       else if (s.type === "reconnect") {
         this.#setConnected(true);
+        // A consumer on a restarted server may never deliver again: start over after the last applied entry.
+        this.#messages?.stop();
         this.#pump();
       }
     }
@@ -246,6 +250,7 @@ export class Replication {
       try {
         const consumer = await this.#js.consumers.get(this.#stream, { deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: this.#appliedSeq + 1 });
         const messages = await consumer.consume();
+        this.#messages = messages;
         for await (const m of messages) {
           if (this.#closed) break;
           this.#onMessage(m.seq, m.data);
