@@ -2,7 +2,7 @@
 // its factory does (conversation affinity over KV-cache-aware over default) and
 // routes batches atomically: a batch that fails validation changes nothing.
 
-import { ArrayRowStore, validateBatch, type Batch, type RouteInput, type RowStore } from "./batch.js";
+import { ArrayRowStore, checkRank, MAX_KEY_LENGTH, validateBatch, type Batch, type RouteInput, type RowStore } from "./batch.js";
 import { parseAttentionDpConfig, toAttentionDpConfigInput, type AttentionDpConfig, type AttentionDpConfigInput } from "./config.js";
 import { RoutingCore } from "./core.js";
 import { AdpHookError, AdpInputError, asInputError, readOptions } from "./errors.js";
@@ -277,6 +277,11 @@ export function createRouter(input: RouterOptions): Router {
       );
     },
   };
+  binders.set(router, (key, rank) => {
+    if (!(policy instanceof ConversationRouter)) return false;
+    policy.conversations.record(key, rank);
+    return true;
+  });
   restoreState.set(router, (state) => {
     if (policy instanceof ConversationRouter) {
       policy.cursor = state.cursor;
@@ -289,6 +294,23 @@ export function createRouter(input: RouterOptions): Router {
 
 /** Per router: loads a snapshot's checked policy state (kept out of the public object). */
 const restoreState = new WeakMap<Router, (state: RouterState) => void>();
+/** Per router: records a conversation's rank (kept out of the public object). */
+const binders = new WeakMap<Router, (key: string, rank: number) => boolean>();
+
+/**
+ * @internal Records that conversation `key` (a conversation or sub-agent id)
+ * is on `rank`, as the conversation router records a placement: how a gateway
+ * replica takes another replica's binding. Returns false, changing nothing,
+ * when the router keeps no conversations; throws AdpInputError for a bad key
+ * or rank.
+ */
+export function bindConversation(router: Router, key: string, rank: number): boolean {
+  const bind = binders.get(router);
+  if (bind === undefined) throw new AdpInputError("router", "must be a router from createRouter or restoreRouter", router);
+  if (typeof key !== "string" || key.length === 0 || key.length > MAX_KEY_LENGTH) throw new AdpInputError("key", `must be a string of 1 to ${MAX_KEY_LENGTH} characters`, key);
+  checkRank(rank, router.numRanks, "rank");
+  return bind(key, rank);
+}
 
 /**
  * Rebuilds a router from {@link Router.snapshot} bytes, on any platform; its

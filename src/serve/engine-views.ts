@@ -37,6 +37,17 @@ export class EngineViews {
     this.#views = shapes.map((s) => this.#create(s));
   }
 
+  /** Takes `views` (restored from a snapshot) in place of its own, which it frees. */
+  adopt(views: readonly (PrefixIndex | null)[]): void {
+    for (const v of this.#views) v?.dispose();
+    this.#views = [...views];
+  }
+
+  /** Each upstream's view, or null (for snapshots). */
+  get all(): readonly (PrefixIndex | null)[] {
+    return this.#views;
+  }
+
   /** Whether any upstream has an engine view. */
   get any(): boolean {
     return this.#views.some((v) => v !== null);

@@ -9,7 +9,7 @@
 
 import type { RouteInput, RouteRequest } from "../batch.js";
 import type { KvEventsResult, PrefixNamespace } from "../prefix-index.js";
-import { restoreRouter, type Router } from "../router.js";
+import { bindConversation, restoreRouter, type Router } from "../router.js";
 import type { RouteResult } from "../routers/types.js";
 import type { EngineViews, EngineViewShape } from "./engine-views.js";
 import type { FeedStatus } from "./event-freshness.js";
@@ -18,6 +18,8 @@ import type { FeedStatus } from "./event-freshness.js";
 export type StateEntry =
   /** A batch routed (it moves conversations, the tie-break generator and the counters). */
   | { readonly op: "route"; readonly input: RouteInput }
+  /** A conversation (or sub-agent) went to an upstream: its next turns go there too (under conversation affinity). */
+  | { readonly op: "bind"; readonly key: string; readonly upstream: number }
   /** An upstream was given a prompt: its cache view now holds it. */
   | { readonly op: "learn"; readonly upstream: number; readonly tokens: Uint32Array; readonly namespace: PrefixNamespace }
   /** An engine's own KV-cache events for an upstream (TensorRT-LLM's or vLLM's, see PrefixIndex.applyKvEvents), from one DP rank's stream or naming their ranks. */
@@ -127,6 +129,14 @@ export class RoutingState {
     return { ...input, requests };
   }
 
+  /**
+   * Records that conversation `key` is on `upstream` (where its request really
+   * went), when the router keeps conversations; logged then only.
+   */
+  bind(key: string, upstream: number): void {
+    if (bindConversation(this.#router, key, upstream)) this.#append({ op: "bind", key, upstream });
+  }
+
   /** Teaches `upstream`'s cache view a prompt; returns the tokens it held of it before. */
   learn(upstream: number, tokens: Uint32Array, namespace: PrefixNamespace): number {
     const index = this.#router.prefixIndex;
@@ -162,6 +172,13 @@ export class RoutingState {
     return result;
   }
 
+  /** Starts over from a router snapshot (a replica's first state, from the cluster's snapshot); not logged. */
+  restore(bytes: Uint8Array): void {
+    const next = restoreRouter(bytes);
+    this.#router.prefixIndex?.dispose();
+    this.#router = next;
+  }
+
   /**
    * Moves to a new set of ranks (see restoreRouter's `ranks`). Throws, changing
    * nothing, when the router cannot move (its index would not fit its budget).
@@ -193,6 +210,9 @@ export class RoutingState {
         break;
       case "learn":
         this.learn(entry.upstream, entry.tokens, entry.namespace);
+        break;
+      case "bind":
+        this.bind(entry.key, entry.upstream);
         break;
       case "kv-events":
         this.update(entry.upstream, { kind: "kv-events", events: entry.events, ...(entry.dpRank === undefined ? {} : { dpRank: entry.dpRank }) });

@@ -251,6 +251,9 @@ export class Scheduler {
     const namespace = { loraTaskId: w.route.loraTaskId, cacheSalt: w.route.cacheSalt };
     const engineMatched = this.#fleet.state.engineMatch(u.index, w.tokens, namespace);
     const held = this.#fleet.state.learn(u.index, w.tokens, namespace);
+    // Where the conversation really went (the router's choice, unless the gateway had to place it elsewhere).
+    const key = w.route.subagentId !== null && w.route.subagentId !== "" ? w.route.subagentId : w.route.conversationId;
+    if (key !== null) this.#fleet.state.bind(key, u.index);
     const matchedTokens = engineMatched ?? held;
     u.events?.routed();
     u.promptTokens += w.tokens.length;

@@ -11,7 +11,9 @@ import { connect as connectTcp, createServer, type Socket } from "node:net";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
-import { createGateway, loadGatewayConfig, type Gateway } from "../../src/serve/index.js";
+import { createPrefixIndex } from "../../src/index.js";
+import { createGateway, createGatewayRouter, loadGatewayConfig, type Gateway } from "../../src/serve/index.js";
+import { decodeStateSnapshot, encodeStateSnapshot, SnapshotError, stateDigest } from "../../src/serve/sync/state-snapshot.js";
 import { decodeEntry, encodeEntry, SyncEntryError } from "../../src/serve/sync/entry-codec.js";
 import { startMockEngine, urlFrom } from "../support/mock-engine.js";
 import { hasNatsServer, startNatsServer, type NatsServer } from "../support/nats-server.js";
@@ -42,13 +44,38 @@ describe("entries on the wire", () => {
     const events = { ts: 1.5, events: [{ type: "BlockStored", block_hashes: [2n ** 64n - 1n, new Uint8Array([1, 2])] }] };
     expect(decodeEntry(encodeEntry({ origin: "o", counter: 0, entry: { op: "kv-events", upstream: 0, events, dpRank: 3 } })).entry).toEqual({ op: "kv-events", upstream: 0, events, dpRank: 3 });
     expect(decodeEntry(encodeEntry({ origin: "o", counter: 1, entry: { op: "clear", upstream: 1 } })).entry).toEqual({ op: "clear", upstream: 1 });
+    expect(decodeEntry(encodeEntry({ origin: "o", counter: 2, entry: { op: "bind", upstream: 1, key: "session-7" } })).entry).toEqual({ op: "bind", upstream: 1, key: "session-7" });
+    expect(() => decodeEntry(encodeEntry({ origin: "o", counter: 2, entry: { op: "bind", upstream: 1, key: "" } }))).toThrow(SyncEntryError);
     const good = encodeEntry({ origin: "o", counter: 1, entry: learn });
     for (const bad of [new Uint8Array([0xc1]), good.subarray(0, good.length - 3), new Uint8Array([0x93, 1, 2, 3]), Buffer.from("[1]")]) expect(() => decodeEntry(bad)).toThrow(SyncEntryError);
   });
 });
 
+describe("snapshots of the replicated state", () => {
+  it("restore to the same digest, and a damaged one (any byte, truncated, another digest) is refused", () => {
+    const config = loadGatewayConfig({ flags: { upstreams: ["http://127.0.0.1:9", "http://127.0.0.1:10"], port: 0 }, file: { name: "g.yaml", text: "routing: { tokens_per_block: 4 }\n" } });
+    const router = createGatewayRouter(config);
+    router.prefixIndex!.insert(1, Uint32Array.from({ length: 64 }, (_, i) => i));
+    const view = createPrefixIndex({ numRanks: 2, tokensPerBlock: 4 });
+    view.insert(1, [5, 6, 7, 8, 9]);
+    const parts = { router, views: [null, view] };
+    const digest = stateDigest(parts);
+    const bytes = encodeStateSnapshot(42, parts);
+    const back = decodeStateSnapshot(bytes, digest);
+    expect(back.seq).toBe(42);
+    expect(stateDigest(back.parts)).toBe(digest);
+    expect(() => decodeStateSnapshot(bytes, "0".repeat(64))).toThrow(SnapshotError);
+    expect(() => decodeStateSnapshot(bytes.subarray(0, bytes.length - 1), digest)).toThrow(SnapshotError);
+    for (let i = 0; i < bytes.length; i += Math.max(1, Math.floor(bytes.length / 97))) {
+      const damaged = Uint8Array.from(bytes);
+      damaged[i]! ^= 0x5a;
+      expect(() => decodeStateSnapshot(damaged, digest)).toThrow(SnapshotError);
+    }
+  });
+});
+
 describe.skipIf(!hasNatsServer)("replicas through a real nats-server", () => {
-  async function cluster(n: number, nats: NatsServer, urls: (i: number) => string = () => nats.url): Promise<Gateway[]> {
+  async function cluster(n: number, nats: NatsServer, urls: (i: number) => string = () => nats.url, extra = ""): Promise<Gateway[]> {
     const engines = [];
     for (let i = 0; i < 3; i++) {
       const e = await startMockEngine(`e${i}`);
@@ -57,7 +84,7 @@ describe.skipIf(!hasNatsServer)("replicas through a real nats-server", () => {
     }
     const gateways: Gateway[] = [];
     for (let i = 0; i < n; i++) {
-      const text = `listen: { port: 0 }\nlogging: { level: silent }\nhealth: { interval_ms: 60000 }\nrouting: { tokens_per_block: 16 }\nsync: { url: "${urls(i)}", cluster: t${nats.port}, replica_id: gw-${i} }\nupstreams:\n${engines.map((e) => `  - url: ${e.url}\n`).join("")}`;
+      const text = `listen: { port: 0 }\nlogging: { level: silent }\nhealth: { interval_ms: 60000 }\nrouting: { tokens_per_block: 16 }\nsync: { url: "${urls(i)}", cluster: t${nats.port}, replica_id: gw-${i}${extra} }\nupstreams:\n${engines.map((e) => `  - url: ${e.url}\n`).join("")}`;
       const g = await createGateway(loadGatewayConfig({ file: { name: "g.yaml", text } }));
       open.push(g);
       gateways.push(g);
@@ -219,5 +246,60 @@ describe.skipIf(!hasNatsServer)("replicas through a real nats-server", () => {
     }
     expect(sb.applied).toBe(30);
     expect(sb.digest).toBe(sa.digest);
+  });
+
+  it("a replica joining after the stream dropped its early entries starts from the stored snapshot and reaches the same digest", async () => {
+    const nats = await startNatsServer();
+    open.push({ close: () => nats.stop() });
+    const [a] = await cluster(1, nats, undefined, ", max_entries: 30, snapshot_every: 10");
+    for (let i = 0; i < 60; i++) expect((await ask(a!, `early ${i}`)).status).toBe(200);
+    await waitFor(() => metric(a!, "sync_applied_sequence") === 60 && metric(a!, "sync_snapshots_total", 'op="stored"') >= 3);
+    const first = await ask(a!, "a prompt the late replica never saw routed, long enough to fill blocks ".repeat(6));
+    await waitFor(() => metric(a!, "sync_applied_sequence") === 61);
+
+    // A second gateway on the same engines, the same cluster.
+    const text = a!.metrics().match(/upstream_info\{upstream="\d+",name="[^"]+"\}/g)!.map((l) => `  - url: http://${/name="([^"]+)"/.exec(l)![1]}`).join("\n");
+    const b = await createGateway(loadGatewayConfig({ file: { name: "g.yaml", text: `listen: { port: 0 }\nlogging: { level: silent }\nhealth: { interval_ms: 60000 }\nrouting: { tokens_per_block: 16 }\nsync: { url: "${nats.url}", cluster: t${nats.port}, replica_id: late, max_entries: 30, snapshot_every: 10 }\nupstreams:\n${text}\n` } }));
+    open.push(b);
+    await waitFor(() => metric(b, "sync_applied_sequence") === 61, () => String(metric(b, "sync_applied_sequence")), 10_000);
+    expect(metric(b, "sync_snapshots_total", 'op="loaded"')).toBe(1);
+    expect(metric(b, "sync_entries_total", 'outcome="missed"')).toBe(0);
+    const [sa, sb] = await Promise.all([syncState(a!), syncState(b)]);
+    expect(sb.digest).toBe(sa.digest);
+    // Its routing state started from the snapshot: a prompt routed long before it joined is matched there.
+    const again = await ask(b, "a prompt the late replica never saw routed, long enough to fill blocks ".repeat(6));
+    expect(again.upstream).toBe(first.upstream);
+    expect(metric(b, "upstream_matched_tokens_total", `upstream="${first.upstream}"`)).toBeGreaterThan(300);
+  });
+
+  it("under conversation affinity a conversation started through one replica goes on where it started through the others", async () => {
+    const nats = await startNatsServer();
+    open.push({ close: () => nats.stop() });
+    const gateways = await cluster(3, nats, undefined, "");
+    // (cluster() starts kv_cache_aware gateways; these three are conversation-affinity ones on the same engines.)
+    const upstreams = gateways[0]!.metrics().match(/upstream_info\{upstream="\d+",name="[^"]+"\}/g)!.map((l) => `  - url: http://${/name="([^"]+)"/.exec(l)![1]}`).join("\n");
+    const conv: Gateway[] = [];
+    for (let i = 0; i < 3; i++) {
+      const g = await createGateway(loadGatewayConfig({ file: { name: "g.yaml", text: `listen: { port: 0 }\nlogging: { level: silent }\nhealth: { interval_ms: 60000 }\npolicy: conversation\nsync: { url: "${nats.url}", cluster: c${nats.port}, replica_id: conv-${i} }\nupstreams:\n${upstreams}\n` } }));
+      open.push(g);
+      conv.push(g);
+    }
+    await waitFor(() => conv.every((g) => metric(g, "sync_connected") === 1));
+    const turn = async (g: Gateway, session: string) => {
+      const r = await fetch(`${g.url}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json", "x-session-id": session }, body: JSON.stringify({ model: "m", messages: [{ role: "user", content: "hello" }] }) });
+      await r.text();
+      return Number(r.headers.get("x-adp-upstream"));
+    };
+    const first: number[] = [];
+    for (let s = 0; s < 9; s++) first.push(await turn(conv[0]!, `s${s}`));
+    expect(new Set(first).size).toBeGreaterThan(1); // spread over the upstreams
+    await settled(conv);
+    // In another order than they started (a replica placing them anew would spread them from its own cursor).
+    for (const s of [8, 3, 7, 1, 5, 0, 4, 6, 2]) {
+      expect(await turn(conv[1]!, `s${s}`)).toBe(first[s]);
+      expect(await turn(conv[2]!, `s${s}`)).toBe(first[s]);
+    }
+    const states = await settled(conv);
+    expect(new Set(states.map((x) => x.digest)).size).toBe(1);
   });
 });

@@ -15,7 +15,7 @@ const VERSION = 1;
 const MAX_TOKENS = 1 << 22;
 
 /** The entries replicas share (a routed batch stays with the replica that routed it: its tie-breaks and counters are its own). */
-export type SharedEntry = Extract<StateEntry, { op: "learn" | "kv-events" | "clear" }>;
+export type SharedEntry = Extract<StateEntry, { op: "learn" | "bind" | "kv-events" | "clear" }>;
 
 /** One entry as it travels: the change, who made it, and its number there. */
 export interface SyncMessage {
@@ -36,7 +36,7 @@ export class SyncEntryError extends Error {
 }
 
 /** Whether an entry is one replicas share. */
-export const isShared = (entry: StateEntry): entry is SharedEntry => entry.op === "learn" || entry.op === "kv-events" || entry.op === "clear";
+export const isShared = (entry: StateEntry): entry is SharedEntry => entry.op === "learn" || entry.op === "bind" || entry.op === "kv-events" || entry.op === "clear";
 
 const encoder = new Encoder({ useBigInt64: true, ignoreUndefined: true });
 const decoder = new Decoder({ useBigInt64: true, maxStrLength: 1 << 20, maxBinLength: 4 * MAX_TOKENS, maxArrayLength: 1 << 24, maxMapLength: 1 << 10, maxExtLength: 0 });
@@ -55,6 +55,8 @@ export function encodeEntry(message: SyncMessage): Uint8Array {
   switch (entry.op) {
     case "learn":
       return encoder.encode([VERSION, origin, counter, "learn", entry.upstream, tokenBytes(entry.tokens), entry.namespace.loraTaskId ?? null, entry.namespace.cacheSalt ?? null]);
+    case "bind":
+      return encoder.encode([VERSION, origin, counter, "bind", entry.upstream, entry.key]);
     case "kv-events":
       return encoder.encode([VERSION, origin, counter, "kv-events", entry.upstream, entry.dpRank ?? null, entry.events]);
     case "clear":
@@ -96,6 +98,11 @@ export function decodeEntry(bytes: Uint8Array): SyncMessage {
     if (salt !== null && !(typeof salt === "string" && salt.length <= MAX_KEY_LENGTH)) throw new SyncEntryError("learn: cacheSalt must be a short string or null");
     return { origin, counter, entry: { op: "learn", upstream, tokens, namespace: { loraTaskId: lora as number | null, cacheSalt: salt as string | null } } };
   }
+  if (op === "bind") {
+    const key = raw[5];
+    if (typeof key !== "string" || key.length === 0 || key.length > MAX_KEY_LENGTH) throw new SyncEntryError("bind: key must be a string of 1 to 4096 characters");
+    return { origin, counter, entry: { op: "bind", upstream, key } };
+  }
   if (op === "kv-events") {
     const dpRank = dpRankOf(raw[5]);
     return { origin, counter, entry: { op: "kv-events", upstream, events: raw[6], ...(dpRank === undefined ? {} : { dpRank }) } };
@@ -104,5 +111,5 @@ export function decodeEntry(bytes: Uint8Array): SyncMessage {
     const dpRank = dpRankOf(raw[5]);
     return { origin, counter, entry: { op: "clear", upstream, ...(dpRank === undefined ? {} : { dpRank }) } };
   }
-  throw new SyncEntryError("op must be learn, kv-events or clear");
+  throw new SyncEntryError("op must be learn, bind, kv-events or clear");
 }

@@ -11,6 +11,12 @@
 // all). Each replica subscribes to its engines' KV events itself, so the
 // others' copies of those reach only the mirror.
 //
+// Catch-up: every `snapshot_every` entries a replica stores the replicated
+// state (state-snapshot.ts, checksummed) in a JetStream object store, with the
+// sequence it covers; a replica that starts, restarts, or finds the stream has
+// dropped entries it has not applied (past `max_entries`) loads the latest
+// snapshot and replays the stream from there.
+//
 // At least once: JetStream drops a republished entry within its duplicate
 // window (the entry's id as `Nats-Msg-Id`), and an entry delivered twice is
 // applied once (a stream sequence at or below the last applied is skipped).
@@ -18,8 +24,9 @@
 // buffer (the oldest dropped past it, and counted), and it reports itself
 // unsynced until they are published again.
 
-import { createHash, randomUUID } from "node:crypto";
-import { DeliverPolicy, jetstream, jetstreamManager, type JetStreamClient } from "@nats-io/jetstream";
+import { randomUUID } from "node:crypto";
+import { DeliverPolicy, DiscardPolicy, jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager } from "@nats-io/jetstream";
+import { Objm, type ObjectStore } from "@nats-io/obj";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import type { Logger } from "pino";
 import type { GatewayConfig } from "../config.js";
@@ -27,6 +34,7 @@ import { EngineViews } from "../engine-views.js";
 import { createGatewayRouter } from "../fleet.js";
 import { RoutingState, type StateEntry, type StateLog } from "../routing-state.js";
 import { decodeEntry, encodeEntry, isShared, SyncEntryError } from "./entry-codec.js";
+import { decodeStateSnapshot, encodeStateSnapshot, SnapshotError, stateDigest } from "./state-snapshot.js";
 import type { SyncConfig } from "./sync-config.js";
 
 /** Publications in flight at once (one connection keeps their order). */
@@ -57,6 +65,11 @@ export interface SyncCounters {
   rejected: number;
   /** Deliveries of an entry already applied (skipped). */
   duplicates: number;
+  /** Snapshots this replica stored, and loaded. */
+  snapshotsStored: number;
+  snapshotsLoaded: number;
+  /** Entries the stream had dropped before this replica applied them, with no snapshot to cover them (its state then differs). */
+  missed: number;
 }
 
 /** One replica's share of the cluster state. */
@@ -65,9 +78,14 @@ export class Replication {
   readonly #log: Logger;
   /** This process's origin in entry ids: a restarted replica is a new incarnation. */
   readonly origin: string;
-  readonly #mirror: RoutingState;
+  #mirror: RoutingState;
+  readonly #config: GatewayConfig;
+  #jsm: JetStreamManager | null = null;
+  #objects: ObjectStore | null = null;
+  /** Whether a snapshot is being stored now (one at a time). */
+  #storing = false;
   #local: RoutingState | null = null;
-  readonly counters: SyncCounters = { published: 0, dropped: 0, applied: 0, rejected: 0, duplicates: 0 };
+  readonly counters: SyncCounters = { published: 0, dropped: 0, applied: 0, rejected: 0, duplicates: 0, snapshotsStored: 0, snapshotsLoaded: 0, missed: 0 };
   #counter = 0;
   /** Entries waiting to be published, in order. */
   #queue: { id: string; bytes: Uint8Array }[] = [];
@@ -84,6 +102,7 @@ export class Replication {
 
   constructor(sync: SyncConfig, config: GatewayConfig, log: Logger) {
     this.#sync = sync;
+    this.#config = config;
     this.#log = log;
     this.origin = `${sync.replicaId}#${randomUUID().slice(0, 8)}`;
     const views = new EngineViews(config.upstreams.map((u) => (u.kvEvents === null ? null : { dpRanks: u.kvEvents.dpRanks })), {
@@ -139,14 +158,12 @@ export class Replication {
 
   /** What `/sync/state` reports: the replicated state's sequence and digest (hashes its snapshot: not for every request). */
   state(): SyncState {
-    const hash = createHash("sha256").update(this.#mirror.router.snapshot());
-    const views = this.#mirror.views;
-    const upstreams = this.#mirror.router.numRanks;
-    for (let u = 0; u < upstreams; u++) {
-      const view = views?.view(u) ?? null;
-      hash.update(view === null ? Uint8Array.of(0) : view.snapshot());
-    }
-    return { replica: this.#sync.replicaId, applied: this.#appliedSeq, digest: hash.digest("hex") };
+    return { replica: this.#sync.replicaId, applied: this.#appliedSeq, digest: stateDigest(this.#parts()) };
+  }
+
+  /** The replicated state's parts. */
+  #parts() {
+    return { router: this.#mirror.router, views: this.#mirror.views?.all ?? [] };
   }
 
   /** Starts sharing `local`'s changes and applying the others'. Connects in the background: routing never waits for NATS. */
@@ -177,10 +194,13 @@ export class Replication {
         return;
       }
       const jsm = await jetstreamManager(nc);
-      await jsm.streams.add({ name: this.#stream, subjects: [this.#subject], duplicate_window: DUPLICATE_WINDOW_NS }).catch(async (error: unknown) => {
+      await jsm.streams.add({ name: this.#stream, subjects: [this.#subject], duplicate_window: DUPLICATE_WINDOW_NS, max_msgs: this.#sync.maxEntries, discard: DiscardPolicy.Old }).catch(async (error: unknown) => {
         // Another replica made it first (with the same settings): use it.
         await jsm.streams.info(this.#stream).catch(() => Promise.reject(error));
       });
+      const objm = new Objm(nc);
+      this.#objects = await objm.create(`adp_${this.#sync.cluster}_snapshots`);
+      this.#jsm = jsm;
       this.#nc = nc;
       this.#js = jetstream(nc);
       this.#setConnected(true);
@@ -244,10 +264,91 @@ export class Replication {
     }
   }
 
+  /**
+   * Before consuming: when the stream no longer holds the entry after the last
+   * applied (a new replica on an old stream, one that fell behind), or on a
+   * fresh start, loads the latest snapshot that covers the gap.
+   */
+  async #catchUp(): Promise<void> {
+    const info = await this.#jsm!.streams.info(this.#stream);
+    const first = info.state.first_seq;
+    const behind = this.#appliedSeq + 1 < first;
+    if (!behind && this.#appliedSeq > 0) return;
+    const snapshot = await this.#loadSnapshot();
+    if (snapshot !== null && snapshot.seq + 1 >= first && snapshot.seq > this.#appliedSeq) {
+      this.#adopt(snapshot.seq, snapshot.parts);
+      return;
+    }
+    for (const v of snapshot?.parts.views ?? []) v?.dispose();
+    snapshot?.parts.router.prefixIndex?.dispose();
+    if (behind && info.state.messages > 0) {
+      // Entries gone with nothing to cover them: this replica's state will differ from the others'.
+      this.counters.missed += first - 1 - this.#appliedSeq;
+      this.#log.error({ replica: this.#sync.replicaId, applied: this.#appliedSeq, firstInStream: first }, "sync: the stream dropped entries this replica never applied and no snapshot covers them; its replicated state differs from the others'");
+      this.#appliedSeq = first - 1;
+    }
+  }
+
+  /** The latest stored snapshot, restored and checked, or null (none, or a damaged one: logged). */
+  async #loadSnapshot(): Promise<{ seq: number; parts: ReturnType<typeof decodeStateSnapshot>["parts"] } | null> {
+    const store = this.#objects;
+    if (store === null) return null;
+    const info = await store.info("latest");
+    if (info === null) return null;
+    try {
+      const meta = JSON.parse(info.description ?? "{}") as { seq?: number; digest?: string };
+      const bytes = await store.getBlob("latest");
+      if (bytes === null || typeof meta.digest !== "string") throw new SnapshotError("missing its bytes or its digest");
+      const snapshot = decodeStateSnapshot(bytes, meta.digest);
+      if (snapshot.seq !== meta.seq) throw new SnapshotError("its sequence differs from the one recorded with it");
+      return snapshot;
+    } catch (error) {
+      this.#log.error({ replica: this.#sync.replicaId, reason: (error as Error).message.slice(0, 200) }, "sync: the stored snapshot cannot be used");
+      return null;
+    }
+  }
+
+  /** Takes a snapshot's state as the replicated state (and as the routing state's, on a fresh start). */
+  #adopt(seq: number, parts: ReturnType<typeof decodeStateSnapshot>["parts"]): void {
+    const views = new EngineViews([], { tokensPerBlock: this.#config.routing.tokensPerBlock, maxMemoryBytes: this.#config.routing.indexBytes, loraIds: this.#config.routing.loraAdapters });
+    views.adopt(parts.views);
+    this.#mirror.views?.dispose();
+    this.#mirror.router.prefixIndex?.dispose();
+    this.#mirror = new RoutingState(parts.router, null, { views, live: () => [] });
+    this.#appliedSeq = seq;
+    this.counters.snapshotsLoaded++;
+    // A routing state that has learned nothing yet starts from the cluster's (its own engines' events it ingests itself).
+    const local = this.#local;
+    if (local !== null && local.router.prefixIndex !== null && local.router.prefixIndex.stats().blocks === 0) local.restore(parts.router.snapshot());
+    this.#log.info({ replica: this.#sync.replicaId, seq }, "sync: started from the stored snapshot");
+  }
+
+  /** Stores the replicated state as the latest snapshot, unless a newer one is there (one at a time). */
+  async #storeSnapshot(): Promise<void> {
+    const store = this.#objects;
+    if (store === null || this.#storing) return;
+    this.#storing = true;
+    try {
+      const seq = this.#appliedSeq;
+      const info = await store.info("latest");
+      const stored = info === null ? -1 : ((JSON.parse(info.description ?? "{}") as { seq?: number }).seq ?? -1);
+      if (stored >= seq) return; // another replica got there first
+      const parts = this.#parts();
+      const bytes = encodeStateSnapshot(seq, parts);
+      await store.putBlob({ name: "latest", description: JSON.stringify({ seq, digest: stateDigest(parts) }) }, bytes);
+      this.counters.snapshotsStored++;
+    } catch (error) {
+      this.#log.warn({ replica: this.#sync.replicaId, reason: (error as Error).message.slice(0, 200) }, "sync: could not store a snapshot");
+    } finally {
+      this.#storing = false;
+    }
+  }
+
   /** Applies the stream in order from the entry after the last applied, for as long as the replica runs. */
   async #consume(): Promise<void> {
     while (!this.#closed && this.#js !== null) {
       try {
+        await this.#catchUp();
         const consumer = await this.#js.consumers.get(this.#stream, { deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: this.#appliedSeq + 1 });
         const messages = await consumer.consume();
         this.#messages = messages;
@@ -269,6 +370,11 @@ export class Replication {
       this.counters.duplicates++;
       return;
     }
+    if (seq !== this.#appliedSeq + 1) {
+      // The stream dropped entries this replica had not applied: start over from a snapshot.
+      this.#messages?.stop();
+      return;
+    }
     this.#appliedSeq = seq;
     let message;
     try {
@@ -280,12 +386,13 @@ export class Replication {
       return;
     }
     this.counters.applied++;
+    if (seq % this.#sync.snapshotEvery === 0) void this.#storeSnapshot();
     const entry = message.entry;
     try {
       this.#mirror.apply(entry);
-      // The routing state made its own changes already; it takes the others' learned prompts
-      // (its engines' events it ingests itself).
-      if (message.origin !== this.origin && entry.op === "learn") this.#local?.applyQuietly(entry);
+      // The routing state made its own changes already; it takes the others' learned prompts and
+      // conversation bindings (its engines' events it ingests itself).
+      if (message.origin !== this.origin && (entry.op === "learn" || entry.op === "bind")) this.#local?.applyQuietly(entry);
     } catch (error) {
       // An entry naming an upstream this fleet does not have (a replica with another configuration).
       this.counters.rejected++;

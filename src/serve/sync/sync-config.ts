@@ -20,6 +20,10 @@ export interface SyncConfig {
   readonly replicaId: string;
   /** Most entries held while NATS cannot take them; past it the oldest are dropped (and counted). */
   readonly maxBufferedEntries: number;
+  /** Entries the stream keeps (older ones go; a replica behind them starts from a snapshot). */
+  readonly maxEntries: number;
+  /** A snapshot of the replicated state is stored every this many entries. */
+  readonly snapshotEvery: number;
 }
 
 /** The flags that override the file's `sync:`. */
@@ -47,7 +51,7 @@ export function checkNatsUrl(text: string): string | null {
 
 /** Reads `sync:` and its flags (null: this gateway shares nothing). */
 export function readSyncSettings(r: SettingReader, value: unknown, flags: SyncFlags): SyncConfig | null {
-  const s = r.section(value, ["sync"], ["url", "cluster", "replica_id", "max_buffered_entries"]);
+  const s = r.section(value, ["sync"], ["url", "cluster", "replica_id", "max_buffered_entries", "max_entries", "snapshot_every"]);
   const url = flags.sync ?? (s.url === undefined ? undefined : r.str(s.url, ["sync", "url"], ""));
   if (url === undefined || url === "") {
     if (flags.replicaId !== undefined || Object.keys(s).length > 0) r.fail(["sync", "url"], "is required to share state (sync.url, or --sync nats://HOST:PORT)");
@@ -60,7 +64,10 @@ export function readSyncSettings(r: SettingReader, value: unknown, flags: SyncFl
   const replicaId = flags.replicaId ?? r.str(s.replica_id, ["sync", "replica_id"], `${hostname()}-${process.pid}`.replace(/[^A-Za-z0-9_-]/g, "_").slice(0, 64));
   if (!NAME.test(replicaId)) r.fail(flags.replicaId !== undefined ? ["replica-id"] : ["sync", "replica_id"], `must be 1-64 letters, digits, - or _, got ${describeValue(replicaId)}`);
   const maxBufferedEntries = r.int(s.max_buffered_entries, ["sync", "max_buffered_entries"], 1, 10_000_000, 100_000);
-  return { url, cluster, replicaId, maxBufferedEntries };
+  const maxEntries = r.int(s.max_entries, ["sync", "max_entries"], 10, 1_000_000_000, 1_000_000);
+  const snapshotEvery = r.int(s.snapshot_every, ["sync", "snapshot_every"], 1, 1_000_000_000, 10_000);
+  if (snapshotEvery >= maxEntries) r.fail(["sync", "snapshot_every"], `must be below max_entries (${maxEntries}), or a replica could fall behind the stream with no snapshot to start from`);
+  return { url, cluster, replicaId, maxBufferedEntries, maxEntries, snapshotEvery };
 }
 
 /** JSON Schema of `sync:`. */
@@ -74,5 +81,7 @@ export const syncSchema = Object.freeze({
     cluster: { type: "string", pattern: "^[A-Za-z0-9_-]{1,64}$", default: "adp" },
     replica_id: { type: "string", pattern: "^[A-Za-z0-9_-]{1,64}$", description: "Unique in the cluster; default HOST-PID." },
     max_buffered_entries: { type: "integer", minimum: 1, default: 100000 },
+    max_entries: { type: "integer", minimum: 10, default: 1000000, description: "Entries the stream keeps; a replica behind them starts from the latest snapshot." },
+    snapshot_every: { type: "integer", minimum: 1, default: 10000, description: "Entries between snapshots of the replicated state (in a JetStream object store)." },
   },
 });
