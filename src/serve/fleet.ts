@@ -119,7 +119,7 @@ export class Fleet {
     const unchanged = ranks.length === old.length && ranks.every((r, i) => r === i);
     const carried = unchanged ? this.#carried : carryOver(addCounters(this.router.metrics(), this.#carried), ranks);
     // The only step that can throw: before it, nothing changed. Kept upstreams keep their engine views (and event sources).
-    if (!unchanged) this.state.moveRanks(ranks, plan.map(({ c, same }) => shapeOf(same ?? c)));
+    if (!unchanged) this.state.moveRanks(ranks, plan.map(({ c, same }) => shapeOf(same ?? c)), plan.map(({ c }) => c.url));
     // Then all of it.
     const change: FleetChange = { added: [], removed: [], kept: [], draining: [] };
     const next = plan.map(({ c, same }, i) => {

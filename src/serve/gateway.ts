@@ -90,7 +90,7 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
   const own = options.stateLog ?? null;
   const stateLog: StateLog | null = replication === null ? own : own === null ? replication.stateLog : { append: (e) => (own.append(e), replication.stateLog.append(e)) };
   const fleet: Fleet = new Fleet(config, log, () => scheduler.schedule(), stateLog);
-  replication?.start(fleet.state);
+  replication?.start(fleet.state, () => fleet.upstreams.map((u) => u.url));
   if (tokenizer.name === "utf8-bytes" && config.upstreams.some((u) => u.kvEvents !== null)) {
     // Engine blocks hold the engine's token ids: only token-id prompts can match them through bytes.
     log.warn("kv_events with the byte tokenizer: only prompts sent as token ids can match the engines' blocks (set tokenizer: { kind: huggingface, path: DIR })");
@@ -483,9 +483,7 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
         if (text(u.load) !== text(kept.loadConfig)) needRestart.push(`upstreams[${kept.index}].load`);
       }
       if (needRestart.length > 0) log.warn({ settings: needRestart }, "the reloaded configuration changes settings that take effect on a restart");
-      if (replication !== null && (change.added.length > 0 || change.removed.length > 0 || change.kept.some((k) => k.from !== k.to))) {
-        log.warn("sync: fleet changes are not shared yet: the replicated state keeps the old ranks (restart every replica with the same upstreams)");
-      }
+
       log.info({ added: change.added.length, removed: change.removed.length, kept: change.kept.length, draining: change.draining }, "upstreams reloaded");
       return { ...change, needRestart };
     },

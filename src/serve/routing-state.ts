@@ -23,11 +23,11 @@ export type StateEntry =
   /** An upstream was given a prompt: its cache view now holds it. */
   | { readonly op: "learn"; readonly upstream: number; readonly tokens: Uint32Array; readonly namespace: PrefixNamespace }
   /** An engine's own KV-cache events for an upstream (TensorRT-LLM's or vLLM's, see PrefixIndex.applyKvEvents), from one DP rank's stream or naming their ranks. */
-  | { readonly op: "kv-events"; readonly upstream: number; readonly events: unknown; readonly dpRank?: number }
+  | { readonly op: "kv-events"; readonly upstream: number; readonly events: unknown; readonly dpRank?: number; readonly id?: string }
   /** An upstream's engine view emptied, one DP rank or all (its engine restarted, or its events cannot be trusted). */
   | { readonly op: "clear"; readonly upstream: number; readonly dpRank?: number }
   /** The fleet changed: rank i is the old rank `ranks[i]`, or new when null; `shapes` are the new upstreams' engine views. */
-  | { readonly op: "ranks"; readonly ranks: readonly (number | null)[]; readonly shapes?: readonly (EngineViewShape | null)[] };
+  | { readonly op: "ranks"; readonly ranks: readonly (number | null)[]; readonly shapes?: readonly (EngineViewShape | null)[]; readonly urls?: readonly string[] };
 
 /**
  * Where state changes go, in order. `append` runs synchronously, right after
@@ -39,7 +39,15 @@ export interface StateLog {
 }
 
 /** What an index update source hands over for its upstream (`dpRank`: the DP rank whose stream it came from, when it names none itself). */
-export type IndexUpdate = { readonly kind: "kv-events"; readonly events: unknown; readonly dpRank?: number } | { readonly kind: "cleared"; readonly dpRank?: number };
+export type IndexUpdate =
+  | {
+      readonly kind: "kv-events";
+      readonly events: unknown;
+      readonly dpRank?: number;
+      /** The batch's identity, the same at every replica that receives it (replicas share one copy of it). */
+      readonly id?: string;
+    }
+  | { readonly kind: "cleared"; readonly dpRank?: number };
 
 /**
  * Where an upstream's cache view is learned from besides the gateway's own
@@ -168,7 +176,7 @@ export class RoutingState {
       return null;
     }
     const result = views.apply(upstream, update.events, dpRank);
-    this.#append({ op: "kv-events", upstream, events: update.events, ...(dpRank === undefined ? {} : { dpRank }) });
+    this.#append({ op: "kv-events", upstream, events: update.events, ...(dpRank === undefined ? {} : { dpRank }), ...(update.id === undefined ? {} : { id: update.id }) });
     return result;
   }
 
@@ -183,11 +191,11 @@ export class RoutingState {
    * Moves to a new set of ranks (see restoreRouter's `ranks`). Throws, changing
    * nothing, when the router cannot move (its index would not fit its budget).
    */
-  moveRanks(ranks: readonly (number | null)[], shapes?: readonly (EngineViewShape | null)[]): void {
+  moveRanks(ranks: readonly (number | null)[], shapes?: readonly (EngineViewShape | null)[], urls?: readonly string[]): void {
     const next = restoreRouter(this.#router.snapshot(), { ranks });
     this.#router = next;
     if (shapes !== undefined) this.#feeds?.views.move(ranks, shapes);
-    this.#append({ op: "ranks", ranks, ...(shapes === undefined ? {} : { shapes }) });
+    this.#append({ op: "ranks", ranks, ...(shapes === undefined ? {} : { shapes }), ...(urls === undefined ? {} : { urls }) });
   }
 
   /** Applies an entry that came from the shared log (another replica's change): the same change, not logged again. */
@@ -221,7 +229,7 @@ export class RoutingState {
         this.update(entry.upstream, { kind: "cleared", ...(entry.dpRank === undefined ? {} : { dpRank: entry.dpRank }) });
         break;
       case "ranks":
-        this.moveRanks(entry.ranks, entry.shapes);
+        this.moveRanks(entry.ranks, entry.shapes, entry.urls);
         break;
     }
   }

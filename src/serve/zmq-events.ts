@@ -38,6 +38,15 @@ export function batchDecoder(): Decoder {
   return new Decoder({ useBigInt64: true, maxStrLength: 1 << 20, maxBinLength: 1 << 16, maxArrayLength: 1 << 24, maxMapLength: 1 << 10, maxExtLength: 0 });
 }
 
+/**
+ * A batch's publication time (`ts`, map or positional), part of its identity:
+ * a restarted publisher numbers its batches from 0 again, at other times.
+ */
+function batchTime(batch: unknown): string {
+  const ts = Array.isArray(batch) ? batch[0] : typeof batch === "object" && batch !== null ? (batch as Record<string, unknown>).ts : undefined;
+  return typeof ts === "number" || typeof ts === "bigint" ? String(ts) : "";
+}
+
 /** A sequence-number frame as a bigint (signed, so the end marker reads -1), or null when it is not 8 bytes. */
 function sequenceOf(frame: Buffer | undefined): bigint | null {
   return frame !== undefined && frame.length === 8 ? frame.readBigInt64BE(0) : null;
@@ -190,11 +199,11 @@ export class ZmqEventSource implements IndexUpdateSource {
       this.#onNotice({ rank: s.rank, what: "publisher restarted; view emptied", detail: `sequence ${seq}` });
       emit({ kind: "cleared", dpRank: s.rank });
     }
-    this.#apply(s, payload, emit);
+    this.#apply(s, seq, payload, emit);
   }
 
-  /** Decodes and emits one batch; one that does not decode is counted and skipped. */
-  #apply(s: RankStream, payload: Uint8Array, emit: (update: IndexUpdate) => void): boolean {
+  /** Decodes and emits one batch (`seq` its number); one that does not decode is counted and skipped. */
+  #apply(s: RankStream, seq: bigint, payload: Uint8Array, emit: (update: IndexUpdate) => void): boolean {
     let events: unknown;
     try {
       events = this.#decoder.decode(payload);
@@ -204,7 +213,7 @@ export class ZmqEventSource implements IndexUpdateSource {
       return false;
     }
     this.counters.batches++;
-    emit({ kind: "kv-events", events, dpRank: s.rank });
+    emit({ kind: "kv-events", events, dpRank: s.rank, id: `${s.endpoint}|${seq}|${batchTime(events)}` });
     return true;
   }
 
@@ -235,7 +244,7 @@ export class ZmqEventSource implements IndexUpdateSource {
         if (seq === END_MARKER) break;
         if (seq >= upTo || (seq !== s.freshness.expected && !(first && s.freshness.expected === null))) continue;
         s.freshness.filled(seq);
-        if (this.#apply(s, body[body.length - 1]!, emit)) this.counters.replayed++;
+        if (this.#apply(s, seq, body[body.length - 1]!, emit)) this.counters.replayed++;
       }
     } catch (error) {
       if (this.#closed) return;

@@ -6,7 +6,7 @@
 import { connect } from "@nats-io/transport-node";
 import { jetstream } from "@nats-io/jetstream";
 import { spawn, type ChildProcess } from "node:child_process";
-import { mkdtempSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { connect as connectTcp, createServer, type Socket } from "node:net";
 import { tmpdir } from "node:os";
 import path from "node:path";
@@ -15,7 +15,8 @@ import { createPrefixIndex } from "../../src/index.js";
 import { createGateway, createGatewayRouter, loadGatewayConfig, type Gateway } from "../../src/serve/index.js";
 import { decodeStateSnapshot, encodeStateSnapshot, SnapshotError, stateDigest } from "../../src/serve/sync/state-snapshot.js";
 import { decodeEntry, encodeEntry, SyncEntryError } from "../../src/serve/sync/entry-codec.js";
-import { startMockEngine, urlFrom } from "../support/mock-engine.js";
+import { startFakePublisher } from "../support/fake-kv-publisher.js";
+import { startMockEngine, urlFrom, type MockEngine } from "../support/mock-engine.js";
 import { hasNatsServer, startNatsServer, type NatsServer } from "../support/nats-server.js";
 import { waitFor } from "../support/wait.js";
 
@@ -38,15 +39,21 @@ const metric = (g: Gateway, name: string, labels = "") => {
 };
 
 describe("entries on the wire", () => {
-  it("round-trip every shared kind, and a damaged or hostile message is a SyncEntryError", () => {
+  it("round-trip every shared kind (upstreams named by URL), and a damaged or hostile message is a SyncEntryError", () => {
+    const url = "http://engine-a:8000";
     const learn = { op: "learn" as const, upstream: 2, tokens: Uint32Array.of(1, 2 ** 32 - 1, 7), namespace: { loraTaskId: 5, cacheSalt: "s" } };
-    expect(decodeEntry(encodeEntry({ origin: "gw-1#ab", counter: 9, entry: learn }))).toEqual({ origin: "gw-1#ab", counter: 9, entry: learn });
+    // The receiver's rank for the URL is its own: the decoded entry's is a placeholder.
+    expect(decodeEntry(encodeEntry({ origin: "gw-1#ab", counter: 9, url, entry: learn }))).toEqual({ origin: "gw-1#ab", counter: 9, url, entry: { ...learn, upstream: -1 } });
     const events = { ts: 1.5, events: [{ type: "BlockStored", block_hashes: [2n ** 64n - 1n, new Uint8Array([1, 2])] }] };
-    expect(decodeEntry(encodeEntry({ origin: "o", counter: 0, entry: { op: "kv-events", upstream: 0, events, dpRank: 3 } })).entry).toEqual({ op: "kv-events", upstream: 0, events, dpRank: 3 });
-    expect(decodeEntry(encodeEntry({ origin: "o", counter: 1, entry: { op: "clear", upstream: 1 } })).entry).toEqual({ op: "clear", upstream: 1 });
-    expect(decodeEntry(encodeEntry({ origin: "o", counter: 2, entry: { op: "bind", upstream: 1, key: "session-7" } })).entry).toEqual({ op: "bind", upstream: 1, key: "session-7" });
-    expect(() => decodeEntry(encodeEntry({ origin: "o", counter: 2, entry: { op: "bind", upstream: 1, key: "" } }))).toThrow(SyncEntryError);
-    const good = encodeEntry({ origin: "o", counter: 1, entry: learn });
+    expect(decodeEntry(encodeEntry({ origin: "o", counter: 0, url, entry: { op: "kv-events", upstream: 0, events, dpRank: 3, id: "b|7" } })).entry).toEqual({ op: "kv-events", upstream: -1, events, dpRank: 3, id: "b|7" });
+    expect(decodeEntry(encodeEntry({ origin: "o", counter: 1, url, entry: { op: "clear", upstream: 1 } })).entry).toEqual({ op: "clear", upstream: -1 });
+    expect(decodeEntry(encodeEntry({ origin: "o", counter: 2, url, entry: { op: "bind", upstream: 1, key: "session-7" } })).entry).toEqual({ op: "bind", upstream: -1, key: "session-7" });
+    const fleet = { op: "fleet" as const, urls: [url, "http://engine-b:8000"], dpRanks: [2, null] };
+    expect(decodeEntry(encodeEntry({ origin: "o", counter: 3, entry: fleet })).entry).toEqual(fleet);
+    expect(() => decodeEntry(encodeEntry({ origin: "o", counter: 2, url, entry: { op: "bind", upstream: 1, key: "" } }))).toThrow(SyncEntryError);
+    expect(() => decodeEntry(encodeEntry({ origin: "o", counter: 3, entry: { ...fleet, urls: [url, url] } }))).toThrow(SyncEntryError);
+    expect(() => decodeEntry(encodeEntry({ origin: "o", counter: 3, entry: { ...fleet, dpRanks: [0, null] } }))).toThrow(SyncEntryError);
+    const good = encodeEntry({ origin: "o", counter: 1, url, entry: learn });
     for (const bad of [new Uint8Array([0xc1]), good.subarray(0, good.length - 3), new Uint8Array([0x93, 1, 2, 3]), Buffer.from("[1]")]) expect(() => decodeEntry(bad)).toThrow(SyncEntryError);
   });
 });
@@ -58,7 +65,7 @@ describe("snapshots of the replicated state", () => {
     router.prefixIndex!.insert(1, Uint32Array.from({ length: 64 }, (_, i) => i));
     const view = createPrefixIndex({ numRanks: 2, tokensPerBlock: 4 });
     view.insert(1, [5, 6, 7, 8, 9]);
-    const parts = { router, views: [null, view] };
+    const parts = { urls: ["http://127.0.0.1:9", "http://127.0.0.1:10"], router, views: [null, view] };
     const digest = stateDigest(parts);
     const bytes = encodeStateSnapshot(42, parts);
     const back = decodeStateSnapshot(bytes, digest);
@@ -130,7 +137,8 @@ describe.skipIf(!hasNatsServer)("replicas through a real nats-server", () => {
     const nc = await connect({ servers: nats.url.slice("nats://".length) });
     const js = jetstream(nc);
     // The same entry id again inside JetStream's duplicate window: dropped by the server.
-    const entry = encodeEntry({ origin: "other#1", counter: 0, entry: { op: "learn", upstream: 0, tokens: Uint32Array.from({ length: 64 }, (_, i) => i), namespace: {} } });
+    const url = /name="([^"]+)"/.exec(g!.metrics().match(/upstream_info\{upstream="0",name="[^"]+"\}/)![0])![1]!;
+    const entry = encodeEntry({ origin: "other#1", counter: 0, url: `http://${url}`, entry: { op: "learn", upstream: 0, tokens: Uint32Array.from({ length: 64 }, (_, i) => i), namespace: {} } });
     const a = await js.publish(`adp.t${nats.port}.state`, entry, { msgID: "other#1:0" });
     const b = await js.publish(`adp.t${nats.port}.state`, entry, { msgID: "other#1:0" });
     expect(b.duplicate).toBe(true);
@@ -143,9 +151,13 @@ describe.skipIf(!hasNatsServer)("replicas through a real nats-server", () => {
     expect(after.digest).not.toBe(before.digest); // the other's entry applied, once
   });
 
-  /** Resolves once every replica is synced at the same sequence; returns their states. */
-  async function settled(gateways: Gateway[]) {
-    await waitFor(() => gateways.every((g) => metric(g, "sync_synced") === 1) && new Set(gateways.map((g) => metric(g, "sync_applied_sequence"))).size === 1, () => gateways.map((g) => `${metric(g, "sync_synced")}@${metric(g, "sync_applied_sequence")}`).join(","), 20_000);
+  /**
+   * Resolves once every replica is synced and has applied `expected` entries
+   * (by default all they published between them); returns their states.
+   */
+  async function settled(gateways: Gateway[], expected?: number) {
+    const target = () => expected ?? gateways.reduce((n, g) => n + metric(g, "sync_entries_total", 'outcome="published"'), 0);
+    await waitFor(() => gateways.every((g) => metric(g, "sync_synced") === 1 && metric(g, "sync_applied_sequence") === target()), () => gateways.map((g) => `${metric(g, "sync_synced")}@${metric(g, "sync_applied_sequence")}/${target()}`).join(","), 20_000);
     return Promise.all(gateways.map(syncState));
   }
 
@@ -301,5 +313,60 @@ describe.skipIf(!hasNatsServer)("replicas through a real nats-server", () => {
     }
     const states = await settled(conv);
     expect(new Set(states.map((x) => x.digest)).size).toBe(1);
+  });
+
+  it("an engine batch every replica receives is one entry on the stream (its identity as the entry's id), applied once", async () => {
+    const nats = await startNatsServer();
+    open.push({ close: () => nats.stop() });
+    const pub = await startFakePublisher(1);
+    open.push(pub);
+    const engine = await startMockEngine("e");
+    open.push(engine);
+    const wire = JSON.parse(readFileSync(new URL("../fixtures/kv-events/wire.json", import.meta.url), "utf8")) as { msgpack: Record<string, { hex: string }> };
+    const replicas: Gateway[] = [];
+    for (let i = 0; i < 2; i++) {
+      const text = `listen: { port: 0 }\nlogging: { level: silent }\nhealth: { interval_ms: 60000 }\nrouting: { tokens_per_block: 4 }\nsync: { url: "${nats.url}", cluster: k${nats.port}, replica_id: kv-${i} }\nupstreams:\n  - url: ${engine.url}\n    kv_events: { kind: zmq, endpoint: "${pub.endpoint}" }\n`;
+      const g = await createGateway(loadGatewayConfig({ file: { name: "g.yaml", text } }));
+      open.push(g);
+      replicas.push(g);
+    }
+    await pub.subscribed(0, 2);
+    for (const [seq, name] of ["chain_p", "chain_q", "chain_r"].entries()) await pub.publish(0, BigInt(seq), Buffer.from(wire.msgpack[name]!.hex, "hex"));
+    await waitFor(() => replicas.every((g) => metric(g, "sync_entries_total", 'outcome="published"') === 3));
+    const states = await settled(replicas, 3);
+    expect(states[0]!.applied).toBe(3);
+    expect(states[0]!.digest).toBe(states[1]!.digest);
+    expect(replicas.map((g) => metric(g, "sync_entries_total", 'outcome="published"'))).toEqual([3, 3]);
+  });
+
+  it("a fleet change every replica reloads is one entry; the replicated state moves once, keeping what each kept upstream learned", async () => {
+    const nats = await startNatsServer();
+    open.push({ close: () => nats.stop() });
+    const engines: MockEngine[] = [];
+    for (let i = 0; i < 3; i++) {
+      const e = await startMockEngine(`f${i}`);
+      open.push(e);
+      engines.push(e);
+    }
+    const text = (list: typeof engines, i: number) =>
+      `listen: { port: 0 }\nlogging: { level: silent }\nhealth: { interval_ms: 60000 }\nrouting: { tokens_per_block: 16 }\nsync: { url: "${nats.url}", cluster: f${nats.port}, replica_id: f-${i} }\nupstreams:\n${list.map((e) => `  - url: ${e.url}\n`).join("")}`;
+    const replicas: Gateway[] = [];
+    for (let i = 0; i < 2; i++) {
+      const g = await createGateway(loadGatewayConfig({ file: { name: "g.yaml", text: text(engines.slice(0, 2), i) } }));
+      open.push(g);
+      replicas.push(g);
+    }
+    await waitFor(() => replicas.every((g) => metric(g, "sync_connected") === 1));
+    const prompt = "a long prompt learned before the fleet changed, ".repeat(10);
+    const before = await ask(replicas[0]!, prompt);
+    await settled(replicas, 1);
+    // Both replicas reload the same file: engine 2 added in front, the others moved.
+    for (const [i, g] of replicas.entries()) g.reload(loadGatewayConfig({ file: { name: "g.yaml", text: text([engines[2]!, engines[1]!, engines[0]!], i) } }));
+    const states = await settled(replicas, 2);
+    expect(states[0]!.applied).toBe(2); // the learned prompt, and one fleet change for both reloads
+    expect(states[0]!.digest).toBe(states[1]!.digest);
+    // The prompt is still where it was learned, under that upstream's new rank, through either replica.
+    const moved = before.upstream === 0 ? 2 : 1;
+    expect((await ask(replicas[1]!, prompt)).upstream).toBe(moved);
   });
 });

@@ -45,8 +45,8 @@ export interface FakePublisher {
   readonly endpoint: string;
   /** DP rank 0's replay endpoint, or null. */
   readonly replayEndpoint: string | null;
-  /** Resolves once the gateway has subscribed to rank `rank`'s socket. */
-  subscribed(rank: number): Promise<void>;
+  /** Resolves once the gateway has subscribed to rank `rank`'s socket (`count` subscribers: several gateways). */
+  subscribed(rank: number, count?: number): Promise<void>;
   /** Publishes a batch on rank `rank` (and keeps it for replay). */
   publish(rank: number, seq: bigint, payload: Buffer, topic?: string): Promise<void>;
   /** Keeps a batch for replay without publishing it (a batch the subscriber lost). */
@@ -76,19 +76,32 @@ export async function startFakePublisher(dpRanks: number, replay: ReplayStyle | 
   const replayBase = replay === null ? 0 : await freePorts(dpRanks);
   const pubs: XPublisher[] = [];
   const routers: Router[] = [];
-  const subscribedAt: Promise<void>[] = [];
+  const subscriptions: { n: number; waiters: { count: number; resolve: () => void }[] }[] = [];
   const buffers: { seq: bigint; payload: Buffer; topic: string }[][] = [];
   const replayRequests: bigint[][] = [];
   const loops: Promise<void>[] = [];
   for (let r = 0; r < dpRanks; r++) {
-    const pub = new XPublisher({ linger: 0 });
+    // Every subscription passed up, even a repeated one: the test waits for each gateway's.
+    const pub = new XPublisher({ linger: 0, verbosity: "allSubs" });
     if (connect) pub.connect(`tcp://127.0.0.1:${base + r}`);
     else await pub.bind(`tcp://127.0.0.1:${base + r}`);
     pubs.push(pub);
     buffers.push([]);
     replayRequests.push([]);
-    // The first subscription message says the gateway's SUB socket is connected and subscribed.
-    subscribedAt.push(pub.receive().then(() => undefined, () => undefined));
+    // Subscription messages say the gateways' SUB sockets are connected and subscribed.
+    const seen = { n: 0, waiters: [] as { count: number; resolve: () => void }[] };
+    subscriptions.push(seen);
+    void (async () => {
+      try {
+        for (;;) {
+          await pub.receive();
+          seen.n++;
+          seen.waiters = seen.waiters.filter((w) => (w.count <= seen.n ? (w.resolve(), false) : true));
+        }
+      } catch {
+        // closed
+      }
+    })();
     if (replay !== null) {
       const router = new Router({ linger: 0 });
       await router.bind(`tcp://127.0.0.1:${replayBase + r}`);
@@ -116,7 +129,12 @@ export async function startFakePublisher(dpRanks: number, replay: ReplayStyle | 
     endpoint: `tcp://127.0.0.1:${base}`,
     replayEndpoint: replay === null ? null : `tcp://127.0.0.1:${replayBase}`,
     replayRequests,
-    subscribed: (rank) => subscribedAt[rank]!,
+    subscribed: (rank, count = 1) =>
+      new Promise<void>((resolve) => {
+        const seen = subscriptions[rank]!;
+        if (seen.n >= count) resolve();
+        else seen.waiters.push({ count, resolve });
+      }),
     async publish(rank, seq, payload, topic = "") {
       buffers[rank]!.push({ seq, payload, topic });
       await pubs[rank]!.send([topic, seqFrame(seq), payload]);

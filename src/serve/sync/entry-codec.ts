@@ -1,7 +1,9 @@
 // State-log entries as the replicas exchange them: one msgpack message per
 // entry, `[VERSION, origin, counter, op, ...fields]`, token ids as their
 // little-endian bytes, engine events as they were decoded (bigints for 64-bit
-// integers, bytes for byte hashes). Reading one back checks every field before
+// integers, bytes for byte hashes). An entry names its upstream by URL, not by
+// rank: replicas reloading a new fleet at different moments number it
+// differently for a while, and a URL means the same upstream at all of them. Reading one back checks every field before
 // anything is applied: a damaged or hostile message is a SyncEntryError, never
 // a half-applied change.
 
@@ -17,14 +19,25 @@ const MAX_TOKENS = 1 << 22;
 /** The entries replicas share (a routed batch stays with the replica that routed it: its tie-breaks and counters are its own). */
 export type SharedEntry = Extract<StateEntry, { op: "learn" | "bind" | "kv-events" | "clear" }>;
 
-/** One entry as it travels: the change, who made it, and its number there. */
-export interface SyncMessage {
-  /** The replica incarnation that made it (`replica#incarnation`). */
-  readonly origin: string;
-  /** Its number at that origin (from 0). */
-  readonly counter: number;
-  readonly entry: SharedEntry;
+/** A fleet change as replicas share it: the upstreams' URLs in their new order, and their engine views' shapes. */
+export interface FleetEntry {
+  readonly op: "fleet";
+  readonly urls: readonly string[];
+  readonly dpRanks: readonly (number | null)[];
 }
+
+/** One entry as it travels: the change, who made it, and its number there. */
+export type SyncMessage =
+  | {
+      /** The replica incarnation that made it (`replica#incarnation`). */
+      readonly origin: string;
+      /** Its number at that origin (from 0). */
+      readonly counter: number;
+      /** The upstream's URL (the entry's `upstream` is only the sender's rank for it). */
+      readonly url: string;
+      readonly entry: SharedEntry;
+    }
+  | { readonly origin: string; readonly counter: number; readonly entry: FleetEntry };
 
 /** A message that is not an entry this codec wrote. */
 export class SyncEntryError extends Error {
@@ -51,17 +64,32 @@ function tokenBytes(tokens: Uint32Array): Uint8Array {
 
 /** Encodes one shared entry. */
 export function encodeEntry(message: SyncMessage): Uint8Array {
-  const { origin, counter, entry } = message;
-  switch (entry.op) {
-    case "learn":
-      return encoder.encode([VERSION, origin, counter, "learn", entry.upstream, tokenBytes(entry.tokens), entry.namespace.loraTaskId ?? null, entry.namespace.cacheSalt ?? null]);
-    case "bind":
-      return encoder.encode([VERSION, origin, counter, "bind", entry.upstream, entry.key]);
-    case "kv-events":
-      return encoder.encode([VERSION, origin, counter, "kv-events", entry.upstream, entry.dpRank ?? null, entry.events]);
-    case "clear":
-      return encoder.encode([VERSION, origin, counter, "clear", entry.upstream, entry.dpRank ?? null]);
+  const { origin, counter } = message;
+  if ("url" in message) {
+    const { url, entry } = message;
+    switch (entry.op) {
+      case "learn":
+        return encoder.encode([VERSION, origin, counter, "learn", url, tokenBytes(entry.tokens), entry.namespace.loraTaskId ?? null, entry.namespace.cacheSalt ?? null]);
+      case "bind":
+        return encoder.encode([VERSION, origin, counter, "bind", url, entry.key]);
+      case "kv-events":
+        return encoder.encode([VERSION, origin, counter, "kv-events", url, entry.dpRank ?? null, entry.events, entry.id ?? null]);
+      case "clear":
+        return encoder.encode([VERSION, origin, counter, "clear", url, entry.dpRank ?? null]);
+    }
   }
+  return encoder.encode([VERSION, origin, counter, "fleet", message.entry.urls, message.entry.dpRanks]);
+}
+
+/** Longest upstream URL taken. */
+const MAX_URL = 2048;
+/** Most upstreams a fleet entry names (the router's most ranks). */
+const MAX_UPSTREAMS = 65535;
+
+/** An upstream URL, or a SyncEntryError. */
+function urlOf(v: unknown): string {
+  if (typeof v !== "string" || v.length === 0 || v.length > MAX_URL) throw new SyncEntryError("the upstream must be a URL");
+  return v;
 }
 
 /** A non-negative integer below `max`, or a SyncEntryError naming `field`. */
@@ -85,7 +113,17 @@ export function decodeEntry(bytes: Uint8Array): SyncMessage {
   const [, origin, counter, op] = raw as unknown[];
   if (typeof origin !== "string" || origin.length === 0 || origin.length > 200) throw new SyncEntryError("origin must be a short string");
   if (typeof counter !== "number" || !Number.isSafeInteger(counter) || counter < 0) throw new SyncEntryError("counter must be a non-negative safe integer");
-  const upstream = index(raw[4], 65536, "upstream");
+  if (op === "fleet") {
+    const urls = raw[4];
+    const dpRanks = raw[5];
+    if (!Array.isArray(urls) || urls.length === 0 || urls.length > MAX_UPSTREAMS) throw new SyncEntryError("fleet: urls must be a list of upstream URLs");
+    if (!Array.isArray(dpRanks) || dpRanks.length !== urls.length) throw new SyncEntryError("fleet: one dpRanks entry per upstream");
+    const names = urls.map(urlOf);
+    if (new Set(names).size !== names.length) throw new SyncEntryError("fleet: an upstream is named twice");
+    return { origin, counter, entry: { op: "fleet", urls: names, dpRanks: dpRanks.map((d) => (d === null ? null : 1 + index((d as number) - 1, 1024, "dpRanks"))) } };
+  }
+  const url = urlOf(raw[4]);
+  const upstream = -1; // the receiver's rank for `url` is its own
   if (op === "learn") {
     const bytes = raw[5];
     if (!(bytes instanceof Uint8Array) || bytes.length % 4 !== 0 || bytes.length > 4 * MAX_TOKENS) throw new SyncEntryError("learn: tokens must be whole 4-byte ids");
@@ -96,20 +134,22 @@ export function decodeEntry(bytes: Uint8Array): SyncMessage {
     const salt = raw[7];
     if (lora !== null && !(typeof lora === "number" && Number.isSafeInteger(lora))) throw new SyncEntryError("learn: loraTaskId must be a safe integer or null");
     if (salt !== null && !(typeof salt === "string" && salt.length <= MAX_KEY_LENGTH)) throw new SyncEntryError("learn: cacheSalt must be a short string or null");
-    return { origin, counter, entry: { op: "learn", upstream, tokens, namespace: { loraTaskId: lora as number | null, cacheSalt: salt as string | null } } };
+    return { origin, counter, url, entry: { op: "learn", upstream, tokens, namespace: { loraTaskId: lora as number | null, cacheSalt: salt as string | null } } };
   }
   if (op === "bind") {
     const key = raw[5];
     if (typeof key !== "string" || key.length === 0 || key.length > MAX_KEY_LENGTH) throw new SyncEntryError("bind: key must be a string of 1 to 4096 characters");
-    return { origin, counter, entry: { op: "bind", upstream, key } };
+    return { origin, counter, url, entry: { op: "bind", upstream, key } };
   }
   if (op === "kv-events") {
     const dpRank = dpRankOf(raw[5]);
-    return { origin, counter, entry: { op: "kv-events", upstream, events: raw[6], ...(dpRank === undefined ? {} : { dpRank }) } };
+    const id = raw[7];
+    if (id !== null && id !== undefined && !(typeof id === "string" && id.length <= 512)) throw new SyncEntryError("kv-events: id must be a short string or null");
+    return { origin, counter, url, entry: { op: "kv-events", upstream, events: raw[6], ...(dpRank === undefined ? {} : { dpRank }), ...(typeof id === "string" ? { id } : {}) } };
   }
   if (op === "clear") {
     const dpRank = dpRankOf(raw[5]);
-    return { origin, counter, entry: { op: "clear", upstream, ...(dpRank === undefined ? {} : { dpRank }) } };
+    return { origin, counter, url, entry: { op: "clear", upstream, ...(dpRank === undefined ? {} : { dpRank }) } };
   }
-  throw new SyncEntryError("op must be learn, bind, kv-events or clear");
+  throw new SyncEntryError("op must be learn, bind, kv-events, clear or fleet");
 }

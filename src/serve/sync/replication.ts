@@ -24,7 +24,7 @@
 // buffer (the oldest dropped past it, and counted), and it reports itself
 // unsynced until they are published again.
 
-import { randomUUID } from "node:crypto";
+import { createHash, randomUUID } from "node:crypto";
 import { DeliverPolicy, DiscardPolicy, jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager } from "@nats-io/jetstream";
 import { Objm, type ObjectStore } from "@nats-io/obj";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
@@ -33,7 +33,7 @@ import type { GatewayConfig } from "../config.js";
 import { EngineViews } from "../engine-views.js";
 import { createGatewayRouter } from "../fleet.js";
 import { RoutingState, type StateEntry, type StateLog } from "../routing-state.js";
-import { decodeEntry, encodeEntry, isShared, SyncEntryError } from "./entry-codec.js";
+import { decodeEntry, encodeEntry, isShared, SyncEntryError, type SyncMessage } from "./entry-codec.js";
 import { decodeStateSnapshot, encodeStateSnapshot, SnapshotError, stateDigest } from "./state-snapshot.js";
 import type { SyncConfig } from "./sync-config.js";
 
@@ -85,6 +85,10 @@ export class Replication {
   /** Whether a snapshot is being stored now (one at a time). */
   #storing = false;
   #local: RoutingState | null = null;
+  /** The routing state's upstream URLs now, in rank order. */
+  #localUrls: () => readonly string[] = () => [];
+  /** The replicated state's upstream URLs, in rank order (entries name upstreams by URL). */
+  #mirrorUrls: readonly string[];
   readonly counters: SyncCounters = { published: 0, dropped: 0, applied: 0, rejected: 0, duplicates: 0, snapshotsStored: 0, snapshotsLoaded: 0, missed: 0 };
   #counter = 0;
   /** Entries waiting to be published, in order. */
@@ -111,19 +115,36 @@ export class Replication {
       loraIds: config.routing.loraAdapters,
     });
     this.#mirror = new RoutingState(createGatewayRouter(config), null, { views, live: () => [] });
+    this.#mirrorUrls = config.upstreams.map((u) => u.url);
   }
 
   /** The state log the routing state appends to: shared entries go to the stream. */
   readonly stateLog: StateLog = {
     append: (entry: StateEntry) => {
-      if (this.#closed || !isShared(entry)) return;
-      const counter = this.#counter++;
-      const bytes = encodeEntry({ origin: this.origin, counter, entry }); // a copy: the caller's arrays are reused
+      if (this.#closed) return;
+      let message: SyncMessage;
+      let id: string;
+      const counter = this.#counter;
+      if (entry.op === "ranks") {
+        if (entry.urls === undefined) return;
+        // Every replica reloading the same file makes the same change: one copy of it is enough.
+        const change = `${this.#localUrls().join("\n")}\n>\n${entry.urls.join("\n")}`;
+        id = `fleet|${createHash("sha256").update(change).digest("hex")}`;
+        message = { origin: this.origin, counter, entry: { op: "fleet", urls: entry.urls, dpRanks: (entry.shapes ?? entry.urls.map(() => null)).map((s) => s?.dpRanks ?? null) } };
+      } else if (isShared(entry)) {
+        const url = this.#localUrls()[entry.upstream];
+        if (url === undefined) return;
+        message = { origin: this.origin, counter, url, entry };
+        // An engine batch every replica receives carries its own identity: JetStream keeps the first copy.
+        id = entry.op === "kv-events" && entry.id !== undefined ? `kv|${url}|${entry.id}` : `${this.origin}:${counter}`;
+      } else return;
+      this.#counter++;
+      const bytes = encodeEntry(message); // a copy: the caller's arrays are reused
       if (this.#queue.length >= this.#sync.maxBufferedEntries) {
         this.#queue.shift();
         this.counters.dropped++;
       }
-      this.#queue.push({ id: `${this.origin}:${counter}`, bytes });
+      this.#queue.push({ id, bytes });
       this.#pump();
     },
   };
@@ -163,12 +184,13 @@ export class Replication {
 
   /** The replicated state's parts. */
   #parts() {
-    return { router: this.#mirror.router, views: this.#mirror.views?.all ?? [] };
+    return { urls: this.#mirrorUrls, router: this.#mirror.router, views: this.#mirror.views?.all ?? [] };
   }
 
   /** Starts sharing `local`'s changes and applying the others'. Connects in the background: routing never waits for NATS. */
-  start(local: RoutingState): void {
+  start(local: RoutingState, urls: () => readonly string[]): void {
     this.#local = local;
+    this.#localUrls = urls;
     void this.#connect();
   }
 
@@ -315,11 +337,13 @@ export class Replication {
     this.#mirror.views?.dispose();
     this.#mirror.router.prefixIndex?.dispose();
     this.#mirror = new RoutingState(parts.router, null, { views, live: () => [] });
+    this.#mirrorUrls = parts.urls;
     this.#appliedSeq = seq;
     this.counters.snapshotsLoaded++;
     // A routing state that has learned nothing yet starts from the cluster's (its own engines' events it ingests itself).
     const local = this.#local;
-    if (local !== null && local.router.prefixIndex !== null && local.router.prefixIndex.stats().blocks === 0) local.restore(parts.router.snapshot());
+    const sameFleet = JSON.stringify(this.#localUrls()) === JSON.stringify(parts.urls);
+    if (local !== null && sameFleet && local.router.prefixIndex !== null && local.router.prefixIndex.stats().blocks === 0) local.restore(parts.router.snapshot());
     this.#log.info({ replica: this.#sync.replicaId, seq }, "sync: started from the stored snapshot");
   }
 
@@ -387,12 +411,24 @@ export class Replication {
     }
     this.counters.applied++;
     if (seq % this.#sync.snapshotEvery === 0) void this.#storeSnapshot();
-    const entry = message.entry;
     try {
+      if (!("url" in message)) {
+        // A fleet change, once: the same change from another replica finds the fleet already moved.
+        const { urls, dpRanks } = message.entry;
+        if (JSON.stringify(urls) === JSON.stringify(this.#mirrorUrls)) return;
+        const from = this.#mirrorUrls;
+        this.#mirror.moveRanks(urls.map((u) => (from.indexOf(u) < 0 ? null : from.indexOf(u))), dpRanks.map((d) => (d === null ? null : { dpRanks: d })));
+        this.#mirrorUrls = urls;
+        return;
+      }
+      const rank = this.#mirrorUrls.indexOf(message.url);
+      if (rank < 0) throw new Error(`no upstream ${message.url.slice(0, 200)} in the replicated fleet`);
+      const entry = { ...message.entry, upstream: rank };
       this.#mirror.apply(entry);
       // The routing state made its own changes already; it takes the others' learned prompts and
-      // conversation bindings (its engines' events it ingests itself).
-      if (message.origin !== this.origin && (entry.op === "learn" || entry.op === "bind")) this.#local?.applyQuietly(entry);
+      // conversation bindings (its engines' events it ingests itself), on its own ranks.
+      const local = this.#localUrls().indexOf(message.url);
+      if (message.origin !== this.origin && local >= 0 && (entry.op === "learn" || entry.op === "bind")) this.#local?.applyQuietly({ ...entry, upstream: local });
     } catch (error) {
       // An entry naming an upstream this fleet does not have (a replica with another configuration).
       this.counters.rejected++;
