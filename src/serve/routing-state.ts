@@ -25,7 +25,7 @@ export type StateEntry =
   /** An engine's own KV-cache events for an upstream (TensorRT-LLM's or vLLM's, see PrefixIndex.applyKvEvents), from one DP rank's stream or naming their ranks. */
   | { readonly op: "kv-events"; readonly upstream: number; readonly events: unknown; readonly dpRank?: number; readonly id?: string }
   /** An upstream's engine view emptied, one DP rank or all (its engine restarted, or its events cannot be trusted). */
-  | { readonly op: "clear"; readonly upstream: number; readonly dpRank?: number }
+  | { readonly op: "clear"; readonly upstream: number; readonly dpRank?: number; readonly id?: string }
   /** The fleet changed: rank i is the old rank `ranks[i]`, or new when null; `shapes` are the new upstreams' engine views. */
   | { readonly op: "ranks"; readonly ranks: readonly (number | null)[]; readonly shapes?: readonly (EngineViewShape | null)[]; readonly urls?: readonly string[] };
 
@@ -47,7 +47,12 @@ export type IndexUpdate =
       /** The batch's identity, the same at every replica that receives it (replicas share one copy of it). */
       readonly id?: string;
     }
-  | { readonly kind: "cleared"; readonly dpRank?: number };
+  | {
+      readonly kind: "cleared";
+      readonly dpRank?: number;
+      /** As for events: the same at every replica that sees the engine restart (replicas share one copy of it). */
+      readonly id?: string;
+    };
 
 /**
  * Where an upstream's cache view is learned from besides the gateway's own
@@ -172,7 +177,7 @@ export class RoutingState {
     const dpRank = update.dpRank;
     if (update.kind === "cleared") {
       views.clear(upstream, dpRank);
-      this.#append({ op: "clear", upstream, ...(dpRank === undefined ? {} : { dpRank }) });
+      this.#append({ op: "clear", upstream, ...(dpRank === undefined ? {} : { dpRank }), ...(update.id === undefined ? {} : { id: update.id }) });
       return null;
     }
     const result = views.apply(upstream, update.events, dpRank);
@@ -226,7 +231,7 @@ export class RoutingState {
         this.update(entry.upstream, { kind: "kv-events", events: entry.events, ...(entry.dpRank === undefined ? {} : { dpRank: entry.dpRank }) });
         break;
       case "clear":
-        this.update(entry.upstream, { kind: "cleared", ...(entry.dpRank === undefined ? {} : { dpRank: entry.dpRank }) });
+        this.update(entry.upstream, { kind: "cleared", ...(entry.dpRank === undefined ? {} : { dpRank: entry.dpRank }), ...(entry.id === undefined ? {} : { id: entry.id }) });
         break;
       case "ranks":
         this.moveRanks(entry.ranks, entry.shapes, entry.urls);

@@ -13,6 +13,7 @@
 // A publisher restart (its sequence starts over) empties the view. A batch
 // that does not decode is counted and skipped.
 
+import { createHash } from "node:crypto";
 import { Decoder } from "@msgpack/msgpack";
 import { Dealer, Subscriber } from "zeromq";
 import { engineStatus, EventFreshness, zeroCounters, type FeedStatus } from "./event-freshness.js";
@@ -197,23 +198,31 @@ export class ZmqEventSource implements IndexUpdateSource {
     if (step === "restart") {
       this.counters.restarts++;
       this.#onNotice({ rank: s.rank, what: "publisher restarted; view emptied", detail: `sequence ${seq}` });
-      emit({ kind: "cleared", dpRank: s.rank });
     }
-    this.#apply(s, seq, payload, emit);
+    this.#apply(s, seq, payload, emit, step === "restart");
   }
 
-  /** Decodes and emits one batch (`seq` its number); one that does not decode is counted and skipped. */
-  #apply(s: RankStream, seq: bigint, payload: Uint8Array, emit: (update: IndexUpdate) => void): boolean {
+  /**
+   * Decodes and emits one batch (`seq` its number), after emptying the view
+   * when it comes from a restarted publisher (`restart`); one that does not
+   * decode is counted and skipped.
+   */
+  #apply(s: RankStream, seq: bigint, payload: Uint8Array, emit: (update: IndexUpdate) => void, restart = false): boolean {
     let events: unknown;
     try {
       events = this.#decoder.decode(payload);
     } catch (error) {
+      if (restart) emit({ kind: "cleared", dpRank: s.rank, id: `${s.endpoint}|${seq}|restart` });
       this.counters.unparseable++;
       this.#onNotice({ rank: s.rank, what: "batch skipped", detail: `not msgpack: ${(error as Error).message.slice(0, 120)}` });
       return false;
     }
     this.counters.batches++;
-    emit({ kind: "kv-events", events, dpRank: s.rank, id: `${s.endpoint}|${seq}|${batchTime(events)}` });
+    // Its identity at every replica: where and when it was published, and what it says (a restarted publisher
+    // numbers from 0 again; its time and contents tell its batches from the old ones).
+    const id = `${s.endpoint}|${seq}|${batchTime(events)}|${createHash("sha256").update(payload).digest("base64url").slice(0, 22)}`;
+    if (restart) emit({ kind: "cleared", dpRank: s.rank, id: `${id}|restart` });
+    emit({ kind: "kv-events", events, dpRank: s.rank, id });
     return true;
   }
 

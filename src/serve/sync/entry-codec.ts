@@ -75,7 +75,7 @@ export function encodeEntry(message: SyncMessage): Uint8Array {
       case "kv-events":
         return encoder.encode([VERSION, origin, counter, "kv-events", url, entry.dpRank ?? null, entry.events, entry.id ?? null]);
       case "clear":
-        return encoder.encode([VERSION, origin, counter, "clear", url, entry.dpRank ?? null]);
+        return encoder.encode([VERSION, origin, counter, "clear", url, entry.dpRank ?? null, entry.id ?? null]);
     }
   }
   return encoder.encode([VERSION, origin, counter, "fleet", message.entry.urls, message.entry.dpRanks]);
@@ -149,6 +149,9 @@ export function decodeEntry(bytes: Uint8Array): SyncMessage {
   }
   if (op === "clear") {
     const dpRank = dpRankOf(raw[5]);
+    const id = raw[6];
+    if (id !== null && id !== undefined && !(typeof id === "string" && id.length <= 512)) throw new SyncEntryError("clear: id must be a short string or null");
+    if (typeof id === "string") return { origin, counter, url, entry: { op: "clear", upstream, ...(dpRank === undefined ? {} : { dpRank }), id } };
     return { origin, counter, url, entry: { op: "clear", upstream, ...(dpRank === undefined ? {} : { dpRank }) } };
   }
   throw new SyncEntryError("op must be learn, bind, kv-events, clear or fleet");

@@ -135,8 +135,8 @@ export class Replication {
         const url = this.#localUrls()[entry.upstream];
         if (url === undefined) return;
         message = { origin: this.origin, counter, url, entry };
-        // An engine batch every replica receives carries its own identity: JetStream keeps the first copy.
-        id = entry.op === "kv-events" && entry.id !== undefined ? `kv|${url}|${entry.id}` : `${this.origin}:${counter}`;
+        // An engine batch (or the restart it shows) every replica receives carries its own identity: JetStream keeps the first copy.
+        id = (entry.op === "kv-events" || entry.op === "clear") && entry.id !== undefined ? `kv|${url}|${entry.id}` : `${this.origin}:${counter}`;
       } else return;
       this.#counter++;
       const bytes = encodeEntry(message); // a copy: the caller's arrays are reused
