@@ -13,6 +13,7 @@ import { attentionDpConfigSchema, parseAttentionDpConfig, toAttentionDpConfigInp
 import { firstDifference, runScenario } from "./conformance.js";
 import { DEFAULT_ENGINE } from "./simulate/engine.js";
 import { renderReport } from "./simulate/report.js";
+import { MAX_REPLICAS, type SyncMode } from "./simulate/replicas.js";
 import { formatTable, POLICIES, simulate, toJson, type IndexUpdates } from "./simulate/run.js";
 import { parseTrace, TraceError, type Trace } from "./simulate/trace.js";
 import { multiTurnWorkload } from "./simulate/workload.js";
@@ -40,6 +41,12 @@ Commands:
       --event-stale MS            events: the gateway's stale_after_ms (10000): a rank whose stream
                                   is silent that long while sent requests, or rebuilding after a
                                   gap, is matched on the router's own placements
+      --replicas N                gateway replicas, each with its own router; requests spread over
+                                  them round-robin in arrival order (1)
+      --sync MODE                 stream (replicas share learned prompts and conversation bindings
+                                  through one ordered stream) | none (independent replicas)
+      --sync-delay-ms MS          stream: the other replicas apply an entry MS simulated ms after
+                                  it was made, at the earliest in the next iteration (5)
       --rate-scale X              replay X times faster (1)
       --block-tokens N            tokens per hash_ids block of a trace (512)
       --max-num-tokens N          per-rank iteration token budget (${DEFAULT_ENGINE.maxNumTokens})
@@ -174,6 +181,9 @@ function simulateCommand(args: string[]): number {
       "event-replay": { type: "boolean" },
       "event-seed": { type: "string" },
       "event-stale": { type: "string" },
+      replicas: { type: "string" },
+      sync: { type: "string" },
+      "sync-delay-ms": { type: "string" },
       "rate-scale": { type: "string" },
       "block-tokens": { type: "string" },
       "max-num-tokens": { type: "string" },
@@ -207,6 +217,15 @@ function simulateCommand(args: string[]): number {
     eventSeed: numberOption(values, "event-seed", Number.isSafeInteger, "an integer"),
     eventStaleMs: numberOption(values, "event-stale", pos, "a positive number of milliseconds"),
   };
+  const replicas = numberOption(values, "replicas", (v) => int(v) && v <= MAX_REPLICAS, `an integer in [1, ${MAX_REPLICAS}]`);
+  if (values.sync !== undefined && values.sync !== "stream" && values.sync !== "none") throw new RangeError(`--sync: must be stream or none, got ${JSON.stringify(values.sync)}`);
+  // A delay would change nothing without the stream: refuse it rather than ignore it.
+  if (values["sync-delay-ms"] !== undefined && values.sync === "none") throw new RangeError("--sync-delay-ms: applies only with --sync stream");
+  const replicaOptions = {
+    replicas,
+    sync: values.sync as SyncMode | undefined,
+    syncDelayMs: numberOption(values, "sync-delay-ms", nonNeg, "a non-negative number of milliseconds"),
+  };
   let config: Record<string, unknown> | undefined;
   if (values.config !== undefined) {
     try {
@@ -236,6 +255,7 @@ function simulateCommand(args: string[]): number {
     ...(config ? { config } : {}),
     indexUpdates: indexUpdates as IndexUpdates,
     ...events,
+    ...replicaOptions,
     ...(values.policies ? { policies: values.policies.split(",").map((p) => p.trim()) } : {}),
     rateScale: numberOption(values, "rate-scale", pos, "a positive number"),
     maxNumTokens: numberOption(values, "max-num-tokens", int, "a positive integer"),

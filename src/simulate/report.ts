@@ -3,7 +3,7 @@
 //   2. TTFT distribution per policy (cumulative curves, log time axis)
 //   3. each rank's active requests over time, one small chart per policy
 
-import { describeIndexUpdates, formatTable, type SimulationResult } from "./run.js";
+import { describeIndexUpdates, describeReplicas, formatTable, type SimulationResult } from "./run.js";
 
 /** Series colours (Tableau 10). */
 const COLORS = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"];
@@ -110,7 +110,7 @@ pre{background:#f6f6f6;padding:12px;overflow:auto}.grid{display:flex;flex-wrap:w
 <h1>Attention-DP routing policies on ${esc(result.trace)}</h1>
 <p>${result.requests} requests, ${result.ranks} ranks. Command: <code>${esc(command)}</code></p>
 <p>The KV-cache-aware router's index learned from ${esc(describeIndexUpdates(result.index_updates))}.</p>
-<section><h2>Cache reuse and balance</h2>${bars(result)}</section>
+${result.replicas ? `<p>Routed by ${esc(describeReplicas(result.replicas))}.</p>\n` : ""}<section><h2>Cache reuse and balance</h2>${bars(result)}</section>
 <section><h2>Time to first token</h2>${ttftCurves(result)}</section>
 <section><h2>Active requests per rank over time</h2><p>Mean active requests on each rank (one line a rank) over consecutive windows of the run.</p><div class="grid">${result.policies.map((p) => rankLoad(result, p.policy)).join("\n")}</div></section>
 <section><h2>Figures</h2><pre>${esc(formatTable(result))}</pre></section>

@@ -1,20 +1,21 @@
 // `adp-router simulate`: the same arrivals through every policy, side by side.
 // Platform-neutral (no node: imports) so a browser page can run it too.
 
-import type { RouteRequest } from "../batch.js";
 import type { AttentionDpConfigInput } from "../config.js";
 import { AdpInputError, readOptions } from "../errors.js";
-import { createPrefixIndex, type PrefixIndex } from "../prefix-index.js";
-import { createRouter } from "../router.js";
-import { DEFAULT_ENGINE, internPaths, runEngine, type EngineOptions, type RouterSide, type RunResult } from "./engine.js";
-import { describeEventModel, EVENT_OPTION_KEYS, EventFeed, readEventModel, type EventFeedCounts, type EventModel, type EventOptions, type StreamStatus } from "./event-feed.js";
+import { DEFAULT_ENGINE, internPaths, runEngine, type EngineOptions, type RunResult } from "./engine.js";
+import { describeEventModel, EVENT_OPTION_KEYS, readEventModel, type EventModel, type EventOptions } from "./event-feed.js";
+import { describeReplicaModel, REPLICA_OPTION_KEYS, readReplicaModel, ReplicatedSide, SINGLE_REPLICA, type ReplicaModel, type ReplicaOptions, type SyncMode, type SyncReport } from "./replicas.js";
+import { adpRouter, roundRobin, type EventReport, type ReplicaRouter } from "./router-sides.js";
 import { optimumHitRatio, type Trace } from "./trace.js";
+
+export type { EventReport } from "./router-sides.js";
 
 /** How the router's prefix index learns. */
 export type IndexUpdates = "routing" | "events";
 
 /** Options of {@link simulate}. */
-export interface SimulateOptions extends Partial<EngineOptions>, EventOptions {
+export interface SimulateOptions extends Partial<EngineOptions>, EventOptions, ReplicaOptions {
   /** `attention_dp_config` overrides for the KV-cache-aware policy (snake_case). */
   readonly config?: AttentionDpConfigInput;
   /** How the KV-cache-aware router's index learns. @default "routing" */
@@ -26,7 +27,7 @@ export interface SimulateOptions extends Partial<EngineOptions>, EventOptions {
 }
 
 /** Every option {@link simulate} knows: any other key is a mistake, reported rather than ignored. */
-const OPTION_KEYS: ReadonlySet<string> = new Set([...Object.keys(DEFAULT_ENGINE), "ranks", "config", "indexUpdates", "policies", "onProgress", ...EVENT_OPTION_KEYS]);
+const OPTION_KEYS: ReadonlySet<string> = new Set([...Object.keys(DEFAULT_ENGINE), "ranks", "config", "indexUpdates", "policies", "onProgress", ...EVENT_OPTION_KEYS, ...REPLICA_OPTION_KEYS]);
 
 /** One policy's figures. */
 export interface PolicyResult {
@@ -37,18 +38,14 @@ export interface PolicyResult {
   readonly requests_max_over_mean: number;
   readonly ttft_ms: { readonly p50: number; readonly p90: number; readonly p99: number };
   readonly route_us_per_request: number;
-  /** What happened on the engine's KV-event streams (`events` runs of a policy with a prefix index). */
+  /**
+   * What happened on the engine's KV-event streams (`events` runs of a policy
+   * with a prefix index). With several replicas, each subscribes itself: the
+   * counts are summed over their subscriptions, the blocks are their views' mean.
+   */
   readonly event_feed?: EventReport;
-}
-
-/** What a run's event streams did, and what the two views held at its end. */
-export interface EventReport extends EventFeedCounts {
-  /** Stored events the engine view skipped: their parent block was not in it (lost, or stored before a rebuild). */
-  readonly stored_events_skipped: number;
-  /** Blocks in the engine view (from events), all ranks, at the end. */
-  readonly engine_view_blocks_at_end: number;
-  /** Blocks in the router's own view (from placements), all ranks, at the end. */
-  readonly own_view_blocks_at_end: number;
+  /** What the replicas put on their stream (runs given replica options). */
+  readonly sync?: SyncReport;
 }
 
 /** How the index learned, as the JSON output states it. */
@@ -63,6 +60,18 @@ export type IndexUpdatesReport =
       readonly event_stale_ms: number;
     };
 
+/** The gateway replicas of a run, as the JSON output states them. */
+export interface ReplicasReport {
+  /** Gateway replicas, each with its own router. */
+  readonly replicas: number;
+  /** How client requests reach the replicas: round-robin in arrival order. */
+  readonly spread: "round-robin";
+  /** Whether they share entries through one stream. */
+  readonly sync: SyncMode;
+  /** Ms before the others apply a replica's entry (0 with sync "none"). */
+  readonly sync_delay_ms: number;
+}
+
 /** The whole comparison (the `--json` output). */
 export interface SimulationResult {
   readonly trace: string;
@@ -71,6 +80,8 @@ export interface SimulationResult {
   readonly optimum_prefix_hit_ratio: number;
   /** How the KV-cache-aware router's index learned. */
   readonly index_updates: IndexUpdatesReport;
+  /** The gateway replicas (runs given replica options). */
+  readonly replicas?: ReplicasReport;
   readonly policies: PolicyResult[];
   /** Per policy: active requests per rank over time ([ms, rank0, rank1, ...]); for reports. */
   readonly loadOverTime: Record<string, number[][]>;
@@ -88,111 +99,6 @@ export const POLICIES = [
   "conversation:least_tokens",
 ] as const;
 
-/** The floor: rotate over ranks with room, ignoring load and cache. */
-function roundRobin(ranks: number): RouterSide {
-  let cursor = 0;
-  return {
-    discountCached: false,
-    route(states, cap, requests) {
-      const counts = states.map((s) => s.numActiveRequests);
-      return requests.map(() => {
-        for (let k = 0; k < ranks; k++) {
-          const r = (cursor + k) % ranks;
-          if (counts[r]! < cap) {
-            counts[r]!++;
-            cursor = (r + 1) % ranks;
-            return r;
-          }
-        }
-        return -1;
-      });
-    },
-  };
-}
-
-/** A router side, and what its event feed did (null when it learns from routing alone). */
-interface AdpSide extends RouterSide {
-  readonly eventCounts: (() => EventReport) | null;
-}
-
-/**
- * One of TensorRT-LLM's routers as the engine's router side. With engine
- * events (`eventModel` set) the KV-cache-aware router works as the gateway
- * does: its prefix index is the engine view, fed by an {@link EventFeed}; it
- * also keeps its own view, learned from every placement; and a rank whose
- * stream is not live (gapped or stale) is matched on the router's own view.
- */
-function adpRouter(policy: string, ranks: number, blockTokens: number, options: SimulateOptions, eventModel: EventModel | null): AdpSide {
-  let attentionDp: AttentionDpConfigInput = {};
-  if (policy === "kv_cache_aware") attentionDp = { ...options.config, enable_kv_cache_aware_routing: true, kv_cache_routing_conversation_affinity: false };
-  else if (policy.startsWith("conversation:")) {
-    attentionDp = { kv_cache_routing_conversation_affinity: true, kv_cache_routing_new_conv_placement: policy.slice(13) as never };
-  }
-  const events = eventModel !== null;
-  const router = createRouter({
-    numRanks: ranks,
-    attentionDp,
-    ...(policy === "kv_cache_aware" ? { prefixIndex: { tokensPerBlock: blockTokens }, learnFromRouting: !events } : {}),
-  });
-  const routeBatch: RouterSide["route"] = (states, cap, requests) => {
-    const result = router.route({ rankStates: states, maxNumActiveRequests: cap, requests });
-    const rankOf = new Map<number, number>();
-    result.assignments.forEach((ids, rank) => ids.forEach((id) => rankOf.set(Number(id), rank)));
-    return requests.map((r) => rankOf.get(Number(r.id)) ?? -1);
-  };
-  const engineView = router.prefixIndex;
-  const discountCached = router.kind === "kv_cache_aware";
-  if (!events || engineView === null) return { discountCached, route: routeBatch, eventCounts: null };
-
-  const ownView = createPrefixIndex({ numRanks: ranks, tokensPerBlock: blockTokens });
-  const feed = new EventFeed(ranks, eventModel, { applyKvEvents: (e) => void engineView.applyKvEvents(e), clearRank: (r) => engineView.clearRank(r) });
-  return {
-    discountCached,
-    eventCounts: () => ({
-      ...feed.counts(),
-      stored_events_skipped: engineView.stats().kvEvents.unknownParent,
-      engine_view_blocks_at_end: sumBlocks(engineView, ranks),
-      own_view_blocks_at_end: sumBlocks(ownView, ranks),
-    }),
-    route(states, cap, requests, nowMs) {
-      feed.deliverDue(nowMs);
-      const status = Array.from({ length: ranks }, (_, r) => feed.status(r, nowMs));
-      // All live: the router probes the engine view itself. Otherwise each
-      // request brings its matches, rank by rank from the view that rank is trusted on.
-      const routed = status.every((s) => s === "live") ? requests : requests.map((req) => withMatches(req, status, engineView, ownView));
-      const placed = routeBatch(states, cap, routed, nowMs);
-      placed.forEach((rank, i) => {
-        if (rank < 0) return;
-        feed.placed(rank, status[rank]!);
-        ownView.insertBlocks(rank, requests[i]!.blockKeys!); // the gateway learns every placement
-      });
-      return placed;
-    },
-    publish: (rank, e, atMs) => feed.publish(rank, e, atMs),
-  };
-}
-
-/**
- * `req` with its matched tokens per rank: the engine view's for live ranks,
- * the router's own view's for the others, over the blocks the router's own
- * probe covers (every full block of the prompt but its last token).
- */
-function withMatches(req: RouteRequest, status: readonly StreamStatus[], engineView: PrefixIndex, ownView: PrefixIndex): RouteRequest {
-  const keys = req.blockKeys as readonly number[];
-  const probe = keys.slice(0, Math.min(keys.length, Math.floor(((req.numTokens ?? 0) - 1) / engineView.tokensPerBlock)));
-  if (probe.length === 0) return req;
-  const engine = engineView.matchBlocks(probe);
-  const own = ownView.matchBlocks(probe);
-  return { ...req, prefixMatches: status.map((s, r) => (s === "live" ? engine[r]! : own[r]!)) };
-}
-
-/** Blocks held by all ranks of a view. */
-const sumBlocks = (view: PrefixIndex, ranks: number): number => {
-  let n = 0;
-  for (let r = 0; r < ranks; r++) n += view.blockCount(r);
-  return n;
-};
-
 /** The q-quantile of sorted values. */
 const quantile = (sorted: Float64Array, q: number): number =>
   sorted.length === 0 ? 0 : sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))]!;
@@ -204,8 +110,8 @@ const maxOverMean = (xs: number[]): number => {
 /** `x` rounded to `digits` decimals. */
 const round = (x: number, digits = 4) => Number(x.toFixed(digits));
 
-/** One policy's figures from its run (and what its event streams did, when it had them). */
-function summarize(policy: string, run: RunResult, events: EventReport | null): PolicyResult {
+/** One policy's figures from its run (what its event streams did, and what its replicas shared, when the run had them). */
+function summarize(policy: string, run: RunResult, events: EventReport | null, sync: SyncReport | null): PolicyResult {
   const sorted = Float64Array.from(run.ttftMs).sort();
   return {
     policy,
@@ -216,30 +122,58 @@ function summarize(policy: string, run: RunResult, events: EventReport | null): 
     ttft_ms: { p50: round(quantile(sorted, 0.5), 1), p90: round(quantile(sorted, 0.9), 1), p99: round(quantile(sorted, 0.99), 1) },
     route_us_per_request: round((run.routeMs * 1000) / Math.max(run.routed, 1), 3),
     ...(events ? { event_feed: events } : {}),
+    ...(sync ? { sync } : {}),
   };
+}
+
+/** The event reports of every replica's subscription as one: counts summed, view sizes their mean. */
+function mergeEventReports(reports: readonly EventReport[]): EventReport {
+  if (reports.length === 1) return reports[0]!;
+  const merged: Record<string, number> = {};
+  for (const report of reports) for (const [key, value] of Object.entries(report)) merged[key] = (merged[key] ?? 0) + value;
+  for (const key of ["engine_view_blocks_at_end", "own_view_blocks_at_end"]) merged[key] = Math.round(merged[key]! / reports.length);
+  return merged as unknown as EventReport;
+}
+
+/**
+ * Replica k's event link: its own subscription, losing its own batches
+ * (seed + k; replica 0 draws as a lone gateway does).
+ */
+const eventModelOf = (model: EventModel | null, k: number): EventModel | null => (model === null || k === 0 ? model : { ...model, seed: model.seed + k });
+
+/** The replicas of `policy`, one router each. */
+function replicaRouters(policy: string, replicas: ReplicaModel, ranks: number, blockTokens: number, config: AttentionDpConfigInput | undefined, eventModel: EventModel | null): ReplicaRouter[] {
+  return Array.from({ length: replicas.replicas }, (_, k) => (policy === "round_robin" ? roundRobin(ranks) : adpRouter(policy, ranks, blockTokens, config, eventModelOf(eventModel, k))));
 }
 
 /**
  * Replays `trace` through each policy on the same arrivals and engine. Throws
- * {@link AdpInputError} for an unknown option, an unknown `indexUpdates`, and
- * event options that are out of range or given without `indexUpdates: "events"`.
+ * {@link AdpInputError} for an unknown option, an unknown `indexUpdates`, event
+ * options that are out of range or given without `indexUpdates: "events"`, and
+ * replica options that are out of range (or a delay with `sync: "none"`).
  */
 export function simulate(trace: Trace, options: SimulateOptions = {}): SimulationResult {
   options = readOptions(options, "simulate", OPTION_KEYS, "simulate option") as SimulateOptions;
   const indexUpdates = options.indexUpdates ?? "routing";
   if (indexUpdates !== "routing" && indexUpdates !== "events") throw new AdpInputError("indexUpdates", 'must be "routing" or "events"', indexUpdates);
   const eventModel = readEventModel(options, indexUpdates === "events");
-  const engine: EngineOptions = { ...DEFAULT_ENGINE, ranks: 8, ...stripUndefined(options) } as EngineOptions;
+  const replicaModel = readReplicaModel(options);
+  const replicas = replicaModel ?? SINGLE_REPLICA;
+  const engine: EngineOptions = { ...DEFAULT_ENGINE, ranks: 8, ...stripUndefined(pickEngine(options)) } as EngineOptions;
   const policies = options.policies ?? POLICIES;
   const paths = internPaths(trace.requests);
+  const requests = trace.requests;
+  const spanMs = requests.length === 0 ? 0 : (requests[requests.length - 1]!.arrivalMs - requests[0]!.arrivalMs) / engine.rateScale;
   const results: PolicyResult[] = [];
   const loadOverTime: Record<string, number[][]> = {};
   const ttftSorted: Record<string, Float64Array> = {};
   for (const policy of policies) {
     if (!(POLICIES as readonly string[]).includes(policy)) throw new Error(`unknown policy "${policy}" (expected one of ${POLICIES.join(", ")})`);
-    const adp = policy === "round_robin" ? null : adpRouter(policy, engine.ranks, trace.blockTokens, options, eventModel);
-    const run = runEngine(trace.requests, paths, trace.blockTokens, engine, adp ?? roundRobin(engine.ranks), (f) => options.onProgress?.(policy, f));
-    results.push(summarize(policy, run, adp?.eventCounts?.() ?? null));
+    const routers = replicaRouters(policy, replicas, engine.ranks, trace.blockTokens, options.config, eventModel);
+    const side = new ReplicatedSide(routers, replicas);
+    const run = runEngine(requests, paths, trace.blockTokens, engine, side, (f) => options.onProgress?.(policy, f));
+    const events = routers[0]!.eventCounts === null ? null : mergeEventReports(routers.map((r) => r.eventCounts!()));
+    results.push(summarize(policy, run, events, replicaModel === null ? null : side.report(run.routed, spanMs)));
     loadOverTime[policy] = run.loadSamples;
     ttftSorted[policy] = Float64Array.from(run.ttftMs).sort();
     options.onProgress?.(policy, 1);
@@ -247,15 +181,23 @@ export function simulate(trace: Trace, options: SimulateOptions = {}): Simulatio
   return {
     trace: trace.name,
     ranks: engine.ranks,
-    requests: trace.requests.length,
+    requests: requests.length,
     optimum_prefix_hit_ratio: round(optimumHitRatio(trace)),
     index_updates: eventModel === null
       ? { mode: "routing" }
       : { mode: "events", event_delay_ms: eventModel.delayMs, event_drop_rate: eventModel.dropRate, event_replay: eventModel.replay, event_seed: eventModel.seed, event_stale_ms: eventModel.staleAfterMs },
+    ...(replicaModel === null ? {} : { replicas: { replicas: replicaModel.replicas, spread: "round-robin" as const, sync: replicaModel.sync, sync_delay_ms: replicaModel.delayMs } }),
     policies: results,
     loadOverTime,
     ttftSorted,
   };
+}
+
+/** The engine's options among `options` (the rest are the router's, the events' and the replicas'). */
+function pickEngine(options: SimulateOptions): Partial<EngineOptions> {
+  const engine: Record<string, unknown> = {};
+  for (const key of [...Object.keys(DEFAULT_ENGINE), "ranks"]) engine[key] = options[key as keyof SimulateOptions];
+  return engine as Partial<EngineOptions>;
 }
 
 /** `o` without its undefined fields. */
@@ -287,6 +229,7 @@ export function formatTable(result: SimulationResult): string {
     line(widths.map((w) => "-".repeat(w))),
     ...rows.map(line),
     ...eventLines(result),
+    ...replicaLines(result),
   ].join("\n");
 }
 
@@ -307,6 +250,31 @@ function eventLines(result: SimulationResult): string[] {
     );
   }
   return lines;
+}
+
+/** The replicas and what each policy's put on their stream, under the table of a run given replica options. */
+function replicaLines(result: SimulationResult): string[] {
+  const r = result.replicas;
+  if (r === undefined) return [];
+  const n = (x: number, digits = 0) => x.toLocaleString("en-US", { minimumFractionDigits: digits, maximumFractionDigits: digits });
+  const lines = ["", `replicas: ${describeReplicas(r)}`];
+  if (r.sync === "none") return lines;
+  for (const p of result.policies) {
+    const s = p.sync;
+    if (!s || s.entries === 0) continue;
+    const kinds = [s.learn_entries && `${n(s.learn_entries)} learn`, s.binding_entries && `${n(s.binding_entries)} binding`, s.kv_event_entries && `${n(s.kv_event_entries)} kv-events`].filter(Boolean).join(", ");
+    lines.push(
+      `${p.policy} stream: ${n(s.entries)} entries (${kinds}), ${n(s.entries_per_routed_request, 3)} a routed request, ${n(s.entries_per_second, 2)}/s at the trace's rate; ` +
+        `${n(s.bytes_per_routed_request)} bytes a routed request, ${s.bytes_per_second >= 10_000 ? `${n(s.bytes_per_second / 1000, 1)} kB/s` : `${n(s.bytes_per_second)} B/s`}` +
+        (s.binding_entries > 0 ? `; bindings that moved a conversation at a replica ${n(s.bindings_moved)}` : ""),
+    );
+  }
+  return lines;
+}
+
+/** The replicas of a run, in words (the text and HTML reports). */
+export function describeReplicas(r: ReplicasReport): string {
+  return describeReplicaModel({ replicas: r.replicas, sync: r.sync, delayMs: r.sync_delay_ms });
 }
 
 /** How the index learned, in words (the text and HTML reports). */

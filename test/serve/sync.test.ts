@@ -7,7 +7,6 @@ import { connect } from "@nats-io/transport-node";
 import { jetstream } from "@nats-io/jetstream";
 import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
-import { connect as connectTcp, createServer, type Socket } from "node:net";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
@@ -18,6 +17,7 @@ import { decodeEntry, encodeEntry, SyncEntryError } from "../../src/serve/sync/e
 import { startFakePublisher } from "../support/fake-kv-publisher.js";
 import { startMockEngine, urlFrom, type MockEngine } from "../support/mock-engine.js";
 import { hasNatsServer, startNatsServer, type NatsServer } from "../support/nats-server.js";
+import { startProxy } from "../support/tcp-proxy.js";
 import { waitFor } from "../support/wait.js";
 
 const open: { close(): Promise<void> }[] = [];
@@ -190,25 +190,15 @@ describe.skipIf(!hasNatsServer)("replicas through a real nats-server", () => {
     const nats = await startNatsServer();
     open.push({ close: () => nats.stop() });
     // Replica 1 reaches NATS through a TCP proxy the test can cut.
-    const sockets = new Set<Socket>();
-    const proxy = createServer((client) => {
-      const upstream = connectTcp(nats.port, "127.0.0.1");
-      for (const s of [client, upstream]) {
-        sockets.add(s);
-        s.on("close", () => sockets.delete(s));
-        s.on("error", () => s.destroy());
-      }
-      client.pipe(upstream).pipe(client);
-    });
-    await new Promise<void>((r) => proxy.listen(0, "127.0.0.1", r));
-    const proxyPort = (proxy.address() as { port: number }).port;
-    open.push({ close: () => new Promise<void>((r) => (proxy.close(() => r()), sockets.forEach((s) => s.destroy()))) });
+    const proxy = await startProxy(nats.port);
+    open.push(proxy);
+    const proxyPort = proxy.port;
     const gateways = await cluster(2, nats, (i) => (i === 1 ? `nats://127.0.0.1:${proxyPort}` : nats.url));
     for (let i = 0; i < 10; i++) expect((await ask(gateways[i % 2]!, `before ${i}`)).status).toBe(200);
     await settled(gateways);
 
     // Cut: stop accepting and drop the connections.
-    await new Promise<void>((r) => (proxy.close(() => r()), sockets.forEach((s) => s.destroy())));
+    await proxy.cut();
     await waitFor(() => metric(gateways[1]!, "sync_connected") === 0, () => "replica 1 disconnected", 10_000);
     for (let i = 0; i < 10; i++) expect((await ask(gateways[1]!, `while cut ${i}`)).status).toBe(200);
     const health = (await (await fetch(`${gateways[1]!.url}/health`)).json()) as { sync: { synced: boolean; pending: number } };
@@ -216,7 +206,7 @@ describe.skipIf(!hasNatsServer)("replicas through a real nats-server", () => {
     expect(health.sync.pending).toBe(10);
 
     // Back: the buffered entries go out, and both replicas end equal.
-    await new Promise<void>((r) => proxy.listen(proxyPort, "127.0.0.1", r));
+    await proxy.restore();
     const states = await settled(gateways);
     expect(states[0]!.applied).toBe(20);
     expect(states[0]!.digest).toBe(states[1]!.digest);
@@ -373,5 +363,45 @@ describe.skipIf(!hasNatsServer)("replicas through a real nats-server", () => {
     // The prompt is still where it was learned, under that upstream's new rank, through either replica.
     const moved = before.upstream === 0 ? 2 : 1;
     expect((await ask(replicas[1]!, prompt)).upstream).toBe(moved);
+  });
+
+  it("two replicas binding one conversation at once end up agreeing on the binding the stream put last", async () => {
+    const nats = await startNatsServer();
+    open.push({ close: () => nats.stop() });
+    const engines: MockEngine[] = [];
+    for (let i = 0; i < 3; i++) {
+      const e = await startMockEngine(`r${i}`);
+      open.push(e);
+      engines.push(e);
+    }
+    // Both replicas reach NATS through a proxy the test can cut, so both bind before either hears of the other.
+    const proxy = await startProxy(nats.port);
+    open.push(proxy);
+    const proxyPort = proxy.port;
+    const replicas: Gateway[] = [];
+    for (let i = 0; i < 2; i++) {
+      const text = `listen: { port: 0 }\nlogging: { level: silent }\nhealth: { interval_ms: 60000 }\npolicy: conversation\nsync: { url: "nats://127.0.0.1:${proxyPort}", cluster: r${nats.port}, replica_id: race-${i} }\nupstreams:\n${engines.map((e) => `  - url: ${e.url}\n`).join("")}`;
+      const g = await createGateway(loadGatewayConfig({ file: { name: "g.yaml", text } }));
+      open.push(g);
+      replicas.push(g);
+    }
+    await waitFor(() => replicas.every((g) => metric(g, "sync_connected") === 1));
+    const turn = async (g: Gateway, session: string) => {
+      const r = await fetch(`${g.url}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json", "x-session-id": session }, body: JSON.stringify({ model: "m", messages: [{ role: "user", content: "hi" }] }) });
+      await r.text();
+      return Number(r.headers.get("x-adp-upstream"));
+    };
+    await proxy.cut();
+    await waitFor(() => replicas.every((g) => metric(g, "sync_connected") === 0), () => "both cut", 10_000);
+    await turn(replicas[1]!, "someone else"); // replica 1's placement cursor moves on: it will place "race" elsewhere
+    const onA = await turn(replicas[0]!, "race");
+    const onB = await turn(replicas[1]!, "race");
+    expect(onA).not.toBe(onB);
+    await proxy.restore();
+    await settled(replicas);
+    const nextA = await turn(replicas[0]!, "race");
+    const nextB = await turn(replicas[1]!, "race");
+    expect(nextA).toBe(nextB);
+    expect([onA, onB]).toContain(nextA);
   });
 });

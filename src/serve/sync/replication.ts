@@ -425,10 +425,11 @@ export class Replication {
       if (rank < 0) throw new Error(`no upstream ${message.url.slice(0, 200)} in the replicated fleet`);
       const entry = { ...message.entry, upstream: rank };
       this.#mirror.apply(entry);
-      // The routing state made its own changes already; it takes the others' learned prompts and
-      // conversation bindings (its engines' events it ingests itself), on its own ranks.
+      // The routing state made its own changes already; it takes the others' learned prompts (its engines'
+      // events it ingests itself), on its own ranks, and every binding in stream order, its own too: two
+      // replicas that bound one conversation at once then agree on the one the stream put last.
       const local = this.#localUrls().indexOf(message.url);
-      if (message.origin !== this.origin && local >= 0 && (entry.op === "learn" || entry.op === "bind")) this.#local?.applyQuietly({ ...entry, upstream: local });
+      if (local >= 0 && (entry.op === "bind" || (entry.op === "learn" && message.origin !== this.origin))) this.#local?.applyQuietly({ ...entry, upstream: local });
     } catch (error) {
       // An entry naming an upstream this fleet does not have (a replica with another configuration).
       this.counters.rejected++;
