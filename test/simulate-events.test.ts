@@ -6,12 +6,12 @@ import { readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { gunzipSync } from "node:zlib";
 import { describe, expect, it } from "vitest";
-import { AdpInputError } from "../src/errors.js";
 import { EventFreshness } from "../src/serve/event-freshness.js";
 import { EventFeed, lossDraw, type EventModel } from "../src/simulate/event-feed.js";
 import { simulate, toJson, type PolicyResult, type SimulateOptions } from "../src/simulate/run.js";
 import { parseTrace, type Trace } from "../src/simulate/trace.js";
 import { mulberry32, multiTurnWorkload } from "../src/simulate/workload.js";
+import { expectRefusals } from "./support/refusals.js";
 
 const bundled = fileURLToPath(new URL("../traces/mooncake_conversation_trace.jsonl.gz", import.meta.url));
 let bundledTrace: Trace | undefined;
@@ -253,16 +253,7 @@ describe("simulate --index-updates events with a staleness model", () => {
       [{ indexUpdates: "event" as never }, "indexUpdates"],
       [{ indexUpdates: "events", eventDelay: 50 } as never, "eventDelay"],
     ];
-    for (const [options, field] of cases) {
-      let error: unknown;
-      try {
-        simulate(trace, options);
-      } catch (e) {
-        error = e;
-      }
-      expect(error, JSON.stringify(options)).toBeInstanceOf(AdpInputError);
-      expect((error as AdpInputError).field, JSON.stringify(options)).toBe(field);
-    }
+    expectRefusals((options: SimulateOptions) => simulate(trace, options), cases);
     expect(() => simulate(trace, { indexUpdates: "routing", eventDelayMs: 5 })).toThrow(/eventDelayMs: applies only with indexUpdates "events"/);
     expect(() => simulate(trace, { eventDelay: 5 } as never)).toThrow(/eventDelay: is not a simulate option \(expected .*eventDelayMs/);
   });

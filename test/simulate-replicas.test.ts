@@ -10,7 +10,6 @@ import { gunzipSync } from "node:zlib";
 import { Encoder } from "@msgpack/msgpack";
 import { describe, expect, it } from "vitest";
 import type { RouteRequest } from "../src/batch.js";
-import { AdpInputError } from "../src/errors.js";
 import { encodeEntry } from "../src/serve/sync/entry-codec.js";
 import { BATCH_ID_LENGTH, bindingEntryBytes, kvEventsEntryBytes, learnEntryBytes, msgpackSize, ORIGIN_LENGTH, UPSTREAM_URL_LENGTH } from "../src/simulate/entry-size.js";
 import { ReplicatedSide } from "../src/simulate/replicas.js";
@@ -18,6 +17,7 @@ import type { ReplicaRouter } from "../src/simulate/router-sides.js";
 import { simulate, toJson, type PolicyResult, type SimulateOptions } from "../src/simulate/run.js";
 import { parseTrace, type Trace } from "../src/simulate/trace.js";
 import { multiTurnWorkload } from "../src/simulate/workload.js";
+import { expectCliRefusals, expectRefusals } from "./support/refusals.js";
 
 const bundled = fileURLToPath(new URL("../traces/mooncake_conversation_trace.jsonl.gz", import.meta.url));
 const cli = fileURLToPath(new URL("../dist/cli.js", import.meta.url));
@@ -283,16 +283,7 @@ describe("bad replica options", () => {
       [{ syncDelayMs: Infinity }, "syncDelayMs"],
       [{ replicas: 2, sync: "none", syncDelayMs: 5 }, "syncDelayMs"],
     ];
-    for (const [options, field] of cases) {
-      let error: unknown;
-      try {
-        simulate(trace, options);
-      } catch (e) {
-        error = e;
-      }
-      expect(error, JSON.stringify(options)).toBeInstanceOf(AdpInputError);
-      expect((error as AdpInputError).field, JSON.stringify(options)).toBe(field);
-    }
+    expectRefusals((options: SimulateOptions) => simulate(trace, options), cases);
   });
 
   it("the CLI rejects them with exit status 2 and the flag's name", () => {
@@ -303,12 +294,7 @@ describe("bad replica options", () => {
       [["--sync-delay-ms=-5"], '--sync-delay-ms: must be a non-negative number of milliseconds, got "-5"'],
       [["--replicas", "2", "--sync", "none", "--sync-delay-ms", "5"], "--sync-delay-ms: applies only with --sync stream"],
     ];
-    for (const [flags, message] of cases) {
-      const out = spawnSync(process.execPath, [cli, "simulate", "--workload", "multi-turn", "--sessions", "5", ...flags], { encoding: "utf8" });
-      expect(out.status, flags.join(" ")).toBe(2);
-      expect(out.stderr, flags.join(" ")).toContain(message);
-      expect(out.stdout, flags.join(" ")).toBe("");
-    }
+    expectCliRefusals(cli, ["simulate", "--workload", "multi-turn", "--sessions", "5"], cases);
   });
 
   it("the CLI's --replicas run: the JSON states the replicas and each policy's stream; the table says it in words", () => {

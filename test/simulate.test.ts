@@ -10,6 +10,7 @@ import { describe, expect, it } from "vitest";
 import { simulate, toJson } from "../src/simulate/run.js";
 import { optimumHitRatio, parseTrace, TraceError } from "../src/simulate/trace.js";
 import { multiTurnWorkload } from "../src/simulate/workload.js";
+import { expectCliRefusals } from "./support/refusals.js";
 
 const bundled = fileURLToPath(new URL("../traces/mooncake_conversation_trace.jsonl.gz", import.meta.url));
 const cli = fileURLToPath(new URL("../dist/cli.js", import.meta.url));
@@ -135,12 +136,7 @@ describe("adp-router simulate (CLI)", () => {
       [["--index-updates", "events", "--event-replay=yes"], "event-replay"],
       [["--index-updates", "events", "--event-dely", "50"], "--event-dely"],
     ];
-    for (const [flags, message] of cases) {
-      const out = spawnSync(process.execPath, [cli, "simulate", "--workload", "multi-turn", "--sessions", "5", ...flags], { encoding: "utf8" });
-      expect(out.status, flags.join(" ")).toBe(2);
-      expect(out.stderr, flags.join(" ")).toContain(message);
-      expect(out.stdout, flags.join(" ")).toBe("");
-    }
+    expectCliRefusals(cli, ["simulate", "--workload", "multi-turn", "--sessions", "5"], cases);
   });
 
   it("--report writes a self-contained page with the three charts", () => {
