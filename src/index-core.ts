@@ -207,15 +207,43 @@ export class IndexCore {
     return ex.indexInsertFound() * this.#tpb;
   }
 
+  /** The block hashes (two u32 words each) of the full blocks of `tokens`: what an insert chains into path keys. */
+  blockHashes(tokens: Uint32Array): Uint32Array {
+    const ex = this.ex;
+    const { pieceTokens, tokensAt, hashesAt } = this.#layout;
+    const usable = tokens.length - (tokens.length % this.#tpb);
+    const out = new Uint32Array(2 * (usable / this.#tpb));
+    let written = 0;
+    for (let from = 0; from < usable; from += pieceTokens) {
+      const n = Math.min(pieceTokens, usable - from);
+      this.#putTokens(tokens, from, n);
+      const count = ex.hashBlocks(this.#at + tokensAt, n, this.#at + hashesAt);
+      const at = (this.#at + hashesAt) >>> 2;
+      out.set(this.#u32().subarray(at, at + 2 * count), written);
+      written += 2 * count;
+    }
+    return out;
+  }
+
+  /** Inserts `count` blocks given by their hashes (from blockHashes) into `rank`'s view: the same change as inserting their tokens. */
+  insertHashes(rank: number, words: Uint32Array, count: number, seed: readonly [number, number]): void {
+    this.#insertPieces(rank, count, seed, (from, n) => this.#u32().set(words.subarray(2 * from, 2 * (from + n)), (this.#at + this.#layout.hashesAt) >>> 2));
+  }
+
   /** Inserts `count` block keys (safe integers, or u64 words) into `rank`'s view. */
   insertKeys(rank: number, keys: Float64Array | Uint32Array, count: number, seed: readonly [number, number]): void {
+    this.#insertPieces(rank, count, seed, (from, n) => this.#putKeys(keys, from, n));
+  }
+
+  /** Inserts `count` blocks piece by piece, `put(from, n)` writing each piece's block hashes into the scratch. */
+  #insertPieces(rank: number, count: number, seed: readonly [number, number], put: (from: number, n: number) => void): void {
     if (count === 0) return;
     const ex = this.ex;
     const { pieceBlocks, hashesAt } = this.#layout;
     ex.indexInsertBegin(rank, seed[0], seed[1], count);
     for (let from = 0; from < count; from += pieceBlocks) {
       const n = Math.min(pieceBlocks, count - from);
-      this.#putKeys(keys, from, n);
+      put(from, n);
       if (ex.indexInsertFeed(this.#at + hashesAt, n, 0) === 0) break;
     }
     ex.indexInsertEnd();

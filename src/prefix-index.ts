@@ -278,6 +278,24 @@ export class PrefixIndex {
     this.#live().insertKeys(rank, keys, keys.length, seed);
   }
 
+  /**
+   * @internal The hashes (two u32 words per block) of the full blocks of
+   * `tokens`, whatever the namespace: what another index takes in
+   * `insertBlockHashes` for the same change as inserting the tokens (how
+   * gateway replicas share learned prompts in 8 bytes a block).
+   */
+  blockHashes(tokens: Uint32Array): Uint32Array {
+    return this.#live().blockHashes(tokens);
+  }
+
+  /** @internal Inserts blocks given by their hashes (from `blockHashes`) into `rank`'s view, in namespace `ns`. */
+  insertBlockHashes(rank: number, words: Uint32Array, ns?: PrefixNamespace | null): void {
+    const core = this.#live();
+    checkRank(rank, this.#numRanks, "rank");
+    if (!(words instanceof Uint32Array) || words.length % 2 !== 0) throw new AdpInputError("words", "must be a Uint32Array of two words per block", words);
+    core.insertHashes(rank, words, words.length / 2, namespaceSeed(ns));
+  }
+
   /** @internal The router's learning: inserts tokens read by the batch. */
   insertValidated(rank: number, tokens: Uint32Array, seed: readonly [number, number]): void {
     this.#live().insertTokens(rank, tokens, tokens.length, seed);

@@ -185,3 +185,22 @@ describe("insert returns what the rank held before", () => {
     expect(index.insert(1, longer)).toBe(0);
   });
 });
+
+describe("block hashes (how gateway replicas share learned prompts)", () => {
+  it("inserting a prompt's block hashes is the same change as inserting its tokens, byte for byte", () => {
+    for (const [tpb, n] of [[4, 37], [32, 5000], [16, 100_000]] as const) {
+      const a = createPrefixIndex({ numRanks: 2, tokensPerBlock: tpb });
+      const b = createPrefixIndex({ numRanks: 2, tokensPerBlock: tpb });
+      const tokens = Uint32Array.from({ length: n }, (_, i) => (i * 2654435761) >>> 0);
+      a.insert(1, tokens, { cacheSalt: "x" });
+      const hashes = a.blockHashes(tokens);
+      expect(hashes.length).toBe(2 * Math.floor(n / tpb));
+      b.insertBlockHashes(1, hashes, { cacheSalt: "x" });
+      expect([...b.snapshot()]).toEqual([...a.snapshot()]);
+      // In another namespace the same hashes are another path.
+      const c = createPrefixIndex({ numRanks: 2, tokensPerBlock: tpb });
+      c.insertBlockHashes(1, hashes, { cacheSalt: "y" });
+      expect(c.match(tokens, { cacheSalt: "x" })).toEqual([0, 0]);
+    }
+  });
+});

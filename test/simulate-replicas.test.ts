@@ -127,7 +127,7 @@ describe("ReplicatedSide: spread, order and delay of the stream", () => {
     const report = side.report(3, 1000);
     // Each replica: a learn entry (its number 0), then the binding (1); replica 0 then learns request 2 (2), still in flight.
     expect(report).toMatchObject({ binding_entries: 2, learn_entries: 3, bindings_moved: 2, entries: 5, entries_in_flight_at_end: 1 });
-    expect(report.bytes).toBe(2 * (learnEntryBytes(64, 0) + bindingEntryBytes("conv", 1)) + learnEntryBytes(64, 2));
+    expect(report.bytes).toBe(2 * (learnEntryBytes(2, 0) + bindingEntryBytes("conv", 1)) + learnEntryBytes(2, 2));
   });
 });
 
@@ -139,11 +139,11 @@ describe("entry sizes, against the gateway's encoder", () => {
     expect([origin.length, url.length]).toEqual([ORIGIN_LENGTH, UPSTREAM_URL_LENGTH]);
   });
 
-  it("learn entries: token ids 4 bytes each, every bin and counter width", () => {
-    for (const tokens of [1, 63, 64, 16383, 16384, 40000]) {
+  it("learn entries: block hashes 8 bytes each, every bin and counter width", () => {
+    for (const blocks of [1, 31, 32, 8191, 8192, 40000]) {
       for (const counter of [0, 127, 128, 255, 256, 65535, 65536, 2 ** 32]) {
-        const bytes = encodeEntry({ origin, counter, url, entry: { op: "learn", upstream: 0, tokens: new Uint32Array(tokens).fill(7), namespace: ns } });
-        expect(learnEntryBytes(tokens, counter), `${tokens} tokens, counter ${counter}`).toBe(bytes.length);
+        const bytes = encodeEntry({ origin, counter, url, entry: { op: "learn-blocks", upstream: 0, hashes: new Uint32Array(2 * blocks).fill(7), namespace: ns } });
+        expect(learnEntryBytes(blocks, counter), `${blocks} blocks, counter ${counter}`).toBe(bytes.length);
       }
     }
   });
@@ -247,10 +247,10 @@ describe("what sharing buys", () => {
       expect(s.entries_per_second).toBeCloseTo(s.entries / spanS, 1);
       expect(s.bytes_per_routed_request).toBeCloseTo(s.bytes / trace.requests.length, 2);
       if (s.learn_entries > 0) {
-        // At least the prompt's token ids, 4 bytes each, and at most ~60 bytes of fields around them.
-        const tokens = trace.requests.reduce((n, r) => n + r.inputLength, 0);
-        expect(s.bytes).toBeGreaterThan(4 * tokens);
-        expect(s.bytes).toBeLessThan(4 * tokens + 60 * s.learn_entries);
+        // At least the prompt's block hashes, 8 bytes a 32-token block, and at most ~60 bytes of fields around them.
+        const hashBytes = trace.requests.reduce((n, r) => n + 8 * Math.floor(r.inputLength / 32), 0);
+        expect(s.bytes).toBeGreaterThan(hashBytes);
+        expect(s.bytes).toBeLessThan(hashBytes + 60 * s.learn_entries);
       }
     }
     expect(result.replicas).toEqual({ replicas: 4, spread: "round-robin", sync: "stream", sync_delay_ms: 5 });

@@ -20,6 +20,8 @@ export type StateEntry =
   | { readonly op: "route"; readonly input: RouteInput }
   /** A conversation (or sub-agent) went to an upstream: its next turns go there too (under conversation affinity). */
   | { readonly op: "bind"; readonly key: string; readonly upstream: number }
+  /** Another replica's learned prompt, as its block hashes (PrefixIndex.blockHashes): the same change as `learn`. */
+  | { readonly op: "learn-blocks"; readonly upstream: number; readonly hashes: Uint32Array; readonly namespace: PrefixNamespace }
   /** An upstream was given a prompt: its cache view now holds it. */
   | { readonly op: "learn"; readonly upstream: number; readonly tokens: Uint32Array; readonly namespace: PrefixNamespace }
   /** An engine's own KV-cache events for an upstream (TensorRT-LLM's or vLLM's, see PrefixIndex.applyKvEvents), from one DP rank's stream or naming their ranks. */
@@ -170,6 +172,14 @@ export class RoutingState {
     return feeds.views.bestMatch(upstream, tokens.subarray(0, Math.max(tokens.length - 1, 0)), namespace);
   }
 
+  /** Teaches `upstream`'s cache view a prompt given as its block hashes (another replica's learn). */
+  learnBlocks(upstream: number, hashes: Uint32Array, namespace: PrefixNamespace): void {
+    const index = this.#router.prefixIndex;
+    if (index === null || hashes.length === 0) return;
+    index.insertBlockHashes(upstream, hashes, namespace);
+    this.#append({ op: "learn-blocks", upstream, hashes, namespace });
+  }
+
   /** Applies an update from `upstream`'s index update source to its engine view; returns what came of its events (null for a clear, or without a view). */
   update(upstream: number, update: IndexUpdate): KvEventsResult | null {
     const views = this.#feeds?.views;
@@ -223,6 +233,9 @@ export class RoutingState {
         break;
       case "learn":
         this.learn(entry.upstream, entry.tokens, entry.namespace);
+        break;
+      case "learn-blocks":
+        this.learnBlocks(entry.upstream, entry.hashes, entry.namespace);
         break;
       case "bind":
         this.bind(entry.key, entry.upstream);

@@ -95,13 +95,16 @@ function head(fields: number, counter: number, op: string): number {
   return containerHeader(fields) + 1 + ascii(ORIGIN_LENGTH) + numberSize(counter) + msgpackSize(op) + ascii(UPSTREAM_URL_LENGTH);
 }
 
+/** Tokens per block of a gateway routing by an engine's tokenizer (its default: the engines' 32). */
+export const GATEWAY_TOKENS_PER_BLOCK = 32;
+
 /**
- * Bytes of a learn entry (`[1, origin, counter, "learn", url, tokens, lora,
- * salt]`): a prompt of `tokens` token ids, each 4 bytes of one bin field, in
- * the default namespace (no LoRA task, no cache salt: two nils).
+ * Bytes of a learn entry (`[1, origin, counter, "learn", url, hashes, lora,
+ * salt]`): a prompt of `blocks` full blocks, each an 8-byte block hash in one
+ * bin field, in the default namespace (no LoRA task, no cache salt: two nils).
  */
-export function learnEntryBytes(tokens: number, counter: number): number {
-  return head(8, counter, "learn") + binHeader(4 * tokens) + 4 * tokens + 1 + 1;
+export function learnEntryBytes(blocks: number, counter: number): number {
+  return head(8, counter, "learn") + binHeader(8 * blocks) + 8 * blocks + 1 + 1;
 }
 
 /** Bytes of a conversation binding (`[1, origin, counter, "bind", url, key]`). */

@@ -34,7 +34,7 @@
 import type { RouteRequest } from "../batch.js";
 import { AdpInputError } from "../errors.js";
 import type { RouterSide } from "./engine.js";
-import { bindingEntryBytes, kvEventsEntryBytes, learnEntryBytes } from "./entry-size.js";
+import { bindingEntryBytes, GATEWAY_TOKENS_PER_BLOCK, kvEventsEntryBytes, learnEntryBytes } from "./entry-size.js";
 import type { ReplicaRouter } from "./router-sides.js";
 
 /** How replicas share their entries: one ordered stream, or not at all. */
@@ -232,7 +232,7 @@ export class ReplicatedSide implements RouterSide {
       // In the gateway's order: the prompt learned, then the conversation bound (Scheduler#place).
       if (router.learn !== null) {
         this.#learn++;
-        this.#bytes += learnEntryBytes(req.numTokens ?? 0, this.#counters[k]!++);
+        this.#bytes += learnEntryBytes(Math.floor((req.numTokens ?? 0) / GATEWAY_TOKENS_PER_BLOCK), this.#counters[k]!++);
         this.#stream.push({ origin: k, dueMs, rank, blockKeys: req.blockKeys as readonly number[], conversation: null });
       }
       const key = req.conversationId;

@@ -41,7 +41,7 @@ const metric = (g: Gateway, name: string, labels = "") => {
 describe("entries on the wire", () => {
   it("round-trip every shared kind (upstreams named by URL), and a damaged or hostile message is a SyncEntryError", () => {
     const url = "http://engine-a:8000";
-    const learn = { op: "learn" as const, upstream: 2, tokens: Uint32Array.of(1, 2 ** 32 - 1, 7), namespace: { loraTaskId: 5, cacheSalt: "s" } };
+    const learn = { op: "learn-blocks" as const, upstream: 2, hashes: Uint32Array.of(1, 2 ** 32 - 1, 7, 0), namespace: { loraTaskId: 5, cacheSalt: "s" } };
     // The receiver's rank for the URL is its own: the decoded entry's is a placeholder.
     expect(decodeEntry(encodeEntry({ origin: "gw-1#ab", counter: 9, url, entry: learn }))).toEqual({ origin: "gw-1#ab", counter: 9, url, entry: { ...learn, upstream: -1 } });
     const events = { ts: 1.5, events: [{ type: "BlockStored", block_hashes: [2n ** 64n - 1n, new Uint8Array([1, 2])] }] };
@@ -139,7 +139,7 @@ describe.skipIf(!hasNatsServer)("replicas through a real nats-server", () => {
     const js = jetstream(nc);
     // The same entry id again inside JetStream's duplicate window: dropped by the server.
     const url = /name="([^"]+)"/.exec(g!.metrics().match(/upstream_info\{upstream="0",name="[^"]+"\}/)![0])![1]!;
-    const entry = encodeEntry({ origin: "other#1", counter: 0, url: `http://${url}`, entry: { op: "learn", upstream: 0, tokens: Uint32Array.from({ length: 64 }, (_, i) => i), namespace: {} } });
+    const entry = encodeEntry({ origin: "other#1", counter: 0, url: `http://${url}`, entry: { op: "learn-blocks", upstream: 0, hashes: Uint32Array.from({ length: 8 }, (_, i) => i + 1), namespace: {} } });
     const a = await js.publish(`adp.t${nats.port}.state`, entry, { msgID: "other#1:0" });
     const b = await js.publish(`adp.t${nats.port}.state`, entry, { msgID: "other#1:0" });
     expect(b.duplicate).toBe(true);

@@ -1,6 +1,7 @@
 // State-log entries as the replicas exchange them: one msgpack message per
-// entry, `[VERSION, origin, counter, op, ...fields]`, token ids as their
-// little-endian bytes, engine events as they were decoded (bigints for 64-bit
+// entry, `[VERSION, origin, counter, op, ...fields]`, a learned prompt as its
+// block hashes (8 little-endian bytes a block, PrefixIndex.blockHashes: the
+// receiver's insert of them is the same change as inserting the tokens), engine events as they were decoded (bigints for 64-bit
 // integers, bytes for byte hashes). An entry names its upstream by URL, not by
 // rank: replicas reloading a new fleet at different moments number it
 // differently for a while, and a URL means the same upstream at all of them. Reading one back checks every field before
@@ -13,11 +14,11 @@ import type { StateEntry } from "../routing-state.js";
 
 /** The codec's version, first in every message. */
 const VERSION = 1;
-/** Most token ids one learned prompt carries (16 MiB of ids). */
-const MAX_TOKENS = 1 << 22;
+/** Most blocks one learned prompt carries (a 4-million-token prompt in 1-token blocks). */
+const MAX_BLOCKS = 1 << 22;
 
 /** The entries replicas share (a routed batch stays with the replica that routed it: its tie-breaks and counters are its own). */
-export type SharedEntry = Extract<StateEntry, { op: "learn" | "bind" | "kv-events" | "clear" }>;
+export type SharedEntry = Extract<StateEntry, { op: "learn-blocks" | "bind" | "kv-events" | "clear" }>;
 
 /** A fleet change as replicas share it: the upstreams' URLs in their new order, and their engine views' shapes. */
 export interface FleetEntry {
@@ -49,16 +50,16 @@ export class SyncEntryError extends Error {
 }
 
 /** Whether an entry is one replicas share. */
-export const isShared = (entry: StateEntry): entry is SharedEntry => entry.op === "learn" || entry.op === "bind" || entry.op === "kv-events" || entry.op === "clear";
+export const isShared = (entry: StateEntry): entry is SharedEntry => entry.op === "learn-blocks" || entry.op === "bind" || entry.op === "kv-events" || entry.op === "clear";
 
 const encoder = new Encoder({ useBigInt64: true, ignoreUndefined: true });
-const decoder = new Decoder({ useBigInt64: true, maxStrLength: 1 << 20, maxBinLength: 4 * MAX_TOKENS, maxArrayLength: 1 << 24, maxMapLength: 1 << 10, maxExtLength: 0 });
+const decoder = new Decoder({ useBigInt64: true, maxStrLength: 1 << 20, maxBinLength: 8 * MAX_BLOCKS, maxArrayLength: 1 << 24, maxMapLength: 1 << 10, maxExtLength: 0 });
 
-/** Token ids as little-endian bytes (the same on every platform). */
-function tokenBytes(tokens: Uint32Array): Uint8Array {
-  const out = new Uint8Array(tokens.length * 4);
+/** u32 words as little-endian bytes (the same on every platform). */
+function wordBytes(words: Uint32Array): Uint8Array {
+  const out = new Uint8Array(words.length * 4);
   const view = new DataView(out.buffer);
-  for (let i = 0; i < tokens.length; i++) view.setUint32(4 * i, tokens[i]!, true);
+  for (let i = 0; i < words.length; i++) view.setUint32(4 * i, words[i]!, true);
   return out;
 }
 
@@ -68,8 +69,8 @@ export function encodeEntry(message: SyncMessage): Uint8Array {
   if ("url" in message) {
     const { url, entry } = message;
     switch (entry.op) {
-      case "learn":
-        return encoder.encode([VERSION, origin, counter, "learn", url, tokenBytes(entry.tokens), entry.namespace.loraTaskId ?? null, entry.namespace.cacheSalt ?? null]);
+      case "learn-blocks":
+        return encoder.encode([VERSION, origin, counter, "learn", url, wordBytes(entry.hashes), entry.namespace.loraTaskId ?? null, entry.namespace.cacheSalt ?? null]);
       case "bind":
         return encoder.encode([VERSION, origin, counter, "bind", url, entry.key]);
       case "kv-events":
@@ -126,15 +127,15 @@ export function decodeEntry(bytes: Uint8Array): SyncMessage {
   const upstream = -1; // the receiver's rank for `url` is its own
   if (op === "learn") {
     const bytes = raw[5];
-    if (!(bytes instanceof Uint8Array) || bytes.length % 4 !== 0 || bytes.length > 4 * MAX_TOKENS) throw new SyncEntryError("learn: tokens must be whole 4-byte ids");
+    if (!(bytes instanceof Uint8Array) || bytes.length % 8 !== 0 || bytes.length > 8 * MAX_BLOCKS) throw new SyncEntryError("learn: block hashes must be whole 8-byte hashes");
     const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-    const tokens = new Uint32Array(bytes.length / 4);
-    for (let i = 0; i < tokens.length; i++) tokens[i] = view.getUint32(4 * i, true);
+    const hashes = new Uint32Array(bytes.length / 4);
+    for (let i = 0; i < hashes.length; i++) hashes[i] = view.getUint32(4 * i, true);
     const lora = raw[6];
     const salt = raw[7];
     if (lora !== null && !(typeof lora === "number" && Number.isSafeInteger(lora))) throw new SyncEntryError("learn: loraTaskId must be a safe integer or null");
     if (salt !== null && !(typeof salt === "string" && salt.length <= MAX_KEY_LENGTH)) throw new SyncEntryError("learn: cacheSalt must be a short string or null");
-    return { origin, counter, url, entry: { op: "learn", upstream, tokens, namespace: { loraTaskId: lora as number | null, cacheSalt: salt as string | null } } };
+    return { origin, counter, url, entry: { op: "learn-blocks", upstream, hashes, namespace: { loraTaskId: lora as number | null, cacheSalt: salt as string | null } } };
   }
   if (op === "bind") {
     const key = raw[5];

@@ -131,10 +131,15 @@ export class Replication {
         const change = `${this.#localUrls().join("\n")}\n>\n${entry.urls.join("\n")}`;
         id = `fleet|${createHash("sha256").update(change).digest("hex")}`;
         message = { origin: this.origin, counter, entry: { op: "fleet", urls: entry.urls, dpRanks: (entry.shapes ?? entry.urls.map(() => null)).map((s) => s?.dpRanks ?? null) } };
-      } else if (isShared(entry)) {
+      } else if (entry.op === "learn" || isShared(entry)) {
         const url = this.#localUrls()[entry.upstream];
         if (url === undefined) return;
-        message = { origin: this.origin, counter, url, entry };
+        if (entry.op === "learn") {
+          // Its block hashes, not its tokens: 8 bytes a block rather than 4 a token.
+          const index = this.#local?.router.prefixIndex;
+          if (index === null || index === undefined) return;
+          message = { origin: this.origin, counter, url, entry: { op: "learn-blocks", upstream: entry.upstream, hashes: index.blockHashes(entry.tokens), namespace: entry.namespace } };
+        } else message = { origin: this.origin, counter, url, entry };
         // An engine batch (or the restart it shows) every replica receives carries its own identity: JetStream keeps the first copy.
         id = (entry.op === "kv-events" || entry.op === "clear") && entry.id !== undefined ? `kv|${url}|${entry.id}` : `${this.origin}:${counter}`;
       } else return;
@@ -429,7 +434,7 @@ export class Replication {
       // events it ingests itself), on its own ranks, and every binding in stream order, its own too: two
       // replicas that bound one conversation at once then agree on the one the stream put last.
       const local = this.#localUrls().indexOf(message.url);
-      if (local >= 0 && (entry.op === "bind" || (entry.op === "learn" && message.origin !== this.origin))) this.#local?.applyQuietly({ ...entry, upstream: local });
+      if (local >= 0 && (entry.op === "bind" || (entry.op === "learn-blocks" && message.origin !== this.origin))) this.#local?.applyQuietly({ ...entry, upstream: local });
     } catch (error) {
       // An entry naming an upstream this fleet does not have (a replica with another configuration).
       this.counters.rejected++;
