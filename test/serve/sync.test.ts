@@ -212,7 +212,7 @@ describe.skipIf(!hasNatsServer)("replicas through a real nats-server", () => {
     expect(states[0]!.digest).toBe(states[1]!.digest);
   });
 
-  it("a replica killed with SIGKILL and started again catches up to the same digest", async () => {
+  it("a replica killed with SIGKILL and started again catches up (from the stored snapshot, then the stream) to the same digest", async () => {
     const nats = await startNatsServer();
     open.push({ close: () => nats.stop() });
     const [a] = await cluster(1, nats);
@@ -222,7 +222,7 @@ describe.skipIf(!hasNatsServer)("replicas through a real nats-server", () => {
     const file = path.join(dir, "g.yaml");
     // The child replica: the built CLI with the same upstreams as replica a.
     const upstreams = [...(a!.metrics().matchAll(/upstream_info\{upstream="\d+",name="([^"]+)"\}/g))].map((m) => `  - url: http://${m[1]}`);
-    writeFileSync(file, `listen: { port: 0 }\nlogging: { level: warn }\nhealth: { interval_ms: 60000 }\nrouting: { tokens_per_block: 16 }\nsync: { url: "${nats.url}", cluster: t${nats.port} }\nupstreams:\n${upstreams.join("\n")}\n`);
+    writeFileSync(file, `listen: { port: 0 }\nlogging: { level: warn }\nhealth: { interval_ms: 60000 }\nrouting: { tokens_per_block: 16 }\nsync: { url: "${nats.url}", cluster: t${nats.port}, snapshot_every: 10 }\nupstreams:\n${upstreams.join("\n")}\n`);
     const children: ChildProcess[] = [];
     open.push({ close: async () => void children.forEach((c) => c.exitCode === null && c.kill("SIGKILL")) });
     const startChild = async () => {
@@ -235,6 +235,9 @@ describe.skipIf(!hasNatsServer)("replicas through a real nats-server", () => {
 
     let b = await startChild();
     for (let i = 0; i < 20; i++) expect(await post(i % 2 ? b : a!.url, `first ${i}`)).toBe(200);
+    // Killed once it has stored a snapshot (every 10 entries).
+    const childStored = async () => /adp_gateway_sync_snapshots_total\{op="stored"\} [1-9]/.test(await (await fetch(`${b}/metrics`)).text());
+    for (let tries = 0; !(await childStored()) && tries < 100; tries++) await new Promise((r) => setTimeout(r, 50));
     children[0]!.kill("SIGKILL");
     await new Promise((r) => children[0]!.once("exit", r));
     for (let i = 0; i < 10; i++) expect(await post(a!.url, `while down ${i}`)).toBe(200);
@@ -249,6 +252,9 @@ describe.skipIf(!hasNatsServer)("replicas through a real nats-server", () => {
     }
     expect(sb.applied).toBe(30);
     expect(sb.digest).toBe(sa.digest);
+    // It started from a stored snapshot, then the stream after it.
+    const metricsText = await (await fetch(`${b}/metrics`)).text();
+    expect(metricsText).toMatch(/adp_gateway_sync_snapshots_total\{op="loaded"\} 1/);
   });
 
   it("a replica joining after the stream dropped its early entries starts from the stored snapshot and reaches the same digest", async () => {
