@@ -56,7 +56,7 @@ describe("a fresh consumer project", () => {
   let consumer = "";
   beforeAll(() => {
     consumer = mkdtempSync(path.join(tmpdir(), "adp-consumer-"));
-    const packed = execFileSync("npm", ["pack", "--silent", "--pack-destination", consumer], { cwd: root, encoding: "utf8" }).trim().split("\n").pop()!;
+    const packed = execFileSync("npm", ["pack", "--silent", "--ignore-scripts", "--pack-destination", consumer], { cwd: root, encoding: "utf8" }).trim().split("\n").pop()!;
     writeFileSync(path.join(consumer, "package.json"), JSON.stringify({ name: "consumer", version: "1.0.0", private: true }));
     execFileSync("npm", ["install", "--no-audit", "--no-fund", "--prefer-offline", path.join(consumer, packed)], { cwd: consumer, stdio: "pipe" });
   }, 120_000);

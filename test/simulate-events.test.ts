@@ -160,12 +160,12 @@ describe("EventFeed", () => {
 });
 
 /** kv_cache_aware's figures from a run, without the router's own cost (wall-clock time). */
-function kvFigures(trace: Trace, options: SimulateOptions): Omit<PolicyResult, "route_us_per_request"> {
-  const { route_us_per_request: _, ...figures } = simulate(trace, { policies: ["kv_cache_aware"], ...options }).policies[0]!;
+function kvFigures(trace: Trace, options: SimulateOptions): Omit<PolicyResult, "route_us_per_request" | "overloaded" | "overload_reason"> {
+  const { route_us_per_request: _, overloaded: _o, overload_reason: _why, ...figures } = simulate(trace, { policies: ["kv_cache_aware"], ...options }).policies[0]!;
   return figures;
 }
 /** Just what the serving model measured (no event counts). */
-const served = ({ event_feed: _, ...figures }: Omit<PolicyResult, "route_us_per_request">) => figures;
+const served = ({ event_feed: _, ...figures }: Omit<PolicyResult, "route_us_per_request" | "overloaded" | "overload_reason">) => figures;
 
 describe("simulate --index-updates events with a staleness model", () => {
   it("no delay and no loss give exactly the figures of plain events runs before the model existed", () => {

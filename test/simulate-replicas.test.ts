@@ -26,7 +26,8 @@ let bundledTrace: Trace | undefined;
 const loadBundled = () => (bundledTrace ??= parseTrace(gunzipSync(readFileSync(bundled)).toString("utf8"), "mooncake_conversation_trace.jsonl"));
 
 /** A policy's figures without the router's wall-clock cost (the only thing that differs between identical runs). */
-const figures = ({ route_us_per_request: _, ...p }: PolicyResult) => p;
+/** (The overload verdict is not a figure of these runs: none is overloaded.) */
+const figures = ({ route_us_per_request: _, overloaded: _o, overload_reason: _why, ...p }: PolicyResult) => p;
 /** A run's figures by policy, without the sharing report. */
 const outcome = (trace: Trace, options: SimulateOptions) => simulate(trace, options).policies.map(({ sync: _, ...p }) => figures(p));
 

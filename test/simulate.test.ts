@@ -86,7 +86,8 @@ describe("adp-router simulate (CLI)", () => {
     expect(json.policies.map((p: { policy: string }) => p.policy)).toEqual([
       "round_robin", "default", "kv_cache_aware", "conversation:round_robin", "conversation:least_queued", "conversation:least_tokens",
     ]);
-    expect(Object.keys(json.policies[0])).toEqual(["policy", "prefix_hit_ratio", "prefill_tokens", "prefill_work_max_over_mean", "requests_max_over_mean", "ttft_ms", "route_us_per_request"]);
+    expect(Object.keys(json.policies[0])).toEqual(["policy", "prefix_hit_ratio", "prefill_tokens", "prefill_work_max_over_mean", "requests_max_over_mean", "ttft_ms", "route_us_per_request", "overloaded", "overload_reason"]);
+    expect(json.policies.map((p: { overloaded: boolean }) => p.overloaded)).toEqual(Array(6).fill(false));
   });
 
   it("stops cleanly on a malformed trace line, naming the file and line; rejects bad options by name", () => {

@@ -3,11 +3,11 @@
 
 import type { AttentionDpConfigInput } from "../config.js";
 import { AdpInputError, readOptions } from "../errors.js";
-import { DEFAULT_ENGINE, internPaths, runEngine, type EngineOptions, type RunResult } from "./engine.js";
+import { DEFAULT_ENGINE, internPaths, judgeOverload, optimumHitRatioOfPaths, runEngine, type EngineOptions, type Overload, type RunResult } from "./engine.js";
 import { describeEventModel, EVENT_OPTION_KEYS, readEventModel, type EventModel, type EventOptions } from "./event-feed.js";
 import { describeReplicaModel, REPLICA_OPTION_KEYS, readReplicaModel, ReplicatedSide, SINGLE_REPLICA, type ReplicaModel, type ReplicaOptions, type SyncMode, type SyncReport } from "./replicas.js";
 import { adpRouter, roundRobin, type EventReport, type ReplicaRouter } from "./router-sides.js";
-import { optimumHitRatio, type Trace } from "./trace.js";
+import type { Trace } from "./trace.js";
 
 export type { EventReport } from "./router-sides.js";
 
@@ -22,8 +22,12 @@ export interface SimulateOptions extends Partial<EngineOptions>, EventOptions, R
   readonly indexUpdates?: IndexUpdates;
   /** Policies to run, by name. @default all */
   readonly policies?: readonly string[];
-  /** Called with (policy, fraction done). */
-  readonly onProgress?: (policy: string, fraction: number) => void;
+  /**
+   * Progress: `done` of `total` units (a request finished by a policy's run: the
+   * total is requests × policies). Called at most every 100 ms of wall-clock time,
+   * and once more with `done === total` at the end; it never changes a result.
+   */
+  readonly onProgress?: (done: number, total: number) => void;
 }
 
 /** Every option {@link simulate} knows: any other key is a mistake, reported rather than ignored. */
@@ -38,6 +42,15 @@ export interface PolicyResult {
   readonly requests_max_over_mean: number;
   readonly ttft_ms: { readonly p50: number; readonly p90: number; readonly p99: number };
   readonly route_us_per_request: number;
+  /**
+   * Whether the offered load exceeded what the simulated engine serves: requests
+   * queued for a rank outnumbered what the engine holds at once (ranks ×
+   * `maxNumActiveRequests`), or the TTFT p50 exceeds 10× the median prompt's prefill
+   * alone on an idle rank. Its figures then describe a queue, not the router.
+   */
+  readonly overloaded: boolean;
+  /** Why it is overloaded, in a sentence with the numbers (null when it is not). */
+  readonly overload_reason: string | null;
   /**
    * What happened on the engine's KV-event streams (`events` runs of a policy
    * with a prefix index). With several replicas, each subscribes itself: the
@@ -111,8 +124,7 @@ const maxOverMean = (xs: number[]): number => {
 const round = (x: number, digits = 4) => Number(x.toFixed(digits));
 
 /** One policy's figures from its run (what its event streams did, and what its replicas shared, when the run had them). */
-function summarize(policy: string, run: RunResult, events: EventReport | null, sync: SyncReport | null): PolicyResult {
-  const sorted = Float64Array.from(run.ttftMs).sort();
+function summarize(policy: string, run: RunResult, sorted: Float64Array, overload: Overload, events: EventReport | null, sync: SyncReport | null): PolicyResult {
   return {
     policy,
     prefix_hit_ratio: round(run.totalBlocks === 0 ? 0 : run.hitBlocks / run.totalBlocks),
@@ -121,6 +133,8 @@ function summarize(policy: string, run: RunResult, events: EventReport | null, s
     requests_max_over_mean: round(maxOverMean(run.requestsPerRank)),
     ttft_ms: { p50: round(quantile(sorted, 0.5), 1), p90: round(quantile(sorted, 0.9), 1), p99: round(quantile(sorted, 0.99), 1) },
     route_us_per_request: round((run.routeMs * 1000) / Math.max(run.routed, 1), 3),
+    overloaded: overload.overloaded,
+    overload_reason: overload.reason,
     ...(events ? { event_feed: events } : {}),
     ...(sync ? { sync } : {}),
   };
@@ -167,22 +181,25 @@ export function simulate(trace: Trace, options: SimulateOptions = {}): Simulatio
   const results: PolicyResult[] = [];
   const loadOverTime: Record<string, number[][]> = {};
   const ttftSorted: Record<string, Float64Array> = {};
-  for (const policy of policies) {
-    if (!(POLICIES as readonly string[]).includes(policy)) throw new Error(`unknown policy "${policy}" (expected one of ${POLICIES.join(", ")})`);
+  for (const policy of policies) if (!(POLICIES as readonly string[]).includes(policy)) throw new Error(`unknown policy "${policy}" (expected one of ${POLICIES.join(", ")})`);
+  const progress = progressReporter(options.onProgress, requests.length * policies.length);
+  for (const [k, policy] of policies.entries()) {
     const routers = replicaRouters(policy, replicas, engine.ranks, trace.blockTokens, options.config, eventModel);
     const side = new ReplicatedSide(routers, replicas);
-    const run = runEngine(requests, paths, trace.blockTokens, engine, side, (f) => options.onProgress?.(policy, f));
+    const run = runEngine(requests, paths, trace.blockTokens, engine, side, progress && ((finished) => progress(k * requests.length + finished)));
     const events = routers[0]!.eventCounts === null ? null : mergeEventReports(routers.map((r) => r.eventCounts!()));
-    results.push(summarize(policy, run, events, replicaModel === null ? null : side.report(run.routed, spanMs)));
+    const sorted = Float64Array.from(run.ttftMs).sort();
+    const overload = judgeOverload(run, quantile(sorted, 0.5), requests, engine);
+    results.push(summarize(policy, run, sorted, overload, events, replicaModel === null ? null : side.report(run.routed, spanMs)));
     loadOverTime[policy] = run.loadSamples;
-    ttftSorted[policy] = Float64Array.from(run.ttftMs).sort();
-    options.onProgress?.(policy, 1);
+    ttftSorted[policy] = sorted;
+    progress?.(requests.length * (k + 1));
   }
   return {
     trace: trace.name,
     ranks: engine.ranks,
     requests: requests.length,
-    optimum_prefix_hit_ratio: round(optimumHitRatio(trace)),
+    optimum_prefix_hit_ratio: round(optimumHitRatioOfPaths(paths)),
     index_updates: eventModel === null
       ? { mode: "routing" }
       : { mode: "events", event_delay_ms: eventModel.delayMs, event_drop_rate: eventModel.dropRate, event_replay: eventModel.replay, event_seed: eventModel.seed, event_stale_ms: eventModel.staleAfterMs },
@@ -190,6 +207,21 @@ export function simulate(trace: Trace, options: SimulateOptions = {}): Simulatio
     policies: results,
     loadOverTime,
     ttftSorted,
+  };
+}
+
+/** Minimum wall-clock ms between two progress calls (the last one, at the end, always comes). */
+const PROGRESS_INTERVAL_MS = 100;
+
+/** `onProgress` throttled to one call per {@link PROGRESS_INTERVAL_MS}, plus the final one (undefined without it). */
+function progressReporter(onProgress: ((done: number, total: number) => void) | undefined, total: number): ((done: number) => void) | undefined {
+  if (onProgress === undefined) return undefined;
+  let last = -Infinity;
+  return (done) => {
+    const now = Date.now();
+    if (done < total && now - last < PROGRESS_INTERVAL_MS) return;
+    last = now;
+    onProgress(done, total);
   };
 }
 

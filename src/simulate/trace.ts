@@ -8,6 +8,8 @@
 // Both are read by one parser; a line that fits neither is an error naming the
 // file and the line.
 
+import { internPaths, optimumHitRatioOfPaths } from "./engine.js";
+
 /** One request of a workload. */
 export interface TraceRequest {
   /** Arrival time, ms from the start of the trace. */
@@ -116,20 +118,5 @@ export function parseTrace(text: string, file: string, blockTokens = 512): Trace
 
 /** The best possible prefix-block hit ratio: one infinite cache that has seen every earlier prompt. */
 export function optimumHitRatio(trace: Trace): number {
-  const seen = new Set<string>();
-  let hits = 0;
-  let total = 0;
-  for (const r of trace.requests) {
-    let path = "";
-    let prefix = true;
-    for (const b of r.blocks) {
-      path += `${b},`;
-      if (prefix && seen.has(path)) hits++;
-      else prefix = false;
-    }
-    total += r.blocks.length;
-    path = "";
-    for (const b of r.blocks) seen.add((path += `${b},`));
-  }
-  return total === 0 ? 0 : hits / total;
+  return optimumHitRatioOfPaths(internPaths(trace.requests));
 }
