@@ -358,13 +358,15 @@ export class Replication {
     if (store === null || this.#storing) return;
     this.#storing = true;
     try {
+      // Taken now, at this sequence, before anything awaits: entries applied meanwhile must not slip into it.
       const seq = this.#appliedSeq;
+      const parts = this.#parts();
+      const bytes = encodeStateSnapshot(seq, parts);
+      const digest = stateDigest(parts);
       const info = await store.info("latest");
       const stored = info === null ? -1 : ((JSON.parse(info.description ?? "{}") as { seq?: number }).seq ?? -1);
       if (stored >= seq) return; // another replica got there first
-      const parts = this.#parts();
-      const bytes = encodeStateSnapshot(seq, parts);
-      await store.putBlob({ name: "latest", description: JSON.stringify({ seq, digest: stateDigest(parts) }) }, bytes);
+      await store.putBlob({ name: "latest", description: JSON.stringify({ seq, digest }) }, bytes);
       this.counters.snapshotsStored++;
     } catch (error) {
       this.#log.warn({ replica: this.#sync.replicaId, reason: (error as Error).message.slice(0, 200) }, "sync: could not store a snapshot");
@@ -405,6 +407,16 @@ export class Replication {
       return;
     }
     this.#appliedSeq = seq;
+    try {
+      this.#applyMessage(seq, data);
+    } finally {
+      // Stored once the entry is applied: the snapshot is the state at `seq`, exactly.
+      if (seq % this.#sync.snapshotEvery === 0) void this.#storeSnapshot();
+    }
+  }
+
+  /** Applies the message at `seq` (the next in the stream) to the replicated state, and the others' to the routing state. */
+  #applyMessage(seq: number, data: Uint8Array): void {
     let message;
     try {
       message = decodeEntry(data);
@@ -415,7 +427,6 @@ export class Replication {
       return;
     }
     this.counters.applied++;
-    if (seq % this.#sync.snapshotEvery === 0) void this.#storeSnapshot();
     try {
       if (!("url" in message)) {
         // A fleet change, once: the same change from another replica finds the fleet already moved.
@@ -440,5 +451,5 @@ export class Replication {
       this.counters.rejected++;
       this.#log.warn({ replica: this.#sync.replicaId, seq, reason: (error as Error).message.slice(0, 200) }, "sync: an entry this replica cannot apply was skipped");
     }
-  }
+    }
 }
