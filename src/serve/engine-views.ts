@@ -8,6 +8,7 @@
 
 import { createPrefixIndex, type PrefixIndex, type PrefixNamespace } from "../prefix-index.js";
 import type { KvEventsResult } from "../prefix-index.js";
+import type { GatewayConfig } from "./config.js";
 
 /** Shape of one upstream's engine view. */
 export interface EngineViewShape {
@@ -23,6 +24,14 @@ export interface EngineViewsOptions {
   readonly maxMemoryBytes: number;
   /** LoRA task ids by adapter name (events name their adapter; requests map a model name to a task id). */
   readonly loraIds: ReadonlyMap<string, number>;
+}
+
+/** The engine view an upstream (or its configuration) asks for: one rank per DP rank of its engine, or none. */
+export const shapeOf = (u: { readonly kvEvents: { readonly dpRanks: number } | null }): EngineViewShape | null => (u.kvEvents === null ? null : { dpRanks: u.kvEvents.dpRanks });
+
+/** Engine views as a gateway configuration asks for them (`shapes`: by default its upstreams'), with its routing settings. */
+export function gatewayEngineViews(config: GatewayConfig, shapes: readonly (EngineViewShape | null)[] = config.upstreams.map(shapeOf)): EngineViews {
+  return new EngineViews(shapes, { tokensPerBlock: config.routing.tokensPerBlock, maxMemoryBytes: config.routing.indexBytes, loraIds: config.routing.loraAdapters });
 }
 
 /** The engine views of all upstreams, by rank (null: the upstream publishes no events). */

@@ -13,7 +13,7 @@ import { addCounters, carryOver } from "./carried-metrics.js";
 import type { KvEventsResult } from "../prefix-index.js";
 import { RoutingState, type IndexUpdate, type StateLog } from "./routing-state.js";
 import type { GatewayConfig } from "./config.js";
-import { EngineViews, type EngineViewShape } from "./engine-views.js";
+import { gatewayEngineViews, shapeOf } from "./engine-views.js";
 import { EngineLoadScraper } from "./engine-load.js";
 import { TrtllmHttpEventSource } from "./http-events.js";
 import { Upstream, type EventSource } from "./upstream.js";
@@ -56,7 +56,7 @@ export class Fleet {
     this.#log = log;
     this.#onRoom = onRoom;
     this.upstreams = config.upstreams.map((u, i) => new Upstream(i, u, config));
-    const views = new EngineViews(this.upstreams.map(shapeOf), { tokensPerBlock: config.routing.tokensPerBlock, maxMemoryBytes: config.routing.indexBytes, loraIds: config.routing.loraAdapters });
+    const views = gatewayEngineViews(config);
     // Asked before each routed batch: a change of status is logged as routing first sees it.
     const live = () => {
       this.#logStatuses();
@@ -303,9 +303,6 @@ export class Fleet {
     this.#checks.delete(u);
   }
 }
-
-/** The engine view an upstream (or its configuration) asks for: one rank per DP rank of its engine, or none. */
-const shapeOf = (u: { readonly kvEvents: { readonly dpRanks: number } | null }): EngineViewShape | null => (u.kvEvents === null ? null : { dpRanks: u.kvEvents.dpRanks });
 
 /** The router a gateway starts with: one rank per upstream, as configured. */
 export function createGatewayRouter(config: GatewayConfig): Router {

@@ -6,16 +6,11 @@ import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import path from "node:path";
-import { afterEach, describe, expect, it } from "vitest";
-import { startMockEngine, urlFrom, type MockEngine } from "../support/mock-engine.js";
+import { describe, expect, it } from "vitest";
+import { startMockEngine, trackedForCleanup, urlFrom } from "../support/mock-engine.js";
 
 const CLI = path.resolve("dist/cli.js");
-const children: ChildProcess[] = [];
-const engines: MockEngine[] = [];
-afterEach(async () => {
-  for (const c of children.splice(0)) if (c.exitCode === null) c.kill("SIGKILL");
-  for (const e of engines.splice(0)) await e.close();
-});
+const { children, engines } = trackedForCleanup();
 
 /** Runs the CLI to its exit; resolves with its status and output. */
 function run(args: string[], timeoutMs = 10_000): Promise<{ status: number | null; stdout: string; stderr: string }> {

@@ -22,7 +22,10 @@ import { waitFor } from "../support/wait.js";
 
 const open: { close(): Promise<void> }[] = [];
 afterEach(async () => {
-  while (open.length > 0) await open.pop()!.close();
+  // Every one closed even when one fails (a server left behind outlives the test run).
+  const failures: unknown[] = [];
+  while (open.length > 0) await open.pop()!.close().catch((e: unknown) => failures.push(e));
+  if (failures.length > 0) throw failures[0];
 });
 
 const SYSTEM = "You are the support assistant of a large bookshop; answer briefly. ".repeat(12);
@@ -83,22 +86,50 @@ describe("snapshots of the replicated state", () => {
 });
 
 describe.skipIf(!hasNatsServer)("replicas through a real nats-server", () => {
-  async function cluster(n: number, nats: NatsServer, urls: (i: number) => string = () => nats.url, extra = ""): Promise<Gateway[]> {
-    const engines = [];
-    for (let i = 0; i < 3; i++) {
-      const e = await startMockEngine(`e${i}`);
+  /** `n` mock engines named `name0`, `name1`, …, closed after the test. */
+  async function startEngines(n: number, name: string): Promise<MockEngine[]> {
+    const engines: MockEngine[] = [];
+    for (let i = 0; i < n; i++) {
+      const e = await startMockEngine(`${name}${i}`);
       open.push(e);
       engines.push(e);
     }
+    return engines;
+  }
+
+  /** The YAML of a replica named `id` of `cluster` in front of `engines`, reaching NATS at `url` (`settings`: more top-level lines; `sync`: more sync fields). */
+  function replicaYaml(o: { url: string; cluster: string; id: string; engines: readonly MockEngine[]; settings?: string; sync?: string; upstream?: string }): string {
+    const upstreams = o.engines.map((e) => `  - url: ${e.url}\n${o.upstream ?? ""}`).join("");
+    return `listen: { port: 0 }\nlogging: { level: silent }\nhealth: { interval_ms: 60000 }\n${o.settings ?? "routing: { tokens_per_block: 16 }\n"}sync: { url: "${o.url}", cluster: ${o.cluster}, replica_id: ${o.id}${o.sync ?? ""} }\nupstreams:\n${upstreams}`;
+  }
+
+  /** Starts a replica from its YAML (closed after the test). */
+  async function startReplica(text: string): Promise<Gateway> {
+    const g = await createGateway(loadGatewayConfig({ file: { name: "g.yaml", text } }));
+    open.push(g);
+    return g;
+  }
+
+  /** Starts replicas from their YAML and waits until every one reaches NATS. */
+  async function startReplicas(texts: readonly string[]): Promise<Gateway[]> {
     const gateways: Gateway[] = [];
-    for (let i = 0; i < n; i++) {
-      const text = `listen: { port: 0 }\nlogging: { level: silent }\nhealth: { interval_ms: 60000 }\nrouting: { tokens_per_block: 16 }\nsync: { url: "${urls(i)}", cluster: t${nats.port}, replica_id: gw-${i}${extra} }\nupstreams:\n${engines.map((e) => `  - url: ${e.url}\n`).join("")}`;
-      const g = await createGateway(loadGatewayConfig({ file: { name: "g.yaml", text } }));
-      open.push(g);
-      gateways.push(g);
-    }
+    for (const text of texts) gateways.push(await startReplica(text));
     await waitFor(() => gateways.every((g) => metric(g, "sync_connected") === 1), () => "replicas connected", 10_000);
     return gateways;
+  }
+
+  /** `n` kv_cache_aware replicas `gw-i` of one cluster in front of three engines (replica i reaching NATS at `urls(i)`). */
+  async function cluster(n: number, nats: NatsServer, urls: (i: number) => string = () => nats.url, sync = ""): Promise<{ gateways: Gateway[]; engines: MockEngine[] }> {
+    const engines = await startEngines(3, "e");
+    const gateways = await startReplicas(Array.from({ length: n }, (_, i) => replicaYaml({ url: urls(i), cluster: `t${nats.port}`, id: `gw-${i}`, engines, sync })));
+    return { gateways, engines };
+  }
+
+  /** A conversation's turn (session header) through `g`; the upstream it went to. */
+  async function turn(g: Gateway, session: string, content = "hi"): Promise<number> {
+    const r = await fetch(`${g.url}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json", "x-session-id": session }, body: JSON.stringify({ model: "m", messages: [{ role: "user", content }] }) });
+    await r.text();
+    return Number(r.headers.get("x-adp-upstream"));
   }
 
   const ask = (g: Gateway, content: string) =>
@@ -110,7 +141,7 @@ describe.skipIf(!hasNatsServer)("replicas through a real nats-server", () => {
   it("three replicas behind a client that spreads requests reach the same applied sequence and digest; a prompt routed through one is known to the others", async () => {
     const nats = await startNatsServer();
     open.push({ close: () => nats.stop() });
-    const gateways = await cluster(3, nats);
+    const { gateways } = await cluster(3, nats);
     const results = await Promise.all(Array.from({ length: 60 }, (_, i) => ask(gateways[i % 3]!, `question ${i % 20} about a book`)));
     expect(results.every((r) => r.status === 200)).toBe(true);
     await waitFor(() => gateways.every((g) => metric(g, "sync_synced") === 1 && metric(g, "sync_applied_sequence") === 60), () => gateways.map((g) => metric(g, "sync_applied_sequence")).join(","), 10_000);
@@ -131,15 +162,14 @@ describe.skipIf(!hasNatsServer)("replicas through a real nats-server", () => {
   it("a duplicated delivery and a republished entry change nothing; a message that is not an entry is counted and skipped", async () => {
     const nats = await startNatsServer();
     open.push({ close: () => nats.stop() });
-    const [g] = await cluster(1, nats);
+    const { gateways: [g], engines } = await cluster(1, nats);
     await ask(g!, "one");
     await waitFor(() => metric(g!, "sync_applied_sequence") === 1);
     const before = await syncState(g!);
     const nc = await connect({ servers: nats.url.slice("nats://".length) });
     const js = jetstream(nc);
     // The same entry id again inside JetStream's duplicate window: dropped by the server.
-    const url = /name="([^"]+)"/.exec(g!.metrics().match(/upstream_info\{upstream="0",name="[^"]+"\}/)![0])![1]!;
-    const entry = encodeEntry({ origin: "other#1", counter: 0, url: `http://${url}`, entry: { op: "learn-blocks", upstream: 0, hashes: Uint32Array.from({ length: 8 }, (_, i) => i + 1), namespace: {} } });
+    const entry = encodeEntry({ origin: "other#1", counter: 0, url: engines[0]!.url, entry: { op: "learn-blocks", upstream: 0, hashes: Uint32Array.from({ length: 8 }, (_, i) => i + 1), namespace: {} } });
     const a = await js.publish(`adp.t${nats.port}.state`, entry, { msgID: "other#1:0" });
     const b = await js.publish(`adp.t${nats.port}.state`, entry, { msgID: "other#1:0" });
     expect(b.duplicate).toBe(true);
@@ -165,7 +195,7 @@ describe.skipIf(!hasNatsServer)("replicas through a real nats-server", () => {
   it("a nats-server restart mid-load loses no client request and ends with equal digests", async () => {
     const nats = await startNatsServer();
     open.push({ close: () => nats.stop() });
-    const gateways = await cluster(2, nats);
+    const { gateways } = await cluster(2, nats);
     const statuses: number[] = [];
     let restarted = false;
     await Promise.all(
@@ -193,7 +223,7 @@ describe.skipIf(!hasNatsServer)("replicas through a real nats-server", () => {
     const proxy = await startProxy(nats.port);
     open.push(proxy);
     const proxyPort = proxy.port;
-    const gateways = await cluster(2, nats, (i) => (i === 1 ? `nats://127.0.0.1:${proxyPort}` : nats.url));
+    const { gateways } = await cluster(2, nats, (i) => (i === 1 ? `nats://127.0.0.1:${proxyPort}` : nats.url));
     for (let i = 0; i < 10; i++) expect((await ask(gateways[i % 2]!, `before ${i}`)).status).toBe(200);
     await settled(gateways);
 
@@ -215,14 +245,11 @@ describe.skipIf(!hasNatsServer)("replicas through a real nats-server", () => {
   it("a replica killed with SIGKILL and started again catches up (from the stored snapshot, then the stream) to the same digest", async () => {
     const nats = await startNatsServer();
     open.push({ close: () => nats.stop() });
-    const [a] = await cluster(1, nats);
-    const engineUrls = a!.metrics().match(/upstream_info\{upstream="\d+",name="[^"]+"\}/g)!.length;
-    expect(engineUrls).toBe(3);
+    const { gateways: [a], engines } = await cluster(1, nats);
     const dir = mkdtempSync(path.join(tmpdir(), "adp-sync-"));
     const file = path.join(dir, "g.yaml");
-    // The child replica: the built CLI with the same upstreams as replica a.
-    const upstreams = [...(a!.metrics().matchAll(/upstream_info\{upstream="\d+",name="([^"]+)"\}/g))].map((m) => `  - url: http://${m[1]}`);
-    writeFileSync(file, `listen: { port: 0 }\nlogging: { level: warn }\nhealth: { interval_ms: 60000 }\nrouting: { tokens_per_block: 16 }\nsync: { url: "${nats.url}", cluster: t${nats.port}, snapshot_every: 10 }\nupstreams:\n${upstreams.join("\n")}\n`);
+    // The child replica: the built CLI with the same upstreams as replica a (its id from the command line, which wins).
+    writeFileSync(file, replicaYaml({ url: nats.url, cluster: `t${nats.port}`, id: "from-file", engines, sync: ", snapshot_every: 10" }).replace("level: silent", "level: warn"));
     const children: ChildProcess[] = [];
     open.push({ close: async () => void children.forEach((c) => c.exitCode === null && c.kill("SIGKILL")) });
     const startChild = async () => {
@@ -260,16 +287,14 @@ describe.skipIf(!hasNatsServer)("replicas through a real nats-server", () => {
   it("a replica joining after the stream dropped its early entries starts from the stored snapshot and reaches the same digest", async () => {
     const nats = await startNatsServer();
     open.push({ close: () => nats.stop() });
-    const [a] = await cluster(1, nats, undefined, ", max_entries: 30, snapshot_every: 10");
+    const { gateways: [a], engines } = await cluster(1, nats, undefined, ", max_entries: 30, snapshot_every: 10");
     for (let i = 0; i < 60; i++) expect((await ask(a!, `early ${i}`)).status).toBe(200);
     await waitFor(() => metric(a!, "sync_applied_sequence") === 60 && metric(a!, "sync_snapshots_total", 'op="stored"') >= 3);
     const first = await ask(a!, "a prompt the late replica never saw routed, long enough to fill blocks ".repeat(6));
     await waitFor(() => metric(a!, "sync_applied_sequence") === 61);
 
     // A second gateway on the same engines, the same cluster.
-    const text = a!.metrics().match(/upstream_info\{upstream="\d+",name="[^"]+"\}/g)!.map((l) => `  - url: http://${/name="([^"]+)"/.exec(l)![1]}`).join("\n");
-    const b = await createGateway(loadGatewayConfig({ file: { name: "g.yaml", text: `listen: { port: 0 }\nlogging: { level: silent }\nhealth: { interval_ms: 60000 }\nrouting: { tokens_per_block: 16 }\nsync: { url: "${nats.url}", cluster: t${nats.port}, replica_id: late, max_entries: 30, snapshot_every: 10 }\nupstreams:\n${text}\n` } }));
-    open.push(b);
+    const b = await startReplica(replicaYaml({ url: nats.url, cluster: `t${nats.port}`, id: "late", engines, sync: ", max_entries: 30, snapshot_every: 10" }));
     await waitFor(() => metric(b, "sync_applied_sequence") === 61, () => String(metric(b, "sync_applied_sequence")), 10_000);
     expect(metric(b, "sync_snapshots_total", 'op="loaded"')).toBe(1);
     expect(metric(b, "sync_entries_total", 'outcome="missed"')).toBe(0);
@@ -284,21 +309,8 @@ describe.skipIf(!hasNatsServer)("replicas through a real nats-server", () => {
   it("under conversation affinity a conversation started through one replica goes on where it started through the others", async () => {
     const nats = await startNatsServer();
     open.push({ close: () => nats.stop() });
-    const gateways = await cluster(3, nats, undefined, "");
-    // (cluster() starts kv_cache_aware gateways; these three are conversation-affinity ones on the same engines.)
-    const upstreams = gateways[0]!.metrics().match(/upstream_info\{upstream="\d+",name="[^"]+"\}/g)!.map((l) => `  - url: http://${/name="([^"]+)"/.exec(l)![1]}`).join("\n");
-    const conv: Gateway[] = [];
-    for (let i = 0; i < 3; i++) {
-      const g = await createGateway(loadGatewayConfig({ file: { name: "g.yaml", text: `listen: { port: 0 }\nlogging: { level: silent }\nhealth: { interval_ms: 60000 }\npolicy: conversation\nsync: { url: "${nats.url}", cluster: c${nats.port}, replica_id: conv-${i} }\nupstreams:\n${upstreams}\n` } }));
-      open.push(g);
-      conv.push(g);
-    }
-    await waitFor(() => conv.every((g) => metric(g, "sync_connected") === 1));
-    const turn = async (g: Gateway, session: string) => {
-      const r = await fetch(`${g.url}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json", "x-session-id": session }, body: JSON.stringify({ model: "m", messages: [{ role: "user", content: "hello" }] }) });
-      await r.text();
-      return Number(r.headers.get("x-adp-upstream"));
-    };
+    const engines = await startEngines(3, "c");
+    const conv = await startReplicas([0, 1, 2].map((i) => replicaYaml({ url: nats.url, cluster: `c${nats.port}`, id: `conv-${i}`, engines, settings: "policy: conversation\n" })));
     const first: number[] = [];
     for (let s = 0; s < 9; s++) first.push(await turn(conv[0]!, `s${s}`));
     expect(new Set(first).size).toBeGreaterThan(1); // spread over the upstreams
@@ -317,16 +329,11 @@ describe.skipIf(!hasNatsServer)("replicas through a real nats-server", () => {
     open.push({ close: () => nats.stop() });
     const pub = await startFakePublisher(1);
     open.push(pub);
-    const engine = await startMockEngine("e");
-    open.push(engine);
+    const [engine] = await startEngines(1, "k");
     const wire = JSON.parse(readFileSync(new URL("../fixtures/kv-events/wire.json", import.meta.url), "utf8")) as { msgpack: Record<string, { hex: string }> };
-    const replicas: Gateway[] = [];
-    for (let i = 0; i < 2; i++) {
-      const text = `listen: { port: 0 }\nlogging: { level: silent }\nhealth: { interval_ms: 60000 }\nrouting: { tokens_per_block: 4 }\nsync: { url: "${nats.url}", cluster: k${nats.port}, replica_id: kv-${i} }\nupstreams:\n  - url: ${engine.url}\n    kv_events: { kind: zmq, endpoint: "${pub.endpoint}" }\n`;
-      const g = await createGateway(loadGatewayConfig({ file: { name: "g.yaml", text } }));
-      open.push(g);
-      replicas.push(g);
-    }
+    const replicas = await startReplicas(
+      [0, 1].map((i) => replicaYaml({ url: nats.url, cluster: `k${nats.port}`, id: `kv-${i}`, engines: [engine!], settings: "routing: { tokens_per_block: 4 }\n", upstream: `    kv_events: { kind: zmq, endpoint: "${pub.endpoint}" }\n` })),
+    );
     await pub.subscribed(0, 2);
     for (const [seq, name] of ["chain_p", "chain_q", "chain_r"].entries()) await pub.publish(0, BigInt(seq), Buffer.from(wire.msgpack[name]!.hex, "hex"));
     await waitFor(() => replicas.every((g) => metric(g, "sync_entries_total", 'outcome="published"') === 3));
@@ -343,21 +350,9 @@ describe.skipIf(!hasNatsServer)("replicas through a real nats-server", () => {
   it("a fleet change every replica reloads is one entry; the replicated state moves once, keeping what each kept upstream learned", async () => {
     const nats = await startNatsServer();
     open.push({ close: () => nats.stop() });
-    const engines: MockEngine[] = [];
-    for (let i = 0; i < 3; i++) {
-      const e = await startMockEngine(`f${i}`);
-      open.push(e);
-      engines.push(e);
-    }
-    const text = (list: typeof engines, i: number) =>
-      `listen: { port: 0 }\nlogging: { level: silent }\nhealth: { interval_ms: 60000 }\nrouting: { tokens_per_block: 16 }\nsync: { url: "${nats.url}", cluster: f${nats.port}, replica_id: f-${i} }\nupstreams:\n${list.map((e) => `  - url: ${e.url}\n`).join("")}`;
-    const replicas: Gateway[] = [];
-    for (let i = 0; i < 2; i++) {
-      const g = await createGateway(loadGatewayConfig({ file: { name: "g.yaml", text: text(engines.slice(0, 2), i) } }));
-      open.push(g);
-      replicas.push(g);
-    }
-    await waitFor(() => replicas.every((g) => metric(g, "sync_connected") === 1));
+    const engines = await startEngines(3, "f");
+    const text = (list: MockEngine[], i: number) => replicaYaml({ url: nats.url, cluster: `f${nats.port}`, id: `f-${i}`, engines: list });
+    const replicas = await startReplicas([0, 1].map((i) => text(engines.slice(0, 2), i)));
     const prompt = "a long prompt learned before the fleet changed, ".repeat(10);
     const before = await ask(replicas[0]!, prompt);
     await settled(replicas, 1);
@@ -374,29 +369,12 @@ describe.skipIf(!hasNatsServer)("replicas through a real nats-server", () => {
   it("two replicas binding one conversation at once end up agreeing on the binding the stream put last", async () => {
     const nats = await startNatsServer();
     open.push({ close: () => nats.stop() });
-    const engines: MockEngine[] = [];
-    for (let i = 0; i < 3; i++) {
-      const e = await startMockEngine(`r${i}`);
-      open.push(e);
-      engines.push(e);
-    }
+    const engines = await startEngines(3, "r");
     // Both replicas reach NATS through a proxy the test can cut, so both bind before either hears of the other.
     const proxy = await startProxy(nats.port);
     open.push(proxy);
     const proxyPort = proxy.port;
-    const replicas: Gateway[] = [];
-    for (let i = 0; i < 2; i++) {
-      const text = `listen: { port: 0 }\nlogging: { level: silent }\nhealth: { interval_ms: 60000 }\npolicy: conversation\nsync: { url: "nats://127.0.0.1:${proxyPort}", cluster: r${nats.port}, replica_id: race-${i} }\nupstreams:\n${engines.map((e) => `  - url: ${e.url}\n`).join("")}`;
-      const g = await createGateway(loadGatewayConfig({ file: { name: "g.yaml", text } }));
-      open.push(g);
-      replicas.push(g);
-    }
-    await waitFor(() => replicas.every((g) => metric(g, "sync_connected") === 1));
-    const turn = async (g: Gateway, session: string) => {
-      const r = await fetch(`${g.url}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json", "x-session-id": session }, body: JSON.stringify({ model: "m", messages: [{ role: "user", content: "hi" }] }) });
-      await r.text();
-      return Number(r.headers.get("x-adp-upstream"));
-    };
+    const replicas = await startReplicas([0, 1].map((i) => replicaYaml({ url: `nats://127.0.0.1:${proxyPort}`, cluster: `r${nats.port}`, id: `race-${i}`, engines, settings: "policy: conversation\n" })));
     await proxy.cut();
     await waitFor(() => replicas.every((g) => metric(g, "sync_connected") === 0), () => "both cut", 10_000);
     await turn(replicas[1]!, "someone else"); // replica 1's placement cursor moves on: it will place "race" elsewhere

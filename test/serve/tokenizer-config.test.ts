@@ -1,17 +1,17 @@
 // The `tokenizer:` setting (and --tokenizer), and building the tokenizer it
 // names from a folder: every problem with its file and line, a missing folder
 // or broken file as one message naming it.
-import { spawn, type ChildProcess } from "node:child_process";
+import { spawn } from "node:child_process";
 import { cpSync, mkdirSync, mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
-import { afterEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { GatewayConfigError, loadGatewayConfig } from "../../src/serve/config.js";
 import { gatewayConfigSchema } from "../../src/serve/config-schema.js";
 import { HuggingFaceTokenizer } from "../../src/serve/hf-tokenizer.js";
 import { Utf8ByteTokenizer } from "../../src/serve/tokenizer.js";
 import { loadHuggingFaceTokenizer, loadTokenizer, TokenizerLoadError } from "../../src/serve/tokenizer-config.js";
-import { startMockEngine, type MockEngine } from "../support/mock-engine.js";
+import { startMockEngine, trackedForCleanup } from "../support/mock-engine.js";
 import qwenReference from "../fixtures/tokenizers/qwen2.5/reference.json" with { type: "json" };
 
 const QWEN = path.resolve("test/fixtures/tokenizers/qwen2.5");
@@ -120,12 +120,7 @@ describe("loading the tokenizer a setting names", () => {
 
 describe("adp-router serve with an engine's tokenizer (the built CLI)", () => {
   const CLI = path.resolve("dist/cli.js");
-  const children: ChildProcess[] = [];
-  const engines: MockEngine[] = [];
-  afterEach(async () => {
-    for (const c of children.splice(0)) if (c.exitCode === null) c.kill("SIGKILL");
-    for (const e of engines.splice(0)) await e.close();
-  });
+  const { children, engines } = trackedForCleanup();
 
   /** Runs `adp-router serve ARGS`; resolves with its URL once it prints it, or with its exit status and standard error. */
   function serve(args: string[]): Promise<{ url: string } | { status: number | null; stderr: string }> {

@@ -3,8 +3,10 @@
 // `data:` lines ending with `data: [DONE]`, /v1/models, /health), records what
 // it received, and can be made slow, failing or key-protected.
 
+import type { ChildProcess } from "node:child_process";
 import { createServer, type IncomingMessage, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
+import { afterEach } from "vitest";
 
 /** What one received request looked like. */
 export interface Received {
@@ -161,4 +163,18 @@ export function urlFrom(child: { stdout: NodeJS.ReadableStream | null }): Promis
       if (line) resolve(line);
     });
   });
+}
+
+/**
+ * Child processes and mock engines a test starts, killed and closed after
+ * each test (registers the afterEach in the calling suite).
+ */
+export function trackedForCleanup(): { readonly children: ChildProcess[]; readonly engines: MockEngine[] } {
+  const children: ChildProcess[] = [];
+  const engines: MockEngine[] = [];
+  afterEach(async () => {
+    for (const c of children.splice(0)) if (c.exitCode === null) c.kill("SIGKILL");
+    for (const e of engines.splice(0)) await e.close();
+  });
+  return { children, engines };
 }

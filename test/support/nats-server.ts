@@ -12,6 +12,12 @@ import path from "node:path";
 export const hasNatsServer = spawnSync("nats-server", ["--version"], { stdio: "ignore" }).status === 0;
 if (!hasNatsServer) console.warn("SKIPPED: the NATS replication suites need nats-server (Debian's package nats-server; .ci/run installs it)");
 
+/** Servers still running: killed when the test process exits, whatever ended it (a failed close, a timeout). */
+const running = new Set<ChildProcess>();
+process.once("exit", () => {
+  for (const p of running) p.kill("SIGKILL");
+});
+
 /** A free loopback port. */
 function freePort(): Promise<number> {
   return new Promise((resolve) => {
@@ -52,7 +58,10 @@ export async function startNatsServer(): Promise<NatsServer> {
   const store = mkdtempSync(path.join(tmpdir(), "adp-nats-"));
   let proc: ChildProcess | null = null;
   const run = async () => {
-    proc = spawn("nats-server", ["-js", "-sd", store, "-a", "127.0.0.1", "-p", String(port)], { stdio: "ignore" });
+    const p = spawn("nats-server", ["-js", "-sd", store, "-a", "127.0.0.1", "-p", String(port)], { stdio: "ignore" });
+    proc = p;
+    running.add(p);
+    p.once("exit", () => running.delete(p));
     await accepting(port);
   };
   const kill = async () => {

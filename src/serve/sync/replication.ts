@@ -30,7 +30,7 @@ import { Objm, type ObjectStore } from "@nats-io/obj";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import type { Logger } from "pino";
 import type { GatewayConfig } from "../config.js";
-import { EngineViews } from "../engine-views.js";
+import { gatewayEngineViews } from "../engine-views.js";
 import { createGatewayRouter } from "../fleet.js";
 import { RoutingState, type StateEntry, type StateLog } from "../routing-state.js";
 import { decodeEntry, encodeEntry, isShared, SyncEntryError, type SyncMessage } from "./entry-codec.js";
@@ -109,11 +109,7 @@ export class Replication {
     this.#config = config;
     this.#log = log;
     this.origin = `${sync.replicaId}#${randomUUID().slice(0, 8)}`;
-    const views = new EngineViews(config.upstreams.map((u) => (u.kvEvents === null ? null : { dpRanks: u.kvEvents.dpRanks })), {
-      tokensPerBlock: config.routing.tokensPerBlock,
-      maxMemoryBytes: config.routing.indexBytes,
-      loraIds: config.routing.loraAdapters,
-    });
+    const views = gatewayEngineViews(config);
     this.#mirror = new RoutingState(createGatewayRouter(config), null, { views, live: () => [] });
     this.#mirrorUrls = config.upstreams.map((u) => u.url);
   }
@@ -337,7 +333,7 @@ export class Replication {
 
   /** Takes a snapshot's state as the replicated state (and as the routing state's, on a fresh start). */
   #adopt(seq: number, parts: ReturnType<typeof decodeStateSnapshot>["parts"]): void {
-    const views = new EngineViews([], { tokensPerBlock: this.#config.routing.tokensPerBlock, maxMemoryBytes: this.#config.routing.indexBytes, loraIds: this.#config.routing.loraAdapters });
+    const views = gatewayEngineViews(this.#config, []);
     views.adopt(parts.views);
     this.#mirror.views?.dispose();
     this.#mirror.router.prefixIndex?.dispose();
