@@ -25,7 +25,14 @@ export type SequenceStep =
 export interface EventFreshnessOptions {
   /** Silence (ms) after which a stream whose engine was sent requests is stale. */
   readonly staleAfterMs: number;
-  /** A sequence number this far behind the last is a publisher restart, not a late batch. */
+  /**
+   * A sequence number this far behind the last is a publisher restart, not a
+   * late batch. Engines never send a batch twice (a ZeroMQ PUB stream, a
+   * draining poll), so any number below the next expected is a restart (its
+   * batch 0 may have been lost while the subscription reconnected); a larger
+   * value suits a transport that may redeliver.
+   * @default 1n
+   */
   readonly restartBehind?: bigint;
   /** The clock (ms); injectable for tests. */
   readonly now?: () => number;
@@ -50,7 +57,7 @@ export class EventFreshness {
   constructor(options: EventFreshnessOptions) {
     if (!Number.isFinite(options.staleAfterMs) || options.staleAfterMs <= 0) throw new RangeError("staleAfterMs must be a positive number of milliseconds");
     this.#staleAfterMs = options.staleAfterMs;
-    this.#restartBehind = options.restartBehind ?? 1_000n;
+    this.#restartBehind = options.restartBehind ?? 1n;
     this.#now = options.now ?? Date.now;
     this.#lastHeardAt = this.#now();
   }

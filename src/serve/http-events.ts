@@ -102,8 +102,7 @@ export class TrtllmHttpEventSource implements IndexUpdateSource {
     this.#engine = engine;
     this.#onNotice = options.onNotice ?? (() => {});
     const now = options.now ?? Date.now;
-    // Draining polls never return an event twice: an id below the next expected is a restarted engine.
-    this.#ranks = Array.from({ length: config.dpRanks }, () => new EventFreshness({ staleAfterMs: config.staleAfterMs, now, restartBehind: 1n }));
+    this.#ranks = Array.from({ length: config.dpRanks }, () => new EventFreshness({ staleAfterMs: config.staleAfterMs, now }));
   }
 
   /** Its DP ranks' statuses as one (see engineStatus). */

@@ -66,9 +66,7 @@ class RankStream {
     staleAfterMs: number,
     now: () => number,
   ) {
-    // ZeroMQ delivers a publisher's batches in order and once: any number below the next expected is a new publisher
-    // (its batch 0 may have been lost while the subscription reconnected).
-    this.freshness = new EventFreshness({ staleAfterMs, now, restartBehind: 1n });
+    this.freshness = new EventFreshness({ staleAfterMs, now });
     this.sub = new Subscriber({ maxMessageSize: MAX_MESSAGE_BYTES, linger: 0 });
   }
 

@@ -5,9 +5,9 @@ import { describe, expect, it } from "vitest";
 import { EventFreshness } from "../../src/serve/event-freshness.js";
 
 /** A freshness tracker on a clock the test moves. */
-function tracker(staleAfterMs = 1_000) {
+function tracker(staleAfterMs = 1_000, restartBehind?: bigint) {
   const clock = { t: 0 };
-  const f = new EventFreshness({ staleAfterMs, now: () => clock.t });
+  const f = new EventFreshness({ staleAfterMs, now: () => clock.t, ...(restartBehind === undefined ? {} : { restartBehind }) });
   return { f, clock };
 }
 
@@ -65,8 +65,8 @@ describe("EventFreshness", () => {
     expect(f.status).toBe("live");
   });
 
-  it("a batch already seen is old; one far behind, or sequence 0, is a publisher restart", () => {
-    const { f } = tracker();
+  it("a batch already seen is old; one far behind, or sequence 0, is a publisher restart (a transport that may redeliver: restartBehind 1000)", () => {
+    const { f } = tracker(1_000, 1_000n);
     f.batch(5_000n);
     expect(f.batch(4_990n)).toBe("old");
     expect(f.expected).toBe(5_001n);
@@ -74,6 +74,14 @@ describe("EventFreshness", () => {
     expect(f.expected).toBe(4n);
     f.batch(4n);
     expect(f.batch(0n)).toBe("restart");
+  });
+
+  it("by default (engines never resend a batch) any number below the next expected is a restart, the last one again old", () => {
+    const { f } = tracker();
+    f.batch(5_000n);
+    expect(f.batch(5_000n)).toBe("old");
+    expect(f.batch(4_999n)).toBe("restart");
+    expect(f.expected).toBe(5_000n);
   });
 
   it("sequence numbers past 2^53 keep their precision", () => {
