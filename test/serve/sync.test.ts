@@ -9,6 +9,7 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
+import pino from "pino";
 import { afterEach, describe, expect, it } from "vitest";
 import { createPrefixIndex } from "../../src/index.js";
 import { createGateway, createGatewayRouter, loadGatewayConfig, type Gateway } from "../../src/serve/index.js";
@@ -59,6 +60,25 @@ describe("entries on the wire", () => {
     expect(() => decodeEntry(encodeEntry({ origin: "o", counter: 3, entry: { ...fleet, dpRanks: [0, null] } }))).toThrow(SyncEntryError);
     const good = encodeEntry({ origin: "o", counter: 1, url, entry: learn });
     for (const bad of [new Uint8Array([0xc1]), good.subarray(0, good.length - 3), new Uint8Array([0x93, 1, 2, 3]), Buffer.from("[1]")]) expect(() => decodeEntry(bad)).toThrow(SyncEntryError);
+  });
+});
+
+describe("a replica whose NATS is unreachable from the start", () => {
+  it("routes on, says so once in its log, and shows it in /health", async () => {
+    const engine = await startMockEngine("u");
+    open.push(engine);
+    const logs: Record<string, unknown>[] = [];
+    const text = `listen: { port: 0 }\nhealth: { interval_ms: 60000 }\nsync: { url: "nats://127.0.0.1:1", replica_id: alone }\nupstreams:\n  - url: ${engine.url}\n`;
+    const g = await createGateway(loadGatewayConfig({ file: { name: "g.yaml", text } }), { logger: pino({ level: "warn" }, { write: (l: string) => logs.push(JSON.parse(l) as Record<string, unknown>) }) });
+    open.push(g);
+    const r = await fetch(`${g.url}/v1/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ model: "m", prompt: "hello" }) });
+    expect(r.status).toBe(200);
+    await r.text();
+    await waitFor(() => logs.some((l) => String(l.msg).startsWith("sync: NATS unreachable")));
+    await new Promise((res) => setTimeout(res, 2_500)); // a few more attempts to connect
+    expect(logs.filter((l) => String(l.msg).startsWith("sync: NATS unreachable"))).toHaveLength(1);
+    const health = (await (await fetch(`${g.url}/health`)).json()) as { sync: { connected: boolean; pending: number } };
+    expect(health.sync).toMatchObject({ connected: false, pending: 1 });
   });
 });
 

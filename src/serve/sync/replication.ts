@@ -98,6 +98,8 @@ export class Replication {
   #nc: NatsConnection | null = null;
   #js: JetStreamClient | null = null;
   #connected = false;
+  /** Whether the replica has said NATS is unreachable since it last was reachable. */
+  #saidUnreachable = false;
   #closed = false;
   #consuming: Promise<void> | null = null;
   /** The stream consumption under way (stopped to start over after a reconnection). */
@@ -252,8 +254,10 @@ export class Replication {
 
   /** Records (and logs) a change of connection. */
   #setConnected(connected: boolean, why?: string): void {
-    if (connected === this.#connected) return;
+    // Unreachable from the start is said too (once), not only a connection lost.
+    if (connected === this.#connected && (connected || this.#saidUnreachable)) return;
     this.#connected = connected;
+    this.#saidUnreachable = !connected;
     if (connected) this.#log.info({ replica: this.#sync.replicaId, nats: this.#sync.url }, "sync: connected; sharing the routing state");
     else this.#log.warn({ replica: this.#sync.replicaId, nats: this.#sync.url, ...(why === undefined ? {} : { reason: why }) }, "sync: NATS unreachable; routing on local state, entries buffered");
   }
