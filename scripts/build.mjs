@@ -51,6 +51,15 @@ await build({
   packages: "external",
   banner: { js: "#!/usr/bin/env node" },
 });
+// tune's worker threads load their own script, next to the CLI.
+await build({
+  ...common,
+  entryPoints: ["src/cli/tune-worker.ts"],
+  outfile: "dist/tune-worker.js",
+  platform: "node",
+  target: "node20",
+  packages: "external",
+});
 await build({
   ...common,
   entryPoints: { serve: "src/serve/index.ts" },
@@ -70,4 +79,4 @@ const { attentionDpConfigSchema } = await import(path.join(root, "dist/index.js"
 await writeFile("dist/config.schema.json", JSON.stringify(attentionDpConfigSchema, null, 2) + "\n");
 const { gatewayConfigSchema } = await import(path.join(root, "dist/serve.js"));
 await writeFile("dist/gateway.schema.json", JSON.stringify(gatewayConfigSchema, null, 2) + "\n");
-console.log(`built: release.wasm ${wasm.length} B, dist/index.js, dist/serve.js, dist/cli.js, dist/types, dist/config.schema.json, dist/gateway.schema.json`);
+console.log(`built: release.wasm ${wasm.length} B, dist/index.js, dist/serve.js, dist/cli.js, dist/tune-worker.js, dist/types, dist/config.schema.json, dist/gateway.schema.json`);

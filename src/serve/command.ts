@@ -8,6 +8,7 @@ import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { GatewayConfigError, loadGatewayConfig, type GatewayFlags } from "./config.js";
 import { createGateway, GatewayListenError } from "./gateway.js";
+import { unreachableUpstreams } from "./reachability.js";
 import { loadTokenizer, TokenizerLoadError } from "./tokenizer-config.js";
 
 /** The help text of `adp-router serve`. */
@@ -30,6 +31,9 @@ upstream engines with adp-router (one upstream per rank).
                          NATS JetStream at URL (nats://HOST:PORT)
   --replica-id ID        this replica's name in the cluster (HOST-PID)
   --shutdown-deadline S  seconds to let in-flight requests finish on SIGTERM (30)
+  --allow-unreachable    start even when an upstream cannot be reached (it takes
+                         requests once its health checks pass); without it, an
+                         unreachable upstream is an error (health.on_start: require)
 
 Endpoints: POST /v1/chat/completions, /v1/completions; GET /v1/models, /health,
 /metrics, /sync/state (with --sync); /admin/upstreams (with auth.admin_api_key_env). Signals: SIGTERM or SIGINT
@@ -67,6 +71,7 @@ export async function serveCommand(args: string[]): Promise<number> {
   if (values.tokenizer !== undefined) flags.tokenizer = values.tokenizer;
   if (values.sync !== undefined) flags.sync = values.sync;
   if (values["replica-id"] !== undefined) flags.replicaId = values["replica-id"];
+  if (values["allow-unreachable"] === true) flags.allowUnreachable = true;
   const deadlineText = values["shutdown-deadline"] ?? "30";
   const deadline = Number(deadlineText);
   if (deadlineText.trim() === "" || !Number.isFinite(deadline) || deadline < 0) return fail(`--shutdown-deadline must be a non-negative number of seconds, got ${JSON.stringify(deadlineText)}`);
@@ -91,6 +96,15 @@ export async function serveCommand(args: string[]): Promise<number> {
   } catch (error) {
     if (error instanceof TokenizerLoadError) return fail(error.message);
     throw error;
+  }
+  // An upstream nobody can connect to is a typo or a stopped engine: say so now, not in every answer.
+  const unreachable = await unreachableUpstreams(config.upstreams.map((u) => u.url), Math.min(config.timeouts.connectMs, 5_000));
+  if (unreachable.length > 0) {
+    const list = unreachable.map((u) => `  upstream ${u.index} (${u.url}): ${u.reason}`).join("\n");
+    if (config.health.onStart === "require") {
+      return fail(`${unreachable.length === 1 ? "an upstream cannot" : `${unreachable.length} upstreams cannot`} be reached:\n${list}\nStart ${unreachable.length === 1 ? "it" : "them"} first, or pass --allow-unreachable (health.on_start: warn) to start without ${unreachable.length === 1 ? "it" : "them"}.`, 1);
+    }
+    process.stderr.write(`adp-router serve: warning: starting with unreachable upstreams (a request that cannot connect to one is retried on another, and health checks eject it):\n${list}\n`);
   }
   let gateway;
   try {
@@ -154,6 +168,7 @@ function parse(args: string[]) {
       sync: { type: "string" },
       "replica-id": { type: "string" },
       "shutdown-deadline": { type: "string" },
+      "allow-unreachable": { type: "boolean" },
       help: { type: "boolean", short: "h" },
     },
     allowPositionals: false,

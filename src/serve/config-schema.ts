@@ -70,6 +70,7 @@ export const gatewayConfigSchema = Object.freeze({
         timeout_ms: { type: "integer", minimum: 10, default: 2000 },
         unhealthy_threshold: { type: "integer", minimum: 1, default: 3 },
         healthy_threshold: { type: "integer", minimum: 1, default: 2 },
+        on_start: { enum: ["require", "warn"], default: "require", description: "An upstream with no TCP connection at start: require refuses to start, warn logs it and starts." },
       },
     },
     auth: {

@@ -74,6 +74,12 @@ export interface GatewayConfig {
     readonly unhealthyThreshold: number;
     /** Consecutive passing checks that re-admit it. */
     readonly healthyThreshold: number;
+    /**
+     * An upstream that cannot be reached (no TCP connection) when the gateway
+     * starts: "require" refuses to start, naming it; "warn" logs it and starts
+     * (it takes requests once its health checks pass).
+     */
+    readonly onStart: "require" | "warn";
   };
   readonly auth: {
     /** Client API keys (bearer tokens); empty: no client auth. */
@@ -115,6 +121,8 @@ export interface GatewayFlags {
   readonly sync?: string;
   /** `--replica-id ID`: this replica's name in the cluster. */
   readonly replicaId?: string;
+  /** `--allow-unreachable`: health.on_start "warn". */
+  readonly allowUnreachable?: boolean;
 }
 
 /** One problem in a configuration, where it is. */
@@ -148,7 +156,7 @@ const SECTIONS: Record<string, readonly string[]> = {
   "upstreams[]": ["url", "name", "api_key", "api_key_env", "drain", "kv_events", "load"],
   limits: ["max_body_bytes", "max_in_flight_per_upstream", "queue_size", "queue_timeout_ms"],
   timeouts: ["request_ms", "connect_ms", "first_byte_ms", "idle_ms"],
-  health: ["path", "interval_ms", "timeout_ms", "unhealthy_threshold", "healthy_threshold"],
+  health: ["path", "interval_ms", "timeout_ms", "unhealthy_threshold", "healthy_threshold", "on_start"],
   auth: ["api_keys", "api_keys_env", "admin_api_key_env", "protect_metrics", "protect_health"],
   logging: ["level"],
   routing: ["tokens_per_block", "index_bytes", "lora_adapters"],
@@ -483,6 +491,8 @@ export function loadGatewayConfig(options: LoadOptions = {}): GatewayConfig {
   if (!(LEVELS as readonly string[]).includes(levelText)) r.fail(["logging", "level"], `must be one of ${LEVELS.join(", ")}, got ${describeValue(levelText)}`, flags.logLevel !== undefined ? "--log-level" : where(["logging", "level"]));
   const path = r.str(health.path, ["health", "path"], "/health");
   if (!path.startsWith("/")) r.fail(["health", "path"], "must start with /");
+  const onStart = flags.allowUnreachable === true ? "warn" : r.str(health.on_start, ["health", "on_start"], "require");
+  if (onStart !== "require" && onStart !== "warn") r.fail(["health", "on_start"], `must be require or warn, got ${describeValue(onStart)}`);
 
   const config: GatewayConfig = {
     listen: { host, port },
@@ -506,6 +516,7 @@ export function loadGatewayConfig(options: LoadOptions = {}): GatewayConfig {
       timeoutMs: r.int(health.timeout_ms, ["health", "timeout_ms"], 10, 600_000, 2_000),
       unhealthyThreshold: r.int(health.unhealthy_threshold, ["health", "unhealthy_threshold"], 1, 1000, 3),
       healthyThreshold: r.int(health.healthy_threshold, ["health", "healthy_threshold"], 1, 1000, 2),
+      onStart: onStart === "warn" ? "warn" : "require",
     },
     auth: {
       apiKeys,

@@ -4,9 +4,9 @@
 // conversations it bound.
 
 import type { RouteRequest } from "../batch.js";
-import type { AttentionDpConfigInput } from "../config.js";
+import { parseAttentionDpConfig, type AttentionDpConfigInput } from "../config.js";
 import { createPrefixIndex, type PrefixIndex } from "../prefix-index.js";
-import { bindConversation, createRouter } from "../router.js";
+import { bindConversation, createRouter, routerKindFor } from "../router.js";
 import type { RouteResult } from "../routers/types.js";
 import type { RouterSide } from "./engine.js";
 import { EventFeed, type EventFeedCounts, type EventModel, type StreamStatus } from "./event-feed.js";
@@ -79,7 +79,8 @@ function ranksOf(result: RouteResult, requests: readonly RouteRequest[]): number
 }
 
 /**
- * The router of `policy` (anything but round_robin) for one replica. With
+ * The router of `policy` (anything but round_robin) for one replica; policy
+ * "config" is the router `config` selects, as it is. With
  * engine events (`eventModel` set) the KV-cache-aware router works as the
  * gateway does: its prefix index is the engine view, fed by an
  * {@link EventFeed}; it also keeps its own view, learned from every
@@ -87,12 +88,13 @@ function ranksOf(result: RouteResult, requests: readonly RouteRequest[]): number
  * is not live (gapped or stale) is matched on that own view.
  */
 export function adpRouter(policy: string, ranks: number, blockTokens: number, config: AttentionDpConfigInput | undefined, eventModel: EventModel | null): ReplicaRouter {
-  const kv = policy === "kv_cache_aware";
   let attentionDp: AttentionDpConfigInput = {};
-  if (kv) attentionDp = { ...config, enable_kv_cache_aware_routing: true, kv_cache_routing_conversation_affinity: false };
+  if (policy === "config") attentionDp = config ?? {}; // the router the config selects, exactly as TensorRT-LLM builds it
+  else if (policy === "kv_cache_aware") attentionDp = { ...config, enable_kv_cache_aware_routing: true, kv_cache_routing_conversation_affinity: false };
   else if (policy.startsWith("conversation:")) {
     attentionDp = { kv_cache_routing_conversation_affinity: true, kv_cache_routing_new_conv_placement: policy.slice(13) as never };
   }
+  const kv = routerKindFor(parseAttentionDpConfig(attentionDp)) === "kv_cache_aware";
   const events = eventModel !== null;
   const router = createRouter({
     numRanks: ranks,

@@ -16,11 +16,11 @@ export type IndexUpdates = "routing" | "events";
 
 /** Options of {@link simulate}. */
 export interface SimulateOptions extends Partial<EngineOptions>, EventOptions, ReplicaOptions {
-  /** `attention_dp_config` overrides for the KV-cache-aware policy (snake_case). */
+  /** `attention_dp_config` overrides for the KV-cache-aware policy (snake_case), and the config of policy {@link CONFIG_POLICY}. */
   readonly config?: AttentionDpConfigInput;
   /** How the KV-cache-aware router's index learns. @default "routing" */
   readonly indexUpdates?: IndexUpdates;
-  /** Policies to run, by name. @default all */
+  /** Policies to run, by name ({@link POLICIES}, and {@link CONFIG_POLICY} given a config). @default all of POLICIES */
   readonly policies?: readonly string[];
   /**
    * Progress: `done` of `total` units (a request finished by a policy's run: the
@@ -112,6 +112,14 @@ export const POLICIES = [
   "conversation:least_tokens",
 ] as const;
 
+/**
+ * The policy that routes with `config` as it is: the router TensorRT-LLM builds
+ * from that attention_dp_config (conversation affinity first, then KV-cache-aware
+ * routing, else the default router), where `kv_cache_aware` forces KV-cache-aware
+ * routing on with the config's parameters. What `adp-router tune` evaluates.
+ */
+export const CONFIG_POLICY = "config";
+
 /** The q-quantile of sorted values. */
 const quantile = (sorted: Float64Array, q: number): number =>
   sorted.length === 0 ? 0 : sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))]!;
@@ -181,7 +189,10 @@ export function simulate(trace: Trace, options: SimulateOptions = {}): Simulatio
   const results: PolicyResult[] = [];
   const loadOverTime: Record<string, number[][]> = {};
   const ttftSorted: Record<string, Float64Array> = {};
-  for (const policy of policies) if (!(POLICIES as readonly string[]).includes(policy)) throw new Error(`unknown policy "${policy}" (expected one of ${POLICIES.join(", ")})`);
+  for (const policy of policies) {
+    if (policy === CONFIG_POLICY && options.config === undefined) throw new AdpInputError("policies", `"${CONFIG_POLICY}" runs the router options.config selects: give config`, policy);
+    if (policy !== CONFIG_POLICY && !(POLICIES as readonly string[]).includes(policy)) throw new Error(`unknown policy "${policy}" (expected one of ${POLICIES.join(", ")}, or ${CONFIG_POLICY} with a config)`);
+  }
   const progress = progressReporter(options.onProgress, requests.length * policies.length);
   for (const [k, policy] of policies.entries()) {
     const routers = replicaRouters(policy, replicas, engine.ranks, trace.blockTokens, options.config, eventModel);

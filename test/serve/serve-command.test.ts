@@ -71,11 +71,40 @@ describe("adp-router serve", () => {
     const blocker = createServer();
     await new Promise<void>((r) => blocker.listen(0, "127.0.0.1", r));
     const port = (blocker.address() as { port: number }).port;
-    const r = await run(["serve", "--port", String(port), "--upstream", "http://127.0.0.1:9"]);
+    const engine = await startMockEngine("e0");
+    engines.push(engine);
+    const r = await run(["serve", "--port", String(port), "--upstream", engine.url]);
     blocker.close();
     expect(r.status).toBe(1);
     expect(r.stderr).toContain(`127.0.0.1:${port} is already in use`);
     expect(r.stderr).not.toMatch(/\n\s+at /);
+  });
+
+  it("an unreachable upstream: one message naming each (refused port, unknown host), exit 1, no stack trace, nothing listening", async () => {
+    const engine = await startMockEngine("e0");
+    engines.push(engine);
+    const closed = createServer();
+    await new Promise<void>((r) => closed.listen(0, "127.0.0.1", r));
+    const deadPort = (closed.address() as { port: number }).port;
+    await new Promise<void>((r) => closed.close(() => r()));
+    const r = await run(["serve", "--port", "0", "--upstream", engine.url, "--upstream", `http://127.0.0.1:${deadPort}`, "--upstream", "http://no-such-engine.invalid:8000"]);
+    expect(r.status).toBe(1);
+    expect(r.stdout).toBe(""); // never listened: no URL printed
+    expect(r.stderr).toContain("2 upstreams cannot be reached");
+    expect(r.stderr).toContain(`upstream 1 (http://127.0.0.1:${deadPort}): connection refused`);
+    expect(r.stderr).toMatch(/upstream 2 \(http:\/\/no-such-engine\.invalid:8000\): host name (not found|could not be resolved)/);
+    expect(r.stderr).not.toContain("upstream 0");
+    expect(r.stderr).toContain("--allow-unreachable");
+    expect(r.stderr).not.toMatch(/\n\s+at /);
+    // Allowed, it starts, warns once, and serves from the reachable one.
+    const started = await start(["--port", "0", "--upstream", `http://127.0.0.1:${deadPort}`, "--upstream", engine.url, "--allow-unreachable", "--log-level", "silent"]);
+    const answer = await fetch(`${started.url}/v1/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ model: "m", prompt: "hello" }) });
+    expect(answer.status).toBe(200);
+    expect(answer.headers.get("x-adp-upstream")).toBe("1");
+    expect(started.stderr()).toContain(`warning: starting with unreachable upstreams`);
+    expect(started.stderr()).toContain(`upstream 0 (http://127.0.0.1:${deadPort}): connection refused`);
+    started.child.kill("SIGTERM");
+    expect(await started.exited).toBe(0);
   });
 
   it("bad configuration: every problem with its file and line, exit 2, no stack trace", async () => {

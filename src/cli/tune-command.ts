@@ -1,0 +1,236 @@
+// `adp-router tune`: recommends an attention_dp_config for a trace and an engine
+// shape. Reads the flags, runs the search (src/simulate/tune.ts) on a pool of
+// worker threads, prints the best configs against TensorRT-LLM's defaults and the
+// YAML block to paste, and writes --out, --json and --report.
+
+import { writeFileSync } from "node:fs";
+import { availableParallelism } from "node:os";
+import { stringify } from "yaml";
+import { ENGINE_HELP, numberOption, parseCommand, progressBar, readEngine, readWorkload, WORKLOAD_AND_ENGINE_FLAGS, WORKLOAD_HELP, type WorkloadAndEngineValues } from "./args.js";
+import { parseAttentionDpConfig, type AttentionDpConfigInput } from "../config.js";
+import { routerKindFor } from "../router.js";
+import { TraceError, type Trace } from "../simulate/trace.js";
+import { compareTunePoints, inlineEvaluator, MAX_TUNE_BUDGET, tune, type TuneEvaluator } from "../simulate/tune.js";
+import { TunePool } from "./tune-pool.js";
+import { tuneReportHtml } from "../simulate/tune-report.js";
+import { TUNE_OBJECTIVES, type TuneMetrics, type TuneObjective, type TuneResult } from "../simulate/tune-types.js";
+
+/** The help text of `adp-router tune`. */
+export const TUNE_USAGE = `Usage: adp-router tune [options]
+
+Searches TensorRT-LLM's routers and their attention_dp_config parameters for the
+config that serves a trace best on a simulated attention-DP engine, and prints it
+against TensorRT-LLM's defaults with the YAML block to paste into
+extra_llm_api_options.yaml. Deterministic: the same flags give the same answer.
+\`adp-router simulate --config BEST.yaml --policies config\` with the same trace and
+engine flags reproduces the figures it reports.
+
+${WORKLOAD_HELP}
+${ENGINE_HELP}
+  --objective NAME            what to optimise: ${TUNE_OBJECTIVES.join(", ")} (ttft_p90);
+                              hit_ratio is maximised, the others minimised
+  --max-prefill-imbalance X   only recommend configs whose prefill max/mean is at most X
+  --min-hit-ratio X           only recommend configs whose prefix hit ratio is at least X
+  --budget N                  simulations to run at most, the baseline included (64)
+  --search-seed N             seed of the search's sampling (1)
+  --workers N                 worker threads (this machine's cores: ${availableParallelism()})
+  --out FILE.yaml             write the recommended attention_dp_config there
+  --json                      print one JSON object instead of the table
+  --report FILE.html          also write an HTML report of every evaluated config
+  -h, --help                  print this help
+`;
+
+/** How many of the best configs the table shows (then the best of each router kind not among them). */
+const TABLE_ROWS = 3;
+
+/** `adp-router tune [options]`; resolves to the exit status. */
+export async function tuneCommand(args: string[]): Promise<number> {
+  const parsed = parseCommand(
+    args,
+    {
+      ...WORKLOAD_AND_ENGINE_FLAGS,
+      objective: { type: "string" },
+      "max-prefill-imbalance": { type: "string" },
+      "min-hit-ratio": { type: "string" },
+      budget: { type: "string" },
+      "search-seed": { type: "string" },
+      workers: { type: "string" },
+      out: { type: "string" },
+      json: { type: "boolean", default: false },
+      report: { type: "string" },
+    },
+    TUNE_USAGE,
+    false,
+  );
+  if (parsed === null) return 0;
+  const values = parsed.values as WorkloadAndEngineValues & {
+    [K in "objective" | "max-prefill-imbalance" | "min-hit-ratio" | "budget" | "search-seed" | "workers" | "out" | "report"]?: string;
+  } & { json: boolean };
+  const engine = readEngine(values);
+  const objective = (values.objective ?? "ttft_p90") as TuneObjective;
+  if (!(TUNE_OBJECTIVES as readonly string[]).includes(objective)) throw new RangeError(`--objective: must be one of ${TUNE_OBJECTIVES.join(", ")}, got ${JSON.stringify(values.objective)}`);
+  const nonNeg = (v: number) => v >= 0;
+  const maxImbalance = numberOption(values, "max-prefill-imbalance", (v) => v >= 1, "a number of at least 1 (max/mean is never below 1)");
+  const minHit = numberOption(values, "min-hit-ratio", (v) => nonNeg(v) && v <= 1, "a number from 0 to 1");
+  const budget = numberOption(values, "budget", (v) => Number.isInteger(v) && v >= 1 && v <= MAX_TUNE_BUDGET, `an integer in [1, ${MAX_TUNE_BUDGET}]`) ?? 64;
+  const seed = numberOption(values, "search-seed", Number.isSafeInteger, "an integer") ?? 1;
+  const workers = numberOption(values, "workers", (v) => Number.isInteger(v) && v >= 1 && v <= 256, "an integer in [1, 256]") ?? availableParallelism();
+  let trace: Trace;
+  try {
+    trace = readWorkload(values);
+  } catch (error) {
+    if (error instanceof TraceError) {
+      process.stderr.write(`adp-router tune: ${error.message}\n`);
+      return 1;
+    }
+    throw error;
+  }
+
+  const started = Date.now();
+  // One worker is this thread: no pool to start, and the same figures (each stage's candidates depend only on earlier stages).
+  const pool = workers > 1 ? new TunePool(new URL("./tune-worker.js", import.meta.url), Math.min(workers, budget), { trace, engine }) : null;
+  const evaluate: TuneEvaluator = pool?.evaluate ?? inlineEvaluator(trace, engine);
+  let result: TuneResult;
+  try {
+    const onProgress = progressBar(values.json, "simulations");
+    result = await tune(
+      trace,
+      {
+        objective,
+        budget,
+        seed,
+        engine,
+        constraints: { ...(maxImbalance !== undefined ? { max_prefill_imbalance: maxImbalance } : {}), ...(minHit !== undefined ? { min_hit_ratio: minHit } : {}) },
+        ...(onProgress ? { onProgress } : {}),
+      },
+      evaluate,
+    );
+  } finally {
+    await pool?.close();
+  }
+  const seconds = (Date.now() - started) / 1000;
+  const reproduce = reproduceCommand(values, values.out ?? "best.yaml");
+  if (values.out !== undefined) writeFileSync(values.out, bestYaml(result, `adp-router tune ${args.join(" ")}`.trim(), reproduce));
+  if (values.report !== undefined) writeFileSync(values.report, tuneReportHtml(result));
+  if (values.json) {
+    process.stdout.write(JSON.stringify({ ...result, engine }) + "\n");
+  } else {
+    process.stdout.write(formatTune(result, seconds, Math.min(workers, budget), reproduce));
+    if (values.out !== undefined) process.stdout.write(`config written to ${values.out}\n`);
+    if (values.report !== undefined) process.stdout.write(`report written to ${values.report}\n`);
+  }
+  if (!result.constraints_met) {
+    process.stderr.write("warning: no evaluated config met the constraints; the baseline is shown as the answer (loosen them, or raise --budget)\n");
+    return 1;
+  }
+  return 0;
+}
+
+// ── Output ─────────────────────────────────────────────────────────────────
+
+/** The `simulate` command line that reproduces tune's figures for the config in `file`. */
+function reproduceCommand(values: WorkloadAndEngineValues, file: string): string {
+  const flags: string[] = [];
+  for (const key of Object.keys(WORKLOAD_AND_ENGINE_FLAGS) as (keyof typeof WORKLOAD_AND_ENGINE_FLAGS)[]) {
+    const v = values[key];
+    if (v !== undefined) flags.push(`--${key} ${v}`);
+  }
+  return `adp-router simulate --config ${file} --policies config${flags.length > 0 ? " " + flags.join(" ") : ""}`;
+}
+
+/** The router settings of a config in a few words, for the table. */
+function settings(config: AttentionDpConfigInput): string {
+  const c = parseAttentionDpConfig(config);
+  switch (routerKindFor(c)) {
+    case "default":
+      return "load balance only";
+    case "conversation":
+      return `${c.kvCacheRoutingNewConvPlacement}, fair share ×${c.kvCacheRoutingFairShareMultiplier}`;
+    case "kv_cache_aware":
+      return `β ${c.kvCacheRoutingLoadBalanceWeight}, threshold ${c.kvCacheRoutingMatchRateThreshold}, fair share ×${c.kvCacheRoutingFairShareMultiplier}${c.kvCacheRoutingColdStartWarmup ? ", warm-up" : ""}`;
+  }
+}
+
+/** One table row's cells. */
+function row(label: string, config: AttentionDpConfigInput, m: TuneMetrics): string[] {
+  return [label, routerKindFor(parseAttentionDpConfig(config)), m.ttft_p50.toFixed(0), m.ttft_p90.toFixed(0), m.ttft_p99.toFixed(0), m.hit_ratio.toFixed(3), m.prefill_imbalance.toFixed(3), settings(config) + (m.overloaded ? " (overloaded)" : "")];
+}
+
+/** The figure `objective` names, with its unit. */
+const describeObjective = (objective: TuneObjective, v: number) => (objective.startsWith("ttft") ? `${v.toFixed(1)} ms` : v.toFixed(4));
+
+/** The terminal output: the best configs against the defaults, the change, the YAML, what it means. */
+function formatTune(result: TuneResult, seconds: number, workers: number, reproduce: string): string {
+  const better = result.direction === "min" ? "lower" : "higher";
+  const sorted = [...result.points].filter((p) => p.feasible).sort(compareTunePoints(result.objective, result.direction));
+  const kvDefaults = result.points.find((p) => p.stage === "defaults" && p.kind === "kv_cache_aware");
+  // The best few, then the best of each router kind not among them: near-twins of the best say less than the runner-up router.
+  const shown = sorted.slice(0, TABLE_ROWS);
+  for (const kind of ["kv_cache_aware", "conversation"] as const) {
+    const first = sorted.find((p) => p.kind === kind);
+    if (first !== undefined && !shown.includes(first)) shown.push(first);
+  }
+  const rows = [
+    ["", "router", "TTFT p50 ms", "p90", "p99", "hit ratio", "prefill max/mean", "settings"],
+    ...shown.map((p) => row(p === sorted[0] ? "best" : `#${sorted.indexOf(p) + 1}`, p.config, p.metrics)),
+    row("TensorRT-LLM defaults", result.baseline.config, result.baseline.metrics),
+    ...(kvDefaults ? [row("kv_cache_aware as shipped", kvDefaults.config, kvDefaults.metrics)] : []),
+  ];
+  const widths = rows[0]!.map((_, c) => Math.max(...rows.map((r) => r[c]!.length)));
+  const line = (r: string[]) => r.map((cell, c) => (c >= 2 && c <= 6 ? cell.padStart(widths[c]!) : cell.padEnd(widths[c]!))).join("  ").trimEnd();
+  const table = [line(rows[0]!), widths.map((w) => "-".repeat(w)).join("  "), ...rows.slice(1).map(line)].join("\n");
+  const constraints = Object.entries(result.constraints).map(([k, v]) => `${k} ${v}`).join(", ");
+  const b = result.best.metrics[result.objective] as number;
+  const base = result.baseline.metrics[result.objective] as number;
+  const change = base === 0 ? "" : ` (${b >= base ? "+" : ""}${(((b - base) / base) * 100).toFixed(1)}%)`;
+  return `tune: trace ${result.trace}: ${result.requests} requests on ${result.ranks} ranks; objective ${result.objective} (${better} is better)${constraints ? `; constraints ${constraints}` : ""}
+${result.evaluated} simulations on ${workers} worker${workers === 1 ? "" : "s"} in ${seconds.toFixed(1)} s
+
+${table}
+
+${result.objective}: ${describeObjective(result.objective, b)} with the best config against ${describeObjective(result.objective, base)} with TensorRT-LLM's defaults${change}.
+The simulator is deterministic: running the same command again gives the same figures.
+
+Paste into extra_llm_api_options.yaml:
+
+${indent(stringify({ attention_dp_config: result.best.config }), 2)}
+What it sets:
+${explain(result.best.config).map((l) => `  ${l}`).join("\n")}
+
+Reproduce its figures: ${reproduce}
+`;
+}
+
+/** `text` with every line indented by `n` spaces. */
+const indent = (text: string, n: number) => text.split("\n").map((l) => (l ? " ".repeat(n) + l : l)).join("\n");
+
+/** What each field of a recommended config does, one line each, in users' words. */
+function explain(config: AttentionDpConfigInput): string[] {
+  const c = parseAttentionDpConfig(config);
+  const kind = routerKindFor(c);
+  if (kind === "default") return ["nothing: TensorRT-LLM's defaults (the load-balancing router) served this trace best"];
+  if (kind === "conversation") {
+    return [
+      "kv_cache_routing_conversation_affinity: every turn of a conversation goes to the rank of its first turn",
+      `kv_cache_routing_new_conv_placement: ${c.kvCacheRoutingNewConvPlacement}: how a new conversation (or a request without one) picks its rank`,
+      `kv_cache_routing_fair_share_multiplier: ${c.kvCacheRoutingFairShareMultiplier}: a rank takes at most this many times its fair share of a batch`,
+    ];
+  }
+  return [
+    "enable_kv_cache_aware_routing: each request goes to the rank whose cache holds most of its prompt, traded against load",
+    `kv_cache_routing_load_balance_weight: ${c.kvCacheRoutingLoadBalanceWeight}: how much a rank's load counts against the tokens it has cached (default 1; lower favours the cache)`,
+    `kv_cache_routing_match_rate_threshold: ${c.kvCacheRoutingMatchRateThreshold}: a match counts only above this share of the prompt (default 0.1)`,
+    `kv_cache_routing_fair_share_multiplier: ${c.kvCacheRoutingFairShareMultiplier}: a rank takes at most this many times its fair share of a batch (default 2)`,
+    `kv_cache_routing_cold_start_warmup: ${c.kvCacheRoutingColdStartWarmup}: ${c.kvCacheRoutingColdStartWarmup ? "the first requests are spread over every rank so each caches the shared prefix" : "no round-robin warm-up (the default)"}`,
+  ];
+}
+
+/** The --out file: a comment saying where it came from and how to check it, then the block. */
+function bestYaml(result: TuneResult, command: string, reproduce: string): string {
+  const b = result.best.metrics;
+  const base = result.baseline.metrics;
+  return `# ${command}
+# ${result.objective} ${describeObjective(result.objective, b[result.objective] as number)} (TensorRT-LLM's defaults: ${describeObjective(result.objective, base[result.objective] as number)}) on ${result.trace}, ${result.ranks} ranks.
+# Reproduce: ${reproduce}
+${stringify({ attention_dp_config: result.best.config })}`;
+}

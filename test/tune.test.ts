@@ -1,0 +1,162 @@
+// `adp-router tune`: its search (deterministic, within budget, constraints kept),
+// its outputs (--json, --out, --report, the table), and the promise that makes it
+// honest: `simulate --config BEST.yaml --policies config` reports exactly the
+// metrics tune reported for BEST.
+import { spawnSync } from "node:child_process";
+import { mkdtempSync, readFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { describe, expect, it } from "vitest";
+import { simulate } from "../src/simulate/run.js";
+import { tune } from "../src/simulate/tune.js";
+import type { TuneResult } from "../src/simulate/tune-types.js";
+import { multiTurnWorkload } from "../src/simulate/workload.js";
+
+const cli = fileURLToPath(new URL("../dist/cli.js", import.meta.url));
+const dir = mkdtempSync(path.join(tmpdir(), "adp-tune-"));
+/** The small workload every CLI case here runs on. */
+const WORKLOAD = ["--workload", "multi-turn", "--sessions", "60", "--ranks", "4"];
+
+/** Runs the CLI; its status and output. */
+function run(args: string[]) {
+  const out = spawnSync(process.execPath, [cli, ...args], { encoding: "utf8" });
+  return { status: out.status, stdout: out.stdout, stderr: out.stderr };
+}
+
+/** `simulate`'s figures in tune's metric names. */
+function asTuneMetrics(row: { prefix_hit_ratio: number; prefill_work_max_over_mean: number; requests_max_over_mean: number; ttft_ms: { p50: number; p90: number; p99: number }; overloaded: boolean }) {
+  return {
+    ttft_p50: row.ttft_ms.p50,
+    ttft_p90: row.ttft_ms.p90,
+    ttft_p99: row.ttft_ms.p99,
+    hit_ratio: row.prefix_hit_ratio,
+    prefill_imbalance: row.prefill_work_max_over_mean,
+    requests_imbalance: row.requests_max_over_mean,
+    overloaded: row.overloaded,
+  };
+}
+
+describe("adp-router tune", () => {
+  const out = path.join(dir, "best.yaml");
+  const report = path.join(dir, "tune.html");
+  const first = run(["tune", ...WORKLOAD, "--budget", "16", "--json", "--out", out, "--report", report, "--workers", "2"]);
+  const result = JSON.parse(first.stdout) as TuneResult & { engine: object };
+
+  it("prints {objective, baseline, best, evaluated} within the budget, the baseline being TensorRT-LLM's defaults", () => {
+    expect(first.status, first.stderr).toBe(0);
+    expect(first.stderr).toBe(""); // --json: no progress bar, no table
+    expect(result.objective).toBe("ttft_p90");
+    expect(result.baseline.config).toEqual({});
+    expect(result.evaluated).toBeLessThanOrEqual(16);
+    expect(result.evaluated).toBe(result.points.length);
+    expect(result.points[0]!.config).toEqual({});
+    // Every point distinct, the best among them and no worse than any feasible one.
+    expect(new Set(result.points.map((p) => JSON.stringify(p.config))).size).toBe(result.points.length);
+    const feasible = result.points.filter((p) => p.feasible);
+    expect(result.best.metrics.ttft_p90).toBe(Math.min(...feasible.map((p) => p.metrics.ttft_p90)));
+    expect(result.best.metrics.ttft_p90).toBeLessThan(result.baseline.metrics.ttft_p90);
+    // Router kinds are searched: both tunable routers appear.
+    expect(new Set(result.points.map((p) => p.kind))).toEqual(new Set(["default", "kv_cache_aware", "conversation"]));
+  });
+
+  it("simulate --config on the --out file reproduces the best's metrics exactly, and on the baseline the default router's", () => {
+    const yaml = readFileSync(out, "utf8");
+    expect(yaml).toMatch(/^attention_dp_config:\n/m);
+    expect(yaml).toContain("# Reproduce: adp-router simulate --config");
+    const sim = run(["simulate", ...WORKLOAD, "--config", out, "--policies", "config", "--json"]);
+    expect(sim.status, sim.stderr).toBe(0);
+    const row = (JSON.parse(sim.stdout) as { policies: Parameters<typeof asTuneMetrics>[0][] }).policies[0]!;
+    expect(asTuneMetrics(row)).toEqual(result.best.metrics);
+    const defaults = run(["simulate", ...WORKLOAD, "--policies", "default", "--json"]);
+    expect(asTuneMetrics((JSON.parse(defaults.stdout) as { policies: Parameters<typeof asTuneMetrics>[0][] }).policies[0]!)).toEqual(result.baseline.metrics);
+  });
+
+  it("is deterministic: the same flags give the same JSON, with one worker or two; another seed searches elsewhere", () => {
+    const again = run(["tune", ...WORKLOAD, "--budget", "16", "--json", "--workers", "1"]);
+    expect(again.stdout).toBe(first.stdout);
+    const other = run(["tune", ...WORKLOAD, "--budget", "16", "--json", "--search-seed", "2"]);
+    const otherPoints = (JSON.parse(other.stdout) as TuneResult).points.map((p) => JSON.stringify(p.config));
+    expect(otherPoints).not.toEqual(result.points.map((p) => JSON.stringify(p.config)));
+  });
+
+  it("writes an HTML report of every evaluated point", () => {
+    const html = readFileSync(report, "utf8");
+    expect(html).toMatch(/^<!doctype html>/i);
+    expect(html).toContain("attention_dp_config");
+  });
+
+  it("prints a table of the best against the defaults, the YAML to paste and what it means", () => {
+    const text = run(["tune", ...WORKLOAD, "--budget", "8"]);
+    expect(text.status, text.stderr).toBe(0);
+    expect(text.stdout).toMatch(/^best\s+(kv_cache_aware|conversation|default)\s/m);
+    expect(text.stdout).toMatch(/^TensorRT-LLM defaults\s+default\s/m);
+    expect(text.stdout).toContain("Paste into extra_llm_api_options.yaml:");
+    expect(text.stdout).toContain("  attention_dp_config:\n");
+    expect(text.stdout).toContain("What it sets:");
+    expect(text.stdout).toMatch(/8 simulations on \d+ workers? in [\d.]+ s/);
+  });
+
+  it("keeps constraints, and says so (exit 1) when nothing meets them", () => {
+    const bounded = JSON.parse(run(["tune", ...WORKLOAD, "--budget", "16", "--json", "--max-prefill-imbalance", "1.3"]).stdout) as TuneResult;
+    expect(bounded.constraints).toEqual({ max_prefill_imbalance: 1.3 });
+    expect(bounded.constraints_met).toBe(true);
+    expect(bounded.best.metrics.prefill_imbalance).toBeLessThanOrEqual(1.3);
+    for (const p of bounded.points) expect(p.feasible).toBe(!p.metrics.overloaded && p.metrics.prefill_imbalance <= 1.3);
+    const impossible = run(["tune", ...WORKLOAD, "--budget", "6", "--json", "--min-hit-ratio", "0.99"]);
+    expect(impossible.status).toBe(1);
+    expect(impossible.stderr).toContain("no evaluated config met the constraints");
+    expect((JSON.parse(impossible.stdout) as TuneResult).constraints_met).toBe(false);
+  });
+
+  it("optimises the objective asked for, in its direction", () => {
+    const hit = JSON.parse(run(["tune", ...WORKLOAD, "--budget", "10", "--json", "--objective", "hit_ratio"]).stdout) as TuneResult;
+    expect(hit.direction).toBe("max");
+    expect(hit.best.metrics.hit_ratio).toBe(Math.max(...hit.points.filter((p) => p.feasible).map((p) => p.metrics.hit_ratio)));
+  });
+
+  it.each([
+    [["--objective", "speed"], "--objective: must be one of ttft_p50, ttft_p90, ttft_p99, hit_ratio, prefill_imbalance"],
+    [["--budget", "0"], "--budget: must be an integer in [1, 100000]"],
+    [["--budget", "2.5"], "--budget: must be an integer"],
+    [["--max-prefill-imbalance", "0.5"], "--max-prefill-imbalance: must be a number of at least 1"],
+    [["--min-hit-ratio", "2"], "--min-hit-ratio: must be a number from 0 to 1"],
+    [["--workers", "0"], "--workers: must be an integer in [1, 256]"],
+    [["--trace", path.join(dir, "missing.jsonl")], "missing.jsonl"],
+    [["--frobnicate"], "Unknown option '--frobnicate'"],
+  ])("%j: one clear message, non-zero exit, no stack", (args, message) => {
+    const r = run(["tune", ...args]);
+    expect(r.status).not.toBe(0);
+    expect(r.stderr).toContain(message);
+    expect(r.stderr).not.toMatch(/\n\s+at /);
+  });
+});
+
+describe("tune() in the library", () => {
+  const trace = multiTurnWorkload({ seed: 3, sessions: 30 });
+
+  it("spends the budget exactly, baseline first, and reports each point as simulate does", async () => {
+    const progress: number[] = [];
+    const result = await tune(trace, { budget: 9, engine: { ranks: 2 }, onProgress: (done) => progress.push(done) });
+    expect(result.evaluated).toBe(9);
+    expect(progress.at(-1)).toBe(9);
+    expect(progress).toEqual([...progress].sort((a, b) => a - b));
+    const p = result.points[5]!;
+    const row = simulate(trace, { ranks: 2, config: p.config, policies: ["config"] }).policies[0]!;
+    expect(asTuneMetrics(row)).toEqual(p.metrics);
+    expect(p.objective).toBe(p.metrics.ttft_p90);
+  });
+
+  it("refuses bad options with typed errors before simulating anything", async () => {
+    let calls = 0;
+    const evaluate = async () => {
+      calls++;
+      return [];
+    };
+    await expect(tune(trace, { budget: 0 }, evaluate)).rejects.toThrow(/budget/);
+    await expect(tune(trace, { objective: "fast" as never }, evaluate)).rejects.toThrow(/objective/);
+    await expect(tune(trace, { constraints: { min_hit_ratio: Number.NaN } }, evaluate)).rejects.toThrow(/min_hit_ratio/);
+    await expect(tune(trace, { strategy: "grid" as never }, evaluate)).rejects.toThrow(/strategy/);
+    expect(calls).toBe(0);
+  });
+});
