@@ -6,7 +6,7 @@ import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { gunzipSync } from "node:zlib";
 import { DEFAULT_ENGINE, type EngineOptions } from "../simulate/engine.js";
-import { parseTrace, type Trace } from "../simulate/trace.js";
+import { parseTrace, spreadArrivals, type Trace } from "../simulate/trace.js";
 import { multiTurnWorkload } from "../simulate/workload.js";
 
 /**
@@ -85,13 +85,17 @@ export const WORKLOAD_AND_ENGINE_FLAGS = {
   "prefill-ms-per-token": { type: "string" },
   "decode-ms-per-request": { type: "string" },
   "cache-blocks": { type: "string" },
+  "arrival-spread": { type: "boolean" },
 } as const;
 
 /** The help lines of {@link WORKLOAD_AND_ENGINE_FLAGS}, for a command's usage text. */
 export const WORKLOAD_HELP = `  --trace FILE                Mooncake-shaped or native JSON-lines trace (.gz accepted)
   --workload multi-turn       the seeded synthetic multi-turn workload instead
   --seed N, --sessions N      its seed and session count
-  --ranks N                   attention-DP ranks (8)`;
+  --ranks N                   attention-DP ranks (8)
+  --arrival-spread            requests that share a timestamp arrive spread evenly until the
+                              next one, not at once (for traces whose clock ticks coarsely: the
+                              bundled trace's arrivals fall on 3-second ticks)`;
 
 /** The help lines of the serving model's flags. */
 export const ENGINE_HELP = `  --rate-scale X              replay X times faster (1)
@@ -104,7 +108,7 @@ export const ENGINE_HELP = `  --rate-scale X              replay X times faster 
   --cache-blocks N            per-rank true cache capacity in blocks, 0 = unbounded (0)`;
 
 /** The parsed values of {@link WORKLOAD_AND_ENGINE_FLAGS}. */
-export type WorkloadAndEngineValues = { readonly [K in keyof typeof WORKLOAD_AND_ENGINE_FLAGS]?: string };
+export type WorkloadAndEngineValues = { readonly [K in Exclude<keyof typeof WORKLOAD_AND_ENGINE_FLAGS, "arrival-spread">]?: string } & { readonly "arrival-spread"?: boolean };
 
 /** A positive integer. */
 const int = (v: number) => Number.isInteger(v) && v >= 1;
@@ -117,9 +121,10 @@ export function readWorkload(values: WorkloadAndEngineValues): Trace {
   const blockTokens = numberOption(values, "block-tokens", int, "a positive integer") ?? 512;
   if (values.workload !== undefined && values.workload !== "multi-turn") throw new RangeError(`--workload: must be "multi-turn", got ${JSON.stringify(values.workload)}`);
   if (values.workload !== undefined && values.trace !== undefined) throw new RangeError("--workload and --trace: give one or the other");
-  return values.workload === "multi-turn"
+  const trace = values.workload === "multi-turn"
     ? multiTurnWorkload({ seed: numberOption(values, "seed", Number.isInteger, "an integer") ?? 1, sessions: numberOption(values, "sessions", int, "a positive integer") ?? 400 })
     : readTrace(values.trace, blockTokens);
+  return values["arrival-spread"] === true ? spreadArrivals(trace) : trace;
 }
 
 /** The simulated engine the flags describe (absent flags left out: the simulator's defaults). Throws RangeError naming the flag. */

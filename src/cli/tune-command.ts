@@ -133,7 +133,8 @@ function reproduceCommand(values: WorkloadAndEngineValues, file: string): string
   const flags: string[] = [];
   for (const key of Object.keys(WORKLOAD_AND_ENGINE_FLAGS) as (keyof typeof WORKLOAD_AND_ENGINE_FLAGS)[]) {
     const v = values[key];
-    if (v !== undefined) flags.push(`--${key} ${v}`);
+    if (v === true) flags.push(`--${key}`);
+    else if (v !== undefined) flags.push(`--${key} ${v}`);
   }
   return `adp-router simulate --config ${file} --policies config${flags.length > 0 ? " " + flags.join(" ") : ""}`;
 }

@@ -120,3 +120,29 @@ export function parseTrace(text: string, file: string, blockTokens = 512): Trace
 export function optimumHitRatio(trace: Trace): number {
   return optimumHitRatioOfPaths(internPaths(trace.requests));
 }
+
+/**
+ * `trace` with the requests that share an arrival time spread evenly over the
+ * time until the next distinct arrival time (the last group over the median gap),
+ * in their order. For traces whose clock ticks coarsely: the bundled Mooncake
+ * trace's 12,031 requests fall on 1,180 ticks 3 s apart, about ten a tick, which
+ * a replay takes as bursts of simultaneous requests although they arrived over
+ * the tick. Deterministic: no randomness, the same trace gives the same arrivals.
+ */
+export function spreadArrivals(trace: Trace): Trace {
+  const times = [...new Set(trace.requests.map((r) => r.arrivalMs))].sort((a, b) => a - b);
+  const gaps = times.slice(1).map((t, i) => t - times[i]!).sort((a, b) => a - b);
+  const lastGap = gaps.length === 0 ? 0 : gaps[Math.floor(gaps.length / 2)]!;
+  const nextOf = new Map(times.map((t, i) => [t, i + 1 < times.length ? times[i + 1]! : t + lastGap]));
+  const sizeOf = new Map<number, number>();
+  for (const r of trace.requests) sizeOf.set(r.arrivalMs, (sizeOf.get(r.arrivalMs) ?? 0) + 1);
+  const seen = new Map<number, number>();
+  const requests = trace.requests.map((r) => {
+    const k = seen.get(r.arrivalMs) ?? 0;
+    seen.set(r.arrivalMs, k + 1);
+    return { ...r, arrivalMs: r.arrivalMs + ((nextOf.get(r.arrivalMs)! - r.arrivalMs) * k) / sizeOf.get(r.arrivalMs)! };
+  });
+  // Groups may interleave in the input only if it was out of order; keep arrival order (stable).
+  requests.sort((a, b) => a.arrivalMs - b.arrivalMs);
+  return { ...trace, name: `${trace.name} (arrivals spread over their tick)`, requests };
+}
