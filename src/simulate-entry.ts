@@ -7,5 +7,6 @@ export { parseTrace, optimumHitRatio, spreadArrivals, TraceError, type Trace, ty
 export { multiTurnWorkload, type MultiTurnOptions } from "./simulate/workload.js";
 export { DEFAULT_ENGINE, type EngineOptions } from "./simulate/engine.js";
 export { renderReport } from "./simulate/report.js";
+export { tuneReportHtml, paretoFront } from "./simulate/tune-report.js";
 export { tune, inlineEvaluator, evaluateConfig, compareTunePoints, MAX_TUNE_BUDGET, type TuneOptions, type TuneEvaluator } from "./simulate/tune.js";
 export { TUNE_OBJECTIVES, type TuneObjective, type TuneMetrics, type TuneConstraints, type TunePoint, type TunedConfig, type TuneResult } from "./simulate/tune-types.js";
