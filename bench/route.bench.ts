@@ -1,9 +1,15 @@
 // Route cost per request of the KV-cache-aware router, wasm core against plain
-// TypeScript, at 8, 72 and 256 ranks with 256-request batches. Prints one JSON
-// line per measurement (medians over many batches). Run: npm run bench
+// TypeScript, at 8, 72 and 256 ranks with 256-request batches; then the whole
+// public call on batches shaped like real traffic (shared system prompts, token
+// ids, prefixMatches for every rank; prompts from the bundled trace) with the
+// per-rank arrays typed and plain. Prints one JSON line per measurement
+// (medians over many batches). Run: npm run bench:route [-- SECTION], SECTION
+// one of kv_route, realistic, conversation_churn (default: all).
+import { readFileSync } from "node:fs";
+import { gunzipSync } from "node:zlib";
 import { Bench } from "tinybench";
 import { mulberry32 } from "../src/simulate/workload.js";
-import { ConversationMap, createRouter, type RouteRequest } from "../src/index.js";
+import { ConversationMap, createRouter, type RouteInput, type RouteRequest } from "../src/index.js";
 import { RoutingCore } from "../src/core.js";
 import { oracleScoreKvAware, portScoreKvAware, type OracleKvRequest } from "../test/oracle/routing-loops.js";
 
@@ -52,7 +58,12 @@ function report(bench: Bench, fields: Record<string, unknown>): void {
   }
 }
 
-for (const numRanks of [8, 72, 256]) {
+/** The section to run (argv), or all. */
+const only = process.argv[2];
+/** Whether section `name` runs. */
+const runs = (name: string): boolean => only === undefined || only === name;
+
+for (const numRanks of runs("kv_route") ? [8, 72, 256] : []) {
   for (const w of [busy(numRanks), idleTies(numRanks)]) {
     const cap = 4096;
     const router = createRouter({ numRanks, attentionDp: config });
@@ -102,11 +113,137 @@ for (const numRanks of [8, 72, 256]) {
   }
 }
 
+// ---- realistic batches (issue #15) ----------------------------------------------------
+//
+// The whole public call on batches shaped like real traffic, at 72 ranks: token
+// ids as a Uint32Array and prefixMatches for every rank. Each workload runs
+// with prefixMatches as Uint32Arrays ("typed") and as plain number arrays
+// ("plain"); tokens stay Uint32Arrays in both (as an engine passes them).
+
+/** Ranks of the realistic workloads. */
+const REAL_RANKS = 72;
+/** Tokens per cached block (TensorRT-LLM's default tokens_per_block). */
+const BLOCK = 32;
+
+/** One realistic batch: the call as typed arrays, and the same call with plain per-rank arrays. */
+interface RealBatch {
+  typed: RouteInput;
+  plain: RouteInput;
+}
+
+/** `input` with every request's prefixMatches as a plain array. */
+function withPlainMatches(input: RouteInput): RouteInput {
+  return { ...input, requests: input.requests.map((q) => ({ ...q, prefixMatches: Array.from(q.prefixMatches!) })) };
+}
+
+/** Busy ranks with distinct loads (as the busy workload). */
+function busyStates(numRanks: number, rand: () => number): RouteInput["rankStates"] {
+  return Array.from({ length: numRanks }, () => {
+    const c = Math.floor(rand() * 8);
+    return { numActiveRequests: c, numActiveTokens: c * PROMPT + Math.floor(rand() * 1000) };
+  });
+}
+
+/**
+ * 256 requests of `length()` tokens, each opening with one of four shared
+ * 256-token system prompts and going on with its own tokens; prefixMatches
+ * for every rank, about 30% of them non-zero (the system prompt, sometimes a
+ * few blocks more), the rest 0.
+ */
+function sharedPrefix(numRanks: number, seed: number, idle: boolean, length: (rand: () => number) => number, matchShare: number): RealBatch {
+  const rand = mulberry32(seed);
+  const systems = Array.from({ length: 4 }, (_, s) => Uint32Array.from({ length: 256 }, (_, i) => 1000 + s * 7919 + i * 31));
+  const requests = Array.from({ length: BATCH }, (_, i): RouteRequest => {
+    const n = length(rand);
+    const tokens = new Uint32Array(n);
+    tokens.set(systems[Math.floor(rand() * 4)]!);
+    for (let k = 256; k < n; k++) tokens[k] = Math.floor(rand() * 150_000);
+    const prefixMatches = new Uint32Array(numRanks);
+    for (let r = 0; r < numRanks; r++) if (rand() < matchShare) prefixMatches[r] = 256 + BLOCK * Math.floor(rand() < 0.2 ? rand() * 8 : 0);
+    return { id: 7_000_000 + i, tokens, prefixMatches };
+  });
+  const rankStates = idle ? Array.from({ length: numRanks }, () => ({ numActiveRequests: 0, numActiveTokens: 0 })) : busyStates(numRanks, rand);
+  const typed: RouteInput = { rankStates, maxNumActiveRequests: 4096, requests };
+  return { typed, plain: withPlainMatches(typed) };
+}
+
+/** The bundled trace's prompts as block-key lists (hash_ids), in arrival order. */
+function traceBlocks(): number[][] {
+  const text = gunzipSync(readFileSync(new URL("../../traces/mooncake_conversation_trace.jsonl.gz", import.meta.url))).toString("utf8");
+  return text.split("\n").filter((l) => l.trim() !== "").map((l) => (JSON.parse(l) as { hash_ids: number[] }).hash_ids);
+}
+
+/**
+ * Batches of 256 consecutive prompts of the bundled trace, starting at
+ * request 2,048: token ids derived from the hash_ids (512 tokens a block,
+ * equal ids giving equal tokens, so shared prefixes stay shared), and
+ * prefixMatches for every rank from a cache where each of the 2,048 earlier
+ * prompts sits on rank (its index mod numRanks): a rank matches the blocks
+ * of the prompt it holds in a row from the first, capped at the probe
+ * `tokens[:-1]`.
+ */
+function traceBatches(numRanks: number, count: number): RealBatch[] {
+  const prompts = traceBlocks();
+  const WARM = 2048;
+  const held = Array.from({ length: numRanks }, () => new Set<number>());
+  for (let i = 0; i < WARM; i++) for (const h of prompts[i]!) held[i % numRanks]!.add(h);
+  const rand = mulberry32(15);
+  const batches: RealBatch[] = [];
+  for (let b = 0; b < count; b++) {
+    const requests = Array.from({ length: BATCH }, (_, i): RouteRequest => {
+      const blocks = prompts[WARM + b * BATCH + i]!;
+      // The trace gives blocks, not the last block's length: 1–512 tokens, from the seed.
+      const n = (blocks.length - 1) * 512 + 1 + Math.floor(rand() * 512);
+      const tokens = new Uint32Array(n);
+      for (let k = 0; k < n; k++) tokens[k] = (Math.imul(blocks[k >> 9]!, 0x9e3779b1) + (k & 511)) >>> 0;
+      const prefixMatches = new Uint32Array(numRanks);
+      for (let r = 0; r < numRanks; r++) {
+        let m = 0;
+        while (m < blocks.length && held[r]!.has(blocks[m]!)) m++;
+        prefixMatches[r] = Math.min(m * 512, Math.floor((n - 1) / BLOCK) * BLOCK);
+      }
+      return { id: 9_000_000 + b * BATCH + i, tokens, prefixMatches };
+    });
+    const typed: RouteInput = { rankStates: busyStates(numRanks, rand), maxNumActiveRequests: 4096, requests };
+    batches.push({ typed, plain: withPlainMatches(typed) });
+  }
+  return batches;
+}
+
+if (runs("realistic")) {
+  const numRanks = REAL_RANKS;
+  const workloads: { name: string; batches: RealBatch[] }[] = [
+    { name: "shared-prefix", batches: Array.from({ length: 8 }, (_, s) => sharedPrefix(numRanks, 1 + s, false, (rand) => 1000 + Math.floor(rand() * 2001), 0.3)) },
+    // Idle ranks, equal lengths, no cache: every request ties on (score, load) and pays the shuffle.
+    { name: "shared-prefix, all tie", batches: Array.from({ length: 8 }, (_, s) => sharedPrefix(numRanks, 101 + s, true, () => 2000, 0)) },
+    { name: "trace", batches: traceBatches(numRanks, 8) },
+  ];
+  for (const w of workloads) {
+    const router = createRouter({ numRanks, attentionDp: config });
+    for (const b of w.batches) {
+      const placed = router.route(b.typed).assignments.flat().length;
+      const again = router.route(b.plain);
+      if (placed !== BATCH || JSON.stringify(again) !== JSON.stringify(router.route(b.typed))) throw new Error(`${w.name}: batch not fully placed, or typed and plain differ`);
+    }
+    let next = 0;
+    const bench = new Bench({ time: 1000, warmup: true, warmupTime: 200 });
+    bench
+      .add("route() whole public call, typed prefixMatches", () => {
+        router.route(w.batches[next++ % w.batches.length]!.typed);
+      })
+      .add("route() whole public call, plain prefixMatches", () => {
+        router.route(w.batches[next++ % w.batches.length]!.plain);
+      });
+    await bench.run();
+    report(bench, { bench: "kv_route_realistic", workload: w.name, ranks: numRanks, batch: BATCH });
+  }
+}
+
 // Conversation affinity under churn: every request opens a new conversation, so
 // once 65,536 sessions are bound each one evicts the least recent. The map alone
 // is timed against the `Map`-front eviction it replaced (`keys().next()` walks
 // over every entry deleted since the last rehash).
-{
+if (runs("conversation_churn")) {
   const numRanks = 8;
   const router = createRouter({ numRanks, attentionDp: { kv_cache_routing_conversation_affinity: true } });
   const rankStates = Array.from({ length: numRanks }, () => ({ numActiveRequests: 0, numActiveTokens: 0 }));

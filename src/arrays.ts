@@ -18,8 +18,14 @@ const typedLength = Object.getOwnPropertyDescriptor(Object.getPrototypeOf(Uint32
 
 /** `v` itself when it is a genuine Uint32Array whose `length` is its true length, else null. */
 function genuineUint32(v: unknown): Uint32Array | null {
-  if (!(v instanceof Uint32Array) || !ArrayBuffer.isView(v)) return null; // a Proxy is no view
-  return v.length === typedLength.call(v) ? v : null;
+  return trueLength(v) >= 0 ? (v as Uint32Array) : null;
+}
+
+/** The length of `v` when it is a genuine Uint32Array whose `length` is its true length, else -1. */
+function trueLength(v: unknown): number {
+  if (!(v instanceof Uint32Array) || !ArrayBuffer.isView(v)) return -1; // a Proxy is no view
+  const n = typedLength.call(v) as number;
+  return v.length === n ? n : -1;
 }
 
 /** Reads an array-like's `length` once and checks it is a safe non-negative integer at most `max`. */
@@ -60,6 +66,36 @@ export function readTokens(v: unknown, field: string): Uint32Array {
   }
 }
 
+/**
+ * `v` itself when it is a genuine Uint32Array within the token limit, else
+ * null: the common case of {@link readTokens}, which needs no field name
+ * (the caller builds one only to read anything else).
+ */
+export function typedTokens(v: unknown): Uint32Array | null {
+  try {
+    const n = trueLength(v);
+    return n >= 0 && n <= MAX_TOKEN_IDS ? (v as Uint32Array) : null;
+  } catch {
+    return null; // an own `length` getter threw: readTokens reads it again, and names the field
+  }
+}
+
+/**
+ * `v` itself when it is a genuine Uint32Array of exactly `count` elements,
+ * else null (never throws: anything else goes through {@link readCountsInto},
+ * which names the problem).
+ */
+export function typedCounts(v: unknown, count: number): Uint32Array | null {
+  try {
+    return trueLength(v) === count ? (v as Uint32Array) : null;
+  } catch {
+    return null;
+  }
+}
+
+/** The true length of a genuine Uint32Array (0 once its buffer is detached). */
+export const lengthOfTyped = (v: Uint32Array): number => typedLength.call(v) as number;
+
 /** {@link readTokens} without the guard that types what the caller's getters throw. */
 function copyTokens(v: unknown, field: string): Uint32Array {
   const typed = genuineUint32(v);
@@ -88,15 +124,16 @@ function copyTokens(v: unknown, field: string): Uint32Array {
  * once into `out` at `offset`: a Uint32Array is copied whole, anything else
  * element by element as it is checked, into `row` (the caller's, reused: it
  * stays in the CPU cache) and then copied in bulk, which costs half as much
- * as storing each element straight into a batch-sized buffer.
+ * as storing each element straight into a batch-sized buffer. `field` names
+ * the field, called only for a message.
  */
-export function readCountsInto(v: unknown, out: Uint32Array, offset: number, row: Uint32Array, field: string, rule: string): void {
+export function readCountsInto(v: unknown, out: Uint32Array, offset: number, row: Uint32Array, field: () => string, rule: string): void {
   const count = row.length;
-  const typed = genuineUint32(v);
-  const length = typed !== null ? (typedLength.call(typed) as number) : typeof v === "object" && v !== null ? (v as { length?: unknown }).length : undefined;
-  if (length !== count) throw new AdpInputError(field, rule, v);
-  if (typed !== null) {
-    out.set(typed, offset);
+  const typedAs = trueLength(v);
+  const length = typedAs >= 0 ? typedAs : typeof v === "object" && v !== null ? (v as { length?: unknown }).length : undefined;
+  if (length !== count) throw new AdpInputError(field(), rule, v);
+  if (typedAs >= 0) {
+    out.set(v as Uint32Array, offset);
     return;
   }
   // No typeof test per element: `>>> 0` throws for a bigint or a Symbol, and
@@ -114,7 +151,7 @@ export function readCountsInto(v: unknown, out: Uint32Array, offset: number, row
   } catch (error) {
     if (typeof t !== "bigint" && typeof t !== "symbol") throw error; // a getter or trap of the caller's
   }
-  if (i < count) throw new AdpInputError(`${field}[${i}]`, "must be an integer in [0, 2^32)", t);
+  if (i < count) throw new AdpInputError(`${field()}[${i}]`, "must be an integer in [0, 2^32)", t);
   out.set(row, offset);
 }
 

@@ -4,9 +4,12 @@
 // of the caller's objects is read once into a local and checked there; the
 // routers only ever see those copies (see src/arrays.ts).
 
-import { readCountsInto, readSafeKeys, readTokens } from "./arrays.js";
+import { lengthOfTyped, readCountsInto, readSafeKeys, readTokens, typedCounts, typedTokens } from "./arrays.js";
 import { AdpInputError } from "./errors.js";
 import { namespaceKey } from "./namespace.js";
+
+/** The chain seed of requests with neither LoRA id nor cache salt (one shared tuple, not one per request). */
+const NO_NAMESPACE = namespaceKey(null, null);
 
 /** A request id: a safe integer or a bigint, |id| < 2^64 (engine ids are u64). */
 export type RequestId = number | bigint;
@@ -206,21 +209,79 @@ class MatchRows {
   readonly #row: Uint32Array;
   /** Where the rows go. */
   readonly store: RowStore;
+  /** The request whose row is being read (names the field in a message). */
+  #index = 0;
+  /** The field being read, named only when a message needs it. */
+  readonly #field = (): string => fieldOf(this.#index, ".prefixMatches");
+  /** The length rule, built once per batch. */
+  readonly #rule: string;
+  /** Rows given as Uint32Arrays, copied in `finish` (row k at k; null for a row read already). */
+  readonly #typed: (Uint32Array | null)[] = [];
+  /** The request each typed row belongs to. */
+  readonly #typedIndex: number[] = [];
+  /** Whether any row waits in `#typed`. */
+  #pending = false;
   constructor(numRanks: number, store: RowStore) {
     this.#numRanks = numRanks;
     this.#row = new Uint32Array(numRanks);
     this.store = store;
+    this.#rule = `must hold one matched-token count per rank (${numRanks})`;
   }
 
-  /** Reads `v` as the next row; returns its row index. */
-  add(v: unknown, field: string, rule: string): number {
+  /**
+   * Reads `v`, request `index`'s prefixMatches, as the next row; returns its
+   * row index. A Uint32Array of the right length needs no check of its
+   * elements: it is copied with the others in `finish`.
+   */
+  add(v: unknown, index: number): number {
     const numRanks = this.#numRanks;
-    const at = this.count * numRanks;
+    const row = this.count;
+    const typed = typedCounts(v, numRanks);
+    this.#typed[row] = typed;
+    if (typed !== null) {
+      this.#typedIndex[row] = index;
+      this.#pending = true;
+      return this.count++;
+    }
+    const at = row * numRanks;
     // A short view is one too small, or one detached by memory growth: ask again.
-    if (at + numRanks > this.#view.length) this.#view = this.store.matchRows(numRanks, this.count + 1);
-    readCountsInto(v, this.#view, at, this.#row, field, rule);
+    if (at + numRanks > this.#view.length) this.#view = this.store.matchRows(numRanks, row + 1);
+    this.#index = index;
+    readCountsInto(v, this.#view, at, this.#row, this.#field, this.#rule);
     return this.count++;
   }
+
+  /**
+   * Copies the rows given as Uint32Arrays. First a loop of independent loads
+   * touches every cache line of them, so the memory system fetches them all
+   * at once (a caller's arrays are rarely still in the cache, and each lies
+   * apart), then each is copied whole. An array detached since `add` (by a
+   * caller's getter) is refused here, still before any state changes.
+   */
+  finish(): void {
+    if (!this.#pending) return;
+    const numRanks = this.#numRanks;
+    const typed = this.#typed;
+    const rows = this.count;
+    if (rows * numRanks > this.#view.length) this.#view = this.store.matchRows(numRanks, rows);
+    let touched = 0;
+    for (let row = 0; row < rows; row++) {
+      const v = typed[row];
+      if (v === null || v === undefined || lengthOfTyped(v) !== numRanks) continue;
+      for (let k = 0; k < numRanks; k += 16) touched += v[k]!;
+    }
+    this.touched = touched;
+    const view = this.#view;
+    for (let row = 0; row < rows; row++) {
+      const v = typed[row];
+      if (v === null || v === undefined) continue;
+      if (lengthOfTyped(v) !== numRanks) throw new AdpInputError(fieldOf(this.#typedIndex[row]!, ".prefixMatches"), `${this.#rule} (its buffer was detached while the batch was read)`, v);
+      view.set(v, row * numRanks);
+    }
+  }
+
+  /** What the touch loop read (kept so that it is not optimized away). */
+  touched = 0;
 
   /** The rows read, as a view (empty when there are none). */
   view(): Uint32Array {
@@ -228,51 +289,76 @@ class MatchRows {
   }
 }
 
+/**
+ * The path of a request's field in messages (`requests[3].tokens`). Built
+ * only when a check fails: the checks themselves build no strings, since
+ * doing so for every field of every request cost as much as reading them.
+ */
+const fieldOf = (index: number, suffix: string): string => `requests[${index}]${suffix}`;
+
+/** Whether `v` is absent: undefined or null. */
+const absent = (v: unknown): v is undefined | null => v === undefined || v === null;
+
+/** Whether `v` is an optional string field that passes {@link optionalString} as is. */
+const fineString = (v: unknown): boolean => absent(v) || (typeof v === "string" && v.length <= MAX_KEY_LENGTH);
+
 /** Validates one request, reading each of its fields once, and returns its working shape. */
 function normalizeRequest(raw: unknown, index: number, numRanks: number, matches: MatchRows): BatchRequest {
-  const at = `requests[${index}]`;
-  if (!isRecord(raw)) throw new AdpInputError(at, "must be an object", raw);
+  if (!isRecord(raw)) throw new AdpInputError(fieldOf(index, ""), "must be an object", raw);
   const {
     id, tokens: rawTokens, numTokens: rawCount, schedulingParams: params, attentionDpRank, attentionDpRelax: relaxRaw,
     subagentAffinityId, conversationId, loraTaskId: lora, cacheSalt: rawSalt, prefixMatches: rawMatches, blockKeys: rawKeys,
   } = raw;
-  const [idLo, idHi] = idWords(id, `${at}.id`);
-  const tokens = rawTokens === undefined || rawTokens === null ? null : readTokens(rawTokens, `${at}.tokens`);
+  // The id's two 32-bit words (CPython's seed key), without a tuple per request.
+  let idLo: number;
+  let idHi: number;
+  if (typeof id === "number" && Number.isSafeInteger(id)) {
+    // Not `a % 2^32`: a double remainder is a call into the runtime.
+    const a = Math.abs(id);
+    idHi = a < TWO_32 ? 0 : Math.floor(a / TWO_32);
+    idLo = a - idHi * TWO_32;
+  } else {
+    [idLo, idHi] = idWords(id, fieldOf(index, ".id"));
+  }
+  const tokens = absent(rawTokens) ? null : (typedTokens(rawTokens) ?? readTokens(rawTokens, fieldOf(index, ".tokens")));
   let numTokens: number;
   if (rawCount !== undefined) {
     if (!isCount(rawCount, MAX_PROMPT_TOKENS)) {
-      throw new AdpInputError(`${at}.numTokens`, `must be an integer in [0, ${MAX_PROMPT_TOKENS}]`, rawCount);
+      throw new AdpInputError(fieldOf(index, ".numTokens"), `must be an integer in [0, ${MAX_PROMPT_TOKENS}]`, rawCount);
     }
     numTokens = rawCount;
   } else if (tokens !== null) {
     numTokens = tokens.length;
   } else {
-    throw new AdpInputError(at, "must carry tokens or numTokens", raw);
+    throw new AdpInputError(fieldOf(index, ""), "must carry tokens or numTokens", raw);
   }
-  if (params !== undefined && typeof params !== "boolean") throw new AdpInputError(`${at}.schedulingParams`, "must be a boolean", params);
+  if (params !== undefined && typeof params !== "boolean") throw new AdpInputError(fieldOf(index, ".schedulingParams"), "must be a boolean", params);
   const hasParams = params !== false;
   if (!hasParams) {
     const scheduling = { attentionDpRank, attentionDpRelax: relaxRaw, subagentAffinityId };
     for (const [k, v] of Object.entries(scheduling)) {
-      if (v !== undefined && v !== null) {
-        throw new AdpInputError(`${at}.${k}`, "cannot be set when schedulingParams is false (it lives in SchedulingParams)", v);
+      if (!absent(v)) {
+        throw new AdpInputError(fieldOf(index, `.${k}`), "cannot be set when schedulingParams is false (it lives in SchedulingParams)", v);
       }
     }
   }
-  const rank = attentionDpRank === undefined || attentionDpRank === null ? null : checkRank(attentionDpRank, numRanks, `${at}.attentionDpRank`);
-  if (relaxRaw !== undefined && typeof relaxRaw !== "boolean") throw new AdpInputError(`${at}.attentionDpRelax`, "must be a boolean", relaxRaw);
-  const subagent = optionalString(subagentAffinityId, `${at}.subagentAffinityId`);
-  const conversation = optionalString(conversationId, `${at}.conversationId`);
-  if (conversation === "") throw new AdpInputError(`${at}.conversationId`, "must be non-empty (omit it or pass null for none)", conversation);
-  if (lora !== undefined && lora !== null && !(typeof lora === "number" && Number.isSafeInteger(lora))) {
-    throw new AdpInputError(`${at}.loraTaskId`, "must be a safe integer", lora);
+  let rank: number | null = null;
+  if (!absent(attentionDpRank)) {
+    rank = typeof attentionDpRank === "number" && Number.isInteger(attentionDpRank) && attentionDpRank >= 0 && attentionDpRank < numRanks
+      ? attentionDpRank
+      : checkRank(attentionDpRank, numRanks, fieldOf(index, ".attentionDpRank"));
   }
-  const matchesRow = rawMatches === undefined || rawMatches === null
-    ? -1
-    : matches.add(rawMatches, `${at}.prefixMatches`, `must hold one matched-token count per rank (${numRanks})`);
+  if (relaxRaw !== undefined && typeof relaxRaw !== "boolean") throw new AdpInputError(fieldOf(index, ".attentionDpRelax"), "must be a boolean", relaxRaw);
+  const subagent = fineString(subagentAffinityId) ? ((subagentAffinityId ?? null) as string | null) : optionalString(subagentAffinityId, fieldOf(index, ".subagentAffinityId"));
+  const conversation = fineString(conversationId) ? ((conversationId ?? null) as string | null) : optionalString(conversationId, fieldOf(index, ".conversationId"));
+  if (conversation === "") throw new AdpInputError(fieldOf(index, ".conversationId"), "must be non-empty (omit it or pass null for none)", conversation);
+  if (!absent(lora) && !(typeof lora === "number" && Number.isSafeInteger(lora))) {
+    throw new AdpInputError(fieldOf(index, ".loraTaskId"), "must be a safe integer", lora);
+  }
+  const matchesRow = absent(rawMatches) ? -1 : matches.add(rawMatches, index);
   const loraTaskId = typeof lora === "number" ? lora : null;
-  const cacheSalt = optionalString(rawSalt, `${at}.cacheSalt`);
-  const blockKeys = rawKeys === undefined || rawKeys === null ? null : readSafeKeys(rawKeys, `${at}.blockKeys`);
+  const cacheSalt = fineString(rawSalt) ? ((rawSalt ?? null) as string | null) : optionalString(rawSalt, fieldOf(index, ".cacheSalt"));
+  const blockKeys = absent(rawKeys) ? null : readSafeKeys(rawKeys, fieldOf(index, ".blockKeys"));
   return {
     index,
     id: id as RequestId,
@@ -286,15 +372,96 @@ function normalizeRequest(raw: unknown, index: number, numRanks: number, matches
     conversationKey: subagent !== null && subagent !== "" ? subagent : conversation,
     loraTaskId,
     cacheSalt,
-    namespace: namespaceKey(loraTaskId, cacheSalt),
+    namespace: loraTaskId === null && cacheSalt === null ? NO_NAMESPACE : namespaceKey(loraTaskId, cacheSalt),
     matchesRow,
     blockKeys,
   };
 }
 
-/** Canonical form of an id for duplicate detection (5 and 5n are the same id). */
-const idKey = (id: RequestId): number | bigint =>
-  typeof id === "bigint" && id >= BigInt(Number.MIN_SAFE_INTEGER) && id <= BigInt(Number.MAX_SAFE_INTEGER) ? Number(id) : id;
+/**
+ * The ids seen in one batch, for duplicate detection: an open-addressing
+ * table keyed by an id's value (|id| as two u32 words and its sign, so 5 and
+ * 5n are the same id, 5 and -5 are not), reused between batches. A slot is
+ * in use when its stamp is the batch's, so nothing is cleared per batch; a
+ * `Set` of the ids cost a fifth of validating a request.
+ */
+class IdTable {
+  /** Per slot: the low word of |id|. */
+  #lo = new Uint32Array(16);
+  /** Per slot: the high word of |id|. */
+  #hi = new Uint32Array(16);
+  /** Per slot: the batch stamp when in use, the sign in bit 0 (stamp · 2 + sign). */
+  #stamp = new Uint32Array(16);
+  /** Slots - 1 (slots are a power of two). */
+  #mask = 15;
+  /** The current batch's stamp (from 1). */
+  #batch = 0;
+  /** Ids added in this batch. */
+  #count = 0;
+
+  /**
+   * Starts a batch. The table grows as ids arrive (at most half full), not
+   * from the batch's length: a caller's array may claim any length.
+   */
+  begin(): void {
+    this.#count = 0;
+    // Stamps are 31-bit batch numbers (times two, plus the sign): start over before they wrap.
+    if (++this.#batch >= 2 ** 31) {
+      this.#stamp.fill(0);
+      this.#batch = 1;
+    }
+  }
+
+  /** Adds the id of words (`lo`, `hi`) and sign `negative`; false when the batch already holds it. */
+  add(lo: number, hi: number, negative: boolean): boolean {
+    if (2 * (this.#count + 1) > this.#stamp.length) this.#grow();
+    const tag = (this.#batch * 2 + (negative ? 1 : 0)) >>> 0;
+    const mask = this.#mask;
+    let h = this.#slot(lo, hi, negative);
+    for (;;) {
+      const t = this.#stamp[h]!;
+      if (t >>> 1 !== this.#batch) {
+        this.#stamp[h] = tag;
+        this.#lo[h] = lo;
+        this.#hi[h] = hi;
+        this.#count++;
+        return true;
+      }
+      if (t === tag && this.#lo[h] === lo && this.#hi[h] === hi) return false;
+      h = (h + 1) & mask;
+    }
+  }
+
+  /** The home slot of an id. */
+  #slot(lo: number, hi: number, negative: boolean): number {
+    const h = Math.imul(lo ^ Math.imul(hi ^ (negative ? 0x5bd1e995 : 0), 0x85ebca6b), 0x9e3779b1);
+    return (h ^ (h >>> 15)) & this.#mask;
+  }
+
+  /** Doubles the table, keeping this batch's ids. */
+  #grow(): void {
+    const lo = this.#lo;
+    const hi = this.#hi;
+    const stamp = this.#stamp;
+    const size = 2 * stamp.length;
+    this.#lo = new Uint32Array(size);
+    this.#hi = new Uint32Array(size);
+    this.#stamp = new Uint32Array(size);
+    this.#mask = size - 1;
+    for (let i = 0; i < stamp.length; i++) {
+      const t = stamp[i]!;
+      if (t >>> 1 !== this.#batch) continue;
+      let h = this.#slot(lo[i]!, hi[i]!, (t & 1) === 1);
+      while (this.#stamp[h] !== 0) h = (h + 1) & this.#mask;
+      this.#stamp[h] = t;
+      this.#lo[h] = lo[i]!;
+      this.#hi[h] = hi[i]!;
+    }
+  }
+}
+
+/** The table batches borrow; a batch read while another is (from a caller's getter) takes a fresh one. */
+let idTable: IdTable | null = new IdTable();
 
 /**
  * Validates one `route()` call for `numRanks` ranks, reading caller
@@ -335,13 +502,18 @@ function readBatch(input: unknown, numRanks: number, matches: MatchRows): Batch 
   const numRequests = requests.length;
   if (numRequests > MAX_COUNT) throw new AdpInputError("requests", `must hold at most ${MAX_COUNT} requests`, numRequests);
   const out: BatchRequest[] = new Array(numRequests);
-  const seen = new Set<number | bigint>();
-  for (let i = 0; i < numRequests; i++) {
-    const req = normalizeRequest(requests[i], i, numRanks, matches);
-    const key = idKey(req.id);
-    if (seen.has(key)) throw new AdpInputError(`requests[${i}].id`, "must be unique within the batch", req.id);
-    seen.add(key);
-    out[i] = req;
+  const seen = idTable ?? new IdTable();
+  idTable = null;
+  try {
+    seen.begin();
+    for (let i = 0; i < numRequests; i++) {
+      const req = normalizeRequest(requests[i], i, numRanks, matches);
+      if (!seen.add(req.idLo, req.idHi, req.id < 0)) throw new AdpInputError(`requests[${i}].id`, "must be unique within the batch", req.id);
+      out[i] = req;
+    }
+  } finally {
+    idTable = seen;
   }
+  matches.finish();
   return { counts, tokens, cap: maxNumActiveRequests, prefixMatches: matches.view(), matchRows: matches.count, matchesStore: matches.store, requests: out };
 }

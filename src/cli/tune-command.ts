@@ -27,8 +27,8 @@ engine flags reproduces the figures it reports.
 
 ${WORKLOAD_HELP}
 ${ENGINE_HELP}
-  --objective NAME            what to optimise: ${TUNE_OBJECTIVES.join(", ")} (ttft_p90);
-                              hit_ratio is maximised, the others minimised
+  --objective NAME            what to optimise (ttft_p90): ttft_p50, ttft_p90, ttft_p99,
+                              prefill_imbalance (all minimised) or hit_ratio (maximised)
   --max-prefill-imbalance X   only recommend configs whose prefill max/mean is at most X
   --min-hit-ratio X           only recommend configs whose prefix hit ratio is at least X
   --budget N                  simulations to run at most, the baseline included (64)

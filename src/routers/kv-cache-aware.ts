@@ -7,29 +7,9 @@ import type { Batch, BatchRequest } from "../batch.js";
 import type { AttentionDpConfig } from "../config.js";
 import type { RoutingCore } from "../core.js";
 import type { PrefixIndex } from "../prefix-index.js";
+import { FingerprintSort } from "./fingerprint.js";
 import { expectedPerRank, Placements, relaxKeyA, strictFirst } from "./shared.js";
 import type { Decision, RoutingPolicy } from "./types.js";
-
-/** Tokens of the prompt fingerprint that groups similar requests (upstream: 64). */
-const FINGERPRINT_TOKENS = 64;
-
-/**
- * Orders by the first 64 token ids (a proper prefix first), then longer prompts
- * first. A request with block keys and no token ids is fingerprinted by its keys.
- */
-function byFingerprint(a: BatchRequest, b: BatchRequest): number {
-  const ta = a.tokens ?? a.blockKeys;
-  const tb = b.tokens ?? b.blockKeys;
-  const la = Math.min(ta ? ta.length : 0, FINGERPRINT_TOKENS);
-  const lb = Math.min(tb ? tb.length : 0, FINGERPRINT_TOKENS);
-  const common = Math.min(la, lb);
-  for (let i = 0; i < common; i++) {
-    const d = ta![i]! - tb![i]!;
-    if (d !== 0) return d;
-  }
-  if (la !== lb) return la - lb;
-  return (tb ? tb.length : b.numTokens) - (ta ? ta.length : a.numTokens);
-}
 
 /** Full blocks of the probe `tokens[:-1]`: from the token ids, else from the count and block keys. */
 function probeBlocks(req: BatchRequest, tokensPerBlock: number): number {
@@ -48,6 +28,8 @@ export class KvCacheAwareRouter implements RoutingPolicy {
   /** pending[r] = 1 while rank r still awaits its warm-up request. */
   #pending: number[];
   #pendingCount: number;
+  /** Orders the remaining requests by fingerprint (its scratch is kept between batches). */
+  readonly #order = new FingerprintSort();
   /** The index probed for requests without `prefixMatches` (reference §10), or null. */
   prefixIndex: PrefixIndex | null = null;
 
@@ -136,7 +118,7 @@ export class KvCacheAwareRouter implements RoutingPolicy {
       }
     }
 
-    remaining.sort(byFingerprint);
+    this.#order.sort(remaining);
     const expected = expectedPerRank(counts, remaining.length, this.#multiplier, cap);
     if (remaining.length > 0) {
       const records = this.#core.kvViews().requests;
