@@ -39,7 +39,7 @@ for (const objective of objectives) {
       const t0 = performance.now();
       const result = await withPool(trace, (pool) => tune(trace, { objective, strategy, seed, budget }, pool.evaluate));
       seconds += (performance.now() - t0) / 1000;
-      found.push(String(result.best.metrics[objective]));
+      found.push(result.best === null ? "none" : String(result.best.metrics[objective]));
       if (coarse.length === 0) coarse = result.points.filter((p) => p.stage === "coarse");
     }
     console.log(`${objective.padEnd(10)}  ${strategy.padEnd(15)}  ${found.map((f) => f.padStart(9)).join("  ")}  ${(seconds / 3).toFixed(1).padStart(8)}`);

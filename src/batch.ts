@@ -398,12 +398,24 @@ class IdTable {
   #batch = 0;
   /** Ids added in this batch. */
   #count = 0;
+  /** Slots a table keeps whatever its batches (16 K slots: 192 KiB). */
+  static readonly KEEP_SLOTS = 1 << 14;
+
+  /** Back to 16 slots, all free. */
+  #reset(): void {
+    this.#lo = new Uint32Array(16);
+    this.#hi = new Uint32Array(16);
+    this.#stamp = new Uint32Array(16);
+    this.#mask = 15;
+  }
 
   /**
    * Starts a batch. The table grows as ids arrive (at most half full), not
    * from the batch's length: a caller's array may claim any length.
    */
   begin(): void {
+    // A table grown by one huge batch is let go once a batch uses less than a sixteenth of it, so one burst does not hold its memory for good.
+    if (this.#stamp.length > IdTable.KEEP_SLOTS && 16 * this.#count < this.#stamp.length) this.#reset();
     this.#count = 0;
     // Stamps are 31-bit batch numbers (times two, plus the sign): start over before they wrap.
     if (++this.#batch >= 2 ** 31) {

@@ -8,14 +8,14 @@
 
 import { writeFileSync } from "node:fs";
 import { createRequire } from "node:module";
-import { ENGINE_HELP, numberOption, parseCommand, progressBar, readEngine, readWorkload, UsageError, WORKLOAD_AND_ENGINE_FLAGS, WORKLOAD_HELP, type WorkloadAndEngineValues } from "./cli/args.js";
+import { ENGINE_HELP, isCount, isNonNegative, isPositive, numberOption, parseCommand, progressBar, readEngine, readWorkload, UsageError, WORKLOAD_AND_ENGINE_FLAGS, WORKLOAD_HELP, type WorkloadAndEngineValues } from "./cli/args.js";
 import { describeConfigError, readConfigFile, readConfigOption, readInput } from "./cli/config-file.js";
 import { attentionDpConfigSchema, parseAttentionDpConfig, toAttentionDpConfigInput } from "./config.js";
 import { firstDifference, runScenario } from "./conformance.js";
 import { renderReport } from "./simulate/report.js";
 import { MAX_REPLICAS, type SyncMode } from "./simulate/replicas.js";
 import { CONFIG_POLICY, formatTable, POLICIES, simulate, toJson, type IndexUpdates } from "./simulate/run.js";
-import { TraceError, type Trace } from "./simulate/trace.js";
+import { TraceError } from "./simulate/trace.js";
 import { SERVE_USAGE, serveCommand } from "./serve/command.js";
 import { TUNE_USAGE, tuneCommand } from "./cli/tune-command.js";
 import { AttentionDpConfigError } from "./errors.js";
@@ -212,9 +212,7 @@ function simulateCommand(args: string[]): number {
   const values = parsed.values as WorkloadAndEngineValues & {
     [K in "policies" | "config" | "index-updates" | "event-delay" | "event-drop" | "event-seed" | "event-stale" | "replicas" | "sync" | "sync-delay-ms" | "report"]?: string;
   } & { "event-replay"?: boolean; json: boolean };
-  const int = (v: number) => Number.isInteger(v) && v >= 1;
-  const pos = (v: number) => v > 0;
-  const nonNeg = (v: number) => v >= 0;
+  const nonNeg = isNonNegative;
   const engine = readEngine(values);
   const indexUpdates = values["index-updates"] ?? "routing";
   if (indexUpdates !== "routing" && indexUpdates !== "events") throw new RangeError(`--index-updates: must be routing or events, got ${JSON.stringify(indexUpdates)}`);
@@ -227,9 +225,9 @@ function simulateCommand(args: string[]): number {
     eventDropRate: numberOption(values, "event-drop", (v) => v >= 0 && v <= 1, "a number from 0 to 1"),
     eventReplay: values["event-replay"],
     eventSeed: numberOption(values, "event-seed", Number.isSafeInteger, "an integer"),
-    eventStaleMs: numberOption(values, "event-stale", pos, "a positive number of milliseconds"),
+    eventStaleMs: numberOption(values, "event-stale", isPositive, "a positive number of milliseconds"),
   };
-  const replicas = numberOption(values, "replicas", (v) => int(v) && v <= MAX_REPLICAS, `an integer in [1, ${MAX_REPLICAS}]`);
+  const replicas = numberOption(values, "replicas", (v) => isCount(v) && v <= MAX_REPLICAS, `an integer in [1, ${MAX_REPLICAS}]`);
   if (values.sync !== undefined && values.sync !== "stream" && values.sync !== "none") throw new RangeError(`--sync: must be stream or none, got ${JSON.stringify(values.sync)}`);
   // A delay would change nothing without the stream: refuse it rather than ignore it.
   if (values["sync-delay-ms"] !== undefined && values.sync === "none") throw new RangeError("--sync-delay-ms: applies only with --sync stream");
@@ -241,16 +239,7 @@ function simulateCommand(args: string[]): number {
   const config = values.config === undefined ? undefined : readConfigOption(values.config, "--config");
   const policies = values.policies?.split(",").map((p) => p.trim()) ?? (config ? [...POLICIES, CONFIG_POLICY] : undefined);
   if (policies?.includes(CONFIG_POLICY) && config === undefined) throw new RangeError(`--policies: ${CONFIG_POLICY} is the router --config selects: give --config`);
-  let trace: Trace;
-  try {
-    trace = readWorkload(values);
-  } catch (error) {
-    if (error instanceof TraceError) {
-      process.stderr.write(`adp-router simulate: ${error.message}\n`);
-      return 1;
-    }
-    throw error;
-  }
+  const trace = readWorkload(values);
   // simulate() reports requests done of requests × policies (src/simulate/run.ts): one bar for the whole run.
   const onProgress = progressBar(values.json);
   const result = simulate(trace, {
@@ -352,8 +341,13 @@ function main(argv: string[]): number | null {
   }
 }
 
-/** Reports a command line that could not be acted on, in one message without a stack; returns the exit status (2). */
+/** Reports a command that could not be carried out, in one message without a stack; returns the exit status (1 for an unreadable trace, else 2). */
 function reportFailure(command: string | undefined, error: unknown): number {
+  // A trace that cannot be read is bad data, not a bad command line: status 1.
+  if (error instanceof TraceError) {
+    process.stderr.write(`adp-router ${command}: ${error.message}\n`);
+    return 1;
+  }
   if (error instanceof UsageError) {
     process.stderr.write(`adp-router ${command}: ${error.message}\nRun "adp-router ${command} --help" for usage.\n`);
   } else {

@@ -85,6 +85,7 @@ function syntheticResult(): TuneResult {
     baseline: { config: points[0]!.config, metrics: points[0]!.metrics },
     best: { config: best.config, metrics: best.metrics },
     constraints_met: true,
+    infeasible_reason: null,
     evaluated: points.length,
     points,
   };
@@ -206,7 +207,7 @@ describe.skipIf(!hasChromium)("tune --report in Chromium", () => {
       expect(rows.length).toBe(11);
       expect(rows[0]).toMatch(/^1 best/);
       expect(rows[10]).toMatch(/^baseline/);
-      expect(await page.$eval("[data-role=best-yaml]", (e) => e.textContent)).toBe(attentionDpConfigYaml(result.best.config));
+      expect(await page.$eval("[data-role=best-yaml]", (e) => e.textContent)).toBe(attentionDpConfigYaml(result.best!.config));
 
       await expectReadable(page);
       expect(errors).toEqual([]);

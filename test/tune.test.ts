@@ -54,8 +54,8 @@ describe("adp-router tune", () => {
     // Every point distinct, the best among them and no worse than any feasible one.
     expect(new Set(result.points.map((p) => JSON.stringify(p.config))).size).toBe(result.points.length);
     const feasible = result.points.filter((p) => p.feasible);
-    expect(result.best.metrics.ttft_p90).toBe(Math.min(...feasible.map((p) => p.metrics.ttft_p90)));
-    expect(result.best.metrics.ttft_p90).toBeLessThan(result.baseline.metrics.ttft_p90);
+    expect(result.best!.metrics.ttft_p90).toBe(Math.min(...feasible.map((p) => p.metrics.ttft_p90)));
+    expect(result.best!.metrics.ttft_p90).toBeLessThan(result.baseline.metrics.ttft_p90);
     // Router kinds are searched: both tunable routers appear.
     expect(new Set(result.points.map((p) => p.kind))).toEqual(new Set(["default", "kv_cache_aware", "conversation"]));
   });
@@ -67,7 +67,7 @@ describe("adp-router tune", () => {
     const sim = run(["simulate", ...WORKLOAD, "--config", out, "--policies", "config", "--json"]);
     expect(sim.status, sim.stderr).toBe(0);
     const row = (JSON.parse(sim.stdout) as { policies: Parameters<typeof asTuneMetrics>[0][] }).policies[0]!;
-    expect(asTuneMetrics(row)).toEqual(result.best.metrics);
+    expect(asTuneMetrics(row)).toEqual(result.best!.metrics);
     const defaults = run(["simulate", ...WORKLOAD, "--policies", "default", "--json"]);
     expect(asTuneMetrics((JSON.parse(defaults.stdout) as { policies: Parameters<typeof asTuneMetrics>[0][] }).policies[0]!)).toEqual(result.baseline.metrics);
   });
@@ -101,18 +101,26 @@ describe("adp-router tune", () => {
     const bounded = JSON.parse(run(["tune", ...WORKLOAD, "--budget", "16", "--json", "--max-prefill-imbalance", "1.3"]).stdout) as TuneResult;
     expect(bounded.constraints).toEqual({ max_prefill_imbalance: 1.3 });
     expect(bounded.constraints_met).toBe(true);
-    expect(bounded.best.metrics.prefill_imbalance).toBeLessThanOrEqual(1.3);
+    expect(bounded.best!.metrics.prefill_imbalance).toBeLessThanOrEqual(1.3);
     for (const p of bounded.points) expect(p.feasible).toBe(!p.metrics.overloaded && p.metrics.prefill_imbalance <= 1.3);
-    const impossible = run(["tune", ...WORKLOAD, "--budget", "6", "--json", "--min-hit-ratio", "0.99"]);
+    const impossible = run(["tune", ...WORKLOAD, "--budget", "6", "--json", "--min-hit-ratio", "0.99", "--out", path.join(dir, "none.yaml")]);
     expect(impossible.status).toBe(1);
-    expect(impossible.stderr).toContain("no evaluated config met the constraints");
-    expect((JSON.parse(impossible.stdout) as TuneResult).constraints_met).toBe(false);
+    expect(impossible.stderr).toMatch(/no config to recommend: .*min_hit_ratio 0\.99 is above the trace's optimum hit ratio 0\.8\d+/);
+    expect(impossible.stderr).toContain("nothing written to");
+    const none = JSON.parse(impossible.stdout) as TuneResult;
+    expect([none.constraints_met, none.best]).toEqual([false, null]);
+    expect(() => readFileSync(path.join(dir, "none.yaml"))).toThrow(); // no block to paste when nothing qualifies
+    // Every config overloaded: said as such, not as a constraint.
+    const overloaded = run(["tune", ...WORKLOAD, "--budget", "4", "--rate-scale", "2000", "--max-active", "2"]);
+    expect(overloaded.status).toBe(1);
+    expect(overloaded.stdout).toContain("No config to recommend: the simulated engine is overloaded under every config");
+    expect(overloaded.stdout).not.toContain("Paste into");
   });
 
   it("optimises the objective asked for, in its direction", () => {
     const hit = JSON.parse(run(["tune", ...WORKLOAD, "--budget", "10", "--json", "--objective", "hit_ratio"]).stdout) as TuneResult;
     expect(hit.direction).toBe("max");
-    expect(hit.best.metrics.hit_ratio).toBe(Math.max(...hit.points.filter((p) => p.feasible).map((p) => p.metrics.hit_ratio)));
+    expect(hit.best!.metrics.hit_ratio).toBe(Math.max(...hit.points.filter((p) => p.feasible).map((p) => p.metrics.hit_ratio)));
   });
 
   it.each([
@@ -122,6 +130,9 @@ describe("adp-router tune", () => {
     [["--max-prefill-imbalance", "0.5"], "--max-prefill-imbalance: must be a number of at least 1"],
     [["--min-hit-ratio", "2"], "--min-hit-ratio: must be a number from 0 to 1"],
     [["--workers", "0"], "--workers: must be an integer in [1, 256]"],
+    [["--search-seed", "4294967296"], "--search-seed: must be an integer in [0, 4294967295]"],
+    [["--out", path.join(dir, "no-such-folder", "best.yaml")], "--out: cannot write"],
+    [["--report", dir], "is a folder"],
     [["--trace", path.join(dir, "missing.jsonl")], "missing.jsonl"],
     [["--frobnicate"], "Unknown option '--frobnicate'"],
   ])("%j: one clear message, non-zero exit, no stack", (args, message) => {

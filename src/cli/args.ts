@@ -57,7 +57,7 @@ export function readTrace(file: string | undefined, blockTokens: number): Trace 
     return parseTrace(gunzipSync(readFileSync(url)).toString("utf8"), BUNDLED_TRACE, blockTokens);
   }
   const raw = readFileSync(file === "-" ? 0 : file);
-  return parseTrace((file.endsWith(".gz") ? gunzipSync(raw) : raw).toString("utf8"), file, blockTokens);
+  return parseTrace((file.endsWith(".gz") ? gunzipSync(raw) : raw).toString("utf8"), file === "-" ? "<stdin>" : file, blockTokens);
 }
 
 /** A numeric option, checked; undefined when absent. */
@@ -110,35 +110,39 @@ export const ENGINE_HELP = `  --rate-scale X              replay X times faster 
 /** The parsed values of {@link WORKLOAD_AND_ENGINE_FLAGS}. */
 export type WorkloadAndEngineValues = { readonly [K in Exclude<keyof typeof WORKLOAD_AND_ENGINE_FLAGS, "arrival-spread">]?: string } & { readonly "arrival-spread"?: boolean };
 
-/** A positive integer. */
-const int = (v: number) => Number.isInteger(v) && v >= 1;
+/** Whether `v` is a positive integer (a count of something). */
+export const isCount = (v: number) => Number.isInteger(v) && v >= 1;
+/** Whether `v` is above 0. */
+export const isPositive = (v: number) => v > 0;
+/** Whether `v` is 0 or more. */
+export const isNonNegative = (v: number) => v >= 0;
 
 /**
  * The trace the flags name: the bundled one, a file, or the seeded multi-turn
  * workload. Throws RangeError naming the flag, or the trace's TraceError.
  */
 export function readWorkload(values: WorkloadAndEngineValues): Trace {
-  const blockTokens = numberOption(values, "block-tokens", int, "a positive integer") ?? 512;
+  const blockTokens = numberOption(values, "block-tokens", isCount, "a positive integer") ?? 512;
   if (values.workload !== undefined && values.workload !== "multi-turn") throw new RangeError(`--workload: must be "multi-turn", got ${JSON.stringify(values.workload)}`);
   if (values.workload !== undefined && values.trace !== undefined) throw new RangeError("--workload and --trace: give one or the other");
+  // Without the synthetic workload they would change nothing: refuse them rather than ignore them.
+  for (const flag of ["seed", "sessions"] as const) if (values[flag] !== undefined && values.workload === undefined) throw new RangeError(`--${flag}: applies only with --workload multi-turn`);
   const trace = values.workload === "multi-turn"
-    ? multiTurnWorkload({ seed: numberOption(values, "seed", Number.isInteger, "an integer") ?? 1, sessions: numberOption(values, "sessions", int, "a positive integer") ?? 400 })
+    ? multiTurnWorkload({ seed: numberOption(values, "seed", Number.isInteger, "an integer") ?? 1, sessions: numberOption(values, "sessions", isCount, "a positive integer") ?? 400 })
     : readTrace(values.trace, blockTokens);
   return values["arrival-spread"] === true ? spreadArrivals(trace) : trace;
 }
 
 /** The simulated engine the flags describe (absent flags left out: the simulator's defaults). Throws RangeError naming the flag. */
 export function readEngine(values: WorkloadAndEngineValues): Partial<EngineOptions> & { readonly ranks: number } {
-  const pos = (v: number) => v > 0;
-  const nonNeg = (v: number) => v >= 0;
   const engine = {
-    ranks: numberOption(values, "ranks", (v) => int(v) && v <= 4096, "an integer in [1, 4096]") ?? 8,
-    rateScale: numberOption(values, "rate-scale", pos, "a positive number"),
-    maxNumTokens: numberOption(values, "max-num-tokens", int, "a positive integer"),
-    maxNumActiveRequests: numberOption(values, "max-active", int, "a positive integer"),
-    iterationBaseMs: numberOption(values, "iteration-base-ms", nonNeg, "a non-negative number"),
-    prefillMsPerToken: numberOption(values, "prefill-ms-per-token", nonNeg, "a non-negative number"),
-    decodeMsPerRequest: numberOption(values, "decode-ms-per-request", nonNeg, "a non-negative number"),
+    ranks: numberOption(values, "ranks", (v) => isCount(v) && v <= 4096, "an integer in [1, 4096]") ?? 8,
+    rateScale: numberOption(values, "rate-scale", isPositive, "a positive number"),
+    maxNumTokens: numberOption(values, "max-num-tokens", isCount, "a positive integer"),
+    maxNumActiveRequests: numberOption(values, "max-active", isCount, "a positive integer"),
+    iterationBaseMs: numberOption(values, "iteration-base-ms", isNonNegative, "a non-negative number"),
+    prefillMsPerToken: numberOption(values, "prefill-ms-per-token", isNonNegative, "a non-negative number"),
+    decodeMsPerRequest: numberOption(values, "decode-ms-per-request", isNonNegative, "a non-negative number"),
     cacheBlocks: numberOption(values, "cache-blocks", (v) => Number.isInteger(v) && v >= 0, "a non-negative integer"),
   };
   // Left out rather than undefined: the engine's options travel to tune's workers and print in its output.

@@ -3,17 +3,16 @@
 // worker threads, prints the best configs against TensorRT-LLM's defaults and the
 // YAML block to paste, and writes --out, --json and --report.
 
-import { writeFileSync } from "node:fs";
+import { accessSync, constants, statSync, writeFileSync } from "node:fs";
 import { availableParallelism } from "node:os";
-import { stringify } from "yaml";
-import { ENGINE_HELP, numberOption, parseCommand, progressBar, readEngine, readWorkload, WORKLOAD_AND_ENGINE_FLAGS, WORKLOAD_HELP, type WorkloadAndEngineValues } from "./args.js";
+import path from "node:path";
+import { ENGINE_HELP, isCount, numberOption, parseCommand, progressBar, readEngine, readWorkload, WORKLOAD_AND_ENGINE_FLAGS, WORKLOAD_HELP, type WorkloadAndEngineValues } from "./args.js";
 import { parseAttentionDpConfig, type AttentionDpConfigInput } from "../config.js";
 import { routerKindFor } from "../router.js";
-import { TraceError, type Trace } from "../simulate/trace.js";
 import { compareTunePoints, inlineEvaluator, MAX_TUNE_BUDGET, tune, type TuneEvaluator } from "../simulate/tune.js";
 import { TunePool } from "./tune-pool.js";
-import { tuneReportHtml } from "../simulate/tune-report.js";
-import { TUNE_OBJECTIVES, type TuneMetrics, type TuneObjective, type TuneResult } from "../simulate/tune-types.js";
+import { attentionDpConfigYaml, tuneReportHtml } from "../simulate/tune-report.js";
+import { TUNE_OBJECTIVES, type TunedConfig, type TuneMetrics, type TuneObjective, type TuneResult } from "../simulate/tune-types.js";
 
 /** The help text of `adp-router tune`. */
 export const TUNE_USAGE = `Usage: adp-router tune [options]
@@ -69,22 +68,14 @@ export async function tuneCommand(args: string[]): Promise<number> {
   const engine = readEngine(values);
   const objective = (values.objective ?? "ttft_p90") as TuneObjective;
   if (!(TUNE_OBJECTIVES as readonly string[]).includes(objective)) throw new RangeError(`--objective: must be one of ${TUNE_OBJECTIVES.join(", ")}, got ${JSON.stringify(values.objective)}`);
-  const nonNeg = (v: number) => v >= 0;
   const maxImbalance = numberOption(values, "max-prefill-imbalance", (v) => v >= 1, "a number of at least 1 (max/mean is never below 1)");
-  const minHit = numberOption(values, "min-hit-ratio", (v) => nonNeg(v) && v <= 1, "a number from 0 to 1");
-  const budget = numberOption(values, "budget", (v) => Number.isInteger(v) && v >= 1 && v <= MAX_TUNE_BUDGET, `an integer in [1, ${MAX_TUNE_BUDGET}]`) ?? 64;
-  const seed = numberOption(values, "search-seed", Number.isSafeInteger, "an integer") ?? 1;
-  const workers = numberOption(values, "workers", (v) => Number.isInteger(v) && v >= 1 && v <= 256, "an integer in [1, 256]") ?? availableParallelism();
-  let trace: Trace;
-  try {
-    trace = readWorkload(values);
-  } catch (error) {
-    if (error instanceof TraceError) {
-      process.stderr.write(`adp-router tune: ${error.message}\n`);
-      return 1;
-    }
-    throw error;
-  }
+  const minHit = numberOption(values, "min-hit-ratio", (v) => v >= 0 && v <= 1, "a number from 0 to 1");
+  const budget = numberOption(values, "budget", (v) => isCount(v) && v <= MAX_TUNE_BUDGET, `an integer in [1, ${MAX_TUNE_BUDGET}]`) ?? 64;
+  const seed = numberOption(values, "search-seed", (v) => Number.isInteger(v) && v >= 0 && v <= 0xffffffff, "an integer in [0, 4294967295]") ?? 1;
+  const workers = numberOption(values, "workers", (v) => isCount(v) && v <= 256, "an integer in [1, 256]") ?? availableParallelism();
+  // Where the results go is checked before the search, not found unwritable after minutes of it.
+  for (const flag of ["out", "report"] as const) if (values[flag] !== undefined) checkWritable(values[flag]!, `--${flag}`);
+  const trace = readWorkload(values);
 
   const started = Date.now();
   // One worker is this thread: no pool to start, and the same figures (each stage's candidates depend only on earlier stages).
@@ -110,21 +101,52 @@ export async function tuneCommand(args: string[]): Promise<number> {
   }
   const seconds = (Date.now() - started) / 1000;
   const reproduce = reproduceCommand(values, values.out ?? "best.yaml");
-  if (values.out !== undefined) writeFileSync(values.out, bestYaml(result, `adp-router tune ${args.join(" ")}`.trim(), reproduce));
-  if (values.report !== undefined) writeFileSync(values.report, tuneReportHtml(result));
-  if (values.json) {
-    process.stdout.write(JSON.stringify({ ...result, engine }) + "\n");
-  } else {
-    process.stdout.write(formatTune(result, seconds, Math.min(workers, budget), reproduce));
-    if (values.out !== undefined) process.stdout.write(`config written to ${values.out}\n`);
-    if (values.report !== undefined) process.stdout.write(`report written to ${values.report}\n`);
+  // The results first: a file that cannot be written after all loses nothing printed.
+  process.stdout.write(values.json ? JSON.stringify({ ...result, engine }) + "\n" : formatTune(result, seconds, Math.min(workers, budget), reproduce, values.out !== undefined));
+  let status = 0;
+  const write = (flag: string, file: string, text: string, what: string) => {
+    try {
+      writeFileSync(file, text);
+      if (!values.json) process.stdout.write(`${what} written to ${file}\n`);
+    } catch (error) {
+      process.stderr.write(`adp-router tune: ${flag}: cannot write ${file}: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}\n`);
+      status = 1;
+    }
+  };
+  if (values.out !== undefined) {
+    if (result.best !== null) write("--out", values.out, bestYaml(result, result.best, `adp-router tune ${args.map(shellWord).join(" ")}`.trim(), reproduce), "config");
+    else process.stderr.write(`adp-router tune: --out: nothing written to ${values.out}: there is no config to recommend\n`);
   }
-  if (!result.constraints_met) {
-    process.stderr.write("warning: no evaluated config met the constraints; the baseline is shown as the answer (loosen them, or raise --budget)\n");
+  if (values.report !== undefined) write("--report", values.report, tuneReportHtml(result), "report");
+  if (result.best === null) {
+    process.stderr.write(`adp-router tune: no config to recommend: ${result.infeasible_reason}\n`);
     return 1;
   }
-  return 0;
+  return status;
 }
+
+/**
+ * Refuses (RangeError naming the flag) a path the results could not be
+ * written to: a folder, or a file in a folder that does not exist or is not
+ * writable. Nothing is created yet.
+ */
+function checkWritable(file: string, flag: string): void {
+  let stat;
+  try {
+    stat = statSync(file);
+  } catch {
+    stat = null; // not there yet: its folder must be
+  }
+  if (stat?.isDirectory()) throw new RangeError(`${flag}: ${file} is a folder; give a file name`);
+  try {
+    accessSync(stat ? file : path.dirname(path.resolve(file)), constants.W_OK);
+  } catch (error) {
+    throw new RangeError(`${flag}: cannot write ${file}: ${(error as NodeJS.ErrnoException).code === "ENOENT" ? "its folder does not exist" : "not writable"}`);
+  }
+}
+
+/** `word` as one shell word: as it is when it needs no quoting, else in single quotes. */
+const shellWord = (word: string) => (/^[\w@%+=:,./-]+$/.test(word) ? word : `'${word.replace(/'/g, `'\\''`)}'`);
 
 // ── Output ─────────────────────────────────────────────────────────────────
 
@@ -134,9 +156,9 @@ function reproduceCommand(values: WorkloadAndEngineValues, file: string): string
   for (const key of Object.keys(WORKLOAD_AND_ENGINE_FLAGS) as (keyof typeof WORKLOAD_AND_ENGINE_FLAGS)[]) {
     const v = values[key];
     if (v === true) flags.push(`--${key}`);
-    else if (v !== undefined) flags.push(`--${key} ${v}`);
+    else if (typeof v === "string") flags.push(`--${key} ${shellWord(v)}`);
   }
-  return `adp-router simulate --config ${file} --policies config${flags.length > 0 ? " " + flags.join(" ") : ""}`;
+  return `adp-router simulate --config ${shellWord(file)} --policies config${flags.length > 0 ? " " + flags.join(" ") : ""}`;
 }
 
 /** The router settings of a config in a few words, for the table. */
@@ -161,7 +183,7 @@ function row(label: string, config: AttentionDpConfigInput, m: TuneMetrics): str
 const describeObjective = (objective: TuneObjective, v: number) => (objective.startsWith("ttft") ? `${v.toFixed(1)} ms` : v.toFixed(4));
 
 /** The terminal output: the best configs against the defaults, the change, the YAML, what it means. */
-function formatTune(result: TuneResult, seconds: number, workers: number, reproduce: string): string {
+function formatTune(result: TuneResult, seconds: number, workers: number, reproduce: string, saved: boolean): string {
   const better = result.direction === "min" ? "lower" : "higher";
   const sorted = [...result.points].filter((p) => p.feasible).sort(compareTunePoints(result.objective, result.direction));
   const kvDefaults = result.points.find((p) => p.stage === "defaults" && p.kind === "kv_cache_aware");
@@ -181,24 +203,26 @@ function formatTune(result: TuneResult, seconds: number, workers: number, reprod
   const line = (r: string[]) => r.map((cell, c) => (c >= 2 && c <= 6 ? cell.padStart(widths[c]!) : cell.padEnd(widths[c]!))).join("  ").trimEnd();
   const table = [line(rows[0]!), widths.map((w) => "-".repeat(w)).join("  "), ...rows.slice(1).map(line)].join("\n");
   const constraints = Object.entries(result.constraints).map(([k, v]) => `${k} ${v}`).join(", ");
+  const header = `tune: trace ${result.trace}: ${result.requests} requests on ${result.ranks} ranks; objective ${result.objective} (${better} is better)${constraints ? `; constraints ${constraints}` : ""}
+${result.evaluated} simulation${result.evaluated === 1 ? "" : "s"} on ${workers} worker${workers === 1 ? "" : "s"} in ${seconds.toFixed(1)} s
+
+${table}
+`;
+  if (result.best === null) return `${header}\nNo config to recommend: ${result.infeasible_reason}.\n`;
   const b = result.best.metrics[result.objective] as number;
   const base = result.baseline.metrics[result.objective] as number;
   const change = base === 0 ? "" : ` (${b >= base ? "+" : ""}${(((b - base) / base) * 100).toFixed(1)}%)`;
-  return `tune: trace ${result.trace}: ${result.requests} requests on ${result.ranks} ranks; objective ${result.objective} (${better} is better)${constraints ? `; constraints ${constraints}` : ""}
-${result.evaluated} simulations on ${workers} worker${workers === 1 ? "" : "s"} in ${seconds.toFixed(1)} s
-
-${table}
-
+  return `${header}
 ${result.objective}: ${describeObjective(result.objective, b)} with the best config against ${describeObjective(result.objective, base)} with TensorRT-LLM's defaults${change}.
 The simulator is deterministic: running the same command again gives the same figures.
 
 Paste into extra_llm_api_options.yaml:
 
-${indent(stringify({ attention_dp_config: result.best.config }), 2)}
+${indent(attentionDpConfigYaml(result.best.config), 2)}
 What it sets:
 ${explain(result.best.config).map((l) => `  ${l}`).join("\n")}
 
-Reproduce its figures: ${reproduce}
+Reproduce its figures${saved ? "" : " (save the block above as best.yaml, or pass --out)"}: ${reproduce}
 `;
 }
 
@@ -227,11 +251,10 @@ function explain(config: AttentionDpConfigInput): string[] {
 }
 
 /** The --out file: a comment saying where it came from and how to check it, then the block. */
-function bestYaml(result: TuneResult, command: string, reproduce: string): string {
-  const b = result.best.metrics;
+function bestYaml(result: TuneResult, best: TunedConfig, command: string, reproduce: string): string {
   const base = result.baseline.metrics;
   return `# ${command}
-# ${result.objective} ${describeObjective(result.objective, b[result.objective] as number)} (TensorRT-LLM's defaults: ${describeObjective(result.objective, base[result.objective] as number)}) on ${result.trace}, ${result.ranks} ranks.
+# ${result.objective} ${describeObjective(result.objective, best.metrics[result.objective] as number)} (TensorRT-LLM's defaults: ${describeObjective(result.objective, base[result.objective] as number)}) on ${result.trace}, ${result.ranks} ranks.
 # Reproduce: ${reproduce}
-${stringify({ attention_dp_config: result.best.config })}`;
+${attentionDpConfigYaml(best.config)}`;
 }

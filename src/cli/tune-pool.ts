@@ -16,8 +16,9 @@ export interface TuneWorkerData {
   readonly engine: Partial<EngineOptions>;
 }
 
-/** A job sent to a worker, and its answer. */
+/** A job sent to a worker: one config to simulate. */
 export type TuneJob = { readonly job: number; readonly config: AttentionDpConfigInput };
+/** A worker's answer to a {@link TuneJob}: its metrics, or why it could not simulate it. */
 export type TuneAnswer = { readonly job: number; readonly metrics: TuneMetrics } | { readonly job: number; readonly error: string };
 
 /** A pool of tune workers; `evaluate` is a {@link TuneEvaluator}. Close it when done. */
@@ -31,6 +32,8 @@ export class TunePool {
   #nextJob = 0;
   /** Set when a worker died: every later job fails with it. */
   #broken: Error | null = null;
+  /** Set by close(): workers exiting then are expected. */
+  #closing = false;
 
   /** Starts `size` workers from `script` (the built dist/tune-worker.js), each given the trace and engine. */
   constructor(script: URL, size: number, data: TuneWorkerData) {
@@ -38,7 +41,9 @@ export class TunePool {
       const worker = new Worker(script, { workerData: data });
       worker.on("message", (answer: TuneAnswer) => this.#settle(worker, answer));
       worker.on("error", (error) => this.#fail(error));
-      worker.on("exit", (code) => code !== 0 && this.#fail(new Error(`a tune worker exited with status ${code}`)));
+      worker.on("messageerror", (error) => this.#fail(error));
+      // A worker that ends before close(), even with status 0, would leave its job unanswered for good.
+      worker.on("exit", (code) => this.#closing || this.#fail(new Error(`a tune worker exited (status ${code}) while the search needed it`)));
       return worker;
     });
     this.#idle = [...this.#workers];
@@ -49,6 +54,7 @@ export class TunePool {
 
   /** Stops every worker. */
   async close(): Promise<void> {
+    this.#closing = true;
     await Promise.all(this.#workers.map((w) => w.terminate()));
   }
 

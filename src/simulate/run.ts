@@ -191,7 +191,7 @@ export function simulate(trace: Trace, options: SimulateOptions = {}): Simulatio
   const ttftSorted: Record<string, Float64Array> = {};
   for (const policy of policies) {
     if (policy === CONFIG_POLICY && options.config === undefined) throw new AdpInputError("policies", `"${CONFIG_POLICY}" runs the router options.config selects: give config`, policy);
-    if (policy !== CONFIG_POLICY && !(POLICIES as readonly string[]).includes(policy)) throw new Error(`unknown policy "${policy}" (expected one of ${POLICIES.join(", ")}, or ${CONFIG_POLICY} with a config)`);
+    if (policy !== CONFIG_POLICY && !(POLICIES as readonly string[]).includes(policy)) throw new AdpInputError("policies", `must name policies among ${POLICIES.join(", ")} (or ${CONFIG_POLICY}, given a config)`, policy);
   }
   const progress = progressReporter(options.onProgress, requests.length * policies.length);
   for (const [k, policy] of policies.entries()) {

@@ -128,6 +128,8 @@ export function optimumHitRatio(trace: Trace): number {
  * trace's 12,031 requests fall on 1,180 ticks 3 s apart, about ten a tick, which
  * a replay takes as bursts of simultaneous requests although they arrived over
  * the tick. Deterministic: no randomness, the same trace gives the same arrivals.
+ * A trace with one arrival time has no gap to spread over and is returned with
+ * its arrivals as they were.
  */
 export function spreadArrivals(trace: Trace): Trace {
   const times = [...new Set(trace.requests.map((r) => r.arrivalMs))].sort((a, b) => a - b);

@@ -144,8 +144,10 @@ const configKey = (config: AttentionDpConfigInput): string => JSON.stringify(Obj
 /** The baseline (point 0) and the point whose config is the result's best (the best-ranked such, metrics equal). */
 function namedPoints(result: TuneResult, ranked: readonly TunePoint[]): Named {
   const baseline = result.points.find((p) => p.id === 0) ?? null;
-  const bestKey = configKey(result.best.config);
-  const best = ranked.find((p) => configKey(p.config) === bestKey && p.objective === result.best.metrics[result.objective]) ?? ranked.find((p) => configKey(p.config) === bestKey) ?? null;
+  const chosen = result.best;
+  if (chosen === null) return { baseline, best: null };
+  const bestKey = configKey(chosen.config);
+  const best = ranked.find((p) => configKey(p.config) === bestKey && p.objective === chosen.metrics[result.objective]) ?? ranked.find((p) => configKey(p.config) === bestKey) ?? null;
   return { baseline, best };
 }
 
@@ -290,11 +292,12 @@ function summary(result: TuneResult): string {
     result.constraints.min_hit_ratio !== undefined ? `hit ratio at least ${result.constraints.min_hit_ratio}` : "",
   ].filter(Boolean);
   const feasible = result.points.filter((p) => p.feasible).length;
+  const head = `<p>${result.evaluated} configs simulated on ${esc(result.trace)} (${result.requests} requests, ${result.ranks} ranks). Objective: <strong>${esc(NAMES[result.objective])}</strong>, ${betterWords(result.direction)}. Feasible: not overloaded${limits.length ? `, ${esc(limits.join(", "))}` : ""} (${feasible} of ${result.points.length}).</p>`;
+  if (result.best === null) return `${head}\n<p data-role="verdict"><span class="flag">No config to recommend</span>: ${esc(result.infeasible_reason ?? "no evaluated config is feasible")}.</p>`;
   const best = result.best.metrics[result.objective] as number;
   const base = result.baseline.metrics[result.objective] as number;
   const change = base === 0 ? "" : ` (${best >= base ? "+" : "−"}${Math.abs((100 * (best - base)) / base).toFixed(1)}%)`;
-  return `<p>${result.evaluated} configs simulated on ${esc(result.trace)} (${result.requests} requests, ${result.ranks} ranks). Objective: <strong>${esc(NAMES[result.objective])}</strong>, ${betterWords(result.direction)}. Feasible: not overloaded${limits.length ? `, ${esc(limits.join(", "))}` : ""} (${feasible} of ${result.points.length}).</p>
-<p data-role="verdict">${result.constraints_met === false ? '<span class="flag">No evaluated config met the constraints</span>: the recommendation is the baseline. ' : ""}Best ${esc(NAMES[result.objective])}: ${trim(best)} against the baseline's ${trim(base)}${change}.</p>`;
+  return `${head}\n<p data-role="verdict">Best ${esc(NAMES[result.objective])}: ${trim(best)} against the baseline's ${trim(base)}${change}.</p>`;
 }
 
 /** The page's own style on top of the shared one: the table's tags, the plots side by side where they fit. */
@@ -307,9 +310,9 @@ export function tuneReportHtml(result: TuneResult): string {
   const named = namedPoints(result, ranked);
   const body = `<h1>attention_dp_config search on ${esc(result.trace)}</h1>
 ${summary(result)}
-<section><h2>Recommended config</h2>
+${result.best === null ? "" : `<section><h2>Recommended config</h2>
 <p class="caption">The best feasible config, as the block to paste into <code>extra_llm_api_options.yaml</code>.</p>
-<pre data-role="best-yaml">${esc(attentionDpConfigYaml(result.best.config))}</pre></section>
+<pre data-role="best-yaml">${esc(attentionDpConfigYaml(result.best.config))}</pre></section>`}
 <section><h2>Every evaluated config</h2>
 <p class="caption">One marker a simulated config: colour and shape give the router it selects; hollow grey ones broke a constraint or overloaded the engine. Ringed points joined by the dashed steps are the Pareto front of the feasible configs for that pair of axes: none of the others is better on both.</p>
 ${scatterLegend()}

@@ -14,9 +14,11 @@ export type TuneObjective = (typeof TUNE_OBJECTIVES)[number];
 
 /** What one simulation of a config measured (every figure deterministic: no wall-clock timings). */
 export interface TuneMetrics {
-  /** Time to first token, ms. */
+  /** Time to first token, ms: the median request's. */
   readonly ttft_p50: number;
+  /** Time to first token, ms: the 90th percentile. */
   readonly ttft_p90: number;
+  /** Time to first token, ms: the 99th percentile. */
   readonly ttft_p99: number;
   /** Share of prompt blocks found in the rank's cache. */
   readonly hit_ratio: number;
@@ -46,6 +48,7 @@ export interface TunePoint {
   readonly kind: RouterKind;
   /** The search stage that proposed it ("baseline", "coarse", "refine 1", ...). */
   readonly stage: string;
+  /** What its simulation measured. */
   readonly metrics: TuneMetrics;
   /** The objective's value for it. */
   readonly objective: number;
@@ -71,10 +74,12 @@ export interface TuneResult {
   readonly ranks: number;
   /** TensorRT-LLM's defaults (the load-balancing default router). */
   readonly baseline: TunedConfig;
-  /** The best feasible config found (the baseline itself when nothing beat it). */
-  readonly best: TunedConfig;
-  /** Whether `best` meets the constraints (false: no evaluated config did, and `best` is the baseline). */
+  /** The best feasible config found (the baseline itself when nothing beat it); null when no evaluated config is feasible. */
+  readonly best: TunedConfig | null;
+  /** Whether some evaluated config is feasible (false: `best` is null, and `infeasible_reason` says why). */
   readonly constraints_met: boolean;
+  /** Why nothing is feasible (every config overloaded the engine, or which constraint no config met); null when something is. */
+  readonly infeasible_reason: string | null;
   /** Simulations run, the baseline included (never more than the budget). */
   readonly evaluated: number;
   /** Every evaluated config, in evaluation order. */

@@ -16,7 +16,7 @@ import { AdpInputError } from "../errors.js";
 import { routerKindFor } from "../router.js";
 import type { EngineOptions } from "./engine.js";
 import { CONFIG_POLICY, simulate, type PolicyResult } from "./run.js";
-import type { Trace } from "./trace.js";
+import { optimumHitRatio, type Trace } from "./trace.js";
 import { TUNE_OBJECTIVES, type TuneConstraints, type TuneMetrics, type TuneObjective, type TunePoint, type TuneResult } from "./tune-types.js";
 
 /** Scores configs: one metrics object per config, in order. */
@@ -41,7 +41,7 @@ export interface TuneOptions {
    * @default "coarse-to-fine"
    */
   readonly strategy?: "coarse-to-fine" | "random";
-  /** Called after every stage with simulations done and the budget. */
+  /** Called after every stage with simulations done and the budget (and, when the search stops short of the budget, once more with done === total). */
   readonly onProgress?: (done: number, budget: number) => void;
 }
 
@@ -65,9 +65,11 @@ const PLACEMENTS: readonly NewConversationPlacement[] = ["round_robin", "least_q
 // the simulated engine has no disaggregated transfers, so it changes nothing;
 // the balance gate (enable_balance) holds requests the simulator does not model.
 
-/** Ranges searched, as [low, high]. */
+/** Range of the load-balance weight β, searched on a log scale. */
 const WEIGHT_RANGE = [0.05, 20] as const;
+/** Range of the match-rate threshold (above 0.6 the cache hardly ever counts). */
 const THRESHOLD_RANGE = [0, 0.6] as const;
+/** Range of the fair-share multiplier (1 is strict fair share). */
 const MULTIPLIER_RANGE = [1, 4] as const;
 
 /** A KV-cache-aware candidate, as numbers. */
@@ -231,6 +233,21 @@ export function metricsOf(row: PolicyResult): TuneMetrics {
   };
 }
 
+/**
+ * Why no evaluated config is feasible, in a sentence a user can act on: the
+ * engine overloaded under every config, or a constraint no config met (a hit
+ * ratio above what one infinite cache gets is named as unreachable).
+ */
+function infeasibleReason(points: readonly TunePoint[], constraints: TuneConstraints, optimum: number): string {
+  if (points.every((p) => p.metrics.overloaded)) return "the simulated engine is overloaded under every config evaluated: lower the rate (--rate-scale) or add ranks";
+  const parts: string[] = [];
+  const { min_hit_ratio: minHit, max_prefill_imbalance: maxImbalance } = constraints;
+  if (minHit !== undefined && minHit > optimum) parts.push(`min_hit_ratio ${minHit} is above the trace's optimum hit ratio ${optimum.toFixed(4)} (one infinite cache): no router can reach it`);
+  else if (minHit !== undefined) parts.push(`min_hit_ratio ${minHit}: the best evaluated was ${Math.max(...points.map((p) => p.metrics.hit_ratio))}`);
+  if (maxImbalance !== undefined) parts.push(`max_prefill_imbalance ${maxImbalance}: the lowest evaluated was ${Math.min(...points.map((p) => p.metrics.prefill_imbalance))}`);
+  return `no evaluated config met the constraints (${parts.join("; ")}); loosen them, or raise the budget`;
+}
+
 /** Whether `m` meets every constraint and the engine kept up. */
 function feasible(m: TuneMetrics, constraints: TuneConstraints): boolean {
   if (m.overloaded) return false;
@@ -240,12 +257,14 @@ function feasible(m: TuneMetrics, constraints: TuneConstraints): boolean {
 }
 
 /** Every figure in the order ties on the objective are broken, each with its better direction. */
-const TIE_BREAKS: readonly [keyof TuneMetrics, 1 | -1][] = [["ttft_p90", 1], ["ttft_p99", 1], ["ttft_p50", 1], ["hit_ratio", -1], ["prefill_imbalance", 1]];
+const TIE_BREAKS: readonly [keyof TuneMetrics, 1 | -1][] = [["ttft_p90", 1], ["ttft_p99", 1], ["ttft_p50", 1], ["prefill_imbalance", 1], ["requests_imbalance", 1], ["hit_ratio", -1]];
 
 /**
  * Orders points best first: feasible before infeasible, then by the objective,
  * then (the simulator's figures often tie on one percentile) by the other
- * figures in {@link TIE_BREAKS} order, then by evaluation order.
+ * figures in {@link TIE_BREAKS} order, then by evaluation order. Balance comes
+ * before hit ratio: on a light load, a config that puts every request on one
+ * rank can tie on latency and win on reuse, and that is not a config to deploy.
  */
 export function compareTunePoints(objective: TuneObjective, direction: "min" | "max"): (a: TunePoint, b: TunePoint) => number {
   const sign = direction === "min" ? 1 : -1;
@@ -280,7 +299,8 @@ function readTuneOptions(options: TuneOptions) {
   const budget = options.budget ?? 64;
   if (!Number.isInteger(budget) || budget < 1 || budget > MAX_TUNE_BUDGET) throw new AdpInputError("budget", `must be an integer in [1, ${MAX_TUNE_BUDGET}]`, budget);
   const seed = options.seed ?? 1;
-  if (!Number.isSafeInteger(seed)) throw new AdpInputError("seed", "must be an integer", seed);
+  // The generator keeps 32 bits: a wider seed would silently equal another.
+  if (!Number.isInteger(seed) || seed < 0 || seed > 0xffffffff) throw new AdpInputError("seed", "must be an integer in [0, 4294967295]", seed);
   const constraints = options.constraints ?? {};
   for (const key of ["max_prefill_imbalance", "min_hit_ratio"] as const) {
     const v = constraints[key];
@@ -337,6 +357,7 @@ export async function tune(trace: Trace, options: TuneOptions = {}, evaluate: Tu
     const added = await stage(`refine ${round}`, [...candidates, ...coarseSample(perRound, random)], perRound);
     idle = added === 0 ? idle + 1 : 0;
   }
+  if (points.length < budget) options.onProgress?.(points.length, points.length); // stopped early: the end, as a progress callback knows it
   const baseline = points[0]!;
   const best = [...points].sort(order)[0]!;
   return {
@@ -347,8 +368,9 @@ export async function tune(trace: Trace, options: TuneOptions = {}, evaluate: Tu
     requests: trace.requests.length,
     ranks: options.engine?.ranks ?? 8,
     baseline: { config: baseline.config, metrics: baseline.metrics },
-    best: best.feasible ? { config: best.config, metrics: best.metrics } : { config: baseline.config, metrics: baseline.metrics },
+    best: best.feasible ? { config: best.config, metrics: best.metrics } : null,
     constraints_met: best.feasible,
+    infeasible_reason: best.feasible ? null : infeasibleReason(points, constraints, optimumHitRatio(trace)),
     evaluated: points.length,
     points,
   };
