@@ -31,12 +31,14 @@ upstream engines with adp-router (one upstream per rank).
                          NATS JetStream at URL (nats://HOST:PORT)
   --replica-id ID        this replica's name in the cluster (HOST-PID)
   --shutdown-deadline S  seconds to let in-flight requests finish on SIGTERM (30)
-  --allow-unreachable    start even when an upstream cannot be reached (it takes
-                         requests once its health checks pass); without it, an
-                         unreachable upstream is an error (health.on_start: require)
+  --allow-unreachable    start even when an upstream cannot be reached (it starts
+                         unhealthy and takes requests once its health checks
+                         pass); without it, an unreachable upstream is an error
+                         (health.on_start: require)
 
 Endpoints: POST /v1/chat/completions, /v1/completions; GET /v1/models, /health,
-/metrics, /sync/state (with --sync); /admin/upstreams (with auth.admin_api_key_env). Signals: SIGTERM or SIGINT
+/metrics, /sync/state (with --sync); /admin/upstreams (list, add, remove, drain;
+with auth.admin_api_key or admin_api_key_env). Signals: SIGTERM or SIGINT
 finish in-flight requests and exit; SIGHUP rereads --config and moves to its upstreams.
 The default policy routes by prefix (KV-cache aware); session headers pin
 conversations under --policy conversation. Run the installed bin (not through npx,
@@ -104,11 +106,11 @@ export async function serveCommand(args: string[]): Promise<number> {
     if (config.health.onStart === "require") {
       return fail(`${unreachable.length === 1 ? "an upstream cannot" : `${unreachable.length} upstreams cannot`} be reached:\n${list}\nStart ${unreachable.length === 1 ? "it" : "them"} first, or pass --allow-unreachable (health.on_start: warn) to start without ${unreachable.length === 1 ? "it" : "them"}.`, 1);
     }
-    process.stderr.write(`adp-router serve: warning: starting with unreachable upstreams (a request that cannot connect to one is retried on another, and health checks eject it):\n${list}\n`);
+    process.stderr.write(`adp-router serve: warning: starting with unreachable upstreams; they start unhealthy (no request tries them, /health shows them) until ${config.health.healthyThreshold} health check${config.health.healthyThreshold === 1 ? "" : "s"} in a row pass${config.health.healthyThreshold === 1 ? "es" : ""}:\n${list}\n`);
   }
   let gateway;
   try {
-    gateway = await createGateway(config, { tokenizer });
+    gateway = await createGateway(config, { tokenizer, startUnhealthy: unreachable.map((u) => u.index) });
   } catch (error) {
     if (error instanceof GatewayListenError) return fail(error.message, 1);
     throw error;

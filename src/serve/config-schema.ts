@@ -2,18 +2,28 @@
 // adp-router/gateway.schema.json), beside the checks in config.ts that it
 // describes: editors and CI validate a file with it before a gateway starts.
 
+import { attentionDpConfigSchema } from "../config.js";
 import { LEVELS, POLICY_CONFIGS } from "./config.js";
 import { engineLoadSchema, kvEventsSchema } from "./events-config.js";
 import { syncSchema } from "./sync/sync-config.js";
 import { tokenizerSchema } from "./tokenizer-config.js";
 
-/** JSON Schema (draft 2020-12) of the gateway's YAML file, `attention_dp_config` referenced from the library's schema. */
+/** The library's attention_dp_config schema, as a subschema (its own `$schema` stays with the document's root). */
+const { $schema: _drop, ...attentionDp } = attentionDpConfigSchema as Record<string, unknown>;
+
+/**
+ * JSON Schema (draft 2020-12) of the gateway's YAML file, complete in itself:
+ * `attention_dp_config` is the library's schema inlined under `$defs` (every
+ * `$ref` is local), so any standard validator compiles it alone. `upstreams`
+ * is not required: `--upstream` flags can give them.
+ */
 export const gatewayConfigSchema = Object.freeze({
   $schema: "https://json-schema.org/draft/2020-12/schema",
+  $id: "https://unpkg.com/adp-router/dist/gateway.schema.json",
   title: "adp-router serve configuration",
   type: "object",
   additionalProperties: false,
-  required: ["upstreams"],
+  $defs: { attention_dp_config: attentionDp },
   properties: {
     listen: { type: "object", additionalProperties: false, properties: { host: { type: "string", default: "127.0.0.1" }, port: { type: "integer", minimum: 0, maximum: 65535, default: 8000 } } },
     upstreams: {
@@ -40,7 +50,7 @@ export const gatewayConfigSchema = Object.freeze({
       },
     },
     policy: { enum: Object.keys(POLICY_CONFIGS), default: "kv_cache_aware" },
-    attention_dp_config: { $ref: "config.schema.json", description: "TensorRT-LLM's attention_dp_config, as in extra_llm_api_options.yaml" },
+    attention_dp_config: { $ref: "#/$defs/attention_dp_config", description: "TensorRT-LLM's attention_dp_config, as in extra_llm_api_options.yaml" },
     limits: {
       type: "object",
       additionalProperties: false,
@@ -77,9 +87,10 @@ export const gatewayConfigSchema = Object.freeze({
       type: "object",
       additionalProperties: false,
       properties: {
-        api_keys: { type: "array", items: { type: "string", minLength: 8 } },
-        api_keys_env: { type: "string" },
-        admin_api_key_env: { type: "string", description: "Environment variable holding the admin endpoints' key; without it they are off." },
+        api_keys: { type: "array", items: { type: "string", minLength: 1 }, description: "Client bearer keys (any non-empty length; shorter than 16 characters is warned about at start)." },
+        api_keys_env: { type: "string", pattern: "^[A-Za-z_][A-Za-z0-9_]*$", description: "Environment variable holding client keys, comma-separated." },
+        admin_api_key: { type: "string", minLength: 1, description: "The admin endpoints' key (/admin/upstreams); without it (or admin_api_key_env) they are off." },
+        admin_api_key_env: { type: "string", pattern: "^[A-Za-z_][A-Za-z0-9_]*$", description: "Environment variable holding the admin endpoints' key; without it (or admin_api_key) they are off." },
         protect_metrics: { type: "boolean", default: false },
         protect_health: { type: "boolean", default: false },
       },

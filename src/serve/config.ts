@@ -8,11 +8,14 @@
 // `extra_llm_api_options.yaml`, checked by the library's own parser.
 
 import { LineCounter, parseDocument, isMap, isSeq, type Node } from "yaml";
-import { parseAttentionDpConfig, type AttentionDpConfig } from "../config.js";
+import { parseAttentionDpConfig } from "../config.js";
 import { AttentionDpConfigError, describeValue, excerpt } from "../errors.js";
-import { ENGINE_TOKENS_PER_BLOCK, readTokenizerSettings, type TokenizerSettings } from "./tokenizer-config.js";
-import { readEngineLoad, readKvEvents, type EngineLoadConfig, type KvEventsConfig } from "./events-config.js";
-import { readSyncSettings, type SyncConfig } from "./sync/sync-config.js";
+import { ENGINE_TOKENS_PER_BLOCK, readTokenizerSettings } from "./tokenizer-config.js";
+import { readEngineLoad, readKvEvents } from "./events-config.js";
+import { readSyncSettings } from "./sync/sync-config.js";
+import type { UpstreamConfig, GatewayConfig, GatewayFlags, GatewayConfigObject, ConfigIssue } from "./config-types.js";
+
+export type { UpstreamConfig, GatewayConfig, GatewayFlags, GatewayConfigObject, UpstreamObject, ConfigIssue } from "./config-types.js";
 
 /** Routing policies `--policy` names, and the attention_dp_config each starts from. */
 export const POLICY_CONFIGS = Object.freeze({
@@ -22,118 +25,6 @@ export const POLICY_CONFIGS = Object.freeze({
 } as const);
 /** A policy name. */
 export type PolicyName = keyof typeof POLICY_CONFIGS;
-
-/** One upstream engine: a rank of the gateway's router. */
-export interface UpstreamConfig {
-  /** Base URL, `http://` or `https://` (a path, if any, is the base the API paths join). */
-  readonly url: string;
-  /** A short name for logs (defaults to the URL's host). Metrics label upstreams by index. */
-  readonly name: string;
-  /** The API key sent to this upstream as `Authorization: Bearer …` in place of the client's. */
-  readonly apiKey: string | null;
-  /** Whether it is drained: it stays a rank but takes no new requests. */
-  readonly drain: boolean;
-  /** Where its engine publishes its KV-cache events, or null (the gateway learns from its own placements). */
-  readonly kvEvents: KvEventsConfig | null;
-  /** Where its engine's load is scraped, or null (the gateway counts only its own requests). */
-  readonly load: EngineLoadConfig | null;
-}
-
-/** The gateway's whole configuration, checked, with defaults filled. */
-export interface GatewayConfig {
-  readonly listen: { readonly host: string; readonly port: number };
-  readonly upstreams: readonly UpstreamConfig[];
-  /** The routers' configuration (the policy's, overridden by `attention_dp_config`). */
-  readonly attentionDp: AttentionDpConfig;
-  readonly limits: {
-    /** Largest request body accepted (413 past it). */
-    readonly maxBodyBytes: number;
-    /** In-flight requests one upstream takes: the router's `maxNumActiveRequests`. */
-    readonly maxInFlightPerUpstream: number;
-    /** Requests waiting for capacity at most (429 past it). */
-    readonly queueSize: number;
-    /** How long a request waits for capacity before 429. */
-    readonly queueTimeoutMs: number;
-  };
-  readonly timeouts: {
-    /** Receiving a whole request from a client (headers and body). */
-    readonly requestMs: number;
-    /** Connecting to an upstream. */
-    readonly connectMs: number;
-    /** From sending the request to the upstream's response headers (504 past it). */
-    readonly firstByteMs: number;
-    /** Between two chunks of an upstream's response body. */
-    readonly idleMs: number;
-  };
-  readonly health: {
-    /** Path of the upstreams' health endpoint. */
-    readonly path: string;
-    readonly intervalMs: number;
-    readonly timeoutMs: number;
-    /** Consecutive failures (failed checks, failures to connect) that eject an upstream. */
-    readonly unhealthyThreshold: number;
-    /** Consecutive passing checks that re-admit it. */
-    readonly healthyThreshold: number;
-    /**
-     * An upstream that cannot be reached (no TCP connection) when the gateway
-     * starts: "require" refuses to start, naming it; "warn" logs it and starts
-     * (it takes requests once its health checks pass).
-     */
-    readonly onStart: "require" | "warn";
-  };
-  readonly auth: {
-    /** Client API keys (bearer tokens); empty: no client auth. */
-    readonly apiKeys: readonly string[];
-    /** Whether `/metrics` needs a client key too (when keys are set). */
-    readonly protectMetrics: boolean;
-    /** Whether `/health` needs a client key too (when keys are set). */
-    readonly protectHealth: boolean;
-    /** The key of the admin endpoints (`/admin/…`), which are off without one. */
-    readonly adminApiKey: string | null;
-  };
-  readonly logging: {
-    readonly level: "fatal" | "error" | "warn" | "info" | "debug" | "trace" | "silent";
-  };
-  /** How prompts become token ids: UTF-8 bytes, or the engine's tokenizer (tokenizer-config.ts). */
-  readonly tokenizer: TokenizerSettings;
-  /** The NATS server its replicas share one routing state through, or null (a gateway of its own). */
-  readonly sync: SyncConfig | null;
-  readonly routing: {
-    /** Tokens per block of the gateway's prefix index. */
-    readonly tokensPerBlock: number;
-    /** LoRA task ids by model name: a request for such a model routes in its adapter's cache namespace. */
-    readonly loraAdapters: ReadonlyMap<string, number>;
-    /** The prefix index's memory budget. */
-    readonly indexBytes: number;
-  };
-}
-
-/** Command-line settings, which override the file's. */
-export interface GatewayFlags {
-  readonly upstreams?: readonly string[];
-  readonly host?: string;
-  readonly port?: number;
-  readonly policy?: string;
-  readonly logLevel?: string;
-  /** `--tokenizer DIR`: the engine's Hugging Face tokenizer from that folder. */
-  readonly tokenizer?: string;
-  /** `--sync nats://HOST:PORT`: share the routing state with the other replicas there. */
-  readonly sync?: string;
-  /** `--replica-id ID`: this replica's name in the cluster. */
-  readonly replicaId?: string;
-  /** `--allow-unreachable`: health.on_start "warn". */
-  readonly allowUnreachable?: boolean;
-}
-
-/** One problem in a configuration, where it is. */
-export interface ConfigIssue {
-  /** The field, as a path (`upstreams[1].url`). */
-  readonly field: string;
-  /** What is wrong. */
-  readonly message: string;
-  /** `FILE:LINE` or `--flag`, when known. */
-  readonly where: string | null;
-}
 
 /** A configuration that cannot start the gateway; lists every problem. */
 export class GatewayConfigError extends Error {
@@ -157,7 +48,7 @@ const SECTIONS: Record<string, readonly string[]> = {
   limits: ["max_body_bytes", "max_in_flight_per_upstream", "queue_size", "queue_timeout_ms"],
   timeouts: ["request_ms", "connect_ms", "first_byte_ms", "idle_ms"],
   health: ["path", "interval_ms", "timeout_ms", "unhealthy_threshold", "healthy_threshold", "on_start"],
-  auth: ["api_keys", "api_keys_env", "admin_api_key_env", "protect_metrics", "protect_health"],
+  auth: ["api_keys", "api_keys_env", "admin_api_key", "admin_api_key_env", "protect_metrics", "protect_health"],
   logging: ["level"],
   routing: ["tokens_per_block", "index_bytes", "lora_adapters"],
 };
@@ -318,6 +209,50 @@ function locator(file: string, doc: ReturnType<typeof parseDocument>, lines: Lin
   };
 }
 
+/** One upstream entry of the file (a URL, or a mapping), checked; null when it has a problem (recorded in `r`). */
+function readUpstream(r: Reader, entry: unknown, path: (string | number)[], env: Record<string, string | undefined>): UpstreamConfig | null {
+  const u = typeof entry === "string" ? { url: entry } : r.section(entry, path, SECTIONS["upstreams[]"]!);
+  const text = r.str(u.url, [...path, "url"], "");
+  if (!text) {
+    if (u.url === undefined) r.fail([...path, "url"], "is required");
+    return null;
+  }
+  const checked = checkUpstreamUrl(text);
+  if ("why" in checked) {
+    r.fail([...path, "url"], checked.why);
+    return null;
+  }
+  const name = r.str(u.name, [...path, "name"], new URL(checked.url).host);
+  if (u.api_key !== undefined && u.api_key_env !== undefined) r.fail([...path, "api_key"], "set api_key or api_key_env, not both");
+  const apiKey = u.api_key !== undefined ? r.str(u.api_key, [...path, "api_key"], "") || null : r.env(u.api_key_env, [...path, "api_key_env"], env);
+  const kvEvents = readKvEvents(r, u.kv_events, [...path, "kv_events"]);
+  const load = readEngineLoad(r, u.load, [...path, "load"]);
+  return { url: checked.url, name: excerpt(name, 64), apiKey, drain: r.bool(u.drain, [...path, "drain"], false), kvEvents, load };
+}
+
+/**
+ * One upstream entry checked as the file's entries are (what the admin
+ * endpoint adds): its configuration, or a {@link GatewayConfigError} listing
+ * its problems.
+ */
+export function checkUpstreamEntry(entry: unknown, env: Record<string, string | undefined> = process.env): UpstreamConfig {
+  const r = new Reader(() => null);
+  const u = readUpstream(r, entry, ["upstream"], env);
+  if (r.issues.length > 0 || u === null) throw new GatewayConfigError(r.issues.length > 0 ? r.issues : [{ field: "upstream", message: "is not a valid upstream", where: null }]);
+  return u;
+}
+
+/** `config` with its upstreams replaced by `upstreams` (at least one), as a checked configuration (what reload takes). */
+export function withUpstreams(config: GatewayConfig, upstreams: readonly UpstreamConfig[]): GatewayConfig {
+  if (upstreams.length === 0) throw new GatewayConfigError([{ field: "upstreams", message: "at least one upstream is required", where: null }]);
+  const next: GatewayConfig = { ...config, upstreams: [...upstreams] };
+  CHECKED.add(next);
+  return next;
+}
+
+/** Keys shorter than this are accepted, with a warning in the log at start. */
+export const SHORT_KEY = 16;
+
 /** Configurations {@link loadGatewayConfig} checked (what `createGateway` takes). */
 const CHECKED = new WeakSet<object>();
 
@@ -330,6 +265,12 @@ export function isGatewayConfig(v: unknown): v is GatewayConfig {
 export interface LoadOptions {
   /** The YAML text and its file name (for messages); none: flags only. */
   readonly file?: { readonly name: string; readonly text: string };
+  /**
+   * The settings as a plain object shaped like the YAML file (snake_case keys,
+   * `upstreams: ["http://…"]` or `[{ url, name, api_key }]`), checked by the
+   * same rules; in place of `file`.
+   */
+  readonly object?: GatewayConfigObject;
   readonly flags?: GatewayFlags;
   /** Where `*_env` settings are read (process.env by default). */
   readonly env?: Record<string, string | undefined>;
@@ -375,6 +316,10 @@ export function loadGatewayConfig(options: LoadOptions = {}): GatewayConfig {
       raw = value as Record<string, unknown>;
     }
     where = locator(options.file.name, doc, lines);
+  } else if (options.object !== undefined) {
+    const value: unknown = options.object;
+    if (typeof value !== "object" || value === null || Array.isArray(value)) throw new GatewayConfigError([{ field: "(config)", message: `must be an object of settings, got ${describeValue(value)}`, where: null }]);
+    raw = value as Record<string, unknown>;
   }
   const r = new Reader(where);
   const top = r.section(raw, [], SECTIONS[""]!);
@@ -404,24 +349,8 @@ export function loadGatewayConfig(options: LoadOptions = {}): GatewayConfig {
     if (!Array.isArray(top.upstreams)) r.fail(["upstreams"], `must be a list of upstreams, got ${describeValue(top.upstreams)}`);
     else {
       top.upstreams.forEach((entry: unknown, i) => {
-        const path = ["upstreams", i];
-        const u = typeof entry === "string" ? { url: entry } : r.section(entry, path, SECTIONS["upstreams[]"]!);
-        const text = r.str(u.url, [...path, "url"], "");
-        if (!text) {
-          if (u.url === undefined) r.fail([...path, "url"], "is required");
-          return;
-        }
-        const checked = checkUpstreamUrl(text);
-        if ("why" in checked) {
-          r.fail([...path, "url"], checked.why);
-          return;
-        }
-        const name = r.str(u.name, [...path, "name"], new URL(checked.url).host);
-        if (u.api_key !== undefined && u.api_key_env !== undefined) r.fail([...path, "api_key"], "set api_key or api_key_env, not both");
-        const apiKey = u.api_key !== undefined ? r.str(u.api_key, [...path, "api_key"], "") || null : r.env(u.api_key_env, [...path, "api_key_env"], env);
-        const kvEvents = readKvEvents(r, u.kv_events, [...path, "kv_events"]);
-        const load = readEngineLoad(r, u.load, [...path, "load"]);
-        upstreams.push({ url: checked.url, name: excerpt(name, 64), apiKey, drain: r.bool(u.drain, [...path, "drain"], false), kvEvents, load });
+        const u = readUpstream(r, entry, ["upstreams", i], env);
+        if (u !== null) upstreams.push(u);
       });
     }
   }
@@ -457,23 +386,33 @@ export function loadGatewayConfig(options: LoadOptions = {}): GatewayConfig {
   const tokenizer = readTokenizerSettings(r, top.tokenizer, flags.tokenizer);
   const sync = readSyncSettings(r, top.sync, { ...(flags.sync === undefined ? {} : { sync: flags.sync }), ...(flags.replicaId === undefined ? {} : { replicaId: flags.replicaId }) });
 
-  // Keys are trimmed (a client's bearer token is), and short ones refused wherever they come from.
-  const goodKey = (k: unknown): k is string => typeof k === "string" && k.trim().length >= 8;
+  // Keys are trimmed (a client's bearer token is); any non-empty key is taken (short ones are warned about at start).
+  const goodKey = (k: unknown): k is string => typeof k === "string" && k.trim().length > 0;
   const apiKeys: string[] = [];
-  if (auth.api_keys !== undefined) {
-    if (!Array.isArray(auth.api_keys) || !auth.api_keys.every(goodKey)) r.fail(["auth", "api_keys"], "must be a list of keys of at least 8 characters");
+  if (auth.api_keys !== undefined && auth.api_keys !== null) {
+    if (!Array.isArray(auth.api_keys) || !auth.api_keys.every(goodKey)) r.fail(["auth", "api_keys"], "must be a list of non-empty keys");
     else apiKeys.push(...(auth.api_keys as string[]).map((k) => k.trim()));
   }
   const fromEnv = r.env(auth.api_keys_env, ["auth", "api_keys_env"], env);
   if (fromEnv !== null) {
     const keys = fromEnv.split(",").map((k) => k.trim()).filter((k) => k.length > 0);
-    if (!keys.every(goodKey)) r.fail(["auth", "api_keys_env"], "names a variable whose comma-separated keys must each have at least 8 characters");
+    if (keys.length === 0) r.fail(["auth", "api_keys_env"], "names a variable that holds no key (comma-separated keys)");
     else apiKeys.push(...keys);
   }
 
-  // The admin key comes from the environment only (a key in a file ends up in repositories).
-  const adminApiKey = r.env(auth.admin_api_key_env, ["auth", "admin_api_key_env"], env);
-  if (adminApiKey !== null && adminApiKey.trim().length < 16) r.fail(["auth", "admin_api_key_env"], "names a variable whose key must have at least 16 characters");
+  // The admin key, inline or (better: a key in a file ends up in repositories) from the environment.
+  let adminApiKey: string | null = null;
+  if (auth.admin_api_key !== undefined && auth.admin_api_key !== null && auth.admin_api_key_env !== undefined && auth.admin_api_key_env !== null) r.fail(["auth", "admin_api_key"], "set admin_api_key or admin_api_key_env, not both");
+  else if (auth.admin_api_key !== undefined && auth.admin_api_key !== null) {
+    if (!goodKey(auth.admin_api_key)) r.fail(["auth", "admin_api_key"], `must be a non-empty key, got ${describeValue(auth.admin_api_key)}`);
+    else adminApiKey = auth.admin_api_key.trim();
+  } else {
+    const fromAdminEnv = r.env(auth.admin_api_key_env, ["auth", "admin_api_key_env"], env);
+    if (fromAdminEnv !== null) {
+      if (fromAdminEnv.trim() === "") r.fail(["auth", "admin_api_key_env"], "names a variable that holds only spaces");
+      else adminApiKey = fromAdminEnv.trim();
+    }
+  }
 
   const loraAdapters = new Map<string, number>();
   if (routing.lora_adapters !== undefined && routing.lora_adapters !== null) {

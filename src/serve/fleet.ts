@@ -285,9 +285,9 @@ export class Fleet {
         if (response.statusCode < 400) {
           if (u.checkPassed()) log.info({ upstream: u.index, name: u.name }, "upstream healthy again");
           this.#onRoom();
-        } else if (u.fail()) log.warn({ upstream: u.index, name: u.name, status: response.statusCode }, "upstream ejected by its health check");
+        } else if (u.checkFailed()) log.warn({ upstream: u.index, name: u.name, status: response.statusCode }, "upstream ejected by its health check");
       } catch (error) {
-        if (u.fail()) log.warn({ upstream: u.index, name: u.name, reason: (error as { code?: string }).code ?? "error" }, "upstream ejected by its health check");
+        if (u.checkFailed()) log.warn({ upstream: u.index, name: u.name, reason: (error as { code?: string }).code ?? "error" }, "upstream ejected by its health check");
       }
     };
     void check();

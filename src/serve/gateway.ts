@@ -1,17 +1,18 @@
 // The gateway: an OpenAI-compatible HTTP server in front of a fleet of
 // upstream engines, one upstream per rank of an adp-router router. This file
-// is the HTTP side (requests, proxying, errors, admin, health, metrics,
-// listening and shutdown); the fleet (fleet.ts) holds the upstreams and the
+// is the HTTP side (requests, proxying, errors, health, metrics, listening and
+// shutdown; the admin endpoints are admin.ts); the fleet (fleet.ts) holds the upstreams and the
 // router, and the scheduler (scheduler.ts) routes the requests of each
 // event-loop turn as one batch over the upstreams' in-flight loads.
 
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
-import { timingSafeEqual, createHash } from "node:crypto";
 import { pino, type Logger } from "pino";
 import type { Router } from "../router.js";
 import { formatPrometheus } from "../prometheus.js";
 import { excerpt } from "../errors.js";
-import { isGatewayConfig, type GatewayConfig } from "./config.js";
+import { isGatewayConfig, loadGatewayConfig, SHORT_KEY, type GatewayConfig, type GatewayConfigObject } from "./config.js";
+import { adminRoute, bearerIn, digest, type AdminGateway } from "./admin.js";
+import { unreachableUpstreams } from "./reachability.js";
 import { HttpError, readRequest } from "./openai.js";
 import type { Tokenizer } from "./tokenizer.js";
 import { loadTokenizer } from "./tokenizer-config.js";
@@ -37,8 +38,12 @@ export interface Gateway {
   readonly url: string;
   /** The router the gateway routes with (one rank per upstream; a reload that changes the upstreams replaces it). */
   readonly router: Router;
-  /** Moves to `config`'s upstreams without a restart (see Fleet.reload); other settings need one, and are named in `needRestart`. */
-  reload(config: GatewayConfig): FleetChange & { needRestart: string[] };
+  /**
+   * Moves to `config`'s upstreams without a restart (see Fleet.reload); other
+   * settings need one, and are named in `needRestart`. Takes a loaded
+   * configuration or a plain object shaped like the YAML file.
+   */
+  reload(config: GatewayConfig | GatewayConfigObject): FleetChange & { needRestart: string[] };
   /** Prometheus text of the router's and the gateway's metrics. */
   metrics(): string;
   /** Stops accepting, lets in-flight requests finish up to `deadlineMs`, then closes everything. */
@@ -53,6 +58,19 @@ export interface GatewayOptions {
   readonly tokenizer?: Tokenizer;
   /** Where every change to the routing state goes, in order (see routing-state.ts); none by default. */
   readonly stateLog?: StateLog;
+  /**
+   * Indexes of the upstreams that start unhealthy (found unreachable before
+   * starting): they take no request until their health checks pass. Without
+   * it, a configuration with `health.on_start: warn` has the gateway try a
+   * TCP connection to each upstream itself before it listens.
+   */
+  readonly startUnhealthy?: readonly number[];
+  /**
+   * `"batched"` (the default): requests arriving in one event-loop turn are
+   * routed together. `"per-request"`: each is routed as it arrives, alone (no
+   * batch semantics); for measuring what the batching window costs.
+   */
+  readonly placement?: "batched" | "per-request";
 }
 
 /** The listen error of a port in use or not allowed, as one clear message. */
@@ -64,25 +82,41 @@ export class GatewayListenError extends Error {
   }
 }
 
-/** sha256 of a key, so comparisons take constant time whatever the lengths. */
-const digest = (key: string): Buffer => createHash("sha256").update(key).digest();
-
-/** Whether the request's bearer token is one of the keys of `digests` (compared in constant time, against every one). */
-function bearerIn(req: IncomingMessage, digests: readonly Buffer[]): boolean {
-  const match = /^Bearer\s+(.+)$/i.exec(req.headers.authorization ?? "");
-  if (!match) return false;
-  const got = digest(match[1]!.trim());
-  let ok = false;
-  for (const d of digests) ok = timingSafeEqual(got, d) || ok;
-  return ok;
+/** A loaded configuration as is; a plain object checked by loadGatewayConfig's rules (a GatewayConfigError lists its problems). */
+function checked(config: GatewayConfig | GatewayConfigObject): GatewayConfig {
+  if (isGatewayConfig(config)) return config;
+  if (typeof config !== "object" || config === null || Array.isArray(config)) {
+    throw new TypeError("createGateway() takes a configuration object shaped like the YAML file ({ upstreams: [{ url }], listen: { port } }) or one loadGatewayConfig() returned");
+  }
+  // `port` and `host` at the top are taken as the flags of those names (listen.port / listen.host).
+  const { port, host, ...rest } = config as GatewayConfigObject & { port?: unknown; host?: unknown };
+  const flags = { ...(port === undefined ? {} : { port: port as number }), ...(host === undefined ? {} : { host: host as string }) };
+  return loadGatewayConfig({ object: rest, flags });
 }
 
-/** Starts a gateway listening as configured; resolves once it listens. */
-export async function createGateway(config: GatewayConfig, options: GatewayOptions = {}): Promise<Gateway> {
-  if (!isGatewayConfig(config)) {
-    throw new TypeError("createGateway() takes a configuration from loadGatewayConfig({ file, flags }) (which checks it and fills its defaults), not a plain object");
-  }
+/**
+ * Starts a gateway listening as configured; resolves once it listens.
+ * `config` is a plain object shaped like the YAML file (`{ upstreams: [{ url:
+ * "http://…" }], listen: { port: 0 } }`), checked by the same rules as the
+ * file, or a configuration loadGatewayConfig() returned.
+ */
+export async function createGateway(input: GatewayConfig | GatewayConfigObject, options: GatewayOptions = {}): Promise<Gateway> {
+  const config = checked(input);
   const log = options.logger ?? pino({ level: config.logging.level, base: undefined });
+  // Upstreams found unreachable start unhealthy: no request tries them until their checks pass.
+  let startUnhealthy = options.startUnhealthy;
+  if (startUnhealthy === undefined && config.health.onStart === "warn") {
+    const unreachable = await unreachableUpstreams(config.upstreams.map((u) => u.url), Math.min(config.timeouts.connectMs, 5_000));
+    startUnhealthy = unreachable.map((u) => u.index);
+    for (const u of unreachable) log.warn({ upstream: u.index, url: u.url, reason: u.reason }, "upstream unreachable at start: unhealthy until its health checks pass");
+  }
+  // Keys of any length are taken; a short one is guessable: said once, never printed.
+  const shortClientKeys = config.auth.apiKeys.filter((k) => k.length < SHORT_KEY).length;
+  if (shortClientKeys > 0) log.warn({ keys: shortClientKeys, min_recommended: SHORT_KEY }, `${shortClientKeys} client API key${shortClientKeys === 1 ? " is" : "s are"} shorter than ${SHORT_KEY} characters (easier to guess)`);
+  if (config.auth.adminApiKey !== null && config.auth.adminApiKey.length < SHORT_KEY) log.warn({ min_recommended: SHORT_KEY }, `the admin API key is shorter than ${SHORT_KEY} characters (easier to guess)`);
+  if (config.auth.apiKeys.length === 0 && (config.auth.protectMetrics || config.auth.protectHealth)) {
+    log.warn({ protect_metrics: config.auth.protectMetrics, protect_health: config.auth.protectHealth }, "auth.protect_metrics / protect_health are set but no client API keys are (auth.api_keys or api_keys_env): they protect nothing");
+  }
   // The configured tokenizer unless one is given (loading a Hugging Face folder throws a TokenizerLoadError naming the file).
   const tokenizer = options.tokenizer ?? loadTokenizer(config.tokenizer);
   // With `sync:`, shared changes also go to the other replicas (replication.ts).
@@ -90,6 +124,9 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
   const own = options.stateLog ?? null;
   const stateLog: StateLog | null = replication === null ? own : own === null ? replication.stateLog : { append: (e) => (own.append(e), replication.stateLog.append(e)) };
   const fleet: Fleet = new Fleet(config, log, () => scheduler.schedule(), stateLog);
+  for (const i of startUnhealthy ?? []) fleet.upstreams[i]?.startUnhealthy();
+  /** The configuration the upstreams last came from (the start's, then each reload's or admin change's). */
+  let current: GatewayConfig = config;
   replication?.start(fleet.state, () => fleet.upstreams.map((u) => u.url));
   if (tokenizer.name === "utf8-bytes" && config.upstreams.some((u) => u.kvEvents !== null)) {
     // Engine blocks hold the engine's token ids: only token-id prompts can match them through bytes.
@@ -97,8 +134,8 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
   }
   const keyDigests = config.auth.apiKeys.map(digest);
   const adminDigest = config.auth.adminApiKey === null ? null : digest(config.auth.adminApiKey.trim());
-  const counters: GatewayCounters = { requests: new Map(), queued: 0, rejectedFull: 0 };
-  const scheduler = new Scheduler(fleet, config, counters, (error) => log.error({ err: error }, "the router refused a batch"), (ids) => tokenizer.release?.(ids));
+  const counters: GatewayCounters = { requests: new Map(), codes: new Map(), queued: 0, rejectedFull: 0 };
+  const scheduler = new Scheduler(fleet, config, counters, (error) => log.error({ err: error }, "the router refused a batch"), (ids) => tokenizer.release?.(ids), options.placement === "per-request");
   const count = (outcome: string) => counters.requests.set(outcome, (counters.requests.get(outcome) ?? 0) + 1);
 
   /** Set once `close()` has begun. */
@@ -132,18 +169,27 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
     return scheduler.acquire(request, abort).then((p) => ({ upstream: p.upstream, matchedTokens: p.matchedTokens, tokens }));
   }
 
-  /** Proxies a placed request, retrying on another upstream only when it was never sent. */
+  /** Counts a failure of a proxied request on `u` toward its passive ejection, logging the ejection. */
+  function passiveFail(u: Upstream, reason: string): void {
+    if (u.passiveFail()) log.warn({ upstream: u.index, name: u.name, reason }, "upstream ejected: requests failed on it (it takes requests again once its health checks pass, after at least one health interval)");
+  }
+
+  /**
+   * Proxies a placed request, retrying on another upstream only when it was
+   * never sent. Every answer carries `x-adp-upstream` (an error's too: the
+   * last upstream tried).
+   */
   async function proxy(req: IncomingMessage, res: ServerResponse, raw: Buffer, kind: "chat" | "completion", tokens: number, first: Upstream, abort: Hangup): Promise<{ status: number; upstream: number; outcome: string }> {
     const tried = new Set<Upstream>();
-    let u: Upstream | null = first;
-    while (u !== null) {
+    let u: Upstream = first;
+    for (;;) {
       tried.add(u);
       const started = performance.now();
       let released = false;
       const done = () => {
         if (!released) {
           released = true;
-          fleet.release(u!, tokens);
+          fleet.release(u, tokens);
         }
       };
       try {
@@ -155,10 +201,9 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
           hangup: abort,
           onHead: (status, answer) => {
             upstream.firstByte.observe((performance.now() - started) / 1000);
-            // Passive ejection counts only failures to reach the upstream: a 5xx or a
-            // slow answer may be a client's doing (a crafted body), and must not let
-            // any client take the fleet out; the health checks judge those.
-            if (status < 500) upstream.succeed();
+            // Passive ejection: consecutive 5xx answers count like failures to connect; any other answer resets the count.
+            if (status >= 500) passiveFail(upstream, `status ${status}`);
+            else upstream.succeed();
             upstream.countStatus(status);
             const headers: Record<string, string | string[]> = {};
             for (const name in answer) {
@@ -196,9 +241,11 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
           return { status: 499, upstream: u.index, outcome: "client_closed" };
         }
         const code = (error as { code?: string }).code ?? "";
+        const at = { "x-adp-upstream": String(u.index) };
         if (NOT_SENT.has(code)) {
-          u.countStatus("error");
-          if (u.fail()) log.warn({ upstream: u.index, name: u.name, reason: code }, "upstream ejected");
+          const timedOut = code === "UND_ERR_CONNECT_TIMEOUT";
+          u.countStatus(timedOut ? "timeout" : "error");
+          passiveFail(u, code);
           const next = scheduler.leastLoaded(tried);
           if (next !== null) {
             u.retriedAway++;
@@ -214,17 +261,20 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
             u = next;
             continue;
           }
-          throw new HttpError(502, "no upstream could be reached", "server_error", "upstream_unreachable");
+          // Every try failed: the last one's failure is the answer (a connect timeout 504, a refusal 502).
+          if (timedOut) throw new HttpError(504, "the upstream could not be connected to in time", "server_error", "upstream_connect_timeout", at);
+          throw new HttpError(502, "no upstream could be reached", "server_error", "upstream_unreachable", at);
         }
         if (code === "UND_ERR_HEADERS_TIMEOUT") {
           u.countStatus("timeout");
-          throw new HttpError(504, "the upstream did not answer in time", "server_error", "upstream_timeout");
+          throw new HttpError(504, "the upstream did not answer in time", "server_error", "upstream_timeout", at);
         }
+        // The connection broke before an answer (reset, closed): the upstream may have started the request, so no retry.
         u.countStatus("error");
-        throw new HttpError(502, "the upstream failed", "server_error", "upstream_error");
+        passiveFail(u, code || "error");
+        throw new HttpError(502, "the upstream failed", "server_error", "upstream_error", at);
       }
     }
-    throw new HttpError(502, "no upstream could be reached", "server_error", "upstream_unreachable");
   }
 
   // ---- the HTTP server --------------------------------------------------------------------
@@ -238,7 +288,7 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
   async function readBody(req: IncomingMessage): Promise<Buffer> {
     const limit = config.limits.maxBodyBytes;
     const declared = Number(req.headers["content-length"] ?? NaN);
-    if (declared > limit) throw new HttpError(413, `the request body is over ${limit} bytes`);
+    if (declared > limit) throw new HttpError(413, `the request body is over ${limit} bytes`, "invalid_request_error", "payload_too_large");
     // Events, not async iteration: a promise per chunk costs measurably per request.
     return new Promise<Buffer>((resolve, reject) => {
       const chunks: Buffer[] = [];
@@ -253,7 +303,7 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
       };
       const onData = (chunk: Buffer) => {
         size += chunk.length;
-        if (size > limit) finish(new HttpError(413, `the request body is over ${limit} bytes`));
+        if (size > limit) finish(new HttpError(413, `the request body is over ${limit} bytes`, "invalid_request_error", "payload_too_large"));
         else chunks.push(chunk);
       };
       const onEnd = () => finish(null);
@@ -268,55 +318,65 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
     });
   }
 
-  let modelsCache: { at: number; status: number; body: Buffer; type: string } | null = null;
+  let modelsCache: { at: number; status: number; body: Buffer; type: string; upstream: Upstream } | null = null;
 
-  /** `GET /v1/models` from a healthy upstream, reused for a few seconds. */
-  async function models(req: IncomingMessage, res: ServerResponse): Promise<number> {
+  /** `GET /v1/models` from a healthy upstream (the next one when it cannot be reached), reused for a few seconds. */
+  async function models(req: IncomingMessage, res: ServerResponse): Promise<{ status: number; upstream: number }> {
     if (modelsCache !== null && Date.now() - modelsCache.at < MODELS_TTL_MS) {
-      res.writeHead(modelsCache.status, { "content-type": modelsCache.type }).end(modelsCache.body);
-      return modelsCache.status;
+      const from = modelsCache.upstream.index;
+      res.writeHead(modelsCache.status, { "content-type": modelsCache.type, "x-adp-upstream": String(from) }).end(modelsCache.body);
+      return { status: modelsCache.status, upstream: from };
     }
-    const u = fleet.upstreams.find((x) => fleet.available(x)) ?? null;
-    if (u === null) throw new HttpError(503, "no healthy upstream", "server_error", "no_healthy_upstream", { "retry-after": "1" });
-    // The upstream's key; else the client's, when it is meant for the engines (no client keys
-    // here), and then the answer is that client's alone, not cached.
-    const clientAuth = u.apiKey === null && keyDigests.length === 0 ? req.headers.authorization : undefined;
-    try {
-      const response = await u.pool.request({ path: `${u.basePath}/v1/models`, method: "GET", headers: u.apiKey ? { authorization: `Bearer ${u.apiKey}` } : clientAuth ? { authorization: clientAuth } : {} });
-      const body = Buffer.from(await response.body.arrayBuffer());
-      const type = String(response.headers["content-type"] ?? "application/json");
-      if (response.statusCode < 400 && clientAuth === undefined) modelsCache = { at: Date.now(), status: response.statusCode, body, type };
-      res.writeHead(response.statusCode, { "content-type": type, "x-adp-upstream": String(u.index) }).end(body);
-      return response.statusCode;
-    } catch (error) {
-      if (NOT_SENT.has((error as { code?: string }).code ?? "")) u.fail();
-      throw new HttpError(502, "the upstream failed", "server_error", "upstream_error");
+    const candidates = fleet.upstreams.filter((x) => fleet.available(x));
+    if (candidates.length === 0) throw new HttpError(503, "no healthy upstream", "server_error", "no_healthy_upstream", { "retry-after": "1" });
+    for (const [i, u] of candidates.entries()) {
+      // The upstream's key; else the client's, when it is meant for the engines (no client keys
+      // here), and then the answer is that client's alone, not cached.
+      const clientAuth = u.apiKey === null && keyDigests.length === 0 ? req.headers.authorization : undefined;
+      try {
+        const response = await u.pool.request({ path: `${u.basePath}/v1/models`, method: "GET", headers: u.apiKey ? { authorization: `Bearer ${u.apiKey}` } : clientAuth ? { authorization: clientAuth } : {} });
+        const body = Buffer.from(await response.body.arrayBuffer());
+        const type = String(response.headers["content-type"] ?? "application/json");
+        if (response.statusCode < 400 && clientAuth === undefined) modelsCache = { at: Date.now(), status: response.statusCode, body, type, upstream: u };
+        res.writeHead(response.statusCode, { "content-type": type, "x-adp-upstream": String(u.index) }).end(body);
+        return { status: response.statusCode, upstream: u.index };
+      } catch (error) {
+        const code = (error as { code?: string }).code ?? "";
+        if (NOT_SENT.has(code)) {
+          passiveFail(u, code);
+          if (i + 1 < candidates.length) continue; // never reached: ask the next one
+        }
+        throw new HttpError(502, "the upstream failed", "server_error", "upstream_error", { "x-adp-upstream": String(u.index) });
+      }
     }
+    throw new HttpError(503, "no healthy upstream", "server_error", "no_healthy_upstream", { "retry-after": "1" });
   }
 
   /**
-   * The admin endpoints, off (404) unless an admin key is configured:
-   * `GET /admin/upstreams`, `POST /admin/upstreams/{index}/drain` and `/undrain`.
+   * Moves to `next`'s upstreams (SIGHUP, `reload()`, the admin endpoint's
+   * additions and removals: one path, so each is the same fleet change, which
+   * replication also sees); other settings are named when they need a restart.
    */
-  function admin(req: IncomingMessage, res: ServerResponse, path: string): number {
-    if (adminDigest === null) throw new HttpError(404, `no route for ${req.method} ${path.slice(0, 200)}`, "invalid_request_error", "not_found");
-    if (!bearerIn(req, [adminDigest])) throw new HttpError(401, "a valid admin key is required", "invalid_request_error", "invalid_api_key");
-    const list = () => fleet.upstreams.map((u) => ({ index: u.index, name: u.name, url: u.url, healthy: u.healthy, draining: u.draining, in_flight: u.inFlight }));
-    if (path === "/admin/upstreams") {
-      if (req.method !== "GET") throw new HttpError(405, `${path} takes GET`, "invalid_request_error", null, { allow: "GET" });
-      res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ upstreams: list() }));
-      return 200;
+  function reloadFleet(next: GatewayConfig): FleetChange & { needRestart: string[] } {
+    const change = fleet.reload(next);
+    current = next;
+    if (modelsCache !== null && !fleet.upstreams.includes(modelsCache.upstream)) modelsCache = null;
+    const text = (v: unknown) => JSON.stringify(v, (_k, x: unknown) => (x instanceof Map ? [...x] : x));
+    const needRestart: string[] = (Object.keys(config) as (keyof GatewayConfig)[]).filter((k) => k !== "upstreams" && text(next[k]) !== text(config[k]));
+    // An upstream that stays keeps its event source and load scraper as they started.
+    for (const u of next.upstreams) {
+      const kept = fleet.upstreams.find((f) => f.url === u.url);
+      if (kept === undefined) continue;
+      if (text(u.kvEvents) !== text(kept.kvEvents)) needRestart.push(`upstreams[${kept.index}].kv_events`);
+      if (text(u.load) !== text(kept.loadConfig)) needRestart.push(`upstreams[${kept.index}].load`);
     }
-    const drain = /^\/admin\/upstreams\/(\d{1,6})\/(drain|undrain)$/.exec(path);
-    if (drain) {
-      if (req.method !== "POST") throw new HttpError(405, `${path} takes POST`, "invalid_request_error", null, { allow: "POST" });
-      const u = fleet.drain(Number(drain[1]), drain[2] === "drain");
-      if (u === null) throw new HttpError(404, `no upstream ${drain[1]}`, "invalid_request_error", "not_found");
-      res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ upstreams: list() }));
-      return 200;
-    }
-    throw new HttpError(404, `no route for ${req.method} ${path.slice(0, 200)}`, "invalid_request_error", "not_found");
+    if (needRestart.length > 0) log.warn({ settings: needRestart }, "the reloaded configuration changes settings that take effect on a restart");
+    log.info({ added: change.added.length, removed: change.removed.length, kept: change.kept.length, draining: change.draining }, "upstreams reloaded");
+    return { ...change, needRestart };
   }
+
+  /** The admin endpoints' view of this gateway. */
+  const adminGateway: AdminGateway = { fleet, current: () => current, reloadFleet, readBody, log, adminDigest };
 
   /** `/health`: 200 while at least one upstream is healthy. */
   function health(res: ServerResponse): number {
@@ -364,7 +424,7 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
     });
     try {
       if (kind !== null) {
-        if (req.method !== "POST") throw new HttpError(405, `${path} takes POST`, "invalid_request_error", null, { allow: "POST" });
+        if (req.method !== "POST") throw new HttpError(405, `${path} takes POST`, "invalid_request_error", "method_not_allowed", { allow: "POST" });
         if (!authorized(req)) throw new HttpError(401, "a valid API key is required", "invalid_request_error", "invalid_api_key");
         const raw = await readBody(req);
         const placement = await place(kind, raw, req, abort);
@@ -374,22 +434,24 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
         upstream = r.upstream;
         outcome = r.outcome;
       } else if (path.startsWith("/admin/")) {
-        status = admin(req, res, path);
+        status = await adminRoute(adminGateway, req, res, path);
       } else if (path === "/v1/models") {
-        if (req.method !== "GET") throw new HttpError(405, "/v1/models takes GET", "invalid_request_error", null, { allow: "GET" });
+        if (req.method !== "GET") throw new HttpError(405, "/v1/models takes GET", "invalid_request_error", "method_not_allowed", { allow: "GET" });
         if (!authorized(req)) throw new HttpError(401, "a valid API key is required", "invalid_request_error", "invalid_api_key");
-        status = await models(req, res);
+        const m = await models(req, res);
+        status = m.status;
+        upstream = m.upstream;
       } else if (path === "/health") {
-        if (req.method !== "GET") throw new HttpError(405, "/health takes GET", "invalid_request_error", null, { allow: "GET" });
+        if (req.method !== "GET") throw new HttpError(405, "/health takes GET", "invalid_request_error", "method_not_allowed", { allow: "GET" });
         if (config.auth.protectHealth && !authorized(req)) throw new HttpError(401, "a valid API key is required", "invalid_request_error", "invalid_api_key");
         status = health(res);
       } else if (path === "/sync/state" && replication !== null) {
-        if (req.method !== "GET") throw new HttpError(405, "/sync/state takes GET", "invalid_request_error", null, { allow: "GET" });
+        if (req.method !== "GET") throw new HttpError(405, "/sync/state takes GET", "invalid_request_error", "method_not_allowed", { allow: "GET" });
         if (config.auth.protectMetrics && !authorized(req)) throw new HttpError(401, "a valid API key is required", "invalid_request_error", "invalid_api_key");
         res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify(replication.state()));
         status = 200;
       } else if (path === "/metrics") {
-        if (req.method !== "GET") throw new HttpError(405, "/metrics takes GET", "invalid_request_error", null, { allow: "GET" });
+        if (req.method !== "GET") throw new HttpError(405, "/metrics takes GET", "invalid_request_error", "method_not_allowed", { allow: "GET" });
         if (config.auth.protectMetrics && !authorized(req)) throw new HttpError(401, "a valid API key is required", "invalid_request_error", "invalid_api_key");
         res.writeHead(200, { "content-type": "text/plain; version=0.0.4" }).end(metrics());
         status = 200;
@@ -397,14 +459,21 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
         throw new HttpError(404, `no route for ${req.method} ${path.slice(0, 200)}`, "invalid_request_error", "not_found");
       }
     } catch (error) {
-      const e = error instanceof HttpError ? error : new HttpError(500, "internal error", "server_error");
+      const e = error instanceof HttpError ? error : new HttpError(500, "internal error", "server_error", "internal_error");
       if (!(error instanceof HttpError)) log.error({ err: error }, "unexpected error");
       status = e.status;
-      outcome = e.code ?? (e.status === 499 ? "client_closed" : "error");
+      outcome = e.code;
+      // An answer about an upstream (its timeout, its failure) names it, in the log line as in the header.
+      const named = e.headers["x-adp-upstream"];
+      if (upstream === null && named !== undefined) upstream = Number(named);
       if (e.status !== 499) answerError(req, res, e);
     } finally {
-      if (kind !== null) count(outcome);
-      log.info({ method: req.method, path: path.slice(0, 200), status, upstream, outcome, matched_tokens: matched, ms: Math.round((performance.now() - started) * 10) / 10 }, "request");
+      if (kind !== null) {
+        count(outcome);
+        if (status >= 100 && status <= 599) counters.codes.set(status, (counters.codes.get(status) ?? 0) + 1);
+      }
+      const ms = Math.round((performance.now() - started) * 10) / 10;
+      log.info({ method: req.method, path: path.slice(0, 200), status, upstream, outcome, matched_tokens: matched, latency_ms: ms, ms }, "request");
     }
   }
 
@@ -429,7 +498,7 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
   // Expect: 100-continue: a body declared over the limit is refused before the client sends it.
   server.on("checkContinue", (req, res) => {
     if (Number(req.headers["content-length"] ?? 0) > config.limits.maxBodyBytes) {
-      answerError(req, res, new HttpError(413, `the request body is over ${config.limits.maxBodyBytes} bytes`));
+      answerError(req, res, new HttpError(413, `the request body is over ${config.limits.maxBodyBytes} bytes`, "invalid_request_error", "payload_too_large"));
       return;
     }
     res.writeContinue();
@@ -470,22 +539,8 @@ export async function createGateway(config: GatewayConfig, options: GatewayOptio
       return fleet.router;
     },
     metrics,
-    reload(next: GatewayConfig): FleetChange & { needRestart: string[] } {
-      if (!isGatewayConfig(next)) throw new TypeError("reload() takes a configuration from loadGatewayConfig()");
-      const change = fleet.reload(next);
-      const text = (v: unknown) => JSON.stringify(v, (_k, x: unknown) => (x instanceof Map ? [...x] : x));
-      const needRestart: string[] = (Object.keys(config) as (keyof GatewayConfig)[]).filter((k) => k !== "upstreams" && text(next[k]) !== text(config[k]));
-      // An upstream that stays keeps its event source and load scraper as they started.
-      for (const u of next.upstreams) {
-        const kept = fleet.upstreams.find((f) => f.url === u.url);
-        if (kept === undefined) continue;
-        if (text(u.kvEvents) !== text(kept.kvEvents)) needRestart.push(`upstreams[${kept.index}].kv_events`);
-        if (text(u.load) !== text(kept.loadConfig)) needRestart.push(`upstreams[${kept.index}].load`);
-      }
-      if (needRestart.length > 0) log.warn({ settings: needRestart }, "the reloaded configuration changes settings that take effect on a restart");
-
-      log.info({ added: change.added.length, removed: change.removed.length, kept: change.kept.length, draining: change.draining }, "upstreams reloaded");
-      return { ...change, needRestart };
+    reload(next: GatewayConfig | GatewayConfigObject): FleetChange & { needRestart: string[] } {
+      return reloadFleet(checked(next));
     },
     close(deadlineMs = 30_000) {
       closing ??= (async () => {

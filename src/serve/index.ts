@@ -1,13 +1,13 @@
 // `adp-router/serve`: the gateway for embedding. Node only (HTTP server,
 // undici, pino, yaml); the library entry stays dependency-free without it.
 //
-//   import { createGateway, loadGatewayConfig } from "adp-router/serve";
-//   const gateway = await createGateway(loadGatewayConfig({ flags: { upstreams: ["http://127.0.0.1:8001"], port: 0 } }));
+//   import { createGateway } from "adp-router/serve";
+//   const gateway = await createGateway({ upstreams: ["http://127.0.0.1:8001"], listen: { port: 0 } });
 //   console.log(gateway.url);
 //   await gateway.close();
 
 export { createGateway, GatewayListenError, type Gateway, type GatewayOptions } from "./gateway.js";
-export { checkUpstreamUrl, GatewayConfigError, isGatewayConfig, loadGatewayConfig, POLICY_CONFIGS, type ConfigIssue, type GatewayConfig, type GatewayFlags, type LoadOptions, type UpstreamConfig } from "./config.js";
+export { checkUpstreamEntry, checkUpstreamUrl, GatewayConfigError, isGatewayConfig, loadGatewayConfig, POLICY_CONFIGS, type ConfigIssue, type GatewayConfig, type GatewayConfigObject, type GatewayFlags, type LoadOptions, type UpstreamConfig, type UpstreamObject } from "./config.js";
 export { gatewayConfigSchema } from "./config-schema.js";
 export { HttpError, SESSION_HEADERS, SUBAGENT_HEADER, type RoutedRequest } from "./openai.js";
 export { TokenPool, TokenizerRequestError, Utf8ByteTokenizer, type ChatMessage, type RequestFields, type Tokenizer } from "./tokenizer.js";

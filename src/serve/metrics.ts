@@ -1,6 +1,7 @@
 // The gateway's own metrics as Prometheus text, after the router's: per
 // upstream (labelled by its index in the configuration, so label values stay
-// bounded) in-flight requests and tokens, health, responses by status class,
+// bounded) in-flight requests and tokens, health, responses by status class
+// and by exact code,
 // prompt and matched tokens (its prefix hit rate), retries away from it, and
 // latency and time-to-first-byte histograms; for upstreams whose engines
 // publish KV events, each DP rank's stream state (live, gapped, stale), what
@@ -69,6 +70,8 @@ function eventLines(p: string, upstreams: readonly Upstream[], views: EngineView
 export interface GatewayCounters {
   /** Completion requests by outcome (`ok`, `client_closed`, an error code). */
   readonly requests: Map<string, number>;
+  /** Completion requests by the HTTP status the client got (499: it hung up first). */
+  readonly codes: Map<number, number>;
   /** Requests waiting for an upstream now. */
   queued: number;
   /** Requests refused with 429 (queue full or timed out waiting). */
@@ -105,6 +108,8 @@ export function formatGatewayMetrics(upstreams: readonly Upstream[], counters: G
   gauge("upstream_healthy", "1 while the upstream takes requests.", (u) => (u.healthy ? 1 : 0));
   lines.push(`# HELP ${p}upstream_responses_total Upstream responses by status class, and requests that failed there.`, `# TYPE ${p}upstream_responses_total counter`);
   for (const u of upstreams) for (const [status, n] of [...u.byStatus].sort()) lines.push(`${p}upstream_responses_total{upstream="${u.index}",status="${status}"} ${n}`);
+  lines.push(`# HELP ${p}upstream_responses_by_code_total Upstream responses by exact HTTP status code (only the codes seen, 100-599).`, `# TYPE ${p}upstream_responses_by_code_total counter`);
+  for (const u of upstreams) for (const [code, n] of [...u.byCode].sort((a, b) => a[0] - b[0])) lines.push(`${p}upstream_responses_by_code_total{upstream="${u.index}",code="${code}"} ${n}`);
   lines.push(`# HELP ${p}upstream_prompt_tokens_total Prompt tokens of the requests placed on the upstream.`, `# TYPE ${p}upstream_prompt_tokens_total counter`);
   for (const u of upstreams) lines.push(`${p}upstream_prompt_tokens_total{upstream="${u.index}"} ${u.promptTokens}`);
   lines.push(`# HELP ${p}upstream_matched_tokens_total Of those, the tokens its cache view already held (matched / prompt is its prefix hit rate).`, `# TYPE ${p}upstream_matched_tokens_total counter`);
@@ -117,6 +122,8 @@ export function formatGatewayMetrics(upstreams: readonly Upstream[], counters: G
   lines.push(...histogram(`${p}upstream_first_byte_seconds`, "Time from sending a request to the upstream's response headers.", upstreams, (u) => u.firstByte));
   lines.push(`# HELP ${p}requests_total Completion requests by outcome.`, `# TYPE ${p}requests_total counter`);
   for (const [outcome, n] of [...counters.requests].sort()) lines.push(`${p}requests_total{outcome="${escapeLabel(outcome)}"} ${n}`);
+  lines.push(`# HELP ${p}requests_by_code_total Completion requests by the HTTP status code answered (only the codes seen; 499: the client hung up).`, `# TYPE ${p}requests_by_code_total counter`);
+  for (const [code, n] of [...counters.codes].sort((a, b) => a[0] - b[0])) lines.push(`${p}requests_by_code_total{code="${code}"} ${n}`);
   lines.push(`# HELP ${p}queued_requests Requests waiting for an upstream.`, `# TYPE ${p}queued_requests gauge`, `${p}queued_requests ${queued}`);
   lines.push(`# HELP ${p}rejected_full_total Requests refused with 429.`, `# TYPE ${p}rejected_full_total counter`, `${p}rejected_full_total ${counters.rejectedFull}`);
   return lines.join("\n") + "\n";

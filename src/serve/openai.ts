@@ -4,24 +4,50 @@
 
 import { TokenizerRequestError, type ChatMessage, type Tokenizer } from "./tokenizer.js";
 
+/** The error code of a status when no more precise one is given (every error body's code is a string). */
+const CODES: Readonly<Record<number, string>> = {
+  400: "invalid_request",
+  401: "invalid_api_key",
+  404: "not_found",
+  405: "method_not_allowed",
+  408: "request_timeout",
+  409: "conflict",
+  413: "payload_too_large",
+  429: "rate_limit_exceeded",
+  431: "headers_too_large",
+  499: "client_closed",
+  500: "internal_error",
+  502: "upstream_error",
+  503: "service_unavailable",
+  504: "upstream_timeout",
+};
+
 /** An error the gateway answers itself, OpenAI-style. */
 export class HttpError extends Error {
+  /** A stable machine-readable code (never null). */
+  readonly code: string;
   constructor(
     readonly status: number,
     message: string,
     readonly type = status >= 500 ? "server_error" : "invalid_request_error",
-    readonly code: string | null = null,
+    code: string | null = null,
     readonly headers: Record<string, string> = {},
+    /** The request field at fault, when one is. */
+    readonly param: string | null = null,
   ) {
     super(message);
     this.name = "HttpError";
+    this.code = code ?? CODES[status] ?? (status >= 500 ? "server_error" : "invalid_request");
   }
 
   /** The response body: `{"error": {"message", "type", "param", "code"}}`. */
   body(): string {
-    return JSON.stringify({ error: { message: this.message, type: this.type, param: null, code: this.code } });
+    return JSON.stringify({ error: { message: this.message, type: this.type, param: this.param, code: this.code } });
   }
 }
+
+/** A 400 about one field of the request body. */
+const bad = (message: string, param: string, code = "invalid_value") => new HttpError(400, message, "invalid_request_error", code, {}, param);
 
 /** TensorRT-LLM's session headers, in the order its serve edge reads them (the body's id wins). */
 export const SESSION_HEADERS = ["x-session-id", "x-correlation-id", "x-session-affinity", "x-multi-turn-session-id"] as const;
@@ -55,9 +81,9 @@ function header(headers: Record<string, string | string[] | undefined>, name: st
 function idOf(v: unknown, field: string): string | null {
   if (v === undefined || v === null) return null;
   const text = typeof v === "string" ? v.trim() : typeof v === "number" && Number.isFinite(v) ? String(v) : null;
-  if (text === null) throw new HttpError(400, `${field} must be a string`);
-  if (text === "") throw new HttpError(400, `${field} must be non-empty`);
-  if (text.length > MAX_ID) throw new HttpError(400, `${field} must be at most ${MAX_ID} characters`);
+  if (text === null) throw bad(`${field} must be a string`, field);
+  if (text === "") throw bad(`${field} must be non-empty`, field);
+  if (text.length > MAX_ID) throw bad(`${field} must be at most ${MAX_ID} characters`, field);
   return text;
 }
 
@@ -70,44 +96,51 @@ export function readRequest(kind: "chat" | "completion", raw: Buffer, headers: R
   try {
     body = JSON.parse(raw.toString("utf8"));
   } catch {
-    throw new HttpError(400, "the request body is not valid JSON");
+    throw new HttpError(400, "the request body is not valid JSON", "invalid_request_error", "invalid_json");
   }
-  if (typeof body !== "object" || body === null || Array.isArray(body)) throw new HttpError(400, "the request body must be a JSON object");
+  if (typeof body !== "object" || body === null || Array.isArray(body)) throw new HttpError(400, "the request body must be a JSON object", "invalid_request_error", "invalid_request");
   const b = body as Record<string, unknown>;
-  if (typeof b.model !== "string" || b.model === "") throw new HttpError(400, "model must be a non-empty string");
-  if (b.stream !== undefined && b.stream !== null && typeof b.stream !== "boolean") throw new HttpError(400, "stream must be a boolean");
+  if (b.model === undefined || b.model === null) throw bad("model is required", "model", "missing_field");
+  if (typeof b.model !== "string" || b.model === "") throw bad("model must be a non-empty string", "model");
+  if (b.stream !== undefined && b.stream !== null && typeof b.stream !== "boolean") throw bad("stream must be a boolean", "stream");
   let tokens: Uint32Array;
   if (kind === "chat") {
     const messages = b.messages;
-    if (!Array.isArray(messages) || messages.length === 0) throw new HttpError(400, "messages must be a non-empty array");
+    if (messages === undefined || messages === null) throw bad("messages is required", "messages", "missing_field");
+    if (!Array.isArray(messages) || messages.length === 0) throw bad("messages must be a non-empty array", "messages");
     for (const [i, m] of messages.entries()) {
-      if (typeof m !== "object" || m === null || Array.isArray(m) || typeof (m as ChatMessage).role !== "string") throw new HttpError(400, `messages[${i}] must be an object with a string role`);
+      if (typeof m !== "object" || m === null || Array.isArray(m) || typeof (m as ChatMessage).role !== "string") throw bad(`messages[${i}] must be an object with a string role`, `messages[${i}]`);
     }
     try {
       tokens = tokenizer.encodeChat(messages as ChatMessage[], b);
     } catch (error) {
-      if (error instanceof RangeError) throw new HttpError(400, "messages are nested too deeply"); // JSON.stringify of the parts recursed too far
-      if (error instanceof TokenizerRequestError) throw new HttpError(400, error.message); // the chat template refused it, as the engine would
+      if (error instanceof RangeError) throw bad("messages are nested too deeply", "messages"); // JSON.stringify of the parts recursed too far
+      if (error instanceof TokenizerRequestError) throw bad(error.message, "messages"); // the chat template refused it, as the engine would
       throw error;
     }
   } else {
     const prompt = b.prompt;
+    if (prompt === undefined || prompt === null) throw bad("prompt is required", "prompt", "missing_field");
+    // A batch (a list of strings, or of token-id lists, as OpenAI takes) is routed on its first
+    // prompt: one upstream serves the whole request, and a batch's prompts usually share its prefix.
+    const ids = (t: unknown): t is number[] => Array.isArray(t) && t.length > 0 && t.every((x) => typeof x === "number" && x >>> 0 === x);
     let text: string | number[];
     if (typeof prompt === "string") text = prompt;
-    else if (Array.isArray(prompt) && prompt.length > 0 && prompt.every((t) => typeof t === "string")) text = prompt.join("");
-    else if (Array.isArray(prompt) && prompt.length > 0 && prompt.every((t) => typeof t === "number" && t >>> 0 === t)) text = prompt as number[];
-    else throw new HttpError(400, "prompt must be a string, a list of strings or a list of token ids");
+    else if (Array.isArray(prompt) && prompt.length > 0 && prompt.every((t) => typeof t === "string")) text = prompt[0] as string;
+    else if (ids(prompt)) text = prompt;
+    else if (Array.isArray(prompt) && prompt.length > 0 && prompt.every(ids)) text = prompt[0] as number[];
+    else throw bad("prompt must be a string, a list of strings, a list of token ids or a list of token-id lists", "prompt");
     try {
       tokens = tokenizer.encodePrompt(text, b);
     } catch (error) {
-      if (error instanceof TokenizerRequestError) throw new HttpError(400, error.message);
+      if (error instanceof TokenizerRequestError) throw bad(error.message, "prompt");
       throw error;
     }
   }
   const params = b.conversation_params;
   let conversationId: string | null = null;
   if (params !== undefined && params !== null) {
-    if (typeof params !== "object" || Array.isArray(params)) throw new HttpError(400, "conversation_params must be an object");
+    if (typeof params !== "object" || Array.isArray(params)) throw bad("conversation_params must be an object", "conversation_params");
     conversationId = idOf((params as Record<string, unknown>).conversation_id, "conversation_params.conversation_id");
   }
   if (conversationId === null) {
@@ -115,7 +148,7 @@ export function readRequest(kind: "chat" | "completion", raw: Buffer, headers: R
       conversationId = header(headers, name);
       if (conversationId !== null) break;
     }
-    if (conversationId !== null && conversationId.length > MAX_ID) throw new HttpError(400, `the session header must be at most ${MAX_ID} characters`);
+    if (conversationId !== null && conversationId.length > MAX_ID) throw new HttpError(400, `the session header must be at most ${MAX_ID} characters`, "invalid_request_error", "invalid_header");
   }
   const subagentId = idOf(header(headers, SUBAGENT_HEADER), SUBAGENT_HEADER);
   const cacheSalt = idOf(b.cache_salt, "cache_salt");

@@ -64,8 +64,11 @@ export class Scheduler {
   readonly #onRouterError: (error: unknown) => void;
   /** Hands a request's token ids back to its tokenizer once it is placed or refused (nothing here reads them after). */
   readonly #release: (tokens: Uint32Array) => void;
+  /** Routes each request alone as it arrives (no batching window: for measuring what the window costs). */
+  readonly #perRequest: boolean;
 
-  constructor(fleet: Fleet, config: GatewayConfig, counters: GatewayCounters, onRouterError: (error: unknown) => void, release: (tokens: Uint32Array) => void = () => {}) {
+  constructor(fleet: Fleet, config: GatewayConfig, counters: GatewayCounters, onRouterError: (error: unknown) => void, release: (tokens: Uint32Array) => void = () => {}, perRequest = false) {
+    this.#perRequest = perRequest;
     this.#fleet = fleet;
     this.#config = config;
     this.#counters = counters;
@@ -153,7 +156,8 @@ export class Scheduler {
       counters.queued++;
       signal.once("abort", onAbort);
       this.#queue.push(w);
-      this.schedule();
+      if (this.#perRequest) this.#flush();
+      else this.schedule();
     });
   }
 

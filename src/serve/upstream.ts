@@ -1,7 +1,8 @@
 // One upstream engine as the gateway sees it: a rank of its router, a pool of
 // keep-alive connections, the load it carries (in-flight requests and prompt
 // tokens, which become the rank's state for the next route), and its health:
-// active checks on an interval, passive ejection when it cannot be reached.
+// active checks on an interval, passive ejection when requests fail on it
+// (connect errors, broken connections, 5xx answers).
 
 import { Pool } from "undici";
 import { rankStateFromLoad } from "./engine-load-combine.js";
@@ -58,11 +59,17 @@ export class Upstream {
   #drainInConfig: boolean;
   /** Drained or undrained through the admin endpoint: this wins over the configuration, across reloads, until the next admin call. */
   drainOverride: boolean | null = null;
-  /** Consecutive failures (failed checks, failures to connect) and consecutive passing checks. */
+  /** Consecutive failed health checks, and consecutive passing ones (while unhealthy). */
   failures = 0;
   successes = 0;
+  /** Consecutive proxied requests that failed on it (connect errors, broken connections, 5xx answers). */
+  passiveFailures = 0;
+  /** When (performance.now()) its last passive ejection began, or null when it was not ejected by traffic. */
+  passiveEjectedAt: number | null = null;
+  /** Responses by exact HTTP status code (bounded: 100-599). */
+  readonly byCode = new Map<number, number>();
   /** Responses by status class, and requests retried elsewhere because this one could not be reached. */
-  readonly byStatus = new Map<string, number>();
+  readonly byStatus = new Map<string, number>([["2xx", 0], ["4xx", 0], ["5xx", 0]]); // the usual classes from the start, at 0
   retriedAway = 0;
   /** Prompt tokens of the requests placed here, and those of them its cache view already held (their ratio is its prefix hit rate). */
   promptTokens = 0;
@@ -89,6 +96,8 @@ export class Upstream {
   readonly firstByte = new Histogram();
   readonly #unhealthyThreshold: number;
   readonly #healthyThreshold: number;
+  /** How long a passive ejection lasts at least before passing checks count (one health interval). */
+  readonly #minEjectionMs: number;
 
   constructor(index: number, config: UpstreamConfig, gateway: GatewayConfig) {
     this.index = index;
@@ -108,6 +117,7 @@ export class Upstream {
     });
     this.#unhealthyThreshold = gateway.health.unhealthyThreshold;
     this.#healthyThreshold = gateway.health.healthyThreshold;
+    this.#minEjectionMs = gateway.health.intervalMs;
   }
 
   /** Whether its engine's load is known recently enough to route to it (always, when its load is not scraped). */
@@ -143,30 +153,72 @@ export class Upstream {
   countStatus(status: number | "error" | "timeout" | "aborted"): void {
     const key = typeof status === "number" ? `${Math.floor(status / 100)}xx` : status;
     this.byStatus.set(key, (this.byStatus.get(key) ?? 0) + 1);
+    if (typeof status === "number" && Number.isInteger(status) && status >= 100 && status <= 599) this.byCode.set(status, (this.byCode.get(status) ?? 0) + 1);
   }
 
-  /** A failure to reach it, or a failed check: ejects after the threshold. Returns whether it just became unhealthy. */
-  fail(): boolean {
+  /**
+   * A failed health check: ejects after `unhealthy_threshold` in a row.
+   * Returns whether it just became unhealthy.
+   */
+  checkFailed(): boolean {
     this.successes = 0;
     this.failures++;
-    if (this.healthy && this.failures >= this.#unhealthyThreshold) {
-      this.healthy = false;
+    return this.#eject(this.failures, false);
+  }
+
+  /**
+   * A proxied request that failed on it: it could not be reached (a connect
+   * error), its connection broke before an answer, or it answered 5xx. Ejects
+   * after `unhealthy_threshold` in a row (a 2xx-4xx answer resets the count;
+   * passing health checks do not). Returns whether it just became unhealthy.
+   */
+  passiveFail(): boolean {
+    this.successes = 0;
+    this.passiveFailures++;
+    return this.#eject(this.passiveFailures, true);
+  }
+
+  /** A 2xx-4xx answer seen while proxying: resets the count of passive failures. */
+  succeed(): void {
+    this.passiveFailures = 0;
+  }
+
+  /** Starts it unhealthy (found unreachable when the gateway started): it takes requests once its checks pass. */
+  startUnhealthy(): void {
+    this.healthy = false;
+    this.successes = 0;
+  }
+
+  /**
+   * A passing health check: re-admits after `healthy_threshold` in a row.
+   * After a passive ejection, checks count only once the ejection has lasted
+   * `minEjectionMs` (one health interval): an engine whose /health says 200
+   * while it fails every completion is not bounced straight back. Returns
+   * whether it just became healthy.
+   */
+  checkPassed(now = performance.now()): boolean {
+    this.failures = 0;
+    if (this.healthy) return false;
+    if (this.passiveEjectedAt !== null && now - this.passiveEjectedAt < this.#minEjectionMs) {
+      this.successes = 0;
+      return false;
+    }
+    this.successes++;
+    if (this.successes >= this.#healthyThreshold) {
+      this.healthy = true;
+      this.successes = 0;
+      this.passiveFailures = 0;
+      this.passiveEjectedAt = null;
       return true;
     }
     return false;
   }
 
-  /** A success seen while proxying: resets the failure count of a healthy upstream. */
-  succeed(): void {
-    if (this.healthy) this.failures = 0;
-  }
-
-  /** A passing health check: re-admits after the threshold. Returns whether it just became healthy. */
-  checkPassed(): boolean {
-    this.failures = 0;
-    this.successes++;
-    if (!this.healthy && this.successes >= this.#healthyThreshold) {
-      this.healthy = true;
+  /** Ejects once `count` reaches the threshold; returns whether it just became unhealthy. */
+  #eject(count: number, passive: boolean): boolean {
+    if (passive && count >= this.#unhealthyThreshold) this.passiveEjectedAt = performance.now(); // (again) from now
+    if (this.healthy && count >= this.#unhealthyThreshold) {
+      this.healthy = false;
       return true;
     }
     return false;

@@ -111,11 +111,18 @@ describe("hostile clients", () => {
     expect(r.text).not.toContain("100 Continue");
   });
 
-  it("bodies that make the engines answer 500 do not eject them: only failures to reach an upstream do", async () => {
-    const { gateway } = await fleet(2, "", { failWith: 500 });
-    for (let i = 0; i < 8; i++) expect((await post(gateway, chat)).status).toBe(500);
-    const health = (await (await fetch(`${gateway.url}/health`)).json()) as { upstreams: { healthy: boolean }[] };
-    expect(health.upstreams.map((u) => u.healthy)).toEqual([true, true]);
+  it("answers 4xx never eject an upstream; 5xx answers in a row do (passive ejection, as failures to connect)", async () => {
+    const { gateway, engines } = await fleet(2, "", { failWith: 400 });
+    for (let i = 0; i < 8; i++) expect((await post(gateway, chat)).status).toBe(400);
+    const healthy = async () => ((await (await fetch(`${gateway.url}/health`)).json()) as { upstreams: { healthy: boolean }[] }).upstreams.map((u) => u.healthy);
+    expect(await healthy()).toEqual([true, true]);
+    for (const e of engines) e.behaviour.failWith = 500;
+    const statuses: number[] = [];
+    for (let i = 0; i < 6; i++) statuses.push((await post(gateway, chat)).status);
+    // unhealthy_threshold (2) answers 500 from each, then no upstream is left: 503.
+    expect(statuses.filter((s) => s === 500)).toHaveLength(4);
+    expect(statuses.slice(4)).toEqual([503, 503]);
+    expect(await healthy()).toEqual([false, false]);
   });
 
   it("message content nested too deeply is a 400, not a 500", async () => {
@@ -207,12 +214,16 @@ describe("hostile configurations", () => {
     expect(found[0]).toMatch(/^g\.yaml:[45]: /);
   });
 
-  it("createGateway refuses a configuration loadGatewayConfig did not check", async () => {
-    await expect(createGateway({ listen: { host: "127.0.0.1", port: 0 }, upstreams: [] } as never)).rejects.toThrow(/loadGatewayConfig/);
+  it("createGateway checks a plain configuration object by the file's rules", async () => {
+    await expect(createGateway({ listen: { host: "127.0.0.1", port: 0 }, upstreams: [] })).rejects.toThrow(GatewayConfigError);
+    await expect(createGateway({ upstreams: ["127.0.0.1:8001"], limits: { queue_size: -1 } })).rejects.toThrow(/upstreams\[0\]\.url: has no scheme[\s\S]*limits\.queue_size/);
+    await expect(createGateway(null as never)).rejects.toThrow(TypeError);
   });
 
-  it("client keys from the environment must be long enough too; keys are trimmed", () => {
-    expect(issues(() => load("upstreams: [http://127.0.0.1:1]\nauth: { api_keys_env: KEYS }", { KEYS: "k" })).join("\n")).toContain("auth.api_keys_env");
+  it("client keys of any non-empty length, from the file or the environment; keys are trimmed; empty ones are refused", () => {
+    expect(load("upstreams: [http://127.0.0.1:1]\nauth: { api_keys_env: KEYS }", { KEYS: "k, kk" }).auth.apiKeys).toEqual(["k", "kk"]);
+    expect(issues(() => load("upstreams: [http://127.0.0.1:1]\nauth: { api_keys_env: KEYS }", { KEYS: " , " })).join("\n")).toContain("auth.api_keys_env");
+    expect(issues(() => load("upstreams: [http://127.0.0.1:1]\nauth: { api_keys: [''] }")).join("\n")).toContain("auth.api_keys");
     const config = load("upstreams: [http://127.0.0.1:1]\nauth: { api_keys: [' padded-key-123 '] }");
     expect(config.auth.apiKeys).toEqual(["padded-key-123"]);
   });

@@ -103,8 +103,22 @@ describe("adp-router serve", () => {
     expect(answer.headers.get("x-adp-upstream")).toBe("1");
     expect(started.stderr()).toContain(`warning: starting with unreachable upstreams`);
     expect(started.stderr()).toContain(`upstream 0 (http://127.0.0.1:${deadPort}): connection refused`);
+    // The unreachable one starts unhealthy: /health says so, and no request tries it (none is retried away from it).
+    const health = (await (await fetch(`${started.url}/health`)).json()) as { upstreams: { healthy: boolean }[] };
+    expect(health.upstreams.map((u) => u.healthy)).toEqual([false, true]);
+    expect(await (await fetch(`${started.url}/metrics`)).text()).toContain('adp_gateway_upstream_retries_total{upstream="0"} 0');
     started.child.kill("SIGTERM");
     expect(await started.exited).toBe(0);
+    // Alone, it answers 503 at once (not 502 after trying it), until its checks pass.
+    const alone = await start(["--port", "0", "--upstream", `http://127.0.0.1:${deadPort}`, "--allow-unreachable", "--log-level", "silent"]);
+    expect((await fetch(`${alone.url}/health`)).status).toBe(503);
+    const t0 = performance.now();
+    const refused = await fetch(`${alone.url}/v1/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ model: "m", prompt: "hello" }) });
+    expect(refused.status).toBe(503);
+    expect(((await refused.json()) as { error: { code: string } }).error.code).toBe("no_healthy_upstream");
+    expect(performance.now() - t0).toBeLessThan(1000);
+    alone.child.kill("SIGTERM");
+    expect(await alone.exited).toBe(0);
   });
 
   it("bad configuration: every problem with its file and line, exit 2, no stack trace", async () => {
@@ -150,8 +164,25 @@ describe("examples/gateway", () => {
     const response = await fetch(`${url}/v1/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ model: "m", prompt: "hi" }) });
     expect(response.status).toBe(200);
     const { loadGatewayConfig } = await import("../../src/serve/index.js");
-    const config = loadGatewayConfig({ file: { name: "gateway.yaml", text: readFileSync("examples/gateway/gateway.yaml", "utf8") }, env: { ENGINE_B_KEY: "secret" } });
+    // Run as its header says, with no environment variable set.
+    const config = loadGatewayConfig({ file: { name: "gateway.yaml", text: readFileSync("examples/gateway/gateway.yaml", "utf8") }, env: {} });
     expect(config.upstreams.map((u) => u.name)).toEqual(["engine-a", "engine-b"]);
-    expect(config.upstreams[1]!.apiKey).toBe("secret");
+    expect(config.upstreams[1]!.apiKey).toBeNull();
+  });
+
+  it("the README's first screen shows how to run it and a complete configuration, the same as gateway.yaml", async () => {
+    const { loadGatewayConfig } = await import("../../src/serve/index.js");
+    const readme = readFileSync("README.md", "utf8");
+    const firstScreen = readme.split("\n").slice(0, 45).join("\n");
+    expect(firstScreen).toMatch(/npx adp-router serve --upstream http:\/\/\S+/);
+    const block = /```yaml\n([\s\S]*?)```/.exec(firstScreen)?.[1];
+    expect(block).toBeDefined();
+    const text = (v: unknown) => JSON.stringify(v, (_k, x: unknown) => (x instanceof Map ? [...x] : x));
+    const inline = loadGatewayConfig({ file: { name: "README.md", text: block! }, env: {} });
+    const example = loadGatewayConfig({ file: { name: "gateway.yaml", text: readFileSync("examples/gateway/gateway.yaml", "utf8") }, env: {} });
+    expect(text(inline)).toBe(text(example));
+    // Every section the example sets, the README's block sets too.
+    const sections = (yaml: string) => yaml.split("\n").filter((l) => /^[a-z_]+:/.test(l)).map((l) => l.split(":")[0]).sort();
+    expect(sections(block!)).toEqual(sections(readFileSync("examples/gateway/gateway.yaml", "utf8")));
   });
 });
