@@ -11,21 +11,13 @@ import { crc32c, decodeSnapshot, encodeSnapshot, SNAPSHOT_KINDS } from "../src/s
 import { idle } from "./support/build.js";
 import { attempt, describeError, sameBytes } from "./support/fuzz.js";
 import { recordOffsets, recordsSeal } from "./support/snapshot-damage.js";
+import { thrown } from "./support/thrown.js";
 
 const range = (n: number, from = 0): number[] => Array.from({ length: n }, (_, i) => from + i);
 /** What a twin must agree on: per-rank matches of a few prompts. */
 const probes = [range(64), range(64, 1000), range(200, 5000)];
 const answers = (index: PrefixIndex) => probes.map((p) => index.match(p));
 
-/** The error `fn` throws (fails if it returns). */
-function thrown(fn: () => unknown): unknown {
-  try {
-    fn();
-  } catch (error) {
-    return error;
-  }
-  throw new Error("expected a throw");
-}
 
 function expectInputError(fn: () => unknown, field?: string | RegExp): AdpInputError {
   const error = thrown(fn);

@@ -7,21 +7,13 @@
 import { describe, expect, it } from "vitest";
 import { AdpInputError, createRouter, type RouteInput, type RouteRequest } from "../src/index.js";
 import { mulberry32 } from "../src/simulate/workload.js";
+import { thrown } from "./support/thrown.js";
 
 /** Idle rank states. */
 const idle = (n: number) => Array.from({ length: n }, () => ({ numActiveRequests: 0, numActiveTokens: 0 }));
 /** A KV-cache-aware router over `numRanks` ranks. */
 const kv = (numRanks: number) => createRouter({ numRanks, attentionDp: { enable_kv_cache_aware_routing: true } });
 
-/** The error `fn` throws (fails if it returns). */
-function thrown(fn: () => unknown): unknown {
-  try {
-    fn();
-  } catch (error) {
-    return error;
-  }
-  throw new Error("expected a throw");
-}
 
 /** A shared-prefix batch (the bench's shape, small): typed token ids, typed prefixMatches on every rank. */
 function sharedPrefix(numRanks: number, seed: number, count: number): RouteInput {

@@ -8,8 +8,8 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
-import { simulate } from "../src/simulate/run.js";
-import { tune } from "../src/simulate/tune.js";
+import { simulate, type PolicyResult } from "../src/simulate/run.js";
+import { metricsOf, tune } from "../src/simulate/tune.js";
 import type { TuneResult } from "../src/simulate/tune-types.js";
 import { multiTurnWorkload } from "../src/simulate/workload.js";
 
@@ -24,18 +24,8 @@ function run(args: string[]) {
   return { status: out.status, stdout: out.stdout, stderr: out.stderr };
 }
 
-/** `simulate`'s figures in tune's metric names. */
-function asTuneMetrics(row: { prefix_hit_ratio: number; prefill_work_max_over_mean: number; requests_max_over_mean: number; ttft_ms: { p50: number; p90: number; p99: number }; overloaded: boolean }) {
-  return {
-    ttft_p50: row.ttft_ms.p50,
-    ttft_p90: row.ttft_ms.p90,
-    ttft_p99: row.ttft_ms.p99,
-    hit_ratio: row.prefix_hit_ratio,
-    prefill_imbalance: row.prefill_work_max_over_mean,
-    requests_imbalance: row.requests_max_over_mean,
-    overloaded: row.overloaded,
-  };
-}
+/** `simulate`'s figures in tune's metric names (tune reports exactly these). */
+const asTuneMetrics = metricsOf;
 
 describe("adp-router tune", () => {
   const out = path.join(dir, "best.yaml");
@@ -66,10 +56,10 @@ describe("adp-router tune", () => {
     expect(yaml).toContain("# Reproduce: adp-router simulate --config");
     const sim = run(["simulate", ...WORKLOAD, "--config", out, "--policies", "config", "--json"]);
     expect(sim.status, sim.stderr).toBe(0);
-    const row = (JSON.parse(sim.stdout) as { policies: Parameters<typeof asTuneMetrics>[0][] }).policies[0]!;
+    const row = (JSON.parse(sim.stdout) as { policies: PolicyResult[] }).policies[0]!;
     expect(asTuneMetrics(row)).toEqual(result.best!.metrics);
     const defaults = run(["simulate", ...WORKLOAD, "--policies", "default", "--json"]);
-    expect(asTuneMetrics((JSON.parse(defaults.stdout) as { policies: Parameters<typeof asTuneMetrics>[0][] }).policies[0]!)).toEqual(result.baseline.metrics);
+    expect(asTuneMetrics((JSON.parse(defaults.stdout) as { policies: PolicyResult[] }).policies[0]!)).toEqual(result.baseline.metrics);
   });
 
   it("is deterministic: the same flags give the same JSON, with one worker or two; another seed searches elsewhere", () => {

@@ -6,7 +6,7 @@
 //   4. the figures as a table that fits the window, then the event and replica notes
 
 import { esc, heatColor, heatGradientCss, htmlPage, INK, linear, MUTED, niceCeil, niceTicks, px, seriesColor, seriesDash, svgChart, tableBlock, thousands, trim, xAxis, yAxis, type Frame } from "./html.js";
-import { describeIndexUpdates, describeReplicas, formatTable, type SimulationResult } from "./run.js";
+import { describeIndexUpdates, describeReplicas, figureCells, formatTable, type SimulationResult } from "./run.js";
 
 /** Width of every chart, in SVG units: it fits a 760 px window at its own size. */
 const W = 720;
@@ -261,15 +261,7 @@ function figuresTable(result: SimulationResult): string {
 <tr><th scope="col">ratio</th><th scope="col">% of optimum</th><th scope="col">tokens</th><th scope="col">max/<wbr>mean</th><th scope="col">p50</th><th scope="col">p90</th><th scope="col">p99</th></tr>`;
   const rows = result.policies.map((p) => [
     `${esc(p.policy).replace(":", ":<wbr>")}${p.overloaded ? ` <span class="flag">overloaded</span>` : ""}`,
-    p.prefix_hit_ratio.toFixed(3),
-    percentOfOptimum(p.prefix_hit_ratio, result.optimum_prefix_hit_ratio),
-    thousands(p.prefill_tokens),
-    p.prefill_work_max_over_mean.toFixed(3),
-    p.requests_max_over_mean.toFixed(3),
-    p.ttft_ms.p50.toFixed(0),
-    p.ttft_ms.p90.toFixed(0),
-    p.ttft_ms.p99.toFixed(0),
-    p.route_us_per_request.toFixed(2),
+    ...figureCells(p, result.optimum_prefix_hit_ratio),
   ]);
   return tableBlock("figures", thead, rows);
 }

@@ -248,13 +248,16 @@ function stripUndefined<T extends object>(o: T): Partial<T> {
   return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as Partial<T>;
 }
 
-/** The comparison as a terminal table. */
-export function formatTable(result: SimulationResult): string {
-  const head = ["policy", "hit ratio", "% of optimum", "prefill tokens", "prefill max/mean", "requests max/mean", "TTFT p50 ms", "p90", "p99", "route µs/req"];
-  const rows = result.policies.map((p) => [
-    p.policy,
+/**
+ * A policy's figures as the table cells after its name, in the columns of
+ * {@link formatTable} (hit ratio, % of optimum, prefill tokens and max/mean,
+ * requests max/mean, TTFT p50/p90/p99, route µs): the terminal table and the
+ * HTML report print the same text.
+ */
+export function figureCells(p: PolicyResult, optimum: number): string[] {
+  return [
     p.prefix_hit_ratio.toFixed(3),
-    `${((100 * p.prefix_hit_ratio) / (result.optimum_prefix_hit_ratio || 1)).toFixed(1)}%`,
+    `${((100 * p.prefix_hit_ratio) / (optimum || 1)).toFixed(1)}%`,
     p.prefill_tokens.toLocaleString("en-US"),
     p.prefill_work_max_over_mean.toFixed(3),
     p.requests_max_over_mean.toFixed(3),
@@ -262,7 +265,13 @@ export function formatTable(result: SimulationResult): string {
     p.ttft_ms.p90.toFixed(0),
     p.ttft_ms.p99.toFixed(0),
     p.route_us_per_request.toFixed(2),
-  ]);
+  ];
+}
+
+/** The comparison as a terminal table. */
+export function formatTable(result: SimulationResult): string {
+  const head = ["policy", "hit ratio", "% of optimum", "prefill tokens", "prefill max/mean", "requests max/mean", "TTFT p50 ms", "p90", "p99", "route µs/req"];
+  const rows = result.policies.map((p) => [p.policy, ...figureCells(p, result.optimum_prefix_hit_ratio)]);
   const widths = head.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
   const line = (cells: string[]) => cells.map((c, i) => (i === 0 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join("  ");
   return [

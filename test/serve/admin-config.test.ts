@@ -10,22 +10,15 @@ import { parse } from "yaml";
 import { afterEach, describe, expect, it } from "vitest";
 import { createGateway, gatewayConfigSchema, GatewayConfigError, isGatewayConfig, loadGatewayConfig, type Gateway, type StateEntry } from "../../src/serve/index.js";
 import { attentionDpConfigSchema } from "../../src/config.js";
-import { startMockEngine, type MockEngine } from "../support/mock-engine.js";
+import { startEngines, startMockEngine, type EngineBehaviour, type MockEngine } from "../support/mock-engine.js";
 
 const open: { close(): Promise<void> }[] = [];
 afterEach(async () => {
   while (open.length > 0) await open.pop()!.close();
 });
 
-async function engines(n: number, behaviour = {}): Promise<MockEngine[]> {
-  const out: MockEngine[] = [];
-  for (let i = 0; i < n; i++) {
-    const e = await startMockEngine(`e${i}`, { ...behaviour });
-    open.push(e);
-    out.push(e);
-  }
-  return out;
-}
+/** `n` mock engines, closed after each test. */
+const engines = (n: number, behaviour: EngineBehaviour = {}) => startEngines(n, open, behaviour);
 
 async function start(config: Parameters<typeof createGateway>[0], options: Parameters<typeof createGateway>[1] = {}): Promise<{ gateway: Gateway; logs: Record<string, unknown>[]; raw: string[] }> {
   const logs: Record<string, unknown>[] = [];

@@ -9,22 +9,15 @@ import path from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { createGateway, loadGatewayConfig, type Gateway } from "../../src/serve/index.js";
 import { waitFor } from "../support/wait.js";
-import { startMockEngine, urlFrom, type EngineBehaviour, type MockEngine } from "../support/mock-engine.js";
+import { startEngines, startMockEngine, urlFrom, type EngineBehaviour, type MockEngine } from "../support/mock-engine.js";
 
 const open: { close(): Promise<void> }[] = [];
 afterEach(async () => {
   while (open.length > 0) await open.pop()!.close();
 });
 
-async function engines(n: number, behaviour: EngineBehaviour = {}): Promise<MockEngine[]> {
-  const out: MockEngine[] = [];
-  for (let i = 0; i < n; i++) {
-    const e = await startMockEngine(`e${i}`, { ...behaviour });
-    open.push(e);
-    out.push(e);
-  }
-  return out;
-}
+/** `n` mock engines, closed after each test. */
+const engines = (n: number, behaviour: EngineBehaviour = {}) => startEngines(n, open, behaviour);
 
 /** A gateway configuration's text over `list` (each engine, maybe drained). */
 const yaml = (list: { e: MockEngine; drain?: boolean }[], extra = "") =>

@@ -178,3 +178,14 @@ export function trackedForCleanup(): { readonly children: ChildProcess[]; readon
   });
   return { children, engines };
 }
+
+/** Starts `n` mock engines named e0, e1, … with `behaviour`, each pushed onto `open` (closed by the caller's cleanup) as it starts. */
+export async function startEngines(n: number, open: { close(): Promise<void> }[], behaviour: EngineBehaviour = {}): Promise<MockEngine[]> {
+  const out: MockEngine[] = [];
+  for (let i = 0; i < n; i++) {
+    const e = await startMockEngine(`e${i}`, { ...behaviour });
+    open.push(e);
+    out.push(e);
+  }
+  return out;
+}
