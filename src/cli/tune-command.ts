@@ -176,7 +176,7 @@ function settings(config: AttentionDpConfigInput): string {
 
 /** One table row's cells. */
 function row(label: string, config: AttentionDpConfigInput, m: TuneMetrics): string[] {
-  return [label, routerKindFor(parseAttentionDpConfig(config)), m.ttft_p50.toFixed(0), m.ttft_p90.toFixed(0), m.ttft_p99.toFixed(0), m.hit_ratio.toFixed(3), m.prefill_imbalance.toFixed(3), settings(config) + (m.overloaded ? " (overloaded)" : "")];
+  return [label, routerKindFor(parseAttentionDpConfig(config)), m.ttft_p50.toFixed(1), m.ttft_p90.toFixed(1), m.ttft_p99.toFixed(1), m.hit_ratio.toFixed(3), m.prefill_imbalance.toFixed(3), settings(config) + (m.overloaded ? " (overloaded)" : "")];
 }
 
 /** The figure `objective` names, with its unit. */
