@@ -12,7 +12,7 @@ import { formatPrometheus } from "../prometheus.js";
 import { excerpt } from "../errors.js";
 import { isGatewayConfig, loadGatewayConfig, SHORT_KEY, type GatewayConfig, type GatewayConfigObject } from "./config.js";
 import { adminRoute, bearerIn, digest, type AdminGateway } from "./admin.js";
-import { unreachableUpstreams } from "./reachability.js";
+import { connectionRefused, unreachableUpstreams } from "./reachability.js";
 import { HttpError, readRequest } from "./openai.js";
 import type { Tokenizer } from "./tokenizer.js";
 import { loadTokenizer } from "./tokenizer-config.js";
@@ -29,8 +29,14 @@ import type { StateLog } from "./routing-state.js";
 const HOP_BY_HOP = new Set(["connection", "keep-alive", "proxy-connection", "proxy-authenticate", "proxy-authorization", "te", "trailer", "transfer-encoding", "upgrade", "host", "content-length", "expect"]);
 /** Errors that mean the request never reached the upstream, so retrying elsewhere cannot run it twice. */
 const NOT_SENT = new Set(["ECONNREFUSED", "UND_ERR_CONNECT_TIMEOUT", "ENOTFOUND", "EHOSTUNREACH", "ENETUNREACH", "EAI_AGAIN"]);
+/** Errors of a connection that broke before any answer: the request may have reached the upstream. */
+const BROKE = new Set(["ECONNRESET", "EPIPE", "UND_ERR_SOCKET", "UND_ERR_CLOSED"]);
+/** How long to try a fresh connection to an upstream whose connection broke, to learn whether its process is gone. */
+const GONE_PROBE_MS = 250;
 /** How long `/v1/models` answers are reused. */
 const MODELS_TTL_MS = 5_000;
+/** Most `/v1/models` answers kept (one per client credential seen within the TTL). */
+const MODELS_CACHE_ENTRIES = 256;
 
 /** A running gateway. */
 export interface Gateway {
@@ -242,7 +248,10 @@ export async function createGateway(input: GatewayConfig | GatewayConfigObject, 
         }
         const code = (error as { code?: string }).code ?? "";
         const at = { "x-adp-upstream": String(u.index) };
-        if (NOT_SENT.has(code)) {
+        // A connection that broke before any answer, to an upstream that now refuses connections: its
+        // process is gone (killed mid-run), and a process that is gone cannot be running the request, so it goes elsewhere.
+        const gone = BROKE.has(code) && (await connectionRefused(u.url, GONE_PROBE_MS));
+        if (NOT_SENT.has(code) || gone) {
           const timedOut = code === "UND_ERR_CONNECT_TIMEOUT";
           u.countStatus(timedOut ? "timeout" : "error");
           passiveFail(u, code);
@@ -269,7 +278,7 @@ export async function createGateway(input: GatewayConfig | GatewayConfigObject, 
           u.countStatus("timeout");
           throw new HttpError(504, "the upstream did not answer in time", "server_error", "upstream_timeout", at);
         }
-        // The connection broke before an answer (reset, closed): the upstream may have started the request, so no retry.
+        // The connection broke before an answer (reset, closed) and the upstream still listens: it may have started the request, so no retry.
         u.countStatus("error");
         passiveFail(u, code || "error");
         throw new HttpError(502, "the upstream failed", "server_error", "upstream_error", at);
@@ -318,26 +327,41 @@ export async function createGateway(input: GatewayConfig | GatewayConfigObject, 
     });
   }
 
-  let modelsCache: { at: number; status: number; body: Buffer; type: string; upstream: Upstream } | null = null;
+  /**
+   * `/v1/models` answers by the credential they were fetched with: "" for the
+   * gateway's own (an upstream's key, or none), else the sha256 of the client's
+   * Authorization (sent on when clients do not authenticate to the gateway), so
+   * a client only ever gets an answer its own key could have fetched. At most
+   * {@link MODELS_CACHE_ENTRIES}, the oldest dropped first.
+   */
+  const modelsCache = new Map<string, { at: number; status: number; body: Buffer; type: string; upstream: Upstream }>();
 
   /** `GET /v1/models` from a healthy upstream (the next one when it cannot be reached), reused for a few seconds. */
   async function models(req: IncomingMessage, res: ServerResponse): Promise<{ status: number; upstream: number }> {
-    if (modelsCache !== null && Date.now() - modelsCache.at < MODELS_TTL_MS) {
-      const from = modelsCache.upstream.index;
-      res.writeHead(modelsCache.status, { "content-type": modelsCache.type, "x-adp-upstream": String(from) }).end(modelsCache.body);
-      return { status: modelsCache.status, upstream: from };
+    const auth = keyDigests.length === 0 ? req.headers.authorization : undefined;
+    const credential = auth === undefined ? "" : digest(auth).toString("hex");
+    const cached = modelsCache.get(credential) ?? (credential === "" ? undefined : modelsCache.get(""));
+    if (cached !== undefined && Date.now() - cached.at < MODELS_TTL_MS) {
+      const from = cached.upstream.index;
+      res.writeHead(cached.status, { "content-type": cached.type, "x-adp-upstream": String(from) }).end(cached.body);
+      return { status: cached.status, upstream: from };
     }
     const candidates = fleet.upstreams.filter((x) => fleet.available(x));
     if (candidates.length === 0) throw new HttpError(503, "no healthy upstream", "server_error", "no_healthy_upstream", { "retry-after": "1" });
     for (const [i, u] of candidates.entries()) {
       // The upstream's key; else the client's, when it is meant for the engines (no client keys
       // here), and then the answer is that client's alone, not cached.
-      const clientAuth = u.apiKey === null && keyDigests.length === 0 ? req.headers.authorization : undefined;
+      const clientAuth = u.apiKey === null ? auth : undefined;
       try {
         const response = await u.pool.request({ path: `${u.basePath}/v1/models`, method: "GET", headers: u.apiKey ? { authorization: `Bearer ${u.apiKey}` } : clientAuth ? { authorization: clientAuth } : {} });
         const body = Buffer.from(await response.body.arrayBuffer());
         const type = String(response.headers["content-type"] ?? "application/json");
-        if (response.statusCode < 400 && clientAuth === undefined) modelsCache = { at: Date.now(), status: response.statusCode, body, type, upstream: u };
+        if (response.statusCode < 400) {
+          const key = clientAuth === undefined ? "" : credential;
+          modelsCache.delete(key);
+          if (modelsCache.size >= MODELS_CACHE_ENTRIES) modelsCache.delete(modelsCache.keys().next().value!);
+          modelsCache.set(key, { at: Date.now(), status: response.statusCode, body, type, upstream: u });
+        }
         res.writeHead(response.statusCode, { "content-type": type, "x-adp-upstream": String(u.index) }).end(body);
         return { status: response.statusCode, upstream: u.index };
       } catch (error) {
@@ -360,7 +384,7 @@ export async function createGateway(input: GatewayConfig | GatewayConfigObject, 
   function reloadFleet(next: GatewayConfig): FleetChange & { needRestart: string[] } {
     const change = fleet.reload(next);
     current = next;
-    if (modelsCache !== null && !fleet.upstreams.includes(modelsCache.upstream)) modelsCache = null;
+    for (const [key, entry] of modelsCache) if (!fleet.upstreams.includes(entry.upstream)) modelsCache.delete(key);
     const text = (v: unknown) => JSON.stringify(v, (_k, x: unknown) => (x instanceof Map ? [...x] : x));
     const needRestart: string[] = (Object.keys(config) as (keyof GatewayConfig)[]).filter((k) => k !== "upstreams" && text(next[k]) !== text(config[k]));
     // An upstream that stays keeps its event source and load scraper as they started.

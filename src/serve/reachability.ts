@@ -50,3 +50,14 @@ export async function unreachableUpstreams(urls: readonly string[], timeoutMs: n
   const reasons = await Promise.all(urls.map((url) => tryConnect(new URL(url), timeoutMs)));
   return reasons.flatMap((reason, index) => (reason === null ? [] : [{ index, url: urls[index]!, reason }]));
 }
+
+/**
+ * Whether nothing listens at `url` any more: a TCP connection is refused
+ * within `timeoutMs`. After a connection broke before any answer, this tells
+ * an engine process that is gone (it cannot be running the request, so the
+ * request may go elsewhere) from one that is alive (it may have started it).
+ */
+export async function connectionRefused(url: string, timeoutMs: number): Promise<boolean> {
+  const reason = await tryConnect(new URL(url), timeoutMs);
+  return reason !== null && reason.endsWith("(ECONNREFUSED)");
+}

@@ -194,6 +194,52 @@ describe("x-adp-upstream on every answer about an upstream", () => {
     expect(a.received.filter((r) => r.path === "/v1/models")).toHaveLength(1);
   });
 
+  it("GET /v1/models is cached per client credential: a keyed client (the openai client always sends one) is served from cache, another key is not given its answer", async () => {
+    const a = await engine("a");
+    const { gateway: g } = await gateway({ upstreams: [a.url] });
+    const list = (key: string) => fetch(`${g.url}/v1/models`, { headers: { authorization: `Bearer ${key}` } });
+    for (let i = 0; i < 3; i++) expect((await list("key-one")).status).toBe(200);
+    const hits = () => a.received.filter((r) => r.path === "/v1/models").map((r) => r.headers.authorization);
+    expect(hits()).toEqual(["Bearer key-one"]); // fetched once, with that client's key, then reused
+    await list("key-two");
+    expect(hits()).toEqual(["Bearer key-one", "Bearer key-two"]); // another key is asked for itself
+    await list("key-two");
+    expect(hits()).toHaveLength(2);
+  });
+
+  it("an upstream killed with the request on its connection: gone (it refuses connections now), so the request goes to another; alive after a reset, no retry", async () => {
+    const b = await engine("b");
+    // Upstream 0 takes the request's bytes, then dies: closes its listener and the connection, as a killed process does.
+    const a = createHttpServer((req, res) => {
+      if (req.url === "/health") return void res.writeHead(200).end("{}");
+      req.resume();
+      req.on("end", () => {
+        req.socket.destroy();
+        a.close();
+      });
+    });
+    await new Promise<void>((r) => a.listen(0, "127.0.0.1", r));
+    const aUrl = `http://127.0.0.1:${(a.address() as AddressInfo).port}`;
+    open.push({ close: () => new Promise<void>((r) => a.close(() => r())) });
+    const { gateway: g } = await gateway({ upstreams: [aUrl, b.url], policy: "default", health: { interval_ms: 60_000, unhealthy_threshold: 10 } });
+    const killed = await post(g, chat("killed mid-request"));
+    expect(killed).toMatchObject({ status: 200, upstream: "1" });
+    expect(metric(g, 'adp_gateway_upstream_retries_total{upstream="0"}')).toMatch(/ 1$/);
+    // Alive after the reset (it still listens): the request may be running there, so it is not sent again.
+    const alive = createHttpServer((req, res) => {
+      if (req.url === "/health") return void res.writeHead(200).end("{}");
+      req.resume();
+      req.on("end", () => req.socket.destroy());
+    });
+    await new Promise<void>((r) => alive.listen(0, "127.0.0.1", r));
+    open.push({ close: () => new Promise<void>((r) => alive.close(() => r())) });
+    const aliveUrl = `http://127.0.0.1:${(alive.address() as AddressInfo).port}`;
+    const { gateway: g3 } = await gateway({ upstreams: [aliveUrl, b.url], policy: "default", health: { interval_ms: 60_000, unhealthy_threshold: 10 } });
+    const reset = await post(g3, chat("reset, engine alive"));
+    expect(reset).toMatchObject({ status: 502, upstream: "0" });
+    expect(b.received.filter((r) => r.path === "/v1/chat/completions")).toHaveLength(1); // only the killed one's retry
+  });
+
   it("when every try failed to connect, the answer names the last upstream tried", async () => {
     const ports = [await deadPort(), await deadPort()];
     const { gateway: g, logs } = await gateway({ upstreams: ports.map((p) => `http://127.0.0.1:${p}`), policy: "default", health: { interval_ms: 60_000, unhealthy_threshold: 10 } });
