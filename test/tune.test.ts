@@ -3,7 +3,7 @@
 // honest: `simulate --config BEST.yaml --policies config` reports exactly the
 // metrics tune reported for BEST.
 import { spawnSync } from "node:child_process";
-import { mkdtempSync, readFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -85,6 +85,20 @@ describe("adp-router tune", () => {
     expect(text.stdout).toContain("  attention_dp_config:\n");
     expect(text.stdout).toContain("What it sets:");
     expect(text.stdout).toMatch(/8 simulations on \d+ workers? in [\d.]+ s/);
+  });
+
+  it("--config: the user's current config (YAML, wrapped as in extra_llm_api_options.yaml) is simulated and shown beside the best", () => {
+    const mine = path.join(dir, "mine.yaml");
+    writeFileSync(mine, "max_batch_size: 64\nattention_dp_config:\n  enable_kv_cache_aware_routing: true\n  kv_cache_routing_load_balance_weight: 7\n");
+    const out = JSON.parse(run(["tune", ...WORKLOAD, "--budget", "8", "--json", "--config", mine]).stdout) as TuneResult;
+    expect(out.current!.config).toEqual({ enable_kv_cache_aware_routing: true, kv_cache_routing_load_balance_weight: 7 });
+    expect(out.points[1]!.stage).toBe("current");
+    const sim = run(["simulate", ...WORKLOAD, "--config", mine, "--policies", "config", "--json"]);
+    expect(asTuneMetrics((JSON.parse(sim.stdout) as { policies: PolicyResult[] }).policies[0]!)).toEqual(out.current!.metrics);
+    expect(run(["tune", ...WORKLOAD, "--budget", "8", "--config", mine]).stdout).toMatch(/^your config \(--config\)\s+kv_cache_aware\s/m);
+    const bad = run(["tune", ...WORKLOAD, "--config", '{"kv_cache_routing_load_balance_weight": "heavy"}']);
+    expect(bad.status).toBe(2);
+    expect(bad.stderr).toContain("--config: Invalid attention_dp_config");
   });
 
   it("keeps constraints, and says so (exit 1) when nothing meets them", () => {

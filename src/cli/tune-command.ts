@@ -6,6 +6,7 @@
 import { accessSync, constants, statSync, writeFileSync } from "node:fs";
 import { availableParallelism } from "node:os";
 import path from "node:path";
+import { readConfigOption } from "./config-file.js";
 import { ENGINE_HELP, isCount, numberOption, parseCommand, progressBar, readEngine, readWorkload, WORKLOAD_AND_ENGINE_FLAGS, WORKLOAD_HELP, type WorkloadAndEngineValues } from "./args.js";
 import { parseAttentionDpConfig, type AttentionDpConfigInput } from "../config.js";
 import { routerKindFor } from "../router.js";
@@ -26,6 +27,9 @@ engine flags reproduces the figures it reports.
 
 ${WORKLOAD_HELP}
 ${ENGINE_HELP}
+  --config FILE|JSON          the attention_dp_config you run now (JSON or YAML, bare or under
+                              attention_dp_config: as in extra_llm_api_options.yaml, - for
+                              standard input): simulated too and shown beside the best
   --objective NAME            what to optimise (ttft_p90): ttft_p50, ttft_p90, ttft_p99,
                               prefill_imbalance (all minimised) or hit_ratio (maximised)
   --max-prefill-imbalance X   only recommend configs whose prefill max/mean is at most X
@@ -48,6 +52,7 @@ export async function tuneCommand(args: string[]): Promise<number> {
     args,
     {
       ...WORKLOAD_AND_ENGINE_FLAGS,
+      config: { type: "string" },
       objective: { type: "string" },
       "max-prefill-imbalance": { type: "string" },
       "min-hit-ratio": { type: "string" },
@@ -63,7 +68,7 @@ export async function tuneCommand(args: string[]): Promise<number> {
   );
   if (parsed === null) return 0;
   const values = parsed.values as WorkloadAndEngineValues & {
-    [K in "objective" | "max-prefill-imbalance" | "min-hit-ratio" | "budget" | "search-seed" | "workers" | "out" | "report"]?: string;
+    [K in "config" | "objective" | "max-prefill-imbalance" | "min-hit-ratio" | "budget" | "search-seed" | "workers" | "out" | "report"]?: string;
   } & { json: boolean };
   const engine = readEngine(values);
   const objective = (values.objective ?? "ttft_p90") as TuneObjective;
@@ -75,6 +80,7 @@ export async function tuneCommand(args: string[]): Promise<number> {
   const workers = numberOption(values, "workers", (v) => isCount(v) && v <= 256, "an integer in [1, 256]") ?? availableParallelism();
   // Where the results go is checked before the search, not found unwritable after minutes of it.
   for (const flag of ["out", "report"] as const) if (values[flag] !== undefined) checkWritable(values[flag]!, `--${flag}`);
+  const current = values.config === undefined ? undefined : readConfigOption(values.config, "--config");
   const trace = readWorkload(values);
 
   const started = Date.now();
@@ -91,6 +97,7 @@ export async function tuneCommand(args: string[]): Promise<number> {
         budget,
         seed,
         engine,
+        ...(current ? { current } : {}),
         constraints: { ...(maxImbalance !== undefined ? { max_prefill_imbalance: maxImbalance } : {}), ...(minHit !== undefined ? { min_hit_ratio: minHit } : {}) },
         ...(onProgress ? { onProgress } : {}),
       },
@@ -197,6 +204,7 @@ function formatTune(result: TuneResult, seconds: number, workers: number, reprod
     ["", "router", "TTFT p50 ms", "p90", "p99", "hit ratio", "prefill max/mean", "settings"],
     ...shown.map((p) => row(p === sorted[0] ? "best" : `#${sorted.indexOf(p) + 1}`, p.config, p.metrics)),
     row("TensorRT-LLM defaults", result.baseline.config, result.baseline.metrics),
+    ...(result.current ? [row("your config (--config)", result.current.config, result.current.metrics)] : []),
     ...(kvDefaults ? [row("kv_cache_aware as shipped", kvDefaults.config, kvDefaults.metrics)] : []),
   ];
   const widths = rows[0]!.map((_, c) => Math.max(...rows.map((r) => r[c]!.length)));

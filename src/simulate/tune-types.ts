@@ -76,6 +76,8 @@ export interface TuneResult {
   readonly baseline: TunedConfig;
   /** The best feasible config found (the baseline itself when nothing beat it); null when no evaluated config is feasible. */
   readonly best: TunedConfig | null;
+  /** The user's current config (`--config`) and its metrics, when one was given (null: the budget ran out before it). */
+  readonly current?: TunedConfig | null;
   /** Whether some evaluated config is feasible (false: `best` is null, and `infeasible_reason` says why). */
   readonly constraints_met: boolean;
   /** Why nothing is feasible (every config overloaded the engine, or which constraint no config met); null when something is. */

@@ -17,7 +17,7 @@ import { routerKindFor } from "../router.js";
 import type { EngineOptions } from "./engine.js";
 import { CONFIG_POLICY, simulate, type PolicyResult } from "./run.js";
 import { optimumHitRatio, type Trace } from "./trace.js";
-import { TUNE_OBJECTIVES, type TuneConstraints, type TuneMetrics, type TuneObjective, type TunePoint, type TuneResult } from "./tune-types.js";
+import { TUNE_OBJECTIVES, type TuneConstraints, type TunedConfig, type TuneMetrics, type TuneObjective, type TunePoint, type TuneResult } from "./tune-types.js";
 
 /** Scores configs: one metrics object per config, in order. */
 export type TuneEvaluator = (configs: readonly AttentionDpConfigInput[]) => Promise<TuneMetrics[]>;
@@ -41,6 +41,12 @@ export interface TuneOptions {
    * @default "coarse-to-fine"
    */
   readonly strategy?: "coarse-to-fine" | "random";
+  /**
+   * The config the user runs now (snake_case, as in extra_llm_api_options.yaml):
+   * simulated right after the baseline and reported as `current`, so the answer
+   * says what changing it would buy. Checked like any attention_dp_config.
+   */
+  readonly current?: AttentionDpConfigInput;
   /** Called after every stage with simulations done and the budget (and, when the search stops short of the budget, once more with done === total). */
   readonly onProgress?: (done: number, budget: number) => void;
 }
@@ -292,6 +298,12 @@ export function evaluateConfig(trace: Trace, engine: Partial<EngineOptions>, con
   return metricsOf(simulate(trace, { ...engine, config, policies: [CONFIG_POLICY] }).policies[0]!);
 }
 
+/** The evaluated point of the user's `current` config (the same config, found by its fields), or null when the budget ran out first. */
+function currentOf(points: readonly TunePoint[], current: AttentionDpConfigInput): TunedConfig | null {
+  const point = points.find((p) => keyOf(p.config) === keyOf(current));
+  return point === undefined ? null : { config: current, metrics: point.metrics };
+}
+
 /** Reads and checks {@link TuneOptions}; throws {@link AdpInputError}. */
 function readTuneOptions(options: TuneOptions) {
   const objective = options.objective ?? "ttft_p90";
@@ -319,6 +331,7 @@ function readTuneOptions(options: TuneOptions) {
  */
 export async function tune(trace: Trace, options: TuneOptions = {}, evaluate: TuneEvaluator = inlineEvaluator(trace, options.engine)): Promise<TuneResult> {
   const { objective, budget, seed, constraints, direction } = readTuneOptions(options);
+  if (options.current !== undefined) parseAttentionDpConfig(options.current); // an AttentionDpConfigError before anything runs
   if (options.strategy !== undefined && options.strategy !== "coarse-to-fine" && options.strategy !== "random") throw new AdpInputError("strategy", 'must be "coarse-to-fine" or "random"', options.strategy);
   const random = generator(seed);
   const points: TunePoint[] = [];
@@ -345,6 +358,7 @@ export async function tune(trace: Trace, options: TuneOptions = {}, evaluate: Tu
   };
 
   await stage("baseline", [BASELINE]);
+  if (options.current !== undefined) await stage("current", [options.current]);
   await stage("defaults", ANCHORS);
   const left = budget - points.length;
   await stage("coarse", coarseSample(options.strategy === "random" ? left : Math.floor(left * 0.45), random));
@@ -371,6 +385,7 @@ export async function tune(trace: Trace, options: TuneOptions = {}, evaluate: Tu
     best: best.feasible ? { config: best.config, metrics: best.metrics } : null,
     constraints_met: best.feasible,
     infeasible_reason: best.feasible ? null : infeasibleReason(points, constraints, optimumHitRatio(trace)),
+    ...(options.current === undefined ? {} : { current: currentOf(points, options.current) }),
     evaluated: points.length,
     points,
   };
