@@ -9,7 +9,7 @@ import { createHash, timingSafeEqual } from "node:crypto";
 import type { Logger } from "pino";
 import { checkUpstreamEntry, GatewayConfigError, withUpstreams, type GatewayConfig } from "./config.js";
 import type { Fleet, FleetChange } from "./fleet.js";
-import { HttpError } from "./openai.js";
+import { HttpError, parseJsonObject } from "./openai.js";
 
 /** sha256 of a key, so comparisons take constant time whatever the lengths. */
 export const digest = (key: string): Buffer => createHash("sha256").update(key).digest();
@@ -42,13 +42,16 @@ export interface AdminGateway {
  * The admin endpoints, off (404) unless an admin key is configured:
  * `GET /admin/upstreams`, `POST /admin/upstreams` (adds one: `{"url", "name"?,
  * "api_key"?, "drain"?}`, checked as the file's entries; 201 with its index),
- * `DELETE /admin/upstreams/{index}` (removes it: its cache view and
- * conversations are dropped, its in-flight requests finish), and `POST
- * /admin/upstreams/{index}/drain` and `/undrain`.
+ * `DELETE /admin/upstreams/{index}?url=URL` (removes it: its cache view and
+ * conversations are dropped, its in-flight requests finish; `url`, when given,
+ * must be that upstream's, so a retried call cannot remove the one that took its
+ * index), and `POST /admin/upstreams/{index}/drain` and `/undrain`. An added
+ * upstream cannot name an environment variable for its key, nor subscribe to
+ * events or scrape load: the admin key must not reach the gateway's environment
+ * or open connections the file did not configure.
  */
-export async function adminRoute(gateway: AdminGateway, req: IncomingMessage, res: ServerResponse, path: string): Promise<number> {
+export async function adminRoute(gateway: AdminGateway, req: IncomingMessage, res: ServerResponse, path: string, query = ""): Promise<number> {
   const { fleet, reloadFleet, readBody, log, adminDigest } = gateway;
-  const current = gateway.current();
   if (adminDigest === null) throw new HttpError(404, `no route for ${req.method} ${path.slice(0, 200)}`, "invalid_request_error", "not_found");
   if (!bearerIn(req, [adminDigest])) throw new HttpError(401, "a valid admin key is required", "invalid_request_error", "invalid_api_key");
   const list = () => fleet.upstreams.map((u) => ({ index: u.index, name: u.name, url: u.url, healthy: u.healthy, draining: u.draining, in_flight: u.inFlight }));
@@ -59,22 +62,20 @@ export async function adminRoute(gateway: AdminGateway, req: IncomingMessage, re
   if (path === "/admin/upstreams") {
     if (req.method === "GET") return answer(200, { upstreams: list() });
     if (req.method !== "POST") throw new HttpError(405, `${path} takes GET or POST`, "invalid_request_error", "method_not_allowed", { allow: "GET, POST" });
-    const raw = await readBody(req);
-    let body: unknown;
-    try {
-      body = JSON.parse(raw.toString("utf8"));
-    } catch {
-      throw new HttpError(400, "the request body is not valid JSON", "invalid_request_error", "invalid_json");
+    const body = parseJsonObject(await readBody(req), 'the body must be an upstream: {"url": "http://…", "name"?, "api_key"?}');
+    for (const field of ["api_key_env", "kv_events", "load"]) {
+      if (body[field] !== undefined) throw new HttpError(400, `${field}: not accepted here (set it in the configuration file and reload)`, "invalid_request_error", "invalid_value", {}, field);
     }
-    if (typeof body !== "object" || body === null || Array.isArray(body)) throw new HttpError(400, 'the body must be an upstream: {"url": "http://…", "name"?, "api_key"?}', "invalid_request_error", "invalid_request");
     let entry;
     try {
-      entry = checkUpstreamEntry(body);
+      entry = checkUpstreamEntry(body, {});
     } catch (error) {
       if (!(error instanceof GatewayConfigError)) throw error;
       const first = error.issues[0];
       throw new HttpError(400, error.issues.map((i) => `${i.field}: ${i.message}`).join("; "), "invalid_request_error", first?.message === "is required" ? "missing_field" : "invalid_value", {}, first?.field.replace(/^upstream\.?/, "") || null);
     }
+    // The fleet as it is now, after the body's wait: another call or a reload may have changed it meanwhile.
+    const current = gateway.current();
     if (current.upstreams.some((u) => u.url === entry.url)) throw new HttpError(409, `${entry.url} is already upstream ${current.upstreams.findIndex((u) => u.url === entry.url)}`, "invalid_request_error", "upstream_exists");
     try {
       reloadFleet(withUpstreams(current, [...current.upstreams, entry]));
@@ -89,8 +90,11 @@ export async function adminRoute(gateway: AdminGateway, req: IncomingMessage, re
   if (one) {
     if (req.method !== "DELETE") throw new HttpError(405, `${path} takes DELETE`, "invalid_request_error", "method_not_allowed", { allow: "DELETE" });
     const index = Number(one[1]);
+    const current = gateway.current();
     const gone = current.upstreams[index];
     if (gone === undefined) throw new HttpError(404, `no upstream ${index}`, "invalid_request_error", "not_found");
+    const expected = new URLSearchParams(query).get("url");
+    if (expected !== null && expected !== gone.url) throw new HttpError(409, `upstream ${index} is ${gone.url}, not ${expected.slice(0, 200)}`, "invalid_request_error", "upstream_mismatch");
     if (current.upstreams.length === 1) throw new HttpError(409, "the last upstream cannot be removed (add another first)", "invalid_request_error", "last_upstream");
     try {
       reloadFleet(withUpstreams(current, current.upstreams.filter((_, i) => i !== index)));

@@ -131,6 +131,16 @@ export class Reader {
     return v;
   }
 
+  /** A secret (an API key): a non-empty string, its value never in a message (only its type). */
+  secret(v: unknown, path: (string | number)[]): string | null {
+    if (v === undefined || v === null) return null;
+    if (typeof v !== "string" || v.trim().length === 0) {
+      this.fail(path, `must be a non-empty string (a key; got ${v === "" || typeof v === "string" ? "an empty string" : `a ${Array.isArray(v) ? "list" : typeof v}`}; a number-like key must be quoted)`);
+      return null;
+    }
+    return v;
+  }
+
   /** The value of environment variable `name`, read from `env`. */
   env(name: unknown, path: (string | number)[], env: Record<string, string | undefined>): string | null {
     if (name === undefined || name === null) return null;
@@ -224,7 +234,7 @@ function readUpstream(r: Reader, entry: unknown, path: (string | number)[], env:
   }
   const name = r.str(u.name, [...path, "name"], new URL(checked.url).host);
   if (u.api_key !== undefined && u.api_key_env !== undefined) r.fail([...path, "api_key"], "set api_key or api_key_env, not both");
-  const apiKey = u.api_key !== undefined ? r.str(u.api_key, [...path, "api_key"], "") || null : r.env(u.api_key_env, [...path, "api_key_env"], env);
+  const apiKey = u.api_key !== undefined ? r.secret(u.api_key, [...path, "api_key"]) : r.env(u.api_key_env, [...path, "api_key_env"], env);
   const kvEvents = readKvEvents(r, u.kv_events, [...path, "kv_events"]);
   const load = readEngineLoad(r, u.load, [...path, "load"]);
   return { url: checked.url, name: excerpt(name, 64), apiKey, drain: r.bool(u.drain, [...path, "drain"], false), kvEvents, load };
@@ -404,8 +414,7 @@ export function loadGatewayConfig(options: LoadOptions = {}): GatewayConfig {
   let adminApiKey: string | null = null;
   if (auth.admin_api_key !== undefined && auth.admin_api_key !== null && auth.admin_api_key_env !== undefined && auth.admin_api_key_env !== null) r.fail(["auth", "admin_api_key"], "set admin_api_key or admin_api_key_env, not both");
   else if (auth.admin_api_key !== undefined && auth.admin_api_key !== null) {
-    if (!goodKey(auth.admin_api_key)) r.fail(["auth", "admin_api_key"], `must be a non-empty key, got ${describeValue(auth.admin_api_key)}`);
-    else adminApiKey = auth.admin_api_key.trim();
+    adminApiKey = r.secret(auth.admin_api_key, ["auth", "admin_api_key"])?.trim() ?? null;
   } else {
     const fromAdminEnv = r.env(auth.admin_api_key_env, ["auth", "admin_api_key_env"], env);
     if (fromAdminEnv !== null) {

@@ -208,8 +208,9 @@ export async function createGateway(input: GatewayConfig | GatewayConfigObject, 
           onHead: (status, answer) => {
             upstream.firstByte.observe((performance.now() - started) / 1000);
             // Passive ejection: consecutive 5xx answers count like failures to connect; any other answer resets the count.
-            if (status >= 500) passiveFail(upstream, `status ${status}`);
-            else upstream.succeed();
+            // Answers never eject the last healthy upstream: requests that make engines fail must not turn the whole fleet into 503s.
+            if (status < 500) upstream.succeed();
+            else if (fleet.upstreams.some((x) => x !== upstream && x.healthy && !x.draining)) passiveFail(upstream, `status ${status}`);
             upstream.countStatus(status);
             const headers: Record<string, string | string[]> = {};
             for (const name in answer) {
@@ -458,7 +459,7 @@ export async function createGateway(input: GatewayConfig | GatewayConfigObject, 
         upstream = r.upstream;
         outcome = r.outcome;
       } else if (path.startsWith("/admin/")) {
-        status = await adminRoute(adminGateway, req, res, path);
+        status = await adminRoute(adminGateway, req, res, path, (req.url ?? "").slice(path.length + 1));
       } else if (path === "/v1/models") {
         if (req.method !== "GET") throw new HttpError(405, "/v1/models takes GET", "invalid_request_error", "method_not_allowed", { allow: "GET" });
         if (!authorized(req)) throw new HttpError(401, "a valid API key is required", "invalid_request_error", "invalid_api_key");

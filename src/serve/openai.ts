@@ -87,19 +87,24 @@ function idOf(v: unknown, field: string): string | null {
   return text;
 }
 
-/**
- * Parses and checks a chat or completion request body (bytes as received)
- * and reads its routing fields; throws HttpError 400 for anything malformed.
- */
-export function readRequest(kind: "chat" | "completion", raw: Buffer, headers: Record<string, string | string[] | undefined>, tokenizer: Tokenizer, loraAdapters: ReadonlyMap<string, number> = new Map()): RoutedRequest {
+/** A JSON object from a request body (bytes as received); HttpError 400 `invalid_json` or `invalid_request` (with `what` as the message) otherwise. */
+export function parseJsonObject(raw: Buffer, what = "the request body must be a JSON object"): Record<string, unknown> {
   let body: unknown;
   try {
     body = JSON.parse(raw.toString("utf8"));
   } catch {
     throw new HttpError(400, "the request body is not valid JSON", "invalid_request_error", "invalid_json");
   }
-  if (typeof body !== "object" || body === null || Array.isArray(body)) throw new HttpError(400, "the request body must be a JSON object", "invalid_request_error", "invalid_request");
-  const b = body as Record<string, unknown>;
+  if (typeof body !== "object" || body === null || Array.isArray(body)) throw new HttpError(400, what, "invalid_request_error", "invalid_request");
+  return body as Record<string, unknown>;
+}
+
+/**
+ * Parses and checks a chat or completion request body (bytes as received)
+ * and reads its routing fields; throws HttpError 400 for anything malformed.
+ */
+export function readRequest(kind: "chat" | "completion", raw: Buffer, headers: Record<string, string | string[] | undefined>, tokenizer: Tokenizer, loraAdapters: ReadonlyMap<string, number> = new Map()): RoutedRequest {
+  const b = parseJsonObject(raw);
   if (b.model === undefined || b.model === null) throw bad("model is required", "model", "missing_field");
   if (typeof b.model !== "string" || b.model === "") throw bad("model must be a non-empty string", "model");
   if (b.stream !== undefined && b.stream !== null && typeof b.stream !== "boolean") throw bad("stream must be a boolean", "stream");

@@ -113,7 +113,9 @@ export class Upstream {
       connect: { timeout: gateway.timeouts.connectMs },
       headersTimeout: gateway.timeouts.firstByteMs,
       bodyTimeout: gateway.timeouts.idleMs,
-      keepAliveTimeout: 30_000,
+      // Under the engines' own idle timeout (uvicorn's, vLLM's and trtllm-serve's server, is 5 s): a connection the
+      // engine has closed is not reused, so a stale keep-alive does not read as a failed request (nor count toward ejection).
+      keepAliveTimeout: 4_000,
     });
     this.#unhealthyThreshold = gateway.health.unhealthyThreshold;
     this.#healthyThreshold = gateway.health.healthyThreshold;

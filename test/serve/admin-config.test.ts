@@ -75,7 +75,18 @@ describe("keys", () => {
     const fromEnv = loadGatewayConfig({ object: { upstreams: [e0!.url], auth: { api_keys_env: "KEYS", admin_api_key_env: "ADMIN" } }, env: { KEYS: "k1, k2", ADMIN: "x" } });
     expect(fromEnv.auth).toMatchObject({ apiKeys: ["k1", "k2"], adminApiKey: "x" });
     expect(() => loadGatewayConfig({ object: { upstreams: [e0!.url], auth: { admin_api_key: "a", admin_api_key_env: "ADMIN" } }, env: { ADMIN: "x" } })).toThrow(/admin_api_key or admin_api_key_env, not both/);
-    expect(() => loadGatewayConfig({ object: { upstreams: [e0!.url], auth: { admin_api_key: " " } } })).toThrow(/auth\.admin_api_key: must be a non-empty key/);
+    expect(() => loadGatewayConfig({ object: { upstreams: [e0!.url], auth: { admin_api_key: " " } } })).toThrow(/auth\.admin_api_key: must be a non-empty string \(a key; got an empty string/);
+    // A key's value is never in a message, even a key YAML read as a number.
+    const numeric = (() => {
+      try {
+        loadGatewayConfig({ object: { upstreams: [{ url: e0!.url, api_key: 98765432101234 }], auth: { admin_api_key: 12345678987654 } } });
+      } catch (error) {
+        return (error as Error).message;
+      }
+      return "";
+    })();
+    expect(numeric).toContain("a number-like key must be quoted");
+    expect(numeric).not.toMatch(/98765432101234|12345678987654/);
     // Admin stays off unless a key is set.
     const { gateway: off } = await start({ upstreams: [e0!.url] });
     expect((await fetch(`${off.url}/admin/upstreams`)).status).toBe(404);
@@ -142,6 +153,44 @@ describe("admin: adding and removing upstreams", () => {
     expect(await error(await fetch(`${gateway.url}/admin/upstreams/0`, { method: "DELETE", headers: auth }))).toMatchObject({ status: 409, code: "last_upstream" });
     expect((await fetch(`${gateway.url}/admin/upstreams`, { method: "POST", body: "{}" })).status).toBe(401);
     expect(await error(await fetch(`${gateway.url}/admin/upstreams`, { method: "PUT", headers: auth }))).toMatchObject({ status: 405, code: "method_not_allowed" });
+    // The admin key does not reach the gateway's environment, nor open connections the file did not configure.
+    process.env.ADP_TEST_SECRET = "must-not-leave";
+    for (const field of ["api_key_env", "kv_events", "load"]) {
+      const value = field === "api_key_env" ? "ADP_TEST_SECRET" : { kind: field === "load" ? "vllm" : "http" };
+      expect(await error(await add(JSON.stringify({ url: "http://127.0.0.1:1", [field]: value })))).toMatchObject({ status: 400, code: "invalid_value", message: expect.stringContaining(`${field}: not accepted here`) });
+    }
+    delete process.env.ADP_TEST_SECRET;
+  });
+
+  it("two additions at once both stay (the fleet is read after each body arrives); a removal names its URL so a retry cannot remove another", async () => {
+    const [e0, e1, e2] = await engines(3);
+    const { gateway } = await start({ upstreams: [e0!.url], auth: { admin_api_key: ADMIN } });
+    // A slow POST (its body trickles in) and a quick one, at once.
+    const slow = (async () => {
+      const { request } = await import("node:http");
+      const url = new URL(`${gateway.url}/admin/upstreams`);
+      const body = JSON.stringify({ url: e1!.url });
+      return new Promise<number>((resolve, reject) => {
+        const req = request({ host: url.hostname, port: url.port, path: url.pathname, method: "POST", headers: { ...auth, "content-length": String(body.length) } }, (res) => {
+          res.resume();
+          resolve(res.statusCode!);
+        });
+        req.on("error", reject);
+        req.write(body.slice(0, 5));
+        setTimeout(() => req.end(body.slice(5)), 300);
+      });
+    })();
+    await new Promise((r) => setTimeout(r, 50));
+    const quick = await fetch(`${gateway.url}/admin/upstreams`, { method: "POST", headers: auth, body: JSON.stringify({ url: e2!.url }) });
+    expect([quick.status, await slow]).toEqual([201, 201]);
+    const urls = async () => ((await (await fetch(`${gateway.url}/admin/upstreams`, { headers: auth })).json()) as { upstreams: { url: string }[] }).upstreams.map((u) => u.url);
+    expect(await urls()).toEqual([e0!.url, e2!.url, e1!.url]);
+    // DELETE with the URL it means: a mismatch (the index now names another upstream) is refused.
+    const mismatch = await fetch(`${gateway.url}/admin/upstreams/1?url=${encodeURIComponent(e1!.url)}`, { method: "DELETE", headers: auth });
+    expect(mismatch.status).toBe(409);
+    expect(((await mismatch.json()) as { error: { code: string } }).error.code).toBe("upstream_mismatch");
+    expect((await fetch(`${gateway.url}/admin/upstreams/2?url=${encodeURIComponent(e1!.url)}`, { method: "DELETE", headers: auth })).status).toBe(200);
+    expect(await urls()).toEqual([e0!.url, e2!.url]);
   });
 });
 

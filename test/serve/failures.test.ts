@@ -55,6 +55,15 @@ async function deadPort(): Promise<number> {
 }
 
 describe("passive ejection on 5xx", () => {
+  it("answers never eject the last healthy upstream: its 5xx answers are passed on, not turned into 503s for everyone", async () => {
+    const only = await engine("only", { failWith: 500 });
+    const { gateway: g } = await gateway({ upstreams: [only.url], health: { interval_ms: 60_000, unhealthy_threshold: 2 } });
+    const statuses: number[] = [];
+    for (let i = 0; i < 6; i++) statuses.push((await post(g, chat(`q${i}`))).status);
+    expect(statuses).toEqual([500, 500, 500, 500, 500, 500]);
+    expect(await healthOf(g)).toEqual({ status: 200, healthy: [true] });
+  });
+
   it("consecutive 5xx answers eject an upstream whose /health says 200; it stays out at least one health interval, then checks re-admit it", async () => {
     const good = await engine("good");
     const bad = await engine("bad", { failWith: 500 });
@@ -90,26 +99,27 @@ describe("passive ejection on 5xx", () => {
 
   it("a 2xx or 4xx answer resets the count: 5xx answers that are not consecutive never eject", async () => {
     const e = await engine("e");
-    const { gateway: g } = await gateway({ upstreams: [e.url], health: { interval_ms: 60_000, unhealthy_threshold: 2 } });
+    const spare = await engine("spare");
+    // The default router places each request alone on idle upstreams at rank 0 (e); the spare keeps e from being the last healthy one.
+    const { gateway: g } = await gateway({ upstreams: [e.url, spare.url], policy: "default", health: { interval_ms: 60_000, unhealthy_threshold: 2 } });
     for (let i = 0; i < 4; i++) {
       e.behaviour.failWith = 503;
       expect((await post(g, chat(`x${i}`))).status).toBe(503);
       e.behaviour.failWith = i % 2 === 0 ? 400 : undefined;
       expect((await post(g, chat(`y${i}`))).status).toBe(i % 2 === 0 ? 400 : 200);
     }
-    expect((await healthOf(g)).healthy).toEqual([true]);
+    expect((await healthOf(g)).healthy).toEqual([true, true]);
     expect(metric(g, 'adp_gateway_upstream_responses_by_code_total{upstream="0",code="503"}')).toMatch(/ 4$/);
     expect(metric(g, 'adp_gateway_upstream_responses_by_code_total{upstream="0",code="400"}')).toMatch(/ 2$/);
     expect(metric(g, 'adp_gateway_upstream_responses_by_code_total{upstream="0",code="200"}')).toMatch(/ 2$/);
     expect(metric(g, 'adp_gateway_requests_by_code_total{code="503"}')).toMatch(/ 4$/);
     expect(metric(g, 'adp_gateway_upstream_responses_total{upstream="0",status="5xx"}')).toMatch(/ 4$/);
-    // Then two in a row eject it, and with no other upstream the next request is 503 from the gateway itself.
+    // Then two in a row eject it, and the next request goes to the spare.
     e.behaviour.failWith = 500;
     await post(g, chat("z1"));
     await post(g, chat("z2"));
-    const r = await post(g, chat("z3"));
-    expect(r.status).toBe(503);
-    expect(r.json?.error?.code).toBe("no_healthy_upstream");
+    expect(await post(g, chat("z3"))).toMatchObject({ status: 200, upstream: "1" });
+    expect((await healthOf(g)).healthy).toEqual([false, true]);
   });
 });
 
