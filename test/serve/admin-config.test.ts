@@ -79,7 +79,7 @@ describe("keys", () => {
     // A key's value is never in a message, even a key YAML read as a number.
     const numeric = (() => {
       try {
-        loadGatewayConfig({ object: { upstreams: [{ url: e0!.url, api_key: 98765432101234 }], auth: { admin_api_key: 12345678987654 } } });
+        loadGatewayConfig({ object: { upstreams: [{ url: e0!.url, api_key: 98765432101234 as never }], auth: { admin_api_key: 12345678987654 as never } } });
       } catch (error) {
         return (error as Error).message;
       }
