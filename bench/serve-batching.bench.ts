@@ -15,6 +15,7 @@ import type { AddressInfo } from "node:net";
 import { pino } from "pino";
 import { Pool } from "undici";
 import { createGateway, type Gateway } from "../src/serve/index.js";
+import { sendChats } from "./support/chat-load.js";
 
 const ROUNDS = Number(process.env.ROUNDS ?? 8);
 const REQUESTS = Number(process.env.REQUESTS ?? 1500);
@@ -37,21 +38,8 @@ const SYSTEM = "You are a helpful assistant that answers carefully and briefly. 
 const body = (i: number) => JSON.stringify({ model: "m", messages: [{ role: "system", content: SYSTEM }, { role: "user", content: `question ${i % 97}` }] });
 
 /** Sends `n` requests through `pool` with `concurrency` in flight; returns each one's latency (ms). */
-async function load(pool: Pool, n: number, concurrency: number, offset: number): Promise<number[]> {
-  const out: number[] = [];
-  let next = 0;
-  const worker = async () => {
-    while (next < n) {
-      const i = next++;
-      const t0 = performance.now();
-      const r = await pool.request({ path: "/v1/chat/completions", method: "POST", headers: { "content-type": "application/json" }, body: body(offset + i) });
-      await r.body.dump();
-      if (r.statusCode !== 200) throw new Error(`status ${r.statusCode}`);
-      out.push(performance.now() - t0);
-    }
-  };
-  await Promise.all(Array.from({ length: concurrency }, worker));
-  return out;
+function load(pool: Pool, n: number, concurrency: number, offset: number): Promise<number[]> {
+  return sendChats(pool, n, concurrency, (i) => body(offset + i));
 }
 
 const pct = (xs: number[], p: number) => {

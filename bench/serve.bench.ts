@@ -26,6 +26,7 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { Pool } from "undici";
 import { createGateway, loadGatewayConfig, loadHuggingFaceTokenizer, loadTokenizer, type HuggingFaceTokenizer } from "../src/serve/index.js";
+import { sendChats } from "./support/chat-load.js";
 
 const SELF = fileURLToPath(import.meta.url);
 const CONCURRENCY = 16;
@@ -208,19 +209,7 @@ function cpuOf(proc: ChildProcess): Promise<number> {
 /** Sends `n` requests (bodies from `bodyOf`) with `concurrency` in flight; returns each one's latency (ms). */
 async function load(url: string, n: number, concurrency: number, bodyOf: (i: number) => string = body): Promise<number[]> {
   const pool = new Pool(url, { connections: concurrency, keepAliveTimeout: 30_000 });
-  const latencies: number[] = [];
-  let next = 0;
-  const worker = async () => {
-    while (next < n) {
-      const i = next++;
-      const started = performance.now();
-      const response = await pool.request({ path: "/v1/chat/completions", method: "POST", headers: { "content-type": "application/json" }, body: bodyOf(i) });
-      await response.body.dump();
-      if (response.statusCode !== 200) throw new Error(`status ${response.statusCode}`);
-      latencies.push(performance.now() - started);
-    }
-  };
-  await Promise.all(Array.from({ length: concurrency }, worker));
+  const latencies = await sendChats(pool, n, concurrency, bodyOf);
   await pool.close();
   return latencies;
 }

@@ -212,7 +212,6 @@ function simulateCommand(args: string[]): number {
   const values = parsed.values as WorkloadAndEngineValues & {
     [K in "policies" | "config" | "index-updates" | "event-delay" | "event-drop" | "event-seed" | "event-stale" | "replicas" | "sync" | "sync-delay-ms" | "report"]?: string;
   } & { "event-replay"?: boolean; json: boolean };
-  const nonNeg = isNonNegative;
   const engine = readEngine(values);
   const indexUpdates = values["index-updates"] ?? "routing";
   if (indexUpdates !== "routing" && indexUpdates !== "events") throw new RangeError(`--index-updates: must be routing or events, got ${JSON.stringify(indexUpdates)}`);
@@ -221,7 +220,7 @@ function simulateCommand(args: string[]): number {
     if (values[flag as keyof typeof values] !== undefined && indexUpdates !== "events") throw new RangeError(`--${flag}: applies only with --index-updates events`);
   }
   const events = {
-    eventDelayMs: numberOption(values, "event-delay", nonNeg, "a non-negative number of milliseconds"),
+    eventDelayMs: numberOption(values, "event-delay", isNonNegative, "a non-negative number of milliseconds"),
     eventDropRate: numberOption(values, "event-drop", (v) => v >= 0 && v <= 1, "a number from 0 to 1"),
     eventReplay: values["event-replay"],
     eventSeed: numberOption(values, "event-seed", Number.isSafeInteger, "an integer"),
@@ -234,7 +233,7 @@ function simulateCommand(args: string[]): number {
   const replicaOptions = {
     replicas,
     sync: values.sync as SyncMode | undefined,
-    syncDelayMs: numberOption(values, "sync-delay-ms", nonNeg, "a non-negative number of milliseconds"),
+    syncDelayMs: numberOption(values, "sync-delay-ms", isNonNegative, "a non-negative number of milliseconds"),
   };
   const config = values.config === undefined ? undefined : readConfigOption(values.config, "--config");
   const policies = values.policies?.split(",").map((p) => p.trim()) ?? (config ? [...POLICIES, CONFIG_POLICY] : undefined);

@@ -77,7 +77,8 @@ export async function tuneCommand(args: string[]): Promise<number> {
   const minHit = numberOption(values, "min-hit-ratio", (v) => v >= 0 && v <= 1, "a number from 0 to 1");
   const budget = numberOption(values, "budget", (v) => isCount(v) && v <= MAX_TUNE_BUDGET, `an integer in [1, ${MAX_TUNE_BUDGET}]`) ?? 64;
   const seed = numberOption(values, "search-seed", (v) => Number.isInteger(v) && v >= 0 && v <= 0xffffffff, "an integer in [0, 4294967295]") ?? 1;
-  const workers = numberOption(values, "workers", (v) => isCount(v) && v <= 256, "an integer in [1, 256]") ?? availableParallelism();
+  // More threads than simulations would idle.
+  const workers = Math.min(budget, numberOption(values, "workers", (v) => isCount(v) && v <= 256, "an integer in [1, 256]") ?? availableParallelism());
   // Where the results go is checked before the search, not found unwritable after minutes of it.
   for (const flag of ["out", "report"] as const) if (values[flag] !== undefined) checkWritable(values[flag]!, `--${flag}`);
   const current = values.config === undefined ? undefined : readConfigOption(values.config, "--config");
@@ -85,7 +86,7 @@ export async function tuneCommand(args: string[]): Promise<number> {
 
   const started = Date.now();
   // One worker is this thread: no pool to start, and the same figures (each stage's candidates depend only on earlier stages).
-  const pool = workers > 1 ? new TunePool(new URL("./tune-worker.js", import.meta.url), Math.min(workers, budget), { trace, engine }) : null;
+  const pool = workers > 1 ? new TunePool(new URL("./tune-worker.js", import.meta.url), workers, { trace, engine }) : null;
   const evaluate: TuneEvaluator = pool?.evaluate ?? inlineEvaluator(trace, engine);
   let result: TuneResult;
   try {
@@ -109,7 +110,7 @@ export async function tuneCommand(args: string[]): Promise<number> {
   const seconds = (Date.now() - started) / 1000;
   const reproduce = reproduceCommand(values, values.out ?? "best.yaml");
   // The results first: a file that cannot be written after all loses nothing printed.
-  process.stdout.write(values.json ? JSON.stringify({ ...result, engine }) + "\n" : formatTune(result, seconds, Math.min(workers, budget), reproduce, values.out !== undefined));
+  process.stdout.write(values.json ? JSON.stringify({ ...result, engine }) + "\n" : formatTune(result, seconds, workers, reproduce, values.out !== undefined));
   let status = 0;
   const write = (flag: string, file: string, text: string, what: string) => {
     try {

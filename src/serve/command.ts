@@ -8,7 +8,7 @@ import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { GatewayConfigError, loadGatewayConfig, type GatewayFlags } from "./config.js";
 import { createGateway, GatewayListenError } from "./gateway.js";
-import { unreachableUpstreams } from "./reachability.js";
+import { unreachableAtStart } from "./reachability.js";
 import { loadTokenizer, TokenizerLoadError } from "./tokenizer-config.js";
 
 /** The help text of `adp-router serve`. */
@@ -100,7 +100,7 @@ export async function serveCommand(args: string[]): Promise<number> {
     throw error;
   }
   // An upstream nobody can connect to is a typo or a stopped engine: say so now, not in every answer.
-  const unreachable = await unreachableUpstreams(config.upstreams.map((u) => u.url), Math.min(config.timeouts.connectMs, 5_000));
+  const unreachable = await unreachableAtStart(config);
   if (unreachable.length > 0) {
     const list = unreachable.map((u) => `  upstream ${u.index} (${u.url}): ${u.reason}`).join("\n");
     if (config.health.onStart === "require") {

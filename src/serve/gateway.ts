@@ -12,7 +12,7 @@ import { formatPrometheus } from "../prometheus.js";
 import { excerpt } from "../errors.js";
 import { isGatewayConfig, loadGatewayConfig, SHORT_KEY, type GatewayConfig, type GatewayConfigObject } from "./config.js";
 import { adminRoute, bearerIn, digest, type AdminGateway } from "./admin.js";
-import { connectionRefused, unreachableUpstreams } from "./reachability.js";
+import { connectionRefused, unreachableAtStart } from "./reachability.js";
 import { HttpError, readRequest } from "./openai.js";
 import type { Tokenizer } from "./tokenizer.js";
 import { loadTokenizer } from "./tokenizer-config.js";
@@ -112,7 +112,7 @@ export async function createGateway(input: GatewayConfig | GatewayConfigObject, 
   // Upstreams found unreachable start unhealthy: no request tries them until their checks pass.
   let startUnhealthy = options.startUnhealthy;
   if (startUnhealthy === undefined && config.health.onStart === "warn") {
-    const unreachable = await unreachableUpstreams(config.upstreams.map((u) => u.url), Math.min(config.timeouts.connectMs, 5_000));
+    const unreachable = await unreachableAtStart(config);
     startUnhealthy = unreachable.map((u) => u.index);
     for (const u of unreachable) log.warn({ upstream: u.index, url: u.url, reason: u.reason }, "upstream unreachable at start: unhealthy until its health checks pass");
   }

@@ -5,6 +5,7 @@
 // and `adp-router serve` says so before it listens (health.on_start: require).
 
 import { connect } from "node:net";
+import type { GatewayConfig } from "./config-types.js";
 
 /** An upstream that could not be reached, and why. */
 export interface Unreachable {
@@ -43,6 +44,11 @@ function tryConnect(url: URL, timeoutMs: number): Promise<string | null> {
     socket.once("connect", () => done(null));
     socket.once("error", (error: NodeJS.ErrnoException) => done(`${REASONS[error.code ?? ""] ?? error.message}${error.code ? ` (${error.code})` : ""}`));
   });
+}
+
+/** The upstreams of `config` that cannot be reached when the gateway starts: each tried within its connect timeout, at most 5 s. */
+export function unreachableAtStart(config: Pick<GatewayConfig, "upstreams" | "timeouts">): Promise<Unreachable[]> {
+  return unreachableUpstreams(config.upstreams.map((u) => u.url), Math.min(config.timeouts.connectMs, 5_000));
 }
 
 /** The upstreams among `urls` that cannot be reached within `timeoutMs` each, tried together. */

@@ -3,7 +3,7 @@
 
 import type { AttentionDpConfigInput } from "../config.js";
 import { AdpInputError, readOptions } from "../errors.js";
-import { DEFAULT_ENGINE, internPaths, judgeOverload, optimumHitRatioOfPaths, runEngine, type EngineOptions, type Overload, type RunResult } from "./engine.js";
+import { DEFAULT_ENGINE, judgeOverload, optimumHitRatioOfPaths, pathsOf, runEngine, type EngineOptions, type Overload, type RunResult } from "./engine.js";
 import { describeEventModel, EVENT_OPTION_KEYS, readEventModel, type EventModel, type EventOptions } from "./event-feed.js";
 import { describeReplicaModel, REPLICA_OPTION_KEYS, readReplicaModel, ReplicatedSide, SINGLE_REPLICA, type ReplicaModel, type ReplicaOptions, type SyncMode, type SyncReport } from "./replicas.js";
 import { adpRouter, roundRobin, type EventReport, type ReplicaRouter } from "./router-sides.js";
@@ -183,7 +183,7 @@ export function simulate(trace: Trace, options: SimulateOptions = {}): Simulatio
   const replicas = replicaModel ?? SINGLE_REPLICA;
   const engine: EngineOptions = { ...DEFAULT_ENGINE, ranks: 8, ...stripUndefined(pickEngine(options)) } as EngineOptions;
   const policies = options.policies ?? POLICIES;
-  const paths = internPaths(trace.requests);
+  const paths = pathsOf(trace.requests);
   const requests = trace.requests;
   const spanMs = requests.length === 0 ? 0 : (requests[requests.length - 1]!.arrivalMs - requests[0]!.arrivalMs) / engine.rateScale;
   const results: PolicyResult[] = [];

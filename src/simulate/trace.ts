@@ -8,7 +8,7 @@
 // Both are read by one parser; a line that fits neither is an error naming the
 // file and the line.
 
-import { internPaths, optimumHitRatioOfPaths } from "./engine.js";
+import { optimumHitRatioOfPaths, pathsOf } from "./engine.js";
 
 /** One request of a workload. */
 export interface TraceRequest {
@@ -118,7 +118,7 @@ export function parseTrace(text: string, file: string, blockTokens = 512): Trace
 
 /** The best possible prefix-block hit ratio: one infinite cache that has seen every earlier prompt. */
 export function optimumHitRatio(trace: Trace): number {
-  return optimumHitRatioOfPaths(internPaths(trace.requests));
+  return optimumHitRatioOfPaths(pathsOf(trace.requests));
 }
 
 /**
@@ -132,19 +132,18 @@ export function optimumHitRatio(trace: Trace): number {
  * its arrivals as they were.
  */
 export function spreadArrivals(trace: Trace): Trace {
-  const times = [...new Set(trace.requests.map((r) => r.arrivalMs))].sort((a, b) => a - b);
-  const gaps = times.slice(1).map((t, i) => t - times[i]!).sort((a, b) => a - b);
+  const given = trace.requests;
+  // A trace is in arrival order, so a tick is a run of equal times: where each run starts.
+  const ticks: number[] = [];
+  for (let i = 0; i < given.length; i++) if (i === 0 || given[i]!.arrivalMs !== given[i - 1]!.arrivalMs) ticks.push(i);
+  const gaps = ticks.slice(1).map((start, k) => given[start]!.arrivalMs - given[ticks[k]!]!.arrivalMs).sort((a, b) => a - b);
   const lastGap = gaps.length === 0 ? 0 : gaps[Math.floor(gaps.length / 2)]!;
-  const nextOf = new Map(times.map((t, i) => [t, i + 1 < times.length ? times[i + 1]! : t + lastGap]));
-  const sizeOf = new Map<number, number>();
-  for (const r of trace.requests) sizeOf.set(r.arrivalMs, (sizeOf.get(r.arrivalMs) ?? 0) + 1);
-  const seen = new Map<number, number>();
-  const requests = trace.requests.map((r) => {
-    const k = seen.get(r.arrivalMs) ?? 0;
-    seen.set(r.arrivalMs, k + 1);
-    return { ...r, arrivalMs: r.arrivalMs + ((nextOf.get(r.arrivalMs)! - r.arrivalMs) * k) / sizeOf.get(r.arrivalMs)! };
+  const requests: TraceRequest[] = [];
+  ticks.forEach((start, k) => {
+    const end = k + 1 < ticks.length ? ticks[k + 1]! : given.length;
+    const t = given[start]!.arrivalMs;
+    const span = (end < given.length ? given[end]!.arrivalMs : t + lastGap) - t;
+    for (let i = start; i < end; i++) requests.push({ ...given[i]!, arrivalMs: t + (span * (i - start)) / (end - start) });
   });
-  // Groups may interleave in the input only if it was out of order; keep arrival order (stable).
-  requests.sort((a, b) => a.arrivalMs - b.arrivalMs);
   return { ...trace, name: `${trace.name} (arrivals spread over their tick)`, requests };
 }

@@ -9,7 +9,7 @@
 
 import { parseAttentionDpConfig, toAttentionDpConfigInput, type AttentionDpConfigInput } from "../config.js";
 import { breakable, esc, htmlPage, INK, linear, MUTED, niceTicks, px, seriesColor, svgChart, tableBlock, trim, xAxis, yAxis, type Frame } from "./html.js";
-import { compareTunePoints } from "./tune.js";
+import { compareTunePoints, configKey } from "./tune.js";
 import type { RouterKind, TuneMetrics, TunePoint, TuneResult } from "./tune-types.js";
 
 /** Which way is better on an axis. */
@@ -138,8 +138,6 @@ interface Named {
   readonly best: TunePoint | null;
 }
 
-/** A config's identity, whatever its key order. */
-const configKey = (config: AttentionDpConfigInput): string => JSON.stringify(Object.entries(config).sort(([a], [b]) => (a < b ? -1 : 1)));
 
 /** The baseline (point 0) and the point whose config is the result's best (the best-ranked such, metrics equal). */
 function namedPoints(result: TuneResult, ranked: readonly TunePoint[]): Named {

@@ -11,7 +11,7 @@
 // reports for it, so the recommendation reproduces to the digit.
 
 import type { AttentionDpConfigInput, NewConversationPlacement } from "../config.js";
-import { parseAttentionDpConfig } from "../config.js";
+import { NEW_CONVERSATION_PLACEMENTS, parseAttentionDpConfig } from "../config.js";
 import { AdpInputError } from "../errors.js";
 import { routerKindFor } from "../router.js";
 import type { EngineOptions } from "./engine.js";
@@ -61,8 +61,7 @@ export const MAX_TUNE_BUDGET = 100_000;
 const BASELINE: AttentionDpConfigInput = Object.freeze({});
 
 /** The three new-conversation placements, in TensorRT-LLM's order. */
-const PLACEMENTS: readonly NewConversationPlacement[] = ["round_robin", "least_queued", "least_tokens"];
-
+const PLACEMENTS = NEW_CONVERSATION_PLACEMENTS;
 
 // ── The parameter space ────────────────────────────────────────────────────
 // KV-cache-aware: load-balance weight β (log scale), match-rate threshold,
@@ -121,8 +120,8 @@ function kvPointOf(config: AttentionDpConfigInput): KvPoint {
   return { weight: c.kvCacheRoutingLoadBalanceWeight, threshold: c.kvCacheRoutingMatchRateThreshold, multiplier: c.kvCacheRoutingFairShareMultiplier, warmup: c.kvCacheRoutingColdStartWarmup };
 }
 
-/** A config's identity: its fields in a fixed order (configs are built with only non-default fields). */
-const keyOf = (config: AttentionDpConfigInput) => JSON.stringify(Object.entries(config).sort(([a], [b]) => (a < b ? -1 : 1)));
+/** A config's identity, whatever its key order: its fields in a fixed order (the search builds configs with only non-default fields). */
+export const configKey = (config: AttentionDpConfigInput): string => JSON.stringify(Object.entries(config).sort(([a], [b]) => (a < b ? -1 : 1)));
 
 /**
  * The configs every search starts from: the KV-cache-aware router and each
@@ -300,7 +299,7 @@ export function evaluateConfig(trace: Trace, engine: Partial<EngineOptions>, con
 
 /** The evaluated point of the user's `current` config (the same config, found by its fields), or null when the budget ran out first. */
 function currentOf(points: readonly TunePoint[], current: AttentionDpConfigInput): TunedConfig | null {
-  const point = points.find((p) => keyOf(p.config) === keyOf(current));
+  const point = points.find((p) => configKey(p.config) === configKey(current));
   return point === undefined ? null : { config: current, metrics: point.metrics };
 }
 
@@ -342,7 +341,7 @@ export async function tune(trace: Trace, options: TuneOptions = {}, evaluate: Tu
   const stage = async (name: string, configs: readonly AttentionDpConfigInput[], limit = configs.length) => {
     const fresh: AttentionDpConfigInput[] = [];
     for (const config of configs) {
-      const key = keyOf(config);
+      const key = configKey(config);
       if (seen.has(key) || fresh.length >= limit || points.length + fresh.length >= budget) continue;
       seen.add(key);
       fresh.push(config);

@@ -10,7 +10,7 @@ import { parse } from "yaml";
 import { afterEach, describe, expect, it } from "vitest";
 import { createGateway, gatewayConfigSchema, GatewayConfigError, isGatewayConfig, loadGatewayConfig, type Gateway, type StateEntry } from "../../src/serve/index.js";
 import { attentionDpConfigSchema } from "../../src/config.js";
-import { startEngines, startMockEngine, type EngineBehaviour, type MockEngine } from "../support/mock-engine.js";
+import { startEngines, type EngineBehaviour } from "../support/mock-engine.js";
 
 const open: { close(): Promise<void> }[] = [];
 afterEach(async () => {

@@ -13,7 +13,7 @@ import pino from "pino";
 import { afterEach, describe, expect, it } from "vitest";
 import { createGateway, loadGatewayConfig, type Gateway } from "../../src/serve/index.js";
 import { parseJsonKeepingIntegers } from "../../src/serve/http-events.js";
-import { startFakePublisher, seqFrame, type FakePublisher, type ReplayStyle } from "../support/fake-kv-publisher.js";
+import { startFakePublisher, seqFrame, type ReplayStyle } from "../support/fake-kv-publisher.js";
 import { startMockEngine, type MockEngine } from "../support/mock-engine.js";
 import { waitFor } from "../support/wait.js";
 
@@ -24,7 +24,7 @@ const wire = JSON.parse(readFileSync(new URL("../fixtures/kv-events/wire.json", 
   http: Record<string, string>;
 };
 const bytes = (name: string): Buffer => Buffer.from(wire.msgpack[name]!.hex, "hex");
-const { P, Q, R } = wire.prompts;
+const { P, Q } = wire.prompts;
 
 const open: { close(): Promise<void> }[] = [];
 afterEach(async () => {
