@@ -60,6 +60,15 @@ await build({
   target: "node20",
   packages: "external",
 });
+// So do the gateway's tokenizer workers (src/serve/tokenize-pool.ts), next to dist/serve.js and dist/cli.js.
+await build({
+  ...common,
+  entryPoints: ["src/serve/tokenize-worker.ts"],
+  outfile: "dist/tokenize-worker.js",
+  platform: "node",
+  target: "node20",
+  packages: "external",
+});
 await build({
   ...common,
   entryPoints: { serve: "src/serve/index.ts" },
@@ -79,4 +88,4 @@ const { attentionDpConfigSchema } = await import(path.join(root, "dist/index.js"
 await writeFile("dist/config.schema.json", JSON.stringify(attentionDpConfigSchema, null, 2) + "\n");
 const { gatewayConfigSchema } = await import(path.join(root, "dist/serve.js"));
 await writeFile("dist/gateway.schema.json", JSON.stringify(gatewayConfigSchema, null, 2) + "\n");
-console.log(`built: release.wasm ${wasm.length} B, dist/index.js, dist/serve.js, dist/cli.js, dist/tune-worker.js, dist/types, dist/config.schema.json, dist/gateway.schema.json`);
+console.log(`built: release.wasm ${wasm.length} B, dist/index.js, dist/serve.js, dist/cli.js, dist/tune-worker.js, dist/tokenize-worker.js, dist/types, dist/config.schema.json, dist/gateway.schema.json`);

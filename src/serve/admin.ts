@@ -31,6 +31,8 @@ export interface AdminGateway {
   readonly current: () => GatewayConfig;
   /** Moves the gateway to `next`'s upstreams (the SIGHUP path). */
   readonly reloadFleet: (next: GatewayConfig) => FleetChange & { needRestart: string[] };
+  /** Throws a GatewayConfigError when one of `urls` is the gateway itself (its own listen address, or a name for it). */
+  readonly refuseSelf: (urls: readonly string[]) => Promise<void>;
   /** Reads a request body within the configured limit. */
   readonly readBody: (req: IncomingMessage) => Promise<Buffer>;
   readonly log: Logger;
@@ -74,16 +76,25 @@ export async function adminRoute(gateway: AdminGateway, req: IncomingMessage, re
       const first = error.issues[0];
       throw new HttpError(400, error.issues.map((i) => `${i.field}: ${i.message}`).join("; "), "invalid_request_error", first?.message === "is required" ? "missing_field" : "invalid_value", {}, first?.field.replace(/^upstream\.?/, "") || null);
     }
+    // Before the fleet is read: the check awaits name resolution, and the fleet must be read after every wait.
+    try {
+      await gateway.refuseSelf([entry.url]);
+    } catch (error) {
+      if (!(error instanceof GatewayConfigError)) throw error;
+      throw new HttpError(400, `url: ${error.issues[0]?.message ?? "is this gateway"}`, "invalid_request_error", "upstream_is_self", {}, "url");
+    }
+    for (const w of entry.warnings) log.warn({ field: w.field }, `admin: ${w.field}: ${w.message}`);
     // The fleet as it is now, after the body's wait: another call or a reload may have changed it meanwhile.
     const current = gateway.current();
     if (current.upstreams.some((u) => u.url === entry.url)) throw new HttpError(409, `${entry.url} is already upstream ${current.upstreams.findIndex((u) => u.url === entry.url)}`, "invalid_request_error", "upstream_exists");
+    const { warnings: _warnings, ...upstream } = entry;
     try {
-      reloadFleet(withUpstreams(current, [...current.upstreams, entry]));
+      reloadFleet(withUpstreams(current, [...current.upstreams, upstream]));
     } catch (error) {
       throw new HttpError(409, `the upstream cannot be added: ${(error as Error).message}`, "invalid_request_error", "conflict");
     }
     const index = fleet.upstreams.length - 1;
-    log.info({ upstream: index, name: entry.name }, "upstream added through the admin endpoint");
+    log.info({ upstream: entry.name, index }, "upstream added through the admin endpoint");
     return answer(201, { index, upstreams: list() });
   }
   const one = /^\/admin\/upstreams\/(\d{1,6})$/.exec(path);
@@ -101,7 +112,7 @@ export async function adminRoute(gateway: AdminGateway, req: IncomingMessage, re
     } catch (error) {
       throw new HttpError(409, `the upstream cannot be removed: ${(error as Error).message}`, "invalid_request_error", "conflict");
     }
-    log.info({ upstream: index, name: gone.name }, "upstream removed through the admin endpoint");
+    log.info({ upstream: gone.name, index }, "upstream removed through the admin endpoint");
     return answer(200, { removed: { index, url: gone.url, name: gone.name }, upstreams: list() });
   }
   const drain = /^\/admin\/upstreams\/(\d{1,6})\/(drain|undrain)$/.exec(path);

@@ -7,9 +7,9 @@
 import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { GatewayConfigError, loadGatewayConfig, type GatewayFlags } from "./config.js";
-import { createGateway, GatewayListenError } from "./gateway.js";
+import { createGateway, createGatewayReader, GatewayListenError } from "./gateway.js";
 import { unreachableAtStart } from "./reachability.js";
-import { loadTokenizer, TokenizerLoadError } from "./tokenizer-config.js";
+import { TokenizerLoadError } from "./tokenizer-config.js";
 
 /** The help text of `adp-router serve`. */
 export const SERVE_USAGE = `Usage: adp-router serve [--config FILE] [options]
@@ -92,9 +92,10 @@ export async function serveCommand(args: string[]): Promise<number> {
     if (error instanceof GatewayConfigError) return fail(error.message);
     throw error;
   }
-  let tokenizer;
+  // The tokenizer first: a folder that cannot load is a configuration problem (exit 2), whatever the upstreams do.
+  let reader;
   try {
-    tokenizer = loadTokenizer(config.tokenizer);
+    reader = await createGatewayReader(config);
   } catch (error) {
     if (error instanceof TokenizerLoadError) return fail(error.message);
     throw error;
@@ -104,15 +105,18 @@ export async function serveCommand(args: string[]): Promise<number> {
   if (unreachable.length > 0) {
     const list = unreachable.map((u) => `  upstream ${u.index} (${u.url}): ${u.reason}`).join("\n");
     if (config.health.onStart === "require") {
+      await reader.close();
       return fail(`${unreachable.length === 1 ? "an upstream cannot" : `${unreachable.length} upstreams cannot`} be reached:\n${list}\nStart ${unreachable.length === 1 ? "it" : "them"} first, or pass --allow-unreachable (health.on_start: warn) to start without ${unreachable.length === 1 ? "it" : "them"}.`, 1);
     }
     process.stderr.write(`adp-router serve: warning: starting with unreachable upstreams; they start unhealthy (no request tries them, /health shows them) until ${config.health.healthyThreshold} health check${config.health.healthyThreshold === 1 ? "" : "s"} in a row pass${config.health.healthyThreshold === 1 ? "es" : ""}:\n${list}\n`);
   }
   let gateway;
   try {
-    gateway = await createGateway(config, { tokenizer, startUnhealthy: unreachable.map((u) => u.index) });
+    gateway = await createGateway(config, { requestReader: reader, startUnhealthy: unreachable.map((u) => u.index) });
   } catch (error) {
     if (error instanceof GatewayListenError) return fail(error.message, 1);
+    // A tokenizer folder that cannot load, or an upstream that is this gateway itself.
+    if (error instanceof TokenizerLoadError || error instanceof GatewayConfigError) return fail(error.message);
     throw error;
   }
   return new Promise<number>((resolve) => {
@@ -136,18 +140,18 @@ export async function serveCommand(args: string[]): Promise<number> {
         process.stderr.write("adp-router serve: SIGHUP: no --config file to reload\n");
         return;
       }
-      try {
+      void (async () => {
         const next = loadGatewayConfig({ file: { name: file.name, text: readFileSync(file.name, "utf8") }, flags });
-        const change = gateway.reload(next);
+        const change = await gateway.reload(next);
         const notes = [
           change.draining.length > 0 ? `draining: ${change.draining.join(", ")}` : "",
           flags.upstreams ? "the upstreams come from --upstream, not the file" : "",
           change.needRestart.length > 0 ? `changed but needing a restart: ${change.needRestart.join(", ")}` : "",
         ].filter((n) => n !== "");
         process.stderr.write(`adp-router serve: SIGHUP: upstreams reloaded (${change.added.length} added, ${change.removed.length} removed, ${change.kept.length} kept)${notes.length > 0 ? `; ${notes.join("; ")}` : ""}\n`);
-      } catch (error) {
+      })().catch((error: unknown) => {
         process.stderr.write(`adp-router serve: SIGHUP: the configuration was not reloaded: ${error instanceof GatewayConfigError ? error.message : (error as Error).message}\n`);
-      }
+      });
     });
     // The URL on a line of its own, whatever the log format, for scripts to read;
     // printed once the signal handlers are in place, so a signal sent on reading it is handled.

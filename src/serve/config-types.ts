@@ -11,7 +11,10 @@ import type { SyncConfig } from "./sync/sync-config.js";
 export interface UpstreamConfig {
   /** Base URL, `http://` or `https://` (a path, if any, is the base the API paths join). */
   readonly url: string;
-  /** A short name for logs (defaults to the URL's host). Metrics label upstreams by index. */
+  /**
+   * Its stable name: in metric labels, log lines and the `x-adp-upstream-name`
+   * answer header (configured, else the URL's host and path; unique in the fleet).
+   */
   readonly name: string;
   /** The API key sent to this upstream as `Authorization: Bearer …` in place of the client's. */
   readonly apiKey: string | null;
@@ -25,6 +28,8 @@ export interface UpstreamConfig {
 
 /** The gateway's whole configuration, checked, with defaults filled. */
 export interface GatewayConfig {
+  /** What the configuration accepted but the gateway logs a warning about at start (a URL it rewrote, say). */
+  readonly warnings: readonly ConfigIssue[];
   readonly listen: { readonly host: string; readonly port: number };
   readonly upstreams: readonly UpstreamConfig[];
   /** The routers' configuration (the policy's, overridden by `attention_dp_config`). */
@@ -38,30 +43,52 @@ export interface GatewayConfig {
     readonly queueSize: number;
     /** How long a request waits for capacity before 429. */
     readonly queueTimeoutMs: number;
+    /** Client connections open at once at most (more are closed as they arrive). */
+    readonly maxConnections: number;
+    /** A prompt's characters at most, counted before it is tokenized (413 past it). */
+    readonly maxPromptChars: number;
+    /** A prompt's tokens at most, as the tokenizer counts them (400 past it; with the byte tokenizer a token is a byte). */
+    readonly maxPromptTokens: number;
   };
   readonly timeouts: {
-    /** Receiving a whole request from a client (headers and body). */
+    /** Receiving a request's head from a client (408 past it). */
+    readonly headersMs: number;
+    /** Receiving a whole request from a client (head and body; 408 past it). */
     readonly requestMs: number;
+    /** How long an idle client connection is kept open between requests. */
+    readonly keepAliveMs: number;
     /** Connecting to an upstream. */
     readonly connectMs: number;
     /** From sending the request to the upstream's response headers (504 past it). */
     readonly firstByteMs: number;
-    /** Between two chunks of an upstream's response body. */
+    /**
+     * A response in progress with no progress in either direction: no chunk from
+     * the upstream, and none taken by the client (it stopped reading); the stream
+     * is cut and its upstream slot released.
+     */
     readonly idleMs: number;
+    /** A whole exchange with an upstream at most, from sending to the answer's end; 0: no bound. */
+    readonly maxStreamMs: number;
   };
   readonly health: {
     /** Path of the upstreams' health endpoint. */
     readonly path: string;
     readonly intervalMs: number;
     readonly timeoutMs: number;
-    /**
-     * Consecutive failures that eject an upstream: failed checks, or proxied
-     * requests that failed on it (connect errors, broken connections, 5xx
-     * answers; a 2xx-4xx answer resets that count).
-     */
+    /** Consecutive failed health checks that eject an upstream. */
     readonly unhealthyThreshold: number;
-    /** Consecutive passing checks that re-admit it (after a passive ejection, only checks once it has lasted `intervalMs` count). */
+    /** Consecutive passing checks that re-admit it (after an outlier ejection, only those once its ejection time is over). */
     readonly healthyThreshold: number;
+    /** Outlier detection: consecutive 5xx answers that eject an upstream (an answer under 500 resets the count). */
+    readonly consecutive5xx: number;
+    /** Outlier detection: consecutive gateway failures (connect errors, resets, timeouts) that eject it (any answer resets the count). */
+    readonly consecutiveGatewayFailures: number;
+    /** An outlier ejection lasts this times the number of times the upstream was ejected (recently) ... */
+    readonly baseEjectionMs: number;
+    /** ... and at most this. */
+    readonly maxEjectionMs: number;
+    /** Outlier detection leaves at most this percentage of the fleet ejected (any cause), rounded down; below 100 it never ejects the last upstream taking requests. */
+    readonly maxEjectedPercent: number;
     /**
      * An upstream that cannot be reached (no TCP connection) when the gateway
      * starts: "require" refuses to start, naming it; "warn" logs it and starts
@@ -126,9 +153,37 @@ export interface GatewayConfigObject {
   readonly upstreams?: readonly (string | UpstreamObject)[];
   readonly policy?: string;
   readonly attention_dp_config?: Readonly<Record<string, unknown>>;
-  readonly limits?: { readonly max_body_bytes?: number; readonly max_in_flight_per_upstream?: number; readonly queue_size?: number; readonly queue_timeout_ms?: number };
-  readonly timeouts?: { readonly request_ms?: number; readonly connect_ms?: number; readonly first_byte_ms?: number; readonly idle_ms?: number };
-  readonly health?: { readonly path?: string; readonly interval_ms?: number; readonly timeout_ms?: number; readonly unhealthy_threshold?: number; readonly healthy_threshold?: number; readonly on_start?: "require" | "warn" };
+  readonly limits?: {
+    readonly max_body_bytes?: number;
+    readonly max_in_flight_per_upstream?: number;
+    readonly queue_size?: number;
+    readonly queue_timeout_ms?: number;
+    readonly max_connections?: number;
+    readonly max_prompt_chars?: number;
+    readonly max_prompt_tokens?: number;
+  };
+  readonly timeouts?: {
+    readonly headers_ms?: number;
+    readonly request_ms?: number;
+    readonly keep_alive_ms?: number;
+    readonly connect_ms?: number;
+    readonly first_byte_ms?: number;
+    readonly idle_ms?: number;
+    readonly max_stream_ms?: number;
+  };
+  readonly health?: {
+    readonly path?: string;
+    readonly interval_ms?: number;
+    readonly timeout_ms?: number;
+    readonly unhealthy_threshold?: number;
+    readonly healthy_threshold?: number;
+    readonly on_start?: "require" | "warn";
+    readonly consecutive_5xx?: number;
+    readonly consecutive_gateway_failures?: number;
+    readonly base_ejection_ms?: number;
+    readonly max_ejection_ms?: number;
+    readonly max_ejected_percent?: number;
+  };
   readonly auth?: { readonly api_keys?: readonly string[]; readonly api_keys_env?: string; readonly admin_api_key?: string; readonly admin_api_key_env?: string; readonly protect_metrics?: boolean; readonly protect_health?: boolean };
   readonly logging?: { readonly level?: string };
   readonly routing?: { readonly tokens_per_block?: number; readonly index_bytes?: number; readonly lora_adapters?: Readonly<Record<string, number>> };

@@ -45,9 +45,9 @@ const SECTIONS: Record<string, readonly string[]> = {
   "": ["listen", "upstreams", "policy", "attention_dp_config", "limits", "timeouts", "health", "auth", "logging", "routing", "tokenizer", "sync"],
   listen: ["host", "port"],
   "upstreams[]": ["url", "name", "api_key", "api_key_env", "drain", "kv_events", "load"],
-  limits: ["max_body_bytes", "max_in_flight_per_upstream", "queue_size", "queue_timeout_ms"],
-  timeouts: ["request_ms", "connect_ms", "first_byte_ms", "idle_ms"],
-  health: ["path", "interval_ms", "timeout_ms", "unhealthy_threshold", "healthy_threshold", "on_start"],
+  limits: ["max_body_bytes", "max_in_flight_per_upstream", "queue_size", "queue_timeout_ms", "max_connections", "max_prompt_chars", "max_prompt_tokens"],
+  timeouts: ["headers_ms", "request_ms", "keep_alive_ms", "connect_ms", "first_byte_ms", "idle_ms", "max_stream_ms"],
+  health: ["path", "interval_ms", "timeout_ms", "unhealthy_threshold", "healthy_threshold", "on_start", "consecutive_5xx", "consecutive_gateway_failures", "base_ejection_ms", "max_ejection_ms", "max_ejected_percent"],
   auth: ["api_keys", "api_keys_env", "admin_api_key", "admin_api_key_env", "protect_metrics", "protect_health"],
   logging: ["level"],
   routing: ["tokens_per_block", "index_bytes", "lora_adapters"],
@@ -61,6 +61,15 @@ const SECTIONS: Record<string, readonly string[]> = {
  */
 const BYTE_BLOCK = 128;
 
+/** A prompt's characters at most by default (about 256k engine tokens of English). */
+const MAX_PROMPT_CHARS = 1 << 20;
+/**
+ * A prompt's tokens at most by default: an engine's tokens (as many as the
+ * character bound gives, so the two agree), or with the byte tokenizer its
+ * bytes (the body's default bound: UTF-8 takes up to 4 bytes a character).
+ */
+const MAX_PROMPT_TOKENS = { huggingface: 1 << 20, bytes: 4 << 20 } as const;
+
 /** Problems reported at most; the rest are counted. */
 const MAX_ISSUES = 100;
 
@@ -73,6 +82,8 @@ type Locator = (path: readonly (string | number)[]) => string | null;
 /** Reads one configuration: the file's text (or none) and the flags. */
 export class Reader {
   readonly issues: ConfigIssue[] = [];
+  /** What is accepted but worth a warning at start. */
+  readonly warnings: ConfigIssue[] = [];
   /** Problems past MAX_ISSUES, counted only. */
   omitted = 0;
   constructor(readonly where: Locator) {}
@@ -87,6 +98,12 @@ export class Reader {
     where ??= this.where(path);
     const field = path.reduce<string>((s, p) => (typeof p === "number" ? `${s}[${p}]` : s ? `${s}.${p}` : p), "");
     this.issues.push({ field: excerpt(field || "(file)", 120), message, where });
+  }
+
+  /** Records a warning at `path` (the configuration is still valid). */
+  warn(path: readonly (string | number)[], message: string, where?: string | null): void {
+    const field = path.reduce<string>((s, p) => (typeof p === "number" ? `${s}[${p}]` : s ? `${s}.${p}` : p), "");
+    this.warnings.push({ field: excerpt(field, 120), message, where: where ?? this.where(path) });
   }
 
   /** `v` as a mapping of known keys (else records why and returns {}). */
@@ -160,9 +177,12 @@ export class Reader {
 /**
  * An upstream URL checked: `http:` or `https:`, a host, no credentials, query
  * or fragment; the path (if any) is kept as the base the API paths join.
- * Returns the normalized URL (no trailing slash) or a reason.
+ * Returns the normalized URL (lower-case host, no default port, no trailing
+ * slash, no trailing `/v1`: the gateway adds `/v1/...` itself, so the OpenAI
+ * `base_url` habit would send every request to `/v1/v1/...`; `warning` then
+ * says so) or a reason.
  */
-export function checkUpstreamUrl(text: string): { url: string } | { why: string } {
+export function checkUpstreamUrl(text: string): { url: string; warning?: string } | { why: string } {
   // "localhost:8001" parses as a URL of scheme "localhost:": ask for the scheme first.
   if (!/^[A-Za-z][A-Za-z0-9+.-]*:\/\//.test(text)) return { why: `has no scheme (write it as http://${excerpt(text, 60)})` };
   let url: URL;
@@ -175,7 +195,19 @@ export function checkUpstreamUrl(text: string): { url: string } | { why: string 
   if (!url.hostname) return { why: "has no host" };
   if (url.username || url.password) return { why: "must not carry credentials (set api_key instead)" };
   if (url.search || url.hash) return { why: "must not carry a query or fragment" };
-  return { url: `${url.protocol}//${url.host}${url.pathname.replace(/\/+$/, "")}` };
+  const path = url.pathname.replace(/\/+$/, "");
+  const base = `${url.protocol}//${url.host}`;
+  if (/\/v1$/i.test(path)) {
+    const kept = `${base}${path.slice(0, -3)}`;
+    return { url: kept, warning: `ends in ${path.slice(-3)}, which the gateway adds itself (it sends ${path.slice(-3)}/chat/completions under the base URL): taken as ${kept}` };
+  }
+  return { url: `${base}${path}` };
+}
+
+/** The name an upstream gets when none is configured: its URL's host and path. */
+export function defaultUpstreamName(url: string): string {
+  const u = new URL(url);
+  return excerpt(`${u.host}${u.pathname === "/" ? "" : u.pathname}`, 64);
 }
 
 /** Calls `report` for each key set twice in one mapping of `node` (with its source offset), in one pass. */
@@ -232,7 +264,8 @@ function readUpstream(r: Reader, entry: unknown, path: (string | number)[], env:
     r.fail([...path, "url"], checked.why);
     return null;
   }
-  const name = r.str(u.name, [...path, "name"], new URL(checked.url).host);
+  if (checked.warning !== undefined) r.warn([...path, "url"], checked.warning);
+  const name = r.str(u.name, [...path, "name"], defaultUpstreamName(checked.url));
   if (u.api_key !== undefined && u.api_key_env !== undefined) r.fail([...path, "api_key"], "set api_key or api_key_env, not both");
   const apiKey = u.api_key !== undefined ? r.secret(u.api_key, [...path, "api_key"]) : r.env(u.api_key_env, [...path, "api_key_env"], env);
   const kvEvents = readKvEvents(r, u.kv_events, [...path, "kv_events"]);
@@ -245,16 +278,37 @@ function readUpstream(r: Reader, entry: unknown, path: (string | number)[], env:
  * endpoint adds): its configuration, or a {@link GatewayConfigError} listing
  * its problems.
  */
-export function checkUpstreamEntry(entry: unknown, env: Record<string, string | undefined> = process.env): UpstreamConfig {
+export function checkUpstreamEntry(entry: unknown, env: Record<string, string | undefined> = process.env): UpstreamConfig & { readonly warnings: readonly ConfigIssue[] } {
   const r = new Reader(() => null);
   const u = readUpstream(r, entry, ["upstream"], env);
   if (r.issues.length > 0 || u === null) throw new GatewayConfigError(r.issues.length > 0 ? r.issues : [{ field: "upstream", message: "is not a valid upstream", where: null }]);
-  return u;
+  return { ...u, warnings: r.warnings };
+}
+
+/**
+ * Problems of a fleet as a whole: an upstream whose URL (after normalization)
+ * or name is another's. `field` names an upstream by its place in `upstreams`.
+ */
+export function fleetProblems(upstreams: readonly Pick<UpstreamConfig, "url" | "name">[], field: (i: number) => (string | number)[] = (i) => ["upstreams", i]): { path: (string | number)[]; message: string }[] {
+  const problems: { path: (string | number)[]; message: string }[] = [];
+  const urls = new Map<string, number>();
+  const names = new Map<string, number>();
+  upstreams.forEach((u, i) => {
+    const sameUrl = urls.get(u.url);
+    const sameName = names.get(u.name);
+    if (sameUrl !== undefined) problems.push({ path: [...field(i), "url"], message: `is the URL of ${field(sameUrl).join(".").replace(/\.(\d+)/g, "[$1]")} again (${excerpt(u.url, 100)}, after normalization): each engine is listed once` });
+    else if (sameName !== undefined) problems.push({ path: [...field(i), "name"], message: `${JSON.stringify(u.name)} is the name of ${field(sameName).join(".").replace(/\.(\d+)/g, "[$1]")} too: names label metrics and logs, so each is unique (set name: on one)` });
+    if (sameUrl === undefined) urls.set(u.url, i);
+    if (sameName === undefined) names.set(u.name, i);
+  });
+  return problems;
 }
 
 /** `config` with its upstreams replaced by `upstreams` (at least one), as a checked configuration (what reload takes). */
 export function withUpstreams(config: GatewayConfig, upstreams: readonly UpstreamConfig[]): GatewayConfig {
   if (upstreams.length === 0) throw new GatewayConfigError([{ field: "upstreams", message: "at least one upstream is required", where: null }]);
+  const problems = fleetProblems(upstreams);
+  if (problems.length > 0) throw new GatewayConfigError(problems.map((p) => ({ field: `upstreams[${p.path[1]}].${p.path[2]}`, message: p.message, where: null })));
   const next: GatewayConfig = { ...config, upstreams: [...upstreams] };
   CHECKED.add(next);
   return next;
@@ -353,7 +407,10 @@ export function loadGatewayConfig(options: LoadOptions = {}): GatewayConfig {
     flags.upstreams.forEach((text, i) => {
       const checked = checkUpstreamUrl(text);
       if ("why" in checked) r.fail(["upstream", i], checked.why, "--upstream");
-      else upstreams.push({ url: checked.url, name: new URL(checked.url).host, apiKey: null, drain: false, kvEvents: null, load: null });
+      else {
+        if (checked.warning !== undefined) r.warn(["upstream", i], checked.warning, "--upstream");
+        upstreams.push({ url: checked.url, name: defaultUpstreamName(checked.url), apiKey: null, drain: false, kvEvents: null, load: null });
+      }
     });
   } else if (top.upstreams !== undefined) {
     if (!Array.isArray(top.upstreams)) r.fail(["upstreams"], `must be a list of upstreams, got ${describeValue(top.upstreams)}`);
@@ -365,6 +422,8 @@ export function loadGatewayConfig(options: LoadOptions = {}): GatewayConfig {
     }
   }
   if (upstreams.length === 0 && r.issues.length === 0) r.fail(["upstreams"], "at least one upstream is required (upstreams: in the file, or --upstream URL)", options.file ? options.file.name : "--upstream");
+  const fromFlags = flags.upstreams !== undefined && flags.upstreams.length > 0;
+  for (const p of fleetProblems(upstreams, (i) => (fromFlags ? ["upstream", i] : ["upstreams", i]))) r.fail(fromFlags ? p.path.slice(0, 2) : p.path, p.message, fromFlags ? "--upstream" : undefined);
 
   const policyName = flags.policy ?? (top.policy === undefined ? undefined : r.str(top.policy, ["policy"], "kv_cache_aware"));
   let base: Record<string, unknown> = { ...POLICY_CONFIGS.kv_cache_aware };
@@ -442,7 +501,9 @@ export function loadGatewayConfig(options: LoadOptions = {}): GatewayConfig {
   const onStart = flags.allowUnreachable === true ? "warn" : r.str(health.on_start, ["health", "on_start"], "require");
   if (onStart !== "require" && onStart !== "warn") r.fail(["health", "on_start"], `must be require or warn, got ${describeValue(onStart)}`);
 
+  const requestMs = r.int(timeouts.request_ms, ["timeouts", "request_ms"], 100, 3_600_000, 60_000);
   const config: GatewayConfig = {
+    warnings: r.warnings,
     listen: { host, port },
     upstreams,
     attentionDp,
@@ -451,12 +512,19 @@ export function loadGatewayConfig(options: LoadOptions = {}): GatewayConfig {
       maxInFlightPerUpstream: r.int(limits.max_in_flight_per_upstream, ["limits", "max_in_flight_per_upstream"], 1, 1 << 20, 256),
       queueSize: r.int(limits.queue_size, ["limits", "queue_size"], 0, 1 << 20, 1024),
       queueTimeoutMs: r.int(limits.queue_timeout_ms, ["limits", "queue_timeout_ms"], 0, 3_600_000, 10_000),
+      maxConnections: r.int(limits.max_connections, ["limits", "max_connections"], 1, 1 << 20, 8192),
+      maxPromptChars: r.int(limits.max_prompt_chars, ["limits", "max_prompt_chars"], 1, 1 << 30, MAX_PROMPT_CHARS),
+      maxPromptTokens: r.int(limits.max_prompt_tokens, ["limits", "max_prompt_tokens"], 1, 1 << 30, MAX_PROMPT_TOKENS[tokenizer.kind]),
     },
     timeouts: {
-      requestMs: r.int(timeouts.request_ms, ["timeouts", "request_ms"], 100, 3_600_000, 60_000),
+      // Node requires the head's bound to be within the whole request's.
+      headersMs: Math.min(requestMs, r.int(timeouts.headers_ms, ["timeouts", "headers_ms"], 100, 3_600_000, 10_000)),
+      requestMs,
+      keepAliveMs: r.int(timeouts.keep_alive_ms, ["timeouts", "keep_alive_ms"], 100, 3_600_000, 65_000),
       connectMs: r.int(timeouts.connect_ms, ["timeouts", "connect_ms"], 1, 600_000, 5_000),
       firstByteMs: r.int(timeouts.first_byte_ms, ["timeouts", "first_byte_ms"], 1, 3_600_000, 300_000),
       idleMs: r.int(timeouts.idle_ms, ["timeouts", "idle_ms"], 1, 3_600_000, 300_000),
+      maxStreamMs: r.int(timeouts.max_stream_ms, ["timeouts", "max_stream_ms"], 0, 86_400_000, 0),
     },
     health: {
       path,
@@ -465,6 +533,11 @@ export function loadGatewayConfig(options: LoadOptions = {}): GatewayConfig {
       unhealthyThreshold: r.int(health.unhealthy_threshold, ["health", "unhealthy_threshold"], 1, 1000, 3),
       healthyThreshold: r.int(health.healthy_threshold, ["health", "healthy_threshold"], 1, 1000, 2),
       onStart: onStart === "warn" ? "warn" : "require",
+      consecutive5xx: r.int(health.consecutive_5xx, ["health", "consecutive_5xx"], 1, 1000, 5),
+      consecutiveGatewayFailures: r.int(health.consecutive_gateway_failures, ["health", "consecutive_gateway_failures"], 1, 1000, 5),
+      baseEjectionMs: r.int(health.base_ejection_ms, ["health", "base_ejection_ms"], 10, 3_600_000, 30_000),
+      maxEjectionMs: r.int(health.max_ejection_ms, ["health", "max_ejection_ms"], 10, 86_400_000, 300_000),
+      maxEjectedPercent: r.int(health.max_ejected_percent, ["health", "max_ejected_percent"], 0, 100, 50),
     },
     auth: {
       apiKeys,

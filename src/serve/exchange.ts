@@ -4,12 +4,75 @@
 // `request()` wraps each answer in a Readable). Measured side by side in
 // bench:serve's harness, a pass-through proxy built this way (and reading the
 // client's body with events) used 0.73-0.78x the CPU per request of one built
-// on `request()` and async iteration; in the gateway the change is inside the
-// run-to-run noise, so its case here is simplicity as much as speed.
+// on `request()` and async iteration.
+//
+// The exchange keeps its own timers (undici's tick once a second and fired up
+// to half a second late): the first byte (`first_byte_ms`, from sending to the
+// answer's head), idleness (`idle_ms`: no chunk from the upstream and none
+// taken by a client that stopped reading) and the whole exchange
+// (`max_stream_ms`). It also knows whether the request was provably never
+// delivered: undici starts writing a request only once a connection is up, and
+// says so (`onRequestStart`) right before its first byte, so a failure before
+// that is one the upstream never saw.
 
 import type { IncomingHttpHeaders, ServerResponse } from "node:http";
 import type { Dispatcher } from "undici";
 import type { Hangup } from "./scheduler.js";
+
+/** Why an exchange ended without a whole answer, in words for logs, metrics and error codes. */
+export type ExchangeReason =
+  | "refused"
+  | "connect_timeout"
+  | "dns"
+  | "unreachable"
+  | "reset"
+  | "closed"
+  | "first_byte_timeout"
+  | "idle_timeout"
+  | "client_stalled"
+  | "max_duration"
+  | "client_closed"
+  | "error";
+
+/** undici's and the system's error codes, as reasons. */
+const REASONS: Readonly<Record<string, ExchangeReason>> = {
+  ECONNREFUSED: "refused",
+  UND_ERR_CONNECT_TIMEOUT: "connect_timeout",
+  ETIMEDOUT: "connect_timeout",
+  ENOTFOUND: "dns",
+  EAI_AGAIN: "dns",
+  EHOSTUNREACH: "unreachable",
+  ENETUNREACH: "unreachable",
+  ECONNRESET: "reset",
+  EPIPE: "reset",
+  UND_ERR_SOCKET: "closed",
+  UND_ERR_CLOSED: "closed",
+};
+
+/** An exchange that failed: why, and whether the upstream may have received the request. */
+export class ExchangeError extends Error {
+  readonly code = "ERR_ADP_EXCHANGE";
+  constructor(
+    readonly reason: ExchangeReason,
+    /** False only when no byte of the request was written: then, and only then, it may go to another upstream. */
+    readonly delivered: boolean,
+    options?: { cause?: unknown },
+  ) {
+    super(`the exchange with the upstream failed: ${reason}`, options);
+    this.name = "ExchangeError";
+  }
+}
+
+/** A reason in words for any error (health checks and /v1/models use it too): `timeout`, `refused`, `reset`, ... */
+export function reasonOf(error: unknown, depth = 0): ExchangeReason | "timeout" {
+  if (error instanceof ExchangeError) return error.reason;
+  const e = error as { code?: unknown; name?: unknown; cause?: unknown } | null;
+  // AbortSignal.timeout() aborts with a DOMException named TimeoutError (its numeric code, 23, is no reason).
+  if (e?.name === "TimeoutError" || e?.code === "UND_ERR_HEADERS_TIMEOUT" || e?.code === "UND_ERR_BODY_TIMEOUT") return "timeout";
+  const known = typeof e?.code === "string" ? REASONS[e.code] : undefined;
+  if (known !== undefined) return known;
+  return e?.cause !== undefined && e.cause !== error && depth < 4 ? reasonOf(e.cause, depth + 1) : "error";
+}
 
 /** What sending one request needs. */
 export interface ExchangeOptions {
@@ -18,25 +81,24 @@ export interface ExchangeOptions {
   readonly body: Buffer;
   /** The client's hang-up: it aborts the exchange whenever it comes. */
   readonly hangup: Hangup;
+  /** From sending to the answer's head at most, ms. */
+  readonly firstByteMs: number;
+  /** No progress in either direction at most, ms. */
+  readonly idleMs: number;
+  /** The whole exchange at most, ms; 0: no bound. */
+  readonly maxMs: number;
   /** Called once with the answer's final head (1xx heads are skipped); it writes the client's head. */
   readonly onHead: (status: number, headers: IncomingHttpHeaders) => void;
+  /** Called with each body chunk before it is written to the client (token timing). */
+  readonly onData?: ((chunk: Buffer) => void) | undefined;
 }
 
 /** A sent request: `head` settles with the answer's status, or with the error that came before any answer; `end` once the body is through. */
 export interface Exchange {
-  /** Resolves with the status once `onHead` ran; rejects when no answer came (nothing was written to the client). */
+  /** Resolves with the status once `onHead` ran; rejects with an ExchangeError when no answer came (nothing was written to the client). */
   readonly head: Promise<number>;
-  /** Resolves once the whole body reached the client's response; rejects with what cut it (an idle timeout, the client, the upstream). */
+  /** Resolves once the whole body reached the client's response; rejects with an ExchangeError saying what cut it. */
   readonly end: Promise<void>;
-}
-
-/** An error standing for the client's hang-up. */
-class ClientClosed extends Error {
-  readonly code = "ERR_ADP_CLIENT_CLOSED";
-  constructor() {
-    super("the client closed the request");
-    this.name = "ClientClosed";
-  }
 }
 
 /** Sends one POST over `dispatcher` and relays its answer into `res`. */
@@ -47,34 +109,69 @@ export function exchange(dispatcher: Dispatcher, res: ServerResponse, options: E
   const end = new Promise<void>((resolve, reject) => (settleEnd = { resolve, reject }));
   end.catch(() => {}); // awaited only once a head came; an exchange that never had one leaves it pending, never unhandled
   let controller: Dispatcher.DispatchController | null = null;
+  /** Whether undici began writing the request (the upstream may have it from then on). */
+  let written = false;
   let answered = false;
   let finished = false;
+  /** Whether the client's response is full and the upstream paused until it drains. */
+  let paused = false;
+  /** The reason our own abort gave (a timer or the client), read when undici reports the abort. */
+  let cut: ExchangeReason | null = null;
   const hangup = options.hangup;
-  const onHangup = () => controller?.abort(new ClientClosed());
-  const onDrain = () => controller?.resume();
+  const abort = (reason: ExchangeReason) => {
+    cut ??= reason;
+    if (controller !== null) controller.abort(new ExchangeError(reason, written));
+    else finish(new ExchangeError(reason, false)); // still waiting for a connection: nothing was written, and onRequestStart stops it
+  };
+  const onHangup = () => abort("client_closed");
+  const onDrain = () => {
+    paused = false;
+    timer?.refresh();
+    controller?.resume();
+  };
+  // One timer: first the first byte's, then (from the head on) idleness, refreshed on every chunk and drain.
+  let timer: NodeJS.Timeout | null = setTimeout(() => abort("first_byte_timeout"), options.firstByteMs);
+  const longest = options.maxMs > 0 ? setTimeout(() => abort("max_duration"), options.maxMs) : null;
   const finish = (error?: Error) => {
     if (finished) return;
     finished = true;
+    if (timer !== null) clearTimeout(timer);
+    if (longest !== null) clearTimeout(longest);
     hangup.off("abort", onHangup);
     res.off("drain", onDrain);
     if (error === undefined) settleEnd.resolve();
-    else if (answered) settleEnd.reject(error);
-    else settleHead.reject(error);
+    else {
+      // undici's own timers are off (the pool's are 0), so its errors are the connection's.
+      const reason = reasonOf(error);
+      const failure = error instanceof ExchangeError ? error : new ExchangeError(cut ?? (reason === "timeout" ? "error" : reason), written, { cause: error });
+      if (answered) settleEnd.reject(failure);
+      else settleHead.reject(failure);
+    }
   };
   hangup.once("abort", onHangup);
   const handler: Dispatcher.DispatchHandler = {
     onRequestStart(c) {
       controller = c;
-      if (hangup.aborted) c.abort(new ClientClosed());
+      // Aborted while it waited for a connection (a timer, the client): stopped here, before its first byte.
+      if (cut !== null || hangup.aborted) {
+        c.abort(new ExchangeError(cut ?? "client_closed", false));
+        return;
+      }
+      written = true;
     },
     onResponseStart(_c, status, headers) {
       if (status < 200 || answered) return; // an informational head: the final one follows
       answered = true;
+      clearTimeout(timer!);
+      timer = setTimeout(() => abort(paused ? "client_stalled" : "idle_timeout"), options.idleMs);
       options.onHead(status, headers);
       settleHead.resolve(status);
     },
     onResponseData(c, chunk) {
+      timer?.refresh();
+      options.onData?.(chunk);
       if (!res.write(chunk)) {
+        paused = true;
         c.pause();
         res.once("drain", onDrain);
       }

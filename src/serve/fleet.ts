@@ -17,6 +17,8 @@ import { gatewayEngineViews, shapeOf } from "./engine-views.js";
 import { EngineLoadScraper } from "./engine-load.js";
 import { TrtllmHttpEventSource } from "./http-events.js";
 import { Upstream, type EventSource } from "./upstream.js";
+import { reasonOf } from "./exchange.js";
+import type { TrafficVerdict } from "./outlier.js";
 import { ZmqEventSource } from "./zmq-events.js";
 
 /** How often event streams' statuses are checked for transitions to log. */
@@ -80,6 +82,41 @@ export class Fleet {
     return u.healthy && !u.draining && !this.#retired.has(u) && u.loadKnown;
   }
 
+  /** An answer's status from `u`: outlier detection counts its 5xx answers (an ejection is logged). */
+  answered(u: Upstream, status: number): void {
+    if (status >= 500 || u.health.counts.fiveXx > 0 || u.health.counts.gatewayFailures > 0) this.#judge(u, u.health.answered(status, () => this.#mayEject(u)), `status ${status}`);
+  }
+
+  /** A gateway failure on `u` (a connect error, a reset, a timeout: `reason`): outlier detection counts it. */
+  gatewayFailure(u: Upstream, reason: string): void {
+    this.#judge(u, u.health.gatewayFailure(() => this.#mayEject(u)), reason);
+  }
+
+  /**
+   * Whether outlier detection may eject `u` now: the fleet's ejected
+   * upstreams (by any cause) stay within `max_ejected_percent` of it, rounded
+   * down, and (below 100) another upstream still takes requests.
+   */
+  #mayEject(u: Upstream): boolean {
+    const percent = this.#config.health.maxEjectedPercent;
+    let out = 0;
+    let others = false;
+    for (const x of this.upstreams) {
+      if (!x.healthy) out++;
+      else if (x !== u && this.available(x)) others = true;
+    }
+    return out + 1 <= Math.floor((this.upstreams.length * percent) / 100) && (percent >= 100 || others);
+  }
+
+  /** Logs what outlier detection decided about `u` (a refusal rarely: the 1st, 10th, 100th ...). */
+  #judge(u: Upstream, verdict: TrafficVerdict, reason: string): void {
+    if (verdict.ejected) {
+      this.#log.warn({ upstream: u.name, index: u.index, cause: verdict.cause, reason, ejection_ms: verdict.forMs }, "upstream ejected by outlier detection: passing health checks re-admit it once its ejection time is over");
+    } else if (verdict.refused && Number.isInteger(Math.log10(u.health.refusedEjections))) {
+      this.#log.warn({ upstream: u.name, index: u.index, reason, refused: u.health.refusedEjections, max_ejected_percent: this.#config.health.maxEjectedPercent }, "upstream kept in: ejecting it would leave too much of the fleet ejected (health.max_ejected_percent)");
+    }
+  }
+
   /** Ends one request's load on `u`; a retired upstream closes once it has none. */
   release(u: Upstream, tokens: number): void {
     u.inFlight--;
@@ -96,7 +133,7 @@ export class Fleet {
     const u = this.upstreams[index];
     if (u === undefined) return null;
     u.drainOverride = on;
-    this.#log.info({ upstream: u.index, name: u.name, draining: on }, on ? "upstream draining" : "upstream taking requests again");
+    this.#log.info({ upstream: u.name, index: u.index, draining: on }, on ? "upstream draining" : "upstream taking requests again");
     if (!on) this.#onRoom();
     return u;
   }
@@ -181,7 +218,7 @@ export class Fleet {
     const config = u.kvEvents;
     if (config === null) return;
     const onNotice = (n: { rank: number; what: string; detail?: string }) =>
-      this.#log.warn({ upstream: u.index, name: u.name, ...(n.rank >= 0 ? { dpRank: n.rank } : {}), ...(n.detail === undefined ? {} : { detail: n.detail }) }, `KV events: ${n.what}`);
+      this.#log.warn({ upstream: u.name, index: u.index, ...(n.rank >= 0 ? { dpRank: n.rank } : {}), ...(n.detail === undefined ? {} : { detail: n.detail }) }, `KV events: ${n.what}`);
     const source: EventSource =
       config.kind === "zmq" ? new ZmqEventSource(config, { onNotice }) : new TrtllmHttpEventSource(config, { pool: u.pool, basePath: u.basePath, apiKey: () => u.apiKey }, { onNotice });
     u.events = source;
@@ -191,7 +228,7 @@ export class Fleet {
         const result = this.state.update(u.index, update);
         if (result !== null) this.#judgeEvents(u, result);
       } catch (error) {
-        this.#log.error({ upstream: u.index, name: u.name, err: error }, "KV events: a batch could not be applied");
+        this.#log.error({ upstream: u.name, index: u.index, err: error }, "KV events: a batch could not be applied");
       }
     });
     this.#ensureStatusTimer();
@@ -209,7 +246,7 @@ export class Fleet {
       const now = performance.now();
       if (now - u.malformedLoggedAt > 10_000) {
         u.malformedLoggedAt = now;
-        this.#log.warn({ upstream: u.index, name: u.name, malformed: result.malformed, reasons: result.problems.slice(0, 3) }, "KV events: events the gateway cannot use were skipped");
+        this.#log.warn({ upstream: u.name, index: u.index, malformed: result.malformed, reasons: result.problems.slice(0, 3) }, "KV events: events the gateway cannot use were skipped");
       }
     }
     if (result.applied > 0) u.eventsUsable = true;
@@ -223,7 +260,7 @@ export class Fleet {
   #logStatuses(): void {
     for (const u of this.upstreams) {
       if (u.load !== null && u.loadKnown !== u.loadFresh) {
-        const fields = { upstream: u.index, name: u.name, ...(u.load.lastError === null ? {} : { lastError: u.load.lastError }) };
+        const fields = { upstream: u.name, index: u.index, ...(u.load.lastError === null ? {} : { lastError: u.load.lastError }) };
         if (u.loadKnown) this.#log.info(fields, "engine load reported: upstream takes requests");
         else this.#log.warn(fields, `engine load report older than ${u.loadConfig!.maxAgeMs} ms: upstream takes no requests until it reports (its cache view is kept)`);
         u.loadFresh = u.loadKnown;
@@ -232,7 +269,7 @@ export class Fleet {
       if (reported === undefined) continue;
       const status = reported === "live" && !u.eventsUsable ? "stale" : reported;
       if (status === u.loggedStatus) continue;
-      const fields = { upstream: u.index, name: u.name, status, dpRanks: u.events!.rankStatuses };
+      const fields = { upstream: u.name, index: u.index, status, dpRanks: u.events!.rankStatuses };
       if (status === "live") this.#log.info(fields, "KV events live: routing on the engine's own cache view");
       else if (u.loggedStatus !== null || status !== "stale") this.#log.warn(fields, `KV events ${status}: routing on the gateway's own placements until they resume`);
       else this.#log.info(fields, "KV events: waiting for the engine's first batch; routing on the gateway's own placements meanwhile");
@@ -283,11 +320,11 @@ export class Fleet {
         const response = await u.pool.request({ path: `${u.basePath}${health.path}`, method: "GET", headers: u.apiKey ? { authorization: `Bearer ${u.apiKey}` } : {}, signal: AbortSignal.timeout(health.timeoutMs) });
         await response.body.dump();
         if (response.statusCode < 400) {
-          if (u.checkPassed()) log.info({ upstream: u.index, name: u.name }, "upstream healthy again");
+          if (u.health.checkPassed()) log.info({ upstream: u.name, index: u.index }, "upstream healthy again");
           this.#onRoom();
-        } else if (u.checkFailed()) log.warn({ upstream: u.index, name: u.name, status: response.statusCode }, "upstream ejected by its health check");
+        } else if (u.health.checkFailed()) log.warn({ upstream: u.name, index: u.index, reason: `status ${response.statusCode}` }, "upstream ejected by its health check");
       } catch (error) {
-        if (u.checkFailed()) log.warn({ upstream: u.index, name: u.name, reason: (error as { code?: string }).code ?? "error" }, "upstream ejected by its health check");
+        if (u.health.checkFailed()) log.warn({ upstream: u.name, index: u.index, reason: reasonOf(error) }, "upstream ejected by its health check");
       }
     };
     void check();

@@ -6,10 +6,14 @@
 //   console.log(gateway.url);
 //   await gateway.close();
 
-export { createGateway, GatewayListenError, type Gateway, type GatewayOptions } from "./gateway.js";
-export { checkUpstreamEntry, checkUpstreamUrl, GatewayConfigError, isGatewayConfig, loadGatewayConfig, POLICY_CONFIGS, type ConfigIssue, type GatewayConfig, type GatewayConfigObject, type GatewayFlags, type LoadOptions, type UpstreamConfig, type UpstreamObject } from "./config.js";
+export { createGateway, createGatewayReader, GatewayListenError, type Gateway, type GatewayOptions } from "./gateway.js";
+export { createRequestReader, type RequestReader, type RequestReaderOptions, type TokenizeStats } from "./request-reader.js";
+export { ExchangeError, reasonOf, type ExchangeReason } from "./exchange.js";
+export { UpstreamHealth, EJECTION_CAUSES, type EjectionCause, type HealthSettings, type TrafficVerdict } from "./outlier.js";
+export { TokenTiming } from "./token-timing.js";
+export { checkUpstreamEntry, checkUpstreamUrl, defaultUpstreamName, fleetProblems, GatewayConfigError, isGatewayConfig, loadGatewayConfig, POLICY_CONFIGS, type ConfigIssue, type GatewayConfig, type GatewayConfigObject, type GatewayFlags, type LoadOptions, type UpstreamConfig, type UpstreamObject } from "./config.js";
 export { gatewayConfigSchema } from "./config-schema.js";
-export { HttpError, SESSION_HEADERS, SUBAGENT_HEADER, type RoutedRequest } from "./openai.js";
+export { HttpError, NO_PROMPT_LIMITS, SESSION_HEADERS, SUBAGENT_HEADER, type PromptLimits, type RoutedRequest } from "./openai.js";
 export { TokenPool, TokenizerRequestError, Utf8ByteTokenizer, type ChatMessage, type RequestFields, type Tokenizer } from "./tokenizer.js";
 export { HuggingFaceTokenizer, TokenizerFilesError, type HuggingFaceTokenizerFiles, type HuggingFaceTokenizerOptions } from "./hf-tokenizer.js";
 export { ChatTemplateSyntaxError } from "./chat-template.js";

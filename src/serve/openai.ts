@@ -99,11 +99,80 @@ export function parseJsonObject(raw: Buffer, what = "the request body must be a 
   return body as Record<string, unknown>;
 }
 
+/** Bounds on one request's prompt, checked before and after tokenizing (the gateway's limits.max_prompt_chars and max_prompt_tokens). */
+export interface PromptLimits {
+  /** Most characters of the prompt's text (a chat's strings: messages, tools, documents); past it 413 before any tokenizing. */
+  readonly maxPromptChars: number;
+  /** Most token ids of the prompt (as tokenized, or as given); past it 400 `context_length_exceeded`. */
+  readonly maxPromptTokens: number;
+}
+
+/** No bound: what readRequest applies unless told otherwise. */
+export const NO_PROMPT_LIMITS: PromptLimits = Object.freeze({ maxPromptChars: Infinity, maxPromptTokens: Infinity });
+
+/** Deepest nesting the prompt's characters are counted through (messages are a few levels deep, tool schemas a few more). */
+const MAX_PROMPT_DEPTH = 128;
+
+/** The 413 of a prompt of at least `chars` characters, over `limit`. */
+const tooManyChars = (chars: number, limit: number, param: string) =>
+  new HttpError(413, `the prompt is ${chars}+ characters, over limits.max_prompt_chars (${limit})`, "invalid_request_error", "prompt_too_large", {}, param);
+
+/** The 400 of a prompt of `tokens` token ids, over `limit`. */
+const tooManyTokens = (tokens: number, limit: number, param: string) =>
+  new HttpError(400, `the prompt is ${tokens} tokens, over limits.max_prompt_tokens (${limit})`, "invalid_request_error", "context_length_exceeded", {}, param);
+
+/**
+ * `count` plus the characters of every string under `root` (a parsed JSON
+ * value), walked with an explicit stack (a body nests as deep as it likes; the
+ * call stack must not follow it). Returns as soon as the count passes `limit`,
+ * so a huge prompt costs a scan up to the limit only. Throws 400 past
+ * MAX_PROMPT_DEPTH: no real chat request nests that deep, and the renderers after this recurse.
+ */
+function countChars(root: unknown, count: number, limit: number, param: string): number {
+  const values: unknown[] = [root];
+  const depths: number[] = [0];
+  while (values.length > 0) {
+    const v = values.pop();
+    const depth = depths.pop()!;
+    if (typeof v === "string") {
+      count += v.length;
+      if (count > limit) return count;
+    } else if (typeof v === "object" && v !== null) {
+      if (depth >= MAX_PROMPT_DEPTH) throw bad(`${param} are nested too deeply`, param);
+      for (const x of Array.isArray(v) ? v : Object.values(v)) {
+        values.push(x);
+        depths.push(depth + 1);
+      }
+    }
+  }
+  return count;
+}
+
+/** Refuses (413) a chat whose messages, tools and documents hold more than `limit` characters; the walk stops at the limit. */
+function checkChatChars(b: Record<string, unknown>, limit: number): void {
+  if (limit === Infinity) return;
+  let count = 0;
+  for (const param of ["messages", "tools", "documents"] as const) {
+    count = countChars(b[param], count, limit, param);
+    if (count > limit) throw tooManyChars(count, limit, "messages");
+  }
+}
+
 /**
  * Parses and checks a chat or completion request body (bytes as received)
- * and reads its routing fields; throws HttpError 400 for anything malformed.
+ * and reads its routing fields; throws HttpError 400 for anything malformed,
+ * 413 for a prompt over `limits.maxPromptChars` (counted before any
+ * rendering or tokenizing, the costly part), 400 `context_length_exceeded`
+ * for one over `limits.maxPromptTokens`.
  */
-export function readRequest(kind: "chat" | "completion", raw: Buffer, headers: Record<string, string | string[] | undefined>, tokenizer: Tokenizer, loraAdapters: ReadonlyMap<string, number> = new Map()): RoutedRequest {
+export function readRequest(
+  kind: "chat" | "completion",
+  raw: Buffer,
+  headers: Record<string, string | string[] | undefined>,
+  tokenizer: Tokenizer,
+  loraAdapters: ReadonlyMap<string, number> = new Map(),
+  limits: PromptLimits = NO_PROMPT_LIMITS,
+): RoutedRequest {
   const b = parseJsonObject(raw);
   if (b.model === undefined || b.model === null) throw bad("model is required", "model", "missing_field");
   if (typeof b.model !== "string" || b.model === "") throw bad("model must be a non-empty string", "model");
@@ -116,6 +185,7 @@ export function readRequest(kind: "chat" | "completion", raw: Buffer, headers: R
     for (const [i, m] of messages.entries()) {
       if (typeof m !== "object" || m === null || Array.isArray(m) || typeof (m as ChatMessage).role !== "string") throw bad(`messages[${i}] must be an object with a string role`, `messages[${i}]`);
     }
+    checkChatChars(b, limits.maxPromptChars);
     try {
       tokens = tokenizer.encodeChat(messages as ChatMessage[], b);
     } catch (error) {
@@ -135,12 +205,20 @@ export function readRequest(kind: "chat" | "completion", raw: Buffer, headers: R
     else if (ids(prompt)) text = prompt;
     else if (Array.isArray(prompt) && prompt.length > 0 && prompt.every(ids)) text = prompt[0] as number[];
     else throw bad("prompt must be a string, a list of strings, a list of token ids or a list of token-id lists", "prompt");
+    // Only the routed (first) prompt is tokenized here: it is what the bounds protect.
+    if (typeof text === "string" && text.length > limits.maxPromptChars) throw tooManyChars(text.length, limits.maxPromptChars, "prompt");
+    if (typeof text !== "string" && text.length > limits.maxPromptTokens) throw tooManyTokens(text.length, limits.maxPromptTokens, "prompt");
     try {
       tokens = tokenizer.encodePrompt(text, b);
     } catch (error) {
       if (error instanceof TokenizerRequestError) throw bad(error.message, "prompt");
       throw error;
     }
+  }
+  if (tokens.length > limits.maxPromptTokens) {
+    const n = tokens.length;
+    tokenizer.release?.(tokens);
+    throw tooManyTokens(n, limits.maxPromptTokens, kind === "chat" ? "messages" : "prompt");
   }
   const params = b.conversation_params;
   let conversationId: string | null = null;

@@ -4,7 +4,9 @@
 // reachable; a typo in a host name, a wrong port or a stopped engine is not,
 // and `adp-router serve` says so before it listens (health.on_start: require).
 
-import { connect } from "node:net";
+import { lookup } from "node:dns/promises";
+import { connect, isIP } from "node:net";
+import { networkInterfaces } from "node:os";
 import type { GatewayConfig } from "./config-types.js";
 
 /** An upstream that could not be reached, and why. */
@@ -66,4 +68,49 @@ export async function unreachableUpstreams(urls: readonly string[], timeoutMs: n
 export async function connectionRefused(url: string, timeoutMs: number): Promise<boolean> {
   const reason = await tryConnect(new URL(url), timeoutMs);
   return reason !== null && reason.endsWith("(ECONNREFUSED)");
+}
+
+/** An address as one form: IPv4-mapped IPv6 (`::ffff:1.2.3.4`) as its IPv4, lower-case. */
+function canonical(address: string): string {
+  const a = address.toLowerCase().replace(/^\[|\]$/g, "");
+  return a.startsWith("::ffff:") && a.includes(".") ? a.slice(7) : a;
+}
+
+/**
+ * The addresses a socket listening on `host` accepts connections to: a
+ * wildcard (`0.0.0.0`, `::`) takes every local address, loopback's whole
+ * 127.0.0.0/8 included (tested by `isLocal`); any other address only itself.
+ */
+async function listeningOn(host: string): Promise<(address: string) => boolean> {
+  const h = canonical(host);
+  if (h === "0.0.0.0" || h === "::" || h === "") {
+    const local = new Set<string>(["::1"]);
+    for (const list of Object.values(networkInterfaces())) for (const i of list ?? []) local.add(canonical(i.address));
+    // `0.0.0.0` takes IPv4 only; `::` takes IPv6 and (dual-stack, as Node opens it) IPv4 too.
+    return (a) => (h === "0.0.0.0" && a.includes(":") ? false : local.has(a) || a.startsWith("127."));
+  }
+  const own = new Set((await lookup(h, { all: true }).catch(() => [{ address: h }])).map((r) => canonical(r.address)));
+  return (a) => own.has(a);
+}
+
+/**
+ * The upstreams among `urls` that are this gateway itself: their host
+ * resolves to an address the listening socket (`host`, `port`) accepts and
+ * their port is its port. Names that do not resolve within `timeoutMs` are
+ * not counted (the reachability check reports them).
+ */
+export async function pointsAtSelf(urls: readonly string[], host: string, port: number, timeoutMs = 2_000): Promise<{ index: number; url: string; address: string }[]> {
+  const accepts = await listeningOn(host);
+  const found: { index: number; url: string; address: string }[] = [];
+  await Promise.all(
+    urls.map(async (text, index) => {
+      const url = new URL(text);
+      if (portOf(url) !== port) return;
+      const name = canonical(url.hostname);
+      const addresses = isIP(name) !== 0 ? [name] : await Promise.race([lookup(name, { all: true }).then((r) => r.map((x) => canonical(x.address))), new Promise<string[]>((r) => setTimeout(() => r([]), timeoutMs).unref())]).catch(() => []);
+      const self = addresses.find(accepts);
+      if (self !== undefined) found.push({ index, url: text, address: self });
+    }),
+  );
+  return found.sort((a, b) => a.index - b.index);
 }

@@ -1,8 +1,8 @@
 // One upstream engine as the gateway sees it: a rank of its router, a pool of
 // keep-alive connections, the load it carries (in-flight requests and prompt
-// tokens, which become the rank's state for the next route), and its health:
-// active checks on an interval, passive ejection when requests fail on it
-// (connect errors, broken connections, 5xx answers).
+// tokens, which become the rank's state for the next route), its health
+// (outlier.ts: active checks, outlier ejection on 5xx answers and gateway
+// failures) and its counters and latency histograms.
 
 import { Pool } from "undici";
 import { rankStateFromLoad } from "./engine-load-combine.js";
@@ -11,6 +11,7 @@ import type { EventSourceCounters, FeedStatus } from "./event-freshness.js";
 import type { EngineLoadConfig, KvEventsConfig } from "./events-config.js";
 import type { EngineLoadScraper } from "./engine-load.js";
 import type { IndexUpdateSource } from "./routing-state.js";
+import { UpstreamHealth } from "./outlier.js";
 
 /** An engine's KV-event source as the gateway keeps it: its counters and its DP ranks' statuses besides the interface. */
 export interface EventSource extends IndexUpdateSource {
@@ -18,18 +19,26 @@ export interface EventSource extends IndexUpdateSource {
   readonly rankStatuses: FeedStatus[];
 }
 
-/** Latency histogram bounds, seconds. */
-export const LATENCY_BOUNDS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120];
+/** Latency histogram bounds, seconds (a request's whole time, its first byte or token). */
+export const LATENCY_BOUNDS: readonly number[] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120];
+/** Inter-token latency bounds, seconds (vLLM's own buckets for it, from 10 ms). */
+export const ITL_BOUNDS: readonly number[] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1, 2.5];
 
-/** A cumulative-per-bucket histogram of seconds. */
+/** A histogram of seconds: a count per bucket (not cumulative), their sum and count. */
 export class Histogram {
-  readonly counts = new Array<number>(LATENCY_BOUNDS.length + 1).fill(0);
+  readonly bounds: readonly number[];
+  readonly counts: number[];
   sum = 0;
   count = 0;
+  constructor(bounds: readonly number[] = LATENCY_BOUNDS) {
+    this.bounds = bounds;
+    this.counts = new Array<number>(bounds.length + 1).fill(0);
+  }
   /** Counts one observation. */
   observe(seconds: number): void {
+    const bounds = this.bounds;
     let i = 0;
-    while (i < LATENCY_BOUNDS.length && seconds > LATENCY_BOUNDS[i]!) i++;
+    while (i < bounds.length && seconds > bounds[i]!) i++;
     this.counts[i]!++;
     this.sum += seconds;
     this.count++;
@@ -38,11 +47,11 @@ export class Histogram {
 
 /** One upstream: its pool, load, health and counters. */
 export class Upstream {
-  /** Its rank (its place in the configured list; a reload may move it). */
+  /** Its rank (its place in the configured list; a reload may move it): `x-adp-upstream`. */
   index: number;
   /** Its base URL (what a reload matches upstreams by). */
   readonly url: string;
-  /** Its name in logs. */
+  /** Its stable name (metric labels, logs, `x-adp-upstream-name`); a reload may rename it. */
   name: string;
   /** The key sent to it in place of the client's, or null. */
   apiKey: string | null;
@@ -53,24 +62,20 @@ export class Upstream {
   inFlight = 0;
   /** Their prompt tokens. */
   inFlightTokens = 0;
-  /** Whether it takes requests (health checks and passive ejection decide). */
-  healthy = true;
+  /** Its health: active checks and outlier detection (outlier.ts). */
+  readonly health: UpstreamHealth;
   /** Its configuration's drain flag (a reload may change it). */
   #drainInConfig: boolean;
   /** Drained or undrained through the admin endpoint: this wins over the configuration, across reloads, until the next admin call. */
   drainOverride: boolean | null = null;
-  /** Consecutive failed health checks, and consecutive passing ones (while unhealthy). */
-  failures = 0;
-  successes = 0;
-  /** Consecutive proxied requests that failed on it (connect errors, broken connections, 5xx answers). */
-  passiveFailures = 0;
-  /** When (performance.now()) its last passive ejection began, or null when it was not ejected by traffic. */
-  passiveEjectedAt: number | null = null;
   /** Responses by exact HTTP status code (bounded: 100-599). */
   readonly byCode = new Map<number, number>();
-  /** Responses by status class, and requests retried elsewhere because this one could not be reached. */
+  /** Responses by status class, and failures by reason (`timeout`, `refused`, `reset`, ...). */
   readonly byStatus = new Map<string, number>([["2xx", 0], ["4xx", 0], ["5xx", 0]]); // the usual classes from the start, at 0
+  /** Requests retried elsewhere because they provably never reached this one. */
   retriedAway = 0;
+  /** Streams that ended early on it, by reason (`upstream_died`, `idle_timeout`, `client_stalled`, `max_duration`). */
+  readonly cutStreams = new Map<string, number>();
   /** Prompt tokens of the requests placed here, and those of them its cache view already held (their ratio is its prefix hit rate). */
   promptTokens = 0;
   matchedTokens = 0;
@@ -92,12 +97,14 @@ export class Upstream {
   malformedLoggedAt = Number.NEGATIVE_INFINITY;
   /** Its event stream's status last logged (transitions are logged, never silent). */
   loggedStatus: FeedStatus | null = null;
-  readonly latency = new Histogram();
+  /** From sending a request to the end of its answer. */
+  readonly e2e = new Histogram();
+  /** From sending a request to the answer's head. */
   readonly firstByte = new Histogram();
-  readonly #unhealthyThreshold: number;
-  readonly #healthyThreshold: number;
-  /** How long a passive ejection lasts at least before passing checks count (one health interval). */
-  readonly #minEjectionMs: number;
+  /** From sending a request to its first token: the first SSE event with content, or the whole answer when not streamed. */
+  readonly ttft = new Histogram();
+  /** Between a stream's tokens (events with content). */
+  readonly itl = new Histogram(ITL_BOUNDS);
 
   constructor(index: number, config: UpstreamConfig, gateway: GatewayConfig) {
     this.index = index;
@@ -111,15 +118,20 @@ export class Upstream {
     this.basePath = url.pathname === "/" ? "" : url.pathname;
     this.pool = new Pool(url.origin, {
       connect: { timeout: gateway.timeouts.connectMs },
-      headersTimeout: gateway.timeouts.firstByteMs,
-      bodyTimeout: gateway.timeouts.idleMs,
+      // The exchange times the first byte and idleness itself (exchange.ts): undici's timers
+      // for them tick every second and fired up to half a second late.
+      headersTimeout: 0,
+      bodyTimeout: 0,
       // Under the engines' own idle timeout (uvicorn's, vLLM's and trtllm-serve's server, is 5 s): a connection the
       // engine has closed is not reused, so a stale keep-alive does not read as a failed request (nor count toward ejection).
       keepAliveTimeout: 4_000,
     });
-    this.#unhealthyThreshold = gateway.health.unhealthyThreshold;
-    this.#healthyThreshold = gateway.health.healthyThreshold;
-    this.#minEjectionMs = gateway.health.intervalMs;
+    this.health = new UpstreamHealth(gateway.health);
+  }
+
+  /** Whether it takes requests (its health checks and outlier detection decide). */
+  get healthy(): boolean {
+    return this.health.healthy;
   }
 
   /** Whether its engine's load is known recently enough to route to it (always, when its load is not scraped). */
@@ -151,78 +163,15 @@ export class Upstream {
     this.#drainInConfig = config.drain;
   }
 
-  /** Counts a response's status. */
-  countStatus(status: number | "error" | "timeout" | "aborted"): void {
+  /** Counts a response's status, or a failure's reason (`timeout`, `refused`, `reset`, `aborted`, ...). */
+  countStatus(status: number | string): void {
     const key = typeof status === "number" ? `${Math.floor(status / 100)}xx` : status;
     this.byStatus.set(key, (this.byStatus.get(key) ?? 0) + 1);
     if (typeof status === "number" && Number.isInteger(status) && status >= 100 && status <= 599) this.byCode.set(status, (this.byCode.get(status) ?? 0) + 1);
   }
 
-  /**
-   * A failed health check: ejects after `unhealthy_threshold` in a row.
-   * Returns whether it just became unhealthy.
-   */
-  checkFailed(): boolean {
-    this.successes = 0;
-    this.failures++;
-    return this.#eject(this.failures, false);
-  }
-
-  /**
-   * A proxied request that failed on it: it could not be reached (a connect
-   * error), its connection broke before an answer, or it answered 5xx. Ejects
-   * after `unhealthy_threshold` in a row (a 2xx-4xx answer resets the count;
-   * passing health checks do not). Returns whether it just became unhealthy.
-   */
-  passiveFail(): boolean {
-    this.successes = 0;
-    this.passiveFailures++;
-    return this.#eject(this.passiveFailures, true);
-  }
-
-  /** A 2xx-4xx answer seen while proxying: resets the count of passive failures. */
-  succeed(): void {
-    this.passiveFailures = 0;
-  }
-
-  /** Starts it unhealthy (found unreachable when the gateway started): it takes requests once its checks pass. */
-  startUnhealthy(): void {
-    this.healthy = false;
-    this.successes = 0;
-  }
-
-  /**
-   * A passing health check: re-admits after `healthy_threshold` in a row.
-   * After a passive ejection, checks count only once the ejection has lasted
-   * `minEjectionMs` (one health interval): an engine whose /health says 200
-   * while it fails every completion is not bounced straight back. Returns
-   * whether it just became healthy.
-   */
-  checkPassed(now = performance.now()): boolean {
-    this.failures = 0;
-    if (this.healthy) return false;
-    if (this.passiveEjectedAt !== null && now - this.passiveEjectedAt < this.#minEjectionMs) {
-      this.successes = 0;
-      return false;
-    }
-    this.successes++;
-    if (this.successes >= this.#healthyThreshold) {
-      this.healthy = true;
-      this.successes = 0;
-      this.passiveFailures = 0;
-      this.passiveEjectedAt = null;
-      return true;
-    }
-    return false;
-  }
-
-  /** Ejects once `count` reaches the threshold; returns whether it just became unhealthy. */
-  #eject(count: number, passive: boolean): boolean {
-    if (passive && count >= this.#unhealthyThreshold) this.passiveEjectedAt = performance.now(); // (again) from now
-    if (this.healthy && count >= this.#unhealthyThreshold) {
-      this.healthy = false;
-      return true;
-    }
-    return false;
+  /** Counts a stream cut short on it, by reason. */
+  countCut(reason: string): void {
+    this.cutStreams.set(reason, (this.cutStreams.get(reason) ?? 0) + 1);
   }
 }

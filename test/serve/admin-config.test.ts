@@ -41,7 +41,7 @@ describe("createGateway(config) with a plain object", () => {
     const [e0, e1] = await engines(2);
     const { gateway } = await start({ upstreams: [{ url: e0!.url, name: "first" }, e1!.url], listen: { port: 0 }, policy: "conversation", limits: { queue_size: 7 } });
     expect(gateway.url).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/);
-    expect(gateway.metrics()).toContain('adp_gateway_upstream_info{upstream="0",name="first"} 1');
+    expect(gateway.metrics()).toMatch(/adp_gateway_upstream_info\{upstream="first",index="0",url="[^"]+"\} 1/);
     expect(["e0", "e1"]).toContain(await engineOf(gateway, "s"));
     // `port` / `host` at the top, as the flags: a shorthand of listen.
     const short = await createGateway({ upstreams: [e0!.url], port: 0, host: "127.0.0.1", logging: { level: "silent" } });
@@ -53,7 +53,7 @@ describe("createGateway(config) with a plain object", () => {
     expect(refusal).toBeInstanceOf(GatewayConfigError);
     expect((refusal as GatewayConfigError).issues.map((i) => i.field)).toEqual(["listen.port", "upstreams[0].nmae"]);
     // reload() takes the object form as well.
-    expect(gateway.reload({ upstreams: [e1!.url], listen: { port: 0 }, policy: "conversation", limits: { queue_size: 7 } })).toMatchObject({ removed: [e0!.url], kept: [{ url: e1!.url, from: 1, to: 0 }], needRestart: [] });
+    expect(await gateway.reload({ upstreams: [e1!.url], listen: { port: 0 }, policy: "conversation", limits: { queue_size: 7 } })).toMatchObject({ removed: [e0!.url], kept: [{ url: e1!.url, from: 1, to: 0 }], needRestart: [] });
   });
 });
 
@@ -226,7 +226,7 @@ describe("bad requests and log lines", () => {
     const lines = logs.filter((l) => l.msg === "request");
     expect(lines.length).toBeGreaterThanOrEqual(cases.length);
     for (const l of lines) expect(typeof l.latency_ms).toBe("number");
-    expect(lines.filter((l) => l.status === 200).every((l) => l.upstream === 0)).toBe(true);
+    expect(lines.filter((l) => l.status === 200).every((l) => l.upstream === new URL(e0!.url).host)).toBe(true); // its name
   });
 
   it("a batch routes as its first prompt alone: it matches the prefix the first prompt left", async () => {

@@ -7,6 +7,7 @@ import { afterEach, describe, expect, it } from "vitest";
 import { createGateway, loadGatewayConfig, type Gateway } from "../../src/serve/index.js";
 import { startMockEngine } from "../support/mock-engine.js";
 import { waitFor } from "../support/wait.js";
+import { metricsByIndex } from "../support/metrics.js";
 
 const open: { close(): Promise<void> }[] = [];
 afterEach(async () => {
@@ -29,7 +30,7 @@ const vllmPage = (running: number, waiting: number) =>
   ].join("\n");
 
 const metric = (g: Gateway, name: string, labels: string) => {
-  const line = g.metrics().split("\n").find((l) => l.startsWith(`adp_gateway_${name}{${labels}}`));
+  const line = metricsByIndex(g.metrics()).split("\n").find((l) => l.startsWith(`adp_gateway_${name}{${labels}}`));
   return line === undefined ? Number.NaN : Number(line.slice(line.lastIndexOf(" ") + 1));
 };
 

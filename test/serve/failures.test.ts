@@ -9,6 +9,7 @@ import { pino } from "pino";
 import { afterEach, describe, expect, it } from "vitest";
 import { createGateway, type Gateway } from "../../src/serve/index.js";
 import { startMockEngine, type MockEngine } from "../support/mock-engine.js";
+import { metricsByIndex } from "../support/metrics.js";
 
 const open: { close(): Promise<void> }[] = [];
 afterEach(async () => {
@@ -43,7 +44,7 @@ const healthOf = async (g: Gateway) => {
   const r = await fetch(`${g.url}/health`);
   return { status: r.status, healthy: ((await r.json()) as { upstreams: { healthy: boolean }[] }).upstreams.map((u) => u.healthy) };
 };
-const metric = (g: Gateway, line: string) => g.metrics().split("\n").find((l) => l.startsWith(line));
+const metric = (g: Gateway, line: string) => metricsByIndex(g.metrics()).split("\n").find((l) => l.startsWith(line));
 
 /** A port nothing listens on. */
 async function deadPort(): Promise<number> {
@@ -57,20 +58,20 @@ async function deadPort(): Promise<number> {
 describe("passive ejection on 5xx", () => {
   it("answers never eject the last healthy upstream: its 5xx answers are passed on, not turned into 503s for everyone", async () => {
     const only = await engine("only", { failWith: 500 });
-    const { gateway: g } = await gateway({ upstreams: [only.url], health: { interval_ms: 60_000, unhealthy_threshold: 2 } });
+    const { gateway: g } = await gateway({ upstreams: [only.url], health: { interval_ms: 60_000, consecutive_5xx: 2 } });
     const statuses: number[] = [];
     for (let i = 0; i < 6; i++) statuses.push((await post(g, chat(`q${i}`))).status);
     expect(statuses).toEqual([500, 500, 500, 500, 500, 500]);
     expect(await healthOf(g)).toEqual({ status: 200, healthy: [true] });
   });
 
-  it("consecutive 5xx answers eject an upstream whose /health says 200; it stays out at least one health interval, then checks re-admit it", async () => {
+  it("consecutive 5xx answers eject an upstream whose /health says 200; it stays out its ejection time, then checks re-admit it", async () => {
     const good = await engine("good");
     const bad = await engine("bad", { failWith: 500 });
     const { gateway: g, logs } = await gateway({
       upstreams: [good.url, bad.url],
       policy: "conversation",
-      health: { interval_ms: 1000, timeout_ms: 300, unhealthy_threshold: 2, healthy_threshold: 1 },
+      health: { interval_ms: 200, timeout_ms: 300, consecutive_5xx: 2, base_ejection_ms: 1000, healthy_threshold: 1 },
     });
     // New conversations are spread over both: the bad one answers 500 (passed through, naming it) until ejected.
     const seen: string[] = [];
@@ -78,12 +79,12 @@ describe("passive ejection on 5xx", () => {
       const r = await post(g, chat(`q${i}`), { "x-session-id": `s${i}` });
       seen.push(`${r.upstream}:${r.status}`);
     }
-    expect(seen.filter((x) => x === "1:500")).toHaveLength(2); // unhealthy_threshold, then out
+    expect(seen.filter((x) => x === "1:500")).toHaveLength(2); // consecutive_5xx, then out
     expect(seen.slice(seen.lastIndexOf("1:500") + 1).every((x) => x === "0:200")).toBe(true);
     expect(await healthOf(g)).toEqual({ status: 200, healthy: [true, false] });
     expect(metric(g, 'adp_gateway_upstream_healthy{upstream="1"}')).toBe('adp_gateway_upstream_healthy{upstream="1"} 0');
-    expect(logs.some((l) => l.msg?.toString().startsWith("upstream ejected") && l.upstream === 1 && l.reason === "status 500")).toBe(true);
-    // Its /health answers 200 all along, but a check within the first interval does not bring it back.
+    expect(logs.some((l) => l.msg?.toString().startsWith("upstream ejected") && l.upstream === new URL(bad.url).host && l.cause === "consecutive_5xx" && l.reason === "status 500" && l.ejection_ms === 1000)).toBe(true);
+    // Its /health answers 200 all along (checked every 200 ms), but no check within its ejection time brings it back.
     await sleep(500);
     expect((await healthOf(g)).healthy).toEqual([true, false]);
     for (let i = 0; i < 4; i++) expect((await post(g, chat(`w${i}`), { "x-session-id": `w${i}` })).upstream).toBe("0");
@@ -101,7 +102,7 @@ describe("passive ejection on 5xx", () => {
     const e = await engine("e");
     const spare = await engine("spare");
     // The default router places each request alone on idle upstreams at rank 0 (e); the spare keeps e from being the last healthy one.
-    const { gateway: g } = await gateway({ upstreams: [e.url, spare.url], policy: "default", health: { interval_ms: 60_000, unhealthy_threshold: 2 } });
+    const { gateway: g } = await gateway({ upstreams: [e.url, spare.url], policy: "default", health: { interval_ms: 60_000, consecutive_5xx: 2 } });
     for (let i = 0; i < 4; i++) {
       e.behaviour.failWith = 503;
       expect((await post(g, chat(`x${i}`))).status).toBe(503);
@@ -127,7 +128,7 @@ describe("upstreams unreachable at start (health.on_start: warn)", () => {
   it("start unhealthy: a single dead upstream answers 503 at once, /health says so, and it joins once its checks pass", async () => {
     const port = await deadPort();
     const { gateway: g, logs } = await gateway({ upstreams: [`http://127.0.0.1:${port}`], health: { on_start: "warn", interval_ms: 200, timeout_ms: 200, healthy_threshold: 1 } });
-    expect(logs.some((l) => l.upstream === 0 && String(l.msg).includes("unreachable at start"))).toBe(true);
+    expect(logs.some((l) => l.index === 0 && l.upstream === `127.0.0.1:${port}` && String(l.msg).includes("unreachable at start"))).toBe(true);
     expect(await healthOf(g)).toEqual({ status: 503, healthy: [false] });
     const started = performance.now();
     const r = await post(g, chat("hi"));
@@ -189,7 +190,8 @@ describe("x-adp-upstream on every answer about an upstream", () => {
     expect(reset).toMatchObject({ status: 502, upstream: "0" });
     expect(reset.json?.error?.code).toBe("upstream_error");
     const lines = logs.filter((l) => l.msg === "request");
-    expect(lines.map((l) => [l.status, l.upstream])).toEqual([[504, 0], [502, 0]]);
+    const name = new URL(s.url).host;
+    expect(lines.map((l) => [l.status, l.upstream])).toEqual([[504, name], [502, name]]);
     expect(lines.every((l) => typeof l.latency_ms === "number")).toBe(true);
   });
 
@@ -217,7 +219,7 @@ describe("x-adp-upstream on every answer about an upstream", () => {
     expect(hits()).toHaveLength(2);
   });
 
-  it("an upstream killed with the request on its connection: gone (it refuses connections now), so the request goes to another; alive after a reset, no retry", async () => {
+  it("an upstream killed with the request on its connection: it received the request, so no other upstream gets it (502); alive after a reset, no retry either", async () => {
     const b = await engine("b");
     // Upstream 0 takes the request's bytes, then dies: closes its listener and the connection, as a killed process does.
     const a = createHttpServer((req, res) => {
@@ -233,8 +235,9 @@ describe("x-adp-upstream on every answer about an upstream", () => {
     open.push({ close: () => new Promise<void>((r) => a.close(() => r())) });
     const { gateway: g } = await gateway({ upstreams: [aUrl, b.url], policy: "default", health: { interval_ms: 60_000, unhealthy_threshold: 10 } });
     const killed = await post(g, chat("killed mid-request"));
-    expect(killed).toMatchObject({ status: 200, upstream: "1" });
-    expect(metric(g, 'adp_gateway_upstream_retries_total{upstream="0"}')).toMatch(/ 1$/);
+    expect(killed).toMatchObject({ status: 502, upstream: "0" });
+    expect(killed.json?.error?.code).toBe("upstream_error");
+    expect(metric(g, 'adp_gateway_upstream_retries_total{upstream="0"}')).toMatch(/ 0$/);
     // Alive after the reset (it still listens): the request may be running there, so it is not sent again.
     const alive = createHttpServer((req, res) => {
       if (req.url === "/health") return void res.writeHead(200).end("{}");
@@ -247,7 +250,7 @@ describe("x-adp-upstream on every answer about an upstream", () => {
     const { gateway: g3 } = await gateway({ upstreams: [aliveUrl, b.url], policy: "default", health: { interval_ms: 60_000, unhealthy_threshold: 10 } });
     const reset = await post(g3, chat("reset, engine alive"));
     expect(reset).toMatchObject({ status: 502, upstream: "0" });
-    expect(b.received.filter((r) => r.path === "/v1/chat/completions")).toHaveLength(1); // only the killed one's retry
+    expect(b.received.filter((r) => r.path === "/v1/chat/completions")).toHaveLength(0); // neither was sent on
   });
 
   it("when every try failed to connect, the answer names the last upstream tried", async () => {
@@ -258,7 +261,7 @@ describe("x-adp-upstream on every answer about an upstream", () => {
     expect(r.json?.error?.code).toBe("upstream_unreachable");
     expect(["0", "1"]).toContain(r.upstream);
     expect(metric(g, `adp_gateway_upstream_retries_total{upstream="${r.upstream === "0" ? 1 : 0}"}`)).toMatch(/ 1$/);
-    expect(logs.find((l) => l.msg === "request")!.upstream).toBe(Number(r.upstream));
+    expect(logs.find((l) => l.msg === "request")!.upstream).toBe(`127.0.0.1:${ports[Number(r.upstream)]}`);
   });
 });
 

@@ -41,7 +41,7 @@ describe("reload", () => {
     const before = new Map<string, string>();
     for (let i = 0; i < 12; i++) before.set(`s${i}`, await engineOf(gateway, `s${i}`));
     expect(new Set(before.values())).toEqual(new Set(["e0", "e1"]));
-    const change = gateway.reload(config(yaml([{ e: e1! }, { e: e2! }])));
+    const change = await gateway.reload(config(yaml([{ e: e1! }, { e: e2! }])));
     expect(change).toMatchObject({ added: [e2!.url], removed: [e0!.url], kept: [{ url: e1!.url, from: 1, to: 0 }], draining: [], needRestart: [] });
     for (const [session, was] of before) {
       const now = await engineOf(gateway, session);
@@ -66,7 +66,7 @@ describe("reload", () => {
     }));
     const onE0 = streams.find((x) => x.upstream === "0");
     expect(onE0).toBeDefined();
-    gateway.reload(config(yaml([{ e: e1!, drain: true }])));
+    await gateway.reload(config(yaml([{ e: e1!, drain: true }])));
     // The stream on the removed e0 still ends normally.
     let text = "";
     for (;;) {
@@ -79,7 +79,7 @@ describe("reload", () => {
     // e1, the one upstream left, is drained: nothing can take a new request.
     const response = await fetch(`${gateway.url}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ model: "m", messages: [{ role: "user", content: "x" }] }) });
     expect(response.status).toBe(503);
-    gateway.reload(config(yaml([{ e: e1! }])));
+    await gateway.reload(config(yaml([{ e: e1! }])));
     expect(await engineOf(gateway, "after")).toBe("e1");
   });
 });
@@ -95,9 +95,11 @@ describe("reload, names and keys", () => {
     expect((await ask()).status).toBe(200);
     e.behaviour.apiKey = "second-key";
     expect((await ask()).status).toBe(401);
-    expect(gateway.reload(config(text("second-key").replace("name: before", "name: after"))).kept).toHaveLength(1);
+    expect((await gateway.reload(config(text("second-key").replace("name: before", "name: after")))).kept).toHaveLength(1);
     expect((await ask()).status).toBe(200);
-    expect(gateway.metrics()).toContain('name="after"');
+    // Its metrics follow its name (the series of an upstream are labelled by it).
+    expect(gateway.metrics()).toContain('adp_gateway_upstream_healthy{upstream="after"} 1');
+    expect(gateway.metrics()).not.toContain('upstream="before"');
   });
 });
 
@@ -116,7 +118,7 @@ describe("reload, counters and admin drains", () => {
     expect(onE1).toBeGreaterThan(0);
     expect((await fetch(`${gateway.url}/admin/upstreams/1/drain`, { method: "POST", headers: { authorization: `Bearer ${env.ADMIN_KEY}` } })).status).toBe(200);
     // e1 moves to rank 0, e0 goes, e2 comes: the file says nothing of draining.
-    const change = gateway.reload(config(yaml([{ e: e1! }, { e: e2! }], admin), env));
+    const change = await gateway.reload(config(yaml([{ e: e1! }, { e: e2! }], admin), env));
     expect(change.draining).toEqual([0]);
     expect(counter("adp_router_batches_total")).toBe(batches);
     expect(counter('adp_router_rank_selected_total{router="conversation",dp_rank="0"}')).toBe(onE1);

@@ -7,6 +7,7 @@ import { afterEach, describe, expect, it } from "vitest";
 import { createGateway, loadGatewayConfig, Utf8ByteTokenizer, type Gateway } from "../../src/serve/index.js";
 import type { GatewayFlags } from "../../src/serve/config.js";
 import { startMockEngine, type EngineBehaviour, type MockEngine } from "../support/mock-engine.js";
+import { metricsByIndex } from "../support/metrics.js";
 
 const open: { close(): Promise<void> }[] = [];
 afterEach(async () => {
@@ -208,7 +209,7 @@ describe("failures", () => {
     expect(statuses.every((s) => s === 200)).toBe(true);
     const health = await (await fetch(`${gateway.url}/health`)).json() as { upstreams: { healthy: boolean }[] };
     expect(health.upstreams.map((u) => u.healthy)).toEqual([true, false, true]);
-    expect(gateway.metrics()).toMatch(/adp_gateway_upstream_retries_total\{upstream="1"\} [1-9]/);
+    expect(metricsByIndex(gateway.metrics())).toMatch(/adp_gateway_upstream_retries_total\{upstream="1"\} [1-9]/);
   });
 
   it("a client that hangs up aborts the upstream request and frees its load", async () => {
@@ -222,7 +223,7 @@ describe("failures", () => {
     while ((engines[0]!.aborted === 0 || engines[0]!.active > 0) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
     expect(engines[0]!.aborted).toBe(1);
     await new Promise((r) => setTimeout(r, 50));
-    expect(gateway.metrics()).toContain('adp_gateway_upstream_in_flight_requests{upstream="0"} 0');
+    expect(metricsByIndex(gateway.metrics())).toContain('adp_gateway_upstream_in_flight_requests{upstream="0"} 0');
   });
 
   it("no healthy upstream: 503; a slow first byte: 504; an engine's 5xx is passed through", async () => {
@@ -299,9 +300,10 @@ describe("observability", () => {
     await post(gateway, chat("the second question"), { authorization: "Bearer secret-client-key" });
     const requests = lines.filter((l) => l.msg === "request");
     expect(requests).toHaveLength(2);
-    expect(requests[0]).toMatchObject({ method: "POST", path: "/v1/chat/completions", status: 200, upstream: 0, outcome: "ok", matched_tokens: 0 });
+    expect(requests[0]).toMatchObject({ method: "POST", path: "/v1/chat/completions", status: 200, upstream: new URL(engine.url).host, outcome: "ok", matched_tokens: 0 });
+    expect(requests[0]!.request_id).toMatch(/^[0-9a-f-]{36}$/); // generated: the client sent none
     expect(requests[1]!.matched_tokens as number).toBeGreaterThanOrEqual(1024); // the shared system prompt, cached by the first
-    const metrics = gateway.metrics();
+    const metrics = metricsByIndex(gateway.metrics());
     const total = (name: string) => Number(new RegExp(`adp_gateway_upstream_${name}_total\\{upstream="0"\\} (\\d+)`).exec(metrics)![1]);
     expect(total("matched_tokens")).toBe((requests[0]!.matched_tokens as number) + (requests[1]!.matched_tokens as number));
     expect(total("prompt_tokens")).toBeGreaterThan(total("matched_tokens"));
@@ -314,12 +316,12 @@ describe("observability", () => {
   it("/metrics has the router's and the gateway's metrics, /health lists the upstreams", async () => {
     const { gateway } = await fleet(2);
     await post(gateway, chat("x"));
-    const text = await (await fetch(`${gateway.url}/metrics`)).text();
+    const text = metricsByIndex(await (await fetch(`${gateway.url}/metrics`)).text());
     expect(text).toContain("adp_router_batches_total");
     expect(text).toMatch(/adp_gateway_upstream_responses_total\{upstream="[01]",status="2xx"\} 1/);
     expect(text).toContain('adp_gateway_upstream_healthy{upstream="0"} 1');
     expect(text).toContain('adp_gateway_requests_total{outcome="ok"} 1');
-    expect(text).toMatch(/adp_gateway_upstream_latency_seconds_count\{upstream="[01]"\} 1/);
+    expect(text).toMatch(/adp_gateway_upstream_e2e_request_latency_seconds_count\{upstream="[01]"\} 1/);
     const health = (await (await fetch(`${gateway.url}/health`)).json()) as { status: string; upstreams: unknown[] };
     expect(health.status).toBe("ok");
     expect(health.upstreams).toHaveLength(2);

@@ -19,7 +19,7 @@ async function fleet(n: number, yaml = "", behaviour: EngineBehaviour = {}): Pro
     open.push(e);
     engines.push(e);
   }
-  const text = `listen: { port: 0 }\nlogging: { level: silent }\nhealth: { interval_ms: 200, timeout_ms: 500, unhealthy_threshold: 2, healthy_threshold: 1 }\nupstreams:\n${engines.map((e) => `  - ${e.url}\n`).join("")}${yaml}`;
+  const text = `listen: { port: 0 }\nlogging: { level: silent }\nhealth: { interval_ms: 200, timeout_ms: 500, unhealthy_threshold: 2, healthy_threshold: 1, consecutive_5xx: 2, consecutive_gateway_failures: 2 }\nupstreams:\n${engines.map((e) => `  - ${e.url}\n`).join("")}${yaml}`;
   const gateway = await createGateway(loadGatewayConfig({ file: { name: "g.yaml", text } }));
   open.push(gateway);
   return { gateway, engines };
@@ -119,7 +119,7 @@ describe("hostile clients", () => {
     for (const e of engines) e.behaviour.failWith = 500;
     const statuses: number[] = [];
     for (let i = 0; i < 6; i++) statuses.push((await post(gateway, chat)).status);
-    // unhealthy_threshold (2) answers 500 eject the first to fail twice; the other, the last healthy one, is never ejected by answers: no 503s.
+    // consecutive_5xx (2) answers 500 eject the first to fail twice; the other, the last healthy one, is never ejected by answers: no 503s.
     expect(statuses).toEqual([500, 500, 500, 500, 500, 500]);
     expect((await healthy()).filter((h) => h)).toHaveLength(1);
   });

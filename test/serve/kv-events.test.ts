@@ -16,6 +16,7 @@ import { parseJsonKeepingIntegers } from "../../src/serve/http-events.js";
 import { startFakePublisher, seqFrame, type ReplayStyle } from "../support/fake-kv-publisher.js";
 import { startMockEngine, type MockEngine } from "../support/mock-engine.js";
 import { waitFor } from "../support/wait.js";
+import { metricsByIndex } from "../support/metrics.js";
 
 const wire = JSON.parse(readFileSync(new URL("../fixtures/kv-events/wire.json", import.meta.url), "utf8")) as {
   tokensPerBlock: number;
@@ -55,7 +56,7 @@ async function gatewayWith(kvEvents: string, extra = ""): Promise<{ gateway: Gat
 
 /** A metric's value (labels matched as written), or NaN when absent. */
 function metric(gateway: Gateway, name: string, labels: string): number {
-  const line = gateway.metrics().split("\n").find((l) => l.startsWith(`adp_gateway_${name}{${labels}}`));
+  const line = metricsByIndex(gateway.metrics()).split("\n").find((l) => l.startsWith(`adp_gateway_${name}{${labels}}`));
   return line === undefined ? Number.NaN : Number(line.slice(line.lastIndexOf(" ") + 1));
 }
 

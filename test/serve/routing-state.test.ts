@@ -28,7 +28,7 @@ describe("the state log", () => {
     const ask = (content: string, headers: Record<string, string> = {}) =>
       fetch(`${gateway.url}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json", ...headers }, body: JSON.stringify({ model: "m", messages: [{ role: "system", content: SYSTEM }, { role: "user", content }] }) }).then((r) => r.text());
     await Promise.all(Array.from({ length: 12 }, (_, i) => ask(`question ${i}`, i % 3 === 0 ? { "x-session-id": `s${i}` } : {})));
-    gateway.reload(loadGatewayConfig({ file: { name: "g.yaml", text: text([engines[1]!, engines[2]!, engines[0]!]) } }));
+    await gateway.reload(loadGatewayConfig({ file: { name: "g.yaml", text: text([engines[1]!, engines[2]!, engines[0]!]) } }));
     for (let i = 0; i < 6; i++) await ask(`after ${i}`, { "x-session-id": `s${i}` });
 
     expect(log.map((e) => e.op)).toContain("ranks");

@@ -8,6 +8,7 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
 import { startMockEngine, trackedForCleanup, urlFrom } from "../support/mock-engine.js";
+import { metricsByIndex } from "../support/metrics.js";
 
 const CLI = path.resolve("dist/cli.js");
 const { children, engines } = trackedForCleanup();
@@ -106,7 +107,7 @@ describe("adp-router serve", () => {
     // The unreachable one starts unhealthy: /health says so, and no request tries it (none is retried away from it).
     const health = (await (await fetch(`${started.url}/health`)).json()) as { upstreams: { healthy: boolean }[] };
     expect(health.upstreams.map((u) => u.healthy)).toEqual([false, true]);
-    expect(await (await fetch(`${started.url}/metrics`)).text()).toContain('adp_gateway_upstream_retries_total{upstream="0"} 0');
+    expect(metricsByIndex(await (await fetch(`${started.url}/metrics`)).text())).toContain('adp_gateway_upstream_retries_total{upstream="0"} 0');
     started.child.kill("SIGTERM");
     expect(await started.exited).toBe(0);
     // Alone, it answers 503 at once (not 502 after trying it), until its checks pass.

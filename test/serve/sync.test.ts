@@ -20,6 +20,7 @@ import { startMockEngine, urlFrom, type MockEngine } from "../support/mock-engin
 import { hasNatsServer, startNatsServer, type NatsServer } from "../support/nats-server.js";
 import { startProxy } from "../support/tcp-proxy.js";
 import { waitFor } from "../support/wait.js";
+import { metricsByIndex } from "../support/metrics.js";
 
 const open: { close(): Promise<void> }[] = [];
 afterEach(async () => {
@@ -38,7 +39,7 @@ async function syncState(g: Gateway): Promise<{ replica: string; applied: number
 
 /** A metric's value, or NaN. */
 const metric = (g: Gateway, name: string, labels = "") => {
-  const line = g.metrics().split("\n").find((l) => l.startsWith(`adp_gateway_${name}${labels ? `{${labels}}` : " "}`));
+  const line = metricsByIndex(g.metrics()).split("\n").find((l) => l.startsWith(`adp_gateway_${name}${labels ? `{${labels}}` : " "}`));
   return line === undefined ? Number.NaN : Number(line.slice(line.lastIndexOf(" ") + 1));
 };
 
@@ -377,7 +378,7 @@ describe.skipIf(!hasNatsServer)("replicas through a real nats-server", () => {
     const before = await ask(replicas[0]!, prompt);
     await settled(replicas, 1);
     // Both replicas reload the same file: engine 2 added in front, the others moved.
-    for (const [i, g] of replicas.entries()) g.reload(loadGatewayConfig({ file: { name: "g.yaml", text: text([engines[2]!, engines[1]!, engines[0]!], i) } }));
+    for (const [i, g] of replicas.entries()) await g.reload(loadGatewayConfig({ file: { name: "g.yaml", text: text([engines[2]!, engines[1]!, engines[0]!], i) } }));
     const states = await settled(replicas, 2);
     expect(states[0]!.applied).toBe(2); // the learned prompt, and one fleet change for both reloads
     expect(states[0]!.digest).toBe(states[1]!.digest);

@@ -13,6 +13,7 @@ import { Utf8ByteTokenizer } from "../../src/serve/tokenizer.js";
 import { loadHuggingFaceTokenizer, loadTokenizer, TokenizerLoadError } from "../../src/serve/tokenizer-config.js";
 import { startMockEngine, trackedForCleanup } from "../support/mock-engine.js";
 import qwenReference from "../fixtures/tokenizers/qwen2.5/reference.json" with { type: "json" };
+import { metricsByIndex } from "../support/metrics.js";
 
 const QWEN = path.resolve("test/fixtures/tokenizers/qwen2.5");
 const UPSTREAMS = "upstreams:\n  - http://127.0.0.1:8001\n";
@@ -56,7 +57,7 @@ describe("the tokenizer: setting", () => {
     expect(refusal("tokenizer:\n  kind: sentencepiece\n")).toContain('gateway.yaml:4: tokenizer.kind: must be one of bytes, huggingface, got "sentencepiece"');
     expect(refusal("tokenizer:\n  kind: huggingface\n")).toContain("gateway.yaml:3: tokenizer.path: is required");
     expect(refusal("tokenizer:\n  kind: bytes\n  path: /x\n")).toContain("gateway.yaml:5: tokenizer.path: is a setting of kind huggingface only");
-    expect(refusal("tokenizer:\n  kind: huggingface\n  path: /x\n  cache_mb: 3\n")).toContain("gateway.yaml:6: tokenizer.cache_mb: is not a setting here (expected kind, path)");
+    expect(refusal("tokenizer:\n  kind: huggingface\n  path: /x\n  cache_mb: 3\n")).toContain("gateway.yaml:6: tokenizer.cache_mb: is not a setting here (expected kind, path, workers, queue_size, timeout_ms)");
     expect(refusal("tokenizer: huggingface\n")).toContain("gateway.yaml:3: tokenizer: must be a mapping");
     const several = refusal("tokenizer: { kind: huggingface, path: 7 }\nlisten: { port: -1 }\n");
     expect(several).toContain("tokenizer.path: must be a non-empty string");
@@ -65,7 +66,7 @@ describe("the tokenizer: setting", () => {
 
   it("is in the file's JSON Schema", () => {
     const schema = gatewayConfigSchema.properties.tokenizer as { properties: Record<string, unknown>; then: unknown };
-    expect(Object.keys(schema.properties)).toEqual(["kind", "path"]);
+    expect(Object.keys(schema.properties)).toEqual(["kind", "path", "workers", "queue_size", "timeout_ms"]);
     expect(schema.then).toEqual({ required: ["path"] });
   });
 });
@@ -148,7 +149,7 @@ describe("adp-router serve with an engine's tokenizer (the built CLI)", () => {
     const c = qwenReference.cases.find((x) => x.name === "chat: multi-turn")!;
     const response = await fetch(`${url}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ model: "m", ...c.request }) });
     expect(response.status).toBe(200);
-    const metrics = await (await fetch(`${url}/metrics`)).text();
+    const metrics = metricsByIndex(await (await fetch(`${url}/metrics`)).text());
     expect(metrics).toMatch(new RegExp(`^adp_gateway_upstream_prompt_tokens_total\\{upstream="0"\\} ${c.ids!.length}$`, "m"));
   });
 

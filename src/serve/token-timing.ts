@@ -1,0 +1,96 @@
+// Token timing of a streamed answer, read off its bytes without parsing them:
+// an SSE event carries a token when one of its OpenAI fields holds something
+// (`"content":"x`, `"text":"x`, `"reasoning_content":"x`, `"tool_calls":[{`),
+// so the first such field is the time to first token and the gaps between
+// them the inter-token latency. vLLM's, SGLang's and TensorRT-LLM's servers
+// write compact JSON; a space after the colon is allowed too. A chunk holding
+// k such events counts k gaps of (its time - the last token's) / k: the engine
+// sent them together, and that is the latency each token saw on average.
+// It also tracks whether the bytes passed on so far end on an event boundary
+// (a blank line), so an error event can be appended cleanly.
+
+/** The fields whose non-empty value is a token, and the byte their value must start with. */
+const FIELDS: readonly { readonly key: Buffer; readonly opens: number; readonly empty: number }[] = [
+  { key: Buffer.from('"content":'), opens: 0x22, empty: 0x22 },
+  { key: Buffer.from('"text":'), opens: 0x22, empty: 0x22 },
+  { key: Buffer.from('"reasoning_content":'), opens: 0x22, empty: 0x22 },
+  { key: Buffer.from('"tool_calls":'), opens: 0x5b, empty: 0x5d },
+];
+/** Bytes kept from a chunk's end, so a field cut between two chunks is still seen (the longest key and its value's first bytes). */
+const CARRY = 24;
+
+/**
+ * Counts the token fields of `bytes`. With `seam` (the length of the previous
+ * chunk's carry at the start of `bytes`), only those the previous chunk could
+ * not tell: starting in the carry and needing a byte after it.
+ */
+function tokenFields(bytes: Buffer, seam = -1): number {
+  let n = 0;
+  for (const { key, opens, empty } of FIELDS) {
+    for (let at = bytes.indexOf(key); at >= 0 && (seam < 0 || at < seam); at = bytes.indexOf(key, at + key.length)) {
+      let i = at + key.length;
+      while (i < bytes.length && bytes[i] === 0x20) i++;
+      if (i + 1 < bytes.length && bytes[i] === opens && bytes[i + 1] !== empty && (seam < 0 || i + 1 >= seam)) n++;
+    }
+  }
+  return n;
+}
+
+/** One answer's token timing, fed its chunks as they pass. */
+export class TokenTiming {
+  /** When the exchange began (performance.now()). */
+  readonly #startedAt: number;
+  /** When the first token came, or null. */
+  firstTokenAt: number | null = null;
+  /** When the last token came. */
+  #lastTokenAt = 0;
+  /** The previous chunk's last bytes. */
+  #carry: Buffer | null = null;
+  /** Whether the bytes so far end on an event boundary. */
+  #boundary = true;
+  /** Inter-token gaps seen (seconds each), passed to `onGap`. */
+  readonly #onGap: (seconds: number) => void;
+  /** The clock (ms), injectable for tests. */
+  readonly #now: () => number;
+
+  constructor(startedAt: number, onGap: (seconds: number) => void, now: () => number = () => performance.now()) {
+    this.#startedAt = startedAt;
+    this.#onGap = onGap;
+    this.#now = now;
+  }
+
+  /** Seconds from the start to the first token, or null when none came. */
+  get ttftSeconds(): number | null {
+    return this.firstTokenAt === null ? null : (this.firstTokenAt - this.#startedAt) / 1000;
+  }
+
+  /** Whether what was passed on so far ends where a new SSE event may begin. */
+  get atBoundary(): boolean {
+    return this.#boundary;
+  }
+
+  /** Notes one chunk of the answer. */
+  chunk(bytes: Buffer): void {
+    if (bytes.length === 0) return;
+    let tokens = tokenFields(bytes);
+    if (this.#carry !== null) {
+      // A field cut between chunks: found in the carry and the chunk's first bytes.
+      tokens += tokenFields(Buffer.concat([this.#carry, bytes.subarray(0, CARRY)]), this.#carry.length);
+    }
+    this.#carry = Buffer.from(bytes.subarray(Math.max(0, bytes.length - CARRY)));
+    const last = bytes.length;
+    this.#boundary = last >= 2 ? bytes[last - 1] === 0x0a && (bytes[last - 2] === 0x0a || (last >= 4 && bytes[last - 2] === 0x0d && bytes[last - 3] === 0x0a)) : bytes[0] === 0x0a && this.#boundary;
+    if (tokens === 0) return;
+    const now = this.#now();
+    if (this.firstTokenAt === null) {
+      this.firstTokenAt = now;
+      tokens--; // the first token has no gap before it
+    } else {
+      const gap = (now - this.#lastTokenAt) / 1000 / tokens;
+      for (let i = 0; i < tokens; i++) this.#onGap(gap);
+      tokens = 0;
+    }
+    if (tokens > 0) for (let i = 0; i < tokens; i++) this.#onGap(0); // more tokens in the first token's chunk: sent with it
+    this.#lastTokenAt = now;
+  }
+}
