@@ -18,13 +18,20 @@
 // the gateway's CPU per request within 2x the pass-through's plus the
 // tokenizer's measured cost per request of that body. ADP_BENCH_TOKENIZER
 // names model folders (comma-separated; default: the test fixtures; the first
-// is the gateway's); ADP_BENCH_SERVE_PHASES=bytes or huggingface runs one part.
+// is the gateway's); ADP_BENCH_SERVE_PHASES=bytes, huggingface or pool runs one part.
+//
+// Then (phase pool) the tokenizer on the event loop against the tokenizer pool
+// (worker threads, the default for kind huggingface), each side by side with
+// the pass-through, on a ~2,000-token chat mix: eight system prompts, every
+// sixteenth request a new one (its segments cold), a question each. CPU per
+// request counts every thread of the gateway process, workers included.
 import { fork, type ChildProcess } from "node:child_process";
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { Pool } from "undici";
+import { answerCpuRequests, cpuOf } from "./support/child-cpu.js";
 import { createGateway, loadGatewayConfig, loadHuggingFaceTokenizer, loadTokenizer, type HuggingFaceTokenizer } from "../src/serve/index.js";
 import { sendChats } from "./support/chat-load.js";
 
@@ -43,7 +50,7 @@ const PROMPT_TOKENS = 2_000;
 /** Model folders for the tokenizer figures (the first serves the huggingface-mode gateway). */
 const TOKENIZERS = (process.env.ADP_BENCH_TOKENIZER ?? ["qwen2.5", "mistral-v1"].map((f) => path.join("test", "fixtures", "tokenizers", f)).join(",")).split(",").filter(Boolean);
 /** Which parts run. */
-const PHASES = new Set((process.env.ADP_BENCH_SERVE_PHASES ?? "bytes,huggingface").split(","));
+const PHASES = new Set((process.env.ADP_BENCH_SERVE_PHASES ?? "bytes,huggingface,pool").split(","));
 
 /** A 4 KB chat body (a system prompt and a question). */
 function body(i: number): string {
@@ -153,8 +160,13 @@ async function child(mode: string, upstream: string | undefined): Promise<void> 
     const gateway = await createGateway(loadGatewayConfig({ flags: { upstreams: [upstream!], port: 0, logLevel: "silent" } }));
     url = gateway.url;
   } else if (mode === "gateway-hf") {
+    // The tokenizer given to the gateway runs on the event loop (as every request's did before the pool).
     const config = loadGatewayConfig({ flags: { upstreams: [upstream!], port: 0, logLevel: "silent", tokenizer: TOKENIZERS[0]! } });
     const gateway = await createGateway(config, { tokenizer: loadTokenizer(config.tokenizer) });
+    url = gateway.url;
+  } else if (mode === "gateway-hf-pool") {
+    const config = loadGatewayConfig({ flags: { upstreams: [upstream!], port: 0, logLevel: "silent", tokenizer: TOKENIZERS[0]! } });
+    const gateway = await createGateway(config);
     url = gateway.url;
   } else {
     // The pass-through: the same stack, no parsing, no routing, one upstream.
@@ -177,15 +189,7 @@ async function child(mode: string, upstream: string | undefined): Promise<void> 
     await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
     url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
   }
-  let since = process.cpuUsage();
-  process.on("message", (m) => {
-    if (m === "reset") since = process.cpuUsage();
-    if (m === "cpu") {
-      const d = process.cpuUsage(since);
-      process.send!({ cpuUs: d.user + d.system });
-    }
-    if (m === "exit") process.exit(0);
-  });
+  answerCpuRequests();
   process.send!({ url });
 }
 
@@ -195,14 +199,6 @@ function spawnChild(mode: string, upstream?: string): Promise<{ proc: ChildProce
     const proc = fork(SELF, ["child", mode, ...(upstream ? [upstream] : [])], { stdio: ["ignore", "inherit", "inherit", "ipc"], execArgv: [...(process.env.ADP_BENCH_NODE_ARGS?.split(" ").filter(Boolean) ?? []), ...(process.env.ADP_BENCH_PROFILE === mode ? ["--cpu-prof", "--cpu-prof-dir=build/profiles"] : [])] });
     proc.once("message", (m) => resolve({ proc, url: (m as { url: string }).url }));
     proc.once("exit", (code) => reject(new Error(`${mode} exited ${code}`)));
-  });
-}
-
-/** Asks a child for its CPU time since its last reset (µs). */
-function cpuOf(proc: ChildProcess): Promise<number> {
-  return new Promise((resolve) => {
-    proc.once("message", (m) => resolve((m as { cpuUs: number }).cpuUs));
-    proc.send("cpu");
   });
 }
 
@@ -218,7 +214,7 @@ const quantile = (xs: number[], q: number) => xs.slice().sort((a, b) => a - b)[M
 
 /** How one side-by-side run goes: the gateway's child mode, the request counts, the bodies. */
 interface Phase {
-  readonly gateway: "gateway" | "gateway-hf";
+  readonly gateway: "gateway" | "gateway-hf" | "gateway-hf-pool";
   readonly cpuRequests: number;
   readonly rounds: number;
   readonly warmUp: number;
@@ -287,6 +283,7 @@ async function sideBySide(phase: Phase): Promise<{ passthrough: number; gateway:
 }
 
 async function main(): Promise<void> {
+  if (PHASES.has("pool")) await poolPhase();
   if (PHASES.has("bytes")) await sideBySide({ gateway: "gateway", cpuRequests: CPU_REQUESTS, rounds: ROUNDS, warmUp: WARM_UP_REQUESTS, latency: LATENCY_REQUESTS, bodyOf: body, label: {} });
   if (!PHASES.has("huggingface")) return;
   // The tokenizers' own cost first, alone on the machine (no server running).
@@ -305,6 +302,18 @@ async function main(): Promise<void> {
     tokenizer_us: tokenizerUs,
     within: hf.gateway <= 2 * hf.passthrough + tokenizerUs,
   }));
+}
+
+/** The pool phase: the same chat mix through the tokenizer on the event loop, then through the pool. */
+async function poolPhase(): Promise<void> {
+  const tok = loadHuggingFaceTokenizer(TOKENIZERS[0]!);
+  const systems = Array.from({ length: 8 }, (_, k) => textOf(tok, PROMPT_TOKENS, 31 + k));
+  // Every sixteenth request a system prompt never seen (its segments cold), else one of eight (warm).
+  const mix = (i: number) => hfBody(i % 16 === 15 ? `${words(40, i)} ${systems[i % 8]}` : systems[i % 8]!, i);
+  const label = { tokenizer: TOKENIZERS[0], body: "chat mix: 8 system prompts of ~2,000 tokens, 1 in 16 cold" };
+  const inline = await sideBySide({ gateway: "gateway-hf", ...HF, bodyOf: mix, label: { ...label, tokenizing: "event loop" } });
+  const pool = await sideBySide({ gateway: "gateway-hf-pool", ...HF, bodyOf: mix, label: { ...label, tokenizing: "worker pool" } });
+  console.log(JSON.stringify({ bench: "serve", ...label, pool_cpu_over_event_loop: Number((pool.gateway / inline.gateway).toFixed(2)), event_loop_us: Math.round(inline.gateway), pool_us: Math.round(pool.gateway) }));
 }
 
 if (process.argv[2] === "child") void child(process.argv[3]!, process.argv[4]);

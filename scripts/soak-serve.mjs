@@ -88,7 +88,10 @@ export async function soakServe({ requests = 1_000_000, engines = 2, concurrency
   const seconds = (performance.now() - started) / 1000;
   await client.close();
   const text = gateway.metrics();
-  const leaked = [...text.matchAll(/adp_gateway_upstream_in_flight_requests\{upstream="\d+"\} (\d+)/g)].reduce((a, m) => a + Number(m[1]), 0);
+  const inFlight = [...text.matchAll(/adp_gateway_upstream_in_flight_requests\{upstream="[^"]+"\} (\d+)/g)];
+  // One series per engine, or the leak check would pass on a renamed metric.
+  if (inFlight.length !== engines) throw new Error(`expected ${engines} in-flight series in /metrics, found ${inFlight.length}`);
+  const leaked = inFlight.reduce((a, m) => a + Number(m[1]), 0);
   await gateway.close(5_000);
   for (const c of children) c.proc.kill();
   const warm = figures.find((f) => f.done >= requests * warmupFraction) ?? figures[0];

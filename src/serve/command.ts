@@ -8,7 +8,7 @@ import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { GatewayConfigError, loadGatewayConfig, type GatewayFlags } from "./config.js";
 import { createGateway, createGatewayReader, GatewayListenError } from "./gateway.js";
-import { unreachableAtStart } from "./reachability.js";
+import { refuseSelf, unreachableAtStart } from "./reachability.js";
 import { TokenizerLoadError } from "./tokenizer-config.js";
 
 /** The help text of `adp-router serve`. */
@@ -99,6 +99,17 @@ export async function serveCommand(args: string[]): Promise<number> {
   } catch (error) {
     if (error instanceof TokenizerLoadError) return fail(error.message);
     throw error;
+  }
+  // An upstream that is this gateway (its port, a name for its address) is refused before it would read as unreachable
+  // (nothing listens there yet); with port 0 none can be, and the gateway checks again once it listens.
+  if (config.listen.port !== 0) {
+    try {
+      await refuseSelf(config.upstreams.map((u) => u.url), config.listen.host, config.listen.port);
+    } catch (error) {
+      await reader.close();
+      if (error instanceof GatewayConfigError) return fail(error.message);
+      throw error;
+    }
   }
   // An upstream nobody can connect to is a typo or a stopped engine: say so now, not in every answer.
   const unreachable = await unreachableAtStart(config);

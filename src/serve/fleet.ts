@@ -84,7 +84,7 @@ export class Fleet {
 
   /** An answer's status from `u`: outlier detection counts its 5xx answers (an ejection is logged). */
   answered(u: Upstream, status: number): void {
-    if (status >= 500 || u.health.counts.fiveXx > 0 || u.health.counts.gatewayFailures > 0) this.#judge(u, u.health.answered(status, () => this.#mayEject(u)), `status ${status}`);
+    if (status >= 500 || !u.health.clean) this.#judge(u, u.health.answered(status, () => this.#mayEject(u)), `status ${status}`);
   }
 
   /** A gateway failure on `u` (a connect error, a reset, a timeout: `reason`): outlier detection counts it. */

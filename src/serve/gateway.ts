@@ -12,9 +12,9 @@ import { pino, type Logger } from "pino";
 import type { Router } from "../router.js";
 import { formatPrometheus } from "../prometheus.js";
 import { excerpt } from "../errors.js";
-import { GatewayConfigError, isGatewayConfig, loadGatewayConfig, SHORT_KEY, type GatewayConfig, type GatewayConfigObject } from "./config.js";
+import { isGatewayConfig, loadGatewayConfig, SHORT_KEY, type GatewayConfig, type GatewayConfigObject } from "./config.js";
 import { adminRoute, bearerIn, digest, type AdminGateway } from "./admin.js";
-import { pointsAtSelf, unreachableAtStart } from "./reachability.js";
+import { refuseSelf, unreachableAtStart } from "./reachability.js";
 import { HttpError } from "./openai.js";
 import type { Tokenizer } from "./tokenizer.js";
 import { createRequestReader, type RequestReader } from "./request-reader.js";
@@ -136,12 +136,6 @@ function listen(server: Server, config: GatewayConfig): Promise<void> {
       resolve();
     });
   });
-}
-
-/** Throws a GatewayConfigError when an upstream of `urls` is the gateway listening on `host`:`port` (resolving names). */
-async function refuseSelf(urls: readonly string[], host: string, port: number, field: (i: number) => string): Promise<void> {
-  const self = await pointsAtSelf(urls, host, port);
-  if (self.length > 0) throw new GatewayConfigError(self.map((s) => ({ field: field(s.index), message: `is this gateway itself (${s.address}:${port}, where it listens): every request would loop back to it`, where: null })));
 }
 
 /** The `/health` answer: 200 while at least one upstream takes requests. */

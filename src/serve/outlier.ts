@@ -8,21 +8,16 @@
 // an outlier ejection may happen at all (the fleet's `max_ejected_percent`) is
 // the fleet's to say: it is asked through `mayEject`.
 
+import type { GatewayConfig } from "./config-types.js";
+
 /** Why an upstream is out of the fleet. */
 export type EjectionCause = "health_check" | "consecutive_5xx" | "gateway_failures" | "unreachable_at_start";
 
 /** The causes, for metrics (one series each, from the start). */
 export const EJECTION_CAUSES: readonly EjectionCause[] = ["health_check", "consecutive_5xx", "gateway_failures", "unreachable_at_start"];
 
-/** The thresholds and times of {@link UpstreamHealth} (the `health:` section). */
-export interface HealthSettings {
-  readonly unhealthyThreshold: number;
-  readonly healthyThreshold: number;
-  readonly consecutive5xx: number;
-  readonly consecutiveGatewayFailures: number;
-  readonly baseEjectionMs: number;
-  readonly maxEjectionMs: number;
-}
+/** The thresholds and times of {@link UpstreamHealth}: the `health:` section's (config-types.ts says what each means). */
+export type HealthSettings = Pick<GatewayConfig["health"], "unhealthyThreshold" | "healthyThreshold" | "consecutive5xx" | "consecutiveGatewayFailures" | "baseEjectionMs" | "maxEjectionMs">;
 
 /** What a report of traffic did: nothing, an ejection, or an ejection the fleet's bound refused. */
 export type TrafficVerdict = { readonly ejected: false; readonly refused: boolean } | { readonly ejected: true; readonly cause: EjectionCause; readonly forMs: number };
@@ -73,6 +68,11 @@ export class UpstreamHealth {
   /** Consecutive 5xx answers and gateway failures now (for tests and /health). */
   get counts(): { readonly fiveXx: number; readonly gatewayFailures: number } {
     return { fiveXx: this.#fiveXx, gatewayFailures: this.#gatewayFailures };
+  }
+
+  /** Whether no failure is being counted now (an answer under 500 then changes nothing: the proxy's fast path). */
+  get clean(): boolean {
+    return this.#fiveXx === 0 && this.#gatewayFailures === 0;
   }
 
   /** Starts it out (unreachable when the gateway started): passing checks re-admit it. */

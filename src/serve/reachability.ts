@@ -8,6 +8,7 @@ import { lookup } from "node:dns/promises";
 import { connect, isIP } from "node:net";
 import { networkInterfaces } from "node:os";
 import type { GatewayConfig } from "./config-types.js";
+import { GatewayConfigError } from "./config.js";
 
 /** An upstream that could not be reached, and why. */
 export interface Unreachable {
@@ -113,4 +114,10 @@ export async function pointsAtSelf(urls: readonly string[], host: string, port: 
     }),
   );
   return found.sort((a, b) => a.index - b.index);
+}
+
+/** Throws a GatewayConfigError when an upstream of `urls` is the gateway listening on `host`:`port` (resolving names); `field` names the i-th. */
+export async function refuseSelf(urls: readonly string[], host: string, port: number, field: (i: number) => string = (i) => `upstreams[${i}].url`): Promise<void> {
+  const self = await pointsAtSelf(urls, host, port);
+  if (self.length > 0) throw new GatewayConfigError(self.map((s) => ({ field: field(s.index), message: `is this gateway itself (${s.address}:${port}, where it listens): every request would loop back to it`, where: null })));
 }

@@ -5,6 +5,8 @@
 // cost too much for the event loop. Both check the prompt bounds (readRequest)
 // and count what came of each request for /metrics.
 
+import { existsSync } from "node:fs";
+import { fileURLToPath } from "node:url";
 import { HttpError, readRequest, type PromptLimits, type RoutedRequest } from "./openai.js";
 import { TokenizePool, type TokenizeStats } from "./tokenize-pool.js";
 import { loadTokenizer, tokenizerPoolSettings, type TokenizerSettings } from "./tokenizer-config.js";
@@ -46,12 +48,13 @@ export interface RequestReaderOptions {
 }
 
 /**
- * The worker's built script. Tests run these sources (this file is a .ts),
- * but a worker always runs the built bundle, dist/tokenize-worker.js (Node
- * cannot start a .ts worker; `npm test`'s pretest builds it); the gateway
- * bundle (dist/serve.js, dist/cli.js) sits next to it.
+ * The worker's built script: next to this module in the package (dist/serve.js
+ * and dist/cli.js sit beside dist/tokenize-worker.js); from the sources (tests
+ * run src/serve/*.ts) or a bundle two folders down (build/bench/), the built
+ * one in dist/ (Node cannot start a .ts worker; `npm test`'s pretest and the
+ * benches' scripts build it).
  */
-const WORKER_SCRIPT = new URL(import.meta.url.endsWith(".ts") ? "../../dist/tokenize-worker.js" : "./tokenize-worker.js", import.meta.url);
+const WORKER_SCRIPT = [new URL("./tokenize-worker.js", import.meta.url), new URL("../../dist/tokenize-worker.js", import.meta.url)].find((u) => existsSync(fileURLToPath(u))) ?? new URL("./tokenize-worker.js", import.meta.url);
 
 /**
  * A request reader for `options`: on the calling thread for an embedder's

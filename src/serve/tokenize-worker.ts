@@ -3,6 +3,8 @@
 // it cannot), then runs readRequest on each body it is sent and posts the
 // result back, the token ids' buffer transferred rather than copied.
 
+import { readlinkSync } from "node:fs";
+import { setPriority } from "node:os";
 import { parentPort, workerData } from "node:worker_threads";
 import { HttpError, readRequest } from "./openai.js";
 import type { HttpErrorFields, TokenizeAnswer, TokenizeJob, TokenizeWorkerData } from "./tokenize-pool.js";
@@ -16,6 +18,26 @@ const port = parentPort!;
 
 /** Posts an answer (typed: the pool reads it as a TokenizeAnswer). */
 const post = (answer: TokenizeAnswer, transfer: ArrayBuffer[] = []) => port.postMessage(answer, transfer);
+
+/**
+ * How much nicer than the event loop this thread runs (Linux nice levels):
+ * when tokenizing and the event loop want the same core, the event loop's
+ * answers (health checks, streams, placements) go first. On this 2-core VM,
+ * with the pool's two workers busy beside the event loop, /health's p99 under
+ * a burst of 1,000 chats fell from 163 ms to the figure in bench:edge.
+ */
+const NICENESS = 10;
+
+/** Renices this thread alone (Linux: /proc/thread-self names its thread id); elsewhere nothing. */
+function yieldToEventLoop(): void {
+  try {
+    const tid = Number(readlinkSync("/proc/thread-self").split("/").pop());
+    if (Number.isInteger(tid) && tid > 0) setPriority(tid, NICENESS);
+  } catch {
+    // Not Linux, or not allowed: the thread keeps the process's priority.
+  }
+}
+yieldToEventLoop();
 
 /** The tokenizer, or null when it could not be loaded (the pool then replaces this worker). */
 let tokenizer: HuggingFaceTokenizer | null = null;
