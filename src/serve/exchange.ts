@@ -81,6 +81,8 @@ export interface ExchangeOptions {
   readonly body: Buffer;
   /** The client's hang-up: it aborts the exchange whenever it comes. */
   readonly hangup: Hangup;
+  /** From sending until a connection is up and the request's first byte goes out, ms (then it was never delivered). */
+  readonly connectMs: number;
   /** From sending to the answer's head at most, ms. */
   readonly firstByteMs: number;
   /** No progress in either direction at most, ms. */
@@ -129,8 +131,12 @@ export function exchange(dispatcher: Dispatcher, res: ServerResponse, options: E
     timer?.refresh();
     controller?.resume();
   };
-  // One timer: first the first byte's, then (from the head on) idleness, refreshed on every chunk and drain.
-  let timer: NodeJS.Timeout | null = setTimeout(() => abort("first_byte_timeout"), options.firstByteMs);
+  // One timer at a time: the connection's (until undici starts writing), then the first byte's (from sending), then
+  // (from the head on) idleness, refreshed on every chunk and drain. undici's own connect timeout ticks every
+  // half second; it is left as a backstop past this one.
+  const sentAt = performance.now();
+  let timer: NodeJS.Timeout | null = options.connectMs < options.firstByteMs ? setTimeout(() => abort("connect_timeout"), options.connectMs) : setTimeout(() => abort("first_byte_timeout"), options.firstByteMs);
+  let connecting = options.connectMs < options.firstByteMs;
   const longest = options.maxMs > 0 ? setTimeout(() => abort("max_duration"), options.maxMs) : null;
   const finish = (error?: Error) => {
     if (finished) return;
@@ -158,6 +164,11 @@ export function exchange(dispatcher: Dispatcher, res: ServerResponse, options: E
         return;
       }
       written = true;
+      if (connecting) {
+        connecting = false;
+        clearTimeout(timer!);
+        timer = setTimeout(() => abort("first_byte_timeout"), Math.max(0, options.firstByteMs - (performance.now() - sentAt)));
+      }
     },
     onResponseStart(_c, status, headers) {
       if (status < 200 || answered) return; // an informational head: the final one follows

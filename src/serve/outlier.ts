@@ -132,7 +132,7 @@ export class UpstreamHealth {
     return true;
   }
 
-  /** An outlier ejection when `reached` and the fleet allows it (its count starts again either way). */
+  /** An outlier ejection when `reached` and the fleet allows it; refused, the count stays reached, so each further failure is another refusal. */
   #outlier(reached: boolean, cause: EjectionCause, mayEject: () => boolean): TrafficVerdict {
     if (!reached || this.#out !== null) return NOTHING;
     if (!mayEject()) {

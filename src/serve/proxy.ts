@@ -127,6 +127,7 @@ export async function proxy(ctx: ProxyContext, call: ProxyCall, first: Upstream)
       headers: upstreamHeaders(ctx, call, upstream),
       body: call.raw,
       hangup,
+      connectMs: ctx.timeouts.connectMs,
       firstByteMs: ctx.timeouts.firstByteMs,
       idleMs: ctx.timeouts.idleMs,
       maxMs: ctx.timeouts.maxStreamMs,

@@ -117,7 +117,8 @@ export class Upstream {
     const url = new URL(config.url);
     this.basePath = url.pathname === "/" ? "" : url.pathname;
     this.pool = new Pool(url.origin, {
-      connect: { timeout: gateway.timeouts.connectMs },
+      // The exchange times connecting itself (exchange.ts); undici's timer, on a half-second tick, is a backstop behind it.
+      connect: { timeout: gateway.timeouts.connectMs + 1_000 },
       // The exchange times the first byte and idleness itself (exchange.ts): undici's timers
       // for them tick every second and fired up to half a second late.
       headersTimeout: 0,

@@ -169,7 +169,7 @@ describe("the delivery rule: another upstream only when provably never delivered
     const ms = performance.now() - started;
     expect(response.headers.get("x-adp-upstream-name")).toBe("live");
     expect(ms).toBeGreaterThanOrEqual(250); // it did wait on the hole's connect first
-    expect(ms).toBeLessThan(3000);
+    expect(ms).toBeLessThan(300 + 250); // the gateway times the connect itself: undici's timer, on a half-second tick, cut at 0.5-1.0 s
     expect(metric(g, 'adp_gateway_upstream_retries_total{upstream="0"}')).toBe(1);
     expect(live.received.filter((r) => r.path === "/v1/chat/completions")).toHaveLength(1);
     // One gateway failure ejected it: the next requests go straight to the live one, with no retry.

@@ -129,9 +129,15 @@ export async function startMockEngine(name: string, behaviour: EngineBehaviour =
       const pad = b.chunkBytes ? ".".repeat(b.chunkBytes) : "";
       const delta = chat ? { index: 0, delta: i === 0 ? { role: "assistant", content: `${name}:${i}${pad}` } : { content: `:${i}${pad}` }, finish_reason: null } : { index: 0, text: `${name}:${i}${pad}`, finish_reason: null };
       if (!res.write(`data: ${JSON.stringify({ id, object: chat ? "chat.completion.chunk" : "text_completion", created: 0, model: "mock-model", choices: [delta] })}\n\n`)) {
-        await new Promise((r) => {
-          res.once("drain", r);
-          res.once("close", r);
+        await new Promise<void>((r) => {
+          // Whichever comes first removes the other: a long stream would otherwise pile up close listeners.
+          const done = () => {
+            res.off("drain", done);
+            res.off("close", done);
+            r();
+          };
+          res.once("drain", done);
+          res.once("close", done);
         });
       }
       engine.streamed++;
