@@ -70,7 +70,7 @@ export const gatewayConfigSchema = Object.freeze({
       properties: {
         headers_ms: { type: "integer", minimum: 100, default: 10000, description: "Receiving a request's head (408 past it); at most request_ms." },
         request_ms: { type: "integer", minimum: 100, default: 60000, description: "Receiving a whole request, head and body (408 past it)." },
-        keep_alive_ms: { type: "integer", minimum: 100, default: 65000, description: "An idle client connection is kept this long between requests." },
+        keep_alive_ms: { type: "integer", minimum: 1000, default: 65000, description: "An idle client connection is kept this long between requests." },
         connect_ms: { type: "integer", minimum: 1, default: 5000 },
         first_byte_ms: { type: "integer", minimum: 1, default: 300000 },
         idle_ms: { type: "integer", minimum: 1, default: 300000, description: "A response with no progress in either direction (no chunk from the upstream, none taken by the client) is cut and its upstream slot released." },

@@ -195,7 +195,8 @@ export function checkUpstreamUrl(text: string): { url: string; warning?: string 
   if (!url.hostname) return { why: "has no host" };
   if (url.username || url.password) return { why: "must not carry credentials (set api_key instead)" };
   if (url.search || url.hash) return { why: "must not carry a query or fragment" };
-  const path = url.pathname.replace(/\/+$/, "");
+  // Unreserved characters written as escapes are those characters (RFC 3986 §6.2.2.2): `/%76%31` is `/v1`.
+  const path = url.pathname.replace(/%(4[1-9A-F]|5[0-9A]|6[1-9A-F]|7[0-9A]|3[0-9]|2D|2E|5F|7E)/gi, (_m, hex: string) => String.fromCharCode(parseInt(hex, 16))).replace(/\/+$/, "");
   const base = `${url.protocol}//${url.host}`;
   if (/\/v1$/i.test(path)) {
     const kept = `${base}${path.slice(0, -3)}`;
@@ -266,6 +267,8 @@ function readUpstream(r: Reader, entry: unknown, path: (string | number)[], env:
   }
   if (checked.warning !== undefined) r.warn([...path, "url"], checked.warning);
   const name = r.str(u.name, [...path, "name"], defaultUpstreamName(checked.url));
+  // It goes out as a header value and a metric label: visible ASCII only (a header with another character throws in Node).
+  if (!/^[\x21-\x7e]{1,64}$/.test(name)) r.fail([...path, "name"], `must be 1 to 64 visible ASCII characters (no spaces): it is sent as the x-adp-upstream-name header and labels metrics, got ${describeValue(excerpt(name, 80))}`);
   if (u.api_key !== undefined && u.api_key_env !== undefined) r.fail([...path, "api_key"], "set api_key or api_key_env, not both");
   const apiKey = u.api_key !== undefined ? r.secret(u.api_key, [...path, "api_key"]) : r.env(u.api_key_env, [...path, "api_key_env"], env);
   const kvEvents = readKvEvents(r, u.kv_events, [...path, "kv_events"]);
@@ -309,7 +312,7 @@ export function withUpstreams(config: GatewayConfig, upstreams: readonly Upstrea
   if (upstreams.length === 0) throw new GatewayConfigError([{ field: "upstreams", message: "at least one upstream is required", where: null }]);
   const problems = fleetProblems(upstreams);
   if (problems.length > 0) throw new GatewayConfigError(problems.map((p) => ({ field: `upstreams[${p.path[1]}].${p.path[2]}`, message: p.message, where: null })));
-  const next: GatewayConfig = { ...config, upstreams: [...upstreams] };
+  const next: GatewayConfig = { ...config, upstreams: [...upstreams], warnings: [] }; // the start's warnings were said at the start
   CHECKED.add(next);
   return next;
 }
@@ -520,7 +523,8 @@ export function loadGatewayConfig(options: LoadOptions = {}): GatewayConfig {
       // Node requires the head's bound to be within the whole request's.
       headersMs: Math.min(requestMs, r.int(timeouts.headers_ms, ["timeouts", "headers_ms"], 100, 3_600_000, 10_000)),
       requestMs,
-      keepAliveMs: r.int(timeouts.keep_alive_ms, ["timeouts", "keep_alive_ms"], 100, 3_600_000, 65_000),
+      // Node announces it in whole seconds (Keep-Alive: timeout=N): under a second would read as 0.
+      keepAliveMs: r.int(timeouts.keep_alive_ms, ["timeouts", "keep_alive_ms"], 1_000, 3_600_000, 65_000),
       connectMs: r.int(timeouts.connect_ms, ["timeouts", "connect_ms"], 1, 600_000, 5_000),
       firstByteMs: r.int(timeouts.first_byte_ms, ["timeouts", "first_byte_ms"], 1, 3_600_000, 300_000),
       idleMs: r.int(timeouts.idle_ms, ["timeouts", "idle_ms"], 1, 3_600_000, 300_000),

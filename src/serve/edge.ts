@@ -19,7 +19,15 @@ export interface EdgeCounters {
   readTimeouts: number;
   /** Requests that carried this gateway's own `Via` entry back (508). */
   loops: number;
+  /** Requests Node's parser refused: malformed (400) or with headers too large (431). */
+  malformed: number;
+  headersTooLarge: number;
 }
+
+/** How long a connection answered and closed by the edge may take to send the rest of what it was sending, at most. */
+const LINGER_MS = 250;
+/** How much of a refused body is read (and dropped) meanwhile, at most. */
+const LINGER_BYTES = 1 << 20;
 
 /** A request id taken from a client: visible ASCII, at most 128 characters (anything else is replaced). */
 const REQUEST_ID = /^[\x21-\x7e]{1,128}$/;
@@ -87,7 +95,27 @@ export function answerError(req: IncomingMessage, res: ServerResponse, error: Ht
   }
   const unread = !req.complete;
   res.writeHead(error.status, { "content-type": "application/json", ...error.headers, ...(unread ? { connection: "close" } : {}) }).end(error.body());
-  if (unread) res.once("finish", () => req.socket?.destroy());
+  if (unread) res.once("finish", () => linger(req));
+}
+
+/**
+ * Closes the connection of a request whose body was refused unread, once the
+ * client had a moment to stop sending: destroyed at once, a client still
+ * writing its body gets a reset in place of the answer. The rest is read and
+ * dropped for at most LINGER_MS and LINGER_BYTES.
+ */
+function linger(req: IncomingMessage): void {
+  const socket = req.socket;
+  if (socket === null || socket.destroyed) return;
+  let read = 0;
+  const timer = setTimeout(() => socket.destroy(), LINGER_MS);
+  timer.unref();
+  req.on("data", (chunk: Buffer) => {
+    read += chunk.length;
+    if (read > LINGER_BYTES) socket.destroy();
+  });
+  socket.once("close", () => clearTimeout(timer));
+  req.resume();
 }
 
 /**
@@ -127,6 +155,8 @@ export function createEdgeServer(config: GatewayConfig, counters: EdgeCounters, 
   server.on("clientError", (error: NodeJS.ErrnoException, socket) => {
     const timedOut = error.code === "ERR_HTTP_REQUEST_TIMEOUT";
     if (timedOut) counters.readTimeouts++;
+    else if (error.code === "HPE_HEADER_OVERFLOW") counters.headersTooLarge++;
+    else counters.malformed++;
     if (!socket.writable) {
       socket.destroy();
       return;
@@ -136,7 +166,14 @@ export function createEdgeServer(config: GatewayConfig, counters: EdgeCounters, 
       : error.code === "HPE_HEADER_OVERFLOW"
         ? [431, "Request Header Fields Too Large", "the request headers are too large"]
         : [400, "Bad Request", "malformed HTTP request"];
-    socket.end(`HTTP/1.1 ${status} ${text}\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n${new HttpError(status, message).body()}`);
+    // Ended, then destroyed once written (or after a moment): a client that never closes its side must not keep
+    // a half-closed socket, and with it a place under limits.max_connections, for ever.
+    const linger = setTimeout(() => socket.destroy(), LINGER_MS);
+    linger.unref();
+    socket.end(`HTTP/1.1 ${status} ${text}\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n${new HttpError(status, message).body()}`, () => {
+      clearTimeout(linger);
+      socket.destroy();
+    });
   });
   return server;
 }

@@ -31,6 +31,7 @@ export type ExchangeReason =
   | "idle_timeout"
   | "client_stalled"
   | "max_duration"
+  | "invalid_answer"
   | "client_closed"
   | "error";
 
@@ -91,8 +92,10 @@ export interface ExchangeOptions {
   readonly maxMs: number;
   /** Called once with the answer's final head (1xx heads are skipped); it writes the client's head. */
   readonly onHead: (status: number, headers: IncomingHttpHeaders) => void;
-  /** Called with each body chunk before it is written to the client (token timing). */
-  readonly onData?: ((chunk: Buffer) => void) | undefined;
+  /** Called with each body chunk; what it returns is written to the client in its place (SSE framing, token timing). */
+  readonly onData?: ((chunk: Buffer) => Buffer) | undefined;
+  /** Called once the answer ended: what it returns (bytes `onData` held back) is written before the end. */
+  readonly onEnd?: (() => Buffer | null) | undefined;
 }
 
 /** A sent request: `head` settles with the answer's status, or with the error that came before any answer; `end` once the body is through. */
@@ -170,25 +173,34 @@ export function exchange(dispatcher: Dispatcher, res: ServerResponse, options: E
         timer = setTimeout(() => abort("first_byte_timeout"), Math.max(0, options.firstByteMs - (performance.now() - sentAt)));
       }
     },
-    onResponseStart(_c, status, headers) {
+    onResponseStart(c, status, headers) {
       if (status < 200 || answered) return; // an informational head: the final one follows
+      // A status HTTP does not have is no answer to pass on (the client gets a 502).
+      if (status > 599) return void c.abort(new ExchangeError("invalid_answer", true));
+      try {
+        options.onHead(status, headers);
+      } catch (error) {
+        // Writing the client's head failed (a header value Node refuses): nothing went out; the exchange ends here.
+        return void c.abort(new ExchangeError("invalid_answer", true, { cause: error }));
+      }
       answered = true;
       clearTimeout(timer!);
       timer = setTimeout(() => abort(paused ? "client_stalled" : "idle_timeout"), options.idleMs);
-      options.onHead(status, headers);
       settleHead.resolve(status);
     },
     onResponseData(c, chunk) {
       timer?.refresh();
-      options.onData?.(chunk);
-      if (!res.write(chunk)) {
+      const out = options.onData === undefined ? chunk : options.onData(chunk);
+      if (out.length > 0 && !res.write(out)) {
         paused = true;
         c.pause();
         res.once("drain", onDrain);
       }
     },
     onResponseEnd() {
-      res.end();
+      const rest = options.onEnd?.() ?? null;
+      if (rest !== null) res.end(rest);
+      else res.end();
       finish();
     },
     onResponseError(_c, error) {

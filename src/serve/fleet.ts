@@ -18,6 +18,7 @@ import { EngineLoadScraper } from "./engine-load.js";
 import { TrtllmHttpEventSource } from "./http-events.js";
 import { Upstream, type EventSource } from "./upstream.js";
 import { reasonOf } from "./exchange.js";
+import { viaEntry } from "./edge.js";
 import type { TrafficVerdict } from "./outlier.js";
 import { ZmqEventSource } from "./zmq-events.js";
 
@@ -53,7 +54,11 @@ export class Fleet {
   /** Checks event streams' statuses, when any upstream has one. */
   #statusTimer: NodeJS.Timeout | null = null;
 
-  constructor(config: GatewayConfig, log: Logger, onRoom: () => void, stateLog: StateLog | null = null) {
+  /** The gateway's `Via` entry, sent with health checks (a check that loops back to the gateway fails: 508). */
+  readonly #via: string;
+
+  constructor(config: GatewayConfig, log: Logger, onRoom: () => void, stateLog: StateLog | null = null, via = viaEntry()) {
+    this.#via = via;
     this.#config = config;
     this.#log = log;
     this.#onRoom = onRoom;
@@ -317,7 +322,8 @@ export class Fleet {
     const log = this.#log;
     const check = async () => {
       try {
-        const response = await u.pool.request({ path: `${u.basePath}${health.path}`, method: "GET", headers: u.apiKey ? { authorization: `Bearer ${u.apiKey}` } : {}, signal: AbortSignal.timeout(health.timeoutMs) });
+        const headers = { via: this.#via, ...(u.apiKey ? { authorization: `Bearer ${u.apiKey}` } : {}) };
+        const response = await u.pool.request({ path: `${u.basePath}${health.path}`, method: "GET", headers, signal: AbortSignal.timeout(health.timeoutMs) });
         await response.body.dump();
         if (response.statusCode < 400) {
           if (u.health.checkPassed()) log.info({ upstream: u.name, index: u.index }, "upstream healthy again");

@@ -20,7 +20,7 @@ import { Replication } from "./sync/replication.js";
 import { Fleet, type FleetChange } from "./fleet.js";
 import { Scheduler } from "./scheduler.js";
 import type { GatewayCounters } from "./metrics.js";
-import { createEdgeServer } from "./edge.js";
+import { createEdgeServer, viaEntry } from "./edge.js";
 import { GatewayService } from "./service.js";
 import type { StateLog } from "./routing-state.js";
 
@@ -155,12 +155,13 @@ export async function createGateway(input: GatewayConfig | GatewayConfigObject, 
   const replication = config.sync === null ? null : new Replication(config.sync, config, log);
   const own = options.stateLog ?? null;
   const stateLog: StateLog | null = replication === null ? own : own === null ? replication.stateLog : { append: (e) => (own.append(e), replication.stateLog.append(e)) };
-  const fleet: Fleet = new Fleet(config, log, () => scheduler.schedule(), stateLog);
+  const via = viaEntry();
+  const fleet: Fleet = new Fleet(config, log, () => scheduler.schedule(), stateLog, via);
   for (const i of startUnhealthy) fleet.upstreams[i]?.health.startOut();
   replication?.start(fleet.state, () => fleet.upstreams.map((u) => u.url));
   const counters: GatewayCounters = { requests: new Map(), codes: new Map(), queued: 0, rejectedFull: 0 };
   const scheduler = new Scheduler(fleet, config, counters, (error) => log.error({ err: error }, "the router refused a batch"), (ids) => reader.release(ids), options.placement === "per-request");
-  const service = new GatewayService({ config, log, reader, fleet, scheduler, counters, replication });
+  const service = new GatewayService({ config, log, reader, fleet, scheduler, counters, replication, via });
   const server = createEdgeServer(config, service.edge, (req, res) => void service.handle(req, res));
   try {
     await listen(server, config);

@@ -6,12 +6,15 @@ import { digest } from "./admin.js";
 import { reasonOf } from "./exchange.js";
 import type { Fleet } from "./fleet.js";
 import { HttpError } from "./openai.js";
+import type { Hangup } from "./scheduler.js";
 import type { Upstream } from "./upstream.js";
 
 /** How long `/v1/models` answers are reused. */
 const MODELS_TTL_MS = 5_000;
 /** Most answers kept (one per client credential seen within the TTL). */
 const MODELS_CACHE_ENTRIES = 256;
+/** The largest answer taken (a model list is kilobytes; past this it is not one): 502 past it. */
+const MODELS_MAX_BYTES = 1 << 20;
 
 /** A cached answer. */
 interface CachedModels {
@@ -37,13 +40,16 @@ export class ModelsEndpoint {
   readonly #clientKeys: boolean;
   /** How long an upstream may take to answer. */
   readonly #timeoutMs: number;
+  /** The gateway's `Via` entry: a /v1/models that loops back to the gateway is one hop, then 508. */
+  readonly #via: string;
   /** The clock (ms), injectable for tests. */
   readonly #now: () => number;
 
-  constructor(fleet: Fleet, clientKeys: boolean, timeoutMs: number, now: () => number = Date.now) {
+  constructor(fleet: Fleet, clientKeys: boolean, timeoutMs: number, via: string, now: () => number = Date.now) {
     this.#fleet = fleet;
     this.#clientKeys = clientKeys;
     this.#timeoutMs = timeoutMs;
+    this.#via = via;
     this.#now = now;
   }
 
@@ -52,8 +58,8 @@ export class ModelsEndpoint {
     for (const [key, entry] of this.#cache) if (!this.#fleet.upstreams.includes(entry.upstream)) this.#cache.delete(key);
   }
 
-  /** Answers the request; resolves with the status and the upstream it came from. */
-  async answer(req: IncomingMessage, res: ServerResponse, requestId: string): Promise<{ status: number; upstream: Upstream }> {
+  /** Answers the request (its client's hang-up aborts the upstream's); resolves with the status and the upstream it came from. */
+  async answer(req: IncomingMessage, res: ServerResponse, requestId: string, hangup: Hangup): Promise<{ status: number; upstream: Upstream }> {
     const auth = this.#clientKeys ? undefined : req.headers.authorization;
     const credential = auth === undefined ? "" : digest(auth).toString("hex");
     const cached = this.#cache.get(credential) ?? (credential === "" ? undefined : this.#cache.get(""));
@@ -68,14 +74,26 @@ export class ModelsEndpoint {
       // here), and then the answer is that client's alone.
       const clientAuth = u.apiKey === null ? auth : undefined;
       try {
-        const headers = { "x-request-id": requestId, ...(u.apiKey ? { authorization: `Bearer ${u.apiKey}` } : clientAuth ? { authorization: clientAuth } : {}) };
-        const response = await u.pool.request({ path: `${u.basePath}/v1/models`, method: "GET", headers, signal: AbortSignal.timeout(this.#timeoutMs) });
-        const body = Buffer.from(await response.body.arrayBuffer());
+        const via = req.headers.via === undefined ? this.#via : `${req.headers.via}, ${this.#via}`;
+        const headers = { "x-request-id": requestId, via, ...(u.apiKey ? { authorization: `Bearer ${u.apiKey}` } : clientAuth ? { authorization: clientAuth } : {}) };
+        const left = new AbortController();
+        const onHangup = () => left.abort(new HttpError(499, "the client closed the request"));
+        hangup.once("abort", onHangup);
+        let body: Buffer;
+        let response;
+        try {
+          response = await u.pool.request({ path: `${u.basePath}/v1/models`, method: "GET", headers, signal: AbortSignal.any([left.signal, AbortSignal.timeout(this.#timeoutMs)]) });
+          body = await bounded(response.body, MODELS_MAX_BYTES);
+        } finally {
+          hangup.off("abort", onHangup);
+        }
         const type = String(response.headers["content-type"] ?? "application/json");
         if (response.statusCode < 400) this.#keep(clientAuth === undefined ? "" : credential, { at: this.#now(), status: response.statusCode, body, type, upstream: u });
         res.writeHead(response.statusCode, this.#headers(type, u, requestId)).end(body);
         return { status: response.statusCode, upstream: u };
       } catch (error) {
+        if (hangup.aborted) throw new HttpError(499, "the client closed the request");
+        if (error instanceof HttpError) throw error;
         const reason = reasonOf(error);
         this.#fleet.gatewayFailure(u, reason);
         const at = { "x-adp-upstream": String(u.index), "x-adp-upstream-name": u.name };
@@ -99,4 +117,19 @@ export class ModelsEndpoint {
     if (this.#cache.size >= MODELS_CACHE_ENTRIES) this.#cache.delete(this.#cache.keys().next().value!);
     this.#cache.set(key, entry);
   }
+}
+
+/** A body read whole up to `limit` bytes; past it the read is abandoned and a 502 thrown. */
+async function bounded(body: AsyncIterable<Buffer> & { destroy(): unknown }, limit: number): Promise<Buffer> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of body) {
+    size += chunk.length;
+    if (size > limit) {
+      body.destroy();
+      throw new HttpError(502, `the upstream's model list is over ${limit} bytes`, "server_error", "upstream_error");
+    }
+    chunks.push(chunk);
+  }
+  return Buffer.concat(chunks, size);
 }

@@ -122,8 +122,11 @@ const tooManyTokens = (tokens: number, limit: number, param: string) =>
   new HttpError(400, `the prompt is ${tokens} tokens, over limits.max_prompt_tokens (${limit})`, "invalid_request_error", "context_length_exceeded", {}, param);
 
 /**
- * `count` plus the characters of every string under `root` (a parsed JSON
- * value), walked with an explicit stack (a body nests as deep as it likes; the
+ * `count` plus the characters of everything under `root` (a parsed JSON
+ * value) that a renderer can print: strings, object keys, and numbers,
+ * booleans and nulls at their JSON length (a chat template's `tojson` of tool
+ * schemas and arguments, the byte tokenizer's JSON of non-text parts), walked
+ * with an explicit stack (a body nests as deep as it likes; the
  * call stack must not follow it). Returns as soon as the count passes `limit`,
  * so a huge prompt costs a scan up to the limit only. Throws 400 past
  * MAX_PROMPT_DEPTH: no real chat request nests that deep, and the renderers after this recurse.
@@ -134,16 +137,28 @@ function countChars(root: unknown, count: number, limit: number, param: string):
   while (values.length > 0) {
     const v = values.pop();
     const depth = depths.pop()!;
-    if (typeof v === "string") {
-      count += v.length;
-      if (count > limit) return count;
-    } else if (typeof v === "object" && v !== null) {
+    if (typeof v === "string") count += v.length;
+    else if (typeof v === "number" || typeof v === "boolean") count += String(v).length;
+    else if (v === null) count += 4;
+    else if (typeof v === "object") {
       if (depth >= MAX_PROMPT_DEPTH) throw bad(`${param} are nested too deeply`, param);
-      for (const x of Array.isArray(v) ? v : Object.values(v)) {
-        values.push(x);
-        depths.push(depth + 1);
+      // Each element or member costs at least its separator: a million `{}` or `0` are a million characters, not none.
+      if (Array.isArray(v)) {
+        count += v.length + 2;
+        for (const x of v) {
+          values.push(x);
+          depths.push(depth + 1);
+        }
+      } else {
+        for (const k in v) {
+          count += k.length + 4;
+          values.push((v as Record<string, unknown>)[k]);
+          depths.push(depth + 1);
+        }
+        count += 2;
       }
     }
+    if (count > limit) return count;
   }
   return count;
 }
@@ -205,9 +220,14 @@ export function readRequest(
     else if (ids(prompt)) text = prompt;
     else if (Array.isArray(prompt) && prompt.length > 0 && prompt.every(ids)) text = prompt[0] as number[];
     else throw bad("prompt must be a string, a list of strings, a list of token ids or a list of token-id lists", "prompt");
-    // Only the routed (first) prompt is tokenized here: it is what the bounds protect.
-    if (typeof text === "string" && text.length > limits.maxPromptChars) throw tooManyChars(text.length, limits.maxPromptChars, "prompt");
-    if (typeof text !== "string" && text.length > limits.maxPromptTokens) throw tooManyTokens(text.length, limits.maxPromptTokens, "prompt");
+    // Only the routed (first) prompt is tokenized here, but the engine runs them all: the bounds take the whole batch.
+    const batch = Array.isArray(prompt) && prompt.length > 0 && typeof prompt[0] !== "number" ? (prompt as (string | number[])[]) : [text];
+    let chars = 0;
+    let given = 0;
+    for (const p of batch) if (typeof p === "string") chars += p.length;
+    else given += p.length;
+    if (chars > limits.maxPromptChars) throw tooManyChars(chars, limits.maxPromptChars, "prompt");
+    if (given > limits.maxPromptTokens) throw tooManyTokens(given, limits.maxPromptTokens, "prompt");
     try {
       tokens = tokenizer.encodePrompt(text, b);
     } catch (error) {

@@ -22,7 +22,7 @@ import type { Upstream } from "./upstream.js";
 export const HOP_BY_HOP = new Set(["connection", "keep-alive", "proxy-connection", "proxy-authenticate", "proxy-authorization", "te", "trailer", "transfer-encoding", "upgrade", "host", "content-length", "expect"]);
 
 /** Reasons that are the upstream's failure (they count toward its outlier ejection); the others are the client's or the gateway's bound. */
-const UPSTREAM_FAULTS: ReadonlySet<ExchangeReason> = new Set(["refused", "connect_timeout", "dns", "unreachable", "reset", "closed", "first_byte_timeout", "idle_timeout", "error"]);
+const UPSTREAM_FAULTS: ReadonlySet<ExchangeReason> = new Set(["refused", "connect_timeout", "dns", "unreachable", "reset", "closed", "first_byte_timeout", "idle_timeout", "invalid_answer", "error"]);
 
 /** What proxying needs from the gateway. */
 export interface ProxyContext {
@@ -142,7 +142,8 @@ export async function proxy(ctx: ProxyContext, call: ProxyCall, first: Upstream)
           timing = new TokenTiming(started, (gap) => upstream.itl.observe(gap));
         }
       },
-      onData: (chunk) => timing?.chunk(chunk),
+      onData: (chunk) => (timing === null ? chunk : (timing as TokenTiming).chunk(chunk)),
+      onEnd: () => (timing === null ? null : (timing as TokenTiming).flush()),
     });
     let status: number;
     try {
@@ -172,6 +173,7 @@ export async function proxy(ctx: ProxyContext, call: ProxyCall, first: Upstream)
         throw new HttpError(502, "no upstream could be reached", "server_error", "upstream_unreachable", at);
       }
       // It may have reached the engine: answered with this upstream's failure, never sent on.
+      log.warn({ request_id: call.requestId, upstream: upstream.name, reason: failure.reason }, "the upstream failed after the request was sent: answered with its failure, not retried");
       if (failure.reason === "first_byte_timeout") throw new HttpError(504, `the upstream did not answer within timeouts.first_byte_ms (${ctx.timeouts.firstByteMs} ms)`, "server_error", "upstream_timeout", at);
       if (failure.reason === "max_duration") throw new HttpError(504, `the upstream did not answer within timeouts.max_stream_ms (${ctx.timeouts.maxStreamMs} ms)`, "server_error", "stream_max_duration", at);
       throw new HttpError(502, `the upstream failed (${failure.reason})`, "server_error", "upstream_error", at);
@@ -200,8 +202,8 @@ export async function proxy(ctx: ProxyContext, call: ProxyCall, first: Upstream)
     fleet.release(upstream, tokens);
     const seconds = (performance.now() - started) / 1000;
     upstream.e2e.observe(seconds);
-    const ttft = (timing as TokenTiming | null)?.ttftSeconds;
-    upstream.ttft.observe(ttft ?? seconds); // a whole answer's first token is its end; a stream without tokens likewise
+    // A whole answer's first token is its end; a stream without tokens likewise; an error answer has no tokens.
+    if (status < 300) upstream.ttft.observe((timing as TokenTiming | null)?.ttftSeconds ?? seconds);
     return { status, upstream, outcome: "ok" };
   }
 }

@@ -71,9 +71,21 @@ export async function connectionRefused(url: string, timeoutMs: number): Promise
   return reason !== null && reason.endsWith("(ECONNREFUSED)");
 }
 
-/** An address as one form: IPv4-mapped IPv6 (`::ffff:1.2.3.4`) as its IPv4, lower-case. */
+/**
+ * An address as one form: lower-case, without brackets; IPv4-mapped IPv6 as
+ * its IPv4, written dotted (`::ffff:1.2.3.4`) or in hex as URL rewrites it
+ * (`::ffff:7f00:1`); the unspecified addresses as the loopback ones a
+ * connection to them reaches (Linux connects `0.0.0.0` to 127.0.0.1, `::` to ::1).
+ */
 function canonical(address: string): string {
   const a = address.toLowerCase().replace(/^\[|\]$/g, "");
+  if (a === "0.0.0.0") return "127.0.0.1";
+  if (a === "::" || a === "0:0:0:0:0:0:0:0") return "::1";
+  const hex = /^(?:0{0,4}:){0,5}:?ffff:([0-9a-f]{1,4}):([0-9a-f]{1,4})$/.exec(a);
+  if (hex !== null) {
+    const [hi, lo] = [parseInt(hex[1]!, 16), parseInt(hex[2]!, 16)];
+    return `${hi >> 8}.${hi & 255}.${lo >> 8}.${lo & 255}`;
+  }
   return a.startsWith("::ffff:") && a.includes(".") ? a.slice(7) : a;
 }
 
@@ -83,7 +95,7 @@ function canonical(address: string): string {
  * 127.0.0.0/8 included (tested by `isLocal`); any other address only itself.
  */
 async function listeningOn(host: string): Promise<(address: string) => boolean> {
-  const h = canonical(host);
+  const h = host.toLowerCase().replace(/^\[|\]$/g, "");
   if (h === "0.0.0.0" || h === "::" || h === "") {
     const local = new Set<string>(["::1"]);
     for (const list of Object.values(networkInterfaces())) for (const i of list ?? []) local.add(canonical(i.address));

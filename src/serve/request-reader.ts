@@ -8,7 +8,7 @@
 import { existsSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { HttpError, readRequest, type PromptLimits, type RoutedRequest } from "./openai.js";
-import { TokenizePool, type TokenizeStats } from "./tokenize-pool.js";
+import { TokenizePool, type ClientSignal, type TokenizeStats } from "./tokenize-pool.js";
 import { loadTokenizer, tokenizerPoolSettings, type TokenizerSettings } from "./tokenizer-config.js";
 import type { Tokenizer } from "./tokenizer.js";
 
@@ -25,7 +25,7 @@ export interface RequestReader {
    * retry-after). `signal.aborted` true → a queued job is dropped (rejects
    * HttpError 499).
    */
-  read(kind: "chat" | "completion", raw: Buffer, headers: Record<string, string | string[] | undefined>, signal?: { readonly aborted: boolean }): Promise<RoutedRequest>;
+  read(kind: "chat" | "completion", raw: Buffer, headers: Record<string, string | string[] | undefined>, signal?: ClientSignal): Promise<RoutedRequest>;
   /** Hands token ids back (pooled memory) once the caller is done. */
   release(ids: Uint32Array): void;
   /** Counters for /metrics. */
@@ -100,7 +100,7 @@ class InlineReader implements RequestReader {
     return this.#tokenizer.name;
   }
 
-  read(kind: "chat" | "completion", raw: Buffer, headers: Record<string, string | string[] | undefined>, signal?: { readonly aborted: boolean }): Promise<RoutedRequest> {
+  read(kind: "chat" | "completion", raw: Buffer, headers: Record<string, string | string[] | undefined>, signal?: ClientSignal): Promise<RoutedRequest> {
     if (signal?.aborted) return Promise.reject(new HttpError(499, "the client closed the request"));
     try {
       const request = readRequest(kind, raw, headers, this.#tokenizer, this.#lora, this.#limits);
@@ -140,7 +140,7 @@ class PooledReader implements RequestReader {
     return this.#pool.name;
   }
 
-  read(kind: "chat" | "completion", raw: Buffer, headers: Record<string, string | string[] | undefined>, signal?: { readonly aborted: boolean }): Promise<RoutedRequest> {
+  read(kind: "chat" | "completion", raw: Buffer, headers: Record<string, string | string[] | undefined>, signal?: ClientSignal): Promise<RoutedRequest> {
     return this.#pool.run(kind, raw, headers, signal);
   }
 

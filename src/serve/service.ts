@@ -9,7 +9,7 @@ import type { Logger } from "pino";
 import { formatPrometheus } from "../prometheus.js";
 import type { GatewayConfig } from "./config.js";
 import { adminRoute, bearerIn, digest, type AdminGateway } from "./admin.js";
-import { answerError, isLoop, readBody, requestIdOf, viaEntry, type EdgeCounters } from "./edge.js";
+import { answerError, isLoop, readBody, requestIdOf, type EdgeCounters } from "./edge.js";
 import type { Fleet, FleetChange } from "./fleet.js";
 import { formatEdgeMetrics, formatGatewayMetrics, type GatewayCounters } from "./metrics.js";
 import { ModelsEndpoint } from "./models.js";
@@ -21,6 +21,9 @@ import { Hangup, type Scheduler } from "./scheduler.js";
 import type { Replication } from "./sync/replication.js";
 import { formatSyncMetrics } from "./sync/sync-metrics.js";
 import type { Upstream } from "./upstream.js";
+
+/** The longest `/v1/models` may take (an engine answers it from memory; `first_byte_ms` is sized for generation). */
+const MODELS_TIMEOUT_MS = 30_000;
 
 /** A 405 naming the method a path takes. */
 const onlyMethod = (path: string, method: string) => new HttpError(405, `${path} takes ${method}`, "invalid_request_error", "method_not_allowed", { allow: method });
@@ -36,6 +39,8 @@ export interface ServiceParts {
   readonly scheduler: Scheduler;
   readonly counters: GatewayCounters;
   readonly replication: Replication | null;
+  /** This gateway's `Via` entry (edge.ts: viaEntry), on every request it sends an upstream. */
+  readonly via: string;
 }
 
 /** What one request's log line says besides its method, path and time. */
@@ -49,7 +54,7 @@ interface Served {
 /** The gateway's request handling and fleet changes. */
 export class GatewayService {
   /** The edge's counters (the server's bounds count into them). */
-  readonly edge: EdgeCounters = { connections: 0, refusedConnections: 0, readTimeouts: 0, loops: 0 };
+  readonly edge: EdgeCounters = { connections: 0, refusedConnections: 0, readTimeouts: 0, loops: 0, malformed: 0, headersTooLarge: 0 };
   /** Responses not yet ended (close() waits for them). */
   readonly inFlight = new Set<ServerResponse>();
   /** The port it listens on, once it does (the self-check compares upstreams with it). */
@@ -58,7 +63,7 @@ export class GatewayService {
   /** sha256 of each client key. */
   readonly #keyDigests: Buffer[];
   /** This gateway's `Via` entry. */
-  readonly #via = viaEntry();
+  readonly #via: string;
   readonly #models: ModelsEndpoint;
   readonly #proxying: ProxyContext;
   readonly #admin: AdminGateway;
@@ -68,11 +73,12 @@ export class GatewayService {
   constructor(parts: ServiceParts) {
     const { config, fleet, scheduler, log } = parts;
     this.#parts = parts;
+    this.#via = parts.via;
     this.#current = config;
     this.port = config.listen.port;
     this.#keyDigests = config.auth.apiKeys.map(digest);
     const clientKeys = this.#keyDigests.length > 0;
-    this.#models = new ModelsEndpoint(fleet, clientKeys, config.timeouts.firstByteMs);
+    this.#models = new ModelsEndpoint(fleet, clientKeys, Math.min(config.timeouts.firstByteMs, MODELS_TIMEOUT_MS), this.#via);
     this.#proxying = { fleet, scheduler, log, timeouts: config.timeouts, clientKeys, via: this.#via, relearn: (u, call) => this.#relearn(u, call) };
     this.#admin = {
       fleet,
@@ -106,7 +112,7 @@ export class GatewayService {
         throw new HttpError(508, "the request came back to this gateway (an upstream is this gateway, or forwards to it)", "invalid_request_error", "loop_detected");
       }
       if (kind !== null) Object.assign(served, await this.#complete(kind, req, res, requestId, hangup));
-      else Object.assign(served, await this.#serveOther(path, req, res, requestId));
+      else Object.assign(served, await this.#serveOther(path, req, res, requestId, hangup));
     } catch (error) {
       const e = error instanceof HttpError ? error : new HttpError(500, "internal error", "server_error", "internal_error");
       if (!(error instanceof HttpError)) this.#parts.log.error({ err: error, request_id: requestId }, "unexpected error");
@@ -114,7 +120,15 @@ export class GatewayService {
       served.outcome = e.code;
       // An answer about an upstream (its timeout, its failure) names it, in the log line as in the header.
       served.upstream ??= e.headers["x-adp-upstream-name"] ?? null;
-      if (e.status !== 499) answerError(req, res, e);
+      if (e.status !== 499) {
+        try {
+          answerError(req, res, e);
+        } catch (failed) {
+          // An answer that cannot be written (a header Node refuses) must not become an unhandled rejection.
+          this.#parts.log.error({ err: failed, request_id: requestId }, "an error answer could not be written");
+          res.destroy();
+        }
+      }
     } finally {
       if (kind !== null) this.#count(served);
       const ms = Math.round((performance.now() - started) * 10) / 10;
@@ -131,6 +145,7 @@ export class GatewayService {
     const { config, fleet, log } = this.#parts;
     const change = fleet.reload(next);
     this.#current = next;
+    for (const w of next.warnings) log.warn({ field: w.field, ...(w.where === null ? {} : { where: w.where }) }, `configuration: ${w.field}: ${w.message}`);
     this.#models.prune();
     const text = (v: unknown) => JSON.stringify(v, (_k, x: unknown) => (x instanceof Map ? [...x] : x));
     const needRestart: string[] = (Object.keys(config) as (keyof GatewayConfig)[]).filter((k) => k !== "upstreams" && k !== "warnings" && text(next[k]) !== text(config[k]));
@@ -185,14 +200,14 @@ export class GatewayService {
   }
 
   /** Serves the other endpoints. */
-  async #serveOther(path: string, req: IncomingMessage, res: ServerResponse, requestId: string): Promise<Served> {
+  async #serveOther(path: string, req: IncomingMessage, res: ServerResponse, requestId: string, hangup: Hangup): Promise<Served> {
     const { config, fleet, replication } = this.#parts;
     const ok = (status: number, upstream: string | null = null): Served => ({ status, upstream, outcome: "ok", matched: null });
     if (path.startsWith("/admin/")) return ok(await adminRoute(this.#admin, req, res, path, (req.url ?? "").slice(path.length + 1)));
     if (path === "/v1/models") {
       if (req.method !== "GET") throw onlyMethod(path, "GET");
       if (!this.#authorized(req)) throw unauthorized();
-      const m = await this.#models.answer(req, res, requestId);
+      const m = await this.#models.answer(req, res, requestId, hangup);
       return ok(m.status, m.upstream.name);
     }
     if (path !== "/health" && path !== "/metrics" && !(path === "/sync/state" && replication !== null)) throw new HttpError(404, `no route for ${req.method} ${path.slice(0, 200)}`, "invalid_request_error", "not_found");

@@ -6,8 +6,11 @@
 // write compact JSON; a space after the colon is allowed too. A chunk holding
 // k such events counts k gaps of (its time - the last token's) / k: the engine
 // sent them together, and that is the latency each token saw on average.
-// It also tracks whether the bytes passed on so far end on an event boundary
-// (a blank line), so an error event can be appended cleanly.
+// It also frames the stream: only whole events are passed on, the bytes after
+// a chunk's last blank line held until the rest of their event comes (at most
+// HOLD_MAX bytes; a bigger event is passed on as it comes), so a stream the
+// upstream cuts mid-event ends with the gateway's error event after whole
+// events only, never after half a JSON the client would fail to parse.
 
 /** The fields whose non-empty value is a token, and the byte their value must start with. */
 const FIELDS: readonly { readonly key: Buffer; readonly opens: number; readonly empty: number }[] = [
@@ -18,6 +21,18 @@ const FIELDS: readonly { readonly key: Buffer; readonly opens: number; readonly 
 ];
 /** Bytes kept from a chunk's end, so a field cut between two chunks is still seen (the longest key and its value's first bytes). */
 const CARRY = 24;
+/** The most bytes of an unfinished event held back. */
+const HOLD_MAX = 64 << 10;
+/** Event boundaries: a blank line, LF or CRLF. */
+const LF_LF = Buffer.from("\n\n");
+const LF_CRLF = Buffer.from("\n\r\n");
+
+/** Where the bytes of `data` after its last event boundary begin (0: none). */
+function afterLastBoundary(data: Buffer): number {
+  const lf = data.lastIndexOf(LF_LF);
+  const crlf = data.lastIndexOf(LF_CRLF);
+  return Math.max(lf < 0 ? 0 : lf + 2, crlf < 0 ? 0 : crlf + 3);
+}
 
 /**
  * Counts the token fields of `bytes`. With `seam` (the length of the previous
@@ -46,8 +61,10 @@ export class TokenTiming {
   #lastTokenAt = 0;
   /** The previous chunk's last bytes. */
   #carry: Buffer | null = null;
-  /** Whether the bytes so far end on an event boundary. */
+  /** Whether the bytes passed on so far end on an event boundary. */
   #boundary = true;
+  /** The start of an event not yet whole, held back; or null. */
+  #held: Buffer | null = null;
   /** Inter-token gaps seen (seconds each), passed to `onGap`. */
   readonly #onGap: (seconds: number) => void;
   /** The clock (ms), injectable for tests. */
@@ -69,17 +86,42 @@ export class TokenTiming {
     return this.#boundary;
   }
 
-  /** Notes one chunk of the answer. */
-  chunk(bytes: Buffer): void {
-    if (bytes.length === 0) return;
+  /**
+   * Notes one chunk of the answer and returns the bytes to pass on now: the
+   * whole events it completes (an empty buffer while one is still coming).
+   */
+  chunk(bytes: Buffer): Buffer {
+    if (bytes.length === 0) return bytes;
+    this.#time(bytes);
+    const data = this.#held === null ? bytes : Buffer.concat([this.#held, bytes]);
+    const end = afterLastBoundary(data);
+    if (end === data.length || data.length - end > HOLD_MAX) {
+      // All whole, or an event too big to hold: passed on as it is.
+      this.#held = null;
+      this.#boundary = end === data.length;
+      return data;
+    }
+    this.#held = Buffer.from(data.subarray(end));
+    this.#boundary = true;
+    return data.subarray(0, end);
+  }
+
+  /** The bytes still held when the answer ended (an upstream's last event without its blank line), to pass on; or null. */
+  flush(): Buffer | null {
+    const held = this.#held;
+    this.#held = null;
+    if (held !== null) this.#boundary = false;
+    return held;
+  }
+
+  /** Counts the chunk's token fields and times them. */
+  #time(bytes: Buffer): void {
     let tokens = tokenFields(bytes);
     if (this.#carry !== null) {
       // A field cut between chunks: found in the carry and the chunk's first bytes.
       tokens += tokenFields(Buffer.concat([this.#carry, bytes.subarray(0, CARRY)]), this.#carry.length);
     }
     this.#carry = Buffer.from(bytes.subarray(Math.max(0, bytes.length - CARRY)));
-    const last = bytes.length;
-    this.#boundary = last >= 2 ? bytes[last - 1] === 0x0a && (bytes[last - 2] === 0x0a || (last >= 4 && bytes[last - 2] === 0x0d && bytes[last - 3] === 0x0a)) : bytes[0] === 0x0a && this.#boundary;
     if (tokens === 0) return;
     const now = this.#now();
     if (this.firstTokenAt === null) {

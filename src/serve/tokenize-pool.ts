@@ -129,7 +129,7 @@ interface Job {
   readonly kind: "chat" | "completion";
   readonly raw: Buffer;
   readonly headers: Record<string, string | string[] | undefined>;
-  readonly signal: { readonly aborted: boolean } | undefined;
+  readonly signal: ClientSignal | undefined;
   readonly preferred: number;
   readonly resolve: (request: RoutedRequest) => void;
   readonly reject: (error: Error) => void;
@@ -185,6 +185,24 @@ class JobQueue {
   }
 }
 
+/**
+ * A client's hang-up as the pool sees it: whether it came, and (optionally,
+ * as the gateway's Hangup has) a way to hear it coming while a job runs.
+ */
+export interface ClientSignal {
+  readonly aborted: boolean;
+  once?(event: "abort", listener: () => void): unknown;
+  off?(event: "abort", listener: () => void): unknown;
+}
+
+/**
+ * How long a running job whose client left may go on before its worker is
+ * replaced: a short one (most take milliseconds) finishes on its own; a long
+ * one would hold the worker for a client that is gone (send a pathological
+ * prompt, hang up, repeat).
+ */
+const ABANDON_AFTER_MS = 50;
+
 /** One worker thread's place in the pool: the thread (none while it is replaced), its state and its job. */
 interface Slot {
   readonly index: number;
@@ -196,6 +214,8 @@ interface Slot {
   jobId: number;
   /** The job's timeout, or the pause before a restart. */
   timer: NodeJS.Timeout | null;
+  /** Listens for the running job's client leaving, or null. */
+  onLeave: (() => void) | null;
   /** Failures (losses, failed loads) since its last job came out: the restart pause doubles with each. */
   failures: number;
 }
@@ -225,7 +245,7 @@ export class TokenizePool {
   /** Use TokenizePool.start. */
   private constructor(options: TokenizePoolOptions) {
     this.#options = options;
-    this.#slots = Array.from({ length: options.size }, (_, index) => ({ index, worker: null, state: "starting", job: null, jobId: -1, timer: null, failures: 0 }));
+    this.#slots = Array.from({ length: options.size }, (_, index) => ({ index, worker: null, state: "starting", job: null, jobId: -1, timer: null, onLeave: null, failures: 0 }));
   }
 
   /** Starts `options.size` workers; resolves once each has loaded its tokenizer, rejects with TokenizerLoadError when one cannot. */
@@ -248,7 +268,7 @@ export class TokenizePool {
   }
 
   /** Reads a body on a worker: resolves with its RoutedRequest, rejects with an HttpError (or an Error: a readRequest bug). */
-  run(kind: "chat" | "completion", raw: Buffer, headers: Record<string, string | string[] | undefined>, signal?: { readonly aborted: boolean }): Promise<RoutedRequest> {
+  run(kind: "chat" | "completion", raw: Buffer, headers: Record<string, string | string[] | undefined>, signal?: ClientSignal): Promise<RoutedRequest> {
     if (this.#closing) return Promise.reject(new HttpError(503, "the gateway is shutting down", "server_error", "shutting_down", { "retry-after": "1" }));
     if (signal?.aborted) return Promise.reject(new HttpError(499, "the client closed the request"));
     if (this.#slots.every((s) => s.state === "failed")) return Promise.reject(new HttpError(503, "the tokenizer cannot load (its workers are being restarted)", "server_error", "tokenizer_failed", { "retry-after": "1" }));
@@ -391,11 +411,26 @@ export class TokenizePool {
     this.#dispatch();
   }
 
-  /** Clears `slot`'s job and its timeout. */
+  /** Clears `slot`'s job, its timeout and its hang-up listener. */
   #finish(slot: Slot): void {
     if (slot.timer !== null) clearTimeout(slot.timer);
     slot.timer = null;
+    if (slot.onLeave !== null) slot.job?.signal?.off?.("abort", slot.onLeave);
+    slot.onLeave = null;
     slot.job = null;
+  }
+
+  /** A running job's client left and the job ran on past ABANDON_AFTER_MS: answered 499, its worker replaced. */
+  #abandoned(slot: Slot): void {
+    const job = slot.job!;
+    this.#finish(slot);
+    this.#counts.dropped++;
+    job.reject(new HttpError(499, "the client closed the request"));
+    void slot.worker?.terminate();
+    slot.worker = null;
+    slot.state = "down";
+    this.#restartLater(slot);
+    this.#dispatch();
   }
 
   /** Hands queued jobs to idle workers: each the first of the next few that prefers it, else the head. */
@@ -433,6 +468,16 @@ export class TokenizePool {
     slot.jobId = message.job;
     slot.worker!.postMessage(message, [raw.buffer]);
     slot.timer = setTimeout(() => this.#timedOut(slot), this.#options.timeoutMs);
+    const startedAt = performance.now();
+    if (job.signal?.once !== undefined) {
+      // The client left while its job runs: give the job a moment, then take the worker back.
+      slot.onLeave = () => {
+        if (slot.job !== job) return;
+        clearTimeout(slot.timer!);
+        slot.timer = setTimeout(() => this.#abandoned(slot), Math.max(0, ABANDON_AFTER_MS - (performance.now() - startedAt)));
+      };
+      job.signal.once("abort", slot.onLeave);
+    }
   }
 
   /** Answers a job whose client has gone, without tokenizing it. */

@@ -131,21 +131,34 @@ describe("an engine that dies mid-stream", () => {
     expect(metric(g, 'adp_gateway_upstream_stream_cuts_total{upstream="dying",reason="upstream_died"}')).toBe(2);
   });
 
-  it("a stream cut mid-event still ends with a parseable error event: the partial event is ended first", async () => {
+  it("a stream cut mid-event passes on whole events only, then the error event: the openai client raises an APIError, not a JSON error", async () => {
     // Old code (35819c5): the client's connection was destroyed after the half event (nothing to parse).
+    // (A first fix ended the half event with a blank line: the client then failed to parse it, a SyntaxError.)
     const full = event({ role: "assistant", content: "one" });
     const half = event({ content: " two and more" }).slice(0, 40);
     const e = await dying([full, half]);
     const { gateway: g } = await gateway({ upstreams: [e.url] });
     const raw = await (await post(g, chat(true))).text();
-    expect(raw.startsWith(full + half)).toBe(true);
+    expect(raw.startsWith(full)).toBe(true);
+    expect(raw.split("data: ")).toHaveLength(4); // three events: the whole one, the error, [DONE]; the half one held back, then dropped
     const events = raw.split("\n\n");
     expect(events.pop()).toBe(""); // it ends on a boundary
     expect(events.pop()).toBe("data: [DONE]");
     const last = events.pop()!;
-    expect(last.startsWith("data: ")).toBe(true);
     expect((JSON.parse(last.slice(6)) as { error: { code: string } }).error.code).toBe("upstream_stream_error");
-    expect(events.pop()).toBe(half); // the partial event, ended as an event of its own
+    expect(events).toEqual([full.slice(0, -2)]); // the whole event before it, nothing else
+    // Through the official client: the whole chunk, then an APIError (the gateway's message), never a SyntaxError.
+    const client = new OpenAI({ baseURL: `${g.url}/v1`, apiKey: "x", maxRetries: 0 });
+    const seen: string[] = [];
+    let thrown: unknown = null;
+    try {
+      for await (const c of await client.chat.completions.create({ model: "m", messages: [{ role: "user", content: "hi" }], stream: true })) seen.push(c.choices[0]?.delta?.content ?? "");
+    } catch (error) {
+      thrown = error;
+    }
+    expect(seen).toEqual(["one"]);
+    expect(thrown).toBeInstanceOf(APIError);
+    expect(thrown).not.toBeInstanceOf(SyntaxError);
   });
 });
 
