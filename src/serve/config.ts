@@ -456,7 +456,7 @@ export function loadGatewayConfig(options: LoadOptions = {}): GatewayConfig {
   const logging = r.section(top.logging, ["logging"], SECTIONS.logging!);
   const routing = r.section(top.routing, ["routing"], SECTIONS.routing!);
   const tokenizer = readTokenizerSettings(r, top.tokenizer, flags.tokenizer);
-  const sync = readSyncSettings(r, top.sync, { ...(flags.sync === undefined ? {} : { sync: flags.sync }), ...(flags.replicaId === undefined ? {} : { replicaId: flags.replicaId }) });
+  const sync = readSyncSettings(r, top.sync, { ...(flags.sync === undefined ? {} : { sync: flags.sync }), ...(flags.replicaId === undefined ? {} : { replicaId: flags.replicaId }) }, env);
 
   // Keys are trimmed (a client's bearer token is); any non-empty key is taken (short ones are warned about at start).
   const goodKey = (k: unknown): k is string => typeof k === "string" && k.trim().length > 0;

@@ -238,13 +238,20 @@ export class GatewayService {
   }
 }
 
-/** The `/health` answer: 200 while at least one upstream takes requests. */
+/**
+ * The `/health` answer: 200 while at least one upstream takes requests (it
+ * routes), with `status: "degraded"` and `sync.problem` while a replica cannot
+ * sync (its routing state drifts from the others'; the orchestrator alerts on
+ * the field, and does not take every replica out when NATS is away); 503 with
+ * no upstream.
+ */
 function health(res: ServerResponse, fleet: Fleet, replication: Replication | null): number {
   const ok = fleet.upstreams.some((u) => fleet.available(u));
+  const problem = replication?.problem ?? null;
   const body = {
-    status: ok ? "ok" : "unavailable",
+    status: !ok ? "unavailable" : problem !== null ? "degraded" : "ok",
     upstreams: fleet.upstreams.map((u) => ({ index: u.index, name: u.name, healthy: u.healthy, ...(u.health.cause === null ? {} : { ejected: u.health.cause }), draining: u.draining, in_flight: u.inFlight })),
-    ...(replication === null ? {} : { sync: { synced: replication.synced, connected: replication.connected, pending: replication.pending, applied: replication.applied } }),
+    ...(replication === null ? {} : { sync: { synced: replication.synced, connected: replication.connected, pending: replication.pending, applied: replication.applied, ...(problem === null ? {} : { problem }) } }),
   };
   res.writeHead(ok ? 200 : 503, { "content-type": "application/json" }).end(JSON.stringify(body));
   return ok ? 200 : 503;

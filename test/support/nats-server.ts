@@ -3,7 +3,7 @@
 // suites that need it say so loudly and are skipped.
 
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
-import { mkdtempSync } from "node:fs";
+import { mkdtempSync, writeFileSync } from "node:fs";
 import { connect as connectTcp, createServer } from "node:net";
 import { tmpdir } from "node:os";
 import path from "node:path";
@@ -52,13 +52,22 @@ export interface NatsServer {
   stop(): Promise<void>;
 }
 
-/** Starts nats-server with JetStream in a fresh store directory. */
-export async function startNatsServer(): Promise<NatsServer> {
+/** How a test's nats-server runs: JetStream on or off, and configuration text added to its file (authorization, tls). */
+export interface NatsServerOptions {
+  readonly jetstream?: boolean;
+  readonly conf?: string;
+}
+
+/** Starts nats-server (with JetStream in a fresh store directory unless told not to) on a free loopback port. */
+export async function startNatsServer(options: NatsServerOptions = {}): Promise<NatsServer> {
   const port = await freePort();
   const store = mkdtempSync(path.join(tmpdir(), "adp-nats-"));
+  const file = path.join(store, "nats.conf");
+  const jetstream = options.jetstream ?? true;
+  writeFileSync(file, `host: 127.0.0.1\nport: ${port}\n${jetstream ? `jetstream { store_dir: ${JSON.stringify(path.join(store, "js"))} }\n` : ""}${options.conf ?? ""}\n`);
   let proc: ChildProcess | null = null;
   const run = async () => {
-    const p = spawn("nats-server", ["-js", "-sd", store, "-a", "127.0.0.1", "-p", String(port)], { stdio: "ignore" });
+    const p = spawn("nats-server", ["-c", file], { stdio: "ignore" });
     proc = p;
     running.add(p);
     p.once("exit", () => running.delete(p));

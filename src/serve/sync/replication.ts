@@ -28,6 +28,7 @@ import { createHash, randomUUID } from "node:crypto";
 import { DeliverPolicy, DiscardPolicy, jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager } from "@nats-io/jetstream";
 import { Objm, type ObjectStore } from "@nats-io/obj";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
+import { connectOptions, syncProblem, type SyncProblem } from "./sync-auth.js";
 import type { Logger } from "pino";
 import type { GatewayConfig } from "../config.js";
 import { gatewayEngineViews } from "../engine-views.js";
@@ -41,6 +42,8 @@ import type { SyncConfig } from "./sync-config.js";
 const WINDOW = 256;
 /** Pause before retrying after NATS refused or could not be reached. */
 const RETRY_MS = 500;
+/** How long one attempt to connect to NATS may take. */
+const CONNECT_TIMEOUT_MS = 5_000;
 /** JetStream's duplicate window for entry ids (ns). */
 const DUPLICATE_WINDOW_NS = 120 * 1e9;
 
@@ -98,6 +101,10 @@ export class Replication {
   #nc: NatsConnection | null = null;
   #js: JetStreamClient | null = null;
   #connected = false;
+  /** What the last failed connection showed (null once connected). */
+  #problem: SyncProblem | null = "NATS unreachable";
+  /** The problem last logged (a new one is logged even while still disconnected). */
+  #saidProblem: SyncProblem | null = null;
   /** Whether the replica has said NATS is unreachable since it last was reachable. */
   #saidUnreachable = false;
   #closed = false;
@@ -213,12 +220,16 @@ export class Replication {
   async #connect(): Promise<void> {
     if (this.#closed) return;
     try {
-      const nc = await connect({ servers: this.#sync.url.replace(/^nats:\/\//, ""), reconnect: true, maxReconnectAttempts: -1, reconnectTimeWait: RETRY_MS, name: this.origin });
+      const nc = await connect({ ...connectOptions(this.#sync.url, this.#sync.auth, this.#sync.tls), reconnect: true, maxReconnectAttempts: -1, reconnectTimeWait: RETRY_MS, timeout: CONNECT_TIMEOUT_MS, name: this.origin });
       if (this.#closed) {
         await nc.close();
         return;
       }
-      const jsm = await jetstreamManager(nc);
+      // A server without JetStream answers nothing on its API: said as such, not as "unreachable".
+      const jsm = await jetstreamManager(nc).catch(async (error: unknown) => {
+        await nc.close().catch(() => undefined);
+        throw Object.assign(new Error(`JetStream is not enabled: ${(error as Error).message}`), { code: "JETSTREAM_NOT_ENABLED" });
+      });
       await jsm.streams.add({ name: this.#stream, subjects: [this.#subject], duplicate_window: DUPLICATE_WINDOW_NS, max_msgs: this.#sync.maxEntries, discard: DiscardPolicy.Old }).catch(async (error: unknown) => {
         // Another replica made it first (with the same settings): use it.
         await jsm.streams.info(this.#stream).catch(() => Promise.reject(error));
@@ -233,9 +244,27 @@ export class Replication {
       this.#consuming = this.#consume();
       this.#pump();
     } catch (error) {
-      this.#setConnected(false, (error as { code?: string }).code ?? (error as Error).message);
+      const { problem, detail } = syncProblem(await this.#diagnose(error));
+      this.#problem = problem;
+      this.#setConnected(false, detail, problem);
       this.#retry = setTimeout(() => void this.#connect(), RETRY_MS * 2);
       this.#retry.unref();
+    }
+  }
+
+  /**
+   * Why a connection failed: a client that retries for ever reports a refusal
+   * it retried (a TLS alert, say) as a timeout, so one attempt without retries
+   * is made to hear the server's own answer.
+   */
+  async #diagnose(error: unknown): Promise<unknown> {
+    if (syncProblem(error).problem !== "NATS unreachable" || this.#closed) return error;
+    try {
+      const probe = await connect({ ...connectOptions(this.#sync.url, this.#sync.auth, this.#sync.tls), reconnect: false, timeout: CONNECT_TIMEOUT_MS });
+      await probe.close();
+      return error;
+    } catch (answer) {
+      return answer;
     }
   }
 
@@ -252,14 +281,22 @@ export class Replication {
     }
   }
 
-  /** Records (and logs) a change of connection. */
-  #setConnected(connected: boolean, why?: string): void {
+  /** What stops sync now (authentication, TLS, no JetStream, unreachable), or null while connected. */
+  get problem(): SyncProblem | null {
+    return this.#connected ? null : this.#problem;
+  }
+
+  /** Records (and logs) a change of connection; a problem that changes is said again. */
+  #setConnected(connected: boolean, why?: string, problem: SyncProblem = "NATS unreachable"): void {
     // Unreachable from the start is said too (once), not only a connection lost.
-    if (connected === this.#connected && (connected || this.#saidUnreachable)) return;
+    if (connected === this.#connected && (connected || (this.#saidUnreachable && this.#saidProblem === problem))) return;
     this.#connected = connected;
     this.#saidUnreachable = !connected;
-    if (connected) this.#log.info({ replica: this.#sync.replicaId, nats: this.#sync.url }, "sync: connected; sharing the routing state");
-    else this.#log.warn({ replica: this.#sync.replicaId, nats: this.#sync.url, ...(why === undefined ? {} : { reason: why }) }, "sync: NATS unreachable; routing on local state, entries buffered");
+    this.#saidProblem = connected ? null : problem;
+    if (connected) {
+      this.#problem = null;
+      this.#log.info({ replica: this.#sync.replicaId, nats: this.#sync.url }, "sync: connected; sharing the routing state");
+    } else this.#log.warn({ replica: this.#sync.replicaId, nats: this.#sync.url, problem, ...(why === undefined ? {} : { reason: why }) }, `sync: ${problem}; routing on local state, entries buffered`);
   }
 
   /** Publishes queued entries, up to WINDOW at once, in order; a failure puts the rest back and retries. */

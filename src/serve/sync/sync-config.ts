@@ -9,6 +9,7 @@
 import { hostname } from "node:os";
 import { describeValue, excerpt } from "../../errors.js";
 import type { SettingReader } from "../events-config.js";
+import { readNatsAuth, readNatsTls, type AuthSettingReader, type NatsAuth, type NatsTls } from "./sync-auth.js";
 
 /** Where and as whom a replica shares its routing state. */
 export interface SyncConfig {
@@ -24,6 +25,10 @@ export interface SyncConfig {
   readonly maxEntries: number;
   /** A snapshot of the replicated state is stored every this many entries. */
   readonly snapshotEvery: number;
+  /** How it authenticates to NATS (sync-auth.ts), or null: as no one. */
+  readonly auth: NatsAuth | null;
+  /** TLS settings (a tls:// URL without them uses the system's CAs), or null. */
+  readonly tls: NatsTls | null;
 }
 
 /** The flags that override the file's `sync:`. */
@@ -50,8 +55,8 @@ export function checkNatsUrl(text: string): string | null {
 }
 
 /** Reads `sync:` and its flags (null: this gateway shares nothing). */
-export function readSyncSettings(r: SettingReader, value: unknown, flags: SyncFlags): SyncConfig | null {
-  const s = r.section(value, ["sync"], ["url", "cluster", "replica_id", "max_buffered_entries", "max_entries", "snapshot_every"]);
+export function readSyncSettings(r: SettingReader & AuthSettingReader, value: unknown, flags: SyncFlags, env: Record<string, string | undefined> = process.env): SyncConfig | null {
+  const s = r.section(value, ["sync"], ["url", "cluster", "replica_id", "max_buffered_entries", "max_entries", "snapshot_every", "auth", "tls"]);
   const url = flags.sync ?? (s.url === undefined ? undefined : r.str(s.url, ["sync", "url"], ""));
   if (url === undefined || url === "") {
     if (flags.replicaId !== undefined || Object.keys(s).length > 0) r.fail(["sync", "url"], "is required to share state (sync.url, or --sync nats://HOST:PORT)");
@@ -67,7 +72,10 @@ export function readSyncSettings(r: SettingReader, value: unknown, flags: SyncFl
   const maxEntries = r.int(s.max_entries, ["sync", "max_entries"], 10, 1_000_000_000, 1_000_000);
   const snapshotEvery = r.int(s.snapshot_every, ["sync", "snapshot_every"], 1, 1_000_000_000, 10_000);
   if (snapshotEvery >= maxEntries) r.fail(["sync", "snapshot_every"], `must be below max_entries (${maxEntries}), or a replica could fall behind the stream with no snapshot to start from`);
-  return { url, cluster, replicaId, maxBufferedEntries, maxEntries, snapshotEvery };
+  const auth = readNatsAuth(r, s.auth, env);
+  const tls = readNatsTls(r, s.tls);
+  if (tls !== null && url.startsWith("nats://")) r.fail(["sync", "tls"], "is set for a nats:// URL: write tls://HOST:PORT (the connection is then TLS)");
+  return { url, cluster, replicaId, maxBufferedEntries, maxEntries, snapshotEvery, auth, tls };
 }
 
 /** JSON Schema of `sync:`. */
@@ -83,5 +91,25 @@ export const syncSchema = Object.freeze({
     max_buffered_entries: { type: "integer", minimum: 1, default: 100000 },
     max_entries: { type: "integer", minimum: 10, default: 1000000, description: "Entries the stream keeps; a replica behind them starts from the latest snapshot." },
     snapshot_every: { type: "integer", minimum: 1, default: 10000, description: "Entries between snapshots of the replicated state (in a JetStream object store)." },
+    auth: {
+      type: "object",
+      additionalProperties: false,
+      description: "How the replica authenticates to NATS: one of a token, a user and password, an nkey seed, a creds file. Secrets from files or environment variables only.",
+      properties: {
+        token_env: { type: "string", pattern: "^[A-Za-z_][A-Za-z0-9_]*$" },
+        token_file: { type: "string", minLength: 1 },
+        user: { type: "string", minLength: 1 },
+        password_env: { type: "string", pattern: "^[A-Za-z_][A-Za-z0-9_]*$" },
+        password_file: { type: "string", minLength: 1 },
+        nkey_seed_file: { type: "string", minLength: 1, description: "A file holding the user's nkey seed (SU…)." },
+        creds_file: { type: "string", minLength: 1, description: "A NATS creds file (user JWT and seed, from nsc)." },
+      },
+    },
+    tls: {
+      type: "object",
+      additionalProperties: false,
+      description: "TLS to NATS (with a tls:// URL): the CA of the server's certificate, and a client certificate and key when the server verifies clients.",
+      properties: { ca_file: { type: "string", minLength: 1 }, cert_file: { type: "string", minLength: 1 }, key_file: { type: "string", minLength: 1 } },
+    },
   },
 });

@@ -1,0 +1,154 @@
+// How a replica authenticates to NATS and secures its connection: the
+// `sync.auth` and `sync.tls` settings, the @nats-io client options they make,
+// and the words for what failed when a connection cannot work.
+//
+//   sync:
+//     url: tls://nats.internal:4222
+//     auth: { user: gateway, password_env: NATS_PASSWORD }   # or token_env / token_file,
+//                                                          # nkey_seed_file, creds_file
+//     tls: { ca_file: /etc/nats/ca.pem, cert_file: /etc/nats/gw.pem, key_file: /etc/nats/gw-key.pem }
+//
+// Secrets come from files or environment variables only, never inline: a key
+// written in a configuration file ends up in repositories. Their values never
+// appear in a message, an error or a log line.
+
+import { readFileSync, statSync } from "node:fs";
+import { credsAuthenticator, nkeyAuthenticator, type ConnectionOptions } from "@nats-io/transport-node";
+import { describeValue } from "../../errors.js";
+
+/** How a replica proves who it is to NATS. */
+export type NatsAuth =
+  /** A token (`authorization { token: … }` on the server). */
+  | { readonly kind: "token"; readonly token: string }
+  /** A user and password. */
+  | { readonly kind: "user"; readonly user: string; readonly password: string }
+  /** An nkey seed (`SU…`): the server knows the public key. */
+  | { readonly kind: "nkey"; readonly seed: string }
+  /** A creds file (a user JWT and its nkey seed, from `nsc`). */
+  | { readonly kind: "creds"; readonly creds: string };
+
+/** TLS to NATS: the CA that signs the server, and a client certificate when the server verifies clients. */
+export interface NatsTls {
+  readonly caFile: string | null;
+  readonly certFile: string | null;
+  readonly keyFile: string | null;
+}
+
+/** What reading the settings needs from the configuration's reader (src/serve/config.ts). */
+export interface AuthSettingReader {
+  fail(path: readonly (string | number)[], message: string): void;
+  section(v: unknown, path: (string | number)[], keys: readonly string[]): Record<string, unknown>;
+  str(v: unknown, path: (string | number)[], fallback: string): string;
+  env(name: unknown, path: (string | number)[], env: Record<string, string | undefined>): string | null;
+}
+
+/** The largest secret or certificate file read (a creds file is a few kilobytes). */
+const MAX_FILE_BYTES = 1 << 20;
+
+/** A file's text for a setting at `path`, or null (the reason recorded, never the file's content). */
+function fileText(r: AuthSettingReader, value: unknown, path: (string | number)[]): string | null {
+  if (value === undefined || value === null) return null;
+  const name = r.str(value, path, "");
+  if (name === "") return null;
+  try {
+    if (statSync(name).size > MAX_FILE_BYTES) {
+      r.fail(path, `${describeValue(name)} is over ${MAX_FILE_BYTES} bytes (not a key or certificate file)`);
+      return null;
+    }
+    const text = readFileSync(name, "utf8").trim();
+    if (text === "") r.fail(path, `${describeValue(name)} is empty`);
+    return text === "" ? null : text;
+  } catch (error) {
+    r.fail(path, `${describeValue(name)} cannot be read (${(error as NodeJS.ErrnoException).code ?? "error"})`);
+    return null;
+  }
+}
+
+/** A file that must exist and be readable (a TLS file, read by the client itself), or null. */
+function readableFile(r: AuthSettingReader, value: unknown, path: (string | number)[]): string | null {
+  return fileText(r, value, path) === null ? null : (value as string);
+}
+
+/** A secret from `<key>_env` or `<key>_file` (exactly one), or null when neither is set. */
+function secret(r: AuthSettingReader, s: Record<string, unknown>, key: string, path: (string | number)[], env: Record<string, string | undefined>): string | null {
+  const fromEnv = s[`${key}_env`];
+  const fromFile = s[`${key}_file`];
+  if (s[key] !== undefined) r.fail([...path, key], `is not taken inline (it would end up in repositories): use ${key}_env or ${key}_file`);
+  if (fromEnv !== undefined && fromFile !== undefined) r.fail([...path, `${key}_env`], `set ${key}_env or ${key}_file, not both`);
+  if (fromEnv !== undefined) return r.env(fromEnv, [...path, `${key}_env`], env);
+  if (fromFile !== undefined) return fileText(r, fromFile, [...path, `${key}_file`]);
+  return null;
+}
+
+/** Reads `sync.auth` (null: none, or a problem recorded in `r`). */
+export function readNatsAuth(r: AuthSettingReader, value: unknown, env: Record<string, string | undefined>): NatsAuth | null {
+  if (value === undefined || value === null) return null;
+  const path = ["sync", "auth"];
+  const s = r.section(value, path, ["token", "token_env", "token_file", "user", "password", "password_env", "password_file", "nkey_seed_file", "creds_file"]);
+  const set = (...keys: string[]) => keys.some((k) => s[k] !== undefined);
+  const ways = { token: set("token", "token_env", "token_file"), user: set("user", "password", "password_env", "password_file"), nkey: set("nkey_seed_file"), creds: set("creds_file") };
+  const count = Object.values(ways).filter(Boolean).length;
+  if (count !== 1) {
+    r.fail(path, count === 0 ? "names no way to authenticate (token_env or token_file; user with password_env or password_file; nkey_seed_file; creds_file)" : "takes one way to authenticate: a token, a user and password, an nkey seed, or a creds file");
+    return null;
+  }
+  if (ways.token) {
+    const token = secret(r, s, "token", path, env);
+    if (token === null && !set("token_env", "token_file")) r.fail([...path, "token_env"], "is required (or token_file)");
+    return token === null ? null : { kind: "token", token };
+  }
+  if (ways.user) {
+    if (s.user === undefined) r.fail([...path, "user"], "is required with a password");
+    const user = s.user === undefined ? "" : r.str(s.user, [...path, "user"], "");
+    const password = secret(r, s, "password", path, env);
+    if (password === null && !set("password", "password_env", "password_file")) r.fail([...path, "password_env"], "is required with a user (or password_file)");
+    return user !== "" && password !== null ? { kind: "user", user, password } : null;
+  }
+  if (ways.nkey) {
+    const seed = fileText(r, s.nkey_seed_file, [...path, "nkey_seed_file"]);
+    if (seed !== null && !/^SU[A-Z2-7]{50,}$/.test(seed)) r.fail([...path, "nkey_seed_file"], "does not hold a user nkey seed (SU…)");
+    return seed === null ? null : { kind: "nkey", seed };
+  }
+  const creds = fileText(r, s.creds_file, [...path, "creds_file"]);
+  if (creds !== null && !creds.includes("BEGIN NATS USER JWT")) r.fail([...path, "creds_file"], "is not a NATS creds file (no user JWT in it)");
+  return creds === null ? null : { kind: "creds", creds };
+}
+
+/** Reads `sync.tls` (null: none; a tls:// URL then uses the system's CAs). */
+export function readNatsTls(r: AuthSettingReader, value: unknown): NatsTls | null {
+  if (value === undefined || value === null) return null;
+  const path = ["sync", "tls"];
+  const s = r.section(value, path, ["ca_file", "cert_file", "key_file"]);
+  const tls = { caFile: readableFile(r, s.ca_file, [...path, "ca_file"]), certFile: readableFile(r, s.cert_file, [...path, "cert_file"]), keyFile: readableFile(r, s.key_file, [...path, "key_file"]) };
+  if ((s.cert_file === undefined) !== (s.key_file === undefined)) r.fail([...path, s.cert_file === undefined ? "cert_file" : "key_file"], "goes with cert_file and key_file both (a client certificate and its key)");
+  return tls;
+}
+
+/** The @nats-io connect options of `auth` and `tls` (a tls:// URL asks for TLS even without `tls`). */
+export function connectOptions(url: string, auth: NatsAuth | null, tls: NatsTls | null): Partial<ConnectionOptions> {
+  const encoder = new TextEncoder();
+  const secure = tls !== null || url.startsWith("tls://");
+  return {
+    servers: url.replace(/^(nats|tls):\/\//, ""),
+    ...(auth?.kind === "token" ? { token: auth.token } : {}),
+    ...(auth?.kind === "user" ? { user: auth.user, pass: auth.password } : {}),
+    ...(auth?.kind === "nkey" ? { authenticator: nkeyAuthenticator(encoder.encode(auth.seed)) } : {}),
+    ...(auth?.kind === "creds" ? { authenticator: credsAuthenticator(encoder.encode(auth.creds)) } : {}),
+    ...(secure ? { tls: { ...(tls?.caFile ? { caFile: tls.caFile } : {}), ...(tls?.certFile ? { certFile: tls.certFile } : {}), ...(tls?.keyFile ? { keyFile: tls.keyFile } : {}) } } : {}),
+  };
+}
+
+/** What stops a replica's sync, in words for logs and /health (null: nothing is known to, it may just be away). */
+export type SyncProblem = "authentication failed" | "not authorized on the stream's subjects" | "TLS failed" | "JetStream is not enabled on the NATS server" | "NATS unreachable";
+
+/** The problem a connection or set-up error shows, and its detail (a code, never a secret). */
+export function syncProblem(error: unknown): { problem: SyncProblem; detail: string } {
+  const e = error as { code?: unknown; name?: unknown; message?: unknown; cause?: unknown } | null;
+  const text = `${String(e?.name ?? "")} ${String(e?.code ?? "")} ${String(e?.message ?? "")}`.toLowerCase();
+  const detail = typeof e?.code === "string" ? e.code : typeof e?.name === "string" ? e.name : "error";
+  if (text.includes("authorization") || text.includes("authentication")) return { problem: "authentication failed", detail };
+  if (text.includes("permission")) return { problem: "not authorized on the stream's subjects", detail };
+  if (text.includes("tls") || text.includes("ssl") || text.includes("certificate") || text.includes("self signed") || text.includes("cert_")) return { problem: "TLS failed", detail };
+  if (text.includes("jetstream") && (text.includes("not enabled") || text.includes("no responders") || text.includes("503"))) return { problem: "JetStream is not enabled on the NATS server", detail };
+  return { problem: "NATS unreachable", detail };
+}

@@ -1,0 +1,180 @@
+// Replicas on a NATS that requires credentials and TLS, against a real
+// nats-server started by the tests with an authorization block (a token, users
+// with passwords) and a TLS setup signed by a throw-away CA made here with
+// openssl: replicas sync with their credentials, a client without them cannot
+// publish, and a replica whose sync cannot work says why in its log and in
+// /health (authentication, TLS, JetStream not enabled), never with a secret.
+// Secrets are taken only from files and environment variables.
+import { execFileSync } from "node:child_process";
+import { mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { connect } from "@nats-io/transport-node";
+import pino from "pino";
+import { afterEach, describe, expect, it } from "vitest";
+import { createGateway, GatewayConfigError, loadGatewayConfig, type Gateway } from "../../src/serve/index.js";
+import { startMockEngine, type MockEngine } from "../support/mock-engine.js";
+import { hasNatsServer, startNatsServer, type NatsServer, type NatsServerOptions } from "../support/nats-server.js";
+import { waitFor } from "../support/wait.js";
+
+/** Resolves once `condition` (async) holds, polling every 50 ms; throws after `ms` with `what`. */
+async function until(condition: () => Promise<boolean>, what: string, ms: number): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!(await condition())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+const open: { close(): Promise<void> }[] = [];
+afterEach(async () => {
+  const failures: unknown[] = [];
+  while (open.length > 0) await open.pop()!.close().catch((e: unknown) => failures.push(e));
+  if (failures.length > 0) throw failures[0];
+});
+
+const TOKEN = "tok-3f9a1c77e2b04d5e8a6b";
+const PASSWORD = "pw-91c2d8e7f6a54b3c";
+const dir = mkdtempSync(path.join(tmpdir(), "adp-nats-sec-"));
+const file = (name: string, text: string) => {
+  const p = path.join(dir, name);
+  writeFileSync(p, text);
+  return p;
+};
+
+/** A throw-away CA, and a server and a client certificate it signs (openssl). */
+function makeCertificates(): { ca: string; serverCert: string; serverKey: string; clientCert: string; clientKey: string } {
+  const at = (n: string) => path.join(dir, n);
+  const run = (...args: string[]) => execFileSync("openssl", args, { stdio: "ignore" });
+  run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", at("ca-key.pem"), "-out", at("ca.pem"), "-days", "1", "-subj", "/CN=adp-test-ca");
+  for (const who of ["server", "client"]) {
+    run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", at(`${who}-key.pem`), "-out", at(`${who}.csr`), "-subj", `/CN=${who === "server" ? "127.0.0.1" : "adp-gateway"}`);
+    writeFileSync(at(`${who}.ext`), who === "server" ? "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n" : "extendedKeyUsage=clientAuth\n");
+    run("x509", "-req", "-in", at(`${who}.csr`), "-CA", at("ca.pem"), "-CAkey", at("ca-key.pem"), "-CAcreateserial", "-out", at(`${who}.pem`), "-days", "1", "-extfile", at(`${who}.ext`));
+  }
+  return { ca: at("ca.pem"), serverCert: at("server.pem"), serverKey: at("server-key.pem"), clientCert: at("client.pem"), clientKey: at("client-key.pem") };
+}
+
+/** A nats-server for one test, stopped after it. */
+async function nats(options: NatsServerOptions): Promise<NatsServer> {
+  const server = await startNatsServer(options);
+  open.push({ close: () => server.stop() });
+  return server;
+}
+
+/** A replica with `sync` (YAML) in front of `engine`, its log lines kept; `env` is where its `*_env` settings are read. */
+async function replica(engine: MockEngine, sync: string, env: Record<string, string> = {}): Promise<{ gateway: Gateway; logs: Record<string, unknown>[] }> {
+  const logs: Record<string, unknown>[] = [];
+  const text = `listen: { port: 0 }\nhealth: { interval_ms: 60000 }\npolicy: conversation\nsync: ${sync}\nupstreams:\n  - url: ${engine.url}\n`;
+  const gateway = await createGateway(loadGatewayConfig({ file: { name: "g.yaml", text }, env }), { logger: pino({ level: "info" }, { write: (l: string) => logs.push(JSON.parse(l) as Record<string, unknown>) }) });
+  open.push(gateway);
+  return { gateway, logs };
+}
+
+/** /health's body. */
+const health = async (g: Gateway) => (await (await fetch(`${g.url}/health`)).json()) as { status: string; sync: { connected: boolean; synced: boolean; problem?: string } };
+
+/** A chat through `g` in conversation `session`. */
+const ask = async (g: Gateway, session: string) => {
+  const r = await fetch(`${g.url}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json", "x-session-id": session }, body: JSON.stringify({ model: "m", messages: [{ role: "user", content: `hello ${session}` }] }) });
+  await r.text();
+  return r.status;
+};
+
+/** Two replicas on `url` with `sync` settings reach the same applied sequence and digest after requests through both. */
+async function syncedPair(engine: MockEngine, sync: string, env: Record<string, string> = {}): Promise<Gateway[]> {
+  const a = await replica(engine, sync.replace("REPLICA", "sec-a"), env);
+  const b = await replica(engine, sync.replace("REPLICA", "sec-b"), env);
+  await until(async () => (await health(a.gateway)).sync.connected && (await health(b.gateway)).sync.connected, "both connected", 10_000);
+  for (let i = 0; i < 6; i++) expect(await ask(i % 2 === 0 ? a.gateway : b.gateway, `s${i}`)).toBe(200);
+  const state = async (g: Gateway) => (await (await fetch(`${g.url}/sync/state`)).json()) as { applied: number; digest: string };
+  await until(async () => {
+    const [x, y] = [await state(a.gateway), await state(b.gateway)];
+    return x.applied >= 6 && x.applied === y.applied && x.digest === y.digest;
+  }, "equal states", 15_000);
+  for (const { logs } of [a, b]) expect(JSON.stringify(logs)).not.toMatch(new RegExp(`${TOKEN}|${PASSWORD}`));
+  return [a.gateway, b.gateway];
+}
+
+describe.skipIf(!hasNatsServer)("replicas on a NATS that requires credentials", () => {
+  it("a token from an environment variable: replicas sync; a client without it cannot publish; a wrong one is 'authentication failed' in the log and /health, the token never shown", async () => {
+    const engine = await startMockEngine("e");
+    open.push(engine);
+    const server = await nats({ conf: `authorization { token: "${TOKEN}" }` });
+    const sync = `{ url: "${server.url}", replica_id: REPLICA, auth: { token_env: NATS_TOKEN } }`;
+    await syncedPair(engine, sync, { NATS_TOKEN: TOKEN });
+    // A client that has no token is refused by the server: it cannot publish a forged entry.
+    await expect(connect({ servers: server.url.replace("nats://", ""), reconnect: false })).rejects.toThrow(/authorization/i);
+    // A wrong token: the replica routes on, says why, and /health says degraded (200: it still routes).
+    const { gateway, logs } = await replica(engine, `{ url: "${server.url}", replica_id: wrong, auth: { token_env: NATS_TOKEN } }`, { NATS_TOKEN: "not-the-token-0000" });
+    await waitFor(() => logs.some((l) => l.problem === "authentication failed"), () => JSON.stringify(logs.map((l) => l.msg)), 10_000);
+    const response = await fetch(`${gateway.url}/health`);
+    expect(response.status).toBe(200);
+    expect(((await response.json()) as { status: string; sync: { problem: string } })).toMatchObject({ status: "degraded", sync: { problem: "authentication failed", connected: false } });
+    expect(await ask(gateway, "still-routes")).toBe(200);
+    expect(JSON.stringify(logs)).not.toContain("not-the-token-0000");
+  });
+
+  it("a user and a password from a file: replicas sync", async () => {
+    const engine = await startMockEngine("e");
+    open.push(engine);
+    const server = await nats({ conf: `authorization { users = [ { user: gateway, password: "${PASSWORD}" } ] }` });
+    const secret = file("nats-password", `${PASSWORD}\n`);
+    await syncedPair(engine, `{ url: "${server.url}", replica_id: REPLICA, auth: { user: gateway, password_file: "${secret}" } }`);
+  });
+
+  it("TLS with a client certificate (a throw-away CA): replicas sync; without the CA or without a client certificate it is 'TLS failed'", async () => {
+    const engine = await startMockEngine("e");
+    open.push(engine);
+    const c = makeCertificates();
+    const server = await nats({ conf: `tls { cert_file: "${c.serverCert}", key_file: "${c.serverKey}", ca_file: "${c.ca}", verify: true }` });
+    const url = server.url.replace("nats://", "tls://");
+    await syncedPair(engine, `{ url: "${url}", replica_id: REPLICA, tls: { ca_file: "${c.ca}", cert_file: "${c.clientCert}", key_file: "${c.clientKey}" } }`);
+    for (const tls of [`{ cert_file: "${c.clientCert}", key_file: "${c.clientKey}" }`, `{ ca_file: "${c.ca}" }`]) {
+      const { gateway, logs } = await replica(engine, `{ url: "${url}", replica_id: no-tls, tls: ${tls} }`);
+      await waitFor(() => logs.some((l) => l.problem !== undefined), () => "a problem logged", 10_000);
+      expect(logs.find((l) => l.problem !== undefined)!.problem).toBe("TLS failed");
+      expect((await health(gateway)).sync.problem).toBe("TLS failed");
+    }
+  });
+
+  it("a NATS without JetStream is said as such, not as unreachable", async () => {
+    const engine = await startMockEngine("e");
+    open.push(engine);
+    const server = await nats({ jetstream: false });
+    const { gateway, logs } = await replica(engine, `{ url: "${server.url}", replica_id: nojs }`);
+    await waitFor(() => logs.some((l) => l.problem !== undefined), () => "a problem logged", 10_000);
+    expect(logs.find((l) => l.problem !== undefined)!.problem).toBe("JetStream is not enabled on the NATS server");
+    expect(await health(gateway)).toMatchObject({ status: "degraded", sync: { problem: "JetStream is not enabled on the NATS server" } });
+  });
+});
+
+describe("sync.auth and sync.tls in the configuration", () => {
+  const load = (sync: string, env: Record<string, string> = {}) => () => loadGatewayConfig({ file: { name: "g.yaml", text: `upstreams: [http://127.0.0.1:9]\nsync: ${sync}\n` }, env });
+  const problems = (f: () => unknown) => {
+    try {
+      f();
+    } catch (error) {
+      if (error instanceof GatewayConfigError) return error.message;
+      throw error;
+    }
+    throw new Error("accepted");
+  };
+
+  it("secrets only from files or environment variables, one way to authenticate, and no value in any message", () => {
+    expect(problems(load(`{ url: "nats://h:4222", auth: { token: "inline-secret-123" } }`))).toContain("sync.auth.token: is not taken inline");
+    expect(problems(load(`{ url: "nats://h:4222", auth: { token: "inline-secret-123" } }`))).not.toContain("inline-secret-123");
+    expect(problems(load(`{ url: "nats://h:4222", auth: { token_env: A, token_file: /x } }`, { A: "v" }))).toContain("set token_env or token_file, not both");
+    expect(problems(load(`{ url: "nats://h:4222", auth: { token_env: NOPE } }`))).toContain("sync.auth.token_env: names NOPE, which is not set");
+    expect(problems(load(`{ url: "nats://h:4222", auth: { user: u } }`))).toContain("sync.auth.password_env: is required with a user");
+    expect(problems(load(`{ url: "nats://h:4222", auth: { token_env: A, user: u, password_env: A } }`, { A: "v" }))).toContain("takes one way to authenticate");
+    expect(problems(load(`{ url: "nats://h:4222", auth: {} }`))).toContain("names no way to authenticate");
+    expect(problems(load(`{ url: "nats://h:4222", auth: { nkey_seed_file: "${file("bad-seed", "not a seed")}" } }`))).toContain("does not hold a user nkey seed");
+    expect(problems(load(`{ url: "nats://h:4222", auth: { creds_file: /nonexistent/x.creds } }`))).toContain("cannot be read (ENOENT)");
+    expect(problems(load(`{ url: "nats://h:4222", tls: { ca_file: "${file("ca-x.pem", "x")}" } }`))).toContain("write tls://HOST:PORT");
+    expect(problems(load(`{ url: "tls://h:4222", tls: { cert_file: "${file("c.pem", "x")}" } }`))).toContain("goes with cert_file and key_file both");
+    const ok = load(`{ url: "tls://h:4222", auth: { user: gw, password_env: P }, tls: { ca_file: "${file("ca-y.pem", "x")}" } }`, { P: PASSWORD })() as { sync: { auth: unknown; tls: unknown } };
+    expect(ok.sync.auth).toEqual({ kind: "user", user: "gw", password: PASSWORD });
+    expect(ok.sync.tls).toMatchObject({ caFile: path.join(dir, "ca-y.pem"), certFile: null, keyFile: null });
+  });
+});
