@@ -287,6 +287,7 @@ describe("/v1/models answers are bounded", () => {
       req.socket.once("close", () => closed++); // never answered
     });
     const g = await gateway({ listen: { port: 0 }, upstreams: [silent.url], health: { interval_ms: 60_000 } });
+    open.push({ close: () => silent.server.closeAllConnections() }); // before the gateway's close, which would wait for a request still open
     const hungUp = await fetch(`${g.url}/v1/models`, { signal: AbortSignal.timeout(200) }).then(
       () => false,
       () => true,
