@@ -10,6 +10,9 @@ import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { connect } from "@nats-io/transport-node";
+import { Objm } from "@nats-io/obj";
+import { encodeEntry } from "../../src/serve/sync/entry-codec.js";
+import { sign } from "../../src/serve/sync/entry-signing.js";
 import pino from "pino";
 import { afterEach, describe, expect, it } from "vitest";
 import { createGateway, GatewayConfigError, loadGatewayConfig, type Gateway } from "../../src/serve/index.js";
@@ -149,6 +152,76 @@ describe.skipIf(!hasNatsServer)("replicas on a NATS that requires credentials", 
   });
 });
 
+describe.skipIf(!hasNatsServer)("signed entries: a rogue client that can publish cannot rewrite the replicated state", () => {
+  const KEY = "k-0123456789abcdef0123456789abcdef";
+  /** Two replicas (conversation affinity, two engines) of cluster `sec` on an open NATS, signing with KEY; their logs kept. */
+  async function signedPair(server: NatsServer, extraSync = "") {
+    const engines = [await startMockEngine("x"), await startMockEngine("y")];
+    for (const e of engines) open.push(e);
+    const make = async (id: string) => {
+      const logs: Record<string, unknown>[] = [];
+      const text = `listen: { port: 0 }\nhealth: { interval_ms: 60000 }\npolicy: conversation\nsync: { url: "${server.url}", cluster: sec, replica_id: ${id}, signing: { keys: [{ id: k1, key_env: SYNC_KEY }] }${extraSync} }\nupstreams:\n${engines.map((e) => `  - ${e.url}\n`).join("")}`;
+      const gateway = await createGateway(loadGatewayConfig({ file: { name: "g.yaml", text }, env: { SYNC_KEY: KEY } }), { logger: pino({ level: "info" }, { write: (l: string) => logs.push(JSON.parse(l) as Record<string, unknown>) }) });
+      open.push(gateway);
+      return { gateway, logs };
+    };
+    const a = await make("sig-a");
+    const b = await make("sig-b");
+    await until(async () => (await health(a.gateway)).sync.connected && (await health(b.gateway)).sync.connected, "both connected", 10_000);
+    return { a, b, engines };
+  }
+  /** The upstream index a conversation's request through `g` went to. */
+  const upstreamOf = async (g: Gateway, session: string) => {
+    const r = await fetch(`${g.url}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json", "x-session-id": session }, body: JSON.stringify({ model: "m", messages: [{ role: "user", content: `turn of ${session}` }] }) });
+    await r.text();
+    return Number(r.headers.get("x-adp-upstream"));
+  };
+  const rejected = (g: Gateway, reason: string) => Number(new RegExp(`^adp_gateway_sync_rejected_entries_total\\{reason="${reason}"\\} (\\d+)$`, "m").exec(g.metrics())?.[1]);
+
+  it("forged bind entries, unsigned or signed with another key, move no conversation on any replica; each is counted by reason", async () => {
+    // Before (c7c7aac): one forged bind entry moved the conversation on every replica.
+    const server = await nats({});
+    const { a, b, engines } = await signedPair(server);
+    const first = await upstreamOf(a.gateway, "c1");
+    await until(async () => (await upstreamOf(b.gateway, "c1")) === first, "b follows a's binding", 10_000);
+    const other = engines[1 - first]!;
+    const rogue = await connect({ servers: server.url.replace("nats://", "") });
+    open.push({ close: () => rogue.close() });
+    const forged = encodeEntry({ origin: "rogue#1", counter: 0, url: other.url, entry: { op: "bind", upstream: 1 - first, key: "c1" } });
+    rogue.publish("adp.sec.state", forged);
+    rogue.publish("adp.sec.state", sign(forged, { id: "k1", secret: Buffer.from("not-the-key-not-the-key-not-the-key") }));
+    rogue.publish("adp.sec.state", sign(forged, { id: "k9", secret: Buffer.from(KEY) }));
+    await rogue.flush();
+    await until(async () => rejected(a.gateway, "unsigned") === 1 && rejected(b.gateway, "bad signature") === 1 && rejected(b.gateway, "unknown key") === 1, "the forgeries rejected", 10_000);
+    for (const g of [a.gateway, b.gateway]) for (let i = 0; i < 3; i++) expect(await upstreamOf(g, "c1")).toBe(first);
+    // Rate-limited: three rejections, one log line per replica.
+    expect(a.logs.filter((l) => String(l.msg).startsWith("sync: a stream message was not applied"))).toHaveLength(1);
+    expect(a.logs.some((l) => String(l.msg).startsWith("sync: entries are unauthenticated"))).toBe(false);
+  });
+
+  it("a planted snapshot claiming a sequence the stream never reached stops no replica from storing its own", async () => {
+    // Before (c7c7aac): a "latest" object whose description said seq 9e15 stopped every replica from storing snapshots.
+    const server = await nats({});
+    const { a } = await signedPair(server, ", snapshot_every: 4, max_entries: 100");
+    const rogue = await connect({ servers: server.url.replace("nats://", "") });
+    open.push({ close: () => rogue.close() });
+    const store = await new Objm(rogue).create("adp_sec_snapshots");
+    await store.putBlob({ name: "latest", description: JSON.stringify({ seq: 9e15, digest: "planted" }) }, new Uint8Array([1, 2, 3]));
+    const stored = () => Number(/^adp_gateway_sync_snapshots_total\{op="stored"\} (\d+)$/m.exec(a.gateway.metrics())?.[1]);
+    for (let i = 0; i < 12; i++) await upstreamOf(a.gateway, `p${i}`);
+    await until(async () => stored() >= 1, "a snapshot stored over the planted one", 10_000);
+    const info = await store.info("latest");
+    expect((JSON.parse(info!.description!) as { seq: number }).seq).toBeLessThan(100);
+  });
+
+  it("without keys, the start says plainly that entries are unauthenticated", async () => {
+    const engine = await startMockEngine("e");
+    open.push(engine);
+    const { logs } = await replica(engine, `{ url: "nats://127.0.0.1:1", replica_id: open-one }`);
+    expect(logs.some((l) => String(l.msg).startsWith("sync: entries are unauthenticated"))).toBe(true);
+  });
+});
+
 describe("sync.auth and sync.tls in the configuration", () => {
   const load = (sync: string, env: Record<string, string> = {}) => () => loadGatewayConfig({ file: { name: "g.yaml", text: `upstreams: [http://127.0.0.1:9]\nsync: ${sync}\n` }, env });
   const problems = (f: () => unknown) => {
@@ -173,6 +246,10 @@ describe("sync.auth and sync.tls in the configuration", () => {
     expect(problems(load(`{ url: "nats://h:4222", auth: { creds_file: /nonexistent/x.creds } }`))).toContain("cannot be read (ENOENT)");
     expect(problems(load(`{ url: "nats://h:4222", tls: { ca_file: "${file("ca-x.pem", "x")}" } }`))).toContain("write tls://HOST:PORT");
     expect(problems(load(`{ url: "tls://h:4222", tls: { cert_file: "${file("c.pem", "x")}" } }`))).toContain("goes with cert_file and key_file both");
+    expect(problems(load(`{ url: "nats://h:4222", signing: { keys: [{ id: k1, key_env: K }] } }`, { K: "short-key" }))).toContain("holds a key of 9 bytes: at least 32");
+    expect(problems(load(`{ url: "nats://h:4222", signing: { keys: [{ id: k1, key_env: K }] } }`, { K: "short-key" }))).not.toContain("short-key");
+    expect(problems(load(`{ url: "nats://h:4222", signing: { keys: [{ id: k1, key: inline-signing-key-inline-signing-key }] } }`))).toContain("sync.signing.keys[0].key: is not taken inline");
+    expect(problems(load(`{ url: "nats://h:4222", signing: { keys: [] } }`))).toContain("must list at least one key");
     const ok = load(`{ url: "tls://h:4222", auth: { user: gw, password_env: P }, tls: { ca_file: "${file("ca-y.pem", "x")}" } }`, { P: PASSWORD })() as { sync: { auth: unknown; tls: unknown } };
     expect(ok.sync.auth).toEqual({ kind: "user", user: "gw", password: PASSWORD });
     expect(ok.sync.tls).toMatchObject({ caFile: path.join(dir, "ca-y.pem"), certFile: null, keyFile: null });

@@ -29,6 +29,7 @@ import { DeliverPolicy, DiscardPolicy, jetstream, jetstreamManager, type JetStre
 import { Objm, type ObjectStore } from "@nats-io/obj";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { connectOptions, syncProblem, type SyncProblem } from "./sync-auth.js";
+import { sign, SignatureError, verify } from "./entry-signing.js";
 import type { Logger } from "pino";
 import type { GatewayConfig } from "../config.js";
 import { gatewayEngineViews } from "../engine-views.js";
@@ -64,8 +65,10 @@ export interface SyncCounters {
   dropped: number;
   /** Stream entries applied to the replicated state. */
   applied: number;
-  /** Stream messages that were not entries (skipped, counted). */
+  /** Stream messages that were not entries, or not signed by a listed key (skipped, counted). */
   rejected: number;
+  /** Of those, by reason (`not an entry`, `unsigned`, `unknown key`, `bad signature`, `not applicable`). */
+  readonly rejectedBy: Map<string, number>;
   /** Deliveries of an entry already applied (skipped). */
   duplicates: number;
   /** Snapshots this replica stored, and loaded. */
@@ -92,7 +95,9 @@ export class Replication {
   #localUrls: () => readonly string[] = () => [];
   /** The replicated state's upstream URLs, in rank order (entries name upstreams by URL). */
   #mirrorUrls: readonly string[];
-  readonly counters: SyncCounters = { published: 0, dropped: 0, applied: 0, rejected: 0, duplicates: 0, snapshotsStored: 0, snapshotsLoaded: 0, missed: 0 };
+  readonly counters: SyncCounters = { published: 0, dropped: 0, applied: 0, rejected: 0, rejectedBy: new Map(), duplicates: 0, snapshotsStored: 0, snapshotsLoaded: 0, missed: 0 };
+  /** When a rejected message was last logged (such lines are rate-limited). */
+  #rejectionLoggedAt = Number.NEGATIVE_INFINITY;
   #counter = 0;
   /** Entries waiting to be published, in order. */
   #queue: { id: string; bytes: Uint8Array }[] = [];
@@ -121,6 +126,27 @@ export class Replication {
     const views = gatewayEngineViews(config);
     this.#mirror = new RoutingState(createGatewayRouter(config), null, { views, live: () => [] });
     this.#mirrorUrls = config.upstreams.map((u) => u.url);
+    if (sync.signing === null) log.warn({ replica: sync.replicaId }, "sync: entries are unauthenticated (no sync.signing keys): anyone who can publish on the cluster's NATS subject can change every replica's routing state");
+  }
+
+  /** `bytes` signed with the first key, when keys are configured. */
+  #seal(bytes: Uint8Array): Uint8Array {
+    return this.#sync.signing === null ? bytes : sign(bytes, this.#sync.signing[0]!);
+  }
+
+  /** The body of a stored message (its signature checked, when keys are configured); throws SignatureError. */
+  #open(bytes: Uint8Array): Uint8Array {
+    return this.#sync.signing === null ? bytes : verify(bytes, this.#sync.signing);
+  }
+
+  /** Counts (and, at most every 10 s, logs) a message that was not applied. */
+  #reject(seq: number, reason: string, detail: string): void {
+    this.counters.rejected++;
+    this.counters.rejectedBy.set(reason, (this.counters.rejectedBy.get(reason) ?? 0) + 1);
+    const now = performance.now();
+    if (now - this.#rejectionLoggedAt < 10_000) return;
+    this.#rejectionLoggedAt = now;
+    this.#log.warn({ replica: this.#sync.replicaId, seq, reason, detail: detail.slice(0, 200), rejected: this.counters.rejected }, "sync: a stream message was not applied (further ones within 10 s are only counted)");
   }
 
   /** The state log the routing state appends to: shared entries go to the stream. */
@@ -149,7 +175,7 @@ export class Replication {
         id = (entry.op === "kv-events" || entry.op === "clear") && entry.id !== undefined ? `kv|${url}|${entry.id}` : `${this.origin}:${counter}`;
       } else return;
       this.#counter++;
-      const bytes = encodeEntry(message); // a copy: the caller's arrays are reused
+      const bytes = this.#seal(encodeEntry(message)); // a copy: the caller's arrays are reused
       if (this.#queue.length >= this.#sync.maxBufferedEntries) {
         this.#queue.shift();
         this.counters.dropped++;
@@ -361,8 +387,10 @@ export class Replication {
     if (info === null) return null;
     try {
       const meta = JSON.parse(info.description ?? "{}") as { seq?: number; digest?: string };
-      const bytes = await store.getBlob("latest");
-      if (bytes === null || typeof meta.digest !== "string") throw new SnapshotError("missing its bytes or its digest");
+      if (typeof meta.seq !== "number" || meta.seq > (await this.#lastSequence())) throw new SnapshotError("it claims a sequence the stream never reached");
+      const stored = await store.getBlob("latest");
+      if (stored === null || typeof meta.digest !== "string") throw new SnapshotError("missing its bytes or its digest");
+      const bytes = this.#open(stored);
       const snapshot = decodeStateSnapshot(bytes, meta.digest);
       if (snapshot.seq !== meta.seq) throw new SnapshotError("its sequence differs from the one recorded with it");
       return snapshot;
@@ -401,15 +429,23 @@ export class Replication {
       const bytes = encodeStateSnapshot(seq, parts);
       const digest = stateDigest(parts);
       const info = await store.info("latest");
-      const stored = info === null ? -1 : ((JSON.parse(info.description ?? "{}") as { seq?: number }).seq ?? -1);
-      if (stored >= seq) return; // another replica got there first
-      await store.putBlob({ name: "latest", description: JSON.stringify({ seq, digest }) }, bytes);
+      const stored = info === null ? -1 : Number((JSON.parse(info.description ?? "{}") as { seq?: unknown }).seq ?? -1);
+      // Another replica got there first, unless what is there claims a sequence the stream never reached (planted).
+      if (stored >= seq && stored <= (await this.#lastSequence())) return;
+      await store.putBlob({ name: "latest", description: JSON.stringify({ seq, digest }) }, this.#seal(bytes));
       this.counters.snapshotsStored++;
     } catch (error) {
       this.#log.warn({ replica: this.#sync.replicaId, reason: (error as Error).message.slice(0, 200) }, "sync: could not store a snapshot");
     } finally {
       this.#storing = false;
     }
+  }
+
+  /** The stream's last sequence (what any real snapshot covers at most). */
+  async #lastSequence(): Promise<number> {
+    const jsm = this.#jsm;
+    if (jsm === null) return -1;
+    return (await jsm.streams.info(this.#stream)).state.last_seq;
   }
 
   /** Applies the stream in order from the entry after the last applied, for as long as the replica runs. */
@@ -456,12 +492,11 @@ export class Replication {
   #applyMessage(seq: number, data: Uint8Array): void {
     let message;
     try {
-      message = decodeEntry(data);
+      message = decodeEntry(this.#open(data));
     } catch (error) {
-      if (!(error instanceof SyncEntryError)) throw error;
-      this.counters.rejected++;
-      this.#log.warn({ replica: this.#sync.replicaId, seq, reason: error.message }, "sync: a stream message that is not an entry was skipped");
-      return;
+      if (error instanceof SignatureError) return this.#reject(seq, error.problem, error.message);
+      // Anything the codec throws is the message's fault: counted, never a stopped consumer.
+      return this.#reject(seq, "not an entry", (error as Error).message);
     }
     this.counters.applied++;
     try {
@@ -485,8 +520,7 @@ export class Replication {
       if (local >= 0 && (entry.op === "bind" || (entry.op === "learn-blocks" && message.origin !== this.origin))) this.#local?.applyQuietly({ ...entry, upstream: local });
     } catch (error) {
       // An entry naming an upstream this fleet does not have (a replica with another configuration).
-      this.counters.rejected++;
-      this.#log.warn({ replica: this.#sync.replicaId, seq, reason: (error as Error).message.slice(0, 200) }, "sync: an entry this replica cannot apply was skipped");
+      this.#reject(seq, "not applicable", (error as Error).message);
     }
     }
 }

@@ -15,6 +15,7 @@
 import { readFileSync, statSync } from "node:fs";
 import { credsAuthenticator, nkeyAuthenticator, type ConnectionOptions } from "@nats-io/transport-node";
 import { describeValue } from "../../errors.js";
+import { KEY_ID, type SigningKey } from "./entry-signing.js";
 
 /** How a replica proves who it is to NATS. */
 export type NatsAuth =
@@ -152,3 +153,33 @@ export function syncProblem(error: unknown): { problem: SyncProblem; detail: str
   if (text.includes("jetstream") && (text.includes("not enabled") || text.includes("no responders") || text.includes("503"))) return { problem: "JetStream is not enabled on the NATS server", detail };
   return { problem: "NATS unreachable", detail };
 }
+
+/** The shortest signing key taken (shorter is guessable). */
+const MIN_SIGNING_KEY = 32;
+
+/** Reads `sync.signing: { keys: [{ id, key_env | key_file }, ...] }` (the first signs, any verifies); null: none. */
+export function readSigningKeys(r: AuthSettingReader, value: unknown, env: Record<string, string | undefined>): SigningKey[] | null {
+  if (value === undefined || value === null) return null;
+  const path = ["sync", "signing"];
+  const s = r.section(value, path, ["keys"]);
+  if (!Array.isArray(s.keys) || s.keys.length === 0) {
+    r.fail([...path, "keys"], "must list at least one key: { id, key_env or key_file } (the first signs, every one verifies)");
+    return null;
+  }
+  const keys: SigningKey[] = [];
+  s.keys.forEach((entry: unknown, i: number) => {
+    const at = [...path, "keys", i];
+    const k = r.section(entry, at, ["id", "key", "key_env", "key_file"]);
+    const id = r.str(k.id, [...at, "id"], "");
+    if (!KEY_ID.test(id)) r.fail([...at, "id"], `must be 1-64 letters, digits, '.', '_' or '-', got ${describeValue(id)}`);
+    if (k.key === undefined && k.key_env === undefined && k.key_file === undefined) r.fail([...at, "key_env"], "is required (or key_file)");
+    const value = k.key === undefined && k.key_env === undefined && k.key_file === undefined ? null : secret(r, k, "key", at, env);
+    if (value !== null && Buffer.byteLength(value) < MIN_SIGNING_KEY) r.fail([...at, secretFrom(k)], `holds a key of ${Buffer.byteLength(value)} bytes: at least ${MIN_SIGNING_KEY} (say, openssl rand -hex 32)`);
+    if (keys.some((x) => x.id === id)) r.fail([...at, "id"], `${describeValue(id)} is listed twice`);
+    if (value !== null && KEY_ID.test(id)) keys.push({ id, secret: Buffer.from(value, "utf8") });
+  });
+  return keys.length === s.keys.length ? keys : null;
+}
+
+/** Which setting a key came from, for messages. */
+const secretFrom = (k: Record<string, unknown>) => (k.key_env !== undefined ? "key_env" : "key_file");

@@ -9,7 +9,8 @@
 import { hostname } from "node:os";
 import { describeValue, excerpt } from "../../errors.js";
 import type { SettingReader } from "../events-config.js";
-import { readNatsAuth, readNatsTls, type AuthSettingReader, type NatsAuth, type NatsTls } from "./sync-auth.js";
+import { readNatsAuth, readNatsTls, readSigningKeys, type AuthSettingReader, type NatsAuth, type NatsTls } from "./sync-auth.js";
+import type { SigningKey } from "./entry-signing.js";
 
 /** Where and as whom a replica shares its routing state. */
 export interface SyncConfig {
@@ -29,6 +30,8 @@ export interface SyncConfig {
   readonly auth: NatsAuth | null;
   /** TLS settings (a tls:// URL without them uses the system's CAs), or null. */
   readonly tls: NatsTls | null;
+  /** The keys entries and snapshots are signed with (the first) and checked against (any), or null: unauthenticated. */
+  readonly signing: readonly SigningKey[] | null;
 }
 
 /** The flags that override the file's `sync:`. */
@@ -56,7 +59,7 @@ export function checkNatsUrl(text: string): string | null {
 
 /** Reads `sync:` and its flags (null: this gateway shares nothing). */
 export function readSyncSettings(r: SettingReader & AuthSettingReader, value: unknown, flags: SyncFlags, env: Record<string, string | undefined> = process.env): SyncConfig | null {
-  const s = r.section(value, ["sync"], ["url", "cluster", "replica_id", "max_buffered_entries", "max_entries", "snapshot_every", "auth", "tls"]);
+  const s = r.section(value, ["sync"], ["url", "cluster", "replica_id", "max_buffered_entries", "max_entries", "snapshot_every", "auth", "tls", "signing"]);
   const url = flags.sync ?? (s.url === undefined ? undefined : r.str(s.url, ["sync", "url"], ""));
   if (url === undefined || url === "") {
     if (flags.replicaId !== undefined || Object.keys(s).length > 0) r.fail(["sync", "url"], "is required to share state (sync.url, or --sync nats://HOST:PORT)");
@@ -75,7 +78,8 @@ export function readSyncSettings(r: SettingReader & AuthSettingReader, value: un
   const auth = readNatsAuth(r, s.auth, env);
   const tls = readNatsTls(r, s.tls);
   if (tls !== null && url.startsWith("nats://")) r.fail(["sync", "tls"], "is set for a nats:// URL: write tls://HOST:PORT (the connection is then TLS)");
-  return { url, cluster, replicaId, maxBufferedEntries, maxEntries, snapshotEvery, auth, tls };
+  const signing = readSigningKeys(r, s.signing, env);
+  return { url, cluster, replicaId, maxBufferedEntries, maxEntries, snapshotEvery, auth, tls, signing };
 }
 
 /** JSON Schema of `sync:`. */
@@ -103,6 +107,24 @@ export const syncSchema = Object.freeze({
         password_file: { type: "string", minLength: 1 },
         nkey_seed_file: { type: "string", minLength: 1, description: "A file holding the user's nkey seed (SU…)." },
         creds_file: { type: "string", minLength: 1, description: "A NATS creds file (user JWT and seed, from nsc)." },
+      },
+    },
+    signing: {
+      type: "object",
+      additionalProperties: false,
+      required: ["keys"],
+      description: "Entries and snapshots signed with HMAC-SHA-256: the first key signs, any listed verifies (rotation). Without it, entries are unauthenticated (said at start).",
+      properties: {
+        keys: {
+          type: "array",
+          minItems: 1,
+          items: {
+            type: "object",
+            additionalProperties: false,
+            required: ["id"],
+            properties: { id: { type: "string", pattern: "^[A-Za-z0-9_.-]{1,64}$" }, key_env: { type: "string", pattern: "^[A-Za-z_][A-Za-z0-9_]*$" }, key_file: { type: "string", minLength: 1 } },
+          },
+        },
       },
     },
     tls: {
