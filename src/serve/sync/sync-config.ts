@@ -26,6 +26,8 @@ export interface SyncConfig {
   readonly maxEntries: number;
   /** A snapshot of the replicated state is stored every this many entries. */
   readonly snapshotEvery: number;
+  /** The most upstreams a fleet change from the stream may name (a larger one is rejected, counted). */
+  readonly maxFleet: number;
   /** How it authenticates to NATS (sync-auth.ts), or null: as no one. */
   readonly auth: NatsAuth | null;
   /** TLS settings (a tls:// URL without them uses the system's CAs), or null. */
@@ -59,7 +61,7 @@ export function checkNatsUrl(text: string): string | null {
 
 /** Reads `sync:` and its flags (null: this gateway shares nothing). */
 export function readSyncSettings(r: SettingReader & AuthSettingReader, value: unknown, flags: SyncFlags, env: Record<string, string | undefined> = process.env): SyncConfig | null {
-  const s = r.section(value, ["sync"], ["url", "cluster", "replica_id", "max_buffered_entries", "max_entries", "snapshot_every", "auth", "tls", "signing"]);
+  const s = r.section(value, ["sync"], ["url", "cluster", "replica_id", "max_buffered_entries", "max_entries", "snapshot_every", "max_fleet", "auth", "tls", "signing"]);
   const url = flags.sync ?? (s.url === undefined ? undefined : r.str(s.url, ["sync", "url"], ""));
   if (url === undefined || url === "") {
     if (flags.replicaId !== undefined || Object.keys(s).length > 0) r.fail(["sync", "url"], "is required to share state (sync.url, or --sync nats://HOST:PORT)");
@@ -79,7 +81,8 @@ export function readSyncSettings(r: SettingReader & AuthSettingReader, value: un
   const tls = readNatsTls(r, s.tls);
   if (tls !== null && url.startsWith("nats://")) r.fail(["sync", "tls"], "is set for a nats:// URL: write tls://HOST:PORT (the connection is then TLS)");
   const signing = readSigningKeys(r, s.signing, env);
-  return { url, cluster, replicaId, maxBufferedEntries, maxEntries, snapshotEvery, auth, tls, signing };
+  const maxFleet = r.int(s.max_fleet, ["sync", "max_fleet"], 1, 65_535, 256);
+  return { url, cluster, replicaId, maxBufferedEntries, maxEntries, snapshotEvery, maxFleet, auth, tls, signing };
 }
 
 /** JSON Schema of `sync:`. */
@@ -95,6 +98,7 @@ export const syncSchema = Object.freeze({
     max_buffered_entries: { type: "integer", minimum: 1, default: 100000 },
     max_entries: { type: "integer", minimum: 10, default: 1000000, description: "Entries the stream keeps; a replica behind them starts from the latest snapshot." },
     snapshot_every: { type: "integer", minimum: 1, default: 10000, description: "Entries between snapshots of the replicated state (in a JetStream object store)." },
+    max_fleet: { type: "integer", minimum: 1, maximum: 65535, default: 256, description: "The most upstreams a fleet change from the stream may name; a larger one is rejected and counted." },
     auth: {
       type: "object",
       additionalProperties: false,
