@@ -14,6 +14,7 @@ import { pino } from "pino";
 import { afterEach, describe, expect, it } from "vitest";
 import { createGateway, GatewayConfigError, loadGatewayConfig, type Gateway } from "../../src/serve/index.js";
 import { startMockEngine, type MockEngine } from "../support/mock-engine.js";
+import { runCli } from "../support/processes.js";
 
 const CLI = path.resolve("dist/cli.js");
 const ADMIN_KEY = "admin-key-for-edge-tests-0123";
@@ -76,21 +77,7 @@ async function chatThrough(g: Gateway): Promise<string> {
 }
 
 /** Runs the built CLI to its exit (killed after `timeoutMs`). */
-function run(args: string[], timeoutMs = 15_000): Promise<{ status: number | null; stdout: string; stderr: string }> {
-  return new Promise((resolve) => {
-    const child = spawn(process.execPath, [CLI, ...args], { stdio: ["ignore", "pipe", "pipe"] });
-    children.push(child);
-    let stdout = "";
-    let stderr = "";
-    child.stdout!.on("data", (d) => (stdout += d));
-    child.stderr!.on("data", (d) => (stderr += d));
-    const timer = setTimeout(() => child.kill("SIGKILL"), timeoutMs);
-    child.on("exit", (status) => {
-      clearTimeout(timer);
-      resolve({ status, stdout, stderr });
-    });
-  });
-}
+const run = (args: string[], timeoutMs = 15_000) => runCli(CLI, args, children, timeoutMs);
 
 describe("an upstream URL ending in /v1", () => {
   it("is taken without the /v1, with a warning in config.warnings and in the log at start; requests reach /v1/chat/completions", async () => {

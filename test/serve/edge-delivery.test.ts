@@ -22,6 +22,7 @@ import { afterEach, describe, expect, it } from "vitest";
 import { createGateway, type Gateway } from "../../src/serve/index.js";
 import { startMockEngine, type EngineBehaviour, type MockEngine } from "../support/mock-engine.js";
 import { metricsByIndex } from "../support/metrics.js";
+import { deadPort } from "../support/processes.js";
 
 const open: { close(): Promise<void> }[] = [];
 afterEach(async () => {
@@ -105,14 +106,6 @@ const total = (g: Gateway, name: string) =>
     .filter((l) => l.startsWith(`${name}{`))
     .reduce((sum, l) => sum + Number(l.slice(l.lastIndexOf(" ") + 1)), 0);
 
-/** A port nothing listens on. */
-async function deadPort(): Promise<number> {
-  const s = createServer();
-  await new Promise<void>((r) => s.listen(0, "127.0.0.1", r));
-  const port = (s.address() as AddressInfo).port;
-  await new Promise((r) => s.close(r));
-  return port;
-}
 
 /** A port where connecting hangs: a listener in a stopped child process whose accept queue is full (as in failures.test.ts). */
 async function blackhole(): Promise<number> {

@@ -4,12 +4,13 @@
 // upstream, and a connect timeout answered 504.
 import { spawn, type ChildProcess } from "node:child_process";
 import { createServer as createHttpServer, type Server } from "node:http";
-import { connect, createServer, type AddressInfo, type Socket } from "node:net";
+import { connect, type AddressInfo, type Socket } from "node:net";
 import { pino } from "pino";
 import { afterEach, describe, expect, it } from "vitest";
 import { createGateway, type Gateway } from "../../src/serve/index.js";
 import { startMockEngine, type MockEngine } from "../support/mock-engine.js";
 import { metricsByIndex } from "../support/metrics.js";
+import { deadPort } from "../support/processes.js";
 
 const open: { close(): Promise<void> }[] = [];
 afterEach(async () => {
@@ -46,14 +47,6 @@ const healthOf = async (g: Gateway) => {
 };
 const metric = (g: Gateway, line: string) => metricsByIndex(g.metrics()).split("\n").find((l) => l.startsWith(line));
 
-/** A port nothing listens on. */
-async function deadPort(): Promise<number> {
-  const s = createServer();
-  await new Promise<void>((r) => s.listen(0, "127.0.0.1", r));
-  const port = (s.address() as AddressInfo).port;
-  await new Promise((r) => s.close(r));
-  return port;
-}
 
 describe("passive ejection on 5xx", () => {
   it("answers never eject the last healthy upstream: its 5xx answers are passed on, not turned into 503s for everyone", async () => {

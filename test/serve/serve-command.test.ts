@@ -9,26 +9,13 @@ import path from "node:path";
 import { describe, expect, it } from "vitest";
 import { startMockEngine, trackedForCleanup, urlFrom } from "../support/mock-engine.js";
 import { metricsByIndex } from "../support/metrics.js";
+import { runCli } from "../support/processes.js";
 
 const CLI = path.resolve("dist/cli.js");
 const { children, engines } = trackedForCleanup();
 
-/** Runs the CLI to its exit; resolves with its status and output. */
-function run(args: string[], timeoutMs = 10_000): Promise<{ status: number | null; stdout: string; stderr: string }> {
-  return new Promise((resolve) => {
-    const child = spawn(process.execPath, [CLI, ...args], { stdio: ["ignore", "pipe", "pipe"] });
-    children.push(child);
-    let stdout = "";
-    let stderr = "";
-    child.stdout!.on("data", (d) => (stdout += d));
-    child.stderr!.on("data", (d) => (stderr += d));
-    const timer = setTimeout(() => child.kill("SIGKILL"), timeoutMs);
-    child.on("exit", (status) => {
-      clearTimeout(timer);
-      resolve({ status, stdout, stderr });
-    });
-  });
-}
+/** Runs the built CLI to its exit (killed after `timeoutMs`). */
+const run = (args: string[], timeoutMs = 10_000) => runCli(CLI, args, children, timeoutMs);
 
 /** Starts `adp-router serve` and resolves with the URL it prints. */
 function start(args: string[]): Promise<{ child: ChildProcess; url: string; exited: Promise<number | null>; stderr: () => string }> {
