@@ -13,16 +13,15 @@
 //   ejections; ejection time grows with recent ejections; 5xx answers and
 //   gateway failures are counted apart.
 // - Timeouts fire near their setting (first_byte_ms, idle_ms), not up to 500 ms late.
-import { spawn, type ChildProcess } from "node:child_process";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
-import { connect, type AddressInfo, type Socket } from "node:net";
+import type { AddressInfo } from "node:net";
 import OpenAI, { APIConnectionError, APIError } from "openai";
 import { pino } from "pino";
 import { afterEach, describe, expect, it } from "vitest";
 import { createGateway, type Gateway } from "../../src/serve/index.js";
 import { startMockEngine, type EngineBehaviour, type MockEngine } from "../support/mock-engine.js";
 import { metricsByIndex } from "../support/metrics.js";
-import { deadPort } from "../support/processes.js";
+import { blackhole, deadPort } from "../support/processes.js";
 
 const open: { close(): Promise<void> }[] = [];
 afterEach(async () => {
@@ -107,26 +106,11 @@ const total = (g: Gateway, name: string) =>
     .reduce((sum, l) => sum + Number(l.slice(l.lastIndexOf(" ") + 1)), 0);
 
 
-/** A port where connecting hangs: a listener in a stopped child process whose accept queue is full (as in failures.test.ts). */
-async function blackhole(): Promise<number> {
-  const child: ChildProcess = spawn(process.execPath, ["-e", 'const s = require("node:net").createServer(); s.listen({ port: 0, host: "127.0.0.1", backlog: 1 }, () => { console.log(s.address().port); process.kill(process.pid, "SIGSTOP"); });'], { stdio: ["ignore", "pipe", "inherit"] });
-  const port = await new Promise<number>((resolve) => child.stdout!.once("data", (d) => resolve(Number(String(d).trim()))));
-  const fill: Socket[] = [];
-  open.push({
-    close: async () => {
-      for (const s of fill) s.destroy();
-      child.kill("SIGKILL");
-    },
-  });
-  await sleep(100); // stopped
-  for (let i = 0; i < 16; i++) {
-    const s = connect(port, "127.0.0.1");
-    s.on("error", () => {});
-    fill.push(s);
-    const done = await Promise.race([new Promise<boolean>((r) => s.once("connect", () => r(true))), sleep(300).then(() => false)]);
-    if (!done) break;
-  }
-  return port;
+/** A port where connecting hangs (test/support/processes.ts), closed after the test. */
+async function hole(): Promise<number> {
+  const h = await blackhole();
+  open.push(h);
+  return h.port;
 }
 
 /** Checks on a long interval: only traffic changes an upstream's health. */
@@ -149,7 +133,7 @@ describe("the delivery rule: another upstream only when provably never delivered
 
   it("a connect that hangs (connect_ms) is retried on another upstream, and counts as the hung one's gateway failure", async () => {
     // Old code: retried too, but never named the upstream nor counted connect timeouts under consecutive_gateway_failures (no such setting: refused config).
-    const port = await blackhole();
+    const port = await hole();
     const live = await engine("live");
     const { gateway: g } = await gateway({
       upstreams: [{ url: `http://127.0.0.1:${port}`, name: "hole" }, { url: live.url, name: "live" }],

@@ -2,15 +2,14 @@
 // 5xx and its minimum duration, upstreams unreachable at start starting
 // unhealthy, `x-adp-upstream` on every answer that came from (or failed on) an
 // upstream, and a connect timeout answered 504.
-import { spawn, type ChildProcess } from "node:child_process";
 import { createServer as createHttpServer, type Server } from "node:http";
-import { connect, type AddressInfo, type Socket } from "node:net";
+import type { AddressInfo } from "node:net";
 import { pino } from "pino";
 import { afterEach, describe, expect, it } from "vitest";
 import { createGateway, type Gateway } from "../../src/serve/index.js";
 import { startMockEngine, type MockEngine } from "../support/mock-engine.js";
 import { metricsByIndex } from "../support/metrics.js";
-import { deadPort } from "../support/processes.js";
+import { blackhole, deadPort } from "../support/processes.js";
 
 const open: { close(): Promise<void> }[] = [];
 afterEach(async () => {
@@ -258,35 +257,11 @@ describe("x-adp-upstream on every answer about an upstream", () => {
   });
 });
 
-/**
- * A port where connecting hangs: a listener in a stopped child process whose
- * accept queue is full, so the kernel drops further SYNs (Linux).
- */
-async function blackhole(): Promise<{ port: number; child: ChildProcess; fill: Socket[] }> {
-  const child = spawn(process.execPath, ["-e", 'const s = require("node:net").createServer(); s.listen({ port: 0, host: "127.0.0.1", backlog: 1 }, () => { console.log(s.address().port); process.kill(process.pid, "SIGSTOP"); });'], { stdio: ["ignore", "pipe", "inherit"] });
-  const port = await new Promise<number>((resolve) => child.stdout!.once("data", (d) => resolve(Number(String(d).trim()))));
-  await sleep(100); // stopped
-  const fill: Socket[] = [];
-  // Fill the accept queue until a connection no longer completes.
-  for (let i = 0; i < 16; i++) {
-    const s = connect(port, "127.0.0.1");
-    s.on("error", () => {});
-    fill.push(s);
-    const done = await Promise.race([new Promise<boolean>((r) => s.once("connect", () => r(true))), sleep(300).then(() => false)]);
-    if (!done) break;
-  }
-  return { port, child, fill };
-}
 
 describe("connect timeouts", () => {
   it("a connect timeout is retried elsewhere, and answers 504 when every try timed out; a refused connection stays 502", async () => {
     const hole = await blackhole();
-    open.push({
-      close: async () => {
-        for (const s of hole.fill) s.destroy();
-        hole.child.kill("SIGKILL");
-      },
-    });
+    open.push(hole);
     const live = await engine("live");
     const health = { interval_ms: 60_000, timeout_ms: 5000, unhealthy_threshold: 10 };
     const { gateway: alone } = await gateway({ upstreams: [`http://127.0.0.1:${hole.port}`], timeouts: { connect_ms: 300 }, health });

@@ -1,8 +1,8 @@
 // Helpers the gateway's tests share for child processes and ports: running
-// the built CLI to its exit (the child tracked for cleanup), and a loopback
-// port nothing listens on.
+// the built CLI to its exit (the child tracked for cleanup), a loopback port
+// nothing listens on, and one where connecting hangs.
 import { spawn, type ChildProcess } from "node:child_process";
-import { createServer, type AddressInfo } from "node:net";
+import { connect, createServer, type AddressInfo, type Socket } from "node:net";
 
 /** Runs `node CLI ...args` to its exit, the child pushed onto `children` (killed by the caller's cleanup; here after `timeoutMs`). */
 export function runCli(cli: string, args: string[], children: ChildProcess[], timeoutMs = 10_000): Promise<{ status: number | null; stdout: string; stderr: string }> {
@@ -29,3 +29,31 @@ export async function deadPort(): Promise<number> {
   await new Promise((r) => s.close(r));
   return port;
 }
+
+/**
+ * A port where connecting hangs: a listener in a stopped child process whose
+ * accept queue is full, so the kernel drops further SYNs (Linux). `close`
+ * lets go of the filling sockets and kills the child.
+ */
+export async function blackhole(): Promise<{ port: number; close(): Promise<void> }> {
+  const child = spawn(process.execPath, ["-e", 'const s = require("node:net").createServer(); s.listen({ port: 0, host: "127.0.0.1", backlog: 1 }, () => { console.log(s.address().port); process.kill(process.pid, "SIGSTOP"); });'], { stdio: ["ignore", "pipe", "inherit"] });
+  const port = await new Promise<number>((resolve) => child.stdout!.once("data", (d) => resolve(Number(String(d).trim()))));
+  const fill: Socket[] = [];
+  const close = async () => {
+    for (const s of fill) s.destroy();
+    child.kill("SIGKILL");
+  };
+  await sleep(100); // stopped
+  // Fill the accept queue until a connection no longer completes.
+  for (let i = 0; i < 16; i++) {
+    const s = connect(port, "127.0.0.1");
+    s.on("error", () => {});
+    fill.push(s);
+    const done = await Promise.race([new Promise<boolean>((r) => s.once("connect", () => r(true))), sleep(300).then(() => false)]);
+    if (!done) break;
+  }
+  return { port, close };
+}
+
+/** Resolves after `ms`. */
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
