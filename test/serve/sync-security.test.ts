@@ -245,6 +245,32 @@ describe.skipIf(!hasNatsServer)("signed entries: a rogue client that can publish
   });
 });
 
+describe.skipIf(!hasNatsServer)("no stuck entries", () => {
+  it("an entry over the server's max_payload is not published, is logged and counted, and nothing stays pending", async () => {
+    // Before (c7c7aac): the publish was refused, the entry put back and retried for ever, silently; the replica said pending 1 for good.
+    const server = await nats({ conf: "max_payload: 65536" });
+    const engine = await startMockEngine("e");
+    open.push(engine);
+    const logs: Record<string, unknown>[] = [];
+    const text = `listen: { port: 0 }\nhealth: { interval_ms: 60000 }\nrouting: { tokens_per_block: 1 }\nsync: { url: "${server.url}", replica_id: big }\nupstreams:\n  - url: ${engine.url}\n`;
+    const g = await createGateway(loadGatewayConfig({ file: { name: "g.yaml", text } }), { logger: pino({ level: "info" }, { write: (l: string) => logs.push(JSON.parse(l) as Record<string, unknown>) }) });
+    open.push(g);
+    await until(async () => (await health(g)).sync.connected, "connected", 10_000);
+    // 10,000 one-byte blocks: a learned prompt of about 80 KB of block hashes, over 64 KiB.
+    const r = await fetch(`${g.url}/v1/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ model: "m", prompt: "x".repeat(10_000) }) });
+    expect(r.status).toBe(200);
+    await r.text();
+    const tooLarge = () => Number(/^adp_gateway_sync_entries_total\{outcome="too_large"\} (\d+)$/m.exec(g.metrics())?.[1]);
+    await until(async () => tooLarge() === 1, "the entry refused at publication", 10_000);
+    await until(async () => (await health(g)).sync.synced, "synced, nothing pending", 10_000);
+    expect(logs.some((l) => String(l.msg).startsWith("sync: an entry over the NATS server's max_payload") && l.max_payload === 65536)).toBe(true);
+    // A prompt that fits is shared as before.
+    const small = await fetch(`${g.url}/v1/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ model: "m", prompt: "y".repeat(100) }) });
+    await small.text();
+    await until(async () => Number(/^adp_gateway_sync_entries_total\{outcome="published"\} (\d+)$/m.exec(g.metrics())?.[1]) >= 1, "the small one published", 10_000);
+  });
+});
+
 describe("sync.auth and sync.tls in the configuration", () => {
   const load = (sync: string, env: Record<string, string> = {}) => () => loadGatewayConfig({ file: { name: "g.yaml", text: `upstreams: [http://127.0.0.1:9]\nsync: ${sync}\n` }, env });
   const problems = (f: () => unknown) => {

@@ -65,6 +65,8 @@ export interface SyncCounters {
   published: number;
   /** Entries dropped from a full buffer while NATS could not take them. */
   dropped: number;
+  /** Entries not published because they were over the server's max_payload. */
+  tooLarge: number;
   /** Stream entries applied to the replicated state. */
   applied: number;
   /** Stream messages that were not entries, or not signed by a listed key (skipped, counted). */
@@ -97,7 +99,7 @@ export class Replication {
   #localUrls: () => readonly string[] = () => [];
   /** The replicated state's upstream URLs, in rank order (entries name upstreams by URL). */
   #mirrorUrls: readonly string[];
-  readonly counters: SyncCounters = { published: 0, dropped: 0, applied: 0, rejected: 0, rejectedBy: new Map(), duplicates: 0, snapshotsStored: 0, snapshotsLoaded: 0, missed: 0 };
+  readonly counters: SyncCounters = { published: 0, dropped: 0, applied: 0, rejected: 0, rejectedBy: new Map(), tooLarge: 0, duplicates: 0, snapshotsStored: 0, snapshotsLoaded: 0, missed: 0 };
   /** When a rejected message was last logged (such lines are rate-limited). */
   #rejectionLoggedAt = Number.NEGATIVE_INFINITY;
   #counter = 0;
@@ -331,8 +333,15 @@ export class Replication {
   #pump(): void {
     const js = this.#js;
     if (js === null || !this.#connected) return;
+    // The server's max_payload (1 MiB by default): a larger entry would be refused, put back and retried for ever.
+    const most = this.#nc?.info?.max_payload ?? 1 << 20;
     while (this.#inFlight < WINDOW && this.#queue.length > 0) {
       const item = this.#queue.shift()!;
+      if (item.bytes.length > most) {
+        this.counters.tooLarge++;
+        this.#log.warn({ replica: this.#sync.replicaId, bytes: item.bytes.length, max_payload: most, too_large: this.counters.tooLarge }, "sync: an entry over the NATS server's max_payload was not published (the other replicas miss it; a prompt this long routes on this replica's state)");
+        continue;
+      }
       this.#inFlight++;
       js.publish(this.#subject, item.bytes, { msgID: item.id }).then(
         () => {
