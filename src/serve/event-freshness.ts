@@ -153,6 +153,8 @@ export interface EventSourceCounters {
   batches: number;
   /** Batches that did not decode, or messages not of three frames (skipped). */
   unparseable: number;
+  /** Batches refused unread for their size (kv_events.max_batch_bytes). */
+  oversized: number;
   /** Sequence gaps seen. */
   gaps: number;
   /** Batches a replay delivered into a gap. */
@@ -166,7 +168,7 @@ export interface EventSourceCounters {
 }
 
 /** New zeroed counters. */
-export const zeroCounters = (): EventSourceCounters => ({ batches: 0, unparseable: 0, gaps: 0, replayed: 0, unfilled: 0, restarts: 0, duplicates: 0 });
+export const zeroCounters = (): EventSourceCounters => ({ batches: 0, unparseable: 0, oversized: 0, gaps: 0, replayed: 0, unfilled: 0, restarts: 0, duplicates: 0 });
 
 /**
  * The status of one engine's DP-rank streams as one: gapped if any is; stale

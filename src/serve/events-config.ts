@@ -28,6 +28,8 @@ export type KvEventsConfig =
       readonly staleAfterMs: number;
       /** How long a replay may take before the gap counts as unfilled. */
       readonly replayTimeoutMs: number;
+      /** The largest batch taken, bytes: a larger one is refused before it is decoded (counted; the stream is then gapped). */
+      readonly maxBatchBytes: number;
     }
   /** TensorRT-LLM's `/kv_cache_events`, polled (each call drains the engine's buffer). */
   | {
@@ -84,7 +86,7 @@ export const engineLoadSchema = Object.freeze({
 });
 
 /** The keys `kv_events` accepts. */
-export const KV_EVENTS_KEYS = ["kind", "endpoint", "replay_endpoint", "bind", "topic", "dp_ranks", "stale_after_ms", "replay_timeout_ms", "path", "interval_ms"] as const;
+export const KV_EVENTS_KEYS = ["kind", "endpoint", "replay_endpoint", "bind", "topic", "dp_ranks", "stale_after_ms", "replay_timeout_ms", "max_batch_bytes", "path", "interval_ms"] as const;
 
 /** What reading one setting needs from the configuration's reader (src/serve/config.ts). */
 export interface SettingReader {
@@ -117,7 +119,7 @@ export function readKvEvents(r: SettingReader, value: unknown, path: (string | n
     for (const k of Object.keys(s)) if (!keys.includes(k)) r.fail([...path, k], `is not a setting of kind ${kind} (expected ${keys.join(", ")})`);
   };
   if (kind === "zmq") {
-    only(["kind", "endpoint", "replay_endpoint", "bind", "topic", "dp_ranks", "stale_after_ms", "replay_timeout_ms"]);
+    only(["kind", "endpoint", "replay_endpoint", "bind", "topic", "dp_ranks", "stale_after_ms", "replay_timeout_ms", "max_batch_bytes"]);
     const bind = r.bool(s.bind, [...path, "bind"], false);
     const endpoint = r.str(s.endpoint, [...path, "endpoint"], "");
     if (s.endpoint === undefined) r.fail([...path, "endpoint"], "is required (the engine's PUB endpoint, e.g. tcp://engine:5557)");
@@ -133,7 +135,9 @@ export function readKvEvents(r: SettingReader, value: unknown, path: (string | n
     }
     const topic = s.topic === undefined || s.topic === null ? "" : typeof s.topic === "string" ? s.topic : (r.fail([...path, "topic"], `must be a string, got ${describeValue(s.topic)}`), "");
     const replayTimeoutMs = r.int(s.replay_timeout_ms, [...path, "replay_timeout_ms"], 10, 600_000, 2_000);
-    return { kind, endpoint, replayEndpoint, bind, topic, dpRanks, staleAfterMs, replayTimeoutMs };
+    // An engine step's batch is kilobytes (a 2,000-token prompt in 16-token blocks: ~10 KB); 57 MB blocked the loop for 2 s.
+    const maxBatchBytes = r.int(s.max_batch_bytes, [...path, "max_batch_bytes"], 1024, 1 << 30, 4 << 20);
+    return { kind, endpoint, replayEndpoint, bind, topic, dpRanks, staleAfterMs, replayTimeoutMs, maxBatchBytes };
   }
   if (kind === "http") {
     only(["kind", "path", "interval_ms", "dp_ranks", "stale_after_ms"]);
@@ -163,6 +167,7 @@ export const kvEventsSchema = Object.freeze({
         dp_ranks: { type: "integer", minimum: 1, maximum: 1024, default: 1 },
         stale_after_ms: { type: "integer", minimum: 100, default: 10000, description: "Silence while requests were routed here after which the picture is stale." },
         replay_timeout_ms: { type: "integer", minimum: 10, default: 2000 },
+        max_batch_bytes: { type: "integer", minimum: 1024, default: 4194304, description: "A larger batch is refused before it is decoded (counted; the stream is then gapped for a while)." },
       },
     },
     {

@@ -49,10 +49,10 @@ function eventLines(p: string, upstreams: readonly Upstream[], views: EngineView
   }
   lines.push(`# HELP ${p}upstream_kv_events_used 1 while routing matches prompts against the engine's own view (its streams live and its events usable), else 0 (the gateway's own placements).`, `# TYPE ${p}upstream_kv_events_used gauge`);
   for (const u of fed) lines.push(`${p}upstream_kv_events_used{upstream="${label(u)}"} ${u.loggedStatus === "live" ? 1 : 0}`);
-  lines.push(`# HELP ${p}upstream_kv_event_batches_total KV-event batches by outcome (applied, replayed into a gap, unparseable and skipped, duplicate and skipped).`, `# TYPE ${p}upstream_kv_event_batches_total counter`);
+  lines.push(`# HELP ${p}upstream_kv_event_batches_total KV-event batches by outcome (applied, replayed into a gap, unparseable and skipped, oversized and refused unread, duplicate and skipped).`, `# TYPE ${p}upstream_kv_event_batches_total counter`);
   for (const u of fed) {
     const c = u.events!.counters;
-    for (const [outcome, n] of [["applied", c.batches], ["replayed", c.replayed], ["unparseable", c.unparseable], ["duplicate", c.duplicates]] as const) lines.push(`${p}upstream_kv_event_batches_total{upstream="${label(u)}",outcome="${outcome}"} ${n}`);
+    for (const [outcome, n] of [["applied", c.batches], ["replayed", c.replayed], ["unparseable", c.unparseable], ["oversized", c.oversized], ["duplicate", c.duplicates]] as const) lines.push(`${p}upstream_kv_event_batches_total{upstream="${label(u)}",outcome="${outcome}"} ${n}`);
   }
   lines.push(`# HELP ${p}upstream_kv_event_gaps_total Sequence gaps, and those replay could not fill (the stream was gapped while its view went on).`, `# TYPE ${p}upstream_kv_event_gaps_total counter`);
   for (const u of fed) lines.push(`${p}upstream_kv_event_gaps_total{upstream="${label(u)}",filled="true"} ${u.events!.counters.gaps - u.events!.counters.unfilled}`, `${p}upstream_kv_event_gaps_total{upstream="${label(u)}",filled="false"} ${u.events!.counters.unfilled}`);

@@ -206,6 +206,14 @@ export class ZmqEventSource implements IndexUpdateSource {
    * decode is counted and skipped.
    */
   #apply(s: RankStream, seq: bigint, payload: Uint8Array, emit: (update: IndexUpdate) => void, restart = false): boolean {
+    if (payload.length > this.#config.maxBatchBytes) {
+      // Refused unread (decoding and applying it would hold the event loop); its events are lost, so the stream is gapped.
+      if (restart) emit({ kind: "cleared", dpRank: s.rank, id: `${s.endpoint}|${seq}|restart` });
+      this.counters.oversized++;
+      s.freshness.unfilled(seq);
+      this.#onNotice({ rank: s.rank, what: "batch refused; stream gapped while its view goes on", detail: `${payload.length} bytes, over kv_events.max_batch_bytes (${this.#config.maxBatchBytes})` });
+      return false;
+    }
     let events: unknown;
     try {
       events = this.#decoder.decode(payload);

@@ -221,6 +221,24 @@ describe("ZeroMQ streams: sequence gaps, restarts, bad batches, silence", () => 
     expect(logs.filter((l) => l.level === 40 && String(l.msg).startsWith("KV events:")).length).toBeGreaterThanOrEqual(2);
   });
 
+  it("a batch over kv_events.max_batch_bytes is refused unread and counted, /health answers meanwhile, the stream is gapped, and later batches apply", async () => {
+    // Before: one 57 MB batch (1M blocks) was decoded and applied on the event loop: ~2 s blocked, RSS 80 → 850 MB.
+    const { pub, gateway, logs } = await subscribed(1, null, ", max_batch_bytes: 65536");
+    await pub.publish(0, 0n, bytes("chain_p"));
+    await waitFor(() => viewBlocks(gateway) === 4);
+    // 8 MB of msgpack (a bin of zeros): over the bound, refused before decoding.
+    const huge = Buffer.concat([Buffer.from([0xc6, 0x00, 0x80, 0x00, 0x00]), Buffer.alloc(8 << 20)]);
+    const probe = fetch(`${gateway.url}/health`).then((r) => r.status);
+    await pub.publish(0, 1n, huge);
+    expect(await probe).toBe(200);
+    await waitFor(() => metric(gateway, "upstream_kv_event_batches_total", 'upstream="1",outcome="oversized"') === 1);
+    expect(state(gateway, "gapped")).toBe(1);
+    expect(logs.some((l) => String(l.msg).startsWith("KV events: batch refused") && String(l.detail).includes("max_batch_bytes (65536)"))).toBe(true);
+    await pub.publish(0, 2n, bytes("chain_q"));
+    await waitFor(() => viewBlocks(gateway) === 8);
+    expect(metric(gateway, "upstream_kv_event_batches_total", 'upstream="1",outcome="unparseable"')).toBe(0);
+  });
+
   it("a stream silent while its engine is sent requests goes stale, is logged, and routing falls back to the gateway's own placements until events resume", async () => {
     const { pub, gateway, logs } = await subscribed(1, null, ", stale_after_ms: 300");
     await pub.publish(0, 0n, bytes("vllm_map_stored"));
