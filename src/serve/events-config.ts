@@ -9,6 +9,7 @@
 // ZeroMQ endpoints are DP rank 0's; rank r publishes (and replays) at the port
 // plus r, as both engines offset them.
 
+import { readFileSync } from "node:fs";
 import { describeValue, excerpt } from "../errors.js";
 
 /** Where one upstream's engine publishes its KV-cache events. */
@@ -30,6 +31,12 @@ export type KvEventsConfig =
       readonly replayTimeoutMs: number;
       /** The largest batch taken, bytes: a larger one is refused before it is decoded (counted; the stream is then gapped). */
       readonly maxBatchBytes: number;
+      /**
+       * CURVE (ZeroMQ's authenticated encryption) to an engine that is a CURVE
+       * server: its public key, and the gateway's own key pair (Z85 text, from
+       * files); null: plain TCP.
+       */
+      readonly curve: { readonly serverPublicKey: string; readonly publicKey: string; readonly secretKey: string } | null;
     }
   /** TensorRT-LLM's `/kv_cache_events`, polled (each call drains the engine's buffer). */
   | {
@@ -86,7 +93,7 @@ export const engineLoadSchema = Object.freeze({
 });
 
 /** The keys `kv_events` accepts. */
-export const KV_EVENTS_KEYS = ["kind", "endpoint", "replay_endpoint", "bind", "topic", "dp_ranks", "stale_after_ms", "replay_timeout_ms", "max_batch_bytes", "path", "interval_ms"] as const;
+export const KV_EVENTS_KEYS = ["kind", "endpoint", "replay_endpoint", "bind", "topic", "dp_ranks", "stale_after_ms", "replay_timeout_ms", "max_batch_bytes", "curve", "path", "interval_ms"] as const;
 
 /** What reading one setting needs from the configuration's reader (src/serve/config.ts). */
 export interface SettingReader {
@@ -119,7 +126,7 @@ export function readKvEvents(r: SettingReader, value: unknown, path: (string | n
     for (const k of Object.keys(s)) if (!keys.includes(k)) r.fail([...path, k], `is not a setting of kind ${kind} (expected ${keys.join(", ")})`);
   };
   if (kind === "zmq") {
-    only(["kind", "endpoint", "replay_endpoint", "bind", "topic", "dp_ranks", "stale_after_ms", "replay_timeout_ms", "max_batch_bytes"]);
+    only(["kind", "endpoint", "replay_endpoint", "bind", "topic", "dp_ranks", "stale_after_ms", "replay_timeout_ms", "max_batch_bytes", "curve"]);
     const bind = r.bool(s.bind, [...path, "bind"], false);
     const endpoint = r.str(s.endpoint, [...path, "endpoint"], "");
     if (s.endpoint === undefined) r.fail([...path, "endpoint"], "is required (the engine's PUB endpoint, e.g. tcp://engine:5557)");
@@ -137,7 +144,8 @@ export function readKvEvents(r: SettingReader, value: unknown, path: (string | n
     const replayTimeoutMs = r.int(s.replay_timeout_ms, [...path, "replay_timeout_ms"], 10, 600_000, 2_000);
     // An engine step's batch is kilobytes (a 2,000-token prompt in 16-token blocks: ~10 KB); 57 MB blocked the loop for 2 s.
     const maxBatchBytes = r.int(s.max_batch_bytes, [...path, "max_batch_bytes"], 1024, 1 << 30, 4 << 20);
-    return { kind, endpoint, replayEndpoint, bind, topic, dpRanks, staleAfterMs, replayTimeoutMs, maxBatchBytes };
+    const curve = readCurve(r, s.curve, [...path, "curve"], bind);
+    return { kind, endpoint, replayEndpoint, bind, topic, dpRanks, staleAfterMs, replayTimeoutMs, maxBatchBytes, curve };
   }
   if (kind === "http") {
     only(["kind", "path", "interval_ms", "dp_ranks", "stale_after_ms"]);
@@ -167,6 +175,13 @@ export const kvEventsSchema = Object.freeze({
         dp_ranks: { type: "integer", minimum: 1, maximum: 1024, default: 1 },
         stale_after_ms: { type: "integer", minimum: 100, default: 10000, description: "Silence while requests were routed here after which the picture is stale." },
         replay_timeout_ms: { type: "integer", minimum: 10, default: 2000 },
+        curve: {
+          type: "object",
+          additionalProperties: false,
+          required: ["server_public_key", "public_key_file", "secret_key_file"],
+          description: "CURVE to an engine that is a CURVE server (connect mode): its public key (Z85), and files holding the gateway's own key pair (Z85).",
+          properties: { server_public_key: { type: "string", pattern: "^[0-9A-Za-z.\\-:+=^!/*?&<>()\\[\\]{}@%$#]{40}$" }, public_key_file: { type: "string", minLength: 1 }, secret_key_file: { type: "string", minLength: 1 } },
+        },
         max_batch_bytes: { type: "integer", minimum: 1024, default: 4194304, description: "A larger batch is refused before it is decoded (counted; the stream is then gapped for a while)." },
       },
     },
@@ -184,3 +199,36 @@ export const kvEventsSchema = Object.freeze({
     },
   ],
 });
+
+/** A CURVE key as ZeroMQ writes it: 40 characters of Z85. */
+const Z85_KEY = /^[0-9A-Za-z.\-:+=^!/*?&<>()[\]{}@%$#]{40}$/;
+
+/** Reads `kv_events.curve` (connect mode only: a bound endpoint would need an allow-list of clients, not supported yet). */
+function readCurve(r: SettingReader, value: unknown, path: (string | number)[], bind: boolean): { serverPublicKey: string; publicKey: string; secretKey: string } | null {
+  if (value === undefined || value === null) return null;
+  const s = r.section(value, path, ["server_public_key", "public_key_file", "secret_key_file"]);
+  if (bind) {
+    r.fail(path, "is not supported with bind: true yet (the gateway would be the CURVE server and need an allow-list of engines' keys): let the engine bind");
+    return null;
+  }
+  const server = r.str(s.server_public_key, [...path, "server_public_key"], "");
+  if (!Z85_KEY.test(server)) r.fail([...path, "server_public_key"], "must be the engine's CURVE public key: 40 characters of Z85");
+  const key = (name: "public_key_file" | "secret_key_file") => {
+    const file = r.str(s[name], [...path, name], "");
+    if (file === "") {
+      r.fail([...path, name], "is required: a file holding a CURVE key (40 characters of Z85)");
+      return "";
+    }
+    try {
+      const text = readFileSync(file, "utf8").trim();
+      if (!Z85_KEY.test(text)) r.fail([...path, name], `${describeValue(file)} does not hold a CURVE key (40 characters of Z85)`);
+      return text;
+    } catch (error) {
+      r.fail([...path, name], `${describeValue(file)} cannot be read (${(error as NodeJS.ErrnoException).code ?? "error"})`);
+      return "";
+    }
+  };
+  const publicKey = key("public_key_file");
+  const secretKey = key("secret_key_file");
+  return Z85_KEY.test(server) && Z85_KEY.test(publicKey) && Z85_KEY.test(secretKey) ? { serverPublicKey: server, publicKey, secretKey } : null;
+}

@@ -65,15 +65,23 @@ class RankStream {
     readonly replayEndpoint: string | null,
     staleAfterMs: number,
     now: () => number,
+    /** CURVE to the engine (its public key, the gateway's key pair), or null. */
+    readonly curve: { readonly serverPublicKey: string; readonly publicKey: string; readonly secretKey: string } | null = null,
   ) {
     this.freshness = new EventFreshness({ staleAfterMs, now });
-    this.sub = new Subscriber({ maxMessageSize: MAX_MESSAGE_BYTES, linger: 0 });
+    this.sub = new Subscriber({ maxMessageSize: MAX_MESSAGE_BYTES, linger: 0, ...this.#curveOptions() });
+  }
+
+  /** The socket options of CURVE as a client of the engine (none without it). */
+  #curveOptions(): { curveServerKey?: string; curvePublicKey?: string; curveSecretKey?: string } {
+    const c = this.curve;
+    return c === null ? {} : { curveServerKey: c.serverPublicKey, curvePublicKey: c.publicKey, curveSecretKey: c.secretKey };
   }
 
   /** The replay socket, connected on first use (a timed-out one is replaced: its late replies must not mix in). */
   replaySocket(timeoutMs: number): Dealer {
     if (this.#replay === null) {
-      this.#replay = new Dealer({ receiveTimeout: timeoutMs, sendTimeout: timeoutMs, maxMessageSize: MAX_MESSAGE_BYTES, linger: 0 });
+      this.#replay = new Dealer({ receiveTimeout: timeoutMs, sendTimeout: timeoutMs, maxMessageSize: MAX_MESSAGE_BYTES, linger: 0, ...this.#curveOptions() });
       this.#replay.connect(this.replayEndpoint!);
     }
     return this.#replay;
@@ -115,7 +123,7 @@ export class ZmqEventSource implements IndexUpdateSource {
     this.#onNotice = options.onNotice ?? (() => {});
     const now = options.now ?? Date.now;
     this.#streams = Array.from({ length: config.dpRanks }, (_, r) =>
-      new RankStream(r, rankEndpoint(config.endpoint, r), config.replayEndpoint === null ? null : rankEndpoint(config.replayEndpoint, r), config.staleAfterMs, now),
+      new RankStream(r, rankEndpoint(config.endpoint, r), config.replayEndpoint === null ? null : rankEndpoint(config.replayEndpoint, r), config.staleAfterMs, now, config.curve ?? null),
     );
   }
 

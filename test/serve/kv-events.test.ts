@@ -6,10 +6,13 @@
 // tokens that engine would reuse. Removals, AllBlocksCleared, gaps (replayed or
 // not), restarts, silence and unparseable batches each show in routing and in
 // /metrics.
-import { readFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { encode } from "@msgpack/msgpack";
 import fc from "fast-check";
 import pino from "pino";
+import { curveKeyPair } from "zeromq";
+import { tmpdir } from "node:os";
+import path from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { createGateway, loadGatewayConfig, type Gateway } from "../../src/serve/index.js";
 import { parseJsonKeepingIntegers } from "../../src/serve/http-events.js";
@@ -237,6 +240,44 @@ describe("ZeroMQ streams: sequence gaps, restarts, bad batches, silence", () => 
     await pub.publish(0, 2n, bytes("chain_q"));
     await waitFor(() => viewBlocks(gateway) === 8);
     expect(metric(gateway, "upstream_kv_event_batches_total", 'upstream="1",outcome="unparseable"')).toBe(0);
+  });
+
+  it("CURVE: a gateway with the engine's public key and its own key pair receives its events; one without the key receives nothing", async () => {
+    // Before: no CURVE option; a stream was plain TCP, readable (and writable, for bind sources) by anyone who could reach it.
+    const server = curveKeyPair();
+    const client = curveKeyPair();
+    const dir = mkdtempSync(path.join(tmpdir(), "adp-curve-"));
+    writeFileSync(path.join(dir, "gw.pub"), client.publicKey);
+    writeFileSync(path.join(dir, "gw.key"), client.secretKey);
+    const pub = await startFakePublisher(1, null, false, server.secretKey);
+    open.push(pub);
+    const curve = `, curve: { server_public_key: "${server.publicKey.replace(/["\\]/g, "\\$&")}", public_key_file: "${path.join(dir, "gw.pub")}", secret_key_file: "${path.join(dir, "gw.key")}" }`;
+    const keyed = await gatewayWith(`{ kind: zmq, endpoint: "${pub.endpoint}", dp_ranks: 1${curve} }`);
+    const plain = await gatewayWith(`{ kind: zmq, endpoint: "${pub.endpoint}", dp_ranks: 1 }`);
+    await pub.subscribed(0); // the keyed gateway's subscription (the plain one's handshake fails: no subscription reaches the engine)
+    await pub.publish(0, 0n, bytes("chain_p"));
+    await waitFor(() => viewBlocks(keyed.gateway) === 4);
+    await new Promise((r) => setTimeout(r, 300));
+    expect(viewBlocks(plain.gateway)).toBe(0);
+    expect(metric(plain.gateway, "upstream_kv_event_batches_total", 'upstream="1",outcome="applied"')).toBe(0);
+  });
+
+  it("CURVE settings: keys checked (Z85, from files), refused with bind: true, no key in any message", () => {
+    const pair = curveKeyPair();
+    const dir = mkdtempSync(path.join(tmpdir(), "adp-curve-"));
+    writeFileSync(path.join(dir, "ok.key"), pair.secretKey);
+    writeFileSync(path.join(dir, "bad.key"), "not a key");
+    const load = (curve: string, bind = false) => () =>
+      loadGatewayConfig({ file: { name: "g.yaml", text: `upstreams:\n  - url: http://127.0.0.1:9\n    kv_events: { kind: zmq, endpoint: "tcp://127.0.0.1:5557", bind: ${bind}, curve: ${curve} }\n` } });
+    const good = `{ server_public_key: "${pair.publicKey}", public_key_file: "${path.join(dir, "ok.key")}", secret_key_file: "${path.join(dir, "ok.key")}" }`;
+    expect(load(good)().upstreams[0]!.kvEvents).toMatchObject({ curve: { serverPublicKey: pair.publicKey, secretKey: pair.secretKey } });
+    expect(load(good, true)).toThrow("is not supported with bind: true yet");
+    expect(load(`{ server_public_key: "short", public_key_file: "${path.join(dir, "bad.key")}", secret_key_file: /nonexistent }`)).toThrow(/server_public_key: must be the engine's CURVE public key[\s\S]*does not hold a CURVE key[\s\S]*cannot be read \(ENOENT\)/);
+    try {
+      load(`{ server_public_key: "x", public_key_file: "${path.join(dir, "ok.key")}", secret_key_file: "${path.join(dir, "bad.key")}" }`)();
+    } catch (error) {
+      expect(String(error)).not.toContain(pair.secretKey);
+    }
   });
 
   it("a stream silent while its engine is sent requests goes stale, is logged, and routing falls back to the gateway's own placements until events resume", async () => {

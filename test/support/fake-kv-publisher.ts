@@ -71,7 +71,7 @@ export const seqFrame = (seq: bigint): Buffer => {
  * connect to those ports instead (vLLM with an endpoint without `*`): the
  * gateway binds them.
  */
-export async function startFakePublisher(dpRanks: number, replay: ReplayStyle | null = null, connect = false): Promise<FakePublisher> {
+export async function startFakePublisher(dpRanks: number, replay: ReplayStyle | null = null, connect = false, curveSecretKey: string | null = null): Promise<FakePublisher> {
   const base = await freePorts(dpRanks);
   const replayBase = replay === null ? 0 : await freePorts(dpRanks);
   const pubs: XPublisher[] = [];
@@ -82,7 +82,8 @@ export async function startFakePublisher(dpRanks: number, replay: ReplayStyle | 
   const loops: Promise<void>[] = [];
   for (let r = 0; r < dpRanks; r++) {
     // Every subscription passed up, even a repeated one: the test waits for each gateway's.
-    const pub = new XPublisher({ linger: 0, verbosity: "allSubs" });
+    // With a secret key, a CURVE server (as an engine configured for it): only clients that know its public key get its events.
+    const pub = new XPublisher({ linger: 0, verbosity: "allSubs", ...(curveSecretKey === null ? {} : { curveServer: true, curveSecretKey }) });
     if (connect) pub.connect(`tcp://127.0.0.1:${base + r}`);
     else await pub.bind(`tcp://127.0.0.1:${base + r}`);
     pubs.push(pub);
