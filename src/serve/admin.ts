@@ -7,7 +7,7 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { createHash, timingSafeEqual } from "node:crypto";
 import type { Logger } from "pino";
-import { checkUpstreamEntry, GatewayConfigError, withUpstreams, type GatewayConfig } from "./config.js";
+import { checkUpstreamEntry, GatewayConfigError, logConfigWarnings, withUpstreams, type GatewayConfig } from "./config.js";
 import type { Fleet, FleetChange } from "./fleet.js";
 import { HttpError, parseJsonObject } from "./openai.js";
 
@@ -83,7 +83,7 @@ export async function adminRoute(gateway: AdminGateway, req: IncomingMessage, re
       if (!(error instanceof GatewayConfigError)) throw error;
       throw new HttpError(400, `url: ${error.issues[0]?.message ?? "is this gateway"}`, "invalid_request_error", "upstream_is_self", {}, "url");
     }
-    for (const w of entry.warnings) log.warn({ field: w.field }, `admin: ${w.field}: ${w.message}`);
+    logConfigWarnings(log, entry.warnings);
     // The fleet as it is now, after the body's wait: another call or a reload may have changed it meanwhile.
     const current = gateway.current();
     if (current.upstreams.some((u) => u.url === entry.url)) throw new HttpError(409, `${entry.url} is already upstream ${current.upstreams.findIndex((u) => u.url === entry.url)}`, "invalid_request_error", "upstream_exists");

@@ -7,6 +7,7 @@
 // `attention_dp_config:` block exactly as a user writes it in
 // `extra_llm_api_options.yaml`, checked by the library's own parser.
 
+import { readFileSync, statSync } from "node:fs";
 import { LineCounter, parseDocument, isMap, isSeq, type Node } from "yaml";
 import { parseAttentionDpConfig } from "../config.js";
 import { AttentionDpConfigError, describeValue, excerpt } from "../errors.js";
@@ -76,6 +77,17 @@ const MAX_ISSUES = 100;
 /** Log levels pino knows. */
 export const LEVELS = ["fatal", "error", "warn", "info", "debug", "trace", "silent"] as const;
 
+/** The largest file a setting names that is read (a key, a creds file, a certificate: kilobytes). */
+const MAX_SETTING_FILE_BYTES = 1 << 20;
+
+/** Logs each warning of a configuration (at start, on a reload, for an admin addition), with where it is. */
+export function logConfigWarnings(log: { warn(fields: object, message: string): void }, warnings: readonly ConfigIssue[]): void {
+  for (const w of warnings) log.warn({ field: w.field, ...(w.where === null ? {} : { where: w.where }) }, `configuration: ${w.field}: ${w.message}`);
+}
+
+/** A setting's path as written in messages: `upstreams[1].url`. */
+export const fieldName = (path: readonly (string | number)[]): string => path.reduce<string>((s, p) => (typeof p === "number" ? `${s}[${p}]` : s ? `${s}.${p}` : p), "");
+
 /** Where each path of the YAML document is (`FILE:LINE`). */
 type Locator = (path: readonly (string | number)[]) => string | null;
 
@@ -96,14 +108,12 @@ export class Reader {
       return;
     }
     where ??= this.where(path);
-    const field = path.reduce<string>((s, p) => (typeof p === "number" ? `${s}[${p}]` : s ? `${s}.${p}` : p), "");
-    this.issues.push({ field: excerpt(field || "(file)", 120), message, where });
+    this.issues.push({ field: excerpt(fieldName(path) || "(file)", 120), message, where });
   }
 
   /** Records a warning at `path` (the configuration is still valid). */
   warn(path: readonly (string | number)[], message: string, where?: string | null): void {
-    const field = path.reduce<string>((s, p) => (typeof p === "number" ? `${s}[${p}]` : s ? `${s}.${p}` : p), "");
-    this.warnings.push({ field: excerpt(field, 120), message, where: where ?? this.where(path) });
+    this.warnings.push({ field: excerpt(fieldName(path), 120), message, where: where ?? this.where(path) });
   }
 
   /** `v` as a mapping of known keys (else records why and returns {}). */
@@ -156,6 +166,29 @@ export class Reader {
       return null;
     }
     return v;
+  }
+
+  /**
+   * The trimmed text of the file a setting names (a key, a creds file, a
+   * certificate), or null when absent or unusable (the reason recorded, never
+   * the file's content).
+   */
+  file(v: unknown, path: (string | number)[]): string | null {
+    if (v === undefined || v === null) return null;
+    const name = this.str(v, path, "");
+    if (name === "") return null;
+    try {
+      if (statSync(name).size > MAX_SETTING_FILE_BYTES) {
+        this.fail(path, `${describeValue(name)} is over ${MAX_SETTING_FILE_BYTES} bytes (not a key or certificate file)`);
+        return null;
+      }
+      const text = readFileSync(name, "utf8").trim();
+      if (text === "") this.fail(path, `${describeValue(name)} is empty`);
+      return text === "" ? null : text;
+    } catch (error) {
+      this.fail(path, `${describeValue(name)} cannot be read (${(error as NodeJS.ErrnoException).code ?? "error"})`);
+      return null;
+    }
   }
 
   /** The value of environment variable `name`, read from `env`. */
@@ -299,8 +332,8 @@ export function fleetProblems(upstreams: readonly Pick<UpstreamConfig, "url" | "
   upstreams.forEach((u, i) => {
     const sameUrl = urls.get(u.url);
     const sameName = names.get(u.name);
-    if (sameUrl !== undefined) problems.push({ path: [...field(i), "url"], message: `is the URL of ${field(sameUrl).join(".").replace(/\.(\d+)/g, "[$1]")} again (${excerpt(u.url, 100)}, after normalization): each engine is listed once` });
-    else if (sameName !== undefined) problems.push({ path: [...field(i), "name"], message: `${JSON.stringify(u.name)} is the name of ${field(sameName).join(".").replace(/\.(\d+)/g, "[$1]")} too: names label metrics and logs, so each is unique (set name: on one)` });
+    if (sameUrl !== undefined) problems.push({ path: [...field(i), "url"], message: `is the URL of ${fieldName(field(sameUrl))} again (${excerpt(u.url, 100)}, after normalization): each engine is listed once` });
+    else if (sameName !== undefined) problems.push({ path: [...field(i), "name"], message: `${JSON.stringify(u.name)} is the name of ${fieldName(field(sameName))} too: names label metrics and logs, so each is unique (set name: on one)` });
     if (sameUrl === undefined) urls.set(u.url, i);
     if (sameName === undefined) names.set(u.name, i);
   });

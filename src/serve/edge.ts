@@ -44,6 +44,11 @@ export function viaEntry(): string {
   return `1.1 adp-router-${randomBytes(6).toString("hex")}`;
 }
 
+/** The `Via` a request sent on from `req` carries: the client's entries, then this gateway's `entry`. */
+export function viaFor(req: IncomingMessage, entry: string): string {
+  return req.headers.via === undefined ? entry : `${req.headers.via}, ${entry}`;
+}
+
 /** Whether a request's `Via` header names `entry`: it went out through this gateway and came back (a loop). */
 export function isLoop(req: IncomingMessage, entry: string): boolean {
   const via = req.headers.via;

@@ -9,7 +9,6 @@
 // ZeroMQ endpoints are DP rank 0's; rank r publishes (and replays) at the port
 // plus r, as both engines offset them.
 
-import { readFileSync } from "node:fs";
 import { describeValue, excerpt } from "../errors.js";
 
 /** Where one upstream's engine publishes its KV-cache events. */
@@ -102,6 +101,8 @@ export interface SettingReader {
   int(v: unknown, path: (string | number)[], min: number, max: number, fallback: number): number;
   bool(v: unknown, path: (string | number)[], fallback: boolean): boolean;
   str(v: unknown, path: (string | number)[], fallback: string): string;
+  /** The trimmed text of the file a setting names, or null (the reason recorded, never the content). */
+  file(v: unknown, path: (string | number)[]): string | null;
 }
 
 /** A ZeroMQ endpoint checked (`tcp://HOST:PORT` with room for `dpRanks` ports, or `ipc://PATH`); a reason when it is not one. */
@@ -214,19 +215,10 @@ function readCurve(r: SettingReader, value: unknown, path: (string | number)[], 
   const server = r.str(s.server_public_key, [...path, "server_public_key"], "");
   if (!Z85_KEY.test(server)) r.fail([...path, "server_public_key"], "must be the engine's CURVE public key: 40 characters of Z85");
   const key = (name: "public_key_file" | "secret_key_file") => {
-    const file = r.str(s[name], [...path, name], "");
-    if (file === "") {
-      r.fail([...path, name], "is required: a file holding a CURVE key (40 characters of Z85)");
-      return "";
-    }
-    try {
-      const text = readFileSync(file, "utf8").trim();
-      if (!Z85_KEY.test(text)) r.fail([...path, name], `${describeValue(file)} does not hold a CURVE key (40 characters of Z85)`);
-      return text;
-    } catch (error) {
-      r.fail([...path, name], `${describeValue(file)} cannot be read (${(error as NodeJS.ErrnoException).code ?? "error"})`);
-      return "";
-    }
+    if (s[name] === undefined) r.fail([...path, name], "is required: a file holding a CURVE key (40 characters of Z85)");
+    const text = r.file(s[name], [...path, name]) ?? "";
+    if (text !== "" && !Z85_KEY.test(text)) r.fail([...path, name], `${describeValue(s[name])} does not hold a CURVE key (40 characters of Z85)`);
+    return text;
   };
   const publicKey = key("public_key_file");
   const secretKey = key("secret_key_file");

@@ -12,7 +12,7 @@ import type { Server } from "node:http";
 import { pino, type Logger } from "pino";
 import type { Router } from "../router.js";
 import { excerpt } from "../errors.js";
-import { isGatewayConfig, loadGatewayConfig, SHORT_KEY, type GatewayConfig, type GatewayConfigObject } from "./config.js";
+import { isGatewayConfig, loadGatewayConfig, logConfigWarnings, SHORT_KEY, type GatewayConfig, type GatewayConfigObject } from "./config.js";
 import { refuseSelf, unreachableAtStart } from "./reachability.js";
 import type { Tokenizer } from "./tokenizer.js";
 import { createRequestReader, type RequestReader } from "./request-reader.js";
@@ -109,7 +109,7 @@ export function createGatewayReader(config: GatewayConfig, tokenizer?: Tokenizer
 
 /** Logs what the configuration warns about, and keys short enough to guess (said once, never printed). */
 function warnAtStart(config: GatewayConfig, log: Logger): void {
-  for (const w of config.warnings) log.warn({ field: w.field, ...(w.where === null ? {} : { where: w.where }) }, `configuration: ${w.field}: ${w.message}`);
+  logConfigWarnings(log, config.warnings);
   const shortClientKeys = config.auth.apiKeys.filter((k) => k.length < SHORT_KEY).length;
   if (shortClientKeys > 0) log.warn({ keys: shortClientKeys, min_recommended: SHORT_KEY }, `${shortClientKeys} client API key${shortClientKeys === 1 ? " is" : "s are"} shorter than ${SHORT_KEY} characters (easier to guess)`);
   if (config.auth.adminApiKey !== null && config.auth.adminApiKey.length < SHORT_KEY) log.warn({ min_recommended: SHORT_KEY }, `the admin API key is shorter than ${SHORT_KEY} characters (easier to guess)`);

@@ -3,6 +3,7 @@
 
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { digest } from "./admin.js";
+import { viaFor } from "./edge.js";
 import { reasonOf } from "./exchange.js";
 import type { Fleet } from "./fleet.js";
 import { HttpError } from "./openai.js";
@@ -74,8 +75,7 @@ export class ModelsEndpoint {
       // here), and then the answer is that client's alone.
       const clientAuth = u.apiKey === null ? auth : undefined;
       try {
-        const via = req.headers.via === undefined ? this.#via : `${req.headers.via}, ${this.#via}`;
-        const headers = { "x-request-id": requestId, via, ...(u.apiKey ? { authorization: `Bearer ${u.apiKey}` } : clientAuth ? { authorization: clientAuth } : {}) };
+        const headers = { "x-request-id": requestId, via: viaFor(req, this.#via), ...(u.apiKey ? { authorization: `Bearer ${u.apiKey}` } : clientAuth ? { authorization: clientAuth } : {}) };
         const left = new AbortController();
         const onHangup = () => left.abort(new HttpError(499, "the client closed the request"));
         hangup.once("abort", onHangup);

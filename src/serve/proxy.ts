@@ -11,6 +11,7 @@
 import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from "node:http";
 import type { Logger } from "pino";
 import type { GatewayConfig } from "./config.js";
+import { viaFor } from "./edge.js";
 import { exchange, ExchangeError, type ExchangeReason } from "./exchange.js";
 import type { Fleet } from "./fleet.js";
 import { HttpError } from "./openai.js";
@@ -77,7 +78,7 @@ function upstreamHeaders(ctx: ProxyContext, call: ProxyCall, u: Upstream): Recor
   if (u.apiKey !== null) out.authorization = `Bearer ${u.apiKey}`;
   else if (ctx.clientKeys) delete out.authorization;
   out["x-request-id"] = call.requestId;
-  out.via = headers.via === undefined ? ctx.via : `${headers.via}, ${ctx.via}`;
+  out.via = viaFor(call.req, ctx.via);
   return out;
 }
 

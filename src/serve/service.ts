@@ -7,7 +7,7 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Logger } from "pino";
 import { formatPrometheus } from "../prometheus.js";
-import type { GatewayConfig } from "./config.js";
+import { logConfigWarnings, type GatewayConfig } from "./config.js";
 import { adminRoute, bearerIn, digest, type AdminGateway } from "./admin.js";
 import { answerError, isLoop, readBody, requestIdOf, type EdgeCounters } from "./edge.js";
 import type { Fleet, FleetChange } from "./fleet.js";
@@ -145,7 +145,7 @@ export class GatewayService {
     const { config, fleet, log } = this.#parts;
     const change = fleet.reload(next);
     this.#current = next;
-    for (const w of next.warnings) log.warn({ field: w.field, ...(w.where === null ? {} : { where: w.where }) }, `configuration: ${w.field}: ${w.message}`);
+    logConfigWarnings(log, next.warnings);
     this.#models.prune();
     const text = (v: unknown) => JSON.stringify(v, (_k, x: unknown) => (x instanceof Map ? [...x] : x));
     const needRestart: string[] = (Object.keys(config) as (keyof GatewayConfig)[]).filter((k) => k !== "upstreams" && k !== "warnings" && text(next[k]) !== text(config[k]));

@@ -21,6 +21,7 @@ import { createGateway, GatewayConfigError, loadGatewayConfig, type Gateway, typ
 import { metricsByIndex } from "../support/metrics.js";
 import { startMockEngine, type EngineBehaviour, type MockEngine } from "../support/mock-engine.js";
 import { waitFor } from "../support/wait.js";
+import { freePort } from "../support/processes.js";
 
 const QWEN = path.resolve("test/fixtures/tokenizers/qwen2.5");
 const ADMIN_KEY = "admin-key-for-edge-audit-0123";
@@ -52,14 +53,6 @@ async function server(handler: RequestListener): Promise<{ server: Server; url: 
   return { server: s, url: `http://127.0.0.1:${port}`, port };
 }
 
-/** A loopback port free a moment ago. */
-async function freePort(): Promise<number> {
-  const s = createNetServer();
-  await new Promise<void>((r) => s.listen(0, "127.0.0.1", r));
-  const port = (s.address() as AddressInfo).port;
-  await new Promise((r) => s.close(r));
-  return port;
-}
 
 /** The value of one series (upstream labels as indexes) in the gateway's metrics, or null. */
 function sample(g: Gateway, series: string): number | null {

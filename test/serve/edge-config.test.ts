@@ -7,14 +7,14 @@
 // through another proxy costs one hop (508 loop_detected), not an avalanche.
 import { spawn, type ChildProcess } from "node:child_process";
 import { createServer as createHttpServer, request as httpRequest, type Server } from "node:http";
-import { createServer, type AddressInfo } from "node:net";
+import type { AddressInfo } from "node:net";
 import path from "node:path";
 import OpenAI from "openai";
 import { pino } from "pino";
 import { afterEach, describe, expect, it } from "vitest";
 import { createGateway, GatewayConfigError, loadGatewayConfig, type Gateway } from "../../src/serve/index.js";
 import { startMockEngine, type MockEngine } from "../support/mock-engine.js";
-import { runCli } from "../support/processes.js";
+import { freePort, runCli } from "../support/processes.js";
 
 const CLI = path.resolve("dist/cli.js");
 const ADMIN_KEY = "admin-key-for-edge-tests-0123";
@@ -41,14 +41,6 @@ async function gateway(config: Parameters<typeof createGateway>[0]): Promise<{ g
   return { gateway: g, logs };
 }
 
-/** A loopback port free a moment ago. */
-async function freePort(): Promise<number> {
-  const s = createServer();
-  await new Promise<void>((r) => s.listen(0, "127.0.0.1", r));
-  const port = (s.address() as AddressInfo).port;
-  await new Promise((r) => s.close(r));
-  return port;
-}
 
 /** What `fn` rejects with (fails when it resolves). */
 async function rejection(fn: () => Promise<unknown>): Promise<unknown> {

@@ -21,7 +21,7 @@ import { afterEach, describe, expect, it } from "vitest";
 import { createGateway, type Gateway } from "../../src/serve/index.js";
 import { startMockEngine, type EngineBehaviour, type MockEngine } from "../support/mock-engine.js";
 import { metricsByIndex } from "../support/metrics.js";
-import { blackhole, deadPort } from "../support/processes.js";
+import { blackhole, freePort } from "../support/processes.js";
 
 const open: { close(): Promise<void> }[] = [];
 afterEach(async () => {
@@ -120,7 +120,7 @@ describe("the delivery rule: another upstream only when provably never delivered
   it("a refused connection is retried on another upstream, and the client gets that one's answer", async () => {
     // Old code (35819c5): retried too, but its answer did not name the upstream (no x-adp-upstream-name) and its log line had no request_id.
     const live = await engine("live");
-    const { gateway: g, logs } = await gateway({ upstreams: [{ url: `http://127.0.0.1:${await deadPort()}`, name: "dead" }, { url: live.url, name: "live" }], policy: "default", health: quiet });
+    const { gateway: g, logs } = await gateway({ upstreams: [{ url: `http://127.0.0.1:${await freePort()}`, name: "dead" }, { url: live.url, name: "live" }], policy: "default", health: quiet });
     const { data, response } = await client(g).chat.completions.create({ model: "m", messages: messages("refused first") }).withResponse();
     expect(data.choices[0]!.message.content).toBe("hello from live");
     expect(response.headers.get("x-adp-upstream")).toBe("1");

@@ -9,7 +9,7 @@ import { afterEach, describe, expect, it } from "vitest";
 import { createGateway, type Gateway } from "../../src/serve/index.js";
 import { startMockEngine, type MockEngine } from "../support/mock-engine.js";
 import { metricsByIndex } from "../support/metrics.js";
-import { blackhole, deadPort } from "../support/processes.js";
+import { blackhole, freePort } from "../support/processes.js";
 
 const open: { close(): Promise<void> }[] = [];
 afterEach(async () => {
@@ -118,7 +118,7 @@ describe("passive ejection on 5xx", () => {
 
 describe("upstreams unreachable at start (health.on_start: warn)", () => {
   it("start unhealthy: a single dead upstream answers 503 at once, /health says so, and it joins once its checks pass", async () => {
-    const port = await deadPort();
+    const port = await freePort();
     const { gateway: g, logs } = await gateway({ upstreams: [`http://127.0.0.1:${port}`], health: { on_start: "warn", interval_ms: 200, timeout_ms: 200, healthy_threshold: 1 } });
     expect(logs.some((l) => l.index === 0 && l.upstream === `127.0.0.1:${port}` && String(l.msg).includes("unreachable at start"))).toBe(true);
     expect(await healthOf(g)).toEqual({ status: 503, healthy: [false] });
@@ -141,7 +141,7 @@ describe("upstreams unreachable at start (health.on_start: warn)", () => {
 
   it("no request tries a dead upstream beside a live one; startUnhealthy names them for a caller that checked already", async () => {
     const live = await engine("live");
-    const port = await deadPort();
+    const port = await freePort();
     const { gateway: g } = await gateway({ upstreams: [`http://127.0.0.1:${port}`, live.url], health: { on_start: "warn", interval_ms: 60_000 } });
     for (let i = 0; i < 6; i++) expect(await post(g, chat(`q${i}`), { "x-session-id": `q${i}` })).toMatchObject({ status: 200, upstream: "1" });
     expect(metric(g, 'adp_gateway_upstream_retries_total{upstream="0"}')).toBe('adp_gateway_upstream_retries_total{upstream="0"} 0');
@@ -246,7 +246,7 @@ describe("x-adp-upstream on every answer about an upstream", () => {
   });
 
   it("when every try failed to connect, the answer names the last upstream tried", async () => {
-    const ports = [await deadPort(), await deadPort()];
+    const ports = [await freePort(), await freePort()];
     const { gateway: g, logs } = await gateway({ upstreams: ports.map((p) => `http://127.0.0.1:${p}`), policy: "default", health: { interval_ms: 60_000, unhealthy_threshold: 10 } });
     const r = await post(g, chat("x"));
     expect(r.status).toBe(502);
@@ -272,7 +272,7 @@ describe("connect timeouts", () => {
     expect(performance.now() - started).toBeLessThan(2000);
     const { gateway: two } = await gateway({ upstreams: [`http://127.0.0.1:${hole.port}`, live.url], policy: "conversation", timeouts: { connect_ms: 300 }, health });
     for (let i = 0; i < 3; i++) expect(await post(two, chat(`c${i}`), { "x-session-id": `c${i}` })).toMatchObject({ status: 200, upstream: "1" });
-    const { gateway: refused } = await gateway({ upstreams: [`http://127.0.0.1:${await deadPort()}`], health });
+    const { gateway: refused } = await gateway({ upstreams: [`http://127.0.0.1:${await freePort()}`], health });
     expect(await post(refused, chat("r"))).toMatchObject({ status: 502, upstream: "0" });
   });
 });

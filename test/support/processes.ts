@@ -1,6 +1,6 @@
 // Helpers the gateway's tests share for child processes and ports: running
 // the built CLI to its exit (the child tracked for cleanup), a loopback port
-// nothing listens on, and one where connecting hangs.
+// nothing listens on (free), and one where connecting hangs.
 import { spawn, type ChildProcess } from "node:child_process";
 import { connect, createServer, type AddressInfo, type Socket } from "node:net";
 
@@ -21,8 +21,8 @@ export function runCli(cli: string, args: string[], children: ChildProcess[], ti
   });
 }
 
-/** A loopback port nothing listens on (one that was free a moment ago). */
-export async function deadPort(): Promise<number> {
+/** A loopback port nothing listens on now (free a moment ago): to listen on, or to be refused at. */
+export async function freePort(): Promise<number> {
   const s = createServer();
   await new Promise<void>((r) => s.listen(0, "127.0.0.1", r));
   const port = (s.address() as AddressInfo).port;

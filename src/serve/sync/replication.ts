@@ -35,7 +35,7 @@ import type { GatewayConfig } from "../config.js";
 import { gatewayEngineViews } from "../engine-views.js";
 import { createGatewayRouter } from "../fleet.js";
 import { RoutingState, type StateEntry, type StateLog } from "../routing-state.js";
-import { decodeEntry, encodeEntry, isShared, SyncEntryError, type SyncMessage } from "./entry-codec.js";
+import { decodeEntry, encodeEntry, isShared, type SyncMessage } from "./entry-codec.js";
 import { decodeStateSnapshot, encodeStateSnapshot, SnapshotError, stateDigest } from "./state-snapshot.js";
 import type { SyncConfig } from "./sync-config.js";
 
@@ -288,7 +288,10 @@ export class Replication {
    * is made to hear the server's own answer.
    */
   async #diagnose(error: unknown): Promise<unknown> {
-    if (syncProblem(error).problem !== "NATS unreachable" || this.#closed) return error;
+    // Only a timeout hides the server's answer: a refusal or a named error already says what happened.
+    const e = error as { name?: unknown; message?: unknown } | null;
+    const timedOut = e?.name === "TimeoutError" || String(e?.message ?? "").toLowerCase().includes("timeout");
+    if (!timedOut || syncProblem(error).problem !== "NATS unreachable" || this.#closed) return error;
     try {
       const probe = await connect({ ...connectOptions(this.#sync.url, this.#sync.auth, this.#sync.tls), reconnect: false, timeout: CONNECT_TIMEOUT_MS });
       await probe.close();

@@ -12,7 +12,6 @@
 // written in a configuration file ends up in repositories. Their values never
 // appear in a message, an error or a log line.
 
-import { readFileSync, statSync } from "node:fs";
 import { credsAuthenticator, nkeyAuthenticator, type ConnectionOptions } from "@nats-io/transport-node";
 import { describeValue } from "../../errors.js";
 import { KEY_ID, type SigningKey } from "./entry-signing.js";
@@ -41,33 +40,13 @@ export interface AuthSettingReader {
   section(v: unknown, path: (string | number)[], keys: readonly string[]): Record<string, unknown>;
   str(v: unknown, path: (string | number)[], fallback: string): string;
   env(name: unknown, path: (string | number)[], env: Record<string, string | undefined>): string | null;
-}
-
-/** The largest secret or certificate file read (a creds file is a few kilobytes). */
-const MAX_FILE_BYTES = 1 << 20;
-
-/** A file's text for a setting at `path`, or null (the reason recorded, never the file's content). */
-function fileText(r: AuthSettingReader, value: unknown, path: (string | number)[]): string | null {
-  if (value === undefined || value === null) return null;
-  const name = r.str(value, path, "");
-  if (name === "") return null;
-  try {
-    if (statSync(name).size > MAX_FILE_BYTES) {
-      r.fail(path, `${describeValue(name)} is over ${MAX_FILE_BYTES} bytes (not a key or certificate file)`);
-      return null;
-    }
-    const text = readFileSync(name, "utf8").trim();
-    if (text === "") r.fail(path, `${describeValue(name)} is empty`);
-    return text === "" ? null : text;
-  } catch (error) {
-    r.fail(path, `${describeValue(name)} cannot be read (${(error as NodeJS.ErrnoException).code ?? "error"})`);
-    return null;
-  }
+  /** The trimmed text of the file a setting names, or null (the reason recorded). */
+  file(v: unknown, path: (string | number)[]): string | null;
 }
 
 /** A file that must exist and be readable (a TLS file, read by the client itself), or null. */
 function readableFile(r: AuthSettingReader, value: unknown, path: (string | number)[]): string | null {
-  return fileText(r, value, path) === null ? null : (value as string);
+  return r.file(value, path) === null ? null : (value as string);
 }
 
 /** A secret from `<key>_env` or `<key>_file` (exactly one), or null when neither is set. */
@@ -77,7 +56,7 @@ function secret(r: AuthSettingReader, s: Record<string, unknown>, key: string, p
   if (s[key] !== undefined) r.fail([...path, key], `is not taken inline (it would end up in repositories): use ${key}_env or ${key}_file`);
   if (fromEnv !== undefined && fromFile !== undefined) r.fail([...path, `${key}_env`], `set ${key}_env or ${key}_file, not both`);
   if (fromEnv !== undefined) return r.env(fromEnv, [...path, `${key}_env`], env);
-  if (fromFile !== undefined) return fileText(r, fromFile, [...path, `${key}_file`]);
+  if (fromFile !== undefined) return r.file(fromFile, [...path, `${key}_file`]);
   return null;
 }
 
@@ -106,11 +85,11 @@ export function readNatsAuth(r: AuthSettingReader, value: unknown, env: Record<s
     return user !== "" && password !== null ? { kind: "user", user, password } : null;
   }
   if (ways.nkey) {
-    const seed = fileText(r, s.nkey_seed_file, [...path, "nkey_seed_file"]);
+    const seed = r.file(s.nkey_seed_file, [...path, "nkey_seed_file"]);
     if (seed !== null && !/^SU[A-Z2-7]{50,}$/.test(seed)) r.fail([...path, "nkey_seed_file"], "does not hold a user nkey seed (SU…)");
     return seed === null ? null : { kind: "nkey", seed };
   }
-  const creds = fileText(r, s.creds_file, [...path, "creds_file"]);
+  const creds = r.file(s.creds_file, [...path, "creds_file"]);
   if (creds !== null && !creds.includes("BEGIN NATS USER JWT")) r.fail([...path, "creds_file"], "is not a NATS creds file (no user JWT in it)");
   return creds === null ? null : { kind: "creds", creds };
 }
