@@ -69,6 +69,15 @@ await build({
   target: "node20",
   packages: "external",
 });
+// And the gateway's batch decoder (src/serve/batch-decoder.ts), for large KV-event batches.
+await build({
+  ...common,
+  entryPoints: ["src/serve/batch-decode-worker.ts"],
+  outfile: "dist/batch-decode-worker.js",
+  platform: "node",
+  target: "node20",
+  packages: "external",
+});
 await build({
   ...common,
   entryPoints: { serve: "src/serve/index.ts" },
@@ -88,4 +97,4 @@ const { attentionDpConfigSchema } = await import(path.join(root, "dist/index.js"
 await writeFile("dist/config.schema.json", JSON.stringify(attentionDpConfigSchema, null, 2) + "\n");
 const { gatewayConfigSchema } = await import(path.join(root, "dist/serve.js"));
 await writeFile("dist/gateway.schema.json", JSON.stringify(gatewayConfigSchema, null, 2) + "\n");
-console.log(`built: release.wasm ${wasm.length} B, dist/index.js, dist/serve.js, dist/cli.js, dist/tune-worker.js, dist/tokenize-worker.js, dist/types, dist/config.schema.json, dist/gateway.schema.json`);
+console.log(`built: release.wasm ${wasm.length} B, dist/index.js, dist/serve.js, dist/cli.js, dist/tune-worker.js, dist/tokenize-worker.js, dist/batch-decode-worker.js, dist/types, dist/config.schema.json, dist/gateway.schema.json`);

@@ -27,5 +27,6 @@ export {
   type PrefixNamespace,
 } from "./prefix-index.js";
 export { ConversationMap } from "./conversation-map.js";
+export { sliceKvEvents, type KvEventSlices } from "./kv-event-slices.js";
 export { AttentionDpConfigError, AdpInputError, AdpHookError, type InputIssue } from "./errors.js";
 export { runScenario, firstDifference, toRouteInput, type ScenarioAnswer } from "./conformance.js";

@@ -92,7 +92,7 @@ function hashList(v: unknown): EngineHash[] | null {
 }
 
 /** A token id as a number (from a number, a bigint or a decimal string), or -1 when it is not one in [0, 2^32). */
-function tokenId(v: unknown): number {
+export function tokenId(v: unknown): number {
   const n = typeof v === "number" ? v : typeof v === "bigint" ? Number(v) : typeof v === "string" && /^\d{1,10}$/.test(v) ? Number(v) : -1;
   return Number.isInteger(n) && n >= 0 && n < 2 ** 32 ? n : -1;
 }
@@ -110,7 +110,7 @@ function tokenIds(v: unknown): number[] | null {
 }
 
 /** Field names of vLLM's events in their positional (array) encoding, after the tag. */
-const POSITIONAL: Record<string, readonly string[]> = {
+export const POSITIONAL: Record<string, readonly string[]> = {
   BlockStored: ["block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium", "lora_name", "extra_keys", "group_idx"],
   BlockRemoved: ["block_hashes", "medium", "group_idx"],
   AllBlocksCleared: [],

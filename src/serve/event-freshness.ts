@@ -153,8 +153,10 @@ export interface EventSourceCounters {
   batches: number;
   /** Batches that did not decode, or messages not of three frames (skipped). */
   unparseable: number;
-  /** Batches refused unread for their size (kv_events.max_batch_bytes). */
+  /** Batches refused for their size (kv_events.max_batch_bytes unread; max_batch_blocks or max_batch_tokens once decoded). */
   oversized: number;
+  /** Publishers a CURVE-protected bound stream turned away (their public key not allowed). */
+  refusedPeers: number;
   /** Sequence gaps seen. */
   gaps: number;
   /** Batches a replay delivered into a gap. */
@@ -168,7 +170,7 @@ export interface EventSourceCounters {
 }
 
 /** New zeroed counters. */
-export const zeroCounters = (): EventSourceCounters => ({ batches: 0, unparseable: 0, oversized: 0, gaps: 0, replayed: 0, unfilled: 0, restarts: 0, duplicates: 0 });
+export const zeroCounters = (): EventSourceCounters => ({ batches: 0, unparseable: 0, oversized: 0, refusedPeers: 0, gaps: 0, replayed: 0, unfilled: 0, restarts: 0, duplicates: 0 });
 
 /**
  * The status of one engine's DP-rank streams as one: gapped if any is; stale

@@ -30,12 +30,11 @@ export type KvEventsConfig =
       readonly replayTimeoutMs: number;
       /** The largest batch taken, bytes: a larger one is refused before it is decoded (counted; the stream is then gapped). */
       readonly maxBatchBytes: number;
-      /**
-       * CURVE (ZeroMQ's authenticated encryption) to an engine that is a CURVE
-       * server: its public key, and the gateway's own key pair (Z85 text, from
-       * files); null: plain TCP.
-       */
-      readonly curve: { readonly serverPublicKey: string; readonly publicKey: string; readonly secretKey: string } | null;
+      /** The most blocks and tokens one batch may name: a batch over either is refused once decoded, before it is applied. */
+      readonly maxBatchBlocks: number;
+      readonly maxBatchTokens: number;
+      /** CURVE (ZeroMQ's authenticated encryption), or null: plain TCP. */
+      readonly curve: CurveConfig | null;
     }
   /** TensorRT-LLM's `/kv_cache_events`, polled (each call drains the engine's buffer). */
   | {
@@ -44,7 +43,21 @@ export type KvEventsConfig =
       readonly intervalMs: number;
       readonly dpRanks: number;
       readonly staleAfterMs: number;
+      /** The largest poll answer read, bytes (a larger one is refused unread; every rank is then gapped). */
+      readonly maxBatchBytes: number;
+      readonly maxBatchBlocks: number;
+      readonly maxBatchTokens: number;
     };
+
+/**
+ * CURVE on an event stream (Z85 text keys; the gateway's from files). As a
+ * client (connect mode): to an engine that is a CURVE server, by its public
+ * key, with the gateway's own key pair. As a server (bind mode): with the
+ * gateway's secret key, accepting only publishers whose public key is allowed.
+ */
+export type CurveConfig =
+  | { readonly role: "client"; readonly serverPublicKey: string; readonly publicKey: string; readonly secretKey: string }
+  | { readonly role: "server"; readonly secretKey: string; readonly allowedClients: readonly string[] };
 
 /** Where an upstream's engine load is scraped, and how old a report may be. */
 export interface EngineLoadConfig {
@@ -92,7 +105,17 @@ export const engineLoadSchema = Object.freeze({
 });
 
 /** The keys `kv_events` accepts. */
-export const KV_EVENTS_KEYS = ["kind", "endpoint", "replay_endpoint", "bind", "topic", "dp_ranks", "stale_after_ms", "replay_timeout_ms", "max_batch_bytes", "curve", "path", "interval_ms"] as const;
+export const KV_EVENTS_KEYS = ["kind", "endpoint", "replay_endpoint", "bind", "topic", "dp_ranks", "stale_after_ms", "replay_timeout_ms", "max_batch_bytes", "max_batch_blocks", "max_batch_tokens", "curve", "path", "interval_ms"] as const;
+
+/** The per-batch limits both transports share, read from `s`; `bytes`: the default of max_batch_bytes. */
+function readBatchLimits(r: SettingReader, s: Record<string, unknown>, path: (string | number)[], bytes: number): { maxBatchBytes: number; maxBatchBlocks: number; maxBatchTokens: number } {
+  return {
+    maxBatchBytes: r.int(s.max_batch_bytes, [...path, "max_batch_bytes"], 1024, 1 << 30, bytes),
+    // 32,768 blocks are a 512K-token prompt in 16-token blocks, prefilled in one step: more than any engine step stores.
+    maxBatchBlocks: r.int(s.max_batch_blocks, [...path, "max_batch_blocks"], 1, 1 << 24, 32_768),
+    maxBatchTokens: r.int(s.max_batch_tokens, [...path, "max_batch_tokens"], 1, 1 << 26, 1 << 20),
+  };
+}
 
 /** What reading one setting needs from the configuration's reader (src/serve/config.ts). */
 export interface SettingReader {
@@ -127,7 +150,7 @@ export function readKvEvents(r: SettingReader, value: unknown, path: (string | n
     for (const k of Object.keys(s)) if (!keys.includes(k)) r.fail([...path, k], `is not a setting of kind ${kind} (expected ${keys.join(", ")})`);
   };
   if (kind === "zmq") {
-    only(["kind", "endpoint", "replay_endpoint", "bind", "topic", "dp_ranks", "stale_after_ms", "replay_timeout_ms", "max_batch_bytes", "curve"]);
+    only(["kind", "endpoint", "replay_endpoint", "bind", "topic", "dp_ranks", "stale_after_ms", "replay_timeout_ms", "max_batch_bytes", "max_batch_blocks", "max_batch_tokens", "curve"]);
     const bind = r.bool(s.bind, [...path, "bind"], false);
     const endpoint = r.str(s.endpoint, [...path, "endpoint"], "");
     if (s.endpoint === undefined) r.fail([...path, "endpoint"], "is required (the engine's PUB endpoint, e.g. tcp://engine:5557)");
@@ -143,21 +166,34 @@ export function readKvEvents(r: SettingReader, value: unknown, path: (string | n
     }
     const topic = s.topic === undefined || s.topic === null ? "" : typeof s.topic === "string" ? s.topic : (r.fail([...path, "topic"], `must be a string, got ${describeValue(s.topic)}`), "");
     const replayTimeoutMs = r.int(s.replay_timeout_ms, [...path, "replay_timeout_ms"], 10, 600_000, 2_000);
-    // An engine step's batch is kilobytes (a 2,000-token prompt in 16-token blocks: ~10 KB); 57 MB blocked the loop for 2 s.
-    const maxBatchBytes = r.int(s.max_batch_bytes, [...path, "max_batch_bytes"], 1024, 1 << 30, 4 << 20);
+    // An engine step's batch is kilobytes (a 2,000-token prompt in 16-token blocks: ~10 KB); 1 MiB decodes in
+    // about 4 ms here, 4 MiB in 15 to 30 ms, and 57 MB blocked the loop for 2 s.
+    const limits = readBatchLimits(r, s, path, 1 << 20);
     const curve = readCurve(r, s.curve, [...path, "curve"], bind);
-    return { kind, endpoint, replayEndpoint, bind, topic, dpRanks, staleAfterMs, replayTimeoutMs, maxBatchBytes, curve };
+    if (curve?.role === "server" && replayEndpoint !== null) r.fail([...path, "replay_endpoint"], "cannot be used with CURVE and bind: true (the replay socket is the engine's, reached as a client): let the engine bind, or drop the replay");
+    return { kind, endpoint, replayEndpoint, bind, topic, dpRanks, staleAfterMs, replayTimeoutMs, ...limits, curve };
   }
   if (kind === "http") {
-    only(["kind", "path", "interval_ms", "dp_ranks", "stale_after_ms"]);
+    only(["kind", "path", "interval_ms", "dp_ranks", "stale_after_ms", "max_batch_bytes", "max_batch_blocks", "max_batch_tokens"]);
     const p = r.str(s.path, [...path, "path"], "/kv_cache_events");
     if (!p.startsWith("/")) r.fail([...path, "path"], "must start with /");
     const intervalMs = r.int(s.interval_ms, [...path, "interval_ms"], 10, 600_000, 200);
-    return { kind, path: p, intervalMs, dpRanks, staleAfterMs };
+    // JSON spells a token as an object (~50 bytes): a 128K-token prompt's stored event is about 6 MB.
+    return { kind, path: p, intervalMs, dpRanks, staleAfterMs, ...readBatchLimits(r, s, path, 16 << 20) };
   }
   r.fail([...path, "kind"], `must be zmq (an engine's ZeroMQ stream) or http (TensorRT-LLM's /kv_cache_events), got ${describeValue(s.kind)}`);
   return null;
 }
+
+/** JSON Schema of a CURVE public key. */
+const Z85_KEY_SCHEMA = { type: "string", pattern: "^[0-9A-Za-z.\\-:+=^!/*?&<>()\\[\\]{}@%$#]{40}$", description: "A CURVE public key: 40 characters of Z85." };
+
+/** JSON Schema of the per-batch limits (`bytes`: max_batch_bytes's default). */
+const BATCH_LIMITS_SCHEMA = (bytes: number) => ({
+  max_batch_bytes: { type: "integer", minimum: 1024, maximum: 1073741824, default: bytes, description: "A larger batch (or poll answer) is refused before it is decoded (counted oversized; the stream is then gapped for a while)." },
+  max_batch_blocks: { type: "integer", minimum: 1, maximum: 16777216, default: 32768, description: "A batch naming more blocks (stored and removed) is refused before it is applied (counted oversized; the stream gapped)." },
+  max_batch_tokens: { type: "integer", minimum: 1, maximum: 67108864, default: 1048576, description: "A batch carrying more token ids is refused before it is applied (counted oversized; the stream gapped)." },
+});
 
 /** JSON Schema of `kv_events`. */
 export const kvEventsSchema = Object.freeze({
@@ -177,13 +213,27 @@ export const kvEventsSchema = Object.freeze({
         stale_after_ms: { type: "integer", minimum: 100, default: 10000, description: "Silence while requests were routed here after which the picture is stale." },
         replay_timeout_ms: { type: "integer", minimum: 10, default: 2000 },
         curve: {
-          type: "object",
-          additionalProperties: false,
-          required: ["server_public_key", "public_key_file", "secret_key_file"],
-          description: "CURVE to an engine that is a CURVE server (connect mode): its public key (Z85), and files holding the gateway's own key pair (Z85).",
-          properties: { server_public_key: { type: "string", pattern: "^[0-9A-Za-z.\\-:+=^!/*?&<>()\\[\\]{}@%$#]{40}$" }, public_key_file: { type: "string", minLength: 1 }, secret_key_file: { type: "string", minLength: 1 } },
+          description: "CURVE (ZeroMQ's authenticated encryption). Connect mode: the engine's public key (Z85) and files holding the gateway's own key pair. bind: true: a file holding the gateway's secret key, and the publishers' public keys it accepts (others are refused at the handshake and counted).",
+          oneOf: [
+            {
+              type: "object",
+              additionalProperties: false,
+              required: ["server_public_key", "public_key_file", "secret_key_file"],
+              properties: { server_public_key: Z85_KEY_SCHEMA, public_key_file: { type: "string", minLength: 1 }, secret_key_file: { type: "string", minLength: 1 } },
+            },
+            {
+              type: "object",
+              additionalProperties: false,
+              required: ["secret_key_file"],
+              properties: {
+                secret_key_file: { type: "string", minLength: 1 },
+                allowed_clients: { type: "array", items: Z85_KEY_SCHEMA, description: "Publishers' public keys (not secrets)." },
+                allowed_clients_file: { type: "string", minLength: 1, description: "A file of publishers' public keys, one a line (other lines starting with # are comments)." },
+              },
+            },
+          ],
         },
-        max_batch_bytes: { type: "integer", minimum: 1024, default: 4194304, description: "A larger batch is refused before it is decoded (counted; the stream is then gapped for a while)." },
+        ...BATCH_LIMITS_SCHEMA(1048576),
       },
     },
     {
@@ -196,6 +246,7 @@ export const kvEventsSchema = Object.freeze({
         interval_ms: { type: "integer", minimum: 10, default: 200 },
         dp_ranks: { type: "integer", minimum: 1, maximum: 1024, default: 1 },
         stale_after_ms: { type: "integer", minimum: 100, default: 10000 },
+        ...BATCH_LIMITS_SCHEMA(16777216),
       },
     },
   ],
@@ -204,23 +255,48 @@ export const kvEventsSchema = Object.freeze({
 /** A CURVE key as ZeroMQ writes it: 40 characters of Z85. */
 const Z85_KEY = /^[0-9A-Za-z.\-:+=^!/*?&<>()[\]{}@%$#]{40}$/;
 
-/** Reads `kv_events.curve` (connect mode only: a bound endpoint would need an allow-list of clients, not supported yet). */
-function readCurve(r: SettingReader, value: unknown, path: (string | number)[], bind: boolean): { serverPublicKey: string; publicKey: string; secretKey: string } | null {
+/** Reads `kv_events.curve`: the client's settings in connect mode, the server's with `bind: true`. */
+function readCurve(r: SettingReader, value: unknown, path: (string | number)[], bind: boolean): CurveConfig | null {
   if (value === undefined || value === null) return null;
-  const s = r.section(value, path, ["server_public_key", "public_key_file", "secret_key_file"]);
-  if (bind) {
-    r.fail(path, "is not supported with bind: true yet (the gateway would be the CURVE server and need an allow-list of engines' keys): let the engine bind");
-    return null;
-  }
-  const server = r.str(s.server_public_key, [...path, "server_public_key"], "");
-  if (!Z85_KEY.test(server)) r.fail([...path, "server_public_key"], "must be the engine's CURVE public key: 40 characters of Z85");
+  const s = r.section(value, path, bind ? ["secret_key_file", "allowed_clients", "allowed_clients_file"] : ["server_public_key", "public_key_file", "secret_key_file"]);
   const key = (name: "public_key_file" | "secret_key_file") => {
     if (s[name] === undefined) r.fail([...path, name], "is required: a file holding a CURVE key (40 characters of Z85)");
     const text = r.file(s[name], [...path, name]) ?? "";
     if (text !== "" && !Z85_KEY.test(text)) r.fail([...path, name], `${describeValue(s[name])} does not hold a CURVE key (40 characters of Z85)`);
     return text;
   };
+  if (bind) {
+    const secretKey = key("secret_key_file");
+    const allowed = readAllowedClients(r, s, path);
+    return Z85_KEY.test(secretKey) && allowed !== null ? { role: "server", secretKey, allowedClients: allowed } : null;
+  }
+  const server = r.str(s.server_public_key, [...path, "server_public_key"], "");
+  if (!Z85_KEY.test(server)) r.fail([...path, "server_public_key"], "must be the engine's CURVE public key: 40 characters of Z85");
   const publicKey = key("public_key_file");
   const secretKey = key("secret_key_file");
-  return Z85_KEY.test(server) && Z85_KEY.test(publicKey) && Z85_KEY.test(secretKey) ? { serverPublicKey: server, publicKey, secretKey } : null;
+  return Z85_KEY.test(server) && Z85_KEY.test(publicKey) && Z85_KEY.test(secretKey) ? { role: "client", serverPublicKey: server, publicKey, secretKey } : null;
+}
+
+/** The publishers' public keys a CURVE server accepts (`allowed_clients` and the lines of `allowed_clients_file`); null when none is valid. */
+function readAllowedClients(r: SettingReader, s: Record<string, unknown>, path: (string | number)[]): string[] | null {
+  const keys: string[] = [];
+  if (s.allowed_clients !== undefined) {
+    if (!Array.isArray(s.allowed_clients)) r.fail([...path, "allowed_clients"], "must be a list of CURVE public keys (40 characters of Z85)");
+    else s.allowed_clients.forEach((k: unknown, i) => (typeof k === "string" && Z85_KEY.test(k) ? keys.push(k) : r.fail([...path, "allowed_clients", i], `must be a CURVE public key (40 characters of Z85), got ${describeValue(k)}`)));
+  }
+  if (s.allowed_clients_file !== undefined) {
+    const text = r.file(s.allowed_clients_file, [...path, "allowed_clients_file"]) ?? "";
+    text.split("\n").forEach((line, i) => {
+      // Z85 has "#" in its alphabet: a line of 40 Z85 characters is a key, any other line starting with "#" a comment.
+      const k = line.trim();
+      if (Z85_KEY.test(k)) keys.push(k);
+      else if (k === "" || k.startsWith("#")) return;
+      else r.fail([...path, "allowed_clients_file"], `line ${i + 1} of ${describeValue(s.allowed_clients_file)} is not a CURVE public key (40 characters of Z85)`);
+    });
+  }
+  if (keys.length === 0) {
+    r.fail(path, "with bind: true needs the publishers it accepts: allowed_clients (public keys) or allowed_clients_file");
+    return null;
+  }
+  return keys;
 }

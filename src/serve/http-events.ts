@@ -10,11 +10,11 @@
 
 import type { Pool } from "undici";
 import { engineStatus, EventFreshness, zeroCounters, type FeedStatus } from "./event-freshness.js";
+import { sliceKvEvents } from "../kv-event-slices.js";
+import { emitInSlices, overLimits } from "./event-slicing.js";
 import type { KvEventsConfig } from "./events-config.js";
 import type { IndexUpdate, IndexUpdateSource } from "./routing-state.js";
 
-/** Largest response body read from an engine. */
-const MAX_BODY_BYTES = 64 << 20;
 
 /** What the source needs of its upstream. */
 export interface PolledEngine {
@@ -151,16 +151,23 @@ export class TrtllmHttpEventSource implements IndexUpdateSource {
         signal: AbortSignal.any([this.#abort.signal, AbortSignal.timeout(Math.max(this.#config.staleAfterMs, 1_000))]),
       });
       const declared = Number(response.headers["content-length"] ?? 0);
-      if (response.statusCode >= 400 || declared > MAX_BODY_BYTES) {
+      if (response.statusCode >= 400) {
         await response.body.dump();
-        this.#onNotice({ rank: -1, what: "poll failed", detail: response.statusCode >= 400 ? `HTTP ${response.statusCode}` : "body too large" });
+        this.#onNotice({ rank: -1, what: "poll failed", detail: `HTTP ${response.statusCode}` });
         return;
+      }
+      if (declared > this.#config.maxBatchBytes) {
+        await response.body.dump({ limit: 0 }).catch(() => undefined);
+        return this.#refuse(`${declared} bytes declared, over kv_events.max_batch_bytes (${this.#config.maxBatchBytes})`);
       }
       const chunks: Buffer[] = [];
       let size = 0;
       for await (const chunk of response.body) {
         size += (chunk as Buffer).length;
-        if (size > MAX_BODY_BYTES) throw Object.assign(new Error("body too large"), { code: "TOO_LARGE" });
+        if (size > this.#config.maxBatchBytes) {
+          response.body.destroy();
+          return this.#refuse(`over ${this.#config.maxBatchBytes} bytes, kv_events.max_batch_bytes`);
+        }
         chunks.push(chunk as Buffer);
       }
       const text = Buffer.concat(chunks).toString("utf8"); // decoded whole: a character may straddle two chunks
@@ -181,16 +188,30 @@ export class TrtllmHttpEventSource implements IndexUpdateSource {
     }
     // An empty answer says nothing of the engine's cache: an engine whose event buffer is off
     // (event_buffer_max_size 0) answers [] for ever, and must not read as a live, empty picture.
+    const refused = overLimits(sliceKvEvents(list, Infinity), this.#config);
+    if (refused !== null) return this.#refuse(refused);
     this.counters.batches++;
-    this.#emitByRank(list, emit);
+    await this.#emitByRank(list, emit);
   }
 
-  /** Emits a poll's events per DP rank, checking each rank's event ids. */
-  #emitByRank(list: unknown[], emit: (update: IndexUpdate) => void): void {
+  /**
+   * Refuses a poll's answer for its size: the events it drained are lost, so
+   * every rank is gapped (the next answer's event ids show the jump too).
+   */
+  #refuse(detail: string): void {
+    this.counters.oversized++;
+    for (const f of this.#ranks) if (f.expected !== null) f.unfilled(f.expected - 1n);
+    this.#onNotice({ rank: -1, what: "poll answer refused; streams gapped while their views go on", detail });
+  }
+
+  /** Emits a poll's events per DP rank (in slices), checking each rank's event ids. */
+  async #emitByRank(list: unknown[], emit: (update: IndexUpdate) => void): Promise<void> {
     const pending: unknown[][] = this.#ranks.map(() => []);
     const unranked: unknown[] = [];
+    // What to emit, in order: each rank's event ids are checked first, all at once, then the updates go out a slice a turn.
+    const updates: IndexUpdate[] = [];
     const flush = (rank: number) => {
-      if (pending[rank]!.length > 0) emit({ kind: "kv-events", events: pending[rank]!, dpRank: rank });
+      if (pending[rank]!.length > 0) updates.push({ kind: "kv-events", events: pending[rank]!, dpRank: rank });
       pending[rank] = [];
     };
     for (const e of list) {
@@ -215,11 +236,16 @@ export class TrtllmHttpEventSource implements IndexUpdateSource {
         this.counters.restarts++;
         this.#onNotice({ rank, what: "engine restarted; view emptied", detail: `event id ${id}` });
         flush(rank);
-        emit({ kind: "cleared", dpRank: rank });
+        updates.push({ kind: "cleared", dpRank: rank });
       }
       pending[rank]!.push(e);
     }
     for (let r = 0; r < pending.length; r++) flush(r);
-    if (unranked.length > 0) emit({ kind: "kv-events", events: unranked });
+    if (unranked.length > 0) updates.push({ kind: "kv-events", events: unranked });
+    for (const u of updates) {
+      if (this.#closed) return;
+      if (u.kind === "cleared") emit(u);
+      else await emitInSlices(u.events, u.dpRank, undefined, this.#config, emit, () => this.#closed);
+    }
   }
 }

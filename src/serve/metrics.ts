@@ -16,7 +16,8 @@ import { EJECTION_CAUSES } from "./outlier.js";
 import type { Histogram, Upstream } from "./upstream.js";
 
 /** An upstream's label value: its name (bounded to 64 characters, escaped). */
-const label = (u: Upstream) => escapeLabel(u.name.slice(0, 64));
+/** An upstream's label value: its name. */
+export const label = (u: Upstream) => escapeLabel(u.name.slice(0, 64));
 
 /** The stream states, one series each (Prometheus' enum pattern). */
 const FEED_STATES = ["live", "gapped", "stale"] as const;
@@ -49,11 +50,13 @@ function eventLines(p: string, upstreams: readonly Upstream[], views: EngineView
   }
   lines.push(`# HELP ${p}upstream_kv_events_used 1 while routing matches prompts against the engine's own view (its streams live and its events usable), else 0 (the gateway's own placements).`, `# TYPE ${p}upstream_kv_events_used gauge`);
   for (const u of fed) lines.push(`${p}upstream_kv_events_used{upstream="${label(u)}"} ${u.loggedStatus === "live" ? 1 : 0}`);
-  lines.push(`# HELP ${p}upstream_kv_event_batches_total KV-event batches by outcome (applied, replayed into a gap, unparseable and skipped, oversized and refused unread, duplicate and skipped).`, `# TYPE ${p}upstream_kv_event_batches_total counter`);
+  lines.push(`# HELP ${p}upstream_kv_event_batches_total KV-event batches by outcome (applied, replayed into a gap, unparseable and skipped, oversized and refused (over kv_events.max_batch_bytes, max_batch_blocks or max_batch_tokens), duplicate and skipped).`, `# TYPE ${p}upstream_kv_event_batches_total counter`);
   for (const u of fed) {
     const c = u.events!.counters;
     for (const [outcome, n] of [["applied", c.batches], ["replayed", c.replayed], ["unparseable", c.unparseable], ["oversized", c.oversized], ["duplicate", c.duplicates]] as const) lines.push(`${p}upstream_kv_event_batches_total{upstream="${label(u)}",outcome="${outcome}"} ${n}`);
   }
+  lines.push(`# HELP ${p}upstream_kv_event_publishers_refused_total Publishers a CURVE-protected bound stream turned away at the handshake (public key not allowed).`, `# TYPE ${p}upstream_kv_event_publishers_refused_total counter`);
+  for (const u of fed) lines.push(`${p}upstream_kv_event_publishers_refused_total{upstream="${label(u)}"} ${u.events!.counters.refusedPeers}`);
   lines.push(`# HELP ${p}upstream_kv_event_gaps_total Sequence gaps, and those replay could not fill (the stream was gapped while its view went on).`, `# TYPE ${p}upstream_kv_event_gaps_total counter`);
   for (const u of fed) lines.push(`${p}upstream_kv_event_gaps_total{upstream="${label(u)}",filled="true"} ${u.events!.counters.gaps - u.events!.counters.unfilled}`, `${p}upstream_kv_event_gaps_total{upstream="${label(u)}",filled="false"} ${u.events!.counters.unfilled}`);
   lines.push(`# HELP ${p}upstream_kv_event_restarts_total Engine restarts seen in its events (its view was emptied).`, `# TYPE ${p}upstream_kv_event_restarts_total counter`);

@@ -5,8 +5,7 @@
 // cost too much for the event loop. Both check the prompt bounds (readRequest)
 // and count what came of each request for /metrics.
 
-import { existsSync } from "node:fs";
-import { fileURLToPath } from "node:url";
+import { builtScript } from "./built-script.js";
 import { HttpError, readRequest, type PromptLimits, type RoutedRequest } from "./openai.js";
 import { TokenizePool, type ClientSignal, type TokenizeStats } from "./tokenize-pool.js";
 import { loadTokenizer, tokenizerPoolSettings, type TokenizerSettings } from "./tokenizer-config.js";
@@ -47,14 +46,8 @@ export interface RequestReaderOptions {
   readonly tokenizer?: Tokenizer;
 }
 
-/**
- * The worker's built script: next to this module in the package (dist/serve.js
- * and dist/cli.js sit beside dist/tokenize-worker.js); from the sources (tests
- * run src/serve/*.ts) or a bundle two folders down (build/bench/), the built
- * one in dist/ (Node cannot start a .ts worker; `npm test`'s pretest and the
- * benches' scripts build it).
- */
-const WORKER_SCRIPT = [new URL("./tokenize-worker.js", import.meta.url), new URL("../../dist/tokenize-worker.js", import.meta.url)].find((u) => existsSync(fileURLToPath(u))) ?? new URL("./tokenize-worker.js", import.meta.url);
+/** The tokenizer workers' built script. */
+const WORKER_SCRIPT = builtScript("tokenize-worker.js");
 
 /**
  * A request reader for `options`: on the calling thread for an embedder's

@@ -11,7 +11,8 @@ import { logConfigWarnings, type GatewayConfig } from "./config.js";
 import { adminRoute, bearerIn, digest, type AdminGateway } from "./admin.js";
 import { answerError, isLoop, readBody, requestIdOf, type EdgeCounters } from "./edge.js";
 import type { Fleet, FleetChange } from "./fleet.js";
-import { formatEdgeMetrics, formatGatewayMetrics, type GatewayCounters } from "./metrics.js";
+import { formatBounds, indexBound, type Bound } from "./bounds.js";
+import { formatEdgeMetrics, formatGatewayMetrics, label, type GatewayCounters } from "./metrics.js";
 import { ModelsEndpoint } from "./models.js";
 import { HttpError } from "./openai.js";
 import { proxy, type ProxyCall, type ProxyContext } from "./proxy.js";
@@ -168,8 +169,27 @@ export class GatewayService {
       formatPrometheus(fleet.routerMetrics()) +
       formatGatewayMetrics(fleet.upstreams, counters, scheduler.waiting(), fleet.state.views) +
       formatEdgeMetrics(this.edge, config.limits.maxConnections, reader.metricLines("adp_gateway_")) +
-      (replication === null ? "" : formatSyncMetrics(replication))
+      (replication === null ? "" : formatSyncMetrics(replication)) +
+      formatBounds(this.#bounds())
     );
+  }
+
+  /** Each bound on what input can make the gateway hold, and its use (see bounds.ts). */
+  #bounds(): Bound[] {
+    const { config, fleet, scheduler, replication } = this.#parts;
+    const budget = config.routing.indexBytes;
+    const bounds: Bound[] = [];
+    const learned = fleet.state.router.prefixIndex;
+    if (learned !== null) bounds.push(indexBound("learned_index_bytes", learned, budget));
+    for (const u of fleet.upstreams) {
+      const view = fleet.state.views?.view(u.index) ?? null;
+      if (view !== null) bounds.push(indexBound("engine_view_bytes", view, budget, `upstream="${label(u)}"`));
+    }
+    const conversations = fleet.state.router.metrics().conversations;
+    if (conversations !== undefined) bounds.push({ bound: "conversations", limit: conversations.maxSessions, used: conversations.tracked });
+    bounds.push({ bound: "queued_requests", limit: config.limits.queueSize, used: scheduler.waiting() });
+    bounds.push({ bound: "client_connections", limit: config.limits.maxConnections, used: this.edge.connections });
+    return replication === null ? bounds : [...bounds, ...replication.bounds()];
   }
 
   /** Whether the request carries one of the client keys (constant-time comparison). */

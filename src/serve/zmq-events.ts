@@ -13,12 +13,12 @@
 // A publisher restart (its sequence starts over) empties the view. A batch
 // that does not decode is counted and skipped.
 
-import { createHash } from "node:crypto";
-import { Decoder } from "@msgpack/msgpack";
 import { Dealer, Subscriber } from "zeromq";
+import { BatchDecoder } from "./batch-decoder.js";
 import { engineStatus, EventFreshness, zeroCounters, type FeedStatus } from "./event-freshness.js";
-import type { KvEventsConfig } from "./events-config.js";
+import type { CurveConfig, KvEventsConfig } from "./events-config.js";
 import type { IndexUpdate, IndexUpdateSource } from "./routing-state.js";
+import { registerAllowList } from "./zap-handler.js";
 
 /** Largest message taken from an engine (a peer sending more is disconnected by ZeroMQ). */
 const MAX_MESSAGE_BYTES = 64 << 20;
@@ -32,20 +32,6 @@ export function rankEndpoint(endpoint: string, rank: number): string {
   if (rank === 0) return endpoint;
   const colon = endpoint.lastIndexOf(":");
   return `${endpoint.slice(0, colon)}:${Number(endpoint.slice(colon + 1)) + rank}`;
-}
-
-/** A msgpack decoder for event batches: 64-bit integers as bigints (block hashes keep every bit), sizes bounded. */
-export function batchDecoder(): Decoder {
-  return new Decoder({ useBigInt64: true, maxStrLength: 1 << 20, maxBinLength: 1 << 16, maxArrayLength: 1 << 24, maxMapLength: 1 << 10, maxExtLength: 0 });
-}
-
-/**
- * A batch's publication time (`ts`, map or positional), part of its identity:
- * a restarted publisher numbers its batches from 0 again, at other times.
- */
-function batchTime(batch: unknown): string {
-  const ts = Array.isArray(batch) ? batch[0] : typeof batch === "object" && batch !== null ? (batch as Record<string, unknown>).ts : undefined;
-  return typeof ts === "number" || typeof ts === "bigint" ? String(ts) : "";
 }
 
 /** A sequence-number frame as a bigint (signed, so the end marker reads -1), or null when it is not 8 bytes. */
@@ -65,17 +51,32 @@ class RankStream {
     readonly replayEndpoint: string | null,
     staleAfterMs: number,
     now: () => number,
-    /** CURVE to the engine (its public key, the gateway's key pair), or null. */
-    readonly curve: { readonly serverPublicKey: string; readonly publicKey: string; readonly secretKey: string } | null = null,
+    /** CURVE, as the engine's client or as the server its publishers connect to, or null. */
+    readonly curve: CurveConfig | null = null,
   ) {
     this.freshness = new EventFreshness({ staleAfterMs, now });
     this.sub = new Subscriber({ maxMessageSize: MAX_MESSAGE_BYTES, linger: 0, ...this.#curveOptions() });
   }
 
-  /** The socket options of CURVE as a client of the engine (none without it). */
+  /** The socket options of CURVE as a client of the engine (none without it, or as a server: set when it binds). */
   #curveOptions(): { curveServerKey?: string; curvePublicKey?: string; curveSecretKey?: string } {
     const c = this.curve;
-    return c === null ? {} : { curveServerKey: c.serverPublicKey, curvePublicKey: c.publicKey, curveSecretKey: c.secretKey };
+    return c?.role !== "client" ? {} : { curveServerKey: c.serverPublicKey, curvePublicKey: c.publicKey, curveSecretKey: c.secretKey };
+  }
+
+  /** Releases the stream's allow-list, once it is a CURVE server. */
+  release: () => void = () => {};
+
+  /**
+   * Makes the SUB socket a CURVE server that admits only the allowed
+   * publishers (before it binds); `onRefused` hears each one turned away.
+   */
+  async serveCurve(curve: Extract<CurveConfig, { role: "server" }>, onRefused: (address: string) => void): Promise<void> {
+    const { domain, release } = await registerAllowList(curve.allowedClients, onRefused);
+    this.release = release;
+    this.sub.curveServer = true;
+    this.sub.curveSecretKey = curve.secretKey;
+    this.sub.zapDomain = domain;
   }
 
   /** The replay socket, connected on first use (a timed-out one is replaced: its late replies must not mix in). */
@@ -96,6 +97,7 @@ class RankStream {
   close(): void {
     this.sub.close();
     this.dropReplay();
+    this.release();
   }
 }
 
@@ -113,13 +115,17 @@ export class ZmqEventSource implements IndexUpdateSource {
   readonly counters = zeroCounters();
   readonly #config: Extract<KvEventsConfig, { kind: "zmq" }>;
   readonly #streams: RankStream[];
-  readonly #decoder = batchDecoder();
+  /** The process's batch decoder (large batches prepared off the event loop), while started. */
+  #decoder: BatchDecoder | null = null;
+  /** The longest list a batch's decoding may allocate. */
+  readonly #maxItems: number;
   readonly #onNotice: NonNullable<ZmqEventSourceOptions["onNotice"]>;
   #closed = false;
   #loops: Promise<void>[] = [];
 
   constructor(config: Extract<KvEventsConfig, { kind: "zmq" }>, options: ZmqEventSourceOptions = {}) {
     this.#config = config;
+    this.#maxItems = Math.max(config.maxBatchBlocks, config.maxBatchTokens);
     this.#onNotice = options.onNotice ?? (() => {});
     const now = options.now ?? Date.now;
     this.#streams = Array.from({ length: config.dpRanks }, (_, r) =>
@@ -142,6 +148,7 @@ export class ZmqEventSource implements IndexUpdateSource {
   }
 
   start(emit: (update: IndexUpdate) => void): void {
+    this.#decoder = BatchDecoder.acquire();
     for (const s of this.#streams) {
       s.sub.subscribe(this.#config.topic);
       this.#loops.push(this.#receive(s, emit));
@@ -152,12 +159,16 @@ export class ZmqEventSource implements IndexUpdateSource {
     this.#closed = true;
     for (const s of this.#streams) s.close();
     await Promise.all(this.#loops);
+    if (this.#decoder !== null) BatchDecoder.release();
+    this.#decoder = null;
   }
 
   /** Receives one rank's messages until closed, in order (a replay holds the next message back). */
   async #receive(s: RankStream, emit: (update: IndexUpdate) => void): Promise<void> {
     try {
       // A socket binds before it receives (zeromq allows one operation at a time on it).
+      const curve = this.#config.curve;
+      if (curve?.role === "server") await s.serveCurve(curve, (address) => this.#refusedPeer(s, address));
       if (this.#config.bind) await s.sub.bind(s.endpoint);
       else s.sub.connect(s.endpoint);
       for await (const frames of s.sub) {
@@ -169,6 +180,7 @@ export class ZmqEventSource implements IndexUpdateSource {
           continue;
         }
         await this.#onBatch(s, seq, frames[2]!, emit);
+        if (this.#closed) break;
       }
     } catch (error) {
       if (!this.#closed) this.#onNotice({ rank: s.rank, what: "stream ended", detail: (error as Error).message });
@@ -205,7 +217,23 @@ export class ZmqEventSource implements IndexUpdateSource {
       this.counters.restarts++;
       this.#onNotice({ rank: s.rank, what: "publisher restarted; view emptied", detail: `sequence ${seq}` });
     }
-    this.#apply(s, seq, payload, emit, step === "restart");
+    await this.#apply(s, seq, payload, emit, step === "restart");
+  }
+
+  /** Counts a publisher CURVE turned away (logged at the first and every hundredth: a scanner must not flood the log). */
+  #refusedPeer(s: RankStream, address: string): void {
+    this.counters.refusedPeers++;
+    const n = this.counters.refusedPeers;
+    if (n === 1 || n % 100 === 0) this.#onNotice({ rank: s.rank, what: "publisher refused: its CURVE public key is not allowed", detail: `${n} so far, the latest from ${address || "an unknown address"}` });
+  }
+
+  /** Refuses batch `seq` for its size (its events are lost: the stream is gapped), after the restart it shows. */
+  #refuse(s: RankStream, seq: bigint, emit: (update: IndexUpdate) => void, restart: boolean, detail: string): false {
+    if (restart) emit({ kind: "cleared", dpRank: s.rank, id: `${s.endpoint}|${seq}|restart` });
+    this.counters.oversized++;
+    s.freshness.unfilled(seq);
+    this.#onNotice({ rank: s.rank, what: "batch refused; stream gapped while its view goes on", detail });
+    return false;
   }
 
   /**
@@ -213,30 +241,30 @@ export class ZmqEventSource implements IndexUpdateSource {
    * when it comes from a restarted publisher (`restart`); one that does not
    * decode is counted and skipped.
    */
-  #apply(s: RankStream, seq: bigint, payload: Uint8Array, emit: (update: IndexUpdate) => void, restart = false): boolean {
-    if (payload.length > this.#config.maxBatchBytes) {
-      // Refused unread (decoding and applying it would hold the event loop); its events are lost, so the stream is gapped.
-      if (restart) emit({ kind: "cleared", dpRank: s.rank, id: `${s.endpoint}|${seq}|restart` });
-      this.counters.oversized++;
-      s.freshness.unfilled(seq);
-      this.#onNotice({ rank: s.rank, what: "batch refused; stream gapped while its view goes on", detail: `${payload.length} bytes, over kv_events.max_batch_bytes (${this.#config.maxBatchBytes})` });
-      return false;
-    }
-    let events: unknown;
-    try {
-      events = this.#decoder.decode(payload);
-    } catch (error) {
+  async #apply(s: RankStream, seq: bigint, payload: Uint8Array, emit: (update: IndexUpdate) => void, restart = false): Promise<boolean> {
+    // Refused unread: decoding and applying it would hold the event loop.
+    if (payload.length > this.#config.maxBatchBytes) return this.#refuse(s, seq, emit, restart, `${payload.length} bytes, over kv_events.max_batch_bytes (${this.#config.maxBatchBytes})`);
+    const batch = await this.#decoder!.prepare(payload, this.#maxItems, this.#config);
+    if (this.#closed) return false;
+    if (batch.kind !== "ok") {
+      if (batch.kind === "oversized") return this.#refuse(s, seq, emit, restart, batch.detail);
       if (restart) emit({ kind: "cleared", dpRank: s.rank, id: `${s.endpoint}|${seq}|restart` });
       this.counters.unparseable++;
-      this.#onNotice({ rank: s.rank, what: "batch skipped", detail: `not msgpack: ${(error as Error).message.slice(0, 120)}` });
+      this.#onNotice({ rank: s.rank, what: "batch skipped", detail: batch.detail });
       return false;
     }
-    this.counters.batches++;
     // Its identity at every replica: where and when it was published, and what it says (a restarted publisher
     // numbers from 0 again; its time and contents tell its batches from the old ones).
-    const id = `${s.endpoint}|${seq}|${batchTime(events)}|${createHash("sha256").update(payload).digest("base64url").slice(0, 22)}`;
+    const id = `${s.endpoint}|${seq}|${batch.time}|${batch.digest}`;
     if (restart) emit({ kind: "cleared", dpRank: s.rank, id: `${id}|restart` });
-    emit({ kind: "kv-events", events, dpRank: s.rank, id });
+    // A slice a turn: each arrives from the worker as its own message (or, prepared inline, after a turn).
+    let k = 0;
+    for await (const slice of batch.slices) {
+      if (this.#closed) return false;
+      emit({ kind: "kv-events", events: slice, dpRank: s.rank, id: k === 0 ? id : `${id}#${k}` });
+      k++;
+    }
+    this.counters.batches++;
     return true;
   }
 
@@ -267,7 +295,7 @@ export class ZmqEventSource implements IndexUpdateSource {
         if (seq === END_MARKER) break;
         if (seq >= upTo || (seq !== s.freshness.expected && !(first && s.freshness.expected === null))) continue;
         s.freshness.filled(seq);
-        if (this.#apply(s, seq, body[body.length - 1]!, emit)) this.counters.replayed++;
+        if (await this.#apply(s, seq, body[body.length - 1]!, emit)) this.counters.replayed++;
       }
     } catch (error) {
       if (this.#closed) return;

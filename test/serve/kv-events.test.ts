@@ -10,7 +10,7 @@ import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { encode } from "@msgpack/msgpack";
 import fc from "fast-check";
 import pino from "pino";
-import { curveKeyPair } from "zeromq";
+import { curveKeyPair, Publisher } from "zeromq";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
@@ -77,6 +77,22 @@ const viewBlocks = (g: Gateway) => metric(g, "upstream_engine_view_blocks", 'ups
 const state = (g: Gateway, s: string, rank = 0) => metric(g, "upstream_kv_events_state", `upstream="1",dp_rank="${rank}",state="${s}"`);
 
 /** Starts a publisher and a gateway subscribed to it. */
+/** A vLLM batch storing a chain of `blocks` blocks (of the fixtures' block size) from hash `first` on. */
+function storedBatch(blocks: number, first: number): Buffer {
+  const tpb = wire.tokensPerBlock;
+  const event = { type: "BlockStored", block_hashes: Array.from({ length: blocks }, (_, i) => first + i), parent_block_hash: null, token_ids: Array.from({ length: blocks * tpb }, (_, i) => i % 1000), block_size: tpb, lora_id: null, medium: "GPU" };
+  return Buffer.from(encode({ ts: 1, events: [event], data_parallel_rank: 0 }));
+}
+
+/** A PUB socket (with `options`) connected to a bound stream at `endpoint`, after a moment for its handshake. */
+async function connectedPublisher(endpoint: string, options: ConstructorParameters<typeof Publisher>[0]): Promise<Publisher> {
+  const pub = new Publisher({ linger: 0, ...options });
+  pub.connect(endpoint);
+  open.push({ close: async () => pub.close() });
+  await new Promise((r) => setTimeout(r, 200));
+  return pub;
+}
+
 async function subscribed(dpRanks = 1, replay: ReplayStyle | null = null, extraEvents = "") {
   const pub = await startFakePublisher(dpRanks, replay);
   open.push(pub);
@@ -262,22 +278,97 @@ describe("ZeroMQ streams: sequence gaps, restarts, bad batches, silence", () => 
     expect(metric(plain.gateway, "upstream_kv_event_batches_total", 'upstream="1",outcome="applied"')).toBe(0);
   });
 
-  it("CURVE settings: keys checked (Z85, from files), refused with bind: true, no key in any message", () => {
+  it("CURVE settings: keys checked (Z85, from files), each mode's own settings, no key in any message", () => {
     const pair = curveKeyPair();
     const dir = mkdtempSync(path.join(tmpdir(), "adp-curve-"));
     writeFileSync(path.join(dir, "ok.key"), pair.secretKey);
     writeFileSync(path.join(dir, "bad.key"), "not a key");
-    const load = (curve: string, bind = false) => () =>
-      loadGatewayConfig({ file: { name: "g.yaml", text: `upstreams:\n  - url: http://127.0.0.1:9\n    kv_events: { kind: zmq, endpoint: "tcp://127.0.0.1:5557", bind: ${bind}, curve: ${curve} }\n` } });
+    writeFileSync(path.join(dir, "allowed"), `# the engines\n${pair.publicKey}\n\n`);
+    const load = (curve: string, bind = false, extra = "") => () =>
+      loadGatewayConfig({ file: { name: "g.yaml", text: `upstreams:\n  - url: http://127.0.0.1:9\n    kv_events: { kind: zmq, endpoint: "tcp://127.0.0.1:5557", bind: ${bind}, curve: ${curve}${extra} }\n` } });
     const good = `{ server_public_key: "${pair.publicKey}", public_key_file: "${path.join(dir, "ok.key")}", secret_key_file: "${path.join(dir, "ok.key")}" }`;
-    expect(load(good)().upstreams[0]!.kvEvents).toMatchObject({ curve: { serverPublicKey: pair.publicKey, secretKey: pair.secretKey } });
-    expect(load(good, true)).toThrow("is not supported with bind: true yet");
+    expect(load(good)().upstreams[0]!.kvEvents).toMatchObject({ curve: { role: "client", serverPublicKey: pair.publicKey, secretKey: pair.secretKey } });
+    // Bound: the gateway is the server; the engine's key is not its setting, the allowed publishers are.
+    expect(load(good, true)).toThrow(/server_public_key: is not a setting/);
+    const server = `{ secret_key_file: "${path.join(dir, "ok.key")}", allowed_clients_file: "${path.join(dir, "allowed")}" }`;
+    expect(load(server, true)().upstreams[0]!.kvEvents).toMatchObject({ curve: { role: "server", secretKey: pair.secretKey, allowedClients: [pair.publicKey] } });
+    expect(load(`{ secret_key_file: "${path.join(dir, "ok.key")}" }`, true)).toThrow(/needs the publishers it accepts/);
+    expect(load(`{ secret_key_file: "${path.join(dir, "ok.key")}", allowed_clients: ["nope"] }`, true)).toThrow(/allowed_clients\[0\]: must be a CURVE public key/);
+    expect(load(server, true, `, replay_endpoint: "tcp://127.0.0.1:5558"`)).toThrow(/replay_endpoint: cannot be used with CURVE and bind: true/);
     expect(load(`{ server_public_key: "short", public_key_file: "${path.join(dir, "bad.key")}", secret_key_file: /nonexistent }`)).toThrow(/server_public_key: must be the engine's CURVE public key[\s\S]*does not hold a CURVE key[\s\S]*cannot be read \(ENOENT\)/);
     try {
       load(`{ server_public_key: "x", public_key_file: "${path.join(dir, "ok.key")}", secret_key_file: "${path.join(dir, "bad.key")}" }`)();
     } catch (error) {
       expect(String(error)).not.toContain(pair.secretKey);
     }
+  });
+
+  it("CURVE with bind: true: the allowed publisher's events apply; one with another key, or without CURVE, is turned away and its events never apply", async () => {
+    // Before: a bound stream applied the events of any process that connected to it.
+    const gatewayPair = curveKeyPair();
+    const engine = curveKeyPair();
+    const intruder = curveKeyPair();
+    const dir = mkdtempSync(path.join(tmpdir(), "adp-curve-"));
+    writeFileSync(path.join(dir, "gw.key"), gatewayPair.secretKey);
+    const good = await startFakePublisher(1, null, true, { serverPublicKey: gatewayPair.publicKey, publicKey: engine.publicKey, secretKey: engine.secretKey });
+    open.push(good);
+    const { gateway, logs } = await gatewayWith(`{ kind: zmq, endpoint: "${good.endpoint}", bind: true, curve: { secret_key_file: "${path.join(dir, "gw.key")}", allowed_clients: ["${engine.publicKey.replace(/["\\]/g, "\\$&")}"] } }`);
+    await good.subscribed(0);
+    // Two others connect to the same bound endpoint: one with CURVE and a key not allowed, one without CURVE.
+    const rogue = await connectedPublisher(good.endpoint, { curveServerKey: gatewayPair.publicKey, curvePublicKey: intruder.publicKey, curveSecretKey: intruder.secretKey });
+    const plain = await connectedPublisher(good.endpoint, {});
+    await waitFor(() => metric(gateway, "upstream_kv_event_publishers_refused_total", 'upstream="1"') >= 1);
+    for (const pub of [rogue, plain]) for (let i = 0; i < 5; i++) await pub.send(["", seqFrame(BigInt(i)), bytes("chain_q")]);
+    await good.publish(0, 0n, bytes("chain_p"));
+    await waitFor(() => viewBlocks(gateway) === 4);
+    await new Promise((r) => setTimeout(r, 300));
+    expect(viewBlocks(gateway)).toBe(4); // chain_p's blocks only: no batch of the others arrived
+    expect(metric(gateway, "upstream_kv_event_batches_total", 'upstream="1",outcome="applied"')).toBe(1);
+    expect(logs.some((l) => String(l.msg).includes("publisher refused: its CURVE public key is not allowed"))).toBe(true);
+    expect(JSON.stringify(logs)).not.toContain(gatewayPair.secretKey);
+  });
+
+  it("a batch naming more blocks than kv_events.max_batch_blocks is refused once decoded, counted, and gaps the stream; later batches apply", async () => {
+    const { pub, gateway, logs } = await subscribed(1, null, ", max_batch_blocks: 100");
+    await pub.publish(0, 0n, storedBatch(200, 1));
+    await waitFor(() => metric(gateway, "upstream_kv_event_batches_total", 'upstream="1",outcome="oversized"') === 1);
+    expect(viewBlocks(gateway)).toBe(0);
+    expect(state(gateway, "gapped")).toBe(1);
+    expect(logs.some((l) => String(l.detail).includes("200 blocks, over kv_events.max_batch_blocks (100)"))).toBe(true);
+    await pub.publish(0, 1n, storedBatch(100, 1));
+    await waitFor(() => viewBlocks(gateway) === 100);
+  });
+
+  it("a large accepted batch is applied a slice at a time: requests are answered while it is half applied, and the view ends whole", async () => {
+    const blocks = 40_000;
+    const { pub, gateway } = await subscribed(1, null, ", max_batch_bytes: 16777216, max_batch_blocks: 65536");
+    await pub.publish(0, 0n, storedBatch(blocks, 1));
+    // /health answered between slices: some answer sees a view neither empty nor whole.
+    const seen: number[] = [];
+    while (seen.at(-1) !== blocks) {
+      expect((await fetch(`${gateway.url}/health`)).status).toBe(200);
+      seen.push(viewBlocks(gateway));
+    }
+    expect(seen.some((n) => n > 0 && n < blocks)).toBe(true);
+    expect(metric(gateway, "upstream_kv_event_batches_total", 'upstream="1",outcome="applied"')).toBe(1);
+    expect(metric(gateway, "upstream_kv_events_total", 'upstream="1",outcome="malformed"')).toBe(0);
+  });
+
+  it("a 1M-block batch (within the byte bound it is given) is refused before it is applied, and /health answers meanwhile", async () => {
+    // Before: 1M blocks in one 57 MB batch held the event loop ~2 s and took RSS from 80 to 850 MB.
+    const { pub, gateway } = await subscribed(1, null, ", max_batch_bytes: 67108864");
+    const removal = Buffer.from(encode({ ts: 1, events: [{ type: "BlockRemoved", block_hashes: Array.from({ length: 1 << 20 }, (_, i) => i + 1), medium: "GPU" }], data_parallel_rank: 0 }));
+    const health = (async () => {
+      let answered = 0;
+      while (metric(gateway, "upstream_kv_event_batches_total", 'upstream="1",outcome="oversized"') !== 1) {
+        expect((await fetch(`${gateway.url}/health`)).status).toBe(200);
+        answered++;
+      }
+      return answered;
+    })();
+    await pub.publish(0, 0n, removal);
+    expect(await health).toBeGreaterThan(0);
+    expect(metric(gateway, "upstream_kv_events_total", 'upstream="1",outcome="applied"')).toBe(0);
   });
 
   it("a stream silent while its engine is sent requests goes stale, is logged, and routing falls back to the gateway's own placements until events resume", async () => {

@@ -237,6 +237,70 @@ describe.skipIf(!hasNatsServer)("signed entries: a rogue client that can publish
     expect((await health(a.gateway)).status).toBe("ok");
   });
 
+  it("a forged fleet entry, unsigned, stops no replication: every later binding still reaches both replicas", async () => {
+    // Before (c7c7aac): one forged fleet entry made every replica skip every later entry; 10 of 10 conversations split.
+    const server = await nats({});
+    const { a, b, engines } = await signedPair(server);
+    const rogue = await connect({ servers: server.url.replace("nats://", "") });
+    open.push({ close: () => rogue.close() });
+    rogue.publish("adp.sec.state", encodeEntry({ origin: "rogue#3", counter: 0, entry: { op: "fleet", urls: [engines[0]!.url], dpRanks: [null] } }));
+    await rogue.flush();
+    await until(async () => rejected(a.gateway, "unsigned") === 1 && rejected(b.gateway, "unsigned") === 1, "the forged fleet rejected", 10_000);
+    for (let i = 0; i < 10; i++) {
+      const first = await upstreamOf(a.gateway, `conv-${i}`);
+      await until(async () => (await upstreamOf(b.gateway, `conv-${i}`)) === first, `b follows a's binding of conv-${i}`, 10_000);
+    }
+    expect(rejected(a.gateway, "not applicable")).toBe(0);
+  });
+
+  it("with signing on, hostile entries grow no replica's memory: unsigned ones are dropped unread, a keyholder's over the local bounds rejected", async () => {
+    // max_payload 8 MiB: room for a keyholder's entry past the replicas' own bounds (2 MiB of block hashes).
+    const server = await nats({ conf: "max_payload: 8388608" });
+    const { a, b } = await signedPair(server);
+    const used = (g: Gateway, bound: string) => Number(new RegExp(`^adp_gateway_bound_used\\{bound="${bound}"\\} (\\d+)$`, "m").exec(g.metrics())?.[1]);
+    const before = [used(a.gateway, "replicated_index_bytes"), used(a.gateway, "learned_index_bytes")];
+    const rogue = await connect({ servers: server.url.replace("nats://", "") });
+    open.push({ close: () => rogue.close() });
+    const upstreamUrl = /url="([^"]+)"/.exec(a.gateway.metrics())![1]!;
+    // 100 learned prompts of 60,000 blocks each (480 KB apiece), unsigned: none is decoded.
+    const hashes = new Uint32Array(120_000).map((_, i) => i * 2654435761);
+    for (let i = 0; i < 100; i++) rogue.publish("adp.sec.state", encodeEntry({ origin: "rogue#4", counter: i, url: upstreamUrl, entry: { op: "learn-blocks", upstream: 0, hashes, namespace: { loraTaskId: null, cacheSalt: null } } }));
+    // A keyholder's entries over this replica's bounds: a prompt past limits.max_prompt_tokens, an engine batch past its batch limits.
+    const key = { id: "k1", secret: Buffer.from(KEY) };
+    const long = new Uint32Array(2 * (Math.ceil(4194304 / 16) + 1));
+    rogue.publish("adp.sec.state", sign(encodeEntry({ origin: "rogue#5", counter: 0, url: upstreamUrl, entry: { op: "learn-blocks", upstream: 0, hashes: long, namespace: { loraTaskId: null, cacheSalt: null } } }), key));
+    const events = { ts: 1, events: [{ type: "BlockRemoved", block_hashes: Array.from({ length: 40_000 }, (_, i) => i + 1) }] };
+    rogue.publish("adp.sec.state", sign(encodeEntry({ origin: "rogue#5", counter: 1, url: upstreamUrl, entry: { op: "kv-events", upstream: 0, events } }), key));
+    await rogue.flush();
+    await until(async () => rejected(a.gateway, "unsigned") === 100 && rejected(b.gateway, "unsigned") === 100, "the unsigned entries dropped", 20_000);
+    await until(async () => rejected(a.gateway, "over the local bounds") === 2 && rejected(b.gateway, "over the local bounds") === 2, "the keyholder's entries rejected", 10_000);
+    expect([used(a.gateway, "replicated_index_bytes"), used(a.gateway, "learned_index_bytes")]).toEqual(before);
+    expect((await health(a.gateway)).status).toBe("ok");
+  });
+
+  it("without signing, a fleet entry with a bigint DP rank is rejected and counted, and the consumer goes on", async () => {
+    // Before (c7c7aac): a TypeError restarted the consumer instead of a counted rejection.
+    const server = await nats({});
+    const engine = await startMockEngine("e");
+    open.push(engine);
+    const sync = `{ url: "${server.url}", cluster: sec, replica_id: REPLICA }`;
+    const { gateway: a } = await replica(engine, sync.replace("REPLICA", "plain-a"));
+    const { gateway: b, logs } = await replica(engine, sync.replace("REPLICA", "plain-b"));
+    await until(async () => (await health(a)).sync.connected && (await health(b)).sync.connected, "both connected", 10_000);
+    const rogue = await connect({ servers: server.url.replace("nats://", "") });
+    open.push({ close: () => rogue.close() });
+    rogue.publish("adp.sec.state", encodeEntry({ origin: "rogue#6", counter: 0, entry: { op: "fleet", urls: [engine.url], dpRanks: [2n as unknown as number] } }));
+    await rogue.flush();
+    await until(async () => rejected(b, "not an entry") === 1, "the entry rejected", 10_000);
+    expect(logs.some((l) => String(l.msg).startsWith("sync: stream consumer stopped"))).toBe(false);
+    for (let i = 0; i < 4; i++) expect(await ask(a, `after-${i}`)).toBe(200);
+    const state = async (g: Gateway) => (await (await fetch(`${g.url}/sync/state`)).json()) as { applied: number; digest: string };
+    await until(async () => {
+      const [x, y] = [await state(a), await state(b)];
+      return x.applied >= 5 && x.applied === y.applied && x.digest === y.digest;
+    }, "both apply what follows", 10_000);
+  });
+
   it("without keys, the start says plainly that entries are unauthenticated", async () => {
     const engine = await startMockEngine("e");
     open.push(engine);
@@ -246,28 +310,39 @@ describe.skipIf(!hasNatsServer)("signed entries: a rogue client that can publish
 });
 
 describe.skipIf(!hasNatsServer)("no stuck entries", () => {
-  it("an entry over the server's max_payload is not published, is logged and counted, and nothing stays pending", async () => {
+  it("a learned prompt too long for the server's max_payload is shared up to the blocks that fit: logged, counted, nothing pending, and the other replica learns that prefix", async () => {
     // Before (c7c7aac): the publish was refused, the entry put back and retried for ever, silently; the replica said pending 1 for good.
     const server = await nats({ conf: "max_payload: 65536" });
     const engine = await startMockEngine("e");
     open.push(engine);
-    const logs: Record<string, unknown>[] = [];
-    const text = `listen: { port: 0 }\nhealth: { interval_ms: 60000 }\nrouting: { tokens_per_block: 1 }\nsync: { url: "${server.url}", replica_id: big }\nupstreams:\n  - url: ${engine.url}\n`;
-    const g = await createGateway(loadGatewayConfig({ file: { name: "g.yaml", text } }), { logger: pino({ level: "info" }, { write: (l: string) => logs.push(JSON.parse(l) as Record<string, unknown>) }) });
-    open.push(g);
-    await until(async () => (await health(g)).sync.connected, "connected", 10_000);
+    const make = async (id: string) => {
+      const logs: Record<string, unknown>[] = [];
+      const text = `listen: { port: 0 }\nhealth: { interval_ms: 60000 }\nrouting: { tokens_per_block: 1 }\nsync: { url: "${server.url}", replica_id: ${id} }\nupstreams:\n  - url: ${engine.url}\n`;
+      const g = await createGateway(loadGatewayConfig({ file: { name: "g.yaml", text } }), { logger: pino({ level: "info" }, { write: (l: string) => logs.push(JSON.parse(l) as Record<string, unknown>) }) });
+      open.push(g);
+      await until(async () => (await health(g)).sync.connected, "connected", 10_000);
+      return { g, logs };
+    };
+    const { g, logs } = await make("big");
+    const { g: other } = await make("other");
+    const complete = async (via: Gateway, prompt: string) => {
+      const r = await fetch(`${via.url}/v1/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ model: "m", prompt }) });
+      expect(r.status).toBe(200);
+      await r.text();
+    };
+    const entries = (via: Gateway, outcome: string) => Number(new RegExp(`^adp_gateway_sync_entries_total\\{outcome="${outcome}"\\} (\\d+)$`, "m").exec(via.metrics())?.[1]);
     // 10,000 one-byte blocks: a learned prompt of about 80 KB of block hashes, over 64 KiB.
-    const r = await fetch(`${g.url}/v1/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ model: "m", prompt: "x".repeat(10_000) }) });
-    expect(r.status).toBe(200);
-    await r.text();
-    const tooLarge = () => Number(/^adp_gateway_sync_entries_total\{outcome="too_large"\} (\d+)$/m.exec(g.metrics())?.[1]);
-    await until(async () => tooLarge() === 1, "the entry refused at publication", 10_000);
+    await complete(g, "x".repeat(10_000));
+    await until(async () => entries(g, "truncated") === 1 && entries(g, "published") === 1, "the prompt shared, cut to fit", 10_000);
     await until(async () => (await health(g)).sync.synced, "synced, nothing pending", 10_000);
-    expect(logs.some((l) => String(l.msg).startsWith("sync: an entry over the NATS server's max_payload") && l.max_payload === 65536)).toBe(true);
-    // A prompt that fits is shared as before.
-    const small = await fetch(`${g.url}/v1/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ model: "m", prompt: "y".repeat(100) }) });
-    await small.text();
-    await until(async () => Number(/^adp_gateway_sync_entries_total\{outcome="published"\} (\d+)$/m.exec(g.metrics())?.[1]) >= 1, "the small one published", 10_000);
+    expect(entries(g, "too_large")).toBe(0);
+    expect(logs.some((l) => String(l.msg).startsWith("sync: a learned prompt too long for the NATS server's max_payload") && l.max_payload === 65536)).toBe(true);
+    // The other replica learned the prefix that fit: the same prompt there matches thousands of its tokens, not all.
+    const matched = () => Number(/^adp_gateway_upstream_matched_tokens_total\{upstream="[^"]*"\} (\d+)$/m.exec(other.metrics())?.[1]);
+    await until(async () => entries(other, "applied") >= 1, "the entry applied on the other replica", 10_000);
+    await complete(other, "x".repeat(10_000));
+    expect(matched()).toBeGreaterThan(5_000);
+    expect(matched()).toBeLessThan(10_000);
   });
 });
 

@@ -69,9 +69,11 @@ export const seqFrame = (seq: bigint): Buffer => {
  * Starts a publisher for `dpRanks` ranks on consecutive ports (and a replay
  * socket per rank when `replay` is given). With `connect`, its PUB sockets
  * connect to those ports instead (vLLM with an endpoint without `*`): the
- * gateway binds them.
+ * gateway binds them. `curve`: a secret key makes it a CURVE server (an
+ * engine configured for it); a key set makes it a CURVE client of a gateway
+ * that is the server (bind mode).
  */
-export async function startFakePublisher(dpRanks: number, replay: ReplayStyle | null = null, connect = false, curveSecretKey: string | null = null): Promise<FakePublisher> {
+export async function startFakePublisher(dpRanks: number, replay: ReplayStyle | null = null, connect = false, curve: string | { serverPublicKey: string; publicKey: string; secretKey: string } | null = null): Promise<FakePublisher> {
   const base = await freePorts(dpRanks);
   const replayBase = replay === null ? 0 : await freePorts(dpRanks);
   const pubs: XPublisher[] = [];
@@ -83,7 +85,8 @@ export async function startFakePublisher(dpRanks: number, replay: ReplayStyle | 
   for (let r = 0; r < dpRanks; r++) {
     // Every subscription passed up, even a repeated one: the test waits for each gateway's.
     // With a secret key, a CURVE server (as an engine configured for it): only clients that know its public key get its events.
-    const pub = new XPublisher({ linger: 0, verbosity: "allSubs", ...(curveSecretKey === null ? {} : { curveServer: true, curveSecretKey }) });
+    const curveOptions = curve === null ? {} : typeof curve === "string" ? { curveServer: true, curveSecretKey: curve } : { curveServerKey: curve.serverPublicKey, curvePublicKey: curve.publicKey, curveSecretKey: curve.secretKey };
+    const pub = new XPublisher({ linger: 0, verbosity: "allSubs", ...curveOptions });
     if (connect) pub.connect(`tcp://127.0.0.1:${base + r}`);
     else await pub.bind(`tcp://127.0.0.1:${base + r}`);
     pubs.push(pub);

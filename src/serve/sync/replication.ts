@@ -31,11 +31,12 @@ import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { connectOptions, syncProblem, type SyncProblem } from "./sync-auth.js";
 import { sign, SignatureError, verify } from "./entry-signing.js";
 import type { Logger } from "pino";
+import { indexBound, type Bound } from "../bounds.js";
 import type { GatewayConfig } from "../config.js";
 import { gatewayEngineViews } from "../engine-views.js";
 import { createGatewayRouter } from "../fleet.js";
 import { RoutingState, type StateEntry, type StateLog } from "../routing-state.js";
-import { decodeEntry, encodeEntry, isShared, type SyncMessage } from "./entry-codec.js";
+import { decodeEntry, encodeEntry, isShared, SyncEntryError, type EntryBounds, type SyncMessage } from "./entry-codec.js";
 import { decodeStateSnapshot, encodeStateSnapshot, SnapshotError, stateDigest } from "./state-snapshot.js";
 import type { SyncConfig } from "./sync-config.js";
 
@@ -47,6 +48,8 @@ const RETRY_MS = 500;
 const MAX_SHARED_RANKS = 8192;
 /** How long one attempt to connect to NATS may take. */
 const CONNECT_TIMEOUT_MS = 5_000;
+/** How long the consumer applies entries before it lets the event loop turn. */
+const TURN_MS = 4;
 /** JetStream's duplicate window for entry ids (ns). */
 const DUPLICATE_WINDOW_NS = 120 * 1e9;
 
@@ -67,6 +70,8 @@ export interface SyncCounters {
   dropped: number;
   /** Entries not published because they were over the server's max_payload. */
   tooLarge: number;
+  /** Learned prompts shared only up to the blocks that fit the server's max_payload. */
+  truncated: number;
   /** Stream entries applied to the replicated state. */
   applied: number;
   /** Stream messages that were not entries, or not signed by a listed key (skipped, counted). */
@@ -80,6 +85,18 @@ export interface SyncCounters {
   snapshotsLoaded: number;
   /** Entries the stream had dropped before this replica applied them, with no snapshot to cover them (its state then differs). */
   missed: number;
+}
+
+/** The bounds a replica with `config` reads entries within (see EntryBounds). */
+function entryBounds(config: GatewayConfig, sync: SyncConfig): EntryBounds {
+  const sources = config.upstreams.flatMap((u) => (u.kvEvents === null ? [] : [u.kvEvents]));
+  return {
+    maxFleet: sync.maxFleet,
+    maxLearnBlocks: Math.ceil(config.limits.maxPromptTokens / config.routing.tokensPerBlock),
+    // An engine's batches as its upstreams here take them (the defaults without any).
+    maxBatchBlocks: sources.length === 0 ? 32_768 : Math.max(...sources.map((k) => k.maxBatchBlocks)),
+    maxBatchTokens: sources.length === 0 ? 1 << 20 : Math.max(...sources.map((k) => k.maxBatchTokens)),
+  };
 }
 
 /** One replica's share of the cluster state. */
@@ -99,7 +116,7 @@ export class Replication {
   #localUrls: () => readonly string[] = () => [];
   /** The replicated state's upstream URLs, in rank order (entries name upstreams by URL). */
   #mirrorUrls: readonly string[];
-  readonly counters: SyncCounters = { published: 0, dropped: 0, applied: 0, rejected: 0, rejectedBy: new Map(), tooLarge: 0, duplicates: 0, snapshotsStored: 0, snapshotsLoaded: 0, missed: 0 };
+  readonly counters: SyncCounters = { published: 0, dropped: 0, applied: 0, rejected: 0, rejectedBy: new Map(), tooLarge: 0, truncated: 0, duplicates: 0, snapshotsStored: 0, snapshotsLoaded: 0, missed: 0 };
   /** When a rejected message was last logged (such lines are rate-limited). */
   #rejectionLoggedAt = Number.NEGATIVE_INFINITY;
   #counter = 0;
@@ -121,6 +138,10 @@ export class Replication {
   /** The stream consumption under way (stopped to start over after a reconnection). */
   #messages: { stop(): void } | null = null;
   #retry: NodeJS.Timeout | null = null;
+  /** What this replica takes in one entry at most (its own configuration's bounds). */
+  readonly #bounds: EntryBounds;
+  /** The server's max_payload, as last connected (1 MiB, NATS's default, before). */
+  #maxPayload = 1 << 20;
 
   constructor(sync: SyncConfig, config: GatewayConfig, log: Logger) {
     this.#sync = sync;
@@ -130,6 +151,7 @@ export class Replication {
     const views = gatewayEngineViews(config);
     this.#mirror = new RoutingState(createGatewayRouter(config), null, { views, live: () => [] });
     this.#mirrorUrls = config.upstreams.map((u) => u.url);
+    this.#bounds = entryBounds(config, sync);
     if (sync.signing === null) log.warn({ replica: sync.replicaId }, "sync: entries are unauthenticated (no sync.signing keys): anyone who can publish on the cluster's NATS subject can change every replica's routing state");
   }
 
@@ -173,7 +195,7 @@ export class Replication {
           // Its block hashes, not its tokens: 8 bytes a block rather than 4 a token.
           const index = this.#local?.router.prefixIndex;
           if (index === null || index === undefined) return;
-          message = { origin: this.origin, counter, url, entry: { op: "learn-blocks", upstream: entry.upstream, hashes: index.blockHashes(entry.tokens), namespace: entry.namespace } };
+          message = { origin: this.origin, counter, url, entry: { op: "learn-blocks", upstream: entry.upstream, hashes: this.#fitting(index.blockHashes(entry.tokens), url), namespace: entry.namespace } };
         } else message = { origin: this.origin, counter, url, entry };
         // An engine batch (or the restart it shows) every replica receives carries its own identity: JetStream keeps the first copy.
         id = (entry.op === "kv-events" || entry.op === "clear") && entry.id !== undefined ? `kv|${url}|${entry.id}` : `${this.origin}:${counter}`;
@@ -197,6 +219,23 @@ export class Replication {
     return `adp.${this.#sync.cluster}.state`;
   }
 
+  /**
+   * A learned prompt's block hashes (two words a block), cut to the longest
+   * prefix whose entry fits the server's max_payload: the other replicas learn
+   * what fits of a prompt too long to share whole (a prefix of a cached prompt
+   * is cached too), and the cut is counted.
+   */
+  #fitting(hashes: Uint32Array, url: string): Uint32Array {
+    // Besides its hashes an entry holds its origin, URL, salt and signature: 8 KiB covers them with room to spare.
+    const blocks = Math.max(0, Math.floor((this.#maxPayload - 8192 - 2 * url.length) / 8));
+    if (hashes.length <= 2 * blocks) return hashes;
+    this.counters.truncated++;
+    if (this.counters.truncated === 1 || this.counters.truncated % 100 === 0) {
+      this.#log.warn({ replica: this.#sync.replicaId, blocks: hashes.length / 2, shared: blocks, max_payload: this.#maxPayload, truncated: this.counters.truncated }, "sync: a learned prompt too long for the NATS server's max_payload is shared up to the blocks that fit");
+    }
+    return hashes.subarray(0, 2 * blocks);
+  }
+
   /** Whether NATS is reachable and nothing waits to be published. */
   get synced(): boolean {
     return this.#connected && this.#queue.length === 0 && this.#inFlight === 0;
@@ -215,6 +254,19 @@ export class Replication {
   /** The stream sequence of the last entry the replicated state applied. */
   get applied(): number {
     return this.#appliedSeq;
+  }
+
+  /** The bounds on what the stream can make this replica hold, and their use (see bounds.ts). */
+  bounds(): Bound[] {
+    const budget = this.#config.routing.indexBytes;
+    const views = (this.#mirror.views?.all ?? []).filter((v) => v !== null);
+    const index = this.#mirror.router.prefixIndex;
+    return [
+      { bound: "sync_pending_entries", limit: this.#sync.maxBufferedEntries, used: this.pending },
+      { bound: "replicated_fleet_upstreams", limit: this.#sync.maxFleet, used: this.#mirrorUrls.length },
+      ...(index === null ? [] : [indexBound("replicated_index_bytes", index, budget)]),
+      { bound: "replicated_engine_view_bytes", limit: views.length * budget, used: views.reduce((n, v) => n + v.stats().bytesInUse, 0) },
+    ];
   }
 
   /** What `/sync/state` reports: the replicated state's sequence and digest (hashes its snapshot: not for every request). */
@@ -268,6 +320,7 @@ export class Replication {
       this.#objects = await objm.create(`adp_${this.#sync.cluster}_snapshots`);
       this.#jsm = jsm;
       this.#nc = nc;
+      this.#maxPayload = nc.info?.max_payload ?? this.#maxPayload;
       this.#js = jetstream(nc);
       this.#setConnected(true);
       void this.#watch(nc);
@@ -470,9 +523,15 @@ export class Replication {
         const consumer = await this.#js.consumers.get(this.#stream, { deliver_policy: DeliverPolicy.StartSequence, opt_start_seq: this.#appliedSeq + 1 });
         const messages = await consumer.consume();
         this.#messages = messages;
+        let turn = performance.now();
         for await (const m of messages) {
           if (this.#closed) break;
           this.#onMessage(m.seq, m.data);
+          // A backlog is applied a few milliseconds at a time: requests and /health are served in between.
+          if (performance.now() - turn > TURN_MS) {
+            await new Promise((resolve) => setImmediate(resolve));
+            turn = performance.now();
+          }
         }
       } catch (error) {
         if (this.#closed) return;
@@ -506,17 +565,18 @@ export class Replication {
   #applyMessage(seq: number, data: Uint8Array): void {
     let message;
     try {
-      message = decodeEntry(this.#open(data));
+      message = decodeEntry(this.#open(data), this.#bounds);
     } catch (error) {
       if (error instanceof SignatureError) return this.#reject(seq, error.problem, error.message);
+      if (error instanceof SyncEntryError && error.overBounds) return this.#reject(seq, "over the local bounds", error.message);
       // Anything the codec throws is the message's fault: counted, never a stopped consumer.
       return this.#reject(seq, "not an entry", (error as Error).message);
     }
-    // A fleet change is bounded by this replica's own limit before anything is built for it (10,000 URLs took
-    // a replica from 83 MB to 915 MB): its fleet and views are sized by it.
+    // A fleet change is bounded by this replica's own limits before anything is built for it (10,000 URLs took
+    // a replica from 83 MB to 915 MB): its size by sync.max_fleet as it was read, its engine views' ranks here.
     if (!("url" in message)) {
       const ranks = message.entry.dpRanks.reduce<number>((n, d) => n + (d ?? 1), 0);
-      if (message.entry.urls.length > this.#sync.maxFleet || ranks > MAX_SHARED_RANKS) return this.#reject(seq, "over the local bounds", `a fleet of ${message.entry.urls.length} upstreams, ${ranks} ranks (sync.max_fleet ${this.#sync.maxFleet}, ${MAX_SHARED_RANKS} ranks)`);
+      if (ranks > MAX_SHARED_RANKS) return this.#reject(seq, "over the local bounds", `a fleet of ${message.entry.urls.length} upstreams with ${ranks} ranks (at most ${MAX_SHARED_RANKS})`);
     }
     this.counters.applied++;
     try {

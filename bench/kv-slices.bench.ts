@@ -1,0 +1,118 @@
+// Large engine batches and the event loop. Printed:
+//   1. the library: one 65,536-block vLLM batch (16-token blocks) applied whole,
+//      and in slices of SLICE_BLOCKS (the longest slice is the longest the
+//      loop is held), after a warm-up;
+//   2. gateways on a real ZeroMQ stream (a Publisher on loopback), /health
+//      probed every 5 ms while the engine publishes: with the default limits,
+//      a 16,000-block batch (0.9 MB: applied in slices) and a 1M-block
+//      removal (5 MB: refused unread, over max_batch_bytes); with
+//      max_batch_bytes raised to 64 MiB, the removal decoded, then refused
+//      (over max_batch_blocks). The longest turn of the event loop meanwhile (the widest gap
+//      between ticks of a 1 ms timer), /health's latency p50 and max, and how
+//      long each batch took to be applied or refused.
+// Run: npm run bench:kv-slices
+import { encode } from "@msgpack/msgpack";
+import pino from "pino";
+import { Publisher } from "zeromq";
+import { createPrefixIndex, sliceKvEvents } from "../src/index.js";
+import { createGateway, loadGatewayConfig } from "../src/serve/index.js";
+import { SLICE_BLOCKS } from "../src/serve/event-slicing.js";
+
+const TPB = 16;
+
+/** A vLLM batch storing one chain of `blocks` blocks. */
+function stored(blocks: number, first: number) {
+  const event = { type: "BlockStored", block_hashes: Array.from({ length: blocks }, (_, i) => first + i), parent_block_hash: null, token_ids: Array.from({ length: blocks * TPB }, (_, i) => i % 5000), block_size: TPB, lora_id: null, medium: "GPU" };
+  return { ts: 1, events: [event], data_parallel_rank: 0 };
+}
+
+/** Milliseconds `f` takes. */
+function time(f: () => void): number {
+  const t = performance.now();
+  f();
+  return performance.now() - t;
+}
+
+/** Percentile `q` of `xs`. */
+const pct = (xs: number[], q: number) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor(q * xs.length))] ?? NaN;
+
+// 1. The library.
+for (let round = 0; round < (process.env.ADP_BENCH_SKIP_LIBRARY ? 0 : 2); round++) {
+  const batch = stored(65_536, 1 + round * 100_000);
+  const whole = createPrefixIndex({ numRanks: 1, tokensPerBlock: TPB, maxMemoryBytes: 1 << 30 });
+  const wholeMs = time(() => whole.applyKvEvents(batch, { rank: 0 }));
+  const sliced = createPrefixIndex({ numRanks: 1, tokensPerBlock: TPB, maxMemoryBytes: 1 << 30 });
+  let slices: unknown[] = [];
+  const cutMs = time(() => (slices = sliceKvEvents(batch, SLICE_BLOCKS).slices));
+  const each = slices.map((s) => time(() => sliced.applyKvEvents(s, { rank: 0 })));
+  if (round === 1) {
+    console.log(`library, 65,536 blocks: whole ${wholeMs.toFixed(1)} ms in one turn; cut ${cutMs.toFixed(1)} ms, then ${slices.length} slices of ${SLICE_BLOCKS}: longest ${Math.max(...each).toFixed(2)} ms, p50 ${pct(each, 0.5).toFixed(2)} ms, total ${each.reduce((a, b) => a + b, 0).toFixed(1)} ms`);
+  }
+  whole.dispose();
+  sliced.dispose();
+}
+
+// 2. Gateways on a ZeroMQ stream.
+const pub = new Publisher({ linger: 0 });
+await pub.bind("tcp://127.0.0.1:*");
+const endpoint = pub.lastEndpoint!;
+
+/** A gateway subscribed to the publisher, with `limits` (YAML) on its stream. */
+async function gatewayWith(limits: string) {
+  const text = [
+    "listen: { port: 0 }",
+    "health: { interval_ms: 60000 }",
+    `routing: { tokens_per_block: ${TPB} }`,
+    "upstreams:",
+    "  - url: http://127.0.0.1:9",
+    `    kv_events: { kind: zmq, endpoint: "${endpoint}"${limits} }`,
+  ].join("\n");
+  const gateway = await createGateway(loadGatewayConfig({ file: { name: "bench.yaml", text } }), { logger: pino({ level: "silent" }) });
+  await new Promise((r) => setTimeout(r, 300)); // the subscription reaches the publisher
+  return gateway;
+}
+
+/** /health latencies while `done` is false, probing every 5 ms. */
+async function probe(url: string, done: () => boolean): Promise<number[]> {
+  const out: number[] = [];
+  while (!done()) {
+    const t = performance.now();
+    await (await fetch(`${url}/health`)).text();
+    out.push(performance.now() - t);
+    await new Promise((r) => setTimeout(r, 5));
+  }
+  return out;
+}
+
+let seq = 0n;
+const removal = Buffer.from(encode({ ts: 1, events: [{ type: "BlockRemoved", block_hashes: Array.from({ length: 1 << 20 }, (_, i) => i + 1), medium: "GPU" }], data_parallel_rank: 0 }));
+const runs: [string, string, Buffer, string][] = [
+  ["default limits", "", Buffer.from(encode(stored(16_000, 1))), "applied"],
+  ["default limits", "", Buffer.from(encode(stored(16_000, 100_001))), "applied"],
+  ["default limits", "", removal, "oversized"],
+  ["max_batch_bytes 64 MiB", ", max_batch_bytes: 67108864", removal, "oversized"],
+];
+for (const [name, limits, payload, outcome] of runs) {
+  const gateway = await gatewayWith(limits);
+  const count = () => Number(new RegExp(`^adp_gateway_upstream_kv_event_batches_total\\{[^}]*outcome="${outcome}"\\} (\\d+)$`, "m").exec(gateway.metrics())?.[1] ?? NaN);
+  const before = count();
+  const frame = Buffer.alloc(8);
+  frame.writeBigInt64BE(seq++, 0);
+  // The longest turn: the widest gap between ticks of a 1 ms timer while the batch is handled.
+  let last = performance.now();
+  let longest = 0;
+  const ticker = setInterval(() => {
+    const now = performance.now();
+    longest = Math.max(longest, now - last);
+    last = now;
+  }, 1);
+  const started = performance.now();
+  const latencies = probe(gateway.url, () => count() > before);
+  await pub.send(["", frame, payload]);
+  const l = await latencies;
+  clearInterval(ticker);
+  console.log(`gateway (${name}), ${(payload.length / 1e6).toFixed(1)} MB batch ${outcome === "applied" ? "applied" : "refused"} in ${(performance.now() - started).toFixed(0)} ms; longest turn ${longest.toFixed(1)} ms; /health meanwhile p50 ${pct(l, 0.5).toFixed(1)} ms, max ${Math.max(...l).toFixed(1)} ms over ${l.length} probes`);
+  await gateway.close();
+}
+
+pub.close();
