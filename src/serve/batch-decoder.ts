@@ -12,7 +12,7 @@
 import { Worker } from "node:worker_threads";
 import { batchDecoder, prepareBatch, type PreparedBatch } from "./batch-preparation.js";
 import { builtScript } from "./built-script.js";
-import type { BatchLimits } from "./event-slicing.js";
+import { nextTurn, type BatchLimits } from "./event-slicing.js";
 
 /** Batches at most this large are prepared inline (64 KiB decode in well under a millisecond). */
 export const INLINE_BYTES = 64 << 10;
@@ -42,7 +42,7 @@ export type ArrivingBatch =
 /** `slices`, each after the one before on a later turn of the event loop. */
 async function* turnByTurn(slices: readonly unknown[]): AsyncGenerator<unknown> {
   for (let k = 0; k < slices.length; k++) {
-    if (k > 0) await new Promise((resolve) => setImmediate(resolve));
+    if (k > 0) await nextTurn();
     yield slices[k];
   }
 }
@@ -90,7 +90,7 @@ class Pending {
     let first = true;
     while (this.#left > 0) {
       // Node dispatches a port's queued messages in one go: each slice after the first waits for a turn of its own.
-      if (!first) await new Promise((resolve) => setImmediate(resolve));
+      if (!first) await nextTurn();
       first = false;
       if (this.#slices.length === 0) {
         if (this.#failed !== null) throw this.#failed;

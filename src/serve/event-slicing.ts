@@ -29,7 +29,7 @@ export function overLimits(size: { readonly blocks: number; readonly tokens: num
 }
 
 /** The next turn of the event loop (after pending I/O). */
-const nextTurn = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
+export const nextTurn = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
 
 /**
  * Emits `events` (of DP rank `dpRank`, batch `id`) in slices, the first now

@@ -227,9 +227,14 @@ export class ZmqEventSource implements IndexUpdateSource {
     if (n === 1 || n % 100 === 0) this.#onNotice({ rank: s.rank, what: "publisher refused: its CURVE public key is not allowed", detail: `${n} so far, the latest from ${address || "an unknown address"}` });
   }
 
+  /** Empties the view when batch `seq`, not applied, came from a restarted publisher (the restart still happened). */
+  #clearOnRestart(s: RankStream, seq: bigint, emit: (update: IndexUpdate) => void, restart: boolean): void {
+    if (restart) emit({ kind: "cleared", dpRank: s.rank, id: `${s.endpoint}|${seq}|restart` });
+  }
+
   /** Refuses batch `seq` for its size (its events are lost: the stream is gapped), after the restart it shows. */
   #refuse(s: RankStream, seq: bigint, emit: (update: IndexUpdate) => void, restart: boolean, detail: string): false {
-    if (restart) emit({ kind: "cleared", dpRank: s.rank, id: `${s.endpoint}|${seq}|restart` });
+    this.#clearOnRestart(s, seq, emit, restart);
     this.counters.oversized++;
     s.freshness.unfilled(seq);
     this.#onNotice({ rank: s.rank, what: "batch refused; stream gapped while its view goes on", detail });
@@ -248,7 +253,7 @@ export class ZmqEventSource implements IndexUpdateSource {
     if (this.#closed) return false;
     if (batch.kind !== "ok") {
       if (batch.kind === "oversized") return this.#refuse(s, seq, emit, restart, batch.detail);
-      if (restart) emit({ kind: "cleared", dpRank: s.rank, id: `${s.endpoint}|${seq}|restart` });
+      this.#clearOnRestart(s, seq, emit, restart);
       this.counters.unparseable++;
       this.#onNotice({ rank: s.rank, what: "batch skipped", detail: batch.detail });
       return false;

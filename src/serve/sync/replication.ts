@@ -34,6 +34,7 @@ import type { Logger } from "pino";
 import { indexBound, type Bound } from "../bounds.js";
 import type { GatewayConfig } from "../config.js";
 import { gatewayEngineViews } from "../engine-views.js";
+import { nextTurn } from "../event-slicing.js";
 import { createGatewayRouter } from "../fleet.js";
 import { RoutingState, type StateEntry, type StateLog } from "../routing-state.js";
 import { decodeEntry, encodeEntry, isShared, SyncEntryError, type EntryBounds, type SyncMessage } from "./entry-codec.js";
@@ -529,7 +530,7 @@ export class Replication {
           this.#onMessage(m.seq, m.data);
           // A backlog is applied a few milliseconds at a time: requests and /health are served in between.
           if (performance.now() - turn > TURN_MS) {
-            await new Promise((resolve) => setImmediate(resolve));
+            await nextTurn();
             turn = performance.now();
           }
         }
