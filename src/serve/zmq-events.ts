@@ -249,7 +249,7 @@ export class ZmqEventSource implements IndexUpdateSource {
   async #apply(s: RankStream, seq: bigint, payload: Uint8Array, emit: (update: IndexUpdate) => void, restart = false): Promise<boolean> {
     // Refused unread: decoding and applying it would hold the event loop.
     if (payload.length > this.#config.maxBatchBytes) return this.#refuse(s, seq, emit, restart, `${payload.length} bytes, over kv_events.max_batch_bytes (${this.#config.maxBatchBytes})`);
-    const batch = await this.#decoder!.prepare(payload, this.#maxItems, this.#config);
+    const batch = await this.#decoder!.prepare(payload, "msgpack", this.#maxItems, this.#config);
     if (this.#closed) return false;
     if (batch.kind !== "ok") {
       if (batch.kind === "oversized") return this.#refuse(s, seq, emit, restart, batch.detail);

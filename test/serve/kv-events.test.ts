@@ -15,7 +15,7 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { createGateway, loadGatewayConfig, type Gateway } from "../../src/serve/index.js";
-import { parseJsonKeepingIntegers } from "../../src/serve/http-events.js";
+import { parseJsonKeepingIntegers } from "../../src/serve/batch-preparation.js";
 import { startFakePublisher, seqFrame, type ReplayStyle } from "../support/fake-kv-publisher.js";
 import { startMockEngine, type MockEngine } from "../support/mock-engine.js";
 import { waitFor } from "../support/wait.js";
@@ -491,6 +491,59 @@ describe("TensorRT-LLM's /kv_cache_events over HTTP", () => {
     a.behaviour.kvCacheEvents.push(wire.http.not_a_list!);
     await waitFor(() => metric(gateway, "upstream_kv_event_batches_total", 'upstream="1",outcome="unparseable"') === 1);
     expect(metric(gateway, "upstream_kv_events_total", 'upstream="1",outcome="ignored"')).toBeGreaterThanOrEqual(2); // created, updated
+  });
+
+  it("a large answer (parsed off the event loop) is applied a run of events at a time: /health answers while it is half applied, event ids are checked across runs, the view ends whole", async () => {
+    // 2 DP ranks, 300 stored events of 32 blocks each, a chain per rank; rank 1's ids jump once (id 100 lost).
+    const { gateway, a } = await gatewayWith("{ kind: http, interval_ms: 20, dp_ranks: 2 }");
+    const tpb = wire.tokensPerBlock;
+    const events: unknown[] = [];
+    const ids = [0, 0];
+    for (let e = 0; e < 300; e++) {
+      const rank = e % 2;
+      if (rank === 1 && ids[1] === 100) ids[1]++;
+      const first = 1 + rank * 1_000_000 + Math.floor(e / 2) * 32;
+      const blocks = Array.from({ length: 32 }, (_, i) => ({ type: "stored_block", block_hash: first + i, tokens: Array.from({ length: tpb }, (_, t) => ({ type: "unique_token", token_id: ((first + i) * tpb + t) % 30_000, token_extra_id: 0 })), cache_level: 0, priority: 35, mm_keys: [] }));
+      events.push({ event_id: ids[rank]!++, data: { type: "stored", parent_hash: e < 2 ? null : first - 1, blocks }, window_size: 4096, attention_dp_rank: rank });
+    }
+    const answer = JSON.stringify(events);
+    expect(answer.length).toBeGreaterThan(1 << 20); // over the inline bound many times: parsed in the worker
+    a.behaviour.kvCacheEvents = [answer];
+    const seen: number[] = [];
+    while (seen.at(-1) !== 9_600) {
+      expect((await fetch(`${gateway.url}/health`)).status).toBe(200);
+      seen.push(viewBlocks(gateway));
+    }
+    expect(seen.some((n) => n > 0 && n < 9_600)).toBe(true);
+    expect(metric(gateway, "upstream_kv_event_batches_total", 'upstream="1",outcome="applied"')).toBe(1);
+    expect(metric(gateway, "upstream_kv_event_gaps_total", 'upstream="1",filled="false"')).toBe(1);
+    expect(state(gateway, "gapped", 1)).toBe(1);
+    expect(metric(gateway, "upstream_kv_events_total", 'upstream="1",outcome="malformed"')).toBe(0);
+  });
+
+  it("one event larger than a run is cut: its pieces follow it to its DP rank, and the same event again (an old id) is dropped whole", async () => {
+    const { gateway, a } = await gatewayWith("{ kind: http, interval_ms: 20, dp_ranks: 2 }");
+    const tpb = wire.tokensPerBlock;
+    const stored = (id: number, rank: number, first: number, n: number) => ({
+      event_id: id,
+      data: { type: "stored", parent_hash: null, blocks: Array.from({ length: n }, (_, i) => ({ type: "stored_block", block_hash: first + i, tokens: Array.from({ length: tpb }, (_, t) => ({ type: "unique_token", token_id: ((first + i) * tpb + t) % 30_000, token_extra_id: 0 })), cache_level: 0, priority: 35, mm_keys: [] })) },
+      window_size: 4096,
+      attention_dp_rank: rank,
+    });
+    const first = JSON.stringify([stored(1, 0, 1, 5), stored(2, 0, 101, 3_000), stored(0, 1, 1_000_001, 10)]);
+    expect(first.length).toBeGreaterThan(64 << 10);
+    a.behaviour.kvCacheEvents = [first];
+    await waitFor(() => viewBlocks(gateway) === 3_015, () => gateway.metrics().split("\n").filter((l) => l.includes("kv_") || l.includes("view")).join("\n"));
+    expect(metric(gateway, "upstream_kv_events_total", 'upstream="1",outcome="malformed"')).toBe(0);
+    // Id 2 again with other blocks: old, so none of its pieces applies; the rank's next id does.
+    a.behaviour.kvCacheEvents.push(JSON.stringify([stored(2, 0, 50_001, 3_000), stored(3, 0, 6_001, 5)]));
+    await waitFor(() => viewBlocks(gateway) === 3_020, () => gateway.metrics().split("\n").filter((l) => l.includes("kv_") || l.includes("view")).join("\n"));
+    expect(metric(gateway, "upstream_kv_event_batches_total", 'upstream="1",outcome="duplicate"')).toBe(1);
+    expect(state(gateway, "live", 0)).toBe(1);
+    // A large answer that is not JSON (parsed in the worker too) is counted, and polling goes on.
+    a.behaviour.kvCacheEvents.push(`[${"{".repeat(100_000)}`, JSON.stringify([stored(4, 0, 7_001, 2)]));
+    await waitFor(() => viewBlocks(gateway) === 3_022);
+    expect(metric(gateway, "upstream_kv_event_batches_total", 'upstream="1",outcome="unparseable"')).toBe(1);
   });
 
   it("uint64 hashes in the JSON keep every bit", () => {
