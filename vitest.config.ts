@@ -1,4 +1,5 @@
 import { existsSync } from "node:fs";
+import { fileURLToPath } from "node:url";
 import { playwright } from "@vitest/browser-playwright";
 import { defineConfig } from "vitest/config";
 
@@ -22,7 +23,7 @@ const browserSuites = [
   "test/observability.test.ts",
   "test/snapshot.test.ts",
   "test/hostile-input.test.ts",
-  "test/serve/hf-tokenizer.test.ts",
+  "test/gateway/hf-tokenizer.test.ts",
 ];
 
 if (!hasChromium) {
@@ -30,6 +31,13 @@ if (!hasChromium) {
 }
 
 export default defineConfig({
+  // The gateway imports the library by its package name; the tests run both from their sources, one copy of each class.
+  resolve: {
+    alias: [
+      { find: /^adp-router$/, replacement: fileURLToPath(new URL("./src/index.ts", import.meta.url)) },
+      { find: /^adp-router\/prometheus$/, replacement: fileURLToPath(new URL("./src/prometheus.ts", import.meta.url)) },
+    ],
+  },
   test: {
     testTimeout: 60_000,
     reporters: ["default", "./test/support/summary-reporter.ts"],

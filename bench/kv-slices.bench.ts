@@ -19,8 +19,8 @@ import { encode } from "@msgpack/msgpack";
 import pino from "pino";
 import { Publisher } from "zeromq";
 import { createPrefixIndex, sliceKvEvents } from "../src/index.js";
-import { createGateway, loadGatewayConfig } from "../src/serve/index.js";
-import { SLICE_BLOCKS } from "../src/serve/event-slicing.js";
+import { createGateway, loadGatewayConfig } from "../gateway/src/index.js";
+import { SLICE_BLOCKS } from "../gateway/src/events/event-slicing.js";
 
 const TPB = 16;
 
@@ -76,6 +76,23 @@ async function gatewayWith(limits: string) {
   return gateway;
 }
 
+/** The longest turn of the event loop from now to `stop()`: the widest gap between ticks of a 1 ms timer. */
+function longestTurn(): { stop(): number } {
+  let last = performance.now();
+  let longest = 0;
+  const ticker = setInterval(() => {
+    const now = performance.now();
+    longest = Math.max(longest, now - last);
+    last = now;
+  }, 1);
+  return {
+    stop: () => {
+      clearInterval(ticker);
+      return longest;
+    },
+  };
+}
+
 /** /health latencies while `done` is false, probing every 5 ms. */
 async function probe(url: string, done: () => boolean): Promise<number[]> {
   const out: number[] = [];
@@ -104,19 +121,12 @@ for (const [name, limits, payload, outcome] of runs) {
   await (await fetch(`${gateway.url}/health`)).text();
   const frame = Buffer.alloc(8);
   frame.writeBigInt64BE(seq++, 0);
-  // The longest turn: the widest gap between ticks of a 1 ms timer while the batch is handled.
-  let last = performance.now();
-  let longest = 0;
-  const ticker = setInterval(() => {
-    const now = performance.now();
-    longest = Math.max(longest, now - last);
-    last = now;
-  }, 1);
+  const turns = longestTurn();
   const started = performance.now();
   const latencies = probe(gateway.url, () => count() > before);
   await pub.send(["", frame, payload]);
   const l = await latencies;
-  clearInterval(ticker);
+  const longest = turns.stop();
   console.log(`gateway (${name}), ${(payload.length / 1e6).toFixed(1)} MB batch ${outcome === "applied" ? "applied" : "refused"} in ${(performance.now() - started).toFixed(0)} ms; longest turn ${longest.toFixed(1)} ms; /health meanwhile p50 ${pct(l, 0.5).toFixed(1)} ms, max ${Math.max(...l).toFixed(1)} ms over ${l.length} probes`);
   await gateway.close();
 }
@@ -154,16 +164,10 @@ const polling = await createGateway(
 await (await fetch(`${polling.url}/health`)).text();
 {
   const blocks = () => Number(/^adp_gateway_upstream_engine_view_blocks\{[^}]*\} (\d+)$/m.exec(polling.metrics())?.[1] ?? 0);
-  let last = performance.now();
-  let longest = 0;
-  const ticker = setInterval(() => {
-    const now = performance.now();
-    longest = Math.max(longest, now - last);
-    last = now;
-  }, 1);
+  const turns = longestTurn();
   const started = performance.now();
   const l = await probe(polling.url, () => blocks() === 16_000);
-  clearInterval(ticker);
+  const longest = turns.stop();
   console.log(`gateway polling /kv_cache_events, ${(answerBytes / 1e6).toFixed(1)} MB answer (16,000 blocks) applied in ${(performance.now() - started).toFixed(0)} ms from the gateway's start; longest turn ${longest.toFixed(1)} ms; /health meanwhile p50 ${pct(l, 0.5).toFixed(1)} ms, max ${Math.max(...l).toFixed(1)} ms over ${l.length} probes`);
 }
 await polling.close();

@@ -14,7 +14,7 @@ import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { pino } from "pino";
 import { Pool } from "undici";
-import { createGateway, type Gateway } from "../src/serve/index.js";
+import { createGateway, type Gateway } from "../gateway/src/index.js";
 import { sendChats } from "./support/chat-load.js";
 
 const ROUNDS = Number(process.env.ROUNDS ?? 8);

@@ -18,7 +18,7 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { Pool } from "undici";
 import { answerCpuRequests, cpuOf } from "./support/child-cpu.js";
-import { createGateway, loadGatewayConfig, loadTokenizer } from "../src/serve/index.js";
+import { createGateway, loadGatewayConfig, loadTokenizer } from "../gateway/src/index.js";
 
 const SELF = fileURLToPath(import.meta.url);
 const TOKENIZER = path.join("test", "fixtures", "tokenizers", "qwen2.5");

@@ -32,7 +32,7 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { Pool } from "undici";
 import { answerCpuRequests, cpuOf } from "./support/child-cpu.js";
-import { createGateway, loadGatewayConfig, loadHuggingFaceTokenizer, loadTokenizer, type HuggingFaceTokenizer } from "../src/serve/index.js";
+import { createGateway, loadGatewayConfig, loadHuggingFaceTokenizer, loadTokenizer, type HuggingFaceTokenizer } from "../gateway/src/index.js";
 import { sendChats } from "./support/chat-load.js";
 
 const SELF = fileURLToPath(import.meta.url);

@@ -17,7 +17,7 @@ import { parseArgs } from "node:util";
 import v8 from "node:v8";
 import vm from "node:vm";
 import { Pool } from "undici";
-import { createGateway, loadGatewayConfig } from "../dist/serve.js";
+import { createGateway, loadGatewayConfig } from "../gateway/dist/index.js";
 
 const SELF = fileURLToPath(import.meta.url);
 

@@ -4,7 +4,7 @@
 //   conformance FILE|- [--check]   answer (or check) conformance scenarios
 //   validate FILE|-                validate an attention_dp_config (JSON or YAML, bare or wrapped)
 //   schema                         print the attention_dp_config JSON Schema
-//   serve [options]                the gateway (src/serve/command.ts)
+//   serve [options]                the gateway, when its package (adp-router-gateway) is installed
 
 import { writeFileSync } from "node:fs";
 import { createRequire } from "node:module";
@@ -16,7 +16,6 @@ import { renderReport } from "./simulate/report.js";
 import { MAX_REPLICAS, type SyncMode } from "./simulate/replicas.js";
 import { CONFIG_POLICY, formatTable, POLICIES, simulate, toJson, type IndexUpdates } from "./simulate/run.js";
 import { TraceError } from "./simulate/trace.js";
-import { SERVE_USAGE, serveCommand } from "./serve/command.js";
 import { TUNE_USAGE, tuneCommand } from "./cli/tune-command.js";
 import { AttentionDpConfigError } from "./errors.js";
 
@@ -37,8 +36,9 @@ ${WORKLOAD_HELP}
                               it: what tune recommends) and sets kv_cache_aware's parameters
   --index-updates MODE        routing (learn from own decisions) | events (engine KV events)
   --event-delay MS            events: batches reach the router MS simulated ms late (0)
-  --event-drop P              events: share of batches lost, 0 to 1 (0); a gap empties that
-                              rank's engine view, rebuilt from the next batch
+  --event-drop P              events: share of batches lost, 0 to 1 (0); after a gap that
+                              rank's engine view goes on from the next batch, untrusted for
+                              --event-stale ms (its match meanwhile from the router's own view)
   --event-replay              events: fill gaps by replaying the lost batches instead
   --event-seed N              events: seed of which batches are lost (1)
   --event-stale MS            events: the gateway's stale_after_ms (10000): a rank whose stream
@@ -96,13 +96,44 @@ Commands:
   schema                        Print the JSON Schema of attention_dp_config.
   tune [options]                Search attention_dp_config for the one that serves a trace best
                                 (TTFT p90 by default) and print it next to TensorRT-LLM's defaults.
-  serve [options]               Run the gateway in front of upstream engines:
-                                  adp-router serve --upstream http://127.0.0.1:8001 --upstream ...
+  serve [options]               Run the gateway in front of upstream engines (its own package,
+                                adp-router-gateway: adp-router-gateway serve --help).
 
 Options:
   -h, --help                    print this help (adp-router <command> --help: that command's)
   -v, --version                 print the version
 `;
+
+/** The gateway's package, loaded by `adp-router serve` when installed (a name in a variable: never bundled). */
+const GATEWAY_PACKAGE = "adp-router-gateway";
+
+/** What `adp-router serve` says where the gateway is not installed. */
+const NO_GATEWAY = "adp-router serve: the gateway is its own package: npm install adp-router-gateway, then run adp-router-gateway serve\n";
+
+/** The help text of `adp-router serve`. */
+const SERVE_USAGE = `Usage: adp-router serve [options]
+
+Runs the gateway, the package adp-router-gateway (npm install adp-router-gateway),
+with the options of adp-router-gateway serve (adp-router-gateway serve --help).
+`;
+
+/** `adp-router serve`: the gateway's own command where its package is installed, else how to get it. */
+async function serveCommand(args: string[]): Promise<number> {
+  if (args.includes("--help") || args.includes("-h")) {
+    process.stdout.write(SERVE_USAGE);
+    return 0;
+  }
+  let gateway: { serveCommand(args: string[]): Promise<number> };
+  try {
+    gateway = (await import(GATEWAY_PACKAGE)) as typeof gateway;
+  } catch (error) {
+    // Only the package itself missing; a broken installation of it says what broke.
+    if ((error as { code?: string }).code !== "ERR_MODULE_NOT_FOUND" || !String((error as Error).message).includes(`'${GATEWAY_PACKAGE}'`)) throw error;
+    process.stderr.write(NO_GATEWAY);
+    return 1;
+  }
+  return gateway.serveCommand(args);
+}
 
 /** Each command's help text, for `adp-router help <command>` (serve prints its own). */
 const COMMAND_USAGE: Readonly<Record<string, string>> = {
@@ -285,10 +316,13 @@ function main(argv: string[]): number | null {
   try {
     switch (command) {
       case "serve":
-        void serveCommand(rest).then((status) => {
-          process.exitCode = status;
-          if (status === 0) process.exit(0); // handles (signal listeners) must not keep it alive
-        });
+        void serveCommand(rest).then(
+          (status) => {
+            process.exitCode = status;
+            if (status === 0) process.exit(0); // handles (signal listeners) must not keep it alive
+          },
+          (error: unknown) => void (process.exitCode = reportFailure(command, error)),
+        );
         return null;
       case "simulate":
         return simulateCommand(rest);

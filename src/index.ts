@@ -1,10 +1,10 @@
 // adp-router: TensorRT-LLM's attention-DP request routers as a library.
 
 export { init } from "./wasm.js";
-export { createRouter, restoreRouter, routerKindFor, MAX_RANKS, type RestoreOptions, type Router, type RouterOptions } from "./router.js";
+export { createRouter, restoreRouter, routerKindFor, bindConversation, MAX_RANKS, type RestoreOptions, type Router, type RouterOptions } from "./router.js";
 export type { RouteResult, RouterKind, DecisionRecord, DecisionOutcome, ScoringExplanation } from "./routers/types.js";
 export type { PrefixHitMetrics, RouterMetrics } from "./metrics.js";
-export type { RankState, RequestId, RouteInput, RouteRequest } from "./batch.js";
+export { MAX_KEY_LENGTH, type RankState, type RequestId, type RouteInput, type RouteRequest } from "./batch.js";
 export {
   parseAttentionDpConfig,
   isAttentionDpConfig,
@@ -25,8 +25,9 @@ export {
   type PrefixIndexOptions,
   type PrefixIndexStats,
   type PrefixNamespace,
+  type KvEventsResult,
 } from "./prefix-index.js";
 export { ConversationMap } from "./conversation-map.js";
 export { sliceKvEvents, type KvEventSlices } from "./kv-event-slices.js";
-export { AttentionDpConfigError, AdpInputError, AdpHookError, type InputIssue } from "./errors.js";
+export { AttentionDpConfigError, AdpInputError, AdpHookError, describeValue, excerpt, type InputIssue } from "./errors.js";
 export { runScenario, firstDifference, toRouteInput, type ScenarioAnswer } from "./conformance.js";

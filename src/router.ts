@@ -298,7 +298,7 @@ const restoreState = new WeakMap<Router, (state: RouterState) => void>();
 const binders = new WeakMap<Router, (key: string, rank: number) => boolean>();
 
 /**
- * @internal Records that conversation `key` (a conversation or sub-agent id)
+ * Records that conversation `key` (a conversation or sub-agent id)
  * is on `rank`, as the conversation router records a placement: how a gateway
  * replica takes another replica's binding. Returns false, changing nothing,
  * when the router keeps no conversations; throws AdpInputError for a bad key

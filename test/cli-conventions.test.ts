@@ -238,7 +238,12 @@ describe("npm pack in a fresh clone", () => {
       const out = execFileSync("npm", ["pack", "--dry-run", "--json"], { cwd: clone, encoding: "utf8", stdio: ["ignore", "pipe", "pipe"] });
       const [manifest] = JSON.parse(out.slice(out.indexOf("["))) as [{ files: { path: string }[] }];
       const packed = manifest.files.map((f) => f.path);
-      for (const f of ["dist/cli.js", "dist/index.js", "dist/serve.js", "dist/simulate.js", "dist/types/index.d.ts", "dist/config.schema.json"]) expect(packed).toContain(f);
+      for (const f of ["dist/cli.js", "dist/index.js", "dist/simulate.js", "dist/types/index.d.ts", "dist/config.schema.json"]) expect(packed).toContain(f);
+      // The gateway's package, from the same clone (built by the library's pack above).
+      const gatewayOut = execFileSync("npm", ["pack", "--dry-run", "--json", "--ignore-scripts"], { cwd: path.join(clone, "gateway"), encoding: "utf8", stdio: ["ignore", "pipe", "pipe"] });
+      const [gatewayManifest] = JSON.parse(gatewayOut.slice(gatewayOut.indexOf("["))) as [{ files: { path: string }[] }];
+      const gatewayPacked = gatewayManifest.files.map((f) => f.path);
+      for (const f of ["dist/cli.js", "dist/index.js", "dist/tokenize-worker.js", "dist/batch-decode-worker.js", "dist/types/index.d.ts", "dist/gateway.schema.json"]) expect(gatewayPacked).toContain(f);
     },
     180_000,
   );

@@ -61,6 +61,29 @@ describe("a fresh consumer project", () => {
     execFileSync("npm", ["install", "--no-audit", "--no-fund", "--prefer-offline", path.join(consumer, packed)], { cwd: consumer, stdio: "pipe" });
   }, 120_000);
 
+  it("installs no other package: npm ls shows the library alone", () => {
+    const tree = JSON.parse(execFileSync("npm", ["ls", "--all", "--json"], { cwd: consumer, encoding: "utf8" })) as { dependencies: Record<string, { dependencies?: object }> };
+    expect(Object.keys(tree.dependencies)).toEqual(["adp-router"]);
+    expect(tree.dependencies["adp-router"]!.dependencies ?? {}).toEqual({});
+    expect(readdirSync(path.join(consumer, "node_modules")).filter((f) => !f.startsWith("."))).toEqual(["adp-router"]);
+  });
+
+  it("type-checks a TypeScript consumer against its declarations", () => {
+    writeFileSync(path.join(consumer, "typed.ts"), `import { createRouter, type Router, type RouteResult } from "adp-router";\nconst router: Router = createRouter({ numRanks: 2 });\nexport const result: RouteResult = router.route({ rankStates: [{ numActiveRequests: 0, numActiveTokens: 0 }, { numActiveRequests: 0, numActiveTokens: 0 }], maxNumActiveRequests: 4, requests: [{ id: 1, tokens: [1, 2, 3] }] });\n`);
+    writeFileSync(path.join(consumer, "bad.ts"), `import { createRouter } from "adp-router";\ncreateRouter({ numRanks: "two" });\n`);
+    const tsc = (file: string) => spawnSync(process.execPath, [path.join(root, "node_modules", "typescript", "bin", "tsc"), "--noEmit", "--strict", "--module", "nodenext", "--moduleResolution", "nodenext", "--target", "es2022", "--skipLibCheck", "--types", "", file], { cwd: consumer, encoding: "utf8" });
+    const good = tsc("typed.ts");
+    expect(good.stdout + good.stderr).toBe("");
+    expect(good.status).toBe(0);
+    expect(tsc("bad.ts").status).not.toBe(0); // the declarations are read: a wrong type fails
+  });
+
+  it("says in one line how to get the gateway when adp-router serve runs without it", () => {
+    const run = spawnSync(path.join(consumer, "node_modules", ".bin", "adp-router"), ["serve", "--upstream", "http://127.0.0.1:9"], { cwd: consumer, encoding: "utf8" });
+    expect(run.status).toBe(1);
+    expect(run.stderr).toBe("adp-router serve: the gateway is its own package: npm install adp-router-gateway, then run adp-router-gateway serve\n");
+  });
+
   it("can import and require the installed package and run its CLI", () => {
     const body = probe.replace(/JSON\.stringify\(out\.assignments\)$/, "console.log(JSON.stringify(out.assignments));");
     writeFileSync(path.join(consumer, "esm.mjs"), `import { createRouter } from "adp-router";\n${body}\n`);

@@ -6,7 +6,7 @@ import { readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { gunzipSync } from "node:zlib";
 import { describe, expect, it } from "vitest";
-import { EventFreshness } from "../src/serve/event-freshness.js";
+import { EventFreshness } from "../gateway/src/events/event-freshness.js";
 import { EventFeed, lossDraw, type EventModel } from "../src/simulate/event-feed.js";
 import { simulate, toJson, type PolicyResult, type SimulateOptions } from "../src/simulate/run.js";
 import { parseTrace, type Trace } from "../src/simulate/trace.js";
@@ -127,7 +127,7 @@ describe("EventFeed", () => {
           feed.publish(0, [], now);
           seq++;
         }
-        // The gateway's event source (src/serve/zmq-events.ts): replay fills a gap, else the view is rebuilt from this batch.
+        // The gateway's event source (gateway/src/events/zmq-events.ts): replay fills a gap, else the view is rebuilt from this batch.
         while (due.length > 0 && due[0]!.at <= now) {
           const { seq: s } = due.shift()!;
           if (gateway.batch(BigInt(s)) !== "gap") continue;

@@ -10,7 +10,7 @@ import { gunzipSync } from "node:zlib";
 import { Encoder } from "@msgpack/msgpack";
 import { describe, expect, it } from "vitest";
 import type { RouteRequest } from "../src/batch.js";
-import { encodeEntry } from "../src/serve/sync/entry-codec.js";
+import { encodeEntry } from "../gateway/src/replication/entry-codec.js";
 import { BATCH_ID_LENGTH, bindingEntryBytes, kvEventsEntryBytes, learnEntryBytes, msgpackSize, ORIGIN_LENGTH, UPSTREAM_URL_LENGTH } from "../src/simulate/entry-size.js";
 import { ReplicatedSide } from "../src/simulate/replicas.js";
 import type { ReplicaRouter } from "../src/simulate/router-sides.js";

@@ -1,5 +1,5 @@
 // The size of the stream entries `simulate --replicas` counts, as the gateway
-// encodes them (src/serve/sync/entry-codec.ts): one msgpack array a message,
+// encodes them (gateway/src/replication/entry-codec.ts): one msgpack array a message,
 // `[VERSION, origin, counter, op, upstream URL, ...]`, written by
 // @msgpack/msgpack with `useBigInt64` and `ignoreUndefined`. Computed, not
 // encoded: the simulator is platform-neutral and has no msgpack dependency,

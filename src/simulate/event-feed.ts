@@ -1,7 +1,7 @@
 // How the simulated engine's KV-cache events reach the router in
 // `--index-updates events` runs, and what the router makes of them when they
 // arrive late, get lost, or stop: the rules of the gateway's event sources
-// (src/serve/zmq-events.ts, http-events.ts) and EventFreshness, in the
+// (gateway/src/events/zmq-events.ts, http-events.ts) and EventFreshness, in the
 // simulation's own time. Platform-neutral and deterministic: losses come from
 // a seeded hash, never a clock or Math.random.
 //
@@ -74,7 +74,7 @@ export interface EventFeedCounts {
   readonly batches_lost_unseen: number;
   /** Batches still on their way when the run ended. */
   readonly batches_in_flight_at_end: number;
-  /** Gaps seen: a batch numbered past the next expected one (each empties that rank's engine view unless replayed). */
+  /** Gaps seen: a batch numbered past the next expected one (each leaves that rank gapped for staleAfterMs unless replayed). */
   readonly gaps: number;
   /** Placements decided while that rank's stream was gapped (its match came from the router's own view). */
   readonly placements_while_gapped: number;
@@ -289,7 +289,7 @@ export function readEventModel(options: EventOptions, events: boolean): EventMod
 export function describeEventModel(model: EventModel): string {
   const parts = [`engine KV events, ${model.delayMs === 0 ? "delivered at the router's next look" : `delivered ${model.delayMs} ms after publication`}`];
   if (model.dropRate > 0) {
-    parts.push(`${+(100 * model.dropRate).toFixed(4)}% of batches lost (seed ${model.seed}), ${model.replay ? "gaps filled by replay" : "no replay: a gap empties that rank's engine view, rebuilt from the next batch"}`);
+    parts.push(`${+(100 * model.dropRate).toFixed(4)}% of batches lost (seed ${model.seed}), ${model.replay ? "gaps filled by replay" : "no replay: after a gap, that rank's engine view goes on from the next batch"}`);
   }
   parts.push(`a rank's match from its engine view while its stream is live, else from the router's own placements (stale after ${model.staleAfterMs} ms of silence while sent requests; gapped ${model.staleAfterMs} ms after a gap)`);
   return parts.join("; ");

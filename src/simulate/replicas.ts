@@ -1,7 +1,7 @@
 // `adp-router simulate --replicas N`: N gateway replicas in front of one engine,
 // each with its own router (its own tie-break generator, conversation map and
 // prefix views), sharing what they learn through one ordered stream, as the
-// gateway's replicas do through NATS JetStream (src/serve/sync/).
+// gateway's replicas do through NATS JetStream (gateway/src/replication/).
 //
 // Clients spread requests over the replicas round-robin in arrival order (as a
 // round-robin load balancer or DNS name in front of them would): request i of
@@ -13,7 +13,7 @@
 // not see each other's placements of the same iteration (which is how replicas
 // herd onto the rank that looks emptiest).
 //
-// The entries are the gateway's (src/serve/scheduler.ts, RoutingState): every
+// The entries are the gateway's (gateway/src/fleet/scheduler.ts, RoutingState): every
 // placement by a router with a prefix view is a learn entry (the prompt, on the
 // rank it went to), and every placement of a conversation's request by a
 // conversation-affinity router is a binding (the conversation is on that rank).

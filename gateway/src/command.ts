@@ -1,0 +1,194 @@
+// `adp-router-gateway serve` (also `adp-router serve` where both packages are installed): loads the configuration (a YAML file, flags over it),
+// starts the gateway, prints the URL it listens on on a line of its own, and
+// shuts down gracefully on SIGTERM or SIGINT; SIGHUP rereads the file and moves
+// to its upstreams. Every failure to start is one clear message on standard
+// error and a non-zero exit, never a stack trace.
+
+import { readFileSync } from "node:fs";
+import { parseArgs } from "node:util";
+import { GatewayConfigError, loadGatewayConfig, type GatewayFlags } from "./config/config.js";
+import { createGateway, createGatewayReader, GatewayListenError } from "./gateway.js";
+import { refuseSelf, unreachableAtStart } from "./fleet/reachability.js";
+import { TokenizerLoadError } from "./tokenizers/tokenizer-loading.js";
+
+/** The help text of `adp-router-gateway serve`. */
+export const SERVE_USAGE = `Usage: adp-router-gateway serve [--config FILE] [options]
+
+Starts an OpenAI-compatible gateway that routes each request to one of the
+upstream engines with adp-router (one upstream per rank).
+
+  --config FILE          gateway YAML (listen, upstreams, attention_dp_config, limits, ...)
+  --upstream URL         an upstream's base URL, http:// or https:// (repeat for each);
+                         replaces the file's upstreams
+  --host H               address to listen on (127.0.0.1)
+  --port N               port to listen on; 0 takes a free one (8000)
+  --policy P             kv_cache_aware (default), conversation or default
+  --log-level L          fatal, error, warn, info (default), debug, trace or silent
+  --tokenizer DIR        route by the engine's own token ids: the Hugging Face
+                         tokenizer in DIR (tokenizer.json, tokenizer_config.json);
+                         default: UTF-8 bytes (or the file's tokenizer: setting)
+  --sync URL             share one routing state with the other replicas through
+                         NATS JetStream at URL (nats://HOST:PORT)
+  --replica-id ID        this replica's name in the cluster (HOST-PID)
+  --shutdown-deadline S  seconds to let in-flight requests finish on SIGTERM (30)
+  --allow-unreachable    start even when an upstream cannot be reached (it starts
+                         unhealthy and takes requests once its health checks
+                         pass); without it, an unreachable upstream is an error
+                         (health.on_start: require)
+
+Endpoints: POST /v1/chat/completions, /v1/completions; GET /v1/models, /health,
+/metrics, /sync/state (with --sync); /admin/upstreams (list, add, remove, drain;
+with auth.admin_api_key or admin_api_key_env). Signals: SIGTERM or SIGINT
+finish in-flight requests and exit; SIGHUP rereads --config and moves to its upstreams.
+The default policy routes by prefix (KV-cache aware); session headers pin
+conversations under --policy conversation. Run the installed bin (not through npx,
+which does not pass signals on) for a long-lived server.
+`;
+
+/** Runs `adp-router-gateway serve`; resolves with the exit status once it has stopped (or failed to start). */
+export async function serveCommand(args: string[]): Promise<number> {
+  const fail = (message: string, status = 2): number => {
+    process.stderr.write(`adp-router-gateway serve: ${message}\n`);
+    return status;
+  };
+  let values: ReturnType<typeof parse>["values"];
+  try {
+    values = parse(args).values;
+  } catch (error) {
+    return fail(`${(error as Error).message}\n\n${SERVE_USAGE}`);
+  }
+  if (values.help) {
+    process.stdout.write(SERVE_USAGE);
+    return 0;
+  }
+  const flags: { -readonly [K in keyof GatewayFlags]: GatewayFlags[K] } = {};
+  if (values.upstream) flags.upstreams = values.upstream;
+  if (values.host !== undefined) flags.host = values.host;
+  if (values.port !== undefined) {
+    if (!/^\d{1,5}$/.test(values.port)) return fail(`--port must be an integer in [0, 65535], got ${JSON.stringify(values.port)}`);
+    flags.port = Number(values.port);
+  }
+  if (values.policy !== undefined) flags.policy = values.policy;
+  if (values["log-level"] !== undefined) flags.logLevel = values["log-level"];
+  if (values.tokenizer !== undefined) flags.tokenizer = values.tokenizer;
+  if (values.sync !== undefined) flags.sync = values.sync;
+  if (values["replica-id"] !== undefined) flags.replicaId = values["replica-id"];
+  if (values["allow-unreachable"] === true) flags.allowUnreachable = true;
+  const deadlineText = values["shutdown-deadline"] ?? "30";
+  const deadline = Number(deadlineText);
+  if (deadlineText.trim() === "" || !Number.isFinite(deadline) || deadline < 0) return fail(`--shutdown-deadline must be a non-negative number of seconds, got ${JSON.stringify(deadlineText)}`);
+  let file: { name: string; text: string } | undefined;
+  if (values.config !== undefined) {
+    try {
+      file = { name: values.config, text: readFileSync(values.config, "utf8") };
+    } catch (error) {
+      return fail(`cannot read ${values.config}: ${(error as NodeJS.ErrnoException).code === "ENOENT" ? "no such file" : (error as Error).message}`);
+    }
+  }
+  let config;
+  try {
+    config = loadGatewayConfig({ ...(file ? { file } : {}), flags });
+  } catch (error) {
+    if (error instanceof GatewayConfigError) return fail(error.message);
+    throw error;
+  }
+  // The tokenizer first: a folder that cannot load is a configuration problem (exit 2), whatever the upstreams do.
+  let reader;
+  try {
+    reader = await createGatewayReader(config);
+  } catch (error) {
+    if (error instanceof TokenizerLoadError) return fail(error.message);
+    throw error;
+  }
+  // An upstream that is this gateway (its port, a name for its address) is refused before it would read as unreachable
+  // (nothing listens there yet); with port 0 none can be, and the gateway checks again once it listens.
+  if (config.listen.port !== 0) {
+    try {
+      await refuseSelf(config.upstreams.map((u) => u.url), config.listen.host, config.listen.port);
+    } catch (error) {
+      await reader.close();
+      if (error instanceof GatewayConfigError) return fail(error.message);
+      throw error;
+    }
+  }
+  // An upstream nobody can connect to is a typo or a stopped engine: say so now, not in every answer.
+  const unreachable = await unreachableAtStart(config);
+  if (unreachable.length > 0) {
+    const list = unreachable.map((u) => `  upstream ${u.index} (${u.url}): ${u.reason}`).join("\n");
+    if (config.health.onStart === "require") {
+      await reader.close();
+      return fail(`${unreachable.length === 1 ? "an upstream cannot" : `${unreachable.length} upstreams cannot`} be reached:\n${list}\nStart ${unreachable.length === 1 ? "it" : "them"} first, or pass --allow-unreachable (health.on_start: warn) to start without ${unreachable.length === 1 ? "it" : "them"}.`, 1);
+    }
+    process.stderr.write(`adp-router-gateway serve: warning: starting with unreachable upstreams; they start unhealthy (no request tries them, /health shows them) until ${config.health.healthyThreshold} health check${config.health.healthyThreshold === 1 ? "" : "s"} in a row pass${config.health.healthyThreshold === 1 ? "es" : ""}:\n${list}\n`);
+  }
+  let gateway;
+  try {
+    gateway = await createGateway(config, { requestReader: reader, startUnhealthy: unreachable.map((u) => u.index) });
+  } catch (error) {
+    if (error instanceof GatewayListenError) return fail(error.message, 1);
+    // A tokenizer folder that cannot load, or an upstream that is this gateway itself.
+    if (error instanceof TokenizerLoadError || error instanceof GatewayConfigError) return fail(error.message);
+    throw error;
+  }
+  return new Promise<number>((resolve) => {
+    let stopping = false;
+    const stop = (signal: string) => {
+      if (stopping) {
+        process.stderr.write(`adp-router-gateway serve: ${signal} again, exiting now\n`);
+        resolve(1);
+        process.exit(1);
+      }
+      stopping = true;
+      process.stderr.write(`adp-router-gateway serve: ${signal}: finishing in-flight requests (up to ${deadline} s)\n`);
+      void gateway.close(deadline * 1000).then(() => resolve(0));
+    };
+    process.on("SIGTERM", () => stop("SIGTERM"));
+    process.on("SIGINT", () => stop("SIGINT"));
+    // SIGHUP: read the file again and move to its upstreams; a bad file changes nothing.
+    process.on("SIGHUP", () => {
+      if (stopping) return; // shutting down: nothing to reload into
+      if (file === undefined) {
+        process.stderr.write("adp-router-gateway serve: SIGHUP: no --config file to reload\n");
+        return;
+      }
+      void (async () => {
+        const next = loadGatewayConfig({ file: { name: file.name, text: readFileSync(file.name, "utf8") }, flags });
+        const change = await gateway.reload(next);
+        const notes = [
+          change.draining.length > 0 ? `draining: ${change.draining.join(", ")}` : "",
+          flags.upstreams ? "the upstreams come from --upstream, not the file" : "",
+          change.needRestart.length > 0 ? `changed but needing a restart: ${change.needRestart.join(", ")}` : "",
+        ].filter((n) => n !== "");
+        process.stderr.write(`adp-router-gateway serve: SIGHUP: upstreams reloaded (${change.added.length} added, ${change.removed.length} removed, ${change.kept.length} kept)${notes.length > 0 ? `; ${notes.join("; ")}` : ""}\n`);
+      })().catch((error: unknown) => {
+        process.stderr.write(`adp-router-gateway serve: SIGHUP: the configuration was not reloaded: ${error instanceof GatewayConfigError ? error.message : (error as Error).message}\n`);
+      });
+    });
+    // The URL on a line of its own, whatever the log format, for scripts to read;
+    // printed once the signal handlers are in place, so a signal sent on reading it is handled.
+    process.stdout.write(`${gateway.url}\n`);
+  });
+}
+
+/** The flags of `adp-router-gateway serve`. */
+function parse(args: string[]) {
+  return parseArgs({
+    args,
+    options: {
+      config: { type: "string" },
+      upstream: { type: "string", multiple: true },
+      host: { type: "string" },
+      port: { type: "string" },
+      policy: { type: "string" },
+      "log-level": { type: "string" },
+      tokenizer: { type: "string" },
+      sync: { type: "string" },
+      "replica-id": { type: "string" },
+      "shutdown-deadline": { type: "string" },
+      "allow-unreachable": { type: "boolean" },
+      help: { type: "boolean", short: "h" },
+    },
+    allowPositionals: false,
+    strict: true,
+  });
+}

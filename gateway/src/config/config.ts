@@ -1,0 +1,600 @@
+// The gateway's configuration: a YAML file (`adp-router-gateway serve --config FILE`)
+// and command-line flags over it, checked field by field the way esbuild checks
+// its options: every problem is listed at once, each with the file and line it
+// is on, and nothing starts until the whole configuration is valid.
+//
+// The file holds the gateway's own settings (snake_case) and TensorRT-LLM's
+// `attention_dp_config:` block exactly as a user writes it in
+// `extra_llm_api_options.yaml`, checked by the library's own parser.
+
+import { readFileSync, statSync } from "node:fs";
+import { LineCounter, parseDocument, isMap, isSeq, type Node } from "yaml";
+import { parseAttentionDpConfig } from "adp-router";
+import { AttentionDpConfigError, describeValue, excerpt } from "adp-router";
+import { ENGINE_TOKENS_PER_BLOCK, readTokenizerSettings } from "./tokenizer-settings.js";
+import { readEngineLoad, readKvEvents } from "./events-config.js";
+import { readSyncSettings } from "./sync-config.js";
+import type { UpstreamConfig, GatewayConfig, GatewayFlags, GatewayConfigObject, ConfigIssue } from "./config-types.js";
+
+export type { UpstreamConfig, GatewayConfig, GatewayFlags, GatewayConfigObject, UpstreamObject, ConfigIssue } from "./config-types.js";
+
+/** Routing policies `--policy` names, and the attention_dp_config each starts from. */
+export const POLICY_CONFIGS = Object.freeze({
+  kv_cache_aware: { enable_kv_cache_aware_routing: true },
+  conversation: { kv_cache_routing_conversation_affinity: true },
+  default: {},
+} as const);
+/** A policy name. */
+export type PolicyName = keyof typeof POLICY_CONFIGS;
+
+/** A configuration that cannot start the gateway; lists every problem. */
+export class GatewayConfigError extends Error {
+  /** Stable error code. */
+  readonly code = "ERR_ADP_GATEWAY_CONFIG";
+  readonly issues: readonly ConfigIssue[];
+  constructor(issues: readonly ConfigIssue[]) {
+    super(
+      [`Invalid gateway configuration (${issues.length} problem${issues.length === 1 ? "" : "s"}):`, ...issues.map((i) => `  ${i.where ? `${i.where}: ` : ""}${i.field}: ${i.message}`)].join("\n"),
+    );
+    this.name = "GatewayConfigError";
+    this.issues = issues;
+  }
+}
+
+/** The keys each section accepts, for unknown-key errors. */
+const SECTIONS: Record<string, readonly string[]> = {
+  "": ["listen", "upstreams", "policy", "attention_dp_config", "limits", "timeouts", "health", "auth", "logging", "routing", "tokenizer", "sync"],
+  listen: ["host", "port"],
+  "upstreams[]": ["url", "name", "api_key", "api_key_env", "drain", "kv_events", "load"],
+  limits: ["max_body_bytes", "max_in_flight_per_upstream", "queue_size", "queue_timeout_ms", "max_connections", "max_prompt_chars", "max_prompt_tokens"],
+  timeouts: ["headers_ms", "request_ms", "keep_alive_ms", "connect_ms", "first_byte_ms", "idle_ms", "max_stream_ms"],
+  health: ["path", "interval_ms", "timeout_ms", "unhealthy_threshold", "healthy_threshold", "on_start", "consecutive_5xx", "consecutive_gateway_failures", "base_ejection_ms", "max_ejection_ms", "max_ejected_percent"],
+  auth: ["api_keys", "api_keys_env", "admin_api_key", "admin_api_key_env", "protect_metrics", "protect_health"],
+  logging: ["level"],
+  routing: ["tokens_per_block", "index_bytes", "lora_adapters"],
+};
+
+/**
+ * Tokens per block of the gateway's prefix index by default with the byte
+ * tokenizer. Its tokens are UTF-8 bytes, about four to an engine's token, so 128
+ * of them stand for an engine's 32-token block (and a prompt walks a quarter of
+ * the blocks it would at 32: bench:serve).
+ */
+const BYTE_BLOCK = 128;
+
+/** A prompt's characters at most by default (about 256k engine tokens of English). */
+const MAX_PROMPT_CHARS = 1 << 20;
+/**
+ * A prompt's tokens at most by default: an engine's tokens (as many as the
+ * character bound gives, so the two agree), or with the byte tokenizer its
+ * bytes (the body's default bound: UTF-8 takes up to 4 bytes a character).
+ */
+const MAX_PROMPT_TOKENS = { huggingface: 1 << 20, bytes: 4 << 20 } as const;
+
+/** Problems reported at most; the rest are counted. */
+const MAX_ISSUES = 100;
+
+/** Log levels pino knows. */
+export const LEVELS = ["fatal", "error", "warn", "info", "debug", "trace", "silent"] as const;
+
+/** The largest file a setting names that is read (a key, a creds file, a certificate: kilobytes). */
+const MAX_SETTING_FILE_BYTES = 1 << 20;
+
+/** Logs each warning of a configuration (at start, on a reload, for an admin addition), with where it is. */
+export function logConfigWarnings(log: { warn(fields: object, message: string): void }, warnings: readonly ConfigIssue[]): void {
+  for (const w of warnings) log.warn({ field: w.field, ...(w.where === null ? {} : { where: w.where }) }, `configuration: ${w.field}: ${w.message}`);
+}
+
+/** A setting's path as written in messages: `upstreams[1].url`. */
+export const fieldName = (path: readonly (string | number)[]): string => path.reduce<string>((s, p) => (typeof p === "number" ? `${s}[${p}]` : s ? `${s}.${p}` : p), "");
+
+/** Where each path of the YAML document is (`FILE:LINE`). */
+type Locator = (path: readonly (string | number)[]) => string | null;
+
+/** Reads one configuration: the file's text (or none) and the flags. */
+export class Reader {
+  readonly issues: ConfigIssue[] = [];
+  /** What is accepted but worth a warning at start. */
+  readonly warnings: ConfigIssue[] = [];
+  /** Problems past MAX_ISSUES, counted only. */
+  omitted = 0;
+  constructor(readonly where: Locator) {}
+
+  /** Records a problem at `path`. */
+  fail(path: readonly (string | number)[], message: string, where?: string | null): void {
+    // A file of thousands of bad keys is reported by its first hundred (finding each line costs a scan).
+    if (this.issues.length >= MAX_ISSUES) {
+      this.omitted++;
+      return;
+    }
+    where ??= this.where(path);
+    this.issues.push({ field: excerpt(fieldName(path) || "(file)", 120), message, where });
+  }
+
+  /** Records a warning at `path` (the configuration is still valid). */
+  warn(path: readonly (string | number)[], message: string, where?: string | null): void {
+    this.warnings.push({ field: excerpt(fieldName(path), 120), message, where: where ?? this.where(path) });
+  }
+
+  /** `v` as a mapping of known keys (else records why and returns {}). */
+  section(v: unknown, path: (string | number)[], keys: readonly string[]): Record<string, unknown> {
+    if (v === undefined || v === null) return {};
+    if (typeof v !== "object" || Array.isArray(v)) {
+      this.fail(path, `must be a mapping, got ${describeValue(v)}`);
+      return {};
+    }
+    const out = v as Record<string, unknown>;
+    for (const k of Object.keys(out)) if (!keys.includes(k)) this.fail([...path, k], `is not a setting here (expected ${keys.join(", ")})`);
+    return out;
+  }
+
+  /** An integer in [min, max], or `fallback` when absent. */
+  int(v: unknown, path: (string | number)[], min: number, max: number, fallback: number): number {
+    if (v === undefined || v === null) return fallback;
+    if (typeof v !== "number" || !Number.isInteger(v) || v < min || v > max) {
+      this.fail(path, `must be an integer in [${min}, ${max}], got ${describeValue(v)}`);
+      return fallback;
+    }
+    return v;
+  }
+
+  /** A boolean, or `fallback` when absent. */
+  bool(v: unknown, path: (string | number)[], fallback: boolean): boolean {
+    if (v === undefined || v === null) return fallback;
+    if (typeof v !== "boolean") {
+      this.fail(path, `must be true or false, got ${describeValue(v)}`);
+      return fallback;
+    }
+    return v;
+  }
+
+  /** A non-empty string, or `fallback` when absent. */
+  str(v: unknown, path: (string | number)[], fallback: string): string {
+    if (v === undefined || v === null) return fallback;
+    if (typeof v !== "string" || v.length === 0) {
+      this.fail(path, `must be a non-empty string, got ${describeValue(v)}`);
+      return fallback;
+    }
+    return v;
+  }
+
+  /** A secret (an API key): a non-empty string, its value never in a message (only its type). */
+  secret(v: unknown, path: (string | number)[]): string | null {
+    if (v === undefined || v === null) return null;
+    if (typeof v !== "string" || v.trim().length === 0) {
+      this.fail(path, `must be a non-empty string (a key; got ${v === "" || typeof v === "string" ? "an empty string" : `a ${Array.isArray(v) ? "list" : typeof v}`}; a number-like key must be quoted)`);
+      return null;
+    }
+    return v;
+  }
+
+  /**
+   * The trimmed text of the file a setting names (a key, a creds file, a
+   * certificate), or null when absent or unusable (the reason recorded, never
+   * the file's content).
+   */
+  file(v: unknown, path: (string | number)[]): string | null {
+    if (v === undefined || v === null) return null;
+    const name = this.str(v, path, "");
+    if (name === "") return null;
+    try {
+      if (statSync(name).size > MAX_SETTING_FILE_BYTES) {
+        this.fail(path, `${describeValue(name)} is over ${MAX_SETTING_FILE_BYTES} bytes (not a key or certificate file)`);
+        return null;
+      }
+      const text = readFileSync(name, "utf8").trim();
+      if (text === "") this.fail(path, `${describeValue(name)} is empty`);
+      return text === "" ? null : text;
+    } catch (error) {
+      this.fail(path, `${describeValue(name)} cannot be read (${(error as NodeJS.ErrnoException).code ?? "error"})`);
+      return null;
+    }
+  }
+
+  /** The value of environment variable `name`, read from `env`. */
+  env(name: unknown, path: (string | number)[], env: Record<string, string | undefined>): string | null {
+    if (name === undefined || name === null) return null;
+    if (typeof name !== "string" || !/^[A-Za-z_][A-Za-z0-9_]*$/.test(name)) {
+      this.fail(path, `must name an environment variable, got ${describeValue(name)}`);
+      return null;
+    }
+    const value = env[name];
+    if (value === undefined || value === "") {
+      this.fail(path, `names ${name}, which is not set`);
+      return null;
+    }
+    return value;
+  }
+}
+
+/**
+ * An upstream URL checked: `http:` or `https:`, a host, no credentials, query
+ * or fragment; the path (if any) is kept as the base the API paths join.
+ * Returns the normalized URL (lower-case host, no default port, no trailing
+ * slash, no trailing `/v1`: the gateway adds `/v1/...` itself, so the OpenAI
+ * `base_url` habit would send every request to `/v1/v1/...`; `warning` then
+ * says so) or a reason.
+ */
+export function checkUpstreamUrl(text: string): { url: string; warning?: string } | { why: string } {
+  // "localhost:8001" parses as a URL of scheme "localhost:": ask for the scheme first.
+  if (!/^[A-Za-z][A-Za-z0-9+.-]*:\/\//.test(text)) return { why: `has no scheme (write it as http://${excerpt(text, 60)})` };
+  let url: URL;
+  try {
+    url = new URL(text);
+  } catch {
+    return { why: `is not a valid URL: ${excerpt(text, 60)}` };
+  }
+  if (url.protocol !== "http:" && url.protocol !== "https:") return { why: `must be an http:// or https:// URL, got ${url.protocol}//` };
+  if (!url.hostname) return { why: "has no host" };
+  if (url.username || url.password) return { why: "must not carry credentials (set api_key instead)" };
+  if (url.search || url.hash) return { why: "must not carry a query or fragment" };
+  // Unreserved characters written as escapes are those characters (RFC 3986 §6.2.2.2): `/%76%31` is `/v1`.
+  const path = url.pathname.replace(/%(4[1-9A-F]|5[0-9A]|6[1-9A-F]|7[0-9A]|3[0-9]|2D|2E|5F|7E)/gi, (_m, hex: string) => String.fromCharCode(parseInt(hex, 16))).replace(/\/+$/, "");
+  const base = `${url.protocol}//${url.host}`;
+  if (/\/v1$/i.test(path)) {
+    const kept = `${base}${path.slice(0, -3)}`;
+    return { url: kept, warning: `ends in ${path.slice(-3)}, which the gateway adds itself (it sends ${path.slice(-3)}/chat/completions under the base URL): taken as ${kept}` };
+  }
+  return { url: `${base}${path}` };
+}
+
+/** The name an upstream gets when none is configured: its URL's host and path. */
+export function defaultUpstreamName(url: string): string {
+  const u = new URL(url);
+  return excerpt(`${u.host}${u.pathname === "/" ? "" : u.pathname}`, 64);
+}
+
+/** Calls `report` for each key set twice in one mapping of `node` (with its source offset), in one pass. */
+function duplicateKeys(node: unknown, report: (key: string, offset: number) => void): void {
+  const stack = [node];
+  while (stack.length > 0) {
+    const n = stack.pop();
+    if (isMap(n)) {
+      const seen = new Set<unknown>();
+      for (const pair of n.items) {
+        const key = pair.key as { value?: unknown; range?: [number, number, number] } | null;
+        const value = key !== null && typeof key === "object" && "value" in key ? key.value : key;
+        if (seen.has(value)) report(String(value), key?.range?.[0] ?? 0);
+        seen.add(value);
+        stack.push(pair.value);
+      }
+    } else if (isSeq(n)) stack.push(...n.items);
+  }
+}
+
+/** The line of each YAML path, from the document's source ranges. */
+function locator(file: string, doc: ReturnType<typeof parseDocument>, lines: LineCounter): Locator {
+  return (path) => {
+    let node: unknown = doc.contents;
+    let last: Node | null = (node as Node | null) ?? null;
+    for (const key of path) {
+      if (isMap(node)) {
+        const pair = node.items.find((p) => (p.key as { value?: unknown } | null)?.value === key);
+        if (!pair) break;
+        last = (pair.key as Node) ?? last;
+        node = pair.value;
+        if (node && (node as Node).range) last = (pair.key as Node) ?? (node as Node);
+      } else if (isSeq(node) && typeof key === "number") {
+        node = node.items[key];
+        if (!node) break;
+        last = node as Node;
+      } else break;
+    }
+    const offset = last?.range?.[0];
+    return offset === undefined ? file : `${file}:${lines.linePos(offset).line}`;
+  };
+}
+
+/** One upstream entry of the file (a URL, or a mapping), checked; null when it has a problem (recorded in `r`). */
+function readUpstream(r: Reader, entry: unknown, path: (string | number)[], env: Record<string, string | undefined>): UpstreamConfig | null {
+  const u = typeof entry === "string" ? { url: entry } : r.section(entry, path, SECTIONS["upstreams[]"]!);
+  const text = r.str(u.url, [...path, "url"], "");
+  if (!text) {
+    if (u.url === undefined) r.fail([...path, "url"], "is required");
+    return null;
+  }
+  const checked = checkUpstreamUrl(text);
+  if ("why" in checked) {
+    r.fail([...path, "url"], checked.why);
+    return null;
+  }
+  if (checked.warning !== undefined) r.warn([...path, "url"], checked.warning);
+  const name = r.str(u.name, [...path, "name"], defaultUpstreamName(checked.url));
+  // It goes out as a header value and a metric label: visible ASCII only (a header with another character throws in Node).
+  if (!/^[\x21-\x7e]{1,64}$/.test(name)) r.fail([...path, "name"], `must be 1 to 64 visible ASCII characters (no spaces): it is sent as the x-adp-upstream-name header and labels metrics, got ${describeValue(excerpt(name, 80))}`);
+  if (u.api_key !== undefined && u.api_key_env !== undefined) r.fail([...path, "api_key"], "set api_key or api_key_env, not both");
+  const apiKey = u.api_key !== undefined ? r.secret(u.api_key, [...path, "api_key"]) : r.env(u.api_key_env, [...path, "api_key_env"], env);
+  const kvEvents = readKvEvents(r, u.kv_events, [...path, "kv_events"]);
+  const load = readEngineLoad(r, u.load, [...path, "load"]);
+  return { url: checked.url, name: excerpt(name, 64), apiKey, drain: r.bool(u.drain, [...path, "drain"], false), kvEvents, load };
+}
+
+/**
+ * One upstream entry checked as the file's entries are (what the admin
+ * endpoint adds): its configuration, or a {@link GatewayConfigError} listing
+ * its problems.
+ */
+export function checkUpstreamEntry(entry: unknown, env: Record<string, string | undefined> = process.env): UpstreamConfig & { readonly warnings: readonly ConfigIssue[] } {
+  const r = new Reader(() => null);
+  const u = readUpstream(r, entry, ["upstream"], env);
+  if (r.issues.length > 0 || u === null) throw new GatewayConfigError(r.issues.length > 0 ? r.issues : [{ field: "upstream", message: "is not a valid upstream", where: null }]);
+  return { ...u, warnings: r.warnings };
+}
+
+/**
+ * Problems of a fleet as a whole: an upstream whose URL (after normalization)
+ * or name is another's. `field` names an upstream by its place in `upstreams`.
+ */
+export function fleetProblems(upstreams: readonly Pick<UpstreamConfig, "url" | "name">[], field: (i: number) => (string | number)[] = (i) => ["upstreams", i]): { path: (string | number)[]; message: string }[] {
+  const problems: { path: (string | number)[]; message: string }[] = [];
+  const urls = new Map<string, number>();
+  const names = new Map<string, number>();
+  upstreams.forEach((u, i) => {
+    const sameUrl = urls.get(u.url);
+    const sameName = names.get(u.name);
+    if (sameUrl !== undefined) problems.push({ path: [...field(i), "url"], message: `is the URL of ${fieldName(field(sameUrl))} again (${excerpt(u.url, 100)}, after normalization): each engine is listed once` });
+    else if (sameName !== undefined) problems.push({ path: [...field(i), "name"], message: `${JSON.stringify(u.name)} is the name of ${fieldName(field(sameName))} too: names label metrics and logs, so each is unique (set name: on one)` });
+    if (sameUrl === undefined) urls.set(u.url, i);
+    if (sameName === undefined) names.set(u.name, i);
+  });
+  return problems;
+}
+
+/** `config` with its upstreams replaced by `upstreams` (at least one), as a checked configuration (what reload takes). */
+export function withUpstreams(config: GatewayConfig, upstreams: readonly UpstreamConfig[]): GatewayConfig {
+  if (upstreams.length === 0) throw new GatewayConfigError([{ field: "upstreams", message: "at least one upstream is required", where: null }]);
+  const problems = fleetProblems(upstreams);
+  if (problems.length > 0) throw new GatewayConfigError(problems.map((p) => ({ field: `upstreams[${p.path[1]}].${p.path[2]}`, message: p.message, where: null })));
+  const next: GatewayConfig = { ...config, upstreams: [...upstreams], warnings: [] }; // the start's warnings were said at the start
+  CHECKED.add(next);
+  return next;
+}
+
+/** Keys shorter than this are accepted, with a warning in the log at start. */
+export const SHORT_KEY = 16;
+
+/** Configurations {@link loadGatewayConfig} checked (what `createGateway` takes). */
+const CHECKED = new WeakSet<object>();
+
+/** Whether `v` is a configuration {@link loadGatewayConfig} returned. */
+export function isGatewayConfig(v: unknown): v is GatewayConfig {
+  return typeof v === "object" && v !== null && CHECKED.has(v);
+}
+
+/** Options of {@link loadGatewayConfig}. */
+export interface LoadOptions {
+  /** The YAML text and its file name (for messages); none: flags only. */
+  readonly file?: { readonly name: string; readonly text: string };
+  /**
+   * The settings as a plain object shaped like the YAML file (snake_case keys,
+   * `upstreams: ["http://…"]` or `[{ url, name, api_key }]`), checked by the
+   * same rules; in place of `file`.
+   */
+  readonly object?: GatewayConfigObject;
+  readonly flags?: GatewayFlags;
+  /** Where `*_env` settings are read (process.env by default). */
+  readonly env?: Record<string, string | undefined>;
+}
+
+/**
+ * Checks a configuration (a YAML file, flags over it) and returns it with
+ * defaults filled. Throws one {@link GatewayConfigError} listing every problem.
+ */
+export function loadGatewayConfig(options: LoadOptions = {}): GatewayConfig {
+  const env = options.env ?? process.env;
+  const flags = options.flags ?? {};
+  let raw: Record<string, unknown> = {};
+  let where: Locator = () => null;
+  const early: ConfigIssue[] = [];
+  if (options.file) {
+    const lines = new LineCounter();
+    // yaml's own duplicate-key check compares every pair of keys (quadratic in a
+    // file of many keys): ours takes one set per mapping.
+    const doc = parseDocument(options.file.text, { lineCounter: lines, uniqueKeys: false, prettyErrors: false });
+    const seen = new Set<string>();
+    for (const e of doc.errors) {
+      // Without prettyErrors the error carries its offset, not its line: the line counter turns one into the other.
+      const where = `${options.file.name}:${lines.linePos(e.pos[0]).line}`;
+      const message = excerpt(e.message.split("\n")[0] ?? "invalid YAML", 200);
+      if (seen.has(where + message)) continue; // one mistake can raise the same error several times
+      seen.add(where + message);
+      early.push({ field: "(file)", message, where });
+      if (early.length >= MAX_ISSUES) break;
+    }
+    if (early.length === 0) duplicateKeys(doc.contents, (key, offset) => {
+      if (early.length < MAX_ISSUES) early.push({ field: excerpt(key, 120), message: "is set twice in one mapping", where: `${options.file!.name}:${lines.linePos(offset).line}` });
+    });
+    // A file that does not parse stops here; a key set twice is listed with whatever else is wrong (its last value read).
+    if (early.length > 0 && doc.errors.length > 0) throw new GatewayConfigError(early);
+    let value: unknown;
+    try {
+      value = doc.toJS({ maxAliasCount: 100 });
+    } catch (error) {
+      throw new GatewayConfigError([{ field: "(file)", message: excerpt((error as Error).message, 200), where: options.file.name }]);
+    }
+    if (value !== null && value !== undefined) {
+      if (typeof value !== "object" || Array.isArray(value)) throw new GatewayConfigError([{ field: "(file)", message: "must be a mapping of settings", where: `${options.file.name}:1` }]);
+      raw = value as Record<string, unknown>;
+    }
+    where = locator(options.file.name, doc, lines);
+  } else if (options.object !== undefined) {
+    const value: unknown = options.object;
+    if (typeof value !== "object" || value === null || Array.isArray(value)) throw new GatewayConfigError([{ field: "(config)", message: `must be an object of settings, got ${describeValue(value)}`, where: null }]);
+    raw = value as Record<string, unknown>;
+  }
+  const r = new Reader(where);
+  r.issues.push(...early);
+  const top = r.section(raw, [], SECTIONS[""]!);
+
+  const listen = r.section(top.listen, ["listen"], SECTIONS.listen!);
+  let host = r.str(listen.host, ["listen", "host"], "127.0.0.1");
+  if (flags.host !== undefined) {
+    if (flags.host.trim() === "") r.fail(["host"], "must be an address or host name (an empty one would listen on every interface: write 0.0.0.0 or :: for that)", "--host");
+    else host = flags.host;
+  }
+  if (host.trim() === "") r.fail(["listen", "host"], "must be an address or host name");
+  if (host.length > 255) r.fail(["listen", "host"], `must be at most 255 characters, got ${host.length}`);
+  let port = r.int(listen.port, ["listen", "port"], 0, 65535, 8000);
+  if (flags.port !== undefined) {
+    if (!Number.isInteger(flags.port) || flags.port < 0 || flags.port > 65535) r.fail(["port"], `must be an integer in [0, 65535], got ${describeValue(flags.port)}`, "--port");
+    else port = flags.port;
+  }
+
+  const upstreams: UpstreamConfig[] = [];
+  if (flags.upstreams && flags.upstreams.length > 0) {
+    flags.upstreams.forEach((text, i) => {
+      const checked = checkUpstreamUrl(text);
+      if ("why" in checked) r.fail(["upstream", i], checked.why, "--upstream");
+      else {
+        if (checked.warning !== undefined) r.warn(["upstream", i], checked.warning, "--upstream");
+        upstreams.push({ url: checked.url, name: defaultUpstreamName(checked.url), apiKey: null, drain: false, kvEvents: null, load: null });
+      }
+    });
+  } else if (top.upstreams !== undefined) {
+    if (!Array.isArray(top.upstreams)) r.fail(["upstreams"], `must be a list of upstreams, got ${describeValue(top.upstreams)}`);
+    else {
+      top.upstreams.forEach((entry: unknown, i) => {
+        const u = readUpstream(r, entry, ["upstreams", i], env);
+        if (u !== null) upstreams.push(u);
+      });
+    }
+  }
+  if (upstreams.length === 0 && r.issues.length === 0) r.fail(["upstreams"], "at least one upstream is required (upstreams: in the file, or --upstream URL)", options.file ? options.file.name : "--upstream");
+  const fromFlags = flags.upstreams !== undefined && flags.upstreams.length > 0;
+  for (const p of fleetProblems(upstreams, (i) => (fromFlags ? ["upstream", i] : ["upstreams", i]))) r.fail(fromFlags ? p.path.slice(0, 2) : p.path, p.message, fromFlags ? "--upstream" : undefined);
+
+  const policyName = flags.policy ?? (top.policy === undefined ? undefined : r.str(top.policy, ["policy"], "kv_cache_aware"));
+  let base: Record<string, unknown> = { ...POLICY_CONFIGS.kv_cache_aware };
+  if (policyName !== undefined) {
+    if (!Object.hasOwn(POLICY_CONFIGS, policyName)) r.fail(["policy"], `must be one of ${Object.keys(POLICY_CONFIGS).join(", ")}, got ${describeValue(policyName)}`, flags.policy !== undefined ? "--policy" : where(["policy"]));
+    else base = { ...POLICY_CONFIGS[policyName as PolicyName] };
+  }
+  let attentionDp = parseAttentionDpConfig(base);
+  if (top.attention_dp_config !== undefined && top.attention_dp_config !== null) {
+    const block = top.attention_dp_config;
+    if (typeof block !== "object" || Array.isArray(block)) r.fail(["attention_dp_config"], `must be a mapping, got ${describeValue(block)}`);
+    else {
+      try {
+        // A --policy flag picks the router; the file's block tunes it.
+        attentionDp = parseAttentionDpConfig(flags.policy !== undefined ? { ...block, ...base } : { ...base, ...block });
+      } catch (error) {
+        if (!(error instanceof AttentionDpConfigError)) throw error;
+        for (const issue of error.issues) r.fail(["attention_dp_config", issue.field], `${issue.rule}, got ${describeValue(issue.received)}`, where(["attention_dp_config", issue.field]));
+      }
+    }
+  }
+
+  const limits = r.section(top.limits, ["limits"], SECTIONS.limits!);
+  const timeouts = r.section(top.timeouts, ["timeouts"], SECTIONS.timeouts!);
+  const health = r.section(top.health, ["health"], SECTIONS.health!);
+  const auth = r.section(top.auth, ["auth"], SECTIONS.auth!);
+  const logging = r.section(top.logging, ["logging"], SECTIONS.logging!);
+  const routing = r.section(top.routing, ["routing"], SECTIONS.routing!);
+  const tokenizer = readTokenizerSettings(r, top.tokenizer, flags.tokenizer);
+  const sync = readSyncSettings(r, top.sync, { ...(flags.sync === undefined ? {} : { sync: flags.sync }), ...(flags.replicaId === undefined ? {} : { replicaId: flags.replicaId }) }, env);
+
+  // Keys are trimmed (a client's bearer token is); any non-empty key is taken (short ones are warned about at start).
+  const goodKey = (k: unknown): k is string => typeof k === "string" && k.trim().length > 0;
+  const apiKeys: string[] = [];
+  if (auth.api_keys !== undefined && auth.api_keys !== null) {
+    if (!Array.isArray(auth.api_keys) || !auth.api_keys.every(goodKey)) r.fail(["auth", "api_keys"], "must be a list of non-empty keys");
+    else apiKeys.push(...(auth.api_keys as string[]).map((k) => k.trim()));
+  }
+  const fromEnv = r.env(auth.api_keys_env, ["auth", "api_keys_env"], env);
+  if (fromEnv !== null) {
+    const keys = fromEnv.split(",").map((k) => k.trim()).filter((k) => k.length > 0);
+    if (keys.length === 0) r.fail(["auth", "api_keys_env"], "names a variable that holds no key (comma-separated keys)");
+    else apiKeys.push(...keys);
+  }
+
+  // The admin key, inline or (better: a key in a file ends up in repositories) from the environment.
+  let adminApiKey: string | null = null;
+  if (auth.admin_api_key !== undefined && auth.admin_api_key !== null && auth.admin_api_key_env !== undefined && auth.admin_api_key_env !== null) r.fail(["auth", "admin_api_key"], "set admin_api_key or admin_api_key_env, not both");
+  else if (auth.admin_api_key !== undefined && auth.admin_api_key !== null) {
+    adminApiKey = r.secret(auth.admin_api_key, ["auth", "admin_api_key"])?.trim() ?? null;
+  } else {
+    const fromAdminEnv = r.env(auth.admin_api_key_env, ["auth", "admin_api_key_env"], env);
+    if (fromAdminEnv !== null) {
+      if (fromAdminEnv.trim() === "") r.fail(["auth", "admin_api_key_env"], "names a variable that holds only spaces");
+      else adminApiKey = fromAdminEnv.trim();
+    }
+  }
+
+  const loraAdapters = new Map<string, number>();
+  if (routing.lora_adapters !== undefined && routing.lora_adapters !== null) {
+    const adapters = routing.lora_adapters;
+    if (typeof adapters !== "object" || Array.isArray(adapters)) r.fail(["routing", "lora_adapters"], `must map model names to LoRA task ids, got ${describeValue(adapters)}`);
+    else {
+      for (const [model, id] of Object.entries(adapters as Record<string, unknown>)) {
+        if (typeof id !== "number" || !Number.isSafeInteger(id) || id < 0) r.fail(["routing", "lora_adapters", model], `must be a LoRA task id (a non-negative integer), got ${describeValue(id)}`);
+        else loraAdapters.set(model, id);
+      }
+    }
+  }
+
+  const levelText = flags.logLevel ?? r.str(logging.level, ["logging", "level"], "info");
+  if (!(LEVELS as readonly string[]).includes(levelText)) r.fail(["logging", "level"], `must be one of ${LEVELS.join(", ")}, got ${describeValue(levelText)}`, flags.logLevel !== undefined ? "--log-level" : where(["logging", "level"]));
+  const path = r.str(health.path, ["health", "path"], "/health");
+  if (!path.startsWith("/")) r.fail(["health", "path"], "must start with /");
+  const onStart = flags.allowUnreachable === true ? "warn" : r.str(health.on_start, ["health", "on_start"], "require");
+  if (onStart !== "require" && onStart !== "warn") r.fail(["health", "on_start"], `must be require or warn, got ${describeValue(onStart)}`);
+
+  const requestMs = r.int(timeouts.request_ms, ["timeouts", "request_ms"], 100, 3_600_000, 60_000);
+  const config: GatewayConfig = {
+    warnings: r.warnings,
+    listen: { host, port },
+    upstreams,
+    attentionDp,
+    limits: {
+      maxBodyBytes: r.int(limits.max_body_bytes, ["limits", "max_body_bytes"], 1024, 1 << 30, 4 << 20),
+      maxInFlightPerUpstream: r.int(limits.max_in_flight_per_upstream, ["limits", "max_in_flight_per_upstream"], 1, 1 << 20, 256),
+      queueSize: r.int(limits.queue_size, ["limits", "queue_size"], 0, 1 << 20, 1024),
+      queueTimeoutMs: r.int(limits.queue_timeout_ms, ["limits", "queue_timeout_ms"], 0, 3_600_000, 10_000),
+      maxConnections: r.int(limits.max_connections, ["limits", "max_connections"], 1, 1 << 20, 8192),
+      maxPromptChars: r.int(limits.max_prompt_chars, ["limits", "max_prompt_chars"], 1, 1 << 30, MAX_PROMPT_CHARS),
+      maxPromptTokens: r.int(limits.max_prompt_tokens, ["limits", "max_prompt_tokens"], 1, 1 << 30, MAX_PROMPT_TOKENS[tokenizer.kind]),
+    },
+    timeouts: {
+      // Node requires the head's bound to be within the whole request's.
+      headersMs: Math.min(requestMs, r.int(timeouts.headers_ms, ["timeouts", "headers_ms"], 100, 3_600_000, 10_000)),
+      requestMs,
+      // Node announces it in whole seconds (Keep-Alive: timeout=N): under a second would read as 0.
+      keepAliveMs: r.int(timeouts.keep_alive_ms, ["timeouts", "keep_alive_ms"], 1_000, 3_600_000, 65_000),
+      connectMs: r.int(timeouts.connect_ms, ["timeouts", "connect_ms"], 1, 600_000, 5_000),
+      firstByteMs: r.int(timeouts.first_byte_ms, ["timeouts", "first_byte_ms"], 1, 3_600_000, 300_000),
+      idleMs: r.int(timeouts.idle_ms, ["timeouts", "idle_ms"], 1, 3_600_000, 300_000),
+      maxStreamMs: r.int(timeouts.max_stream_ms, ["timeouts", "max_stream_ms"], 0, 86_400_000, 0),
+    },
+    health: {
+      path,
+      intervalMs: r.int(health.interval_ms, ["health", "interval_ms"], 100, 3_600_000, 5_000),
+      timeoutMs: r.int(health.timeout_ms, ["health", "timeout_ms"], 10, 600_000, 2_000),
+      unhealthyThreshold: r.int(health.unhealthy_threshold, ["health", "unhealthy_threshold"], 1, 1000, 3),
+      healthyThreshold: r.int(health.healthy_threshold, ["health", "healthy_threshold"], 1, 1000, 2),
+      onStart: onStart === "warn" ? "warn" : "require",
+      consecutive5xx: r.int(health.consecutive_5xx, ["health", "consecutive_5xx"], 1, 1000, 5),
+      consecutiveGatewayFailures: r.int(health.consecutive_gateway_failures, ["health", "consecutive_gateway_failures"], 1, 1000, 5),
+      baseEjectionMs: r.int(health.base_ejection_ms, ["health", "base_ejection_ms"], 10, 3_600_000, 30_000),
+      maxEjectionMs: r.int(health.max_ejection_ms, ["health", "max_ejection_ms"], 10, 86_400_000, 300_000),
+      maxEjectedPercent: r.int(health.max_ejected_percent, ["health", "max_ejected_percent"], 0, 100, 50),
+    },
+    auth: {
+      apiKeys,
+      protectMetrics: r.bool(auth.protect_metrics, ["auth", "protect_metrics"], false),
+      protectHealth: r.bool(auth.protect_health, ["auth", "protect_health"], false),
+      adminApiKey,
+    },
+    logging: { level: levelText as GatewayConfig["logging"]["level"] },
+    tokenizer,
+    sync,
+    routing: {
+      tokensPerBlock: r.int(routing.tokens_per_block, ["routing", "tokens_per_block"], 1, 1 << 16, tokenizer.kind === "huggingface" ? ENGINE_TOKENS_PER_BLOCK : BYTE_BLOCK),
+      indexBytes: r.int(routing.index_bytes, ["routing", "index_bytes"], 1 << 20, 2 ** 31, 64 << 20),
+      loraAdapters,
+    },
+  };
+  if (r.omitted > 0) r.issues.push({ field: "(file)", message: `and ${r.omitted} more problems`, where: null });
+  if (r.issues.length > 0) throw new GatewayConfigError(r.issues);
+  CHECKED.add(config);
+  return config;
+}

@@ -1,0 +1,151 @@
+// One engine event batch made ready to apply: decoded (a ZeroMQ batch's
+// msgpack with 64-bit integers as bigints, a polled answer's JSON with long
+// integers as text), identified (its publication time and a digest of its
+// bytes, part of its identity at every replica), measured against its
+// upstream's per-batch limits and cut into slices (event-slicing.ts). The same
+// work runs in the batch decoder's worker for a large batch and inline for a
+// small one, so both give the same slices.
+
+import { createHash } from "node:crypto";
+import { Decoder } from "@msgpack/msgpack";
+import { sliceKvEvents } from "adp-router";
+import { overLimits, SLICE_BLOCKS, type BatchLimits } from "./event-slicing.js";
+
+/** How a batch is encoded: a ZeroMQ batch's msgpack, or a polled answer's JSON list of TensorRT-LLM events. */
+export type BatchFormat = "msgpack" | "json";
+
+/** A batch prepared: its slices and identity, or why it is not applied. */
+export type PreparedBatch =
+  | { readonly kind: "ok"; readonly time: string; readonly digest: string; readonly slices: readonly unknown[] }
+  | { readonly kind: "unparseable" | "oversized"; readonly detail: string };
+
+/**
+ * A msgpack decoder for event batches: 64-bit integers as bigints (block
+ * hashes keep every bit), sizes bounded: no list longer than a batch may name
+ * tokens or blocks (`maxItems`) is allocated, whatever its header declares.
+ */
+export function batchDecoder(maxItems = 1 << 24): Decoder {
+  return new Decoder({ useBigInt64: true, maxStrLength: 1 << 16, maxBinLength: 1 << 10, maxArrayLength: maxItems, maxMapLength: 1 << 10, maxExtLength: 0 });
+}
+
+/**
+ * A batch's publication time (`ts`, map or positional), part of its identity:
+ * a restarted publisher numbers its batches from 0 again, at other times.
+ */
+function batchTime(batch: unknown): string {
+  const ts = Array.isArray(batch) ? batch[0] : typeof batch === "object" && batch !== null ? (batch as Record<string, unknown>).ts : undefined;
+  return typeof ts === "number" || typeof ts === "bigint" ? String(ts) : "";
+}
+
+/**
+ * JSON.parse, but integers too long for a double's exact range (uint64 block
+ * hashes) come back as decimal strings, which the index takes as hashes with
+ * every bit: `JSON.parse` alone would round 17293822569102704641 and merge
+ * distinct blocks. Node 20's JSON.parse has no access to a number's source.
+ */
+export function parseJsonKeepingIntegers(text: string): unknown {
+  let out = "";
+  let from = 0;
+  let inString = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (inString) {
+      if (c === 0x5c) i++; // a backslash escapes the next character
+      else if (c === 0x22) inString = false;
+      continue;
+    }
+    if (c === 0x22) {
+      inString = true;
+      continue;
+    }
+    if (c !== 0x2d && (c < 0x30 || c > 0x39)) continue;
+    let j = i + 1;
+    while (j < text.length && /[0-9.eE+-]/.test(text[j]!)) j++;
+    const token = text.slice(i, j);
+    // 15 digits are exact in a double whatever they are; longer integers are kept as text.
+    if (/^-?\d{16,}$/.test(token)) {
+      out += `${text.slice(from, i)}"${token}"`;
+      from = j;
+    }
+    i = j - 1;
+  }
+  return JSON.parse(from === 0 ? text : out + text.slice(from));
+}
+
+/**
+ * Blocks a run of a polled answer holds at most. TensorRT-LLM's JSON names
+ * every token as an object of its own: 1,024 of its blocks (16 tokens) take
+ * about 3 ms to parse and 5 ms to apply here, so a run holds a quarter of a
+ * ZeroMQ slice.
+ */
+export const JSON_RUN_BLOCKS = SLICE_BLOCKS / 4;
+
+/**
+ * A run of a polled answer: whole events, or (`continues`) further pieces of
+ * the one event that the run before ended with, cut because it holds more
+ * blocks than a run may. The source checks each event's id; a piece after the
+ * first carries none and follows its first piece.
+ */
+export interface EventRun {
+  readonly events: unknown[];
+  readonly continues: boolean;
+}
+
+/** A list of events in runs of at most `maxBlocks` blocks (an event that cannot be cut may hold more). */
+function eventRuns(list: readonly unknown[], maxBlocks: number): EventRun[] {
+  const runs: EventRun[] = [];
+  let run: unknown[] = [];
+  let blocks = 0;
+  const flush = () => {
+    if (run.length > 0) runs.push({ events: run, continues: false });
+    run = [];
+    blocks = 0;
+  };
+  for (const e of list) {
+    const size = sliceKvEvents([e], Infinity).blocks;
+    if (size > maxBlocks) {
+      flush();
+      const pieces = sliceKvEvents([e], maxBlocks).slices as unknown[][];
+      pieces.forEach((events, k) => runs.push({ events, continues: k > 0 }));
+      continue;
+    }
+    if (blocks + size > maxBlocks) flush();
+    run.push(e);
+    blocks += size;
+  }
+  flush();
+  return runs;
+}
+
+/** The events `payload` holds (`format`), or why it holds none. */
+function decodeBatch(payload: Uint8Array, format: BatchFormat, decoder: Decoder): { events: unknown } | { detail: string } {
+  if (format === "msgpack") {
+    try {
+      return { events: decoder.decode(payload) };
+    } catch (error) {
+      return { detail: `not msgpack: ${(error as Error).message.slice(0, 120)}` };
+    }
+  }
+  let list: unknown;
+  try {
+    list = parseJsonKeepingIntegers(new TextDecoder().decode(payload));
+  } catch {
+    list = undefined;
+  }
+  return Array.isArray(list) ? { events: list } : { detail: "not a JSON list of events" };
+}
+
+/**
+ * Decodes, identifies, measures and cuts one batch's payload: a ZeroMQ batch
+ * into slices of its own encoding, a polled answer into runs of events.
+ */
+export function prepareBatch(payload: Uint8Array, format: BatchFormat, decoder: Decoder, limits: BatchLimits): PreparedBatch {
+  const decoded = decodeBatch(payload, format, decoder);
+  if ("detail" in decoded) return { kind: "unparseable", detail: decoded.detail };
+  const events = decoded.events;
+  const size = sliceKvEvents(events, Infinity);
+  const refused = overLimits(size, limits);
+  if (refused !== null) return { kind: "oversized", detail: refused };
+  const slices = format === "json" ? eventRuns(events as unknown[], JSON_RUN_BLOCKS) : size.blocks > SLICE_BLOCKS ? sliceKvEvents(events, SLICE_BLOCKS).slices : [events];
+  return { kind: "ok", time: batchTime(events), digest: createHash("sha256").update(payload).digest("base64url").slice(0, 22), slices };
+}

@@ -1,0 +1,311 @@
+// An engine's KV-cache events over ZeroMQ (kv-events reference §2): one SUB
+// socket per data-parallel rank (the engine offsets its PUB port by the rank),
+// each message three frames (topic, 8-byte big-endian sequence number, msgpack
+// EventBatch). Batches are applied in sequence order; a gap is filled through
+// the engine's replay (ROUTER) socket when one is configured (and a first
+// batch numbered above 0 asks for the publisher's buffer from 0, so a stream
+// the gateway joins late misses what the engine still buffers of it). A gap
+// that cannot be filled leaves the rank's view as it is (missing what the lost
+// batches stored, holding what they removed) and the stream `gapped` for
+// `stale_after_ms`: emptying the view instead would orphan every later chain
+// (its parent gone) and leave the view cold for good (`adp-router simulate
+// --event-drop 0.01`: hit ratio 0.147 emptied, 0.359 kept, 0.360 with no loss).
+// A publisher restart (its sequence starts over) empties the view. A batch
+// that does not decode is counted and skipped.
+
+import { Dealer, Subscriber } from "zeromq";
+import { BatchDecoder } from "./batch-decoder.js";
+import { engineStatus, EventFreshness, zeroCounters, type FeedStatus } from "./event-freshness.js";
+import type { CurveConfig, KvEventsConfig } from "../config/events-config.js";
+import type { IndexUpdate, IndexUpdateSource } from "./index-update.js";
+import { registerAllowList } from "./zap-handler.js";
+
+/** Largest message taken from an engine (a peer sending more is disconnected by ZeroMQ). */
+const MAX_MESSAGE_BYTES = 64 << 20;
+/** Batches a publisher keeps for replay (vLLM's `buffer_steps`). */
+const REPLAY_BUFFER_STEPS = 10_000;
+/** The replay's end marker: sequence -1 as 8 signed big-endian bytes. */
+const END_MARKER = -1n;
+
+/** `endpoint` for DP rank `rank`: its port plus the rank (`tcp://…:PORT`), as the engines offset them. */
+export function rankEndpoint(endpoint: string, rank: number): string {
+  if (rank === 0) return endpoint;
+  const colon = endpoint.lastIndexOf(":");
+  return `${endpoint.slice(0, colon)}:${Number(endpoint.slice(colon + 1)) + rank}`;
+}
+
+/** A sequence-number frame as a bigint (signed, so the end marker reads -1), or null when it is not 8 bytes. */
+function sequenceOf(frame: Buffer | undefined): bigint | null {
+  return frame !== undefined && frame.length === 8 ? frame.readBigInt64BE(0) : null;
+}
+
+/** One DP rank's stream. */
+class RankStream {
+  readonly freshness: EventFreshness;
+  readonly sub: Subscriber;
+  #replay: Dealer | null = null;
+
+  constructor(
+    readonly rank: number,
+    readonly endpoint: string,
+    readonly replayEndpoint: string | null,
+    staleAfterMs: number,
+    now: () => number,
+    /** CURVE, as the engine's client or as the server its publishers connect to, or null. */
+    readonly curve: CurveConfig | null = null,
+  ) {
+    this.freshness = new EventFreshness({ staleAfterMs, now });
+    this.sub = new Subscriber({ maxMessageSize: MAX_MESSAGE_BYTES, linger: 0, ...this.#curveOptions() });
+  }
+
+  /** The socket options of CURVE as a client of the engine (none without it, or as a server: set when it binds). */
+  #curveOptions(): { curveServerKey?: string; curvePublicKey?: string; curveSecretKey?: string } {
+    const c = this.curve;
+    return c?.role !== "client" ? {} : { curveServerKey: c.serverPublicKey, curvePublicKey: c.publicKey, curveSecretKey: c.secretKey };
+  }
+
+  /** Releases the stream's allow-list, once it is a CURVE server. */
+  release: () => void = () => {};
+
+  /**
+   * Makes the SUB socket a CURVE server that admits only the allowed
+   * publishers (before it binds); `onRefused` hears each one turned away.
+   */
+  async serveCurve(curve: Extract<CurveConfig, { role: "server" }>, onRefused: (address: string) => void): Promise<void> {
+    const { domain, release } = await registerAllowList(curve.allowedClients, onRefused);
+    this.release = release;
+    this.sub.curveServer = true;
+    this.sub.curveSecretKey = curve.secretKey;
+    this.sub.zapDomain = domain;
+  }
+
+  /** The replay socket, connected on first use (a timed-out one is replaced: its late replies must not mix in). */
+  replaySocket(timeoutMs: number): Dealer {
+    if (this.#replay === null) {
+      this.#replay = new Dealer({ receiveTimeout: timeoutMs, sendTimeout: timeoutMs, maxMessageSize: MAX_MESSAGE_BYTES, linger: 0, ...this.#curveOptions() });
+      this.#replay.connect(this.replayEndpoint!);
+    }
+    return this.#replay;
+  }
+
+  /** Drops the replay socket (after a timeout or an error). */
+  dropReplay(): void {
+    this.#replay?.close();
+    this.#replay = null;
+  }
+
+  close(): void {
+    this.sub.close();
+    this.dropReplay();
+    this.release();
+  }
+}
+
+/** Options of {@link ZmqEventSource}. */
+export interface ZmqEventSourceOptions {
+  /** The clock (ms), for staleness; injectable for tests. */
+  readonly now?: () => number;
+  /** Called with what went wrong or changed (gaps, restarts, unparseable batches), for logs. */
+  readonly onNotice?: (notice: { readonly rank: number; readonly what: string; readonly detail?: string }) => void;
+}
+
+/** An upstream's KV events from its engine's ZeroMQ streams, one per DP rank. */
+export class ZmqEventSource implements IndexUpdateSource {
+  readonly kind = "zmq";
+  readonly counters = zeroCounters();
+  readonly #config: Extract<KvEventsConfig, { kind: "zmq" }>;
+  readonly #streams: RankStream[];
+  /** The process's batch decoder (large batches prepared off the event loop), while started. */
+  #decoder: BatchDecoder | null = null;
+  /** The longest list a batch's decoding may allocate. */
+  readonly #maxItems: number;
+  readonly #onNotice: NonNullable<ZmqEventSourceOptions["onNotice"]>;
+  #closed = false;
+  #loops: Promise<void>[] = [];
+
+  constructor(config: Extract<KvEventsConfig, { kind: "zmq" }>, options: ZmqEventSourceOptions = {}) {
+    this.#config = config;
+    this.#maxItems = Math.max(config.maxBatchBlocks, config.maxBatchTokens);
+    this.#onNotice = options.onNotice ?? (() => {});
+    const now = options.now ?? Date.now;
+    this.#streams = Array.from({ length: config.dpRanks }, (_, r) =>
+      new RankStream(r, rankEndpoint(config.endpoint, r), config.replayEndpoint === null ? null : rankEndpoint(config.replayEndpoint, r), config.staleAfterMs, now, config.curve ?? null),
+    );
+  }
+
+  /** Its DP ranks' statuses as one (see engineStatus). */
+  get status(): FeedStatus {
+    return engineStatus(this.#streams.map((s) => s.freshness));
+  }
+
+  /** Each DP rank's status. */
+  get rankStatuses(): FeedStatus[] {
+    return this.#streams.map((s) => s.freshness.status);
+  }
+
+  routed(): void {
+    for (const s of this.#streams) s.freshness.routed();
+  }
+
+  start(emit: (update: IndexUpdate) => void): void {
+    this.#decoder = BatchDecoder.acquire();
+    for (const s of this.#streams) {
+      s.sub.subscribe(this.#config.topic);
+      this.#loops.push(this.#receive(s, emit));
+    }
+  }
+
+  async close(): Promise<void> {
+    this.#closed = true;
+    for (const s of this.#streams) s.close();
+    await Promise.all(this.#loops);
+    if (this.#decoder !== null) BatchDecoder.release();
+    this.#decoder = null;
+  }
+
+  /** Receives one rank's messages until closed, in order (a replay holds the next message back). */
+  async #receive(s: RankStream, emit: (update: IndexUpdate) => void): Promise<void> {
+    try {
+      // A socket binds before it receives (zeromq allows one operation at a time on it).
+      const curve = this.#config.curve;
+      if (curve?.role === "server") await s.serveCurve(curve, (address) => this.#refusedPeer(s, address));
+      if (this.#config.bind) await s.sub.bind(s.endpoint);
+      else s.sub.connect(s.endpoint);
+      for await (const frames of s.sub) {
+        if (this.#closed) break;
+        const seq = frames.length === 3 ? sequenceOf(frames[1]) : null;
+        if (seq === null) {
+          this.counters.unparseable++;
+          this.#onNotice({ rank: s.rank, what: "message skipped", detail: `${frames.length} frames, expected topic, sequence (8 bytes), payload` });
+          continue;
+        }
+        await this.#onBatch(s, seq, frames[2]!, emit);
+        if (this.#closed) break;
+      }
+    } catch (error) {
+      if (!this.#closed) this.#onNotice({ rank: s.rank, what: "stream ended", detail: (error as Error).message });
+    }
+  }
+
+  /** Applies (or skips) one live batch, filling a gap before it first. */
+  async #onBatch(s: RankStream, seq: bigint, payload: Buffer, emit: (update: IndexUpdate) => void): Promise<void> {
+    if (s.freshness.expected === null && seq > 0n && s.replayEndpoint !== null) {
+      // First contact with a stream already under way: what the publisher still buffers comes first.
+      await this.#replay(s, 0n, seq, emit, true);
+      if (this.#closed) return;
+    }
+    let step = s.freshness.batch(seq);
+    if (step === "gap") {
+      this.counters.gaps++;
+      const from = s.freshness.expected!;
+      if (s.replayEndpoint !== null) await this.#replay(s, from, seq, emit, false);
+      if (this.#closed) return;
+      step = s.freshness.batch(seq);
+      if (step === "gap") {
+        // Not filled: the view goes on from this batch, untrusted until it has for a while.
+        this.counters.unfilled++;
+        this.#onNotice({ rank: s.rank, what: "gap not filled; stream gapped while its view goes on", detail: `batches ${from}..${seq - 1n} lost` });
+        s.freshness.unfilled(seq);
+        step = "next";
+      }
+    }
+    if (step === "old") {
+      this.counters.duplicates++;
+      return;
+    }
+    if (step === "restart") {
+      this.counters.restarts++;
+      this.#onNotice({ rank: s.rank, what: "publisher restarted; view emptied", detail: `sequence ${seq}` });
+    }
+    await this.#apply(s, seq, payload, emit, step === "restart");
+  }
+
+  /** Counts a publisher CURVE turned away (logged at the first and every hundredth: a scanner must not flood the log). */
+  #refusedPeer(s: RankStream, address: string): void {
+    this.counters.refusedPeers++;
+    const n = this.counters.refusedPeers;
+    if (n === 1 || n % 100 === 0) this.#onNotice({ rank: s.rank, what: "publisher refused: its CURVE public key is not allowed", detail: `${n} so far, the latest from ${address || "an unknown address"}` });
+  }
+
+  /** Empties the view when batch `seq`, not applied, came from a restarted publisher (the restart still happened). */
+  #clearOnRestart(s: RankStream, seq: bigint, emit: (update: IndexUpdate) => void, restart: boolean): void {
+    if (restart) emit({ kind: "cleared", dpRank: s.rank, id: `${s.endpoint}|${seq}|restart` });
+  }
+
+  /** Refuses batch `seq` for its size (its events are lost: the stream is gapped), after the restart it shows. */
+  #refuse(s: RankStream, seq: bigint, emit: (update: IndexUpdate) => void, restart: boolean, detail: string): false {
+    this.#clearOnRestart(s, seq, emit, restart);
+    this.counters.oversized++;
+    s.freshness.unfilled(seq);
+    this.#onNotice({ rank: s.rank, what: "batch refused; stream gapped while its view goes on", detail });
+    return false;
+  }
+
+  /**
+   * Decodes and emits one batch (`seq` its number), after emptying the view
+   * when it comes from a restarted publisher (`restart`); one that does not
+   * decode is counted and skipped.
+   */
+  async #apply(s: RankStream, seq: bigint, payload: Uint8Array, emit: (update: IndexUpdate) => void, restart = false): Promise<boolean> {
+    // Refused unread: decoding and applying it would hold the event loop.
+    if (payload.length > this.#config.maxBatchBytes) return this.#refuse(s, seq, emit, restart, `${payload.length} bytes, over kv_events.max_batch_bytes (${this.#config.maxBatchBytes})`);
+    const batch = await this.#decoder!.prepare(payload, "msgpack", this.#maxItems, this.#config);
+    if (this.#closed) return false;
+    if (batch.kind !== "ok") {
+      if (batch.kind === "oversized") return this.#refuse(s, seq, emit, restart, batch.detail);
+      this.#clearOnRestart(s, seq, emit, restart);
+      this.counters.unparseable++;
+      this.#onNotice({ rank: s.rank, what: "batch skipped", detail: batch.detail });
+      return false;
+    }
+    // Its identity at every replica: where and when it was published, and what it says (a restarted publisher
+    // numbers from 0 again; its time and contents tell its batches from the old ones).
+    const id = `${s.endpoint}|${seq}|${batch.time}|${batch.digest}`;
+    if (restart) emit({ kind: "cleared", dpRank: s.rank, id: `${id}|restart` });
+    // A slice a turn: each arrives from the worker as its own message (or, prepared inline, after a turn).
+    let k = 0;
+    for await (const slice of batch.slices) {
+      if (this.#closed) return false;
+      emit({ kind: "kv-events", events: slice, dpRank: s.rank, id: k === 0 ? id : `${id}#${k}` });
+      k++;
+    }
+    this.counters.batches++;
+    return true;
+  }
+
+  /**
+   * Asks the engine's replay socket for the batches from `from` on and applies
+   * those that continue the sequence, up to the end marker (vLLM replies
+   * `(seq, payload)`, TensorRT-LLM `(topic, seq, payload)`). On first contact
+   * (`first`) the stream starts at the first batch replayed, whatever its
+   * number. Gives up at the configured timeout; what it filled stays filled.
+   */
+  async #replay(s: RankStream, from: bigint, upTo: bigint, emit: (update: IndexUpdate) => void, first: boolean): Promise<void> {
+    const dealer = s.replaySocket(this.#config.replayTimeoutMs);
+    const request = Buffer.alloc(8);
+    request.writeBigInt64BE(from, 0);
+    // One deadline for the whole replay, and no more frames than the gap holds (plus the publisher's
+    // buffer on first contact): a replay socket that keeps talking must not hold the live stream back.
+    const deadline = performance.now() + 4 * this.#config.replayTimeoutMs;
+    let frames = first ? REPLAY_BUFFER_STEPS : Number(upTo - from) + 1;
+    try {
+      await dealer.send(["", request]);
+      while (!this.#closed) {
+        if (performance.now() > deadline || frames-- <= 0) throw Object.assign(new Error("replay too long"), { code: "REPLAY_TOO_LONG" });
+        const reply = await dealer.receive();
+        if (this.#closed) return;
+        const body = reply[0]?.length === 0 ? reply.slice(1) : reply; // the ROUTER's empty delimiter
+        const seq = sequenceOf(body.length === 3 ? body[1] : body[0]);
+        if (seq === null) continue;
+        if (seq === END_MARKER) break;
+        if (seq >= upTo || (seq !== s.freshness.expected && !(first && s.freshness.expected === null))) continue;
+        s.freshness.filled(seq);
+        if (await this.#apply(s, seq, body[body.length - 1]!, emit)) this.counters.replayed++;
+      }
+    } catch (error) {
+      if (this.#closed) return;
+      this.#onNotice({ rank: s.rank, what: "replay failed", detail: (error as { code?: string }).code ?? (error as Error).message });
+      s.dropReplay();
+    }
+  }
+}

@@ -1,0 +1,222 @@
+// The gateway's routing state (the router: its conversations, its tie-break
+// generator, its cache view of every upstream) and the only door through
+// which it changes. Every change is one entry of a state log, in order:
+// because routing is deterministic, a replica that applies the same entries
+// from the same start holds the same state, byte for byte (the seam many
+// gateway replicas will share their state through). What each upstream's
+// cache holds comes from the gateway's own placements or, through an index
+// update source, from the engine itself (its KV-cache events).
+
+import type { RouteInput, RouteRequest } from "adp-router";
+import type { KvEventsResult, PrefixNamespace } from "adp-router";
+import { bindConversation, restoreRouter, type Router } from "adp-router";
+import type { RouteResult } from "adp-router";
+import type { EngineViews, EngineViewShape } from "../events/engine-views.js";
+import type { IndexUpdate, IndexUpdateSource } from "../events/index-update.js";
+
+export type { IndexUpdate, IndexUpdateSource };
+
+/** One change to the routing state, as the state log carries it. */
+export type StateEntry =
+  /** A batch routed (it moves conversations, the tie-break generator and the counters). */
+  | { readonly op: "route"; readonly input: RouteInput }
+  /** A conversation (or sub-agent) went to an upstream: its next turns go there too (under conversation affinity). */
+  | { readonly op: "bind"; readonly key: string; readonly upstream: number }
+  /** Another replica's learned prompt, as its block hashes (PrefixIndex.blockHashes): the same change as `learn`. */
+  | { readonly op: "learn-blocks"; readonly upstream: number; readonly hashes: Uint32Array; readonly namespace: PrefixNamespace }
+  /** An upstream was given a prompt: its cache view now holds it. */
+  | { readonly op: "learn"; readonly upstream: number; readonly tokens: Uint32Array; readonly namespace: PrefixNamespace }
+  /** An engine's own KV-cache events for an upstream (TensorRT-LLM's or vLLM's, see PrefixIndex.applyKvEvents), from one DP rank's stream or naming their ranks. */
+  | { readonly op: "kv-events"; readonly upstream: number; readonly events: unknown; readonly dpRank?: number; readonly id?: string }
+  /** An upstream's engine view emptied, one DP rank or all (its engine restarted, or its events cannot be trusted). */
+  | { readonly op: "clear"; readonly upstream: number; readonly dpRank?: number; readonly id?: string }
+  /** The fleet changed: rank i is the old rank `ranks[i]`, or new when null; `shapes` are the new upstreams' engine views. */
+  | { readonly op: "ranks"; readonly ranks: readonly (number | null)[]; readonly shapes?: readonly (EngineViewShape | null)[]; readonly urls?: readonly string[] };
+
+/**
+ * Where state changes go, in order. `append` runs synchronously, right after
+ * the change it records and before anything else can see it; it must copy
+ * what it keeps (token arrays are reused once it returns).
+ */
+export interface StateLog {
+  append(entry: StateEntry): void;
+}
+
+/** Where the routing state learns each upstream's engine's own view (both or neither). */
+export interface EngineFeeds {
+  /** The engine views. */
+  readonly views: EngineViews;
+  /** Which upstreams' event streams are live now (the others' matches come from the gateway's own view). */
+  readonly live: () => readonly boolean[];
+}
+
+/** The router, changed only through entries of the state log. */
+export class RoutingState {
+  #router: Router;
+  readonly #log: StateLog | null;
+  readonly #feeds: EngineFeeds | null;
+  /** While set, changes are not logged (another replica's entries, which came from the log). */
+  #quiet = false;
+
+  constructor(router: Router, log: StateLog | null = null, feeds: EngineFeeds | null = null) {
+    this.#router = router;
+    this.#log = log;
+    this.#feeds = feeds;
+  }
+
+  /** Logs a change (unless applying one that came from the log). */
+  #append(entry: StateEntry): void {
+    if (!this.#quiet) this.#log?.append(entry);
+  }
+
+  /** The engine views, or null when no upstream publishes events. */
+  get views(): EngineViews | null {
+    return this.#feeds?.views ?? null;
+  }
+
+  /** The router as it is now (a fleet change replaces it). */
+  get router(): Router {
+    return this.#router;
+  }
+
+  /**
+   * Routes a batch. With engine views, each request with tokens is routed on
+   * its upstreams' matches (a live stream's from its engine's view, the others'
+   * from the gateway's own), which the logged input carries: replaying the
+   * log makes the same decisions whatever the streams did. A batch the router
+   * refuses changes nothing and is not logged.
+   */
+  route(input: RouteInput): RouteResult {
+    const routed = this.#withEngineMatches(input);
+    const result = this.#router.route(routed);
+    this.#append({ op: "route", input: routed });
+    return result;
+  }
+
+  /** `input` with each request's prefix matches filled from the engine views, when any stream is live. */
+  #withEngineMatches(input: RouteInput): RouteInput {
+    const feeds = this.#feeds;
+    const learned = this.#router.prefixIndex;
+    if (feeds === null || learned === null || !feeds.views.any) return input;
+    const live = feeds.live();
+    if (!live.includes(true)) return input; // every upstream falls back: the router probes its own view
+    const numRanks = input.rankStates.length;
+    const requests = input.requests.map((req): RouteRequest => {
+      const tokens = req.tokens;
+      if (tokens === undefined || req.prefixMatches !== undefined || tokens.length <= learned.tokensPerBlock) return req;
+      const all = tokens instanceof Uint32Array ? tokens : Uint32Array.from(tokens);
+      const matches = new Uint32Array(numRanks);
+      feeds.views.matchInto(matches, all.subarray(0, all.length - 1), { loraTaskId: req.loraTaskId ?? null, cacheSalt: req.cacheSalt ?? null }, learned, live);
+      return { ...req, prefixMatches: matches };
+    });
+    return { ...input, requests };
+  }
+
+  /**
+   * Records that conversation `key` is on `upstream` (where its request really
+   * went), when the router keeps conversations; logged then only.
+   */
+  bind(key: string, upstream: number): void {
+    if (bindConversation(this.#router, key, upstream)) this.#append({ op: "bind", key, upstream });
+  }
+
+  /** Teaches `upstream`'s cache view a prompt; returns the tokens it held of it before. */
+  learn(upstream: number, tokens: Uint32Array, namespace: PrefixNamespace): number {
+    const index = this.#router.prefixIndex;
+    if (index === null || tokens.length === 0) return 0;
+    const held = index.insert(upstream, tokens, namespace);
+    this.#append({ op: "learn", upstream, tokens, namespace });
+    return held;
+  }
+
+  /**
+   * What `upstream`'s engine would reuse of a prompt by its own view (its best
+   * DP rank's match of all tokens but the last), or null when its event
+   * stream is not live (the caller then counts the gateway's own view).
+   */
+  engineMatch(upstream: number, tokens: Uint32Array, namespace: PrefixNamespace): number | null {
+    const feeds = this.#feeds;
+    if (feeds === null || feeds.views.view(upstream) === null || feeds.live()[upstream] !== true) return null;
+    return feeds.views.bestMatch(upstream, tokens.subarray(0, Math.max(tokens.length - 1, 0)), namespace);
+  }
+
+  /** Teaches `upstream`'s cache view a prompt given as its block hashes (another replica's learn). */
+  learnBlocks(upstream: number, hashes: Uint32Array, namespace: PrefixNamespace): void {
+    const index = this.#router.prefixIndex;
+    if (index === null || hashes.length === 0) return;
+    index.insertBlockHashes(upstream, hashes, namespace);
+    this.#append({ op: "learn-blocks", upstream, hashes, namespace });
+  }
+
+  /** Applies an update from `upstream`'s index update source to its engine view; returns what came of its events (null for a clear, or without a view). */
+  update(upstream: number, update: IndexUpdate): KvEventsResult | null {
+    const views = this.#feeds?.views;
+    if (views === undefined || views.view(upstream) === null) return null;
+    const dpRank = update.dpRank;
+    if (update.kind === "cleared") {
+      views.clear(upstream, dpRank);
+      this.#append({ op: "clear", upstream, ...(dpRank === undefined ? {} : { dpRank }), ...(update.id === undefined ? {} : { id: update.id }) });
+      return null;
+    }
+    const result = views.apply(upstream, update.events, dpRank);
+    this.#append({ op: "kv-events", upstream, events: update.events, ...(dpRank === undefined ? {} : { dpRank }), ...(update.id === undefined ? {} : { id: update.id }) });
+    return result;
+  }
+
+  /** Starts over from a router snapshot (a replica's first state, from the cluster's snapshot); not logged. */
+  restore(bytes: Uint8Array): void {
+    const next = restoreRouter(bytes);
+    this.#router.prefixIndex?.dispose();
+    this.#router = next;
+  }
+
+  /**
+   * Moves to a new set of ranks (see restoreRouter's `ranks`). Throws, changing
+   * nothing, when the router cannot move (its index would not fit its budget).
+   */
+  moveRanks(ranks: readonly (number | null)[], shapes?: readonly (EngineViewShape | null)[], urls?: readonly string[]): void {
+    const next = restoreRouter(this.#router.snapshot(), { ranks });
+    this.#router = next;
+    if (shapes !== undefined) this.#feeds?.views.move(ranks, shapes);
+    this.#append({ op: "ranks", ranks, ...(shapes === undefined ? {} : { shapes }), ...(urls === undefined ? {} : { urls }) });
+  }
+
+  /** Applies an entry that came from the shared log (another replica's change): the same change, not logged again. */
+  applyQuietly(entry: StateEntry): void {
+    this.#quiet = true;
+    try {
+      this.apply(entry);
+    } finally {
+      this.#quiet = false;
+    }
+  }
+
+  /** Applies an entry of another replica's log (the same change, and logged here too). */
+  apply(entry: StateEntry): void {
+    switch (entry.op) {
+      case "route":
+        // As logged: its matches were filled (or not) when it was routed, whatever the streams say now.
+        this.#router.route(entry.input);
+        this.#append(entry);
+        break;
+      case "learn":
+        this.learn(entry.upstream, entry.tokens, entry.namespace);
+        break;
+      case "learn-blocks":
+        this.learnBlocks(entry.upstream, entry.hashes, entry.namespace);
+        break;
+      case "bind":
+        this.bind(entry.key, entry.upstream);
+        break;
+      case "kv-events":
+        this.update(entry.upstream, { kind: "kv-events", events: entry.events, ...(entry.dpRank === undefined ? {} : { dpRank: entry.dpRank }) });
+        break;
+      case "clear":
+        this.update(entry.upstream, { kind: "cleared", ...(entry.dpRank === undefined ? {} : { dpRank: entry.dpRank }), ...(entry.id === undefined ? {} : { id: entry.id }) });
+        break;
+      case "ranks":
+        this.moveRanks(entry.ranks, entry.shapes, entry.urls);
+        break;
+    }
+  }
+}

@@ -1,0 +1,300 @@
+// Routing in batches: requests wait here for an upstream, and every request
+// that arrives in one turn of the event loop is routed in one `route()` call,
+// so TensorRT-LLM's batch semantics (fair share, warm-up, the tie shuffle)
+// apply as in the engine; those no upstream can take wait for room (a bounded
+// queue with a timeout). Placing a request counts its load on its upstream and
+// teaches the prefix index where its prompt went.
+
+import { EventEmitter } from "node:events";
+import type { GatewayConfig } from "../config/config.js";
+import type { Fleet } from "./fleet.js";
+import { HttpError, type RoutedRequest } from "../requests/openai.js";
+import type { Upstream } from "./upstream.js";
+
+/** Gateway-wide request counters, kept by the scheduler (rendered by metrics.ts). */
+export interface GatewayCounters {
+  /** Completion requests by outcome (`ok`, `client_closed`, an error code). */
+  readonly requests: Map<string, number>;
+  /** Completion requests by the HTTP status the client got (499: it hung up first). */
+  readonly codes: Map<number, number>;
+  /** Requests waiting for an upstream now. */
+  queued: number;
+  /** Requests refused with 429 (queue full or timed out waiting). */
+  rejectedFull: number;
+}
+
+/**
+ * A client's hang-up, which the queue and the exchange with the upstream both
+ * listen to (an EventEmitter with an `aborted` flag costs less per request
+ * than an AbortController).
+ */
+export class Hangup extends EventEmitter {
+  aborted = false;
+  /** Signals the hang-up once. */
+  abort(): void {
+    if (this.aborted) return;
+    this.aborted = true;
+    this.emit("abort");
+  }
+}
+
+/** Where a request was placed, and how many of its prompt's tokens the prefix index holds there. */
+export interface Placement {
+  readonly upstream: Upstream;
+  readonly matchedTokens: number;
+}
+
+/** A request waiting for an upstream. */
+interface Waiting {
+  readonly id: number;
+  /** What routing reads besides the tokens (not the request itself, which holds them too). */
+  readonly route: Pick<RoutedRequest, "conversationId" | "subagentId" | "cacheSalt" | "loraTaskId">;
+  /** Its prompt's token ids. */
+  readonly tokens: Uint32Array;
+  readonly enqueuedAt: number;
+  resolve: (placement: Placement) => void;
+  reject: (error: HttpError) => void;
+  /** Whether it was already answered (placed, timed out, or its client left). */
+  done: boolean;
+  /** Its queue timeout, armed only once it has to wait past its first batch (most never do). */
+  timer: NodeJS.Timeout | null;
+}
+
+/** The queue of requests waiting for an upstream, and the batches that place them. */
+export class Scheduler {
+  #queue: Waiting[] = [];
+  #flushScheduled = false;
+  #nextId = 1;
+  #stopped = false;
+  readonly #fleet: Fleet;
+  readonly #config: GatewayConfig;
+  readonly #counters: GatewayCounters;
+  /** The in-flight cap of one upstream (the router's maxNumActiveRequests). */
+  readonly #cap: number;
+  /** Where a batch the router refuses is logged. */
+  readonly #onRouterError: (error: unknown) => void;
+  /** Hands a request's token ids back to its tokenizer once it is placed or refused (nothing here reads them after). */
+  readonly #release: (tokens: Uint32Array) => void;
+  /** Routes each request alone as it arrives (no batching window: for measuring what the window costs). */
+  readonly #perRequest: boolean;
+
+  constructor(fleet: Fleet, config: GatewayConfig, counters: GatewayCounters, onRouterError: (error: unknown) => void, release: (tokens: Uint32Array) => void = () => {}, perRequest = false) {
+    this.#perRequest = perRequest;
+    this.#fleet = fleet;
+    this.#config = config;
+    this.#counters = counters;
+    this.#cap = config.limits.maxInFlightPerUpstream;
+    this.#onRouterError = onRouterError;
+    this.#release = release;
+  }
+
+  /** Requests waiting now. */
+  waiting(): number {
+    return this.#queue.filter((w) => !w.done).length;
+  }
+
+  /** Routes the waiting requests on the next turn of the event loop. */
+  schedule(): void {
+    if (this.#flushScheduled || this.#queue.length === 0) return;
+    this.#flushScheduled = true;
+    setImmediate(() => this.#flush());
+  }
+
+  /** Answers every waiting request 503 and takes no more (shutdown). */
+  stop(): void {
+    this.#stopped = true;
+    for (const w of this.#queue) w.reject(new HttpError(503, "the gateway is shutting down", "server_error", "shutting_down", { "retry-after": "1" }));
+    this.#queue = [];
+  }
+
+  /** Waits for an upstream for `request` (routed with the next batch), or rejects 429/499/503. */
+  acquire(request: RoutedRequest, signal: Hangup): Promise<Placement> {
+    const refusal = this.#refusal(signal);
+    if (refusal !== null) {
+      this.#release(request.tokens);
+      return Promise.reject(refusal);
+    }
+    // Built here, not in the promise's closures, so they never hold `request`.
+    const w: Waiting = {
+      id: this.#nextId++,
+      route: { conversationId: request.conversationId, subagentId: request.subagentId, cacheSalt: request.cacheSalt, loraTaskId: request.loraTaskId },
+      tokens: request.tokens,
+      enqueuedAt: Date.now(),
+      resolve: () => {},
+      reject: () => {},
+      done: false,
+      timer: null,
+    };
+    return this.#enqueue(w, signal);
+  }
+
+  /** Why a request cannot even wait (shutting down, its client gone, the queue full), or null. */
+  #refusal(signal: Hangup): HttpError | null {
+    if (this.#stopped) return new HttpError(503, "the gateway is shutting down", "server_error", "shutting_down", { "retry-after": "1" });
+    if (signal.aborted) return new HttpError(499, "the client closed the request");
+    if (this.#counters.queued >= this.#config.limits.queueSize + this.#room()) {
+      this.#counters.rejectedFull++;
+      return new HttpError(429, "the gateway's queue is full", "rate_limit_exceeded", "queue_full", { "retry-after": "1" });
+    }
+    return null;
+  }
+
+  /** Queues `w` for the next batch; settles once, when placed, refused, timed out, or when its client hangs up. */
+  #enqueue(w: Waiting, signal: Hangup): Promise<Placement> {
+    const counters = this.#counters;
+    return new Promise<Placement>((resolve, reject) => {
+      const onAbort = () => w.reject(new HttpError(499, "the client closed the request"));
+      /**
+       * Takes `w` off the queue's count once, whatever answers it, and lets go
+       * of it: the hang-up signal lives as long as the response, and a
+       * listener left on it would hold the request's tokens as long.
+       */
+      const settle = (): boolean => {
+        if (w.done) return false;
+        w.done = true;
+        counters.queued = Math.max(0, counters.queued - 1);
+        if (w.timer !== null) clearTimeout(w.timer);
+        signal.off("abort", onAbort);
+        this.#release(w.tokens);
+        return true;
+      };
+      w.resolve = (u) => {
+        if (settle()) resolve(u);
+      };
+      w.reject = (e) => {
+        if (settle()) reject(e);
+      };
+      counters.queued++;
+      signal.once("abort", onAbort);
+      this.#queue.push(w);
+      if (this.#perRequest) this.#flush();
+      else this.schedule();
+    });
+  }
+
+  /** The available upstream with the fewest in-flight requests and room, outside `tried`. */
+  leastLoaded(tried: ReadonlySet<Upstream>): Upstream | null {
+    let best: Upstream | null = null;
+    for (const u of this.#fleet.upstreams) {
+      if (!this.#fleet.available(u) || tried.has(u) || u.inFlight >= this.#cap) continue;
+      if (best === null || u.inFlight < best.inFlight || (u.inFlight === best.inFlight && u.inFlightTokens < best.inFlightTokens)) best = u;
+    }
+    return best;
+  }
+
+  /** Routes every waiting request as one batch; those no upstream can take wait for the next. */
+  #flush(): void {
+    this.#flushScheduled = false;
+    const fleet = this.#fleet;
+    const cap = this.#cap;
+    const waiting = this.#queue.filter((w) => !w.done);
+    this.#queue = [];
+    if (waiting.length === 0) return;
+    const upstreams = fleet.upstreams;
+    if (!upstreams.some((u) => fleet.available(u))) {
+      for (const w of waiting) w.reject(new HttpError(503, "no healthy upstream", "server_error", "no_healthy_upstream", { "retry-after": "1" }));
+      return;
+    }
+    const byId = new Map(waiting.map((w) => [w.id, w]));
+    let result;
+    try {
+      result = this.#route(upstreams, waiting);
+    } catch (error) {
+      // Nothing a request can carry should make the router refuse a batch; if it does, the batch is answered, not lost.
+      this.#onRouterError(error);
+      for (const w of waiting) w.reject(new HttpError(500, "the router could not route the request", "server_error", "routing_failed"));
+      return;
+    }
+    result.assignments.forEach((ids, rank) => {
+      for (const id of ids) {
+        const w = byId.get(id as number)!;
+        byId.delete(id as number);
+        // The conversation router may keep a conversation on a rank at its cap or ejected: take the least loaded available one then.
+        let target = upstreams[rank]!;
+        if (!fleet.available(target) || target.inFlight >= cap) target = this.leastLoaded(new Set()) ?? target;
+        if (!fleet.available(target) || target.inFlight >= cap) {
+          this.#requeue(w);
+          continue;
+        }
+        this.#place(w, target);
+      }
+    });
+    for (const w of byId.values()) this.#requeue(w); // unassigned: every upstream is full
+  }
+
+  /** Routes `waiting` over `upstreams` in one `route()` call (an unavailable upstream is reported full). */
+  #route(upstreams: readonly Upstream[], waiting: readonly Waiting[]) {
+    const fleet = this.#fleet;
+    const cap = this.#cap;
+    let prompts = 0;
+    let placed = 0;
+    for (const u of upstreams) {
+      prompts += u.promptTokens;
+      placed += u.placed;
+    }
+    const meanPrompt = placed === 0 ? 0 : prompts / placed;
+    return fleet.state.route({
+      rankStates: upstreams.map((u) => {
+        const load = u.rankLoad(meanPrompt);
+        return { numActiveRequests: fleet.available(u) ? Math.min(load.numActiveRequests, cap) : cap, numActiveTokens: load.numActiveTokens };
+      }),
+      maxNumActiveRequests: cap,
+      requests: waiting.map((w) => ({
+        id: w.id,
+        tokens: w.tokens,
+        ...(w.route.conversationId !== null ? { conversationId: w.route.conversationId } : {}),
+        ...(w.route.subagentId !== null ? { subagentAffinityId: w.route.subagentId } : {}),
+        ...(w.route.cacheSalt !== null ? { cacheSalt: w.route.cacheSalt } : {}),
+        ...(w.route.loraTaskId !== null ? { loraTaskId: w.route.loraTaskId } : {}),
+      })),
+    });
+  }
+
+  /**
+   * Hands a waiting request its upstream, counting its load there, and
+   * teaches the prefix index that the upstream now holds its prompt. The
+   * router learns nothing itself (learnFromRouting: false): a request may be
+   * placed elsewhere than the router chose, or held for later, and the index
+   * must know where prompts really went.
+   */
+  #place(w: Waiting, u: Upstream): void {
+    if (w.done) return;
+    u.inFlight++;
+    u.inFlightTokens += w.tokens.length;
+    // What its cache held of the prompt (for its log line and hit rate): by its engine's own view while
+    // that is live, else by the gateway's, which learns the prompt in the same walk either way.
+    const namespace = { loraTaskId: w.route.loraTaskId, cacheSalt: w.route.cacheSalt };
+    const engineMatched = this.#fleet.state.engineMatch(u.index, w.tokens, namespace);
+    const held = this.#fleet.state.learn(u.index, w.tokens, namespace);
+    // Where the conversation really went (the router's choice, unless the gateway had to place it elsewhere).
+    const key = w.route.subagentId !== null && w.route.subagentId !== "" ? w.route.subagentId : w.route.conversationId;
+    if (key !== null) this.#fleet.state.bind(key, u.index);
+    const matchedTokens = engineMatched ?? held;
+    u.events?.routed();
+    u.promptTokens += w.tokens.length;
+    u.placed++;
+    u.matchedTokens += matchedTokens;
+    w.resolve({ upstream: u, matchedTokens });
+  }
+
+  /**
+   * Puts `w` back to wait for room, arming its queue timeout (counted from its
+   * arrival) the first time: a timer per request would cost every request,
+   * and most are placed by the batch they arrive in.
+   */
+  #requeue(w: Waiting): void {
+    this.#queue.push(w);
+    const timeout = this.#config.limits.queueTimeoutMs;
+    if (w.timer !== null || timeout <= 0) return;
+    w.timer = setTimeout(() => {
+      this.#counters.rejectedFull++;
+      w.reject(new HttpError(429, "every upstream is at capacity", "rate_limit_exceeded", "upstreams_full", { "retry-after": "1" }));
+    }, Math.max(0, timeout - (Date.now() - w.enqueuedAt)));
+    w.timer.unref();
+  }
+
+  /** Requests that could start now: the room left on available upstreams. */
+  #room(): number {
+    return this.#fleet.upstreams.reduce((n, u) => n + (this.#fleet.available(u) ? Math.max(0, this.#cap - u.inFlight) : 0), 0);
+  }
+}

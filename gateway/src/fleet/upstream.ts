@@ -1,0 +1,178 @@
+// One upstream engine as the gateway sees it: a rank of its router, a pool of
+// keep-alive connections, the load it carries (in-flight requests and prompt
+// tokens, which become the rank's state for the next route), its health
+// (outlier.ts: active checks, outlier ejection on 5xx answers and gateway
+// failures) and its counters and latency histograms.
+
+import { Pool } from "undici";
+import { rankStateFromLoad } from "../load/engine-load-combine.js";
+import type { GatewayConfig, UpstreamConfig } from "../config/config.js";
+import type { EventSourceCounters, FeedStatus } from "../events/event-freshness.js";
+import type { EngineLoadConfig, KvEventsConfig } from "../config/events-config.js";
+import type { EngineLoadScraper } from "../load/engine-load.js";
+import type { IndexUpdateSource } from "./routing-state.js";
+import { UpstreamHealth } from "./outlier.js";
+
+/** An engine's KV-event source as the gateway keeps it: its counters and its DP ranks' statuses besides the interface. */
+export interface EventSource extends IndexUpdateSource {
+  readonly counters: EventSourceCounters;
+  readonly rankStatuses: FeedStatus[];
+}
+
+/** Latency histogram bounds, seconds (a request's whole time, its first byte or token). */
+export const LATENCY_BOUNDS: readonly number[] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120];
+/** Inter-token latency bounds, seconds (vLLM's own buckets for it, from 10 ms). */
+export const ITL_BOUNDS: readonly number[] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1, 2.5];
+
+/** A histogram of seconds: a count per bucket (not cumulative), their sum and count. */
+export class Histogram {
+  readonly bounds: readonly number[];
+  readonly counts: number[];
+  sum = 0;
+  count = 0;
+  constructor(bounds: readonly number[] = LATENCY_BOUNDS) {
+    this.bounds = bounds;
+    this.counts = new Array<number>(bounds.length + 1).fill(0);
+  }
+  /** Counts one observation. */
+  observe(seconds: number): void {
+    const bounds = this.bounds;
+    let i = 0;
+    while (i < bounds.length && seconds > bounds[i]!) i++;
+    this.counts[i]!++;
+    this.sum += seconds;
+    this.count++;
+  }
+}
+
+/** One upstream: its pool, load, health and counters. */
+export class Upstream {
+  /** Its rank (its place in the configured list; a reload may move it): `x-adp-upstream`. */
+  index: number;
+  /** Its base URL (what a reload matches upstreams by). */
+  readonly url: string;
+  /** Its stable name (metric labels, logs, `x-adp-upstream-name`); a reload may rename it. */
+  name: string;
+  /** The key sent to it in place of the client's, or null. */
+  apiKey: string | null;
+  /** The URL's path, which API paths are joined to (`""` for none). */
+  readonly basePath: string;
+  readonly pool: Pool;
+  /** Requests routed here and not yet ended. */
+  inFlight = 0;
+  /** Their prompt tokens. */
+  inFlightTokens = 0;
+  /** Its health: active checks and outlier detection (outlier.ts). */
+  readonly health: UpstreamHealth;
+  /** Its configuration's drain flag (a reload may change it). */
+  #drainInConfig: boolean;
+  /** Drained or undrained through the admin endpoint: this wins over the configuration, across reloads, until the next admin call. */
+  drainOverride: boolean | null = null;
+  /** Responses by exact HTTP status code (bounded: 100-599). */
+  readonly byCode = new Map<number, number>();
+  /** Responses by status class, and failures by reason (`timeout`, `refused`, `reset`, ...). */
+  readonly byStatus = new Map<string, number>([["2xx", 0], ["4xx", 0], ["5xx", 0]]); // the usual classes from the start, at 0
+  /** Requests retried elsewhere because they provably never reached this one. */
+  retriedAway = 0;
+  /** Streams that ended early on it, by reason (`upstream_died`, `idle_timeout`, `client_stalled`, `max_duration`). */
+  readonly cutStreams = new Map<string, number>();
+  /** Prompt tokens of the requests placed here, and those of them its cache view already held (their ratio is its prefix hit rate). */
+  promptTokens = 0;
+  matchedTokens = 0;
+  /** Requests placed here (promptTokens / placed is its mean prompt). */
+  placed = 0;
+  /** Where its engine publishes KV events (kept across reloads, as its URL is), or null. */
+  readonly kvEvents: KvEventsConfig | null;
+  /** The source of those events, once started, or null. */
+  events: EventSource | null = null;
+  /** Where its engine's load is scraped (kept across reloads, as its URL is), or null. */
+  readonly loadConfig: EngineLoadConfig | null;
+  /** The scraper of that load, once started, or null. */
+  load: EngineLoadScraper | null = null;
+  /** Whether its load report was recent enough when last looked at (changes are logged). */
+  loadFresh: boolean | null = null;
+  /** Whether its events can be used: false while its engine's stored events are all malformed (a block size that is not the gateway's, say). */
+  eventsUsable = true;
+  /** When a malformed event of its engine was last logged (ms; such logs are rate-limited). */
+  malformedLoggedAt = Number.NEGATIVE_INFINITY;
+  /** Its event stream's status last logged (transitions are logged, never silent). */
+  loggedStatus: FeedStatus | null = null;
+  /** From sending a request to the end of its answer. */
+  readonly e2e = new Histogram();
+  /** From sending a request to the answer's head. */
+  readonly firstByte = new Histogram();
+  /** From sending a request to its first token: the first SSE event with content, or the whole answer when not streamed. */
+  readonly ttft = new Histogram();
+  /** Between a stream's tokens (events with content). */
+  readonly itl = new Histogram(ITL_BOUNDS);
+
+  constructor(index: number, config: UpstreamConfig, gateway: GatewayConfig) {
+    this.index = index;
+    this.url = config.url;
+    this.name = config.name;
+    this.apiKey = config.apiKey;
+    this.#drainInConfig = config.drain;
+    this.kvEvents = config.kvEvents;
+    this.loadConfig = config.load;
+    const url = new URL(config.url);
+    this.basePath = url.pathname === "/" ? "" : url.pathname;
+    this.pool = new Pool(url.origin, {
+      // The exchange times connecting itself (exchange.ts); undici's timer, on a half-second tick, is a backstop behind it.
+      connect: { timeout: gateway.timeouts.connectMs + 1_000 },
+      // The exchange times the first byte and idleness itself (exchange.ts): undici's timers
+      // for them tick every second and fired up to half a second late.
+      headersTimeout: 0,
+      bodyTimeout: 0,
+      // Under the engines' own idle timeout (uvicorn's, vLLM's and trtllm-serve's server, is 5 s): a connection the
+      // engine has closed is not reused, so a stale keep-alive does not read as a failed request (nor count toward ejection).
+      keepAliveTimeout: 4_000,
+    });
+    this.health = new UpstreamHealth(gateway.health);
+  }
+
+  /** Whether it takes requests (its health checks and outlier detection decide). */
+  get healthy(): boolean {
+    return this.health.healthy;
+  }
+
+  /** Whether its engine's load is known recently enough to route to it (always, when its load is not scraped). */
+  get loadKnown(): boolean {
+    return this.load === null || this.loadConfig === null || this.load.fresh(this.loadConfig.maxAgeMs);
+  }
+
+  /**
+   * Its rank state for the router: its own in-flight counts, combined with its
+   * engine's last report when scraped (requests the gateway did not send count
+   * at `meanPrompt` tokens each, the fleet's mean prompt, when the report has
+   * no token count).
+   */
+  rankLoad(meanPrompt: number): { numActiveRequests: number; numActiveTokens: number } {
+    const report = this.load === null || this.loadConfig === null ? null : this.load.current(this.loadConfig.maxAgeMs);
+    if (report === null) return { numActiveRequests: this.inFlight, numActiveTokens: this.inFlightTokens };
+    return rankStateFromLoad({ inFlight: this.inFlight, inFlightTokens: this.inFlightTokens }, report, { tokensPerRequest: meanPrompt });
+  }
+
+  /** Whether it is being drained: it finishes its requests and takes no new ones. */
+  get draining(): boolean {
+    return this.drainOverride ?? this.#drainInConfig;
+  }
+
+  /** Takes a reloaded configuration's name, key and drain flag (its URL is the same). */
+  update(config: UpstreamConfig): void {
+    this.name = config.name;
+    this.apiKey = config.apiKey;
+    this.#drainInConfig = config.drain;
+  }
+
+  /** Counts a response's status, or a failure's reason (`timeout`, `refused`, `reset`, `aborted`, ...). */
+  countStatus(status: number | string): void {
+    const key = typeof status === "number" ? `${Math.floor(status / 100)}xx` : status;
+    this.byStatus.set(key, (this.byStatus.get(key) ?? 0) + 1);
+    if (typeof status === "number" && Number.isInteger(status) && status >= 100 && status <= 599) this.byCode.set(status, (this.byCode.get(status) ?? 0) + 1);
+  }
+
+  /** Counts a stream cut short on it, by reason. */
+  countCut(reason: string): void {
+    this.cutStreams.set(reason, (this.cutStreams.get(reason) ?? 0) + 1);
+  }
+}

@@ -1,0 +1,222 @@
+// The gateway: an OpenAI-compatible HTTP server in front of a fleet of
+// upstream engines, one upstream per rank of an adp-router router. This file
+// builds the parts, listens and shuts down; the service (service.ts) routes
+// each request by path. The edge (edge.ts) bounds clients, the request reader
+// (request-reader.ts) tokenizes off the event loop, the scheduler
+// (scheduler.ts) routes each event-loop turn's requests as one batch, the
+// proxy (proxy.ts) keeps the delivery rule, the fleet (fleet.ts) holds the
+// upstreams, their health and the router; the admin endpoints are admin.ts,
+// /v1/models models.ts.
+
+import type { Server } from "node:http";
+import { pino, type Logger } from "pino";
+import type { Router } from "adp-router";
+import { excerpt } from "adp-router";
+import { isGatewayConfig, loadGatewayConfig, logConfigWarnings, SHORT_KEY, type GatewayConfig, type GatewayConfigObject } from "./config/config.js";
+import { refuseSelf, unreachableAtStart } from "./fleet/reachability.js";
+import type { Tokenizer } from "./tokenizers/tokenizer.js";
+import { createRequestReader, type RequestReader } from "./requests/request-reader.js";
+import { Replication } from "./replication/replication.js";
+import { Fleet, type FleetChange } from "./fleet/fleet.js";
+import { Scheduler } from "./fleet/scheduler.js";
+import type { GatewayCounters } from "./metrics.js";
+import { createEdgeServer } from "./edge/edge.js";
+import { viaEntry } from "./requests/via.js";
+import { GatewayService } from "./service.js";
+import type { StateLog } from "./fleet/routing-state.js";
+
+/** A running gateway. */
+export interface Gateway {
+  /** `http://HOST:PORT`, as it listens. */
+  readonly url: string;
+  /** The router the gateway routes with (one rank per upstream; a reload that changes the upstreams replaces it). */
+  readonly router: Router;
+  /**
+   * Moves to `config`'s upstreams without a restart (see Fleet.reload); other
+   * settings need one, and are named in `needRestart`. Takes a loaded
+   * configuration or a plain object shaped like the YAML file. Rejects with a
+   * GatewayConfigError, changing nothing, when an upstream is this gateway.
+   */
+  reload(config: GatewayConfig | GatewayConfigObject): Promise<FleetChange & { needRestart: string[] }>;
+  /** Prometheus text of the router's and the gateway's metrics. */
+  metrics(): string;
+  /** Stops accepting, lets in-flight requests finish up to `deadlineMs`, then closes everything. */
+  close(deadlineMs?: number): Promise<void>;
+}
+
+/** Options of {@link createGateway} beyond the configuration. */
+export interface GatewayOptions {
+  /** Where logs go (default: pino to standard output at the configured level). */
+  readonly logger?: Logger;
+  /**
+   * How prompts become tokens, on the event loop (default: the
+   * configuration's `tokenizer:`, the UTF-8 byte tokenizer unless set; a
+   * Hugging Face one runs on worker threads).
+   */
+  readonly tokenizer?: Tokenizer;
+  /**
+   * The reader (and tokenizer) of requests, built by createRequestReader (the
+   * CLI builds it first, so a tokenizer that cannot load is reported before
+   * anything else); the gateway closes it. Default: built from the configuration.
+   */
+  readonly requestReader?: RequestReader;
+  /** Where every change to the routing state goes, in order (see routing-state.ts); none by default. */
+  readonly stateLog?: StateLog;
+  /**
+   * Indexes of the upstreams that start unhealthy (found unreachable before
+   * starting): they take no request until their health checks pass. Without
+   * it, a configuration with `health.on_start: warn` has the gateway try a
+   * TCP connection to each upstream itself before it listens.
+   */
+  readonly startUnhealthy?: readonly number[];
+  /**
+   * `"batched"` (the default): requests arriving in one event-loop turn are
+   * routed together. `"per-request"`: each is routed as it arrives, alone (no
+   * batch semantics); for measuring what the batching window costs.
+   */
+  readonly placement?: "batched" | "per-request";
+}
+
+/** The listen error of a port in use or not allowed, as one clear message. */
+export class GatewayListenError extends Error {
+  readonly code = "ERR_ADP_GATEWAY_LISTEN";
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = "GatewayListenError";
+  }
+}
+
+/** A loaded configuration as is; a plain object checked by loadGatewayConfig's rules (a GatewayConfigError lists its problems). */
+function checked(config: GatewayConfig | GatewayConfigObject): GatewayConfig {
+  if (isGatewayConfig(config)) return config;
+  if (typeof config !== "object" || config === null || Array.isArray(config)) {
+    throw new TypeError("createGateway() takes a configuration object shaped like the YAML file ({ upstreams: [{ url }], listen: { port } }) or one loadGatewayConfig() returned");
+  }
+  // `port` and `host` at the top are taken as the flags of those names (listen.port / listen.host).
+  const { port, host, ...rest } = config as GatewayConfigObject & { port?: unknown; host?: unknown };
+  const flags = { ...(port === undefined ? {} : { port: port as number }), ...(host === undefined ? {} : { host: host as string }) };
+  return loadGatewayConfig({ object: rest, flags });
+}
+
+/** The request reader a configuration asks for (`tokenizer` in place of its tokenizer: on the event loop); throws TokenizerLoadError. */
+export function createGatewayReader(config: GatewayConfig, tokenizer?: Tokenizer): Promise<RequestReader> {
+  return createRequestReader({
+    settings: config.tokenizer,
+    limits: { maxPromptChars: config.limits.maxPromptChars, maxPromptTokens: config.limits.maxPromptTokens },
+    loraAdapters: config.routing.loraAdapters,
+    ...(tokenizer === undefined ? {} : { tokenizer }),
+  });
+}
+
+/** Logs what the configuration warns about, and keys short enough to guess (said once, never printed). */
+function warnAtStart(config: GatewayConfig, log: Logger): void {
+  logConfigWarnings(log, config.warnings);
+  const shortClientKeys = config.auth.apiKeys.filter((k) => k.length < SHORT_KEY).length;
+  if (shortClientKeys > 0) log.warn({ keys: shortClientKeys, min_recommended: SHORT_KEY }, `${shortClientKeys} client API key${shortClientKeys === 1 ? " is" : "s are"} shorter than ${SHORT_KEY} characters (easier to guess)`);
+  if (config.auth.adminApiKey !== null && config.auth.adminApiKey.length < SHORT_KEY) log.warn({ min_recommended: SHORT_KEY }, `the admin API key is shorter than ${SHORT_KEY} characters (easier to guess)`);
+  if (config.auth.apiKeys.length === 0 && (config.auth.protectMetrics || config.auth.protectHealth)) {
+    log.warn({ protect_metrics: config.auth.protectMetrics, protect_health: config.auth.protectHealth }, "auth.protect_metrics / protect_health are set but no client API keys are (auth.api_keys or api_keys_env): they protect nothing");
+  }
+}
+
+/** Listens as configured; a port in use or not allowed is one GatewayListenError. */
+function listen(server: Server, config: GatewayConfig): Promise<void> {
+  return new Promise<void>((resolve, reject) => {
+    const onError = (error: NodeJS.ErrnoException) => {
+      const where = `${excerpt(config.listen.host, 100)}:${config.listen.port}`;
+      const why = error.code === "EADDRINUSE" ? `${where} is already in use` : error.code === "EACCES" ? `${where} is not allowed (a port below 1024 needs privileges)` : error.code === "EADDRNOTAVAIL" ? `${excerpt(config.listen.host, 100)} is not an address of this machine` : `cannot listen on ${where} (${error.code ?? error.message})`;
+      reject(new GatewayListenError(why, { cause: error }));
+    };
+    server.once("error", onError);
+    server.listen(config.listen.port, config.listen.host, () => {
+      server.off("error", onError);
+      resolve();
+    });
+  });
+}
+
+/**
+ * Starts a gateway listening as configured; resolves once it listens.
+ * `config` is a plain object shaped like the YAML file (`{ upstreams: [{ url:
+ * "http://…" }], listen: { port: 0 } }`), checked by the same rules as the
+ * file, or a configuration loadGatewayConfig() returned.
+ */
+export async function createGateway(input: GatewayConfig | GatewayConfigObject, options: GatewayOptions = {}): Promise<Gateway> {
+  const config = checked(input);
+  const log = options.logger ?? pino({ level: config.logging.level, base: undefined });
+  warnAtStart(config, log);
+  const startUnhealthy = options.startUnhealthy ?? (await unreachableToStartOut(config, log));
+  // Tokenizing: the configured tokenizer (a Hugging Face one on worker threads; a TokenizerLoadError names the file), or the one given.
+  const reader: RequestReader = options.requestReader ?? (await createGatewayReader(config, options.tokenizer));
+  if (reader.tokenizerName === "utf8-bytes" && config.upstreams.some((u) => u.kvEvents !== null)) {
+    // Engine blocks hold the engine's token ids: only token-id prompts can match them through bytes.
+    log.warn("kv_events with the byte tokenizer: only prompts sent as token ids can match the engines' blocks (set tokenizer: { kind: huggingface, path: DIR })");
+  }
+  // With `sync:`, shared changes also go to the other replicas (replication.ts).
+  const replication = config.sync === null ? null : new Replication(config.sync, config, log);
+  const own = options.stateLog ?? null;
+  const stateLog: StateLog | null = replication === null ? own : own === null ? replication.stateLog : { append: (e) => (own.append(e), replication.stateLog.append(e)) };
+  const via = viaEntry();
+  const fleet: Fleet = new Fleet(config, log, () => scheduler.schedule(), stateLog, via);
+  for (const i of startUnhealthy) fleet.upstreams[i]?.health.startOut();
+  replication?.start(fleet.state, () => fleet.upstreams.map((u) => u.url));
+  const counters: GatewayCounters = { requests: new Map(), codes: new Map(), queued: 0, rejectedFull: 0 };
+  const scheduler = new Scheduler(fleet, config, counters, (error) => log.error({ err: error }, "the router refused a batch"), (ids) => reader.release(ids), options.placement === "per-request");
+  const service = new GatewayService({ config, log, reader, fleet, scheduler, counters, replication, via });
+  const server = createEdgeServer(config, service.edge, (req, res) => void service.handle(req, res));
+  try {
+    await listen(server, config);
+    const address = server.address();
+    service.port = typeof address === "object" && address !== null ? address.port : config.listen.port;
+    await refuseSelf(config.upstreams.map((u) => u.url), config.listen.host, service.port);
+  } catch (error) {
+    server.close();
+    server.closeAllConnections();
+    await replication?.close();
+    await fleet.destroy();
+    await reader.close();
+    throw error;
+  }
+  const host = config.listen.host.includes(":") ? `[${config.listen.host}]` : config.listen.host;
+  /** Set once `close()` has begun. */
+  let closing: Promise<void> | null = null;
+  return {
+    url: `http://${host}:${service.port}`,
+    get router() {
+      return fleet.router;
+    },
+    metrics: () => service.metrics(),
+    async reload(next: GatewayConfig | GatewayConfigObject) {
+      const loaded = checked(next);
+      await refuseSelf(loaded.upstreams.map((u) => u.url), config.listen.host, service.port);
+      return service.reloadFleet(loaded);
+    },
+    close(deadlineMs = 30_000) {
+      closing ??= (async () => {
+        const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+        // Requests still waiting for an upstream have not started: answer them now.
+        scheduler.stop();
+        server.closeIdleConnections();
+        const deadline = Date.now() + deadlineMs;
+        while (service.inFlight.size > 0 && Date.now() < deadline) {
+          await new Promise((r) => setTimeout(r, 20));
+          server.closeIdleConnections();
+        }
+        server.closeAllConnections();
+        await closed;
+        await replication?.close();
+        await fleet.close();
+        await reader.close();
+      })();
+      return closing;
+    },
+  };
+}
+
+/** With `health.on_start: warn`, the upstreams unreachable now (logged): they start out until their checks pass. */
+async function unreachableToStartOut(config: GatewayConfig, log: Logger): Promise<number[]> {
+  if (config.health.onStart !== "warn") return [];
+  const unreachable = await unreachableAtStart(config);
+  for (const u of unreachable) log.warn({ upstream: config.upstreams[u.index]?.name, index: u.index, url: u.url, reason: u.reason }, "upstream unreachable at start: unhealthy until its health checks pass");
+  return unreachable.map((u) => u.index);
+}

@@ -1,0 +1,211 @@
+// Proxying a placed request to its upstream, and the one delivery rule the
+// gateway keeps: a request goes to another upstream only when it provably
+// never reached the first (no connection was made, or the connection failed
+// before any byte of the request was written: exchange.ts knows which); every
+// other failure is answered with that upstream's failure, so a request that
+// reached an engine is never sent to a second one (a request that kills
+// engines kills one). Answers carry `x-adp-upstream` (the index),
+// `x-adp-upstream-name` and `x-request-id`; a stream the upstream cuts short
+// ends with an OpenAI-style SSE error event rather than a dropped connection.
+
+import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from "node:http";
+import type { Logger } from "pino";
+import type { GatewayConfig } from "../config/config.js";
+import { viaFor } from "../requests/via.js";
+import { exchange } from "./exchange.js";
+import { ExchangeError, type ExchangeReason } from "../fleet/upstream-errors.js";
+import type { Fleet } from "../fleet/fleet.js";
+import { HttpError } from "../requests/openai.js";
+import type { Hangup, Scheduler } from "../fleet/scheduler.js";
+import { TokenTiming } from "./token-timing.js";
+import type { Upstream } from "../fleet/upstream.js";
+
+/** Headers never forwarded: those of one connection (hop-by-hop), and those the proxy sets itself (host, length, expect). */
+export const HOP_BY_HOP = new Set(["connection", "keep-alive", "proxy-connection", "proxy-authenticate", "proxy-authorization", "te", "trailer", "transfer-encoding", "upgrade", "host", "content-length", "expect"]);
+
+/** Reasons that are the upstream's failure (they count toward its outlier ejection); the others are the client's or the gateway's bound. */
+const UPSTREAM_FAULTS: ReadonlySet<ExchangeReason> = new Set(["refused", "connect_timeout", "dns", "unreachable", "reset", "closed", "first_byte_timeout", "idle_timeout", "invalid_answer", "error"]);
+
+/** What proxying needs from the gateway. */
+export interface ProxyContext {
+  readonly fleet: Fleet;
+  readonly scheduler: Scheduler;
+  readonly log: Logger;
+  readonly timeouts: GatewayConfig["timeouts"];
+  /** Whether clients authenticate to the gateway (their key then never reaches an upstream without one). */
+  readonly clientKeys: boolean;
+  /** This gateway's `Via` entry, added to every proxied request (a request that carries it back is a loop). */
+  readonly via: string;
+  /** Teaches `u`'s cache view a request retried onto it (its prompt is read again from the body). */
+  readonly relearn: (u: Upstream, call: ProxyCall) => void;
+}
+
+/** One proxied request. */
+export interface ProxyCall {
+  readonly kind: "chat" | "completion";
+  readonly req: IncomingMessage;
+  readonly res: ServerResponse;
+  readonly raw: Buffer;
+  /** Its prompt's tokens (its load on the upstream). */
+  readonly tokens: number;
+  readonly requestId: string;
+  readonly hangup: Hangup;
+}
+
+/** How a proxied request ended: the status the client got, the upstream that answered (or failed) last, the outcome's word. */
+export interface ProxyOutcome {
+  readonly status: number;
+  readonly upstream: Upstream;
+  readonly outcome: string;
+}
+
+/** The names a `Connection` header lists (hop-by-hop too, RFC 9110 §7.6.1), lower-case. */
+function connectionNames(value: string | string[] | undefined): string[] | null {
+  if (value === undefined) return null;
+  return (Array.isArray(value) ? value.join(",") : value).toLowerCase().split(",").map((t) => t.trim());
+}
+
+/** The headers sent upstream: the client's, less hop-by-hop ones, with the upstream's key, the request id and this hop. */
+function upstreamHeaders(ctx: ProxyContext, call: ProxyCall, u: Upstream): Record<string, string | string[]> {
+  const out: Record<string, string | string[]> = {};
+  const headers = call.req.headers;
+  const named = connectionNames(headers.connection);
+  for (const name in headers) {
+    const value = headers[name];
+    if (value === undefined || HOP_BY_HOP.has(name) || named?.includes(name)) continue;
+    out[name] = value;
+  }
+  // The upstream's own key; else, when clients authenticate to the gateway, their key is the gateway's and stays here.
+  if (u.apiKey !== null) out.authorization = `Bearer ${u.apiKey}`;
+  else if (ctx.clientKeys) delete out.authorization;
+  out["x-request-id"] = call.requestId;
+  out.via = viaFor(call.req, ctx.via);
+  return out;
+}
+
+/** The answer's headers for the client: the upstream's, less hop-by-hop ones and those its `Connection` names, with the gateway's own. */
+function answerHeaders(answer: IncomingHttpHeaders, u: Upstream, requestId: string): Record<string, string | string[]> {
+  const headers: Record<string, string | string[]> = {};
+  const named = connectionNames(answer.connection);
+  for (const name in answer) {
+    const value = answer[name];
+    if (value !== undefined && !HOP_BY_HOP.has(name) && !named?.includes(name)) headers[name] = value;
+  }
+  // The body is passed on byte for byte, so the upstream's length stands: the answer then goes out
+  // unchunked, headers and body in one write (undici refuses a body that does not match its length).
+  const length = answer["content-length"];
+  if (typeof length === "string" && answer["transfer-encoding"] === undefined) headers["content-length"] = length;
+  headers["x-adp-upstream"] = String(u.index);
+  headers["x-adp-upstream-name"] = u.name;
+  headers["x-request-id"] = requestId;
+  return headers;
+}
+
+/** The SSE error event ending a stream cut short, then `[DONE]` (what vLLM's servers send when a stream fails). */
+function streamErrorEvent(reason: ExchangeReason, atBoundary: boolean): string {
+  const message = reason === "max_duration" ? "the stream reached the gateway's timeouts.max_stream_ms" : reason === "idle_timeout" ? "the upstream sent nothing for timeouts.idle_ms" : "the upstream's stream ended early (its connection broke)";
+  const code = reason === "max_duration" ? "stream_max_duration" : reason === "idle_timeout" ? "upstream_idle_timeout" : "upstream_stream_error";
+  const event = `data: ${JSON.stringify({ error: { message, type: "server_error", param: null, code } })}\n\ndata: [DONE]\n\n`;
+  return atBoundary ? event : `\n\n${event}`; // a cut event is ended first, so the error is an event of its own
+}
+
+/**
+ * Proxies a placed request to `first`, retrying on another upstream only while
+ * it was never delivered; resolves with how it ended (or throws the HttpError
+ * to answer when no answer came).
+ */
+export async function proxy(ctx: ProxyContext, call: ProxyCall, first: Upstream): Promise<ProxyOutcome> {
+  const { fleet, scheduler, log } = ctx;
+  const { res, hangup, tokens } = call;
+  const tried = new Set<Upstream>();
+  let u = first;
+  for (;;) {
+    tried.add(u);
+    const upstream = u;
+    const started = performance.now();
+    let timing: TokenTiming | null = null;
+    const sent = exchange(upstream.pool, res, {
+      path: `${upstream.basePath}${call.req.url}`,
+      headers: upstreamHeaders(ctx, call, upstream),
+      body: call.raw,
+      hangup,
+      connectMs: ctx.timeouts.connectMs,
+      firstByteMs: ctx.timeouts.firstByteMs,
+      idleMs: ctx.timeouts.idleMs,
+      maxMs: ctx.timeouts.maxStreamMs,
+      onHead: (status, answer) => {
+        upstream.firstByte.observe((performance.now() - started) / 1000);
+        fleet.answered(upstream, status);
+        upstream.countStatus(status);
+        res.writeHead(status, answerHeaders(answer, upstream, call.requestId));
+        // A stream's head goes out at once; a whole answer's goes with its body, in one write.
+        if (String(answer["content-type"] ?? "").startsWith("text/event-stream")) {
+          res.flushHeaders();
+          timing = new TokenTiming(started, (gap) => upstream.itl.observe(gap));
+        }
+      },
+      onData: (chunk) => (timing === null ? chunk : (timing as TokenTiming).chunk(chunk)),
+      onEnd: () => (timing === null ? null : (timing as TokenTiming).flush()),
+    });
+    let status: number;
+    try {
+      status = await sent.head;
+    } catch (error) {
+      fleet.release(upstream, tokens);
+      const failure = error instanceof ExchangeError ? error : new ExchangeError("error", true, { cause: error });
+      if (hangup.aborted || failure.reason === "client_closed") {
+        upstream.countStatus("aborted");
+        return { status: 499, upstream, outcome: "client_closed" };
+      }
+      upstream.countStatus(failure.reason === "first_byte_timeout" || failure.reason === "connect_timeout" ? "timeout" : failure.reason);
+      fleet.gatewayFailure(upstream, failure.reason);
+      const at = { "x-adp-upstream": String(upstream.index), "x-adp-upstream-name": upstream.name };
+      if (!failure.delivered) {
+        const next = scheduler.leastLoaded(tried);
+        if (next !== null) {
+          upstream.retriedAway++;
+          next.inFlight++;
+          next.inFlightTokens += tokens;
+          if (tokens > 0) ctx.relearn(next, call);
+          log.warn({ request_id: call.requestId, upstream: upstream.name, reason: failure.reason, retried_on: next.name }, "the request never reached its upstream: sent to another");
+          u = next;
+          continue;
+        }
+        if (failure.reason === "connect_timeout" || failure.reason === "first_byte_timeout") throw new HttpError(504, "the upstream could not be connected to in time", "server_error", "upstream_connect_timeout", at);
+        throw new HttpError(502, "no upstream could be reached", "server_error", "upstream_unreachable", at);
+      }
+      // It may have reached the engine: answered with this upstream's failure, never sent on.
+      log.warn({ request_id: call.requestId, upstream: upstream.name, reason: failure.reason }, "the upstream failed after the request was sent: answered with its failure, not retried");
+      if (failure.reason === "first_byte_timeout") throw new HttpError(504, `the upstream did not answer within timeouts.first_byte_ms (${ctx.timeouts.firstByteMs} ms)`, "server_error", "upstream_timeout", at);
+      if (failure.reason === "max_duration") throw new HttpError(504, `the upstream did not answer within timeouts.max_stream_ms (${ctx.timeouts.maxStreamMs} ms)`, "server_error", "stream_max_duration", at);
+      throw new HttpError(502, `the upstream failed (${failure.reason})`, "server_error", "upstream_error", at);
+    }
+    try {
+      await sent.end;
+    } catch (error) {
+      fleet.release(upstream, tokens);
+      const reason = error instanceof ExchangeError ? error.reason : "error";
+      upstream.e2e.observe((performance.now() - started) / 1000);
+      if (hangup.aborted || reason === "client_closed") return { status, upstream, outcome: "client_closed" };
+      upstream.countCut(reason === "reset" || reason === "closed" || reason === "error" ? "upstream_died" : reason);
+      if (reason !== "client_stalled" && UPSTREAM_FAULTS.has(reason)) fleet.gatewayFailure(upstream, reason);
+      // A stream the upstream cut (or that ran too long) ends with an error event its client can read; a client
+      // that stopped reading, or a whole answer cut midway (its JSON would be broken), loses its connection.
+      const stream = timing as TokenTiming | null;
+      if (stream !== null && reason !== "client_stalled" && !res.destroyed && !res.writableEnded) {
+        res.end(streamErrorEvent(reason, stream.atBoundary));
+        log.warn({ request_id: call.requestId, upstream: upstream.name, reason }, "stream cut short: ended with an SSE error event");
+      } else {
+        if (!res.writableEnded) res.destroy();
+        log.warn({ request_id: call.requestId, upstream: upstream.name, reason }, reason === "client_stalled" ? "the client stopped reading: its stream was cut and its upstream slot released" : "answer cut short: the client's connection was closed");
+      }
+      return { status, upstream, outcome: reason === "reset" || reason === "closed" || reason === "error" ? "stream_error" : reason };
+    }
+    fleet.release(upstream, tokens);
+    const seconds = (performance.now() - started) / 1000;
+    upstream.e2e.observe(seconds);
+    // A whole answer's first token is its end; a stream without tokens likewise; an error answer has no tokens.
+    if (status < 300) upstream.ttft.observe((timing as TokenTiming | null)?.ttftSeconds ?? seconds);
+    return { status, upstream, outcome: "ok" };
+  }
+}

@@ -1,0 +1,259 @@
+// The OpenAI-compatible request side: what the gateway reads from a request
+// body and its headers to route it, and OpenAI-style error bodies. The body is
+// parsed once (the prompt is needed); it is forwarded as the bytes received.
+
+import { TokenizerRequestError, type ChatMessage, type Tokenizer } from "../tokenizers/tokenizer.js";
+
+/** The error code of a status when no more precise one is given (every error body's code is a string). */
+const CODES: Readonly<Record<number, string>> = {
+  400: "invalid_request",
+  401: "invalid_api_key",
+  404: "not_found",
+  405: "method_not_allowed",
+  408: "request_timeout",
+  409: "conflict",
+  413: "payload_too_large",
+  429: "rate_limit_exceeded",
+  431: "headers_too_large",
+  499: "client_closed",
+  500: "internal_error",
+  502: "upstream_error",
+  503: "service_unavailable",
+  504: "upstream_timeout",
+};
+
+/** An error the gateway answers itself, OpenAI-style. */
+export class HttpError extends Error {
+  /** A stable machine-readable code (never null). */
+  readonly code: string;
+  constructor(
+    readonly status: number,
+    message: string,
+    readonly type = status >= 500 ? "server_error" : "invalid_request_error",
+    code: string | null = null,
+    readonly headers: Record<string, string> = {},
+    /** The request field at fault, when one is. */
+    readonly param: string | null = null,
+  ) {
+    super(message);
+    this.name = "HttpError";
+    this.code = code ?? CODES[status] ?? (status >= 500 ? "server_error" : "invalid_request");
+  }
+
+  /** The response body: `{"error": {"message", "type", "param", "code"}}`. */
+  body(): string {
+    return JSON.stringify({ error: { message: this.message, type: this.type, param: this.param, code: this.code } });
+  }
+}
+
+/** A 400 about one field of the request body. */
+const bad = (message: string, param: string, code = "invalid_value") => new HttpError(400, message, "invalid_request_error", code, {}, param);
+
+/** TensorRT-LLM's session headers, in the order its serve edge reads them (the body's id wins). */
+export const SESSION_HEADERS = ["x-session-id", "x-correlation-id", "x-session-affinity", "x-multi-turn-session-id"] as const;
+/** The header carrying a sub-agent affinity id. */
+export const SUBAGENT_HEADER = "x-trtllm-subagent-affinity-id";
+/** Longest conversation, sub-agent or salt id taken (the library's limit). */
+const MAX_ID = 4096;
+
+/** What routing needs from one request. */
+export interface RoutedRequest {
+  /** `chat` or `completion`. */
+  readonly kind: "chat" | "completion";
+  readonly model: string;
+  readonly stream: boolean;
+  readonly tokens: Uint32Array;
+  readonly conversationId: string | null;
+  readonly subagentId: string | null;
+  readonly cacheSalt: string | null;
+  /** The LoRA task id the model name maps to (routing.lora_adapters), or null. */
+  readonly loraTaskId: number | null;
+}
+
+/** A header's first value, trimmed, or null. */
+function header(headers: Record<string, string | string[] | undefined>, name: string): string | null {
+  const v = headers[name];
+  const text = (Array.isArray(v) ? v[0] : v)?.trim();
+  return text ? text : null;
+}
+
+/** An id field: a non-empty string (numbers are taken as their text) of at most MAX_ID characters. */
+function idOf(v: unknown, field: string): string | null {
+  if (v === undefined || v === null) return null;
+  const text = typeof v === "string" ? v.trim() : typeof v === "number" && Number.isFinite(v) ? String(v) : null;
+  if (text === null) throw bad(`${field} must be a string`, field);
+  if (text === "") throw bad(`${field} must be non-empty`, field);
+  if (text.length > MAX_ID) throw bad(`${field} must be at most ${MAX_ID} characters`, field);
+  return text;
+}
+
+/** A JSON object from a request body (bytes as received); HttpError 400 `invalid_json` or `invalid_request` (with `what` as the message) otherwise. */
+export function parseJsonObject(raw: Buffer, what = "the request body must be a JSON object"): Record<string, unknown> {
+  let body: unknown;
+  try {
+    body = JSON.parse(raw.toString("utf8"));
+  } catch {
+    throw new HttpError(400, "the request body is not valid JSON", "invalid_request_error", "invalid_json");
+  }
+  if (typeof body !== "object" || body === null || Array.isArray(body)) throw new HttpError(400, what, "invalid_request_error", "invalid_request");
+  return body as Record<string, unknown>;
+}
+
+/** Bounds on one request's prompt, checked before and after tokenizing (the gateway's limits.max_prompt_chars and max_prompt_tokens). */
+export interface PromptLimits {
+  /** Most characters of the prompt's text (a chat's strings: messages, tools, documents); past it 413 before any tokenizing. */
+  readonly maxPromptChars: number;
+  /** Most token ids of the prompt (as tokenized, or as given); past it 400 `context_length_exceeded`. */
+  readonly maxPromptTokens: number;
+}
+
+/** No bound: what readRequest applies unless told otherwise. */
+export const NO_PROMPT_LIMITS: PromptLimits = Object.freeze({ maxPromptChars: Infinity, maxPromptTokens: Infinity });
+
+/** Deepest nesting the prompt's characters are counted through (messages are a few levels deep, tool schemas a few more). */
+const MAX_PROMPT_DEPTH = 128;
+
+/** The 413 of a prompt of at least `chars` characters, over `limit`. */
+const tooManyChars = (chars: number, limit: number, param: string) =>
+  new HttpError(413, `the prompt is ${chars}+ characters, over limits.max_prompt_chars (${limit})`, "invalid_request_error", "prompt_too_large", {}, param);
+
+/** The 400 of a prompt of `tokens` token ids, over `limit`. */
+const tooManyTokens = (tokens: number, limit: number, param: string) =>
+  new HttpError(400, `the prompt is ${tokens} tokens, over limits.max_prompt_tokens (${limit})`, "invalid_request_error", "context_length_exceeded", {}, param);
+
+/**
+ * `count` plus the characters of everything under `root` (a parsed JSON
+ * value) that a renderer can print: strings, object keys, and numbers,
+ * booleans and nulls at their JSON length (a chat template's `tojson` of tool
+ * schemas and arguments, the byte tokenizer's JSON of non-text parts), walked
+ * with an explicit stack (a body nests as deep as it likes; the
+ * call stack must not follow it). Returns as soon as the count passes `limit`,
+ * so a huge prompt costs a scan up to the limit only. Throws 400 past
+ * MAX_PROMPT_DEPTH: no real chat request nests that deep, and the renderers after this recurse.
+ */
+function countChars(root: unknown, count: number, limit: number, param: string): number {
+  const values: unknown[] = [root];
+  const depths: number[] = [0];
+  while (values.length > 0) {
+    const v = values.pop();
+    const depth = depths.pop()!;
+    if (typeof v === "string") count += v.length;
+    else if (typeof v === "number" || typeof v === "boolean") count += String(v).length;
+    else if (v === null) count += 4;
+    else if (typeof v === "object") {
+      if (depth >= MAX_PROMPT_DEPTH) throw bad(`${param} are nested too deeply`, param);
+      // Each element or member costs at least its separator: a million `{}` or `0` are a million characters, not none.
+      if (Array.isArray(v)) {
+        count += v.length + 2;
+        for (const x of v) {
+          values.push(x);
+          depths.push(depth + 1);
+        }
+      } else {
+        for (const k in v) {
+          count += k.length + 4;
+          values.push((v as Record<string, unknown>)[k]);
+          depths.push(depth + 1);
+        }
+        count += 2;
+      }
+    }
+    if (count > limit) return count;
+  }
+  return count;
+}
+
+/** Refuses (413) a chat whose messages, tools and documents hold more than `limit` characters; the walk stops at the limit. */
+function checkChatChars(b: Record<string, unknown>, limit: number): void {
+  if (limit === Infinity) return;
+  let count = 0;
+  for (const param of ["messages", "tools", "documents"] as const) {
+    count = countChars(b[param], count, limit, param);
+    if (count > limit) throw tooManyChars(count, limit, "messages");
+  }
+}
+
+/**
+ * Parses and checks a chat or completion request body (bytes as received)
+ * and reads its routing fields; throws HttpError 400 for anything malformed,
+ * 413 for a prompt over `limits.maxPromptChars` (counted before any
+ * rendering or tokenizing, the costly part), 400 `context_length_exceeded`
+ * for one over `limits.maxPromptTokens`.
+ */
+export function readRequest(
+  kind: "chat" | "completion",
+  raw: Buffer,
+  headers: Record<string, string | string[] | undefined>,
+  tokenizer: Tokenizer,
+  loraAdapters: ReadonlyMap<string, number> = new Map(),
+  limits: PromptLimits = NO_PROMPT_LIMITS,
+): RoutedRequest {
+  const b = parseJsonObject(raw);
+  if (b.model === undefined || b.model === null) throw bad("model is required", "model", "missing_field");
+  if (typeof b.model !== "string" || b.model === "") throw bad("model must be a non-empty string", "model");
+  if (b.stream !== undefined && b.stream !== null && typeof b.stream !== "boolean") throw bad("stream must be a boolean", "stream");
+  let tokens: Uint32Array;
+  if (kind === "chat") {
+    const messages = b.messages;
+    if (messages === undefined || messages === null) throw bad("messages is required", "messages", "missing_field");
+    if (!Array.isArray(messages) || messages.length === 0) throw bad("messages must be a non-empty array", "messages");
+    for (const [i, m] of messages.entries()) {
+      if (typeof m !== "object" || m === null || Array.isArray(m) || typeof (m as ChatMessage).role !== "string") throw bad(`messages[${i}] must be an object with a string role`, `messages[${i}]`);
+    }
+    checkChatChars(b, limits.maxPromptChars);
+    try {
+      tokens = tokenizer.encodeChat(messages as ChatMessage[], b);
+    } catch (error) {
+      if (error instanceof RangeError) throw bad("messages are nested too deeply", "messages"); // JSON.stringify of the parts recursed too far
+      if (error instanceof TokenizerRequestError) throw bad(error.message, "messages"); // the chat template refused it, as the engine would
+      throw error;
+    }
+  } else {
+    const prompt = b.prompt;
+    if (prompt === undefined || prompt === null) throw bad("prompt is required", "prompt", "missing_field");
+    // A batch (a list of strings, or of token-id lists, as OpenAI takes) is routed on its first
+    // prompt: one upstream serves the whole request, and a batch's prompts usually share its prefix.
+    const ids = (t: unknown): t is number[] => Array.isArray(t) && t.length > 0 && t.every((x) => typeof x === "number" && x >>> 0 === x);
+    let text: string | number[];
+    if (typeof prompt === "string") text = prompt;
+    else if (Array.isArray(prompt) && prompt.length > 0 && prompt.every((t) => typeof t === "string")) text = prompt[0] as string;
+    else if (ids(prompt)) text = prompt;
+    else if (Array.isArray(prompt) && prompt.length > 0 && prompt.every(ids)) text = prompt[0] as number[];
+    else throw bad("prompt must be a string, a list of strings, a list of token ids or a list of token-id lists", "prompt");
+    // Only the routed (first) prompt is tokenized here, but the engine runs them all: the bounds take the whole batch.
+    const batch = Array.isArray(prompt) && prompt.length > 0 && typeof prompt[0] !== "number" ? (prompt as (string | number[])[]) : [text];
+    let chars = 0;
+    let given = 0;
+    for (const p of batch) if (typeof p === "string") chars += p.length;
+    else given += p.length;
+    if (chars > limits.maxPromptChars) throw tooManyChars(chars, limits.maxPromptChars, "prompt");
+    if (given > limits.maxPromptTokens) throw tooManyTokens(given, limits.maxPromptTokens, "prompt");
+    try {
+      tokens = tokenizer.encodePrompt(text, b);
+    } catch (error) {
+      if (error instanceof TokenizerRequestError) throw bad(error.message, "prompt");
+      throw error;
+    }
+  }
+  if (tokens.length > limits.maxPromptTokens) {
+    const n = tokens.length;
+    tokenizer.release?.(tokens);
+    throw tooManyTokens(n, limits.maxPromptTokens, kind === "chat" ? "messages" : "prompt");
+  }
+  const params = b.conversation_params;
+  let conversationId: string | null = null;
+  if (params !== undefined && params !== null) {
+    if (typeof params !== "object" || Array.isArray(params)) throw bad("conversation_params must be an object", "conversation_params");
+    conversationId = idOf((params as Record<string, unknown>).conversation_id, "conversation_params.conversation_id");
+  }
+  if (conversationId === null) {
+    for (const name of SESSION_HEADERS) {
+      conversationId = header(headers, name);
+      if (conversationId !== null) break;
+    }
+    if (conversationId !== null && conversationId.length > MAX_ID) throw new HttpError(400, `the session header must be at most ${MAX_ID} characters`, "invalid_request_error", "invalid_header");
+  }
+  const subagentId = idOf(header(headers, SUBAGENT_HEADER), SUBAGENT_HEADER);
+  const cacheSalt = idOf(b.cache_salt, "cache_salt");
+  return { kind, model: b.model, stream: b.stream === true, tokens, conversationId, subagentId, cacheSalt, loraTaskId: loraAdapters.get(b.model) ?? null };
+}

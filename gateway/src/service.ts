@@ -1,0 +1,279 @@
+// A running gateway's request handling, once its parts are built: it routes
+// each request by path (completions through the reader, the scheduler and the
+// proxy; /v1/models, /health, /metrics, /sync/state, the admin endpoints),
+// answers every failure OpenAI-style, logs one line per request, and moves the
+// fleet on reloads. createGateway (gateway.ts) builds it and listens.
+
+import type { IncomingMessage, ServerResponse } from "node:http";
+import type { Logger } from "pino";
+import { formatPrometheus } from "adp-router/prometheus";
+import { logConfigWarnings, type GatewayConfig } from "./config/config.js";
+import { adminRoute, bearerIn, digest, type AdminGateway } from "./edge/admin.js";
+import { answerError, readBody, requestIdOf, type EdgeCounters } from "./edge/edge.js";
+import { isLoop } from "./requests/via.js";
+import type { Fleet, FleetChange } from "./fleet/fleet.js";
+import { formatBounds, indexBound, type Bound } from "./common/bounds.js";
+import { formatEdgeMetrics, formatGatewayMetrics, label, type GatewayCounters } from "./metrics.js";
+import { ModelsEndpoint } from "./edge/models.js";
+import { HttpError } from "./requests/openai.js";
+import { proxy, type ProxyCall, type ProxyContext } from "./proxy/proxy.js";
+import { refuseSelf } from "./fleet/reachability.js";
+import type { RequestReader } from "./requests/request-reader.js";
+import { Hangup, type Scheduler } from "./fleet/scheduler.js";
+import type { Replication } from "./replication/replication.js";
+import { formatSyncMetrics } from "./replication/sync-metrics.js";
+import type { Upstream } from "./fleet/upstream.js";
+
+/** The longest `/v1/models` may take (an engine answers it from memory; `first_byte_ms` is sized for generation). */
+const MODELS_TIMEOUT_MS = 30_000;
+
+/** A 405 naming the method a path takes. */
+const onlyMethod = (path: string, method: string) => new HttpError(405, `${path} takes ${method}`, "invalid_request_error", "method_not_allowed", { allow: method });
+/** A 401 for a missing or wrong key. */
+const unauthorized = () => new HttpError(401, "a valid API key is required", "invalid_request_error", "invalid_api_key");
+
+/** The parts a service runs on (built by createGateway). */
+export interface ServiceParts {
+  readonly config: GatewayConfig;
+  readonly log: Logger;
+  readonly reader: RequestReader;
+  readonly fleet: Fleet;
+  readonly scheduler: Scheduler;
+  readonly counters: GatewayCounters;
+  readonly replication: Replication | null;
+  /** This gateway's `Via` entry (edge.ts: viaEntry), on every request it sends an upstream. */
+  readonly via: string;
+}
+
+/** What one request's log line says besides its method, path and time. */
+interface Served {
+  status: number;
+  upstream: string | null;
+  outcome: string;
+  matched: number | null;
+}
+
+/** The gateway's request handling and fleet changes. */
+export class GatewayService {
+  /** The edge's counters (the server's bounds count into them). */
+  readonly edge: EdgeCounters = { connections: 0, refusedConnections: 0, readTimeouts: 0, loops: 0, malformed: 0, headersTooLarge: 0 };
+  /** Responses not yet ended (close() waits for them). */
+  readonly inFlight = new Set<ServerResponse>();
+  /** The port it listens on, once it does (the self-check compares upstreams with it). */
+  port: number;
+  readonly #parts: ServiceParts;
+  /** sha256 of each client key. */
+  readonly #keyDigests: Buffer[];
+  /** This gateway's `Via` entry. */
+  readonly #via: string;
+  readonly #models: ModelsEndpoint;
+  readonly #proxying: ProxyContext;
+  readonly #admin: AdminGateway;
+  /** The configuration the upstreams last came from (the start's, then each reload's or admin change's). */
+  #current: GatewayConfig;
+
+  constructor(parts: ServiceParts) {
+    const { config, fleet, scheduler, log } = parts;
+    this.#parts = parts;
+    this.#via = parts.via;
+    this.#current = config;
+    this.port = config.listen.port;
+    this.#keyDigests = config.auth.apiKeys.map(digest);
+    const clientKeys = this.#keyDigests.length > 0;
+    this.#models = new ModelsEndpoint(fleet, clientKeys, Math.min(config.timeouts.firstByteMs, MODELS_TIMEOUT_MS), this.#via);
+    this.#proxying = { fleet, scheduler, log, timeouts: config.timeouts, clientKeys, via: this.#via, relearn: (u, call) => this.#relearn(u, call) };
+    this.#admin = {
+      fleet,
+      current: () => this.#current,
+      reloadFleet: (next) => this.reloadFleet(next),
+      refuseSelf: (urls) => refuseSelf(urls, config.listen.host, this.port, () => "url"),
+      readBody: (req) => readBody(req, config.limits.maxBodyBytes),
+      log,
+      adminDigest: config.auth.adminApiKey === null ? null : digest(config.auth.adminApiKey.trim()),
+    };
+  }
+
+  /** Serves one request: routes by path, answers every failure OpenAI-style, logs one line. */
+  async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const started = performance.now();
+    const path = (req.url ?? "/").split("?")[0]!;
+    const kind = path === "/v1/chat/completions" ? "chat" : path === "/v1/completions" ? "completion" : null;
+    const requestId = requestIdOf(req);
+    res.setHeader("x-request-id", requestId);
+    const served: Served = { status: 0, upstream: null, outcome: "ok", matched: null };
+    this.inFlight.add(res);
+    const hangup = new Hangup();
+    res.on("close", () => {
+      if (!res.writableFinished) hangup.abort();
+      this.inFlight.delete(res);
+    });
+    try {
+      // A request that went out through this gateway and came back: one hop, then refused (never an amplification).
+      if (isLoop(req, this.#via)) {
+        this.edge.loops++;
+        throw new HttpError(508, "the request came back to this gateway (an upstream is this gateway, or forwards to it)", "invalid_request_error", "loop_detected");
+      }
+      if (kind !== null) Object.assign(served, await this.#complete(kind, req, res, requestId, hangup));
+      else Object.assign(served, await this.#serveOther(path, req, res, requestId, hangup));
+    } catch (error) {
+      const e = error instanceof HttpError ? error : new HttpError(500, "internal error", "server_error", "internal_error");
+      if (!(error instanceof HttpError)) this.#parts.log.error({ err: error, request_id: requestId }, "unexpected error");
+      served.status = e.status;
+      served.outcome = e.code;
+      // An answer about an upstream (its timeout, its failure) names it, in the log line as in the header.
+      served.upstream ??= e.headers["x-adp-upstream-name"] ?? null;
+      if (e.status !== 499) {
+        try {
+          answerError(req, res, e);
+        } catch (failed) {
+          // An answer that cannot be written (a header Node refuses) must not become an unhandled rejection.
+          this.#parts.log.error({ err: failed, request_id: requestId }, "an error answer could not be written");
+          res.destroy();
+        }
+      }
+    } finally {
+      if (kind !== null) this.#count(served);
+      const ms = Math.round((performance.now() - started) * 10) / 10;
+      this.#parts.log.info({ method: req.method, path: path.slice(0, 200), request_id: requestId, status: served.status, upstream: served.upstream, outcome: served.outcome, matched_tokens: served.matched, latency_ms: ms }, "request");
+    }
+  }
+
+  /**
+   * Moves to `next`'s upstreams (SIGHUP, `reload()`, the admin endpoint's
+   * additions and removals: one path, so each is the same fleet change, which
+   * replication also sees); other settings are named when they need a restart.
+   */
+  reloadFleet(next: GatewayConfig): FleetChange & { needRestart: string[] } {
+    const { config, fleet, log } = this.#parts;
+    const change = fleet.reload(next);
+    this.#current = next;
+    logConfigWarnings(log, next.warnings);
+    this.#models.prune();
+    const text = (v: unknown) => JSON.stringify(v, (_k, x: unknown) => (x instanceof Map ? [...x] : x));
+    const needRestart: string[] = (Object.keys(config) as (keyof GatewayConfig)[]).filter((k) => k !== "upstreams" && k !== "warnings" && text(next[k]) !== text(config[k]));
+    // An upstream that stays keeps its event source and load scraper as they started.
+    for (const u of next.upstreams) {
+      const kept = fleet.upstreams.find((f) => f.url === u.url);
+      if (kept === undefined) continue;
+      if (text(u.kvEvents) !== text(kept.kvEvents)) needRestart.push(`upstreams[${kept.index}].kv_events`);
+      if (text(u.load) !== text(kept.loadConfig)) needRestart.push(`upstreams[${kept.index}].load`);
+    }
+    if (needRestart.length > 0) log.warn({ settings: needRestart }, "the reloaded configuration changes settings that take effect on a restart");
+    log.info({ added: change.added.length, removed: change.removed.length, kept: change.kept.length, draining: change.draining }, "upstreams reloaded");
+    return { ...change, needRestart };
+  }
+
+  /** The router's metrics, then the gateway's, as Prometheus text. */
+  metrics(): string {
+    const { config, fleet, scheduler, counters, reader, replication } = this.#parts;
+    return (
+      formatPrometheus(fleet.routerMetrics()) +
+      formatGatewayMetrics(fleet.upstreams, counters, scheduler.waiting(), fleet.state.views) +
+      formatEdgeMetrics(this.edge, config.limits.maxConnections, reader.metricLines("adp_gateway_")) +
+      (replication === null ? "" : formatSyncMetrics(replication)) +
+      formatBounds(this.#bounds())
+    );
+  }
+
+  /** Each bound on what input can make the gateway hold, and its use (see bounds.ts). */
+  #bounds(): Bound[] {
+    const { config, fleet, scheduler, replication } = this.#parts;
+    const budget = config.routing.indexBytes;
+    const bounds: Bound[] = [];
+    const learned = fleet.state.router.prefixIndex;
+    if (learned !== null) bounds.push(indexBound("learned_index_bytes", learned, budget));
+    for (const u of fleet.upstreams) {
+      const view = fleet.state.views?.view(u.index) ?? null;
+      if (view !== null) bounds.push(indexBound("engine_view_bytes", view, budget, `upstream="${label(u)}"`));
+    }
+    const conversations = fleet.state.router.metrics().conversations;
+    if (conversations !== undefined) bounds.push({ bound: "conversations", limit: conversations.maxSessions, used: conversations.tracked });
+    bounds.push({ bound: "queued_requests", limit: config.limits.queueSize, used: scheduler.waiting() });
+    bounds.push({ bound: "client_connections", limit: config.limits.maxConnections, used: this.edge.connections });
+    return replication === null ? bounds : [...bounds, ...replication.bounds()];
+  }
+
+  /** Whether the request carries one of the client keys (constant-time comparison). */
+  #authorized(req: IncomingMessage): boolean {
+    return this.#keyDigests.length === 0 || bearerIn(req, this.#keyDigests);
+  }
+
+  /** Counts a completion request's outcome and status. */
+  #count(served: Served): void {
+    const { requests, codes } = this.#parts.counters;
+    requests.set(served.outcome, (requests.get(served.outcome) ?? 0) + 1);
+    if (served.status >= 100 && served.status <= 599) codes.set(served.status, (codes.get(served.status) ?? 0) + 1);
+  }
+
+  /** Serves a completion request: read (and tokenized), placed, proxied. */
+  async #complete(kind: "chat" | "completion", req: IncomingMessage, res: ServerResponse, requestId: string, hangup: Hangup): Promise<Served> {
+    const { config, reader, scheduler } = this.#parts;
+    if (req.method !== "POST") throw onlyMethod(kind === "chat" ? "/v1/chat/completions" : "/v1/completions", "POST");
+    if (!this.#authorized(req)) throw unauthorized();
+    const raw = await readBody(req, config.limits.maxBodyBytes);
+    const request = await reader.read(kind, raw, req.headers, hangup);
+    const tokens = request.tokens.length;
+    // Only the prompt's size goes on from here, not its token ids: the scheduler hands them back once placed
+    // (a token array held for the whole upstream round trip outlives the young generation; bench:serve).
+    const placement = await scheduler.acquire(request, hangup);
+    const r = await proxy(this.#proxying, { kind, req, res, raw, tokens, requestId, hangup }, placement.upstream);
+    return { status: r.status, upstream: r.upstream.name, outcome: r.outcome, matched: placement.matchedTokens };
+  }
+
+  /** Serves the other endpoints. */
+  async #serveOther(path: string, req: IncomingMessage, res: ServerResponse, requestId: string, hangup: Hangup): Promise<Served> {
+    const { config, fleet, replication } = this.#parts;
+    const ok = (status: number, upstream: string | null = null): Served => ({ status, upstream, outcome: "ok", matched: null });
+    if (path.startsWith("/admin/")) return ok(await adminRoute(this.#admin, req, res, path, (req.url ?? "").slice(path.length + 1)));
+    if (path === "/v1/models") {
+      if (req.method !== "GET") throw onlyMethod(path, "GET");
+      if (!this.#authorized(req)) throw unauthorized();
+      const m = await this.#models.answer(req, res, requestId, hangup);
+      return ok(m.status, m.upstream.name);
+    }
+    if (path !== "/health" && path !== "/metrics" && !(path === "/sync/state" && replication !== null)) throw new HttpError(404, `no route for ${req.method} ${path.slice(0, 200)}`, "invalid_request_error", "not_found");
+    if (req.method !== "GET") throw onlyMethod(path, "GET");
+    const open = path === "/health" ? !config.auth.protectHealth : !config.auth.protectMetrics;
+    if (!open && !this.#authorized(req)) throw unauthorized();
+    if (path === "/health") return ok(health(res, fleet, replication));
+    const [type, body] = path === "/metrics" ? ["text/plain; version=0.0.4", this.metrics()] : ["application/json", JSON.stringify(replication!.state())];
+    res.writeHead(200, { "content-type": type }).end(body);
+    return ok(200);
+  }
+
+  /**
+   * Teaches `u`'s view a prompt retried onto it: read again from the body (the
+   * same ids: tokenizers are deterministic) rather than held by every request
+   * for this rare path.
+   */
+  #relearn(u: Upstream, call: ProxyCall): void {
+    const { fleet, reader } = this.#parts;
+    if (fleet.router.prefixIndex === null) return;
+    reader.read(call.kind, call.raw, call.req.headers).then(
+      (again) => {
+        if (fleet.upstreams[u.index] === u) fleet.state.learn(u.index, again.tokens, { loraTaskId: again.loraTaskId, cacheSalt: again.cacheSalt });
+        reader.release(again.tokens);
+      },
+      () => {},
+    );
+  }
+}
+
+/**
+ * The `/health` answer: 200 while at least one upstream takes requests (it
+ * routes), with `status: "degraded"` and `sync.problem` while a replica cannot
+ * sync (its routing state drifts from the others'; the orchestrator alerts on
+ * the field, and does not take every replica out when NATS is away); 503 with
+ * no upstream.
+ */
+function health(res: ServerResponse, fleet: Fleet, replication: Replication | null): number {
+  const ok = fleet.upstreams.some((u) => fleet.available(u));
+  const problem = replication?.problem ?? null;
+  const body = {
+    status: !ok ? "unavailable" : problem !== null ? "degraded" : "ok",
+    upstreams: fleet.upstreams.map((u) => ({ index: u.index, name: u.name, healthy: u.healthy, ...(u.health.cause === null ? {} : { ejected: u.health.cause }), draining: u.draining, in_flight: u.inFlight })),
+    ...(replication === null ? {} : { sync: { synced: replication.synced, connected: replication.connected, pending: replication.pending, applied: replication.applied, ...(problem === null ? {} : { problem }) } }),
+  };
+  res.writeHead(ok ? 200 : 503, { "content-type": "application/json" }).end(JSON.stringify(body));
+  return ok ? 200 : 503;
+}

@@ -1,0 +1,87 @@
+// The UTF-8 byte tokenizer: its ids are exactly the UTF-8 bytes of the
+// canonical rendering (checked against TextEncoder on the rendered text),
+// whatever the scratch memory it reuses between calls.
+import { describe, expect, it } from "vitest";
+import { TokenPool, Utf8ByteTokenizer } from "../../gateway/src/tokenizers/tokenizer.js";
+
+/** The canonical rendering, written out independently of the tokenizer. */
+function rendered(messages: { role: string; content: string }[]): string {
+  return messages.map((m) => `\u001e${m.role}\u001f${m.content}`).join("");
+}
+
+const bytesOf = (text: string) => Array.from(new TextEncoder().encode(text));
+
+describe("Utf8ByteTokenizer", () => {
+  it("gives the UTF-8 bytes of the rendering: multi-byte text, surrogate pairs, lone surrogates as U+FFFD", () => {
+    const tok = new Utf8ByteTokenizer();
+    const messages = [
+      { role: "system", content: "Grüße, 世界 😀" },
+      { role: "user", content: "lone \ud83d at the end \ud83d" },
+      { role: "assistant", content: "\ude00 lone low first" },
+    ];
+    expect(Array.from(tok.encodeChat(messages))).toEqual(bytesOf(rendered(messages)));
+    expect(Array.from(tok.encodePrompt("x\ud83dy"))).toEqual([0x78, 0xef, 0xbf, 0xbd, 0x79]);
+  });
+
+  it("joins a content's text parts before encoding, so a surrogate pair split across parts stays one character", () => {
+    const tok = new Utf8ByteTokenizer();
+    const ids = tok.encodeChat([{ role: "user", content: [{ type: "text", text: "a\ud83d" }, { type: "text", text: "\ude00b" }] }]);
+    expect(Array.from(ids)).toEqual(bytesOf("\u001euser\u001fa😀b"));
+  });
+
+  it("earlier results stay intact when the scratch memory is reused and grown", () => {
+    const tok = new Utf8ByteTokenizer();
+    const first = tok.encodePrompt("first prompt é");
+    const copy = Array.from(first);
+    tok.encodePrompt("second, longer prompt ".repeat(2_000)); // grows the scratch
+    tok.encodePrompt("x");
+    expect(Array.from(first)).toEqual(copy);
+  });
+
+  it("a prompt past the scratch limit is encoded whole, the same bytes", () => {
+    const tok = new Utf8ByteTokenizer();
+    const text = "é😀".repeat(200_000); // 1.2 M bytes: over the largest scratch kept
+    const ids = tok.encodePrompt(text);
+    expect(ids.length).toBe(1_200_000);
+    const expected = new TextEncoder().encode(text);
+    let same = true;
+    for (let i = 0; i < ids.length; i++) if (ids[i] !== expected[i]) same = false;
+    expect(same).toBe(true);
+  });
+
+  it("token-id prompts are taken as given", () => {
+    expect(Array.from(new Utf8ByteTokenizer().encodePrompt([1, 2, 4_000_000_000]))).toEqual([1, 2, 4_000_000_000]);
+  });
+});
+
+describe("TokenPool", () => {
+  it("hands a released array out again, once: a second release or a foreign array is ignored", () => {
+    const pool = new TokenPool();
+    const a = pool.take(3_000);
+    expect(a.length).toBe(3_000);
+    pool.release(a);
+    pool.release(a); // twice: must not be lent to two callers
+    pool.release(new Uint32Array(4_096)); // not the pool's
+    const b = pool.take(3_500); // same size class: a's memory
+    const c = pool.take(3_500);
+    expect(b.buffer).toBe(a.buffer);
+    expect(c.buffer).not.toBe(a.buffer);
+    expect(b.length).toBe(3_500);
+  });
+
+  it("a tokenizer's released ids come back filled with the next prompt's bytes, nothing left over", () => {
+    const tok = new Utf8ByteTokenizer();
+    const long = tok.encodePrompt("a".repeat(3_000));
+    tok.release(long);
+    const short = tok.encodePrompt("bc");
+    expect(Array.from(short)).toEqual([0x62, 0x63]);
+  });
+
+  it("arrays past the largest size are plain (not pooled)", () => {
+    const pool = new TokenPool();
+    const big = pool.take((1 << 18) + 1);
+    expect(big.buffer.byteLength).toBe(((1 << 18) + 1) * 4);
+    pool.release(big);
+    expect(pool.take((1 << 18) + 1).buffer).not.toBe(big.buffer);
+  });
+});
