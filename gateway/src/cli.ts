@@ -36,6 +36,11 @@ async function main(argv: string[]): Promise<number> {
     case "validate":
       return validateCommand(rest);
     case "schema":
+      if (rest.length > 0) {
+        const help = rest.every((a) => a === "--help" || a === "-h");
+        (help ? process.stdout : process.stderr).write(help ? COMMAND_USAGE.schema! : `adp-router-gateway schema: takes no arguments, got ${JSON.stringify(rest[0])}\n\n${COMMAND_USAGE.schema!}`);
+        return help ? 0 : 2;
+      }
       process.stdout.write(`${JSON.stringify(gatewayConfigSchema, null, 2)}\n`);
       return 0;
     case "-v":

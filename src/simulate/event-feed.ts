@@ -27,8 +27,8 @@
 //   - stale when the rank was sent requests and its stream has said nothing
 //     for `staleAfterMs` (an idle engine has nothing to say);
 //   - live otherwise, from the start: the engine and the router start
-//     together, as a polled TensorRT-LLM engine whose first poll came back
-//     empty (a ZeroMQ stream is stale until its first batch; not modelled).
+//     together, both empty (the gateway's streams are stale until their first
+//     batch, a polled engine's until its first answer with events; not modelled).
 
 import { AdpInputError } from "../errors.js";
 

@@ -63,3 +63,18 @@ describe("adp-router-gateway validate", () => {
     expect(r.stdout).toContain('did you mean "kv_cache_routing_fair_share_multiplier"');
   });
 });
+
+describe("adp-router-gateway's commands", () => {
+  it("each prints its usage for --help, -h and help <command>, and schema prints the schema", () => {
+    for (const command of ["serve", "validate", "schema"]) {
+      const long = spawnSync(process.execPath, [CLI, command, "--help"], { encoding: "utf8" });
+      expect(long.status, command).toBe(0);
+      expect(long.stdout, command).toMatch(new RegExp(`^Usage: adp-router-gateway ${command}\\b`));
+      expect(spawnSync(process.execPath, [CLI, command, "-h"], { encoding: "utf8" }).stdout).toBe(long.stdout);
+      expect(spawnSync(process.execPath, [CLI, "help", command], { encoding: "utf8" }).stdout).toBe(long.stdout);
+    }
+    const schema = spawnSync(process.execPath, [CLI, "schema"], { encoding: "utf8" });
+    expect((JSON.parse(schema.stdout) as { title: string }).title).toBe("adp-router-gateway configuration");
+    expect(spawnSync(process.execPath, [CLI, "schema", "extra"], { encoding: "utf8" }).status).toBe(2);
+  });
+});
