@@ -40,10 +40,10 @@ export type EngineHash = number | string;
 
 /** One event in the index's terms. */
 export type KvEvent =
-  | { kind: "stored"; rank: number; eventId: number | null; parent: EngineHash | null; loraTaskId: number | null; cacheSalt: string | null; blocks: { hash: EngineHash; tokens: number[] | null }[] }
+  | { kind: "stored"; rank: number; eventId: number | null; parent: EngineHash | null; loraTaskId: number | null; cacheSalt: string | null; blocks: { hash: EngineHash; tokens: number[] | null }[]; partialTail?: true }
   | { kind: "removed"; rank: number; eventId: number | null; hashes: EngineHash[] }
   | { kind: "cleared"; rank: number; eventId: number | null }
-  | { kind: "ignored"; eventId: number | null }
+  | { kind: "ignored"; eventId: number | null; partialTail?: true }
   | { kind: "malformed"; reason: string };
 
 /** Whether `v` is a plain object. */
@@ -168,6 +168,8 @@ function parseTrtllm(e: Record<string, unknown>, numRanks: number, tokensPerBloc
   if (type === "created" || type === "updated") return { kind: "ignored", eventId };
   const rank = rankOf(e.attention_dp_rank, numRanks, fallbackRank);
   if (typeof rank === "string") return { kind: "malformed", reason: rank };
+  // kv_event_fanout.py's own event after an event-id gap (no event_id): what the rank holds is unknown.
+  if (type === "all_cleared") return { kind: "cleared", rank, eventId };
   if (type === "removed") {
     const hashes = hashList(data.block_hashes);
     return hashes === null ? { kind: "malformed", reason: "removed: block_hashes must be a list of integers" } : { kind: "removed", rank, eventId, hashes };
@@ -192,17 +194,26 @@ function parseTrtllm(e: Record<string, unknown>, numRanks: number, tokensPerBloc
   // Blocks without tokens are keyed by their hash (a trace's or simulator's block
   // ids); an event's blocks either all carry tokens or none do.
   if (rawTokens.every((t) => t === undefined || t === null)) return { kind: "stored", rank, eventId, parent, loraTaskId: lora, cacheSalt: null, blocks };
+  let partialTail = false;
   for (let i = 0; i < blocks.length; i++) {
     const tokens = tokenIds(rawTokens[i]);
     if (tokens === null) return { kind: "malformed", reason: "stored: a block needs an integer block_hash and tokens [{token_id}]" };
+    // A last block not yet full (the engine stores a prompt's tail block too): no other request can reuse it until
+    // the engine stores it full, so the event's full blocks are kept and the tail left out.
+    if (i === blocks.length - 1 && tokens.length > 0 && tokens.length < tokensPerBlock) {
+      partialTail = true;
+      blocks.length = i;
+      break;
+    }
     if (tokens.length !== tokensPerBlock) return { kind: "malformed", reason: `stored: a block holds ${tokens.length} tokens, the index's blocks ${tokensPerBlock}` };
     blocks[i]!.tokens = tokens;
   }
+  if (blocks.length === 0) return { kind: "ignored", eventId, partialTail: true };
   // A block whose multimodal keys feed its hash is not addressable by tokens: keep the blocks before it.
   const mm = list.findIndex((b) => Array.isArray((b as Record<string, unknown>).mm_keys) && ((b as Record<string, unknown>).mm_keys as unknown[]).length > 0);
   if (mm === 0) return { kind: "ignored", eventId };
-  if (mm > 0) blocks.length = mm;
-  return { kind: "stored", rank, eventId, parent, loraTaskId: lora, cacheSalt: null, blocks };
+  if (mm > 0 && mm < blocks.length) blocks.length = mm;
+  return { kind: "stored", rank, eventId, parent, loraTaskId: lora, cacheSalt: null, blocks, ...(partialTail ? { partialTail: true as const } : {}) };
 }
 
 /** What parsing needs besides the events: the index's shape and the caller's stream. */

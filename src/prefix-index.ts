@@ -89,6 +89,8 @@ export interface KvEventCounts {
 
 /** What {@link PrefixIndex.applyKvEvents} did with one call's events. */
 export interface KvEventsResult extends KvEventCounts {
+  /** Stored events whose last block was not yet full (TensorRT-LLM): their full blocks applied, that tail left out. */
+  partialTails: number;
   /** Why each malformed event was skipped, in order (at most 100). */
   readonly problems: string[];
 }
@@ -327,13 +329,14 @@ export class PrefixIndex {
     if (fallback !== undefined) checkRank(fallback, this.#numRanks, "options.rank");
     if (loraIds !== undefined && !(loraIds instanceof Map)) throw new AdpInputError("options.loraIds", "must be a Map of adapter names to LoRA task ids", loraIds);
     const ex = core.ex;
-    const result: KvEventsResult = { applied: 0, unknownParent: 0, unknownBlock: 0, malformed: 0, ignored: 0, outOfOrder: 0, problems: [] };
+    const result: KvEventsResult = { applied: 0, unknownParent: 0, unknownBlock: 0, malformed: 0, ignored: 0, outOfOrder: 0, partialTails: 0, problems: [] };
     for (const e of parseKvEvents(events, this.#numRanks, this.#tokensPerBlock, fallback, loraIds)) {
       if (e.kind === "malformed") {
         result.malformed++;
         if (result.problems.length < 100) result.problems.push(e.reason);
         continue;
       }
+      if (e.kind === "ignored" || e.kind === "stored") result.partialTails += e.partialTail === true ? 1 : 0;
       if (e.kind === "ignored") {
         result.ignored++;
         continue;

@@ -62,6 +62,8 @@ function eventLines(p: string, upstreams: readonly Upstream[], views: EngineView
   for (const u of fed) lines.push(`${p}upstream_kv_event_publishers_refused_total{upstream="${label(u)}"} ${u.events!.counters.refusedPeers}`);
   lines.push(`# HELP ${p}upstream_kv_event_gaps_total Sequence gaps, and those replay could not fill (the stream was gapped while its view went on).`, `# TYPE ${p}upstream_kv_event_gaps_total counter`);
   for (const u of fed) lines.push(`${p}upstream_kv_event_gaps_total{upstream="${label(u)}",filled="true"} ${u.events!.counters.gaps - u.events!.counters.unfilled}`, `${p}upstream_kv_event_gaps_total{upstream="${label(u)}",filled="false"} ${u.events!.counters.unfilled}`);
+  lines.push(`# HELP ${p}upstream_kv_partial_tails_total Stored events whose last block was not yet full: their full blocks applied, that tail left out (no other request can reuse it until the engine stores it full).`, `# TYPE ${p}upstream_kv_partial_tails_total counter`);
+  for (const u of fed) lines.push(`${p}upstream_kv_partial_tails_total{upstream="${label(u)}"} ${u.partialTails}`);
   lines.push(`# HELP ${p}upstream_kv_event_restarts_total Engine restarts seen in its events (its view was emptied).`, `# TYPE ${p}upstream_kv_event_restarts_total counter`);
   for (const u of fed) lines.push(`${p}upstream_kv_event_restarts_total{upstream="${label(u)}"} ${u.events!.counters.restarts}`);
   if (views === null) return lines;

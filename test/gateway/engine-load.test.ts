@@ -10,9 +10,10 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import fc from "fast-check";
+import { readFileSync } from "node:fs";
 import { afterEach, describe, expect, it } from "vitest";
 import { createRouter } from "../../src/router.js";
-import { EngineLoadScraper, parsePrometheusText, parseTrtllmMetrics, parseVllmMetrics, rankStateFromLoad, type EngineLoadReport, type EngineLoadScraperOptions, type ScrapeOutcome } from "../../gateway/src/load/engine-load.js";
+import { EngineLoadScraper, parsePrometheusText, parseSglangMetrics, parseTrtllmMetrics, parseVllmMetrics, rankStateFromLoad, type EngineLoadReport, type EngineLoadScraperOptions, type ScrapeOutcome } from "../../gateway/src/load/engine-load.js";
 import { closedPort, startFakeLoadEngine, type FakeAnswer, type FakeLoadEngine } from "../support/fake-load-engine.js";
 import { waitFor } from "../support/wait.js";
 
@@ -212,6 +213,29 @@ describe("parsePrometheusText", () => {
       }),
       { numRuns: 2000, seed: 12 },
     );
+  });
+});
+
+describe("parseSglangMetrics", () => {
+  /** SGLang's /metrics as its collector writes it (scripts/engine-event-fixtures.py, prometheus_client). */
+  const SGLANG = (JSON.parse(readFileSync(new URL("../fixtures/kv-events/engines.json", import.meta.url), "utf8")) as { sglang_metrics: { text: string } }).sglang_metrics.text;
+
+  it("reads each dp_rank's running and queued requests and token usage, as SGLang's collector labels them", () => {
+    const r = ok(parseSglangMetrics(SGLANG));
+    expect(r.engine).toBe("sglang");
+    expect(r.ranks).toEqual([
+      { rank: 0, model: "qwen", running: 3, waiting: 1, kvUsage: 0.25, activeTokens: null },
+      { rank: 1, model: "qwen", running: 0, waiting: 0, kvUsage: 0, activeTokens: null },
+    ]);
+    // vLLM's reader finds none of it: the dialects are told apart.
+    expect(parseVllmMetrics(SGLANG)).toMatchObject({ ok: false, problem: { kind: "missing" } });
+  });
+
+  it("series of one DP rank from several pipeline stages count the same requests: the largest, not the sum", () => {
+    const stage = (pp: number, running: number) => `sglang:num_running_reqs{dp_rank="0",pp_rank="${pp}"} ${running}\nsglang:num_queue_reqs{dp_rank="0",pp_rank="${pp}"} 2\n`;
+    expect(ok(parseSglangMetrics(stage(0, 4) + stage(1, 5))).ranks[0]).toMatchObject({ running: 5, waiting: 2 });
+    expect(ok(parseSglangMetrics("sglang:num_running_reqs 1\nsglang:num_queue_reqs 0\n")).ranks).toEqual([{ rank: 0, model: null, running: 1, waiting: 0, kvUsage: null, activeTokens: null }]);
+    expect(parseSglangMetrics('sglang:num_running_reqs{dp_rank="x"} 1\nsglang:num_queue_reqs{dp_rank="x"} 0\n')).toMatchObject({ ok: false, problem: { kind: "shape" } });
   });
 });
 
@@ -671,7 +695,7 @@ describe("EngineLoadScraper", () => {
   it("refuses options that cannot work", () => {
     expect(() => new EngineLoadScraper({ baseUrl: "localhost:8000", engine: "vllm", intervalMs: 1 })).toThrow(TypeError);
     expect(() => new EngineLoadScraper({ baseUrl: "ftp://h/", engine: "vllm", intervalMs: 1 })).toThrow(TypeError);
-    expect(() => new EngineLoadScraper({ baseUrl: "http://h/", engine: "sglang" as "vllm", intervalMs: 1 })).toThrow(TypeError);
+    expect(() => new EngineLoadScraper({ baseUrl: "http://h/", engine: "tgi" as "vllm", intervalMs: 1 })).toThrow(TypeError);
     expect(() => new EngineLoadScraper({ baseUrl: "http://h/", engine: "vllm", intervalMs: 1, path: "metrics" })).toThrow(TypeError);
     expect(() => new EngineLoadScraper({ baseUrl: "http://h/", engine: "vllm", intervalMs: 1, path: "/metrics?key=1" })).toThrow(TypeError);
     expect(() => new EngineLoadScraper({ baseUrl: "http://h/", engine: "vllm", intervalMs: 0 })).toThrow(RangeError);

@@ -27,6 +27,14 @@ const wire = JSON.parse(readFileSync(new URL("../fixtures/kv-events/wire.json", 
   msgpack: Record<string, { what: string; hex: string }>;
   http: Record<string, string>;
 };
+/** KV events as the engines' own code writes them (scripts/engine-event-fixtures.py). */
+const engines = JSON.parse(readFileSync(new URL("../fixtures/kv-events/engines.json", import.meta.url), "utf8")) as {
+  tokensPerBlock: number;
+  trtllm_partial_tail: { json: string; prompt: number[]; reused: number };
+  sglang_stored: { hex: string; prompt: number[]; reused: number };
+  sglang_removed: { hex: string };
+  sglang_cleared: { hex: string };
+};
 const bytes = (name: string): Buffer => Buffer.from(wire.msgpack[name]!.hex, "hex");
 const { P, Q } = wire.prompts;
 
@@ -99,6 +107,8 @@ async function subscribed(dpRanks = 1, replay: ReplayStyle | null = null, extraE
   const replayPart = pub.replayEndpoint === null ? "" : `, replay_endpoint: "${pub.replayEndpoint}"`;
   const g = await gatewayWith(`{ kind: zmq, endpoint: "${pub.endpoint}"${replayPart}, dp_ranks: ${dpRanks}${extraEvents} }`);
   for (let r = 0; r < dpRanks; r++) await pub.subscribed(r);
+  // With a replay socket the gateway first asks for the publisher's buffer (empty here): tests publish after that.
+  if (replay !== null) await waitFor(() => pub.replayRequests.every((r) => r.length >= 1));
   return { pub, ...g };
 }
 
@@ -178,7 +188,7 @@ describe("ZeroMQ streams: sequence gaps, restarts, bad batches, silence", () => 
       pub.lose(0, 1n, bytes("chain_q"));
       await pub.publish(0, 2n, bytes("chain_r"));
       await waitFor(() => viewBlocks(gateway) === 12, () => gateway.metrics().split("\n").filter((l) => l.includes("kv_")).join("\n"));
-      expect(pub.replayRequests[0]).toEqual([1n]);
+      expect(pub.replayRequests[0]).toEqual([0n, 1n]); // the publisher's buffer at start, then the gap
       expect(metric(gateway, "upstream_kv_event_gaps_total", 'upstream="1",filled="true"')).toBe(1);
       expect(metric(gateway, "upstream_kv_event_batches_total", 'upstream="1",outcome="replayed"')).toBe(1);
       expect(state(gateway, "live")).toBe(1);
@@ -194,9 +204,34 @@ describe("ZeroMQ streams: sequence gaps, restarts, bad batches, silence", () => 
     pub.lose(0, 1n, bytes("chain_q"));
     await pub.publish(0, 2n, bytes("chain_r"));
     await waitFor(() => viewBlocks(gateway) === 12);
-    expect(pub.replayRequests[0]).toEqual([0n]);
+    expect(pub.replayRequests[0]).toEqual([0n, 0n]); // at start (nothing buffered yet), then on joining batch 2
     expect(metric(gateway, "upstream_kv_event_gaps_total", 'upstream="1",filled="false"')).toBe(0);
     expect(state(gateway, "live")).toBe(1);
+  });
+
+  it("a gateway (re)started next to a publisher that buffers batches replays them at once, before any live batch", async () => {
+    // Before: replay was asked for only on a live batch; a rank with nothing new to say left the view empty.
+    const pub = await startFakePublisher(1, "vllm");
+    open.push(pub);
+    pub.lose(0, 0n, bytes("chain_p")); // published before this gateway listened, still in the publisher's buffer
+    const { gateway } = await gatewayWith(`{ kind: zmq, endpoint: "${pub.endpoint}", replay_endpoint: "${pub.replayEndpoint}" }`);
+    await waitFor(() => viewBlocks(gateway) === 4, () => gateway.metrics().split("\n").filter((l) => l.includes("kv_")).join("\n"));
+    expect(pub.replayRequests[0]).toEqual([0n]);
+    expect(state(gateway, "live")).toBe(1);
+    expect(await complete(gateway, [...P, 7])).toBe(1);
+    expect(matchedOnA(gateway)).toBe(16);
+  });
+
+  it("an idle DP rank (it never publishes: the engine sent it nothing) is an empty cache, not a stale stream: the upstream's events are used", async () => {
+    // Before: until every rank had spoken, kv_events_used stayed 0 and routing ran on placements.
+    const { pub, gateway } = await subscribed(2);
+    await pub.publish(0, 0n, bytes("chain_p"));
+    await waitFor(() => viewBlocks(gateway) === 4);
+    expect(state(gateway, "live", 0)).toBe(1);
+    expect(state(gateway, "live", 1)).toBe(1);
+    await waitFor(() => metric(gateway, "upstream_kv_events_used", 'upstream="1"') === 1, () => gateway.metrics().split("\n").filter((l) => l.includes("kv_events")).join("\n"));
+    expect(await complete(gateway, [...P, 7])).toBe(1);
+    expect(matchedOnA(gateway)).toBe(16);
   });
 
   it("a gap without replay keeps the view going but untrusted: meanwhile routing uses the gateway's own placements", async () => {
@@ -419,6 +454,23 @@ describe("ZeroMQ streams: sequence gaps, restarts, bad batches, silence", () => 
   });
 });
 
+describe("SGLang's events as its publisher encodes them (msgspec, no DP rank in the batch)", () => {
+  it("on DP rank 1's port: stored, then removed, then cleared, each in rank 1's view", async () => {
+    const { pub, gateway } = await subscribed(2);
+    const hex = (h: string) => Buffer.from(h, "hex");
+    await pub.publish(1, 0n, hex(engines.sglang_stored.hex));
+    await waitFor(() => viewBlocks(gateway) === 2, () => gateway.metrics().split("\n").filter((l) => l.includes("kv_")).join("\n"));
+    expect(metric(gateway, "upstream_kv_events_total", 'upstream="1",outcome="malformed"')).toBe(0);
+    expect(await complete(gateway, engines.sglang_stored.prompt)).toBe(1);
+    expect(matchedOnA(gateway)).toBe(engines.sglang_stored.reused);
+    await pub.publish(1, 1n, hex(engines.sglang_removed.hex));
+    await waitFor(() => viewBlocks(gateway) === 1);
+    await pub.publish(1, 2n, hex(engines.sglang_cleared.hex));
+    await waitFor(() => viewBlocks(gateway) === 0);
+    expect(metric(gateway, "upstream_kv_event_batches_total", 'upstream="1",outcome="applied"')).toBe(3);
+  });
+});
+
 describe("the engine's tokenizer and its events together", () => {
   it("a chat's next turn, tokenized as Qwen2.5 does, matches the blocks the engine stored for the turn before", async () => {
     const reference = JSON.parse(readFileSync(new URL("../fixtures/tokenizers/qwen2.5/reference.json", import.meta.url), "utf8")) as { cases: { name: string; request: Record<string, unknown>; ids: number[] }[] };
@@ -544,6 +596,18 @@ describe("TensorRT-LLM's /kv_cache_events over HTTP", () => {
     a.behaviour.kvCacheEvents.push(`[${"{".repeat(100_000)}`, JSON.stringify([stored(4, 0, 7_001, 2)]));
     await waitFor(() => viewBlocks(gateway) === 3_022);
     expect(metric(gateway, "upstream_kv_event_batches_total", 'upstream="1",outcome="unparseable"')).toBe(1);
+  });
+
+  it("TensorRT-LLM's serializer's stored event with a partial last block: the full blocks route the next request, the tail is counted", async () => {
+    // Before: the whole event was malformed (matched 0 where the engine reuses 8).
+    const f = engines.trtllm_partial_tail;
+    const { gateway, a } = await gatewayWith("{ kind: http, interval_ms: 20 }");
+    a.behaviour.kvCacheEvents = [f.json];
+    await waitFor(() => viewBlocks(gateway) === f.reused / engines.tokensPerBlock, () => gateway.metrics().split("\n").filter((l) => l.includes("kv_")).join("\n"));
+    expect(metric(gateway, "upstream_kv_partial_tails_total", 'upstream="1"')).toBe(1);
+    expect(metric(gateway, "upstream_kv_events_total", 'upstream="1",outcome="malformed"')).toBe(0);
+    expect(await complete(gateway, f.prompt)).toBe(1);
+    expect(matchedOnA(gateway)).toBe(f.reused);
   });
 
   it("uint64 hashes in the JSON keep every bit", () => {

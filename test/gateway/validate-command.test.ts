@@ -48,6 +48,13 @@ describe("adp-router-gateway validate", () => {
     }
   });
 
+  it("an SGLang engine: its ZeroMQ events as kind zmq, its load as kind sglang", () => {
+    const r = validate("sglang.yaml", "upstreams:\n  - url: http://127.0.0.1:9\n    kv_events: { kind: zmq, endpoint: tcp://127.0.0.1:5557, dp_ranks: 2 }\n    load: { kind: sglang }\n");
+    expect(r.stdout).toContain("valid (1 upstream");
+    expect(r.status).toBe(0);
+    expect(validate("tgi.yaml", "upstreams:\n  - url: http://127.0.0.1:9\n    load: { kind: tgi }\n").stdout).toContain("must be vllm or sglang");
+  });
+
   it("a file that cannot be read, or no file: exit 2 and one message", () => {
     const missing = validate("missing.yaml", null);
     expect(missing.status).toBe(2);

@@ -61,8 +61,8 @@ export type CurveConfig =
 
 /** Where an upstream's engine load is scraped, and how old a report may be. */
 export interface EngineLoadConfig {
-  /** The metrics format: vLLM's Prometheus text or trtllm-serve's iteration statistics. */
-  readonly kind: "vllm" | "trtllm";
+  /** The metrics format: vLLM's or SGLang's Prometheus text, or trtllm-serve's iteration statistics. */
+  readonly kind: "vllm" | "sglang" | "trtllm";
   readonly path: string;
   readonly intervalMs: number;
   /** A report older than this excludes the upstream from routing until it reports again (TensorRT-LLM's `load_suspend_s`). */
@@ -76,8 +76,8 @@ export function readEngineLoad(r: SettingReader, value: unknown, path: (string |
   if (value === undefined || value === null) return null;
   const s = r.section(value, path, ["kind", "path", "interval_ms", "max_age_ms", "model"]);
   const kind = r.str(s.kind, [...path, "kind"], "");
-  if (kind !== "vllm" && kind !== "trtllm") {
-    r.fail([...path, "kind"], `must be vllm (Prometheus /metrics) or trtllm (trtllm-serve's /metrics statistics), got ${describeValue(s.kind)}`);
+  if (kind !== "vllm" && kind !== "sglang" && kind !== "trtllm") {
+    r.fail([...path, "kind"], `must be vllm or sglang (Prometheus /metrics) or trtllm (trtllm-serve's /metrics statistics), got ${describeValue(s.kind)}`);
     return null;
   }
   const p = r.str(s.path, [...path, "path"], "/metrics");
@@ -96,7 +96,7 @@ export const engineLoadSchema = Object.freeze({
   required: ["kind"],
   description: "Scrape the engine's load on an interval and add it to the gateway's own counts; an upstream whose last report is older than max_age_ms takes no requests until it reports again (its cache view is kept).",
   properties: {
-    kind: { enum: ["vllm", "trtllm"] },
+    kind: { enum: ["vllm", "sglang", "trtllm"] },
     path: { type: "string", default: "/metrics" },
     interval_ms: { type: "integer", minimum: 50, default: 1000 },
     max_age_ms: { type: "integer", minimum: 100, default: 3000 },

@@ -173,15 +173,27 @@ export interface EventSourceCounters {
 export const zeroCounters = (): EventSourceCounters => ({ batches: 0, unparseable: 0, oversized: 0, refusedPeers: 0, gaps: 0, replayed: 0, unfilled: 0, restarts: 0, duplicates: 0 });
 
 /**
+ * Each DP-rank stream's status, an idle rank's among them: a rank that has
+ * never spoken while another rank of its engine has is live with an empty
+ * view, not stale. vLLM publishes only when a rank has events, so a rank the
+ * engine's own balancer has sent nothing to cache never speaks; it holds
+ * nothing a request could reuse.
+ */
+export function rankStatuses(streams: readonly EventFreshness[]): FeedStatus[] {
+  const anySpoke = streams.some((s) => s.answered);
+  return streams.map((s) => (!s.answered && anySpoke && s.status === "stale" ? "live" : s.status));
+}
+
+/**
  * The status of one engine's DP-rank streams as one: gapped if any is; stale
- * if any has never answered (no picture of that rank at all) or all are
- * silent while the engine had work; else live. One rank silent while the
- * others speak is an idle rank (the engine's own balancer chose the others),
- * not a dead stream.
+ * if no rank has spoken (no picture at all) or every rank is stale (silent
+ * while the engine had work); else live. Ranks that never spoke while others
+ * did are idle and empty (rankStatuses), and one silent while the others speak
+ * is an idle rank too (the engine's own balancer chose the others), not a dead
+ * stream.
  */
 export function engineStatus(streams: readonly EventFreshness[]): FeedStatus {
-  const statuses = streams.map((s) => s.status);
+  const statuses = rankStatuses(streams);
   if (statuses.includes("gapped")) return "gapped";
-  if (streams.some((s) => !s.answered)) return "stale";
   return statuses.every((s) => s === "stale") ? "stale" : "live";
 }

@@ -10,7 +10,7 @@
 
 import type { Readable } from "node:stream";
 import type { Pool } from "undici";
-import { engineStatus, EventFreshness, zeroCounters, type FeedStatus } from "./event-freshness.js";
+import { engineStatus, EventFreshness, rankStatuses, zeroCounters, type FeedStatus } from "./event-freshness.js";
 import { BatchDecoder } from "./batch-decoder.js";
 import type { EventRun } from "./batch-preparation.js";
 import { emitInSlices } from "./event-slicing.js";
@@ -108,7 +108,7 @@ export class TrtllmHttpEventSource implements IndexUpdateSource {
 
   /** Each DP rank's status. */
   get rankStatuses(): FeedStatus[] {
-    return this.#ranks.map((f) => f.status);
+    return rankStatuses(this.#ranks);
   }
 
   routed(): void {

@@ -15,7 +15,7 @@
 
 import { Dealer, Subscriber } from "zeromq";
 import { BatchDecoder } from "./batch-decoder.js";
-import { engineStatus, EventFreshness, zeroCounters, type FeedStatus } from "./event-freshness.js";
+import { engineStatus, EventFreshness, rankStatuses, zeroCounters, type FeedStatus } from "./event-freshness.js";
 import type { CurveConfig, KvEventsConfig } from "../config/events-config.js";
 import type { IndexUpdate, IndexUpdateSource } from "./index-update.js";
 import { registerAllowList } from "./zap-handler.js";
@@ -26,6 +26,8 @@ const MAX_MESSAGE_BYTES = 64 << 20;
 const REPLAY_BUFFER_STEPS = 10_000;
 /** The replay's end marker: sequence -1 as 8 signed big-endian bytes. */
 const END_MARKER = -1n;
+/** A replay's upper bound when it asks for the whole buffer (any batch the publisher holds is below it). */
+const WHOLE_BUFFER = 1n << 63n;
 
 /** `endpoint` for DP rank `rank`: its port plus the rank (`tcp://…:PORT`), as the engines offset them. */
 export function rankEndpoint(endpoint: string, rank: number): string {
@@ -140,7 +142,7 @@ export class ZmqEventSource implements IndexUpdateSource {
 
   /** Each DP rank's status. */
   get rankStatuses(): FeedStatus[] {
-    return this.#streams.map((s) => s.freshness.status);
+    return rankStatuses(this.#streams.map((s) => s.freshness));
   }
 
   routed(): void {
@@ -171,6 +173,9 @@ export class ZmqEventSource implements IndexUpdateSource {
       if (curve?.role === "server") await s.serveCurve(curve, (address) => this.#refusedPeer(s, address));
       if (this.#config.bind) await s.sub.bind(s.endpoint);
       else s.sub.connect(s.endpoint);
+      // What the publisher still buffers, asked for at once: a rank that has served nothing publishes nothing, and
+      // after a gateway restart its view would otherwise wait for its next live batch. Live batches queue meanwhile.
+      if (s.replayEndpoint !== null) await this.#replay(s, 0n, WHOLE_BUFFER, emit, true);
       for await (const frames of s.sub) {
         if (this.#closed) break;
         const seq = frames.length === 3 ? sequenceOf(frames[1]) : null;
@@ -297,7 +302,10 @@ export class ZmqEventSource implements IndexUpdateSource {
         const body = reply[0]?.length === 0 ? reply.slice(1) : reply; // the ROUTER's empty delimiter
         const seq = sequenceOf(body.length === 3 ? body[1] : body[0]);
         if (seq === null) continue;
-        if (seq === END_MARKER) break;
+        if (seq === END_MARKER) {
+          s.freshness.heard(); // the publisher answered: what it holds is what was replayed (nothing, for an idle rank)
+          break;
+        }
         if (seq >= upTo || (seq !== s.freshness.expected && !(first && s.freshness.expected === null))) continue;
         s.freshness.filled(seq);
         if (await this.#apply(s, seq, body[body.length - 1]!, emit)) this.counters.replayed++;

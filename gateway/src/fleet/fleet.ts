@@ -246,6 +246,7 @@ export class Fleet {
    * stream counts as not live, whatever its sequence says.
    */
   #judgeEvents(u: Upstream, result: KvEventsResult): void {
+    u.partialTails += result.partialTails;
     if (result.malformed > 0) {
       if (result.applied === 0) u.eventsUsable = false;
       const now = performance.now();

@@ -95,6 +95,8 @@ export class Upstream {
   eventsUsable = true;
   /** When a malformed event of its engine was last logged (ms; such logs are rate-limited). */
   malformedLoggedAt = Number.NEGATIVE_INFINITY;
+  /** Stored events whose last block was not yet full: their full blocks applied, the tail left out (TensorRT-LLM). */
+  partialTails = 0;
   /** Its event stream's status last logged (transitions are logged, never silent). */
   loggedStatus: FeedStatus | null = null;
   /** From sending a request to the end of its answer. */

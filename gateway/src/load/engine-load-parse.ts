@@ -11,6 +11,10 @@
 //   `vllm:kv_cache_usage_perc` (a fraction despite its name; before vLLM 0.10
 //   `vllm:gpu_cache_usage_perc`), labelled `model_name` and `engine` (the
 //   engine index, which is the DP rank; V0 had no `engine` label: rank 0).
+// - SGLang, `GET /metrics` (Prometheus text, python/sglang/srt/metrics/
+//   collector.py): `sglang:num_running_reqs`, `sglang:num_queue_reqs`,
+//   `sglang:token_usage`, labelled `model_name` and, with attention DP,
+//   `dp_rank` (no label: rank 0).
 // - TensorRT-LLM `trtllm-serve`, `GET /metrics` (docs/source/commands/
 //   trtllm-serve.rst): a JSON list of iteration statistics, each serialized by
 //   cpp/tensorrt_llm/executor/jsonSerialization.cpp (`numActiveRequests`,
@@ -28,7 +32,7 @@
 import { parsePrometheusText } from "./engine-load-prometheus.js";
 
 /** The engines whose load format is understood. */
-export type EngineKind = "vllm" | "trtllm";
+export type EngineKind = "vllm" | "sglang" | "trtllm";
 
 /** One DP rank's load inside an engine. */
 export interface RankLoad {
@@ -95,12 +99,30 @@ export interface VllmParseOptions {
 const MAX_COUNT = 2 ** 30;
 /** The largest DP rank believed. */
 const MAX_RANK = 2 ** 20;
-/** vLLM's gauges of requests in the running batch and in the queue, per engine (DP rank). */
-const RUNNING = "vllm:num_requests_running";
-const WAITING = "vllm:num_requests_waiting";
-/** vLLM's KV-cache used fraction, under its current name and the one before vLLM 0.10 (0.10 served both). */
-const KV_USAGE = "vllm:kv_cache_usage_perc";
-const KV_USAGE_OLD = "vllm:gpu_cache_usage_perc";
+/** How an engine's Prometheus page says its load: gauge names, the label naming the DP rank, how duplicate series add up. */
+interface PrometheusDialect {
+  readonly engine: "vllm" | "sglang";
+  /** Requests in the running batch, and in the queue. */
+  readonly running: string;
+  readonly waiting: string;
+  /** The KV cache's used fraction, under its current name and an older one (or the same). */
+  readonly kvUsage: string;
+  readonly kvUsageOld: string;
+  /** The label naming the DP rank (absent: rank 0). */
+  readonly rankLabel: string;
+  /** Series of one (model, rank) that differ by other labels: "sum" (vLLM: one per API-server process), "max" (SGLang: one per pipeline stage, the same requests). */
+  readonly combine: "sum" | "max";
+}
+
+/** vLLM (vllm/v1/metrics/loggers.py): `engine` is the DP rank; `gpu_cache_usage_perc` before vLLM 0.10 (0.10 served both). */
+const VLLM: PrometheusDialect = { engine: "vllm", running: "vllm:num_requests_running", waiting: "vllm:num_requests_waiting", kvUsage: "vllm:kv_cache_usage_perc", kvUsageOld: "vllm:gpu_cache_usage_perc", rankLabel: "engine", combine: "sum" };
+/**
+ * SGLang (python/sglang/srt/metrics/collector.py, SchedulerMetricsCollector):
+ * each DP rank's scheduler labels its gauges `dp_rank` (with attention DP) beside
+ * model_name, engine_type, tp_rank, pp_rank and moe_ep_rank; `token_usage` is
+ * the used fraction of its KV pool.
+ */
+const SGLANG: PrometheusDialect = { engine: "sglang", running: "sglang:num_running_reqs", waiting: "sglang:num_queue_reqs", kvUsage: "sglang:token_usage", kvUsageOld: "sglang:token_usage", rankLabel: "dp_rank", combine: "max" };
 
 /** A failed parse. */
 const problem = (kind: LoadProblemKind, message: string): LoadParse => ({ ok: false, problem: { kind, message } });
@@ -125,6 +147,22 @@ interface RankAccumulator {
  * is NaN, infinite or outside [0, 1] is not reported (null).
  */
 export function parseVllmMetrics(text: string, options: VllmParseOptions = {}): LoadParse {
+  return parsePrometheusLoad(text, VLLM, options);
+}
+
+/**
+ * Reads SGLang's Prometheus page, as parseVllmMetrics reads vLLM's: per
+ * (model, dp_rank), the series of its pipeline stages or tensor ranks count
+ * the same requests, so their largest value is taken.
+ */
+export function parseSglangMetrics(text: string, options: VllmParseOptions = {}): LoadParse {
+  return parsePrometheusLoad(text, SGLANG, options);
+}
+
+/** Reads a Prometheus page in `dialect`. */
+function parsePrometheusLoad(text: string, dialect: PrometheusDialect, options: VllmParseOptions): LoadParse {
+  const { running: RUNNING, waiting: WAITING, kvUsage: KV_USAGE, kvUsageOld: KV_USAGE_OLD } = dialect;
+  const add = (a: number | null, b: number) => (a === null ? b : dialect.combine === "sum" ? a + b : Math.max(a, b));
   const page = parsePrometheusText(text);
   if (!page.ok) {
     const p = page.problem;
@@ -135,10 +173,10 @@ export function parseVllmMetrics(text: string, options: VllmParseOptions = {}): 
     if (s.name !== RUNNING && s.name !== WAITING && s.name !== KV_USAGE && s.name !== KV_USAGE_OLD) continue;
     const model = s.labels.get("model_name") ?? null;
     if (options.model !== undefined && model !== options.model) continue;
-    const engine = s.labels.get("engine");
+    const engine = s.labels.get(dialect.rankLabel);
     let rank = 0;
     if (engine !== undefined) {
-      if (!/^\d{1,7}$/.test(engine) || Number(engine) > MAX_RANK) return problem("shape", `line ${s.line}: the engine label ${JSON.stringify(excerpt(engine))} is not a DP rank`);
+      if (!/^\d{1,7}$/.test(engine) || Number(engine) > MAX_RANK) return problem("shape", `line ${s.line}: the ${dialect.rankLabel} label ${JSON.stringify(excerpt(engine))} is not a DP rank`);
       rank = Number(engine);
     }
     const key = `${model === null ? "-" : `+${model}`}\u0000${rank}`;
@@ -150,26 +188,26 @@ export function parseVllmMetrics(text: string, options: VllmParseOptions = {}): 
     if (s.name === RUNNING || s.name === WAITING) {
       const count = asCount(s.value);
       if (count === null) return problem("value", `line ${s.line}: ${s.name} is ${String(s.value)}, not a count of requests`);
-      if (s.name === RUNNING) acc.running = (acc.running ?? 0) + count;
-      else acc.waiting = (acc.waiting ?? 0) + count;
+      if (s.name === RUNNING) acc.running = add(acc.running, count);
+      else acc.waiting = add(acc.waiting, count);
     } else {
       const fraction = Number.isFinite(s.value) && s.value >= 0 && s.value <= 1 ? s.value : null;
       if (fraction === null) continue;
       if (s.name === KV_USAGE) acc.kv = Math.max(acc.kv ?? 0, fraction);
-      else acc.kvOld = Math.max(acc.kvOld ?? 0, fraction);
+      if (s.name === KV_USAGE_OLD) acc.kvOld = Math.max(acc.kvOld ?? 0, fraction);
     }
   }
   const forModel = options.model === undefined ? "" : ` for model ${JSON.stringify(excerpt(options.model))}`;
   if (![...byRank.values()].some((a) => a.running !== null)) return problem("missing", `no ${RUNNING} series${forModel}`);
   const ranks: RankLoad[] = [];
   for (const a of byRank.values()) {
-    const where = `${a.model === null ? "" : `model_name=${JSON.stringify(excerpt(a.model))},`}engine="${a.rank}"`;
+    const where = `${a.model === null ? "" : `model_name=${JSON.stringify(excerpt(a.model))},`}${dialect.rankLabel}="${a.rank}"`;
     if (a.running === null) return problem("missing", `no ${RUNNING}{${where}} beside its other series`);
     if (a.waiting === null) return problem("missing", `no ${WAITING}{${where}} beside ${RUNNING}`);
     // The current name wins when a release serves both (0.10 did, the old one deprecated).
     ranks.push({ rank: a.rank, model: a.model, running: a.running, waiting: a.waiting, kvUsage: a.kv ?? a.kvOld, activeTokens: null });
   }
-  return { ok: true, report: report("vllm", ranks) };
+  return { ok: true, report: report(dialect.engine, ranks) };
 }
 
 /**
@@ -210,7 +248,7 @@ export function parseTrtllmMetrics(body: unknown): LoadParse {
 
 /** Reads `body` in the format of `engine`. */
 export function parseEngineLoad(engine: EngineKind, body: string, options: VllmParseOptions = {}): LoadParse {
-  return engine === "vllm" ? parseVllmMetrics(body, options) : parseTrtllmMetrics(body);
+  return engine === "vllm" ? parseVllmMetrics(body, options) : engine === "sglang" ? parseSglangMetrics(body, options) : parseTrtllmMetrics(body);
 }
 
 /** One TensorRT-LLM row as a rank's load, or the problem with it. */

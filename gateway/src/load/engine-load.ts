@@ -14,7 +14,7 @@
 import { Client, type Dispatcher } from "undici";
 import { parseEngineLoad, type EngineKind, type EngineLoadReport, type LoadProblem } from "./engine-load-parse.js";
 
-export { parseEngineLoad, parseTrtllmMetrics, parseVllmMetrics, type EngineKind, type EngineLoad, type EngineLoadReport, type LoadParse, type LoadProblem, type LoadProblemKind, type RankLoad, type VllmParseOptions } from "./engine-load-parse.js";
+export { parseEngineLoad, parseSglangMetrics, parseTrtllmMetrics, parseVllmMetrics, type EngineKind, type EngineLoad, type EngineLoadReport, type LoadParse, type LoadProblem, type LoadProblemKind, type RankLoad, type VllmParseOptions } from "./engine-load-parse.js";
 export { rankStateFromLoad, type CombineOptions, type OwnLoad } from "./engine-load-combine.js";
 export { parsePrometheusText, type PrometheusParse, type PrometheusSample, type PrometheusSyntaxProblem, type PrometheusType } from "./engine-load-prometheus.js";
 
@@ -24,7 +24,7 @@ export interface EngineLoadScraperOptions {
   readonly baseUrl: string;
   /** Which format its metrics are in. */
   readonly engine: EngineKind;
-  /** The metrics path. @default "/metrics" (both vLLM and trtllm-serve) */
+  /** The metrics path. @default "/metrics" (vLLM, SGLang and trtllm-serve) */
   readonly path?: string;
   /** Milliseconds between the end of one scrape and the start of the next. */
   readonly intervalMs: number;
@@ -38,7 +38,7 @@ export interface EngineLoadScraperOptions {
   readonly maxBodyBytes?: number;
   /** Sent as `Authorization: Bearer` (engines started with an API key protect their metrics too). */
   readonly apiKey?: string | null | (() => string | null);
-  /** vLLM only: read only this `model_name`'s series. */
+  /** vLLM and SGLang: read only this `model_name`'s series. */
   readonly model?: string;
   /** The clock (ms); injectable for tests. */
   readonly now?: () => number;
@@ -140,7 +140,7 @@ export class EngineLoadScraper {
       throw new TypeError("baseUrl must be an absolute http:// or https:// URL");
     }
     if (url.protocol !== "http:" && url.protocol !== "https:") throw new TypeError("baseUrl must be an absolute http:// or https:// URL");
-    if (options.engine !== "vllm" && options.engine !== "trtllm") throw new TypeError('engine must be "vllm" or "trtllm"');
+    if (options.engine !== "vllm" && options.engine !== "sglang" && options.engine !== "trtllm") throw new TypeError('engine must be "vllm", "sglang" or "trtllm"');
     const path = options.path ?? "/metrics";
     // No query or fragment: messages show the path, and a query is where a secret would hide.
     if (!/^\/[^?#\s]*$/.test(path)) throw new TypeError("path must start with / and hold no query, fragment or blank");
@@ -284,7 +284,7 @@ export class EngineLoadScraper {
 
   /** Sends the GET and reads the body under the cap; throws what the transport throws. */
   async #fetch(signal: AbortSignal): Promise<ScrapeOutcome> {
-    const headers: Record<string, string> = { accept: this.#engine === "vllm" ? "text/plain;version=0.0.4" : "application/json", "user-agent": "adp-router" };
+    const headers: Record<string, string> = { accept: this.#engine === "trtllm" ? "application/json" : "text/plain;version=0.0.4", "user-agent": "adp-router" };
     const apiKey = this.#apiKey();
     if (apiKey !== null && apiKey !== "") headers.authorization = `Bearer ${apiKey}`;
     const response = await this.#dispatcher.request({ origin: this.#origin, path: this.#path, method: "GET", headers, signal, headersTimeout: this.#timeoutMs, bodyTimeout: this.#timeoutMs });

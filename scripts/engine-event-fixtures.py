@@ -1,0 +1,195 @@
+#!/usr/bin/env python3
+"""Records KV events as the engines' own code writes them, for the tests.
+
+    python3 scripts/engine-event-fixtures.py --trtllm /path/to/TensorRT-LLM > test/fixtures/kv-events/engines.json
+
+Unlike kv-event-fixtures.py (this project's own writer of each wire variant),
+every payload here is produced by the engine's unmodified source, run behind
+small stand-ins for what it imports (its C++ bindings, its logger); no code of
+the engines is kept in this repository: give it a checkout.
+
+  TensorRT-LLM, NVIDIA/TensorRT-LLM
+    tensorrt_llm/_utils.py, class KVCacheEventSerializer
+      (followed at commit ed53795b33fc139493f762a1c6c53f691cf52d38): the JSON
+      that /kv_cache_events serves. The stand-ins are the binding classes it
+      dispatches on by name (KVCacheStoredData, KVCacheStoredBlockData, ...),
+      holding what the C++ KV cache manager fills in; a stored event whose last
+      block is not yet full holds that block's tokens as they are.
+    tensorrt_llm/serve/kv_event_fanout.py, class KvEventFanout
+      (followed at commit 48f2db0bbf03661a285df62512a5aecc5b2fa490): what its
+      subscribers receive and what its HTTP buffer drains, fed the serializer's
+      events with an event-id gap (the synthetic {"type": "all_cleared"}).
+
+  SGLang, sgl-project/sglang
+    python/sglang/srt/disaggregation/kv_events.py, the structs KVEventBatch,
+      BlockStored, BlockRemoved, AllBlocksCleared (followed at commit
+      006d053f182f9b488d2bd841afa06d5f9120a258), encoded with msgspec's
+      msgpack Encoder as its ZmqEventPublisher encodes them (no DP rank in the
+      batch: the rank is the publisher's port offset).
+    python/sglang/srt/metrics/collector.py (commit
+      00ae9c1590d2d0bb6c0bfff39e312c34ae3dd538): the load gauges
+      sglang:num_running_reqs, sglang:num_queue_reqs, sglang:token_usage with
+      the scheduler's labels (model_name, engine_type, tp_rank, pp_rank,
+      moe_ep_rank, dp_rank), written by prometheus_client as its /metrics does.
+
+Needs msgspec and prometheus_client (for SGLang).
+
+Output: one JSON object, each fixture with what it shows and the JSON text the
+engine writes (Python's json.dumps, as trtllm-serve returns it).
+"""
+import argparse
+import collections
+import ast
+import asyncio
+import json
+import sys
+import types
+from pathlib import Path
+
+
+def load_class(path, name, namespace):
+    """The class `name` of the Python file at `path`, executed alone in `namespace` (its module's other imports untouched)."""
+    tree = ast.parse(Path(path).read_text())
+    node = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name)
+    code = compile(ast.Module(body=[node], type_ignores=[]), str(path), "exec")
+    exec(code, namespace)
+    return namespace[name]
+
+
+def binding(name, **fields):
+    """A stand-in for one of the executor bindings' classes (the serializer reads type(x).__name__ and attributes)."""
+    return type(name, (), {})() if not fields else type(name, (), dict(fields))()
+
+
+def token(t):
+    return binding("UniqueToken", token_id=t, token_extra_id=0)
+
+
+def block(h, tokens):
+    return binding("KVCacheStoredBlockData", block_hash=h, tokens=[token(t) for t in tokens], cache_level=0, priority=35)
+
+
+def event(event_id, data, window_size=4096, rank=None):
+    return binding("KVCacheEvent", event_id=event_id, data=data, window_size=window_size, attention_dp_rank=rank)
+
+
+def stored(parent, blocks):
+    return binding("KVCacheStoredData", parent_hash=parent, blocks=blocks)
+
+
+def removed(hashes):
+    return binding("KVCacheRemovedData", block_hashes=hashes)
+
+
+def created(window_size=4096):
+    return binding("KVCacheCreatedData", num_blocks_per_cache_level=[4096, 0])
+
+
+def sglang(root):
+    """SGLang's ZeroMQ batches (msgspec, as its publisher encodes them) and its /metrics page."""
+    import typing
+
+    import msgspec
+    import prometheus_client
+
+    ns = {"msgspec": msgspec, "Any": typing.Any, "Optional": typing.Optional, "Union": typing.Union}
+    path = root / "python" / "sglang" / "srt" / "disaggregation" / "kv_events.py"
+    tree = ast.parse(path.read_text())
+    wanted = ["EventBatch", "KVCacheEvent", "BlockStored", "BlockRemoved", "AllBlocksCleared", "KVEventBatch"]
+    body = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name in wanted]
+    exec(compile(ast.Module(body=body, type_ignores=[]), str(path), "exec"), ns)
+    encoder = msgspec.msgpack.Encoder()
+    stored = ns["KVEventBatch"](ts=1.5, events=[ns["BlockStored"](block_hashes=[2**63 + 7, 9], parent_block_hash=None, token_ids=[61, 62, 63, 64, 65, 66, 67, 68], block_size=4, lora_id=None)])
+    removed = ns["KVEventBatch"](ts=2.5, events=[ns["BlockRemoved"](block_hashes=[9])])
+    cleared = ns["KVEventBatch"](ts=3.5, events=[ns["AllBlocksCleared"]()])
+
+    registry = prometheus_client.CollectorRegistry()
+    labels = ["model_name", "engine_type", "tp_rank", "pp_rank", "moe_ep_rank", "dp_rank"]
+    gauges = {name: prometheus_client.Gauge(name, doc, labelnames=labels, registry=registry) for name, doc in [
+        ("sglang:num_running_reqs", "The number of running requests."),
+        ("sglang:num_queue_reqs", "The number of requests in the waiting queue."),
+        ("sglang:token_usage", "The token usage."),
+    ]}
+    for dp_rank, (running, queued, usage) in enumerate([(3, 1, 0.25), (0, 0, 0.0)]):
+        values = {"model_name": "qwen", "engine_type": "unified", "tp_rank": str(dp_rank * 2), "pp_rank": "0", "moe_ep_rank": "0", "dp_rank": str(dp_rank)}
+        gauges["sglang:num_running_reqs"].labels(**values).set(running)
+        gauges["sglang:num_queue_reqs"].labels(**values).set(queued)
+        gauges["sglang:token_usage"].labels(**values).set(usage)
+    return {
+        "sglang_stored": {"what": "a DP rank stores a chain of two blocks (a uint64 hash, then 9) of tokens 61..68; no DP rank in the batch", "hex": encoder.encode(stored).hex(), "prompt": [61, 62, 63, 64, 65, 66, 67, 68, 69], "reused": 8},
+        "sglang_removed": {"what": "block 9 removed", "hex": encoder.encode(removed).hex()},
+        "sglang_cleared": {"what": "all blocks cleared", "hex": encoder.encode(cleared).hex()},
+        "sglang_metrics": {"what": "two DP ranks: rank 0 runs 3 and queues 1 at 25% token usage, rank 1 idle", "text": prometheus_client.generate_latest(registry).decode()},
+    }
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--trtllm", required=True, help="a checkout of NVIDIA/TensorRT-LLM (or a folder holding the two files above)")
+    parser.add_argument("--sglang", required=True, help="a checkout of sgl-project/sglang (or a folder holding the file above)")
+    args = parser.parse_args()
+    root = Path(args.trtllm)
+    ns = {}
+    serializer = load_class(root / "tensorrt_llm" / "_utils.py", "KVCacheEventSerializer", ns)
+    # The fanout imports tensorrt_llm.logger; a stand-in module keeps its warnings for the fixture's record.
+    warnings = []
+    logger = types.SimpleNamespace(warning=lambda msg, *a: warnings.append(msg % a), debug=lambda *a: None)
+    import collections.abc
+    import typing
+    fanout_ns = {"asyncio": asyncio, "deque": collections.deque, "AsyncGenerator": collections.abc.AsyncGenerator, "Any": typing.Any, "logger": logger}
+    fanout_class = load_class(root / "tensorrt_llm" / "serve" / "kv_event_fanout.py", "KvEventFanout", fanout_ns)
+    tpb = 4
+    out = {"note": __doc__.strip().splitlines()[0], "tokensPerBlock": tpb}
+
+    # 1. A stored event whose last block holds 2 of its 4 tokens: the engine stores the prompt's tail block too.
+    out["trtllm_partial_tail"] = {
+        "what": "rank 0 stores a chain of two full blocks and a tail block holding 2 of 4 tokens; the engine would reuse the 8 tokens of the full blocks",
+        "json": json.dumps(serializer.serialize([
+            event(0, created()),
+            event(1, stored(None, [block(101, [11, 12, 13, 14]), block(102, [15, 16, 17, 18]), block(103, [19, 20])])),
+        ])),
+        "prompt": [11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21],
+        "reused": 8,
+    }
+    # 2. A stored event of a single partial block: nothing to keep.
+    out["trtllm_partial_only"] = {
+        "what": "a stored event whose only block holds 3 of 4 tokens: nothing reusable, nothing kept",
+        "json": json.dumps(serializer.serialize([event(2, stored(None, [block(201, [31, 32, 33])]))])),
+    }
+
+    # 3. The fanout, fed events with an id gap on rank 1: its subscribers get a synthetic all_cleared, its HTTP buffer not.
+    engine_events = serializer.serialize([
+        event(0, created(), rank=1),
+        event(1, stored(None, [block(301, [41, 42, 43, 44])]), rank=1),
+        event(2, binding("KVCacheUpdatedData", block_hash=301, cache_level=binding("EventDiff", new_value=1, old_value=0), priority=binding("EventDiff", new_value=35, old_value=35)), rank=1),
+        # Events 3 and 4 lost before the fanout saw them.
+        event(5, stored(None, [block(302, [51, 52, 53, 54])]), rank=1),
+    ])
+
+    async def run():
+        # The fanout's own _publish, as its pump calls it for each engine event; a subscriber's queue registered
+        # as subscribe() registers it (subscribe() itself would start the pump on the engine).
+        fanout = fanout_class(llm=None)
+        queue = asyncio.Queue()
+        fanout._subscribers[queue] = frozenset()
+        for e in engine_events:
+            fanout._publish(e)
+        received = []
+        while not queue.empty():
+            received.append(queue.get_nowait()[1])
+        return received, fanout.drain_http_buffer()
+
+    received, http = asyncio.run(run())
+    out["trtllm_fanout_gap"] = {
+        "what": "kv_event_fanout.py fed rank 1's events 0, 1, 2 (created, stored, updated) and then 5: subscribers receive the stored event, a synthetic all_cleared for rank 1, then the stored event after the gap; its HTTP buffer holds the two stored events only (ids 1 and 5)",
+        "subscriber_json": json.dumps(received),
+        "http_json": json.dumps(http),
+        "fanout_warnings": warnings,
+    }
+    out.update(sglang(Path(args.sglang)))
+    json.dump(out, sys.stdout, indent=1)
+    sys.stdout.write("\n")
+
+
+if __name__ == "__main__":
+    main()

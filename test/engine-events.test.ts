@@ -1,0 +1,48 @@
+// The index fed KV events as the engines' own code writes them
+// (test/fixtures/kv-events/engines.json, recorded by
+// scripts/engine-event-fixtures.py from TensorRT-LLM's KVCacheEventSerializer
+// and its kv_event_fanout.py, unmodified): a stored event whose last block is
+// not yet full keeps its full blocks, and the fanout's synthetic all_cleared
+// after an event-id gap empties that DP rank's view.
+import { describe, expect, it } from "vitest";
+import { createPrefixIndex, init } from "../src/index.js";
+import fixtures from "./fixtures/kv-events/engines.json" with { type: "json" };
+
+const { tokensPerBlock } = fixtures;
+
+describe("TensorRT-LLM's events as its serializer writes them", () => {
+  it("a stored event with a partial last block: its full blocks are kept, the tail left out and counted, nothing malformed", async () => {
+    await init();
+    const index = createPrefixIndex({ numRanks: 1, tokensPerBlock });
+    const f = fixtures.trtllm_partial_tail;
+    const result = index.applyKvEvents(JSON.parse(f.json), { rank: 0 });
+    expect(result).toMatchObject({ applied: 1, malformed: 0, ignored: 1, partialTails: 1 });
+    expect(index.match(f.prompt)).toEqual([f.reused]);
+    expect(index.blockCount(0)).toBe(f.reused / tokensPerBlock);
+    // An event whose only block is partial stores nothing and is counted the same way.
+    const only = index.applyKvEvents(JSON.parse(fixtures.trtllm_partial_only.json), { rank: 0 });
+    expect(only).toMatchObject({ applied: 0, malformed: 0, ignored: 1, partialTails: 1 });
+    expect(index.blockCount(0)).toBe(f.reused / tokensPerBlock);
+    index.dispose();
+  });
+
+  it("the fanout's synthetic all_cleared after an event-id gap empties that DP rank's view, then the event after the gap applies", async () => {
+    await init();
+    const index = createPrefixIndex({ numRanks: 2, tokensPerBlock });
+    const received = JSON.parse(fixtures.trtllm_fanout_gap.subscriber_json) as { data: { type: string } }[];
+    expect(received.map((e) => e.data.type)).toEqual(["stored", "all_cleared", "stored"]);
+    // Before the gap: block 301 (tokens 41..44) on rank 1.
+    index.applyKvEvents([received[0]]);
+    expect(index.match([41, 42, 43, 44, 45])).toEqual([0, 4]);
+    const result = index.applyKvEvents(received.slice(1));
+    expect(result).toMatchObject({ applied: 2, malformed: 0 });
+    expect(index.match([41, 42, 43, 44, 45])).toEqual([0, 0]);
+    expect(index.match([51, 52, 53, 54, 55])).toEqual([0, 4]);
+    index.dispose();
+  });
+
+  it("the fanout's HTTP buffer holds only stored and removed events, their ids as the engine numbered them", () => {
+    const drained = JSON.parse(fixtures.trtllm_fanout_gap.http_json) as { event_id: number; data: { type: string } }[];
+    expect(drained.map((e) => [e.event_id, e.data.type])).toEqual([[1, "stored"], [5, "stored"]]);
+  });
+});
