@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Records KV events as the engines' own code writes them, for the tests.
 
-    python3 scripts/engine-event-fixtures.py --trtllm /path/to/TensorRT-LLM > test/fixtures/kv-events/engines.json
+    pip install msgspec prometheus_client
+    python3 scripts/engine-event-fixtures.py --trtllm /path/to/TensorRT-LLM --sglang /path/to/sglang \
+        > test/fixtures/kv-events/engines.json
 
 Unlike kv-event-fixtures.py (this project's own writer of each wire variant),
 every payload here is produced by the engine's unmodified source, run behind
@@ -14,7 +16,9 @@ the engines is kept in this repository: give it a checkout.
       that /kv_cache_events serves. The stand-ins are the binding classes it
       dispatches on by name (KVCacheStoredData, KVCacheStoredBlockData, ...),
       holding what the C++ KV cache manager fills in; a stored event whose last
-      block is not yet full holds that block's tokens as they are.
+      block is not yet full holds that block's tokens as they are (the
+      stand-in builds that block: this shows how the serializer writes one,
+      not that the C++ manager emits one in a given release).
     tensorrt_llm/serve/kv_event_fanout.py, class KvEventFanout
       (followed at commit 48f2db0bbf03661a285df62512a5aecc5b2fa490): what its
       subscribers receive and what its HTTP buffer drains, fed the serializer's
@@ -38,7 +42,6 @@ Output: one JSON object, each fixture with what it shows and the JSON text the
 engine writes (Python's json.dumps, as trtllm-serve returns it).
 """
 import argparse
-import collections
 import ast
 import asyncio
 import json
@@ -134,6 +137,7 @@ def main():
     # The fanout imports tensorrt_llm.logger; a stand-in module keeps its warnings for the fixture's record.
     warnings = []
     logger = types.SimpleNamespace(warning=lambda msg, *a: warnings.append(msg % a), debug=lambda *a: None)
+    import collections
     import collections.abc
     import typing
     fanout_ns = {"asyncio": asyncio, "deque": collections.deque, "AsyncGenerator": collections.abc.AsyncGenerator, "Any": typing.Any, "logger": logger}

@@ -126,12 +126,15 @@ function cutTrtllmStored(v: EventView, data: Record<string, unknown>, max: numbe
   if (!Array.isArray(blocks) || blocks.length === 0) return null;
   let size = -1;
   let lora: number | null | undefined;
-  for (const b of blocks) {
+  for (let i = 0; i < blocks.length; i++) {
+    const b: unknown = blocks[i];
     if (!isObject(b) || engineHash(b.block_hash) === null) return null;
     if (Array.isArray(b.mm_keys) && b.mm_keys.length > 0) return null;
     const n = b.tokens === undefined || b.tokens === null ? 0 : Array.isArray(b.tokens) && allTokens(b.tokens) ? b.tokens.length : -1;
-    if (n < 0 || (size >= 0 && n !== size)) return null;
-    size = n;
+    // A last block not yet full (a prompt's tail) rides in the last piece, as the parser keeps the rest without it.
+    const tail = i === blocks.length - 1 && i > 0 && size > 0 && n > 0 && n < size;
+    if (n < 0 || (size >= 0 && n !== size && !tail)) return null;
+    if (!tail) size = n;
     // The chain's adapter is the last one a block names: cut only when every block names the same, or none.
     const id = typeof b.lora_id === "number" && Number.isSafeInteger(b.lora_id) ? b.lora_id : null;
     if (lora !== undefined && id !== lora) return null;

@@ -114,6 +114,26 @@ describe("sliceKvEvents", () => {
     expect(index.blockCount(0)).toBe(2);
   });
 
+  it("a TensorRT-LLM chain ending in a partial block (a prompt's tail) is cut too, the tail in its last piece: sliced equals whole", () => {
+    // TPB 2: 601 full blocks and a tail of 1 token.
+    const hashes = Array.from({ length: 602 }, (_, i) => i + 1);
+    const tokens = Array.from({ length: 601 * TPB + 1 }, (_, i) => (i * 7) % 97);
+    const event = encode({ kind: "stored", parent: null, hashes, tokens, lora: null }, "trtllm") as { data: { blocks: { tokens: unknown[] }[] } };
+    expect(event.data.blocks.at(-1)!.tokens).toHaveLength(1);
+    const cut = sliceKvEvents([event], 256);
+    expect(cut.slices).toHaveLength(3);
+    const whole = createPrefixIndex({ numRanks: 1, tokensPerBlock: TPB });
+    const sliced = createPrefixIndex({ numRanks: 1, tokensPerBlock: TPB });
+    const w = whole.applyKvEvents([event], { rank: 0 });
+    let tails = 0;
+    for (const slice of cut.slices) tails += sliced.applyKvEvents(slice, { rank: 0 }).partialTails;
+    expect([w.partialTails, tails]).toEqual([1, 1]);
+    expect(sliced.blockCount(0)).toBe(601);
+    expect(picture(sliced, [tokens.slice(0, 1202), tokens.slice(0, 600)])).toEqual(picture(whole, [tokens.slice(0, 1202), tokens.slice(0, 600)]));
+    whole.dispose();
+    sliced.dispose();
+  });
+
   it("a salted chain cut into pieces keeps its salt: every piece continues the salted chain", () => {
     const hashes = Array.from({ length: 9 }, (_, i) => i + 1);
     const tokens = Array.from({ length: 18 }, (_, i) => i);

@@ -2,7 +2,7 @@
 // gap cannot be filled, stale when silent while it has work, and a restart seen
 // from its sequence numbers.
 import { describe, expect, it } from "vitest";
-import { EventFreshness } from "../../gateway/src/events/event-freshness.js";
+import { engineStatus, EventFreshness, rankStatuses } from "../../gateway/src/events/event-freshness.js";
 
 /** A freshness tracker on a clock the test moves. */
 function tracker(staleAfterMs = 1_000, restartBehind?: bigint) {
@@ -95,5 +95,40 @@ describe("EventFreshness", () => {
   it("refuses a non-positive staleness window", () => {
     expect(() => new EventFreshness({ staleAfterMs: 0 })).toThrow(RangeError);
     expect(() => new EventFreshness({ staleAfterMs: Number.NaN })).toThrow(RangeError);
+  });
+});
+
+describe("an engine's DP ranks as one (engineStatus, rankStatuses)", () => {
+  const streams = (n: number) => {
+    let t = 0;
+    const clock = { now: () => t, advance: (ms: number) => void (t += ms) };
+    return { clock, ranks: Array.from({ length: n }, () => new EventFreshness({ staleAfterMs: 1000, now: clock.now })) };
+  };
+
+  it("a rank that never spoke beside one that speaks is idle and empty (live); no rank spoken is stale", () => {
+    const { ranks } = streams(2);
+    expect(engineStatus(ranks)).toBe("stale");
+    ranks[0]!.batch(0n);
+    expect(rankStatuses(ranks)).toEqual(["live", "live"]);
+    expect(engineStatus(ranks)).toBe("live");
+  });
+
+  it("once the rank that spoke falls silent while routed, the never-heard one is no excuse: the engine is stale", () => {
+    const { clock, ranks } = streams(2);
+    ranks[0]!.batch(0n);
+    for (const r of ranks) r.routed();
+    clock.advance(5000);
+    expect(rankStatuses(ranks)).toEqual(["stale", "stale"]);
+    expect(engineStatus(ranks)).toBe("stale");
+    ranks[0]!.batch(1n); // it speaks again
+    expect(engineStatus(ranks)).toBe("live");
+  });
+
+  it("a gapped rank makes the engine gapped, whatever its idle siblings", () => {
+    const { ranks } = streams(3);
+    ranks[0]!.batch(0n);
+    ranks[0]!.batch(5n);
+    ranks[0]!.unfilled(5n);
+    expect(engineStatus(ranks)).toBe("gapped");
   });
 });

@@ -222,6 +222,25 @@ describe("ZeroMQ streams: sequence gaps, restarts, bad batches, silence", () => 
     expect(matchedOnA(gateway)).toBe(16);
   });
 
+  it("batches published while the replay at subscription is pending come twice (replayed and live): skipped as duplicates, not read as a restart", async () => {
+    const pub = await startFakePublisher(1, "vllm");
+    open.push(pub);
+    pub.lose(0, 0n, bytes("chain_p"));
+    const release = pub.holdReplays();
+    const { gateway, logs } = await gatewayWith(`{ kind: zmq, endpoint: "${pub.endpoint}", replay_endpoint: "${pub.replayEndpoint}" }`);
+    await pub.subscribed(0);
+    await waitFor(() => pub.replayRequests[0]!.length === 1);
+    await pub.publish(0, 1n, bytes("chain_q")); // live and in the buffer, while the engine has not answered the replay
+    await pub.publish(0, 2n, bytes("chain_r"));
+    release();
+    await waitFor(() => metric(gateway, "upstream_kv_event_batches_total", 'upstream="1",outcome="duplicate"') === 2, () => gateway.metrics().split("\n").filter((l) => l.includes("kv_event")).join("\n"));
+    expect(metric(gateway, "upstream_kv_event_restarts_total", 'upstream="1"')).toBe(0);
+    expect(logs.some((l) => String(l.what ?? l.msg).includes("restarted"))).toBe(false);
+    expect(viewBlocks(gateway)).toBe(12);
+    expect(await complete(gateway, [...Q, 7])).toBe(1);
+    expect(matchedOnA(gateway)).toBe(16);
+  });
+
   it("an idle DP rank (it never publishes: the engine sent it nothing) is an empty cache, not a stale stream: the upstream's events are used", async () => {
     // Before: until every rank had spoken, kv_events_used stayed 0 and routing ran on placements.
     const { pub, gateway } = await subscribed(2);

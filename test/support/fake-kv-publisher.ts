@@ -55,6 +55,8 @@ export interface FakePublisher {
   sendFrames(rank: number, frames: Buffer[]): Promise<void>;
   /** Replay requests received, per rank (their start sequences). */
   readonly replayRequests: bigint[][];
+  /** Holds the answers to replay requests (as a busy engine's publisher thread does) until the returned function is called. */
+  holdReplays(): () => void;
   close(): Promise<void>;
 }
 
@@ -82,6 +84,7 @@ export async function startFakePublisher(dpRanks: number, replay: ReplayStyle | 
   const buffers: { seq: bigint; payload: Buffer; topic: string }[][] = [];
   const replayRequests: bigint[][] = [];
   const loops: Promise<void>[] = [];
+  let held: Promise<void> = Promise.resolve();
   for (let r = 0; r < dpRanks; r++) {
     // Every subscription passed up, even a repeated one: the test waits for each gateway's.
     // With a secret key, a CURVE server (as an engine configured for it): only clients that know its public key get its events.
@@ -116,6 +119,7 @@ export async function startFakePublisher(dpRanks: number, replay: ReplayStyle | 
             for await (const [identity, , start] of router) {
               const from = start!.readBigInt64BE(0);
               replayRequests[r]!.push(from);
+              await held;
               for (const b of buffers[r]!) {
                 if (b.seq < from) continue;
                 await router.send(replay === "vllm" ? [identity!, "", seqFrame(b.seq), b.payload] : [identity!, "", b.topic, seqFrame(b.seq), b.payload]);
@@ -142,6 +146,11 @@ export async function startFakePublisher(dpRanks: number, replay: ReplayStyle | 
     async publish(rank, seq, payload, topic = "") {
       buffers[rank]!.push({ seq, payload, topic });
       await pubs[rank]!.send([topic, seqFrame(seq), payload]);
+    },
+    holdReplays() {
+      let release!: () => void;
+      held = new Promise<void>((resolve) => (release = resolve));
+      return release;
     },
     lose(rank, seq, payload) {
       buffers[rank]!.push({ seq, payload, topic: "" });

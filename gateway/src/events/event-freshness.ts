@@ -174,14 +174,16 @@ export const zeroCounters = (): EventSourceCounters => ({ batches: 0, unparseabl
 
 /**
  * Each DP-rank stream's status, an idle rank's among them: a rank that has
- * never spoken while another rank of its engine has is live with an empty
- * view, not stale. vLLM publishes only when a rank has events, so a rank the
+ * never spoken while another rank of its engine speaks (is live) is live with
+ * an empty view, not stale. vLLM publishes only when a rank has events, so a rank the
  * engine's own balancer has sent nothing to cache never speaks; it holds
  * nothing a request could reuse.
  */
 export function rankStatuses(streams: readonly EventFreshness[]): FeedStatus[] {
-  const anySpoke = streams.some((s) => s.answered);
-  return streams.map((s) => (!s.answered && anySpoke && s.status === "stale" ? "live" : s.status));
+  const statuses = streams.map((s) => s.status);
+  // Idle only beside a rank that speaks now: one that spoke once and fell silent says nothing of its siblings.
+  const anyLive = streams.some((s, i) => s.answered && statuses[i] === "live");
+  return streams.map((s, i) => (!s.answered && anyLive && statuses[i] === "stale" ? "live" : statuses[i]!));
 }
 
 /**

@@ -46,6 +46,12 @@ class RankStream {
   readonly freshness: EventFreshness;
   readonly sub: Subscriber;
   #replay: Dealer | null = null;
+  /**
+   * The last batch the replay at subscription applied, until the live stream
+   * passes it: the SUB socket was already subscribed, so batches published
+   * meanwhile come both in the replay and live, and are not a restart.
+   */
+  replayedThrough: bigint | null = null;
 
   constructor(
     readonly rank: number,
@@ -175,7 +181,11 @@ export class ZmqEventSource implements IndexUpdateSource {
       else s.sub.connect(s.endpoint);
       // What the publisher still buffers, asked for at once: a rank that has served nothing publishes nothing, and
       // after a gateway restart its view would otherwise wait for its next live batch. Live batches queue meanwhile.
-      if (s.replayEndpoint !== null) await this.#replay(s, 0n, WHOLE_BUFFER, emit, true);
+      if (s.replayEndpoint !== null) {
+        await this.#replay(s, 0n, WHOLE_BUFFER, emit, true);
+        const expected = s.freshness.expected;
+        s.replayedThrough = expected === null ? null : expected - 1n;
+      }
       for await (const frames of s.sub) {
         if (this.#closed) break;
         const seq = frames.length === 3 ? sequenceOf(frames[1]) : null;
@@ -194,6 +204,14 @@ export class ZmqEventSource implements IndexUpdateSource {
 
   /** Applies (or skips) one live batch, filling a gap before it first. */
   async #onBatch(s: RankStream, seq: bigint, payload: Buffer, emit: (update: IndexUpdate) => void): Promise<void> {
+    if (s.replayedThrough !== null) {
+      // Queued live while the replay at subscription carried it too: already applied (0 is still a restart).
+      if (seq > 0n && seq <= s.replayedThrough) {
+        this.counters.duplicates++;
+        return;
+      }
+      s.replayedThrough = null;
+    }
     if (s.freshness.expected === null && seq > 0n && s.replayEndpoint !== null) {
       // First contact with a stream already under way: what the publisher still buffers comes first.
       await this.#replay(s, 0n, seq, emit, true);
@@ -292,7 +310,7 @@ export class ZmqEventSource implements IndexUpdateSource {
     // One deadline for the whole replay, and no more frames than the gap holds (plus the publisher's
     // buffer on first contact): a replay socket that keeps talking must not hold the live stream back.
     const deadline = performance.now() + 4 * this.#config.replayTimeoutMs;
-    let frames = first ? REPLAY_BUFFER_STEPS : Number(upTo - from) + 1;
+    let frames = first ? REPLAY_BUFFER_STEPS + 1 : Number(upTo - from) + 1; // the batches, and the end marker
     try {
       await dealer.send(["", request]);
       while (!this.#closed) {

@@ -318,7 +318,7 @@ function kvUsageOf(stats: unknown): number | null {
 /** A gauge's value as a count of requests (gauges are floats in the format), or null. */
 function asCount(value: number): number | null {
   if (!Number.isFinite(value) || value < 0 || value > MAX_COUNT) return null;
-  return Math.round(value);
+  return Math.round(value) + 0; // -0 (a sample written "-0") is 0
 }
 
 /** A report over `ranks`, sorted, with its total. */
