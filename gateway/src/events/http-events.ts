@@ -13,7 +13,6 @@ import type { Pool } from "undici";
 import { engineStatus, EventFreshness, rankStatuses, zeroCounters, type FeedStatus } from "./event-freshness.js";
 import { BatchDecoder } from "./batch-decoder.js";
 import type { EventRun } from "./batch-preparation.js";
-import { emitInSlices } from "./event-slicing.js";
 import type { KvEventsConfig } from "../config/events-config.js";
 import type { IndexUpdate, IndexUpdateSource } from "./index-update.js";
 
@@ -180,10 +179,10 @@ export class TrtllmHttpEventSource implements IndexUpdateSource {
     // An empty answer says nothing of the engine's cache: an engine whose event buffer is off
     // (event_buffer_max_size 0) answers [] for ever, and must not read as a live, empty picture.
     try {
-      // A run a turn, each checked against its ranks' event ids and emitted in slices.
+      // A run a turn, each checked against its ranks' event ids and emitted.
       for await (const run of answer.slices) {
         if (this.#closed) return;
-        await this.#emitByRank(run as EventRun, emit);
+        this.#emitByRank(run as EventRun, emit);
       }
     } catch (error) {
       this.#onNotice({ rank: -1, what: "poll answer cut short", detail: (error as Error).message });
@@ -201,14 +200,14 @@ export class TrtllmHttpEventSource implements IndexUpdateSource {
   }
 
   /**
-   * Emits a run of a poll's events per DP rank (in slices), checking each
+   * Emits a run of a poll's events per DP rank, checking each
    * rank's event ids; the further pieces of a cut event (`run.continues`) go
    * where its first piece went.
    */
-  async #emitByRank(run: EventRun, emit: (update: IndexUpdate) => void): Promise<void> {
+  #emitByRank(run: EventRun, emit: (update: IndexUpdate) => void): void {
     const pending: unknown[][] = this.#ranks.map(() => []);
     const unranked: unknown[] = [];
-    // What to emit, in order: each rank's event ids are checked first, all at once, then the updates go out a slice a turn.
+    // What to emit, in order: each rank's event ids are checked first, all at once, then the updates go out.
     const updates: IndexUpdate[] = [];
     const flush = (rank: number) => {
       if (pending[rank]!.length > 0) updates.push({ kind: "kv-events", events: pending[rank]!, dpRank: rank });
@@ -250,10 +249,8 @@ export class TrtllmHttpEventSource implements IndexUpdateSource {
     }
     for (let r = 0; r < pending.length; r++) flush(r);
     if (unranked.length > 0) updates.push({ kind: "kv-events", events: unranked });
-    for (const u of updates) {
-      if (this.#closed) return;
-      if (u.kind === "cleared") emit(u);
-      else await emitInSlices(u.events, u.dpRank, undefined, this.#config, emit, () => this.#closed);
-    }
+    // A run holds at most JSON_RUN_BLOCKS blocks (its answer was measured against the limits and cut into runs
+    // before): its updates go out together, on its own turn of the event loop.
+    for (const u of updates) emit(u);
   }
 }
