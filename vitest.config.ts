@@ -36,6 +36,7 @@ export default defineConfig({
     alias: [
       { find: /^adp-router$/, replacement: fileURLToPath(new URL("./src/index.ts", import.meta.url)) },
       { find: /^adp-router\/prometheus$/, replacement: fileURLToPath(new URL("./src/prometheus.ts", import.meta.url)) },
+      { find: /^adp-router\/engine-cache$/, replacement: fileURLToPath(new URL("./src/engine-cache-entry.ts", import.meta.url)) },
     ],
   },
   test: {

@@ -35,7 +35,7 @@ const common = { bundle: true, format: "esm", target: "es2022", legalComments: "
 // The library and its subpaths share one copy of the core through a common chunk.
 await build({
   ...common,
-  entryPoints: { index: "src/index.ts", prometheus: "src/prometheus.ts", simulate: "src/simulate-entry.ts" },
+  entryPoints: { index: "src/index.ts", prometheus: "src/prometheus.ts", simulate: "src/simulate-entry.ts", "engine-cache": "src/engine-cache-entry.ts" },
   outdir: "dist",
   splitting: true,
   chunkNames: "chunks/[name]-[hash]",

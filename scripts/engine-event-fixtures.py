@@ -3,7 +3,10 @@
 
     pip install msgspec prometheus_client
     python3 scripts/engine-event-fixtures.py --trtllm /path/to/TensorRT-LLM --sglang /path/to/sglang \
-        > test/fixtures/kv-events/engines.json
+        --vllm /path/to/vllm > test/fixtures/kv-events/engines.json
+
+Each engine's fixtures are recorded only when its checkout is given; --merge FILE keeps
+the others from an earlier recording (so one engine can be re-recorded alone).
 
 Unlike kv-event-fixtures.py (this project's own writer of each wire variant),
 every payload here is produced by the engine's unmodified source, run behind
@@ -23,6 +26,21 @@ the engines is kept in this repository: give it a checkout.
       (followed at commit 48f2db0bbf03661a285df62512a5aecc5b2fa490): what its
       subscribers receive and what its HTTP buffer drains, fed the serializer's
       events with an event-id gap (the synthetic {"type": "all_cleared"}).
+
+    The same serializer writes variable-sliding-window (VSWA) events: one
+      radix tree per attention window, each event naming its window_size.
+
+  vLLM, vllm-project/vllm
+    vllm/distributed/kv_events.py, the structs KVEventBatch, BlockStored,
+      BlockRemoved, AllBlocksCleared (followed at commit
+      0181ea3173e53eea8cf04a86891488e3dc89bb34), encoded with msgspec's msgpack
+      Encoder as its ZmqEventPublisher encodes them. The events are the ones
+      vllm/v1/core/block_pool.py writes for a hybrid model (cache_full_blocks:
+      one BlockStored per KV-cache group with its group_idx, medium GPU, no
+      kind; an evicted cached block: BlockRemoved with its group_idx). Block
+      hashes are stand-ins (the low 64 bits of a sha256 over the parent and the
+      tokens, as maybe_convert_block_hash keeps them): the gateway keys blocks
+      on their tokens and takes a hash only as the block's name.
 
   SGLang, sgl-project/sglang
     python/sglang/srt/disaggregation/kv_events.py, the structs KVEventBatch,
@@ -126,12 +144,95 @@ def sglang(root):
     }
 
 
+def vllm(root):
+    """A hybrid model's events (full attention in group 0, a 32-token sliding window in group 1), as vLLM's structs encode them."""
+    import hashlib
+    import typing
+
+    import msgspec
+
+    ns = {"msgspec": msgspec, "Any": typing.Any, "ExternalBlockHash": typing.Union[bytes, int]}
+    path = root / "vllm" / "distributed" / "kv_events.py"
+    tree = ast.parse(path.read_text())
+    wanted = ["EventBatch", "KVCacheEvent", "BlockStored", "BlockRemoved", "AllBlocksCleared", "KVEventBatch"]
+    body = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name in wanted]
+    ns["MEDIUM_GPU"] = "GPU"
+    exec(compile(ast.Module(body=body, type_ignores=[]), str(path), "exec"), ns)
+    encoder = msgspec.msgpack.Encoder()
+    bs = 16
+    prompt = list(range(1000, 1000 + 8 * bs))  # 8 full blocks; the engine looks up 127 tokens: 7 blocks
+
+    def chain_hashes(tokens):
+        out, parent = [], b""
+        for i in range(0, len(tokens), bs):
+            digest = hashlib.sha256(parent + repr(tokens[i:i + bs]).encode()).digest()
+            out.append(int.from_bytes(digest, "big") & ((1 << 64) - 1))
+            parent = digest
+        return out
+
+    hashes = chain_hashes(prompt)
+    # cache_full_blocks, once per KV-cache group: the same block hashes, each group's own event.
+    stored = [ns["BlockStored"](block_hashes=hashes, parent_block_hash=None, token_ids=prompt, block_size=bs, lora_id=None, medium="GPU", lora_name=None, extra_keys=None, group_idx=g) for g in (0, 1)]
+    batch_stored = ns["KVEventBatch"](ts=1.25, events=stored, data_parallel_rank=0)
+    # The sliding-window group's first block (outside the window, freed while the request ran) evicted for a new one.
+    batch_removed = ns["KVEventBatch"](ts=2.25, events=[ns["BlockRemoved"](block_hashes=[hashes[0]], medium="GPU", group_idx=1)], data_parallel_rank=0)
+    return {
+        "vllm_hybrid": {
+            "what": "a hybrid model (group 0 full attention, group 1 a 32-token sliding window, 16-token blocks): both groups store the 8 blocks of a 128-token prompt, then the sliding-window group's first block is evicted; vLLM's HybridKVCacheCoordinator reuses 112 tokens (the full-attention prefix below the 127 it looks up, the window needing only its last 2 blocks)",
+            "tokensPerBlock": bs,
+            "groups": [{"kind": "full_attention"}, {"kind": "sliding_window", "sliding_window": 32}],
+            "stored_hex": encoder.encode(batch_stored).hex(),
+            "removed_hex": encoder.encode(batch_removed).hex(),
+            "prompt": prompt,
+            "reused": 112,
+        }
+    }
+
+
+def trtllm_vswa(serializer):
+    """Variable sliding windows: the serializer's events in two windows."""
+    bs = 16
+    prompt = list(range(2000, 2000 + 16 * bs + 1))
+    blocks = lambda base, lo, hi: [block(base + i, prompt[i * bs:(i + 1) * bs]) for i in range(lo, hi)]
+    events = serializer.serialize([
+        event(0, created(512), window_size=512),
+        event(1, created(32768), window_size=32768),
+        event(2, stored(None, blocks(7000, 0, 6)), window_size=512),
+        event(3, stored(None, blocks(9000, 0, 6)), window_size=32768),
+        # The continuation stored in the large window only (the small window's tree keeps the first 6 blocks).
+        event(4, stored(9005, blocks(9000, 6, 16)), window_size=32768),
+    ])
+    return {
+        "trtllm_vswa": {
+            "what": "VSWA: windows 512 and 32768 (16-token blocks) both store a prompt's first 6 blocks, then window 32768 alone stores the next 10; the engine reuses the minimum over its windows, each looked up from the first block: 96 tokens (the 32768 window alone would say 256)",
+            "tokensPerBlock": bs,
+            "json": json.dumps(events),
+            "prompt": prompt,
+            "reused": 96,
+        }
+    }
+
+
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--trtllm", required=True, help="a checkout of NVIDIA/TensorRT-LLM (or a folder holding the two files above)")
-    parser.add_argument("--sglang", required=True, help="a checkout of sgl-project/sglang (or a folder holding the file above)")
+    parser.add_argument("--trtllm", help="a checkout of NVIDIA/TensorRT-LLM (or a folder holding the two files above)")
+    parser.add_argument("--sglang", help="a checkout of sgl-project/sglang (or a folder holding the file above)")
+    parser.add_argument("--vllm", help="a checkout of vllm-project/vllm (or a folder holding the file above)")
+    parser.add_argument("--merge", help="an earlier recording whose other engines' fixtures are kept")
     args = parser.parse_args()
-    root = Path(args.trtllm)
+    out = json.loads(Path(args.merge).read_text()) if args.merge else {}
+    if args.trtllm:
+        out.update(trtllm(Path(args.trtllm)))
+    if args.sglang:
+        out.update(sglang(Path(args.sglang)))
+    if args.vllm:
+        out.update(vllm(Path(args.vllm)))
+    json.dump(out, sys.stdout, indent=1)
+    sys.stdout.write("\n")
+
+
+def trtllm(root):
+    """TensorRT-LLM's serializer's events (partial tails, VSWA) and, where the checkout has it, its fanout's."""
     ns = {}
     serializer = load_class(root / "tensorrt_llm" / "_utils.py", "KVCacheEventSerializer", ns)
     # The fanout imports tensorrt_llm.logger; a stand-in module keeps its warnings for the fixture's record.
@@ -141,9 +242,9 @@ def main():
     import collections.abc
     import typing
     fanout_ns = {"asyncio": asyncio, "deque": collections.deque, "AsyncGenerator": collections.abc.AsyncGenerator, "Any": typing.Any, "logger": logger}
-    fanout_class = load_class(root / "tensorrt_llm" / "serve" / "kv_event_fanout.py", "KvEventFanout", fanout_ns)
     tpb = 4
     out = {"note": __doc__.strip().splitlines()[0], "tokensPerBlock": tpb}
+    out.update(trtllm_vswa(serializer))
 
     # 1. A stored event whose last block holds 2 of its 4 tokens: the engine stores the prompt's tail block too.
     out["trtllm_partial_tail"] = {
@@ -161,6 +262,10 @@ def main():
         "json": json.dumps(serializer.serialize([event(2, stored(None, [block(201, [31, 32, 33])]))])),
     }
 
+    fanout_path = root / "tensorrt_llm" / "serve" / "kv_event_fanout.py"
+    if not fanout_path.exists():
+        return out
+    fanout_class = load_class(fanout_path, "KvEventFanout", fanout_ns)
     # 3. The fanout, fed events with an id gap on rank 1: its subscribers get a synthetic all_cleared, its HTTP buffer not.
     engine_events = serializer.serialize([
         event(0, created(), rank=1),
@@ -190,9 +295,7 @@ def main():
         "http_json": json.dumps(http),
         "fanout_warnings": warnings,
     }
-    out.update(sglang(Path(args.sglang)))
-    json.dump(out, sys.stdout, indent=1)
-    sys.stdout.write("\n")
+    return out
 
 
 if __name__ == "__main__":

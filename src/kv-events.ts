@@ -23,7 +23,8 @@
 // `lora_name` (through the caller's name → task id map; an adapter it does not
 // know is ignored, as no request of its can ask for those blocks) or `lora_id`;
 // its cache salt is the string its first block's `extra_keys` carries besides
-// the adapter's name. Blocks whose extra keys name anything else (multimodal
+// the adapter's name; a TensorRT-LLM block's `cache_salt` (its salt id) puts its
+// chain in a namespace of its own. Blocks whose extra keys name anything else (multimodal
 // inputs, prompt embeddings) are not token-addressable: a stored event's blocks
 // from the first such one on are left out.
 //
@@ -38,10 +39,24 @@ import { describeValue } from "./errors.js";
 /** An engine block hash, normalized: a safe integer, a decimal string beyond 2^53, or "0x…" hex for a byte hash. */
 export type EngineHash = number | string;
 
+/**
+ * The KV-cache group an event names: vLLM's `group_idx` (with the spec kind and
+ * sliding window its stored events may carry) or TensorRT-LLM's attention
+ * `window_size` (each window keeps its own radix tree). Events without one are
+ * in group "g0" (vLLM's only group) or "w" (TensorRT-LLM without a window).
+ */
+export interface KvGroupRef {
+  readonly key: string;
+  /** vLLM's `kv_cache_spec_kind` ("full_attention", "sliding_window", "mamba", …), or null when the event does not say. */
+  readonly kind: string | null;
+  /** vLLM's `kv_cache_spec_sliding_window` in tokens, or null. */
+  readonly slidingWindow: number | null;
+}
+
 /** One event in the index's terms. */
 export type KvEvent =
-  | { kind: "stored"; rank: number; eventId: number | null; parent: EngineHash | null; loraTaskId: number | null; cacheSalt: string | null; blocks: { hash: EngineHash; tokens: number[] | null }[]; partialTail?: true }
-  | { kind: "removed"; rank: number; eventId: number | null; hashes: EngineHash[] }
+  | { kind: "stored"; rank: number; eventId: number | null; parent: EngineHash | null; loraTaskId: number | null; cacheSalt: string | null; blocks: { hash: EngineHash; tokens: number[] | null }[]; partialTail?: true; group: KvGroupRef }
+  | { kind: "removed"; rank: number; eventId: number | null; hashes: EngineHash[]; group: KvGroupRef }
   | { kind: "cleared"; rank: number; eventId: number | null }
   | { kind: "ignored"; eventId: number | null; partialTail?: true }
   | { kind: "malformed"; reason: string };
@@ -111,7 +126,7 @@ function tokenIds(v: unknown): number[] | null {
 
 /** Field names of vLLM's events in their positional (array) encoding, after the tag. */
 export const POSITIONAL: Record<string, readonly string[]> = {
-  BlockStored: ["block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium", "lora_name", "extra_keys", "group_idx"],
+  BlockStored: ["block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium", "lora_name", "extra_keys", "group_idx", "kv_cache_spec_kind", "kv_cache_spec_sliding_window"],
   BlockRemoved: ["block_hashes", "medium", "group_idx"],
   AllBlocksCleared: [],
 };
@@ -160,6 +175,47 @@ const eventIdOf = (v: unknown): number | null => (typeof v === "number" && Numbe
 /** A LoRA id, or null. */
 const loraOf = (v: unknown): number | null => (typeof v === "number" && Number.isSafeInteger(v) ? v : null);
 
+/** Most KV-cache groups an engine names (vLLM's groups, TensorRT-LLM's windows). */
+export const MAX_KV_GROUPS = 16;
+/** A group ref. */
+const groupRef = (key: string, kind: string | null, slidingWindow: number | null): KvGroupRef => ({ key, kind, slidingWindow });
+
+/** A small non-negative integer (a group index or window size) from a number or bigint, or -1. */
+function smallInt(v: unknown, max: number): number {
+  const n = typeof v === "bigint" ? (v >= 0n && v <= BigInt(max) ? Number(v) : -1) : v;
+  return typeof n === "number" && Number.isInteger(n) && n >= 0 && n <= max ? n : -1;
+}
+
+/** A vLLM event's group, or a reason it names none properly. */
+function vllmGroup(e: Record<string, unknown>): KvGroupRef | string {
+  const raw = e.group_idx;
+  const idx = raw === undefined || raw === null ? 0 : smallInt(raw, MAX_KV_GROUPS - 1);
+  if (idx < 0) return `group_idx ${describeValue(raw)} outside 0..${MAX_KV_GROUPS - 1}`;
+  const kind = typeof e.kv_cache_spec_kind === "string" && e.kv_cache_spec_kind.length <= 64 ? e.kv_cache_spec_kind : null;
+  const window = smallInt(e.kv_cache_spec_sliding_window, 2 ** 31);
+  return groupRef(`g${idx}`, kind, window > 0 ? window : null);
+}
+
+/** A TensorRT-LLM event's attention window, as a group, or a reason. */
+function trtllmGroup(e: Record<string, unknown>): KvGroupRef | string {
+  if (e.window_size === undefined || e.window_size === null) return groupRef("w", null, null);
+  const w = smallInt(e.window_size, 2 ** 31);
+  return w > 0 ? groupRef(`w${w}`, null, null) : `window_size ${describeValue(e.window_size)} is not a positive integer`;
+}
+
+/**
+ * The namespace of a TensorRT-LLM block's `cache_salt` (newer releases; the
+ * engine's salt id, a hash of the request's salt): one no request's salt
+ * string names, so salted blocks match no request (the gateway does not
+ * compute TensorRT-LLM's salt id yet: fewer tokens, never a wrong match), and
+ * unsalted requests no longer match them.
+ */
+function trtllmSalt(v: unknown): string | null {
+  if (v === undefined || v === null) return null;
+  const id = typeof v === "number" || typeof v === "bigint" ? String(v) : typeof v === "string" ? v.slice(0, 64) : "?";
+  return `\u0000trtllm-salt:${id}`;
+}
+
 /** One TensorRT-LLM event (`{event_id, data, attention_dp_rank}`). */
 function parseTrtllm(e: Record<string, unknown>, numRanks: number, tokensPerBlock: number, fallbackRank: number | undefined): KvEvent {
   const data = e.data as Record<string, unknown>;
@@ -170,11 +226,13 @@ function parseTrtllm(e: Record<string, unknown>, numRanks: number, tokensPerBloc
   if (typeof rank === "string") return { kind: "malformed", reason: rank };
   // kv_event_fanout.py's own event after an event-id gap (no event_id): what the rank holds is unknown.
   if (type === "all_cleared") return { kind: "cleared", rank, eventId };
+  if (type !== "removed" && type !== "stored") return { kind: "malformed", reason: `unknown event type ${describeValue(type)}` };
+  const group = trtllmGroup(e);
+  if (typeof group === "string") return { kind: "malformed", reason: group };
   if (type === "removed") {
     const hashes = hashList(data.block_hashes);
-    return hashes === null ? { kind: "malformed", reason: "removed: block_hashes must be a list of integers" } : { kind: "removed", rank, eventId, hashes };
+    return hashes === null ? { kind: "malformed", reason: "removed: block_hashes must be a list of integers" } : { kind: "removed", rank, eventId, hashes, group };
   }
-  if (type !== "stored") return { kind: "malformed", reason: `unknown event type ${describeValue(type)}` };
   const parent = data.parent_hash === null || data.parent_hash === undefined ? null : engineHash(data.parent_hash);
   if (parent === null && data.parent_hash !== null && data.parent_hash !== undefined) return { kind: "malformed", reason: "stored: parent_hash must be an integer or null" };
   const list = data.blocks;
@@ -182,6 +240,7 @@ function parseTrtllm(e: Record<string, unknown>, numRanks: number, tokensPerBloc
   const blocks: { hash: EngineHash; tokens: number[] | null }[] = [];
   const rawTokens: unknown[] = [];
   let lora: number | null = null;
+  let salt: string | null = null;
   for (let i = 0; i < list.length; i++) {
     const b: unknown = list[i];
     if (!isObject(b)) return { kind: "malformed", reason: "stored: each block must be an object" };
@@ -189,11 +248,12 @@ function parseTrtllm(e: Record<string, unknown>, numRanks: number, tokensPerBloc
     if (hash === null) return { kind: "malformed", reason: "stored: a block needs an integer block_hash and tokens [{token_id}]" };
     rawTokens.push(b.tokens);
     lora = loraOf(b.lora_id) ?? lora;
+    salt ??= trtllmSalt(b.cache_salt);
     blocks.push({ hash, tokens: null });
   }
   // Blocks without tokens are keyed by their hash (a trace's or simulator's block
   // ids); an event's blocks either all carry tokens or none do.
-  if (rawTokens.every((t) => t === undefined || t === null)) return { kind: "stored", rank, eventId, parent, loraTaskId: lora, cacheSalt: null, blocks };
+  if (rawTokens.every((t) => t === undefined || t === null)) return { kind: "stored", rank, eventId, parent, loraTaskId: lora, cacheSalt: salt, blocks, group };
   let partialTail = false;
   for (let i = 0; i < blocks.length; i++) {
     const tokens = tokenIds(rawTokens[i]);
@@ -213,7 +273,7 @@ function parseTrtllm(e: Record<string, unknown>, numRanks: number, tokensPerBloc
   const mm = list.findIndex((b) => Array.isArray((b as Record<string, unknown>).mm_keys) && ((b as Record<string, unknown>).mm_keys as unknown[]).length > 0);
   if (mm === 0) return { kind: "ignored", eventId };
   if (mm > 0 && mm < blocks.length) blocks.length = mm;
-  return { kind: "stored", rank, eventId, parent, loraTaskId: lora, cacheSalt: null, blocks, ...(partialTail ? { partialTail: true as const } : {}) };
+  return { kind: "stored", rank, eventId, parent, loraTaskId: lora, cacheSalt: salt, blocks, group, ...(partialTail ? { partialTail: true as const } : {}) };
 }
 
 /** What parsing needs besides the events: the index's shape and the caller's stream. */
@@ -238,9 +298,13 @@ function parseVllm(e: Record<string, unknown>, ctx: ParseContext, batchRank: unk
       return { kind: "cleared", rank, eventId: null };
     case "BlockRemoved": {
       const hashes = hashList(e.block_hashes);
-      return hashes === null ? { kind: "malformed", reason: "BlockRemoved: block_hashes must be a list of integers or byte strings" } : { kind: "removed", rank, eventId: null, hashes };
+      const group = vllmGroup(e);
+      if (typeof group === "string") return { kind: "malformed", reason: `BlockRemoved: ${group}` };
+      return hashes === null ? { kind: "malformed", reason: "BlockRemoved: block_hashes must be a list of integers or byte strings" } : { kind: "removed", rank, eventId: null, hashes, group };
     }
     case "BlockStored": {
+      const group = vllmGroup(e);
+      if (typeof group === "string") return { kind: "malformed", reason: `BlockStored: ${group}` };
       const hashes = hashList(e.block_hashes);
       const tokens = tokenIds(e.token_ids);
       const parent = e.parent_block_hash === null || e.parent_block_hash === undefined ? null : engineHash(e.parent_block_hash);
@@ -260,7 +324,7 @@ function parseVllm(e: Record<string, unknown>, ctx: ParseContext, batchRank: unk
       if (typeof extra === "string") return { kind: "malformed", reason: extra };
       if (extra.addressable === 0) return { kind: "ignored", eventId: null };
       const blocks = hashes.slice(0, extra.addressable).map((hash, i) => ({ hash, tokens: tokens.slice(i * tokensPerBlock, (i + 1) * tokensPerBlock) }));
-      return { kind: "stored", rank, eventId: null, parent, loraTaskId, cacheSalt: extra.cacheSalt, blocks };
+      return { kind: "stored", rank, eventId: null, parent, loraTaskId, cacheSalt: extra.cacheSalt, blocks, group };
     }
     default:
       return { kind: "malformed", reason: `unknown event type ${describeValue(e.type)}` };

@@ -8,7 +8,7 @@ import { readKeyWords, readTokens } from "./arrays.js";
 import { checkRank, MAX_KEY_LENGTH } from "./batch.js";
 import { AdpInputError, asInputError, readInput, readOptions } from "./errors.js";
 import { IndexCore } from "./index-core.js";
-import { parseKvEvents, type EngineHash } from "./kv-events.js";
+import { parseKvEvents, type EngineHash, type KvEvent } from "./kv-events.js";
 import { namespaceKey } from "./namespace.js";
 import { readIndexState, type IndexState } from "./prefix-index-state.js";
 import { crc32c, decodeSnapshot, encodeSnapshot, SNAPSHOT_KINDS } from "./snapshot-format.js";
@@ -328,9 +328,21 @@ export class PrefixIndex {
     const { fallback, loraIds } = typeof options === "object" && options !== null ? readInput("options", () => ({ fallback: options.rank, loraIds: options.loraIds })) : { fallback: undefined, loraIds: undefined };
     if (fallback !== undefined) checkRank(fallback, this.#numRanks, "options.rank");
     if (loraIds !== undefined && !(loraIds instanceof Map)) throw new AdpInputError("options.loraIds", "must be a Map of adapter names to LoRA task ids", loraIds);
-    const ex = core.ex;
     const result: KvEventsResult = { applied: 0, unknownParent: 0, unknownBlock: 0, malformed: 0, ignored: 0, outOfOrder: 0, partialTails: 0, problems: [] };
-    for (const e of parseKvEvents(events, this.#numRanks, this.#tokensPerBlock, fallback, loraIds)) {
+    this.applyParsed(parseKvEvents(events, this.#numRanks, this.#tokensPerBlock, fallback, loraIds), result);
+    return result;
+  }
+
+  /**
+   * @internal Applies events already parsed for this index's shape (an engine
+   * cache view hands each KV-cache group its own), adding to `result` and to
+   * the index's counters.
+   */
+  applyParsed(parsed: readonly KvEvent[], result: KvEventsResult): void {
+    const core = this.#live();
+    const ex = core.ex;
+    const before = { ...result };
+    for (const e of parsed) {
       if (e.kind === "malformed") {
         result.malformed++;
         if (result.problems.length < 100) result.problems.push(e.reason);
@@ -363,8 +375,7 @@ export class PrefixIndex {
         this.#applyStored(core, e.rank, e.parent, { loraTaskId: e.loraTaskId, cacheSalt: e.cacheSalt }, e.blocks, map) ? result.applied++ : result.unknownParent++;
       }
     }
-    for (const k of Object.keys(this.#eventCounts) as (keyof KvEventCounts)[]) this.#eventCounts[k] += result[k];
-    return result;
+    for (const k of Object.keys(this.#eventCounts) as (keyof KvEventCounts)[]) this.#eventCounts[k] += result[k] - before[k];
   }
 
   /** Inserts one stored event's blocks below its parent; false when the rank does not hold the parent. */

@@ -25,7 +25,7 @@ const HEADER = 20;
 const MAX_PAYLOAD = 2 ** 32 - 1;
 
 /** What a snapshot holds. */
-export const SNAPSHOT_KINDS = Object.freeze({ router: 1, prefixIndex: 2 });
+export const SNAPSHOT_KINDS = Object.freeze({ router: 1, prefixIndex: 2, engineCache: 3 });
 /** Kind names, for messages. */
 const KIND_NAMES: Record<number, string> = { 1: "router", 2: "prefix index" };
 

@@ -5,7 +5,9 @@
 // not yet full keeps its full blocks, and the fanout's synthetic all_cleared
 // after an event-id gap empties that DP rank's view.
 import { describe, expect, it } from "vitest";
+import { decode } from "@msgpack/msgpack";
 import { createPrefixIndex, init } from "../src/index.js";
+import { createEngineCacheView } from "../src/engine-cache-entry.js";
 import fixtures from "./fixtures/kv-events/engines.json" with { type: "json" };
 
 const { tokensPerBlock } = fixtures;
@@ -44,5 +46,38 @@ describe("TensorRT-LLM's events as its serializer writes them", () => {
   it("the fanout's HTTP buffer holds only stored and removed events, their ids as the engine numbered them", () => {
     const drained = JSON.parse(fixtures.trtllm_fanout_gap.http_json) as { event_id: number; data: { type: string } }[];
     expect(drained.map((e) => [e.event_id, e.data.type])).toEqual([[1, "stored"], [5, "stored"]]);
+  });
+});
+
+describe("hybrid models and attention windows, as the engines' own code writes their events", () => {
+  /** The engine's reuse of a prompt (its tokens but the last, as its lookup). */
+  const probe = (prompt: number[]) => prompt.slice(0, -1);
+
+  it("vLLM's structs: two KV-cache groups, a removal in the sliding window's: 112 reused (a plain index: 0)", async () => {
+    await init();
+    const f = fixtures.vllm_hybrid;
+    const groups = f.groups.map((g) => (g.kind === "sliding_window" ? { kind: "sliding_window" as const, slidingWindow: g.sliding_window! } : { kind: g.kind as "full_attention" }));
+    const view = createEngineCacheView({ numRanks: 1, tokensPerBlock: f.tokensPerBlock, groups });
+    const plain = createPrefixIndex({ numRanks: 1, tokensPerBlock: f.tokensPerBlock });
+    for (const hex of [f.stored_hex, f.removed_hex]) {
+      const batch = decode(Buffer.from(hex, "hex"), { useBigInt64: true });
+      expect(view.applyKvEvents(batch)).toMatchObject({ malformed: 0 });
+      plain.applyKvEvents(batch);
+    }
+    expect(view.match(probe(f.prompt))).toEqual([f.reused]);
+    expect(plain.match(probe(f.prompt))).toEqual([0]);
+  });
+
+  it("TensorRT-LLM's serializer: windows 512 and 32768, the continuation in the larger only: 96 reused (a plain index: 256)", async () => {
+    await init();
+    const f = fixtures.trtllm_vswa;
+    const view = createEngineCacheView({ numRanks: 1, tokensPerBlock: f.tokensPerBlock });
+    const plain = createPrefixIndex({ numRanks: 1, tokensPerBlock: f.tokensPerBlock });
+    const events = JSON.parse(f.json) as unknown[];
+    expect(view.applyKvEvents(events)).toMatchObject({ malformed: 0, applied: 3 });
+    plain.applyKvEvents(events);
+    expect(view.groups.map((g) => g.key)).toEqual(["w512", "w32768"]);
+    expect(view.match(probe(f.prompt))).toEqual([f.reused]);
+    expect(plain.match(probe(f.prompt))).toEqual([256]);
   });
 });

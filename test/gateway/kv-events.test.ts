@@ -31,6 +31,9 @@ const wire = JSON.parse(readFileSync(new URL("../fixtures/kv-events/wire.json", 
 const engines = JSON.parse(readFileSync(new URL("../fixtures/kv-events/engines.json", import.meta.url), "utf8")) as {
   tokensPerBlock: number;
   trtllm_partial_tail: { json: string; prompt: number[]; reused: number };
+  trtllm_fanout_gap: { http_json: string };
+  trtllm_vswa: { json: string; prompt: number[]; reused: number; tokensPerBlock: number };
+  vllm_hybrid: { stored_hex: string; removed_hex: string; prompt: number[]; reused: number; tokensPerBlock: number; groups: { kind: string; sliding_window?: number }[] };
   sglang_stored: { hex: string; prompt: number[]; reused: number };
   sglang_removed: { hex: string };
   sglang_cleared: { hex: string };
@@ -51,7 +54,7 @@ async function gatewayWith(kvEvents: string, extra = ""): Promise<{ gateway: Gat
   const text = [
     "listen: { port: 0 }",
     "health: { interval_ms: 60000 }",
-    `routing: { tokens_per_block: ${extra.includes("huggingface") ? 16 : wire.tokensPerBlock}, lora_adapters: { sql-lora: 1 } }`,
+    `routing: { tokens_per_block: ${/# tokens_per_block: (\d+)/.exec(extra)?.[1] ?? (extra.includes("huggingface") ? 16 : wire.tokensPerBlock)}, lora_adapters: { sql-lora: 1 } }`,
     "upstreams:",
     `  - url: ${b.url}`,
     `  - url: ${a.url}`,
@@ -473,6 +476,33 @@ describe("ZeroMQ streams: sequence gaps, restarts, bad batches, silence", () => 
   });
 });
 
+describe("hybrid models and attention windows, as the engines' own code writes their events", () => {
+  it("vLLM with full attention and a 32-token sliding window: a removal in the window's group leaves the full-attention prefix (112 tokens, not 0)", async () => {
+    const f = engines.vllm_hybrid;
+    const pub = await startFakePublisher(1);
+    open.push(pub);
+    const groups = JSON.stringify(f.groups);
+    const { gateway } = await gatewayWith(`{ kind: zmq, endpoint: "${pub.endpoint}", groups: ${groups} }`, `# tokens_per_block: ${f.tokensPerBlock}`);
+    await pub.subscribed(0);
+    await pub.publish(0, 0n, Buffer.from(f.stored_hex, "hex"));
+    await waitFor(() => viewBlocks(gateway) === 16, () => gateway.metrics().split("\n").filter((l) => l.includes("kv_")).join("\n"));
+    await pub.publish(0, 1n, Buffer.from(f.removed_hex, "hex"));
+    await waitFor(() => viewBlocks(gateway) === 15);
+    expect(metric(gateway, "upstream_kv_events_total", 'upstream="1",outcome="malformed"')).toBe(0);
+    expect(await complete(gateway, f.prompt)).toBe(1);
+    expect(matchedOnA(gateway)).toBe(f.reused);
+  });
+
+  it("TensorRT-LLM with variable sliding windows: the minimum over its windows (96 tokens, not 256)", async () => {
+    const f = engines.trtllm_vswa;
+    const { gateway, a } = await gatewayWith("{ kind: http, interval_ms: 20 }", `# tokens_per_block: ${f.tokensPerBlock}`);
+    a.behaviour.kvCacheEvents = [f.json];
+    await waitFor(() => viewBlocks(gateway) === 22, () => gateway.metrics().split("\n").filter((l) => l.includes("kv_")).join("\n"));
+    expect(await complete(gateway, f.prompt)).toBe(1);
+    expect(matchedOnA(gateway)).toBe(f.reused);
+  });
+});
+
 describe("SGLang's events as its publisher encodes them (msgspec, no DP rank in the batch)", () => {
   it("on DP rank 1's port: stored, then removed, then cleared, each in rank 1's view", async () => {
     const { pub, gateway } = await subscribed(2);
@@ -627,6 +657,19 @@ describe("TensorRT-LLM's /kv_cache_events over HTTP", () => {
     expect(metric(gateway, "upstream_kv_events_total", 'upstream="1",outcome="malformed"')).toBe(0);
     expect(await complete(gateway, f.prompt)).toBe(1);
     expect(matchedOnA(gateway)).toBe(f.reused);
+  });
+
+  it("behind TensorRT-LLM's fanout (event_ids: sparse) the ids its filter skips are not gaps; without it they are", async () => {
+    // kv_event_fanout.py's HTTP buffer, as recorded: stored events 1 and 5 (2, an update, filtered; 3 and 4 lost upstream of it).
+    const drained = JSON.parse(engines.trtllm_fanout_gap.http_json) as { attention_dp_rank?: number }[];
+    const body = JSON.stringify(drained.map(({ attention_dp_rank: _rank, ...e }) => e)); // one DP rank here
+    for (const [setting, gaps] of [[", event_ids: sparse", 0], ["", 1]] as const) {
+      const { gateway, a } = await gatewayWith(`{ kind: http, interval_ms: 20${setting} }`);
+      a.behaviour.kvCacheEvents = [body];
+      await waitFor(() => viewBlocks(gateway) === 2, () => gateway.metrics().split("\n").filter((l) => l.includes("kv_")).join("\n"));
+      expect(metric(gateway, "upstream_kv_event_gaps_total", 'upstream="1",filled="false"')).toBe(gaps);
+      expect(state(gateway, gaps === 0 ? "live" : "gapped")).toBe(1);
+    }
   });
 
   it("uint64 hashes in the JSON keep every bit", () => {

@@ -49,7 +49,7 @@ describe("index update sources", () => {
     const text = "routing: { tokens_per_block: 2 }\nupstreams:\n  - http://127.0.0.1:9\n  - url: http://127.0.0.1:10\n    kv_events: { kind: http, dp_ranks: 2 }\n";
     const config = loadGatewayConfig({ file: { name: "g.yaml", text } });
     const log: StateEntry[] = [];
-    const views = new EngineViews([null, { dpRanks: 2 }], { tokensPerBlock: 2, maxMemoryBytes: 1 << 24, loraIds: new Map() });
+    const views = new EngineViews([null, { dpRanks: 2, groups: [] }], { tokensPerBlock: 2, maxMemoryBytes: 1 << 24, loraIds: new Map() });
     let live = [false, true];
     const state = new RoutingState(createGatewayRouter(config), { append: (entry) => log.push(entry) }, { views, live: () => live });
     state.update(1, { kind: "kv-events", events: { ts: 1, events: [{ type: "BlockStored", block_hashes: [5, 6], parent_block_hash: null, token_ids: [1, 2, 3, 4], block_size: 2, lora_id: null }] }, dpRank: 1 });

@@ -18,7 +18,7 @@ export interface Bound {
 }
 
 /** A prefix index's memory bound (`budget`, the bytes it was given) and use. */
-export function indexBound(bound: string, index: PrefixIndex, budget: number, labels?: string): Bound {
+export function indexBound(bound: string, index: Pick<PrefixIndex, "stats">, budget: number, labels?: string): Bound {
   return { bound, ...(labels === undefined ? {} : { labels }), limit: budget, used: index.stats().bytesInUse };
 }
 

@@ -10,6 +10,7 @@
 // plus r, as both engines offset them.
 
 import { describeValue, excerpt } from "adp-router";
+import { MAX_KV_GROUPS, type KvGroupSpec } from "adp-router/engine-cache";
 
 /** Where one upstream's engine publishes its KV-cache events. */
 export type KvEventsConfig =
@@ -35,12 +36,16 @@ export type KvEventsConfig =
       readonly maxBatchTokens: number;
       /** CURVE (ZeroMQ's authenticated encryption), or null: plain TCP. */
       readonly curve: CurveConfig | null;
+      /** vLLM's KV-cache groups by `group_idx` (a hybrid model's), for events that do not name their kind; empty: as the events say. */
+      readonly groups: readonly KvGroupSpec[];
     }
   /** TensorRT-LLM's `/kv_cache_events`, polled (each call drains the engine's buffer). */
   | {
       readonly kind: "http";
       readonly path: string;
       readonly intervalMs: number;
+      /** "contiguous": a jump in a rank's event ids is a gap (the engine's buffer overflowed); "sparse": ids only increase (TensorRT-LLM's kv_event_fanout.py drops created and updated events and keeps their ids). */
+      readonly eventIds: "contiguous" | "sparse";
       readonly dpRanks: number;
       readonly staleAfterMs: number;
       /** The largest poll answer read, bytes (a larger one is refused unread; every rank is then gapped). */
@@ -105,7 +110,7 @@ export const engineLoadSchema = Object.freeze({
 });
 
 /** The keys `kv_events` accepts. */
-export const KV_EVENTS_KEYS = ["kind", "endpoint", "replay_endpoint", "bind", "topic", "dp_ranks", "stale_after_ms", "replay_timeout_ms", "max_batch_bytes", "max_batch_blocks", "max_batch_tokens", "curve", "path", "interval_ms"] as const;
+export const KV_EVENTS_KEYS = ["kind", "endpoint", "replay_endpoint", "bind", "topic", "dp_ranks", "stale_after_ms", "replay_timeout_ms", "max_batch_bytes", "max_batch_blocks", "max_batch_tokens", "curve", "groups", "path", "interval_ms", "event_ids"] as const;
 
 /** The per-batch limits both transports share, read from `s`; `bytes`: the default of max_batch_bytes. */
 function readBatchLimits(r: SettingReader, s: Record<string, unknown>, path: (string | number)[], bytes: number): { maxBatchBytes: number; maxBatchBlocks: number; maxBatchTokens: number } {
@@ -150,7 +155,7 @@ export function readKvEvents(r: SettingReader, value: unknown, path: (string | n
     for (const k of Object.keys(s)) if (!keys.includes(k)) r.fail([...path, k], `is not a setting of kind ${kind} (expected ${keys.join(", ")})`);
   };
   if (kind === "zmq") {
-    only(["kind", "endpoint", "replay_endpoint", "bind", "topic", "dp_ranks", "stale_after_ms", "replay_timeout_ms", "max_batch_bytes", "max_batch_blocks", "max_batch_tokens", "curve"]);
+    only(["kind", "endpoint", "replay_endpoint", "bind", "topic", "dp_ranks", "stale_after_ms", "replay_timeout_ms", "max_batch_bytes", "max_batch_blocks", "max_batch_tokens", "curve", "groups"]);
     const bind = r.bool(s.bind, [...path, "bind"], false);
     const endpoint = r.str(s.endpoint, [...path, "endpoint"], "");
     if (s.endpoint === undefined) r.fail([...path, "endpoint"], "is required (the engine's PUB endpoint, e.g. tcp://engine:5557)");
@@ -171,18 +176,44 @@ export function readKvEvents(r: SettingReader, value: unknown, path: (string | n
     const limits = readBatchLimits(r, s, path, 1 << 20);
     const curve = readCurve(r, s.curve, [...path, "curve"], bind);
     if (curve?.role === "server" && replayEndpoint !== null) r.fail([...path, "replay_endpoint"], "cannot be used with CURVE and bind: true (the replay socket is the engine's, reached as a client): let the engine bind, or drop the replay");
-    return { kind, endpoint, replayEndpoint, bind, topic, dpRanks, staleAfterMs, replayTimeoutMs, ...limits, curve };
+    const groups = readGroups(r, s.groups, [...path, "groups"]);
+    return { kind, endpoint, replayEndpoint, bind, topic, dpRanks, staleAfterMs, replayTimeoutMs, ...limits, curve, groups };
   }
   if (kind === "http") {
-    only(["kind", "path", "interval_ms", "dp_ranks", "stale_after_ms", "max_batch_bytes", "max_batch_blocks", "max_batch_tokens"]);
+    only(["kind", "path", "interval_ms", "dp_ranks", "stale_after_ms", "max_batch_bytes", "max_batch_blocks", "max_batch_tokens", "event_ids"]);
     const p = r.str(s.path, [...path, "path"], "/kv_cache_events");
     if (!p.startsWith("/")) r.fail([...path, "path"], "must start with /");
     const intervalMs = r.int(s.interval_ms, [...path, "interval_ms"], 10, 600_000, 200);
     // JSON spells a token as an object (~50 bytes): a 128K-token prompt's stored event is about 6 MB.
-    return { kind, path: p, intervalMs, dpRanks, staleAfterMs, ...readBatchLimits(r, s, path, 16 << 20) };
+    const eventIds = r.str(s.event_ids, [...path, "event_ids"], "contiguous");
+    if (eventIds !== "contiguous" && eventIds !== "sparse") r.fail([...path, "event_ids"], `must be contiguous (the engine's own /kv_cache_events) or sparse (behind TensorRT-LLM's kv_event_fanout.py), got ${describeValue(s.event_ids)}`);
+    return { kind, path: p, intervalMs, eventIds: eventIds === "sparse" ? "sparse" : "contiguous", dpRanks, staleAfterMs, ...readBatchLimits(r, s, path, 16 << 20) };
   }
   r.fail([...path, "kind"], `must be zmq (an engine's ZeroMQ stream) or http (TensorRT-LLM's /kv_cache_events), got ${describeValue(s.kind)}`);
   return null;
+}
+
+/** The group kinds `groups` takes. */
+const GROUP_KINDS = ["full_attention", "sliding_window", "mamba"] as const;
+
+/** Reads `kv_events.groups`: one entry per vLLM KV-cache group, in `group_idx` order. */
+function readGroups(r: SettingReader, value: unknown, path: (string | number)[]): readonly KvGroupSpec[] {
+  if (value === undefined || value === null) return [];
+  if (!Array.isArray(value) || value.length > MAX_KV_GROUPS) {
+    r.fail(path, `must be a list of at most ${MAX_KV_GROUPS} KV-cache groups ({kind: full_attention | sliding_window | mamba, sliding_window?}), in group_idx order`);
+    return [];
+  }
+  return value.map((entry: unknown, i) => {
+    const g = r.section(entry, [...path, i], ["kind", "sliding_window"]);
+    const kind = r.str(g.kind, [...path, i, "kind"], "");
+    if (!(GROUP_KINDS as readonly string[]).includes(kind)) r.fail([...path, i, "kind"], `must be one of ${GROUP_KINDS.join(", ")}, got ${describeValue(g.kind)}`);
+    if (kind === "sliding_window") {
+      if (g.sliding_window === undefined) r.fail([...path, i, "sliding_window"], "is required for a sliding_window group (its window in tokens)");
+      return { kind, slidingWindow: r.int(g.sliding_window, [...path, i, "sliding_window"], 1, 2 ** 31, 1) };
+    }
+    if (g.sliding_window !== undefined) r.fail([...path, i, "sliding_window"], "is only for sliding_window groups");
+    return { kind: (GROUP_KINDS as readonly string[]).includes(kind) ? (kind as KvGroupSpec["kind"]) : "full_attention" };
+  });
 }
 
 /** JSON Schema of a CURVE public key. */
@@ -233,6 +264,20 @@ export const kvEventsSchema = Object.freeze({
             },
           ],
         },
+        groups: {
+          type: "array",
+          maxItems: 16,
+          description: "A hybrid model's KV-cache groups in vLLM's group_idx order, for events that do not name their kind (vLLM leaves kv_cache_spec_kind empty): each group's blocks are kept apart and a prompt matches what the engine's lookup would reuse over all of them. Without it, a group is what its events say, else full attention (which can only count fewer tokens than the engine reuses).",
+          items: {
+            type: "object",
+            additionalProperties: false,
+            required: ["kind"],
+            properties: {
+              kind: { enum: ["full_attention", "sliding_window", "mamba"] },
+              sliding_window: { type: "integer", minimum: 1, maximum: 2147483648, description: "The window in tokens (sliding_window groups)." },
+            },
+          },
+        },
         ...BATCH_LIMITS_SCHEMA(1048576),
       },
     },
@@ -244,6 +289,7 @@ export const kvEventsSchema = Object.freeze({
         kind: { const: "http" },
         path: { type: "string", default: "/kv_cache_events" },
         interval_ms: { type: "integer", minimum: 10, default: 200 },
+        event_ids: { enum: ["contiguous", "sparse"], default: "contiguous", description: "contiguous: a jump in a DP rank's event ids is a gap (the engine's buffer overflowed between polls). sparse: ids only increase, for an endpoint served by TensorRT-LLM's kv_event_fanout.py, which forwards stored and removed events only and keeps the engine's ids (an overflow of its buffer cannot be seen then)." },
         dp_ranks: { type: "integer", minimum: 1, maximum: 1024, default: 1 },
         stale_after_ms: { type: "integer", minimum: 100, default: 10000 },
         ...BATCH_LIMITS_SCHEMA(16777216),

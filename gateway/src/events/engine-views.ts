@@ -6,14 +6,16 @@
 // event stream is not live, its match comes from the gateway's own view of it
 // (what the gateway placed there), so a stale stream is never trusted silently.
 
-import { createPrefixIndex, type PrefixIndex, type PrefixNamespace } from "adp-router";
-import type { KvEventsResult } from "adp-router";
+import type { KvEventsResult, PrefixIndex, PrefixNamespace } from "adp-router";
+import { createEngineCacheView, type EngineCacheView, type KvGroupSpec } from "adp-router/engine-cache";
 import type { GatewayConfig } from "../config/config.js";
 
 /** Shape of one upstream's engine view. */
 export interface EngineViewShape {
   /** Data-parallel ranks of the engine (each publishes its own events). */
   readonly dpRanks: number;
+  /** Its KV-cache groups as configured (empty: as its events say). */
+  readonly groups: readonly KvGroupSpec[];
 }
 
 /** Options of {@link EngineViews}. */
@@ -27,16 +29,20 @@ export interface EngineViewsOptions {
 }
 
 /** The engine view an upstream (or its configuration) asks for: one rank per DP rank of its engine, or none. */
-export const shapeOf = (u: { readonly kvEvents: { readonly dpRanks: number } | null }): EngineViewShape | null => (u.kvEvents === null ? null : { dpRanks: u.kvEvents.dpRanks });
+export const shapeOf = (u: { readonly kvEvents: { readonly dpRanks: number; readonly groups?: readonly KvGroupSpec[] } | null }): EngineViewShape | null =>
+  u.kvEvents === null ? null : { dpRanks: u.kvEvents.dpRanks, groups: "groups" in u.kvEvents ? (u.kvEvents.groups ?? []) : [] };
+
+/** Whether two group lists say the same. */
+const sameGroups = (a: readonly KvGroupSpec[], b: readonly KvGroupSpec[]): boolean => a.length === b.length && a.every((g, i) => g.kind === b[i]!.kind && g.slidingWindow === b[i]!.slidingWindow);
 
 /** Engine views as a gateway configuration asks for them (`shapes`: by default its upstreams'), with its routing settings. */
 export function gatewayEngineViews(config: GatewayConfig, shapes: readonly (EngineViewShape | null)[] = config.upstreams.map(shapeOf)): EngineViews {
   return new EngineViews(shapes, { tokensPerBlock: config.routing.tokensPerBlock, maxMemoryBytes: config.routing.indexBytes, loraIds: config.routing.loraAdapters });
 }
 
-/** The engine views of all upstreams, by rank (null: the upstream publishes no events). */
+/** The engine views of all upstreams, by rank (null: the upstream publishes no events): each one engine cache view (its DP ranks, its KV-cache groups). */
 export class EngineViews {
-  #views: (PrefixIndex | null)[];
+  #views: (EngineCacheView | null)[];
   readonly #options: EngineViewsOptions;
   /** Match scratch, one slot per DP rank (grown to the widest engine). */
   #scratch = new Uint32Array(1);
@@ -47,13 +53,13 @@ export class EngineViews {
   }
 
   /** Takes `views` (restored from a snapshot) in place of its own, which it frees. */
-  adopt(views: readonly (PrefixIndex | null)[]): void {
+  adopt(views: readonly (EngineCacheView | null)[]): void {
     for (const v of this.#views) v?.dispose();
     this.#views = [...views];
   }
 
   /** Each upstream's view, or null (for snapshots). */
-  get all(): readonly (PrefixIndex | null)[] {
+  get all(): readonly (EngineCacheView | null)[] {
     return this.#views;
   }
 
@@ -63,7 +69,7 @@ export class EngineViews {
   }
 
   /** Upstream `upstream`'s view, or null. */
-  view(upstream: number): PrefixIndex | null {
+  view(upstream: number): EngineCacheView | null {
     return this.#views[upstream] ?? null;
   }
 
@@ -87,8 +93,9 @@ export class EngineViews {
 
   /**
    * Writes each upstream's match for a probe (the prompt's tokens but its
-   * last, as the routers probe) into `out`: its best DP rank's for upstreams
-   * whose stream is live, else what `learned` (the gateway's own view) holds.
+   * last, as the routers probe) into `out`: its best DP rank's reuse over all
+   * its KV-cache groups for upstreams whose stream is live, else what
+   * `learned` (the gateway's own view) holds.
    */
   matchInto(out: Uint32Array, probe: Uint32Array, ns: PrefixNamespace, learned: PrefixIndex, live: readonly boolean[]): void {
     learned.matchInto(out, probe, ns);
@@ -117,7 +124,7 @@ export class EngineViews {
     const next = shapes.map((shape, i) => {
       const from = ranks[i];
       const view = from === null || from === undefined ? null : (old[from] ?? null);
-      if (view !== null && shape !== null && view.numRanks === shape.dpRanks) {
+      if (view !== null && shape !== null && view.numRanks === shape.dpRanks && sameGroups(view.declaredGroups, shape.groups)) {
         taken.add(from!);
         return view;
       }
@@ -136,8 +143,8 @@ export class EngineViews {
   }
 
   /** A new empty view of `shape`, or null. */
-  #create(shape: EngineViewShape | null): PrefixIndex | null {
+  #create(shape: EngineViewShape | null): EngineCacheView | null {
     if (shape === null) return null;
-    return createPrefixIndex({ numRanks: shape.dpRanks, tokensPerBlock: this.#options.tokensPerBlock, maxMemoryBytes: this.#options.maxMemoryBytes });
+    return createEngineCacheView({ numRanks: shape.dpRanks, tokensPerBlock: this.#options.tokensPerBlock, maxMemoryBytes: this.#options.maxMemoryBytes, groups: shape.groups });
   }
 }

@@ -81,6 +81,8 @@ export class TrtllmHttpEventSource implements IndexUpdateSource {
   readonly #config: Extract<KvEventsConfig, { kind: "http" }>;
   readonly #engine: PolledEngine;
   readonly #ranks: EventFreshness[];
+  /** Whether a jump in a rank's event ids is expected (event_ids: sparse). */
+  readonly #sparseIds: boolean;
   readonly #onNotice: NonNullable<HttpEventSourceOptions["onNotice"]>;
   #timer: NodeJS.Timeout | null = null;
   #polling: Promise<void> | null = null;
@@ -98,6 +100,7 @@ export class TrtllmHttpEventSource implements IndexUpdateSource {
     this.#onNotice = options.onNotice ?? (() => {});
     const now = options.now ?? Date.now;
     this.#ranks = Array.from({ length: config.dpRanks }, () => new EventFreshness({ staleAfterMs: config.staleAfterMs, now }));
+    this.#sparseIds = config.eventIds === "sparse";
   }
 
   /** Its DP ranks' statuses as one (see engineStatus). */
@@ -234,7 +237,9 @@ export class TrtllmHttpEventSource implements IndexUpdateSource {
         continue;
       }
       this.#lastPlacement = rank;
-      if (step === "gap") {
+      if (step === "gap" && this.#sparseIds) {
+        f.filled(id); // behind the fanout a jump is its filter, not a loss
+      } else if (step === "gap") {
         this.counters.gaps++;
         this.counters.unfilled++;
         this.#onNotice({ rank, what: "events dropped by the engine; stream gapped while its view goes on", detail: `event ids ${f.expected}..${id - 1n} lost` });

@@ -586,7 +586,12 @@ export class Replication {
         const { urls, dpRanks } = message.entry;
         if (JSON.stringify(urls) === JSON.stringify(this.#mirrorUrls)) return;
         const from = this.#mirrorUrls;
-        this.#mirror.moveRanks(urls.map((u) => (from.indexOf(u) < 0 ? null : from.indexOf(u))), dpRanks.map((d) => (d === null ? null : { dpRanks: d })));
+        // A view's KV-cache groups are not in the entry: replicas read them from their own configuration, by URL.
+        const groupsOf = (url: string) => {
+          const events = this.#config.upstreams.find((u) => u.url === url)?.kvEvents;
+          return events?.kind === "zmq" ? events.groups : [];
+        };
+        this.#mirror.moveRanks(urls.map((u) => (from.indexOf(u) < 0 ? null : from.indexOf(u))), dpRanks.map((d, i) => (d === null ? null : { dpRanks: d, groups: groupsOf(urls[i]!) })));
         this.#mirrorUrls = urls;
         return;
       }

@@ -15,7 +15,7 @@
 // checked after restoring: a damaged snapshot is refused, never half-used.
 
 import { createHash } from "node:crypto";
-import { restorePrefixIndex, type PrefixIndex } from "adp-router";
+import { restoreEngineCacheView, type EngineCacheView } from "adp-router/engine-cache";
 import { restoreRouter, type Router } from "adp-router";
 
 /** The container's magic. */
@@ -36,7 +36,7 @@ export interface StateParts {
   readonly urls: readonly string[];
   readonly router: Router;
   /** Each upstream's engine view, or null. */
-  readonly views: readonly (PrefixIndex | null)[];
+  readonly views: readonly (EngineCacheView | null)[];
 }
 
 /** SHA-256 of the replicated state (its router snapshot, then each engine view's or a 0 byte), hex. */
@@ -101,7 +101,7 @@ export function decodeStateSnapshot(bytes: Uint8Array, digest: string): { seq: n
   const routerLength = b.readUInt32BE(at);
   at += 4;
   need(at, routerLength + 4);
-  const views: (PrefixIndex | null)[] = [];
+  const views: (EngineCacheView | null)[] = [];
   let router: Router | null = null;
   try {
     router = restoreRouter(b.subarray(at, at + routerLength));
@@ -114,7 +114,7 @@ export function decodeStateSnapshot(bytes: Uint8Array, digest: string): { seq: n
       const n = b.readUInt32BE(at);
       at += 4;
       need(at, n);
-      views.push(n === 0 ? null : restorePrefixIndex(b.subarray(at, at + n)));
+      views.push(n === 0 ? null : restoreEngineCacheView(b.subarray(at, at + n)));
       at += n;
     }
     if (at !== b.length) throw new SnapshotError("trailing bytes");
