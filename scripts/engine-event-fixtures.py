@@ -30,6 +30,15 @@ the engines is kept in this repository: give it a checkout.
     The same serializer writes variable-sliding-window (VSWA) events: one
       radix tree per attention window, each event naming its window_size.
 
+    tensorrt_llm/_torch/pyexecutor/kv_cache_events.py, the wire structs
+      KVEventBatch, BlockStored (with mm_keys of MultimodalKey), BlockRemoved
+      (followed at commit 13599e98c71c6903a2d1a240d23be002c2109821): KV cache
+      manager v2's streaming events (PR #17023), one ZeroMQ stream per DP rank,
+      consecutive blocks coalesced into one event, each built as its
+      _StreamingEventSource.drain_events builds them, encoded with msgspec's
+      msgpack Encoder as its ZmqEventPublisher does. Hashes stand in for the low
+      64 bits of the radix block keys.
+
   vLLM, vllm-project/vllm
     vllm/distributed/kv_events.py, the structs KVEventBatch, BlockStored,
       BlockRemoved, AllBlocksCleared (followed at commit
@@ -213,6 +222,44 @@ def trtllm_vswa(serializer):
     }
 
 
+def trtllm_v2(root):
+    """KV cache manager v2's streaming events, as its wire structs encode them (when the checkout has the file)."""
+    import typing
+
+    import msgspec
+
+    path = root / "tensorrt_llm" / "_torch" / "pyexecutor" / "kv_cache_events.py"
+    if not path.exists():
+        return {}
+    ns = {"msgspec": msgspec, "Any": typing.Any, "Optional": typing.Optional, "ExternalBlockHash": int, "EventTokenId": typing.Union[int, str]}
+    tree = ast.parse(path.read_text())
+    wanted = ["EventBatch", "KVCacheWireEvent", "MultimodalKey", "BlockStored", "BlockRemoved", "AllBlocksCleared", "KVEventBatch"]
+    body = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name in wanted]
+    exec(compile(ast.Module(body=body, type_ignores=[]), str(path), "exec"), ns)
+    encoder = msgspec.msgpack.Encoder()
+    bs = 4
+    text = list(range(600, 612))  # 3 blocks of text
+    image = list(range(700, 712))  # 3 blocks, the third holding an image's placeholder tokens
+    mm = ns["MultimodalKey"](hash=bytes(range(32)).hex(), start_offset=0)
+    # drain_events: medium GPU, no lora_name, mm_keys aligned with the blocks (multimodal decoding on).
+    stored = ns["BlockStored"](block_hashes=[0x8000000000000011, 0x12, 0x13], parent_block_hash=None, token_ids=text, block_size=bs, lora_id=None, medium="GPU", lora_name=None, mm_keys=[[], [], []])
+    with_image = ns["BlockStored"](block_hashes=[0x21, 0x22, 0x23], parent_block_hash=None, token_ids=image, block_size=bs, lora_id=None, medium="GPU", lora_name=None, mm_keys=[[], [], [mm]])
+    removed = ns["BlockRemoved"](block_hashes=[0x13, 0x8000000000000011], medium="GPU")
+    return {
+        "trtllm_v2_stored": {
+            "what": "KV cache manager v2 (DP rank 1's stream): a chain of 3 text blocks coalesced in one event (a uint64 hash first), and a chain of 3 whose third block holds an image (its mm_keys): the engine reuses 12 tokens of the first, 8 of the second",
+            "tokensPerBlock": bs,
+            "hex": encoder.encode(ns["KVEventBatch"](ts=3.5, events=[stored, with_image], data_parallel_rank=1)).hex(),
+            "prompts": [text + [1], image + [1]],
+            "reused": [12, 8],
+        },
+        "trtllm_v2_removed": {
+            "what": "the text chain's last and first blocks removed in one event (coalesced): nothing of it is reused",
+            "hex": encoder.encode(ns["KVEventBatch"](ts=4.5, events=[removed], data_parallel_rank=1)).hex(),
+        },
+    }
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--trtllm", help="a checkout of NVIDIA/TensorRT-LLM (or a folder holding the two files above)")
@@ -245,6 +292,7 @@ def trtllm(root):
     tpb = 4
     out = {"note": __doc__.strip().splitlines()[0], "tokensPerBlock": tpb}
     out.update(trtllm_vswa(serializer))
+    out.update(trtllm_v2(root))
 
     # 1. A stored event whose last block holds 2 of its 4 tokens: the engine stores the prompt's tail block too.
     out["trtllm_partial_tail"] = {

@@ -161,6 +161,20 @@ function readExtraKeys(extra: unknown, blocks: number, loraName: string | null, 
   return { cacheSalt, addressable: blocks };
 }
 
+/**
+ * The first block whose `mm_keys` entry names a multimodal input (TensorRT-LLM's
+ * KV cache manager v2 streaming events, aligned with block_hashes), or `blocks`:
+ * such a block's hash covers the image, which the tokens do not show.
+ */
+function firstMultimodal(mm: unknown, blocks: number): number {
+  if (!Array.isArray(mm)) return blocks;
+  for (let i = 0; i < Math.min(blocks, mm.length); i++) {
+    const keys: unknown = mm[i];
+    if (Array.isArray(keys) ? keys.length > 0 : keys !== null && keys !== undefined) return i;
+  }
+  return blocks;
+}
+
 /** The event's rank, or a reason it has none. */
 function rankOf(raw: unknown, numRanks: number, fallback: number | undefined): number | string {
   // msgpack decodes a 64-bit integer as a bigint, whatever its value.
@@ -322,8 +336,9 @@ function parseVllm(e: Record<string, unknown>, ctx: ParseContext, batchRank: unk
       }
       const extra = readExtraKeys(e.extra_keys, hashes.length, loraName, parent === null);
       if (typeof extra === "string") return { kind: "malformed", reason: extra };
-      if (extra.addressable === 0) return { kind: "ignored", eventId: null };
-      const blocks = hashes.slice(0, extra.addressable).map((hash, i) => ({ hash, tokens: tokens.slice(i * tokensPerBlock, (i + 1) * tokensPerBlock) }));
+      const addressable = Math.min(extra.addressable, firstMultimodal(e.mm_keys, hashes.length));
+      if (addressable === 0) return { kind: "ignored", eventId: null };
+      const blocks = hashes.slice(0, addressable).map((hash, i) => ({ hash, tokens: tokens.slice(i * tokensPerBlock, (i + 1) * tokensPerBlock) }));
       return { kind: "stored", rank, eventId: null, parent, loraTaskId, cacheSalt: extra.cacheSalt, blocks, group };
     }
     default:

@@ -160,7 +160,7 @@ export async function createGateway(input: GatewayConfig | GatewayConfigObject, 
   const fleet: Fleet = new Fleet(config, log, () => scheduler.schedule(), stateLog, via);
   for (const i of startUnhealthy) fleet.upstreams[i]?.health.startOut();
   replication?.start(fleet.state, () => fleet.upstreams.map((u) => u.url));
-  const counters: GatewayCounters = { requests: new Map(), codes: new Map(), queued: 0, rejectedFull: 0 };
+  const counters: GatewayCounters = { requests: new Map(), codes: new Map(), queued: 0, rejectedFull: 0, subagentRefused: 0 };
   const scheduler = new Scheduler(fleet, config, counters, (error) => log.error({ err: error }, "the router refused a batch"), (ids) => reader.release(ids), options.placement === "per-request");
   const service = new GatewayService({ config, log, reader, fleet, scheduler, counters, replication, via });
   const server = createEdgeServer(config, service.edge, (req, res) => void service.handle(req, res));

@@ -137,6 +137,7 @@ export function formatGatewayMetrics(upstreams: readonly Upstream[], counters: G
   for (const [code, n] of [...counters.codes].sort((a, b) => a[0] - b[0])) lines.push(`${p}requests_by_code_total{code="${code}"} ${n}`);
   lines.push(`# HELP ${p}queued_requests Requests waiting for an upstream.`, `# TYPE ${p}queued_requests gauge`, `${p}queued_requests ${queued}`);
   lines.push(`# HELP ${p}rejected_full_total Requests refused with 429.`, `# TYPE ${p}rejected_full_total counter`, `${p}rejected_full_total ${counters.rejectedFull}`);
+  lines.push(`# HELP ${p}subagent_hints_refused_total Sub-agent hints ignored with an internal_request_auth_key set: unsigned, wrongly signed, or on an aggregated request.`, `# TYPE ${p}subagent_hints_refused_total counter`, `${p}subagent_hints_refused_total ${counters.subagentRefused}`);
   return lines.join("\n") + "\n";
 }
 

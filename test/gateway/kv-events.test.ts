@@ -32,6 +32,8 @@ const engines = JSON.parse(readFileSync(new URL("../fixtures/kv-events/engines.j
   tokensPerBlock: number;
   trtllm_partial_tail: { json: string; prompt: number[]; reused: number };
   trtllm_fanout_gap: { http_json: string };
+  trtllm_v2_stored: { hex: string; prompts: number[][]; reused: number[]; tokensPerBlock: number };
+  trtllm_v2_removed: { hex: string };
   trtllm_vswa: { json: string; prompt: number[]; reused: number; tokensPerBlock: number };
   vllm_hybrid: { stored_hex: string; removed_hex: string; prompt: number[]; reused: number; tokensPerBlock: number; groups: { kind: string; sliding_window?: number }[] };
   sglang_stored: { hex: string; prompt: number[]; reused: number };
@@ -500,6 +502,24 @@ describe("hybrid models and attention windows, as the engines' own code writes t
     await waitFor(() => viewBlocks(gateway) === 22, () => gateway.metrics().split("\n").filter((l) => l.includes("kv_")).join("\n"));
     expect(await complete(gateway, f.prompt)).toBe(1);
     expect(matchedOnA(gateway)).toBe(f.reused);
+  });
+});
+
+describe("TensorRT-LLM's KV cache manager v2 streaming events, as its wire structs encode them", () => {
+  it("on DP rank 1's stream: coalesced chains, a block holding an image left out with what follows, a coalesced removal", async () => {
+    const stored = engines.trtllm_v2_stored;
+    const { pub, gateway } = await subscribed(2);
+    await pub.publish(1, 0n, Buffer.from(stored.hex, "hex"));
+    await waitFor(() => viewBlocks(gateway) === 5, () => gateway.metrics().split("\n").filter((l) => l.includes("kv_")).join("\n"));
+    expect(metric(gateway, "upstream_kv_events_total", 'upstream="1",outcome="malformed"')).toBe(0);
+    let matched = 0;
+    for (const [i, prompt] of stored.prompts.entries()) {
+      expect(await complete(gateway, prompt)).toBe(1);
+      matched += stored.reused[i]!;
+      expect(matchedOnA(gateway)).toBe(matched);
+    }
+    await pub.publish(1, 1n, Buffer.from(engines.trtllm_v2_removed.hex, "hex"));
+    await waitFor(() => viewBlocks(gateway) === 2);
   });
 });
 

@@ -102,6 +102,8 @@ export const gatewayConfigSchema = Object.freeze({
         api_keys_env: { type: "string", pattern: "^[A-Za-z_][A-Za-z0-9_]*$", description: "Environment variable holding client keys, comma-separated." },
         admin_api_key: { type: "string", minLength: 1, description: "The admin endpoints' key (/admin/upstreams); without it (or admin_api_key_env) they are off." },
         admin_api_key_env: { type: "string", pattern: "^[A-Za-z_][A-Za-z0-9_]*$", description: "Environment variable holding the admin endpoints' key; without it (or admin_api_key) they are off." },
+        internal_request_auth_key_file: { type: "string", minLength: 1, description: "A file holding TensorRT-LLM's internal_request_auth_key: with it, a sub-agent hint (x-trtllm-subagent-affinity-id) is taken only on context or generation requests whose x-trtllm-subagent-affinity-auth is the signature TensorRT-LLM's edge makes (PR #19175); others are routed without it." },
+        internal_request_auth_key_env: { type: "string", pattern: "^[A-Za-z_][A-Za-z0-9_]*$", description: "Environment variable holding TensorRT-LLM's internal_request_auth_key (see internal_request_auth_key_file)." },
         protect_metrics: { type: "boolean", default: false },
         protect_health: { type: "boolean", default: false },
       },

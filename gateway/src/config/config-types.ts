@@ -105,6 +105,12 @@ export interface GatewayConfig {
     readonly protectHealth: boolean;
     /** The key of the admin endpoints (`/admin/…`), which are off without one (`admin_api_key` or `admin_api_key_env`). */
     readonly adminApiKey: string | null;
+    /**
+     * TensorRT-LLM's `internal_request_auth_key`, or null: with it, a sub-agent
+     * hint (`x-trtllm-subagent-affinity-id`) is taken only on context or
+     * generation requests signed as TensorRT-LLM's edge signs them.
+     */
+    readonly internalRequestAuthKey: string | null;
   };
   readonly logging: {
     readonly level: "fatal" | "error" | "warn" | "info" | "debug" | "trace" | "silent";
@@ -184,7 +190,7 @@ export interface GatewayConfigObject {
     readonly max_ejection_ms?: number;
     readonly max_ejected_percent?: number;
   };
-  readonly auth?: { readonly api_keys?: readonly string[]; readonly api_keys_env?: string; readonly admin_api_key?: string; readonly admin_api_key_env?: string; readonly protect_metrics?: boolean; readonly protect_health?: boolean };
+  readonly auth?: { readonly api_keys?: readonly string[]; readonly api_keys_env?: string; readonly admin_api_key?: string; readonly admin_api_key_env?: string; readonly protect_metrics?: boolean; readonly protect_health?: boolean; readonly internal_request_auth_key_file?: string; readonly internal_request_auth_key_env?: string };
   readonly logging?: { readonly level?: string };
   readonly routing?: { readonly tokens_per_block?: number; readonly index_bytes?: number; readonly lora_adapters?: Readonly<Record<string, number>> };
   readonly tokenizer?: unknown;

@@ -49,7 +49,7 @@ const SECTIONS: Record<string, readonly string[]> = {
   limits: ["max_body_bytes", "max_in_flight_per_upstream", "queue_size", "queue_timeout_ms", "max_connections", "max_prompt_chars", "max_prompt_tokens"],
   timeouts: ["headers_ms", "request_ms", "keep_alive_ms", "connect_ms", "first_byte_ms", "idle_ms", "max_stream_ms"],
   health: ["path", "interval_ms", "timeout_ms", "unhealthy_threshold", "healthy_threshold", "on_start", "consecutive_5xx", "consecutive_gateway_failures", "base_ejection_ms", "max_ejection_ms", "max_ejected_percent"],
-  auth: ["api_keys", "api_keys_env", "admin_api_key", "admin_api_key_env", "protect_metrics", "protect_health"],
+  auth: ["api_keys", "api_keys_env", "admin_api_key", "admin_api_key_env", "protect_metrics", "protect_health", "internal_request_auth_key_file", "internal_request_auth_key_env"],
   logging: ["level"],
   routing: ["tokens_per_block", "index_bytes", "lora_adapters"],
 };
@@ -520,6 +520,24 @@ export function loadGatewayConfig(options: LoadOptions = {}): GatewayConfig {
     }
   }
 
+  // TensorRT-LLM's internal_request_auth_key (the key its edge signs sub-agent hints with): from a file or the environment only.
+  let internalRequestAuthKey: string | null = null;
+  const keyFile = auth.internal_request_auth_key_file;
+  const keyEnv = auth.internal_request_auth_key_env;
+  if (keyFile !== undefined && keyFile !== null && keyEnv !== undefined && keyEnv !== null) r.fail(["auth", "internal_request_auth_key_file"], "set internal_request_auth_key_file or internal_request_auth_key_env, not both");
+  else if (keyFile !== undefined && keyFile !== null) internalRequestAuthKey = r.file(keyFile, ["auth", "internal_request_auth_key_file"]);
+  else {
+    const fromKeyEnv = r.env(keyEnv, ["auth", "internal_request_auth_key_env"], env);
+    if (fromKeyEnv !== null) {
+      if (fromKeyEnv.trim() === "") r.fail(["auth", "internal_request_auth_key_env"], "names a variable that holds only spaces");
+      else internalRequestAuthKey = fromKeyEnv;
+    }
+  }
+  if (internalRequestAuthKey === "") {
+    r.fail(["auth", "internal_request_auth_key_file"], "names an empty file");
+    internalRequestAuthKey = null;
+  }
+
   const loraAdapters = new Map<string, number>();
   if (routing.lora_adapters !== undefined && routing.lora_adapters !== null) {
     const adapters = routing.lora_adapters;
@@ -583,6 +601,7 @@ export function loadGatewayConfig(options: LoadOptions = {}): GatewayConfig {
       protectMetrics: r.bool(auth.protect_metrics, ["auth", "protect_metrics"], false),
       protectHealth: r.bool(auth.protect_health, ["auth", "protect_health"], false),
       adminApiKey,
+      internalRequestAuthKey,
     },
     logging: { level: levelText as GatewayConfig["logging"]["level"] },
     tokenizer,

@@ -9,6 +9,7 @@ import { EventEmitter } from "node:events";
 import type { GatewayConfig } from "../config/config.js";
 import type { Fleet } from "./fleet.js";
 import { HttpError, type RoutedRequest } from "../requests/openai.js";
+import { subagentHintAccepted } from "../requests/subagent-auth.js";
 import type { Upstream } from "./upstream.js";
 
 /** Gateway-wide request counters, kept by the scheduler (rendered by metrics.ts). */
@@ -21,6 +22,8 @@ export interface GatewayCounters {
   queued: number;
   /** Requests refused with 429 (queue full or timed out waiting). */
   rejectedFull: number;
+  /** Sub-agent hints ignored: unsigned, wrongly signed, or on an aggregated request, with an internal_request_auth_key set. */
+  subagentRefused: number;
 }
 
 /**
@@ -107,6 +110,16 @@ export class Scheduler {
     this.#queue = [];
   }
 
+  /** The request's sub-agent hint, if taken: as sent, or with TensorRT-LLM's key only when signed as its edge signs it. */
+  #subagentOf(request: RoutedRequest): string | null {
+    const key = this.#config.auth.internalRequestAuthKey;
+    const claim = request.subagentClaim;
+    if (key === null || claim === null) return request.subagentId;
+    if (subagentHintAccepted(key, claim, claim.signature)) return claim.affinityId;
+    this.#counters.subagentRefused++;
+    return null;
+  }
+
   /** Waits for an upstream for `request` (routed with the next batch), or rejects 429/499/503. */
   acquire(request: RoutedRequest, signal: Hangup): Promise<Placement> {
     const refusal = this.#refusal(signal);
@@ -117,7 +130,7 @@ export class Scheduler {
     // Built here, not in the promise's closures, so they never hold `request`.
     const w: Waiting = {
       id: this.#nextId++,
-      route: { conversationId: request.conversationId, subagentId: request.subagentId, cacheSalt: request.cacheSalt, loraTaskId: request.loraTaskId },
+      route: { conversationId: request.conversationId, subagentId: this.#subagentOf(request), cacheSalt: request.cacheSalt, loraTaskId: request.loraTaskId },
       tokens: request.tokens,
       enqueuedAt: Date.now(),
       resolve: () => {},

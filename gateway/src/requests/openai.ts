@@ -3,6 +3,7 @@
 // parsed once (the prompt is needed); it is forwarded as the bytes received.
 
 import { TokenizerRequestError, type ChatMessage, type Tokenizer } from "../tokenizers/tokenizer.js";
+import { SUBAGENT_AUTH_HEADER, type SubagentClaim } from "./subagent-auth.js";
 
 /** The error code of a status when no more precise one is given (every error body's code is a string). */
 const CODES: Readonly<Record<number, string>> = {
@@ -65,6 +66,8 @@ export interface RoutedRequest {
   readonly tokens: Uint32Array;
   readonly conversationId: string | null;
   readonly subagentId: string | null;
+  /** What a signature of the sub-agent hint binds, and the signature sent (null: no hint); checked where the key is (scheduler.ts). */
+  readonly subagentClaim: (SubagentClaim & { readonly signature: string | null }) | null;
   readonly cacheSalt: string | null;
   /** The LoRA task id the model name maps to (routing.lora_adapters), or null. */
   readonly loraTaskId: number | null;
@@ -255,5 +258,15 @@ export function readRequest(
   }
   const subagentId = idOf(header(headers, SUBAGENT_HEADER), SUBAGENT_HEADER);
   const cacheSalt = idOf(b.cache_salt, "cache_salt");
-  return { kind, model: b.model, stream: b.stream === true, tokens, conversationId, subagentId, cacheSalt, loraTaskId: loraAdapters.get(b.model) ?? null };
+  const subagentClaim = subagentId === null ? null : claimOf(b, subagentId, conversationId, header(headers, SUBAGENT_AUTH_HEADER));
+  return { kind, model: b.model, stream: b.stream === true, tokens, conversationId, subagentId, subagentClaim, cacheSalt, loraTaskId: loraAdapters.get(b.model) ?? null };
+}
+
+/** What a sub-agent hint's signature binds, as the body says it (TensorRT-LLM's disaggregated_params). */
+function claimOf(b: Record<string, unknown>, affinityId: string, conversationId: string | null, signature: string | null): SubagentClaim & { readonly signature: string | null } {
+  const dp = b.disaggregated_params;
+  const params = typeof dp === "object" && dp !== null && !Array.isArray(dp) ? (dp as Record<string, unknown>) : null;
+  // Only plain values are signed; anything else cannot match a signature and is dropped here, unread.
+  const plain = (v: unknown) => (v === null || typeof v === "string" || (typeof v === "number" && Number.isSafeInteger(v)) ? v : undefined);
+  return { affinityId, model: b.model, conversationId, requestType: plain(params?.request_type) ?? null, disaggRequestId: plain(params?.disagg_request_id) ?? null, signature };
 }

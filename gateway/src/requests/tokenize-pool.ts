@@ -21,6 +21,7 @@ import { existsSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { Worker } from "node:worker_threads";
 import { HttpError, SESSION_HEADERS, SUBAGENT_HEADER, type PromptLimits, type RoutedRequest } from "./openai.js";
+import { SUBAGENT_AUTH_HEADER } from "./subagent-auth.js";
 import { TokenizerLoadError } from "../tokenizers/tokenizer-loading.js";
 
 /** What a worker is started with. */
@@ -106,7 +107,7 @@ const BACKOFF_MAX_MS = 30_000;
 /** Heap a worker may grow to (a huge prompt's rendering and BPE); past it the worker dies and its job fails, not the gateway. */
 const WORKER_HEAP_MB = 1024;
 /** The headers readRequest reads (only these are copied to a worker). */
-const READ_HEADERS = [...SESSION_HEADERS, SUBAGENT_HEADER];
+const READ_HEADERS = [...SESSION_HEADERS, SUBAGENT_HEADER, SUBAGENT_AUTH_HEADER];
 
 /**
  * The worker a body's job prefers: FNV-1a (deterministic, no seed) of the
