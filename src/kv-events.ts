@@ -23,8 +23,8 @@
 // `lora_name` (through the caller's name → task id map; an adapter it does not
 // know is ignored, as no request of its can ask for those blocks) or `lora_id`;
 // its cache salt is the string its first block's `extra_keys` carries besides
-// the adapter's name; a TensorRT-LLM block's `cache_salt` (its salt id) puts its
-// chain in a namespace of its own. Blocks whose extra keys name anything else (multimodal
+// the adapter's name; a TensorRT-LLM chain's is its first block's `cache_salt`.
+// Blocks whose extra keys name anything else (multimodal
 // inputs, prompt embeddings) are not token-addressable: a stored event's blocks
 // from the first such one on are left out.
 //
@@ -218,15 +218,17 @@ function trtllmGroup(e: Record<string, unknown>): KvGroupRef | string {
 }
 
 /**
- * The namespace of a TensorRT-LLM block's `cache_salt` (newer releases; the
- * engine's salt id, a hash of the request's salt): one no request's salt
- * string names, so salted blocks match no request (the gateway does not
- * compute TensorRT-LLM's salt id yet: fewer tokens, never a wrong match), and
- * unsalted requests no longer match them.
+ * The namespace of a TensorRT-LLM block's `cache_salt`: the request's salt
+ * string, as TensorRT-LLM keeps it in its events (PR #13051) and mixes its id
+ * into the chain's root, so a request with that `cache_salt` matches it. A salt
+ * longer than a request's may be, or one given as a number (its id, which the
+ * gateway cannot compute from a request's salt), is a namespace no request
+ * names: fewer tokens, never a wrong match.
  */
 function trtllmSalt(v: unknown): string | null {
   if (v === undefined || v === null) return null;
-  const id = typeof v === "number" || typeof v === "bigint" ? String(v) : typeof v === "string" ? v.slice(0, 64) : "?";
+  if (typeof v === "string" && v.length <= MAX_KEY_LENGTH) return v;
+  const id = typeof v === "number" || typeof v === "bigint" ? String(v) : "?";
   return `\u0000trtllm-salt:${id}`;
 }
 

@@ -162,13 +162,18 @@ describe("TensorRT-LLM with variable sliding windows (VSWA)", () => {
 });
 
 describe("TensorRT-LLM's block namespaces", () => {
-  it("a salted block (cache_salt) matches no request, salted or not; the same blocks unsalted match", () => {
+  it("a salted chain (its blocks' cache_salt) matches only requests with that salt; a salt id it cannot compute matches none", () => {
     const prompt = tokens(33);
-    const block = (salt: unknown) => ({ event_id: 1, data: { type: "stored", parent_hash: null, blocks: [{ type: "stored_block", block_hash: 7, tokens: prompt.slice(0, 16).map((t) => ({ type: "unique_token", token_id: t, token_extra_id: 0 })), cache_salt: salt, cache_level: 0, priority: 35 }] }, window_size: 4096 });
+    const block = (salt: unknown) => ({ event_id: 1, data: { type: "stored", parent_hash: null, blocks: [{ type: "stored_block", block_hash: 7, tokens: prompt.slice(0, 16).map((t) => ({ type: "unique_token", token_id: t, token_extra_id: 0 })), cache_salt: salt, mm_keys: [], cache_level: 0, priority: 35 }] }, window_size: 4096 });
     const salted = createEngineCacheView({ numRanks: 1, tokensPerBlock: TPB });
-    salted.applyKvEvents([block(1234567)]);
+    salted.applyKvEvents([block("tenant-ä")]);
     expect(reuse(salted, prompt)).toEqual([0]);
-    expect(reuse(salted, prompt, { loraTaskId: null, cacheSalt: "1234567" })).toEqual([0]);
+    expect(reuse(salted, prompt, { loraTaskId: null, cacheSalt: "tenant-ä" })).toEqual([16]);
+    expect(reuse(salted, prompt, { loraTaskId: null, cacheSalt: "tenant-b" })).toEqual([0]);
+    const byId = createEngineCacheView({ numRanks: 1, tokensPerBlock: TPB });
+    byId.applyKvEvents([block(1234567)]);
+    expect(reuse(byId, prompt)).toEqual([0]);
+    expect(reuse(byId, prompt, { loraTaskId: null, cacheSalt: "1234567" })).toEqual([0]);
     const plain = createEngineCacheView({ numRanks: 1, tokensPerBlock: TPB });
     plain.applyKvEvents([block(null)]);
     expect(reuse(plain, prompt)).toEqual([16]);
