@@ -66,6 +66,8 @@ function eventLines(p: string, upstreams: readonly Upstream[], views: EngineView
   for (const u of fed) lines.push(`${p}upstream_kv_partial_tails_total{upstream="${label(u)}"} ${u.partialTails}`);
   lines.push(`# HELP ${p}upstream_kv_event_restarts_total Engine restarts seen in its events (its view was emptied).`, `# TYPE ${p}upstream_kv_event_restarts_total counter`);
   for (const u of fed) lines.push(`${p}upstream_kv_event_restarts_total{upstream="${label(u)}"} ${u.events!.counters.restarts}`);
+  lines.push(`# HELP ${p}upstream_kv_event_reconnects_total Connections to an engine's publisher that came back (each asks for a replay of what it published meanwhile).`, `# TYPE ${p}upstream_kv_event_reconnects_total counter`);
+  for (const u of fed) lines.push(`${p}upstream_kv_event_reconnects_total{upstream="${label(u)}"} ${u.events!.counters.reconnects}`);
   if (views === null) return lines;
   lines.push(`# HELP ${p}upstream_kv_events_total Engine KV events by outcome (applied, unknown_parent, unknown_block, malformed, ignored).`, `# TYPE ${p}upstream_kv_events_total counter`);
   const blocks = [`# HELP ${p}upstream_engine_view_blocks Blocks the upstream's engine view holds, over its DP ranks.`, `# TYPE ${p}upstream_engine_view_blocks gauge`];

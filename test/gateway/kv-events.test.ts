@@ -227,6 +227,22 @@ describe("ZeroMQ streams: sequence gaps, restarts, bad batches, silence", () => 
     expect(matchedOnA(gateway)).toBe(16);
   });
 
+  it("after a reconnection the gateway replays what the publisher buffered meanwhile, though the rank publishes nothing new", async () => {
+    // Before: a replay was asked for only at subscription or on a live batch's gap; an idle rank missed those batches.
+    const { pub, gateway } = await subscribed(1, "vllm");
+    await pub.publish(0, 0n, bytes("chain_p"));
+    await waitFor(() => viewBlocks(gateway) === 4);
+    await pub.bounce(0); // the PUB socket goes away and comes back on its port
+    pub.lose(0, 1n, bytes("chain_q")); // published while the gateway was not connected
+    await pub.subscribed(0, 2); // the gateway's SUB socket reconnected and subscribed again
+    await waitFor(() => viewBlocks(gateway) === 8, () => gateway.metrics().split("\n").filter((l) => l.includes("kv_event")).join("\n"));
+    expect(pub.replayRequests[0]).toEqual([0n, 1n]); // at start, then from the next batch after the reconnection
+    expect(metric(gateway, "upstream_kv_event_reconnects_total", 'upstream="1"')).toBe(1);
+    expect(state(gateway, "live")).toBe(1);
+    expect(await complete(gateway, [...Q, 7])).toBe(1);
+    expect(matchedOnA(gateway)).toBe(16);
+  });
+
   it("batches published while the replay at subscription is pending come twice (replayed and live): skipped as duplicates, not read as a restart", async () => {
     const pub = await startFakePublisher(1, "vllm");
     open.push(pub);

@@ -57,6 +57,8 @@ export interface FakePublisher {
   readonly replayRequests: bigint[][];
   /** Holds the answers to replay requests (as a busy engine's publisher thread does) until the returned function is called. */
   holdReplays(): () => void;
+  /** Closes rank `rank`'s PUB socket and binds a new one on its port, as a network blip looks to a subscriber (its buffer is kept). */
+  bounce(rank: number): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -85,19 +87,14 @@ export async function startFakePublisher(dpRanks: number, replay: ReplayStyle | 
   const replayRequests: bigint[][] = [];
   const loops: Promise<void>[] = [];
   let held: Promise<void> = Promise.resolve();
-  for (let r = 0; r < dpRanks; r++) {
-    // Every subscription passed up, even a repeated one: the test waits for each gateway's.
-    // With a secret key, a CURVE server (as an engine configured for it): only clients that know its public key get its events.
-    const curveOptions = curve === null ? {} : typeof curve === "string" ? { curveServer: true, curveSecretKey: curve } : { curveServerKey: curve.serverPublicKey, curvePublicKey: curve.publicKey, curveSecretKey: curve.secretKey };
+  // With a secret key, a CURVE server (as an engine configured for it): only clients that know its public key get its events.
+  const curveOptions = curve === null ? {} : typeof curve === "string" ? { curveServer: true, curveSecretKey: curve } : { curveServerKey: curve.serverPublicKey, curvePublicKey: curve.publicKey, curveSecretKey: curve.secretKey };
+  /** Rank `r`'s PUB socket, bound (or connected), passing each subscription up: the tests wait for every gateway's. */
+  const openPub = async (r: number): Promise<XPublisher> => {
     const pub = new XPublisher({ linger: 0, verbosity: "allSubs", ...curveOptions });
     if (connect) pub.connect(`tcp://127.0.0.1:${base + r}`);
     else await pub.bind(`tcp://127.0.0.1:${base + r}`);
-    pubs.push(pub);
-    buffers.push([]);
-    replayRequests.push([]);
-    // Subscription messages say the gateways' SUB sockets are connected and subscribed.
-    const seen = { n: 0, waiters: [] as { count: number; resolve: () => void }[] };
-    subscriptions.push(seen);
+    const seen = subscriptions[r]!;
     void (async () => {
       try {
         for (;;) {
@@ -109,6 +106,14 @@ export async function startFakePublisher(dpRanks: number, replay: ReplayStyle | 
         // closed
       }
     })();
+    return pub;
+  };
+  for (let r = 0; r < dpRanks; r++) {
+    // Subscription messages say the gateways' SUB sockets are connected and subscribed.
+    subscriptions.push({ n: 0, waiters: [] });
+    pubs.push(await openPub(r));
+    buffers.push([]);
+    replayRequests.push([]);
     if (replay !== null) {
       const router = new Router({ linger: 0 });
       await router.bind(`tcp://127.0.0.1:${replayBase + r}`);
@@ -151,6 +156,19 @@ export async function startFakePublisher(dpRanks: number, replay: ReplayStyle | 
       let release!: () => void;
       held = new Promise<void>((resolve) => (release = resolve));
       return release;
+    },
+    async bounce(rank) {
+      pubs[rank]!.close();
+      // The port is free once the socket's close is processed; binding again retries until it is.
+      for (let attempt = 0; ; attempt++) {
+        try {
+          pubs[rank] = await openPub(rank);
+          return;
+        } catch (error) {
+          if (attempt > 50) throw error;
+          await new Promise((resolve) => setTimeout(resolve, 20));
+        }
+      }
     },
     lose(rank, seq, payload) {
       buffers[rank]!.push({ seq, payload, topic: "" });

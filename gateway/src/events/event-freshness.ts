@@ -167,10 +167,12 @@ export interface EventSourceCounters {
   restarts: number;
   /** Batches seen twice (skipped). */
   duplicates: number;
+  /** Connections to a publisher that came back (each asks for a replay of what was published meanwhile). */
+  reconnects: number;
 }
 
 /** New zeroed counters. */
-export const zeroCounters = (): EventSourceCounters => ({ batches: 0, unparseable: 0, oversized: 0, refusedPeers: 0, gaps: 0, replayed: 0, unfilled: 0, restarts: 0, duplicates: 0 });
+export const zeroCounters = (): EventSourceCounters => ({ batches: 0, unparseable: 0, oversized: 0, refusedPeers: 0, gaps: 0, replayed: 0, unfilled: 0, restarts: 0, duplicates: 0, reconnects: 0 });
 
 /**
  * Each DP-rank stream's status, an idle rank's among them: a rank that has

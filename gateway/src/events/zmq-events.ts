@@ -52,6 +52,8 @@ class RankStream {
    * meanwhile come both in the replay and live, and are not a restart.
    */
   replayedThrough: bigint | null = null;
+  /** The stream's work in order: live batches and the replays a reconnection asks for never interleave. */
+  #work: Promise<void> = Promise.resolve();
 
   constructor(
     readonly rank: number,
@@ -94,6 +96,13 @@ class RankStream {
       this.#replay.connect(this.replayEndpoint!);
     }
     return this.#replay;
+  }
+
+  /** Runs `task` after the stream's earlier work (a failure is the task's own: the queue goes on). */
+  serially(task: () => Promise<void>): Promise<void> {
+    const next = this.#work.then(task, task);
+    this.#work = next.catch(() => {});
+    return next;
   }
 
   /** Drops the replay socket (after a timeout or an error). */
@@ -177,14 +186,17 @@ export class ZmqEventSource implements IndexUpdateSource {
       // A socket binds before it receives (zeromq allows one operation at a time on it).
       const curve = this.#config.curve;
       if (curve?.role === "server") await s.serveCurve(curve, (address) => this.#refusedPeer(s, address));
+      if (s.replayEndpoint !== null) this.#replayOnReconnect(s, emit);
       if (this.#config.bind) await s.sub.bind(s.endpoint);
       else s.sub.connect(s.endpoint);
       // What the publisher still buffers, asked for at once: a rank that has served nothing publishes nothing, and
       // after a gateway restart its view would otherwise wait for its next live batch. Live batches queue meanwhile.
       if (s.replayEndpoint !== null) {
-        await this.#replay(s, 0n, WHOLE_BUFFER, emit, true);
-        const expected = s.freshness.expected;
-        s.replayedThrough = expected === null ? null : expected - 1n;
+        await s.serially(async () => {
+          await this.#replay(s, 0n, WHOLE_BUFFER, emit, true);
+          const expected = s.freshness.expected;
+          s.replayedThrough = expected === null ? null : expected - 1n;
+        });
       }
       for await (const frames of s.sub) {
         if (this.#closed) break;
@@ -194,12 +206,34 @@ export class ZmqEventSource implements IndexUpdateSource {
           this.#onNotice({ rank: s.rank, what: "message skipped", detail: `${frames.length} frames, expected topic, sequence (8 bytes), payload` });
           continue;
         }
-        await this.#onBatch(s, seq, frames[2]!, emit);
+        await s.serially(() => this.#onBatch(s, seq, frames[2]!, emit));
         if (this.#closed) break;
       }
     } catch (error) {
       if (!this.#closed) this.#onNotice({ rank: s.rank, what: "stream ended", detail: (error as Error).message });
     }
+  }
+
+  /**
+   * After the stream's connection to its publisher comes back (the engine's
+   * network went away, or the gateway's), asks for what the publisher
+   * buffered meanwhile: an idle rank publishes nothing that would show the
+   * gap, so its view would otherwise miss those batches until its next one.
+   */
+  #replayOnReconnect(s: RankStream, emit: (update: IndexUpdate) => void): void {
+    let connections = 0;
+    const again = () => {
+      connections++;
+      if (connections === 1 || this.#closed) return; // the first is the subscription, whose replay runs in #receive
+      this.counters.reconnects++;
+      void s.serially(async () => {
+        if (this.#closed) return;
+        const from = s.freshness.expected;
+        await this.#replay(s, from ?? 0n, WHOLE_BUFFER, emit, from === null);
+      });
+    };
+    s.sub.events.on("connect", again);
+    s.sub.events.on("accept", again);
   }
 
   /** Applies (or skips) one live batch, filling a gap before it first. */
@@ -310,7 +344,7 @@ export class ZmqEventSource implements IndexUpdateSource {
     // One deadline for the whole replay, and no more frames than the gap holds (plus the publisher's
     // buffer on first contact): a replay socket that keeps talking must not hold the live stream back.
     const deadline = performance.now() + 4 * this.#config.replayTimeoutMs;
-    let frames = first ? REPLAY_BUFFER_STEPS + 1 : Number(upTo - from) + 1; // the batches, and the end marker
+    let frames = (first || upTo === WHOLE_BUFFER ? REPLAY_BUFFER_STEPS : Number(upTo - from)) + 1; // the batches, and the end marker
     try {
       await dealer.send(["", request]);
       while (!this.#closed) {
