@@ -228,7 +228,8 @@ function trtllmGroup(e: Record<string, unknown>): KvGroupRef | string {
 function trtllmSalt(v: unknown): string | null {
   if (v === undefined || v === null) return null;
   if (typeof v === "string" && v.length <= MAX_KEY_LENGTH) return v;
-  const id = typeof v === "number" || typeof v === "bigint" ? String(v) : "?";
+  // A bigint's decimal text is as long as it is: only a 64-bit id (TensorRT-LLM's) is kept as it is.
+  const id = typeof v === "number" || (typeof v === "bigint" && v >= 0n && v < 1n << 64n) ? String(v) : "?";
   return `\u0000trtllm-salt:${id}`;
 }
 

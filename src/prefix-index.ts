@@ -409,6 +409,15 @@ export class PrefixIndex {
     return true;
   }
 
+  /**
+   * @internal The path key (lo, hi) of the block an engine hash names on
+   * `rank`, if a stored event named it (an engine cache view resolves its
+   * other groups' parents through it), else undefined.
+   */
+  pathKeyOf(rank: number, hash: EngineHash): readonly [number, number] | undefined {
+    return this.#engineBlocks[rank]?.get(hash);
+  }
+
   /** Blocks (paths) in one rank's view. */
   blockCount(rank: number): number {
     const core = this.#live();

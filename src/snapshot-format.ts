@@ -27,7 +27,7 @@ const MAX_PAYLOAD = 2 ** 32 - 1;
 /** What a snapshot holds. */
 export const SNAPSHOT_KINDS = Object.freeze({ router: 1, prefixIndex: 2, engineCache: 3 });
 /** Kind names, for messages. */
-const KIND_NAMES: Record<number, string> = { 1: "router", 2: "prefix index" };
+const KIND_NAMES: Record<number, string> = { 1: "router", 2: "prefix index", 3: "engine cache view" };
 
 /** CRC-32C (Castagnoli) table, reflected polynomial 0x82f63b78. */
 const CRC_TABLE = (() => {

@@ -7,6 +7,7 @@
 import { beforeAll, describe, expect, it } from "vitest";
 import { init, createPrefixIndex } from "../src/index.js";
 import { createEngineCacheView, restoreEngineCacheView, type EngineCacheView } from "../src/engine-cache-entry.js";
+import { decodeSnapshot, encodeSnapshot, SNAPSHOT_KINDS } from "../src/snapshot-format.js";
 
 const TPB = 16;
 /** Tokens 1..n. */
@@ -115,16 +116,59 @@ describe("a vLLM hybrid model (full attention + a 32-token sliding window over 1
     expect(reuse(copy, prompt)).toEqual([96, 112]); // rank 0: blocks 4, 5 are the run before block 6's hole
   });
 
-  it("a snapshot that lies about its groups is refused with a typed error", () => {
+  it("a declared group that has heard nothing is an empty cache: nothing is reused until it stores (never more than the engine)", () => {
+    const view = make();
+    view.applyKvEvents(batch([stored(prompt, 0, 8, 0)]));
+    expect(reuse(view, prompt)).toEqual([0, 0]);
+    view.applyKvEvents(batch([stored(prompt, 0, 8, 1)]));
+    expect(reuse(view, prompt)).toEqual([112, 0]);
+  });
+
+  it("a removal seen first makes no group: the stored events that follow name its kind", () => {
+    const view = createEngineCacheView({ numRanks: 1, tokensPerBlock: TPB });
+    const sw = { ...stored(prompt, 0, 8, 1), kv_cache_spec_kind: "sliding_window", kv_cache_spec_sliding_window: 32 };
+    expect(view.applyKvEvents(batch([removed([5], 1)]))).toMatchObject({ unknownBlock: 1, applied: 0 });
+    view.applyKvEvents(batch([stored(prompt, 0, 8, 0), sw, removed([1000], 1)]));
+    expect(view.groups.map((g) => g.kind)).toEqual(["full_attention", "sliding_window"]);
+    expect(reuse(view, prompt)).toEqual([112]);
+  });
+
+  it("a hash stored again under other tokens lets its old block go; a removed hash matches nothing; the bound holds", () => {
+    const view = createEngineCacheView({ numRanks: 1, tokensPerBlock: TPB, maxMemoryBytes: 1 << 20, groups: [{ kind: "full_attention" }, { kind: "mamba" }] });
+    const other = tokens(128, 5000);
+    view.applyKvEvents(batch([stored(prompt, 0, 8, 0), stored(prompt, 0, 8, 1)]));
+    // The same hashes, other tokens, in the Mamba group: the old blocks are no longer held there.
+    view.applyKvEvents(batch([{ ...stored(other, 0, 8, 1) }]));
+    expect(view.blockCount(0)).toBe(16);
+    expect(reuse(view, prompt)).toEqual([0]);
+    view.applyKvEvents(batch([stored(prompt, 0, 8, 1), removed([1006, 1005, 1004, 1003, 1002, 1001, 1000], 1)]));
+    expect(reuse(view, prompt)).toEqual([0]);
+    // Endless re-stores of one hash hold one block.
+    for (let i = 0; i < 3000; i++) view.applyKvEvents(batch([{ ...stored(tokens(16, 10_000 + 16 * i), 0, 1, 1), block_hashes: [42] }]));
+    expect(view.blockCount(0)).toBeLessThanOrEqual(8 + 2);
+  });
+
+  it("a snapshot that lies (checksum intact) is refused with a typed error, and nothing of it is kept", () => {
     const view = make();
     view.applyKvEvents(batch([stored(prompt, 0, 8, 0), stored(prompt, 0, 8, 1)]));
-    const bytes = view.snapshot();
-    const text = new TextDecoder().decode(bytes);
-    const at = text.indexOf('"sliding_window"');
-    expect(at).toBeGreaterThan(0);
-    const forged = bytes.slice();
-    forged.set(new TextEncoder().encode('"sliding_wind0w"'), at);
-    expect(() => restoreEngineCacheView(forged)).toThrow(/snapshot/);
+    const { state, sections } = decodeSnapshot(view.snapshot(), SNAPSHOT_KINDS.engineCache);
+    expect(reuse(restoreEngineCacheView(encodeSnapshot(SNAPSHOT_KINDS.engineCache, state, sections)), prompt)).toEqual(reuse(view, prompt));
+    type G = { kind: string; byHash?: unknown[][][]; section?: number; key: string; window?: unknown };
+    const lies: [string, (st: { groups: G[] }) => void][] = [
+      ["a kind no engine has", (st) => void (st.groups[1]!.kind = "sliding_wind0w")],
+      ["a declared group's other window", (st) => void (st.groups[1]!.window = 64)],
+      ["a hash as events never name it", (st) => void (st.groups[1]!.byHash![0]![0]![0] = "1000")],
+      ["a hash named twice", (st) => void (st.groups[1]!.byHash![0]![1]![0] = 1000)],
+      ["a path key that is not one", (st) => void (st.groups[1]!.byHash![0]![0]![1] = "xyz")],
+      ["a key no engine names", (st) => void (st.groups[1]!.key = "g99")],
+      ["two groups on one section", (st) => void st.groups.push({ key: "w4096", kind: "full_attention", section: 0, assumed: false } as G)],
+      ["ranks missing", (st) => void st.groups[1]!.byHash!.pop()],
+    ];
+    for (const [what, lie] of lies) {
+      const forged = structuredClone(state) as unknown as { groups: G[] };
+      lie(forged);
+      expect(() => restoreEngineCacheView(encodeSnapshot(SNAPSHOT_KINDS.engineCache, forged, sections)), what).toThrow(/engine cache view snapshot/);
+    }
   });
 });
 
@@ -181,6 +225,13 @@ describe("TensorRT-LLM's block namespaces", () => {
 });
 
 describe("bounds", () => {
+  it("a salt id too long to be TensorRT-LLM's is no namespace at all, and nothing throws", () => {
+    const view = createEngineCacheView({ numRanks: 1, tokensPerBlock: TPB });
+    const event = { event_id: 1, data: { type: "stored", parent_hash: null, blocks: [{ type: "stored_block", block_hash: 7, tokens: tokens(16).map((t) => ({ type: "unique_token", token_id: t, token_extra_id: 0 })), cache_salt: BigInt("9".repeat(5000)) }] }, window_size: 4096 };
+    expect(view.applyKvEvents([event])).toMatchObject({ applied: 1, malformed: 0 });
+    expect(reuse(view, tokens(17))).toEqual([0]);
+  });
+
   it("refuses a seventeenth group, counting it malformed", () => {
     const view = createEngineCacheView({ numRanks: 1, tokensPerBlock: TPB });
     const prompt = tokens(32);

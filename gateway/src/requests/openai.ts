@@ -80,10 +80,10 @@ function header(headers: Record<string, string | string[] | undefined>, name: st
   return text ? text : null;
 }
 
-/** An id field: a non-empty string (numbers are taken as their text) of at most MAX_ID characters. */
-function idOf(v: unknown, field: string): string | null {
+/** An id field: a non-empty string (numbers are taken as their text) of at most MAX_ID characters, trimmed unless `trim` is false. */
+function idOf(v: unknown, field: string, trim = true): string | null {
   if (v === undefined || v === null) return null;
-  const text = typeof v === "string" ? v.trim() : typeof v === "number" && Number.isFinite(v) ? String(v) : null;
+  const text = typeof v === "string" ? (trim ? v.trim() : v) : typeof v === "number" && Number.isFinite(v) ? String(v) : null;
   if (text === null) throw bad(`${field} must be a string`, field);
   if (text === "") throw bad(`${field} must be non-empty`, field);
   if (text.length > MAX_ID) throw bad(`${field} must be at most ${MAX_ID} characters`, field);
@@ -257,7 +257,8 @@ export function readRequest(
     if (conversationId !== null && conversationId.length > MAX_ID) throw new HttpError(400, `the session header must be at most ${MAX_ID} characters`, "invalid_request_error", "invalid_header");
   }
   const subagentId = idOf(header(headers, SUBAGENT_HEADER), SUBAGENT_HEADER);
-  const cacheSalt = idOf(b.cache_salt, "cache_salt");
+  // The engines hash the salt as sent: trimmed, " a" would match the blocks of "a", which the engine keeps apart.
+  const cacheSalt = idOf(b.cache_salt, "cache_salt", false);
   const subagentClaim = subagentId === null ? null : claimOf(b, subagentId, conversationId, header(headers, SUBAGENT_AUTH_HEADER));
   return { kind, model: b.model, stream: b.stream === true, tokens, conversationId, subagentId, subagentClaim, cacheSalt, loraTaskId: loraAdapters.get(b.model) ?? null };
 }
