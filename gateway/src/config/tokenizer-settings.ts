@@ -18,12 +18,17 @@ export type TokenizerSettings =
   /** UTF-8 bytes of a canonical rendering (gateway/src/tokenizers/tokenizer.ts). */
   | { readonly kind: "bytes" }
   /** The engine's tokenizer, from a local folder of its Hugging Face files; the pool's settings are present when the file sets them (else the defaults of tokenizerPoolSettings). */
-  | { readonly kind: "huggingface"; readonly path: string; readonly workers?: number; readonly queueSize?: number; readonly timeoutMs?: number };
+  | { readonly kind: "huggingface"; readonly path: string; readonly workers?: number; readonly queueSize?: number; readonly timeoutMs?: number; readonly engine?: TokenizerEngine };
+
+/** Whose normalisation of chat messages and tools the rendering follows (gateway/src/tokenizers/chat-inputs.ts). */
+export type TokenizerEngine = "tensorrt-llm" | "vllm";
+/** The engines whose chat normalisation is followed. */
+const ENGINES = ["tensorrt-llm", "vllm"] as const;
 
 /** Tokenizer kinds. */
 const KINDS = ["bytes", "huggingface"] as const;
 /** The settings of kind huggingface only. */
-const POOL_KEYS = ["workers", "queue_size", "timeout_ms"] as const;
+const POOL_KEYS = ["workers", "queue_size", "timeout_ms", "engine"] as const;
 /** Bounds of the pool's settings: [min, max], as readTokenizerSettings and the schema check them. */
 const POOL_BOUNDS = { workers: [0, 64], queue_size: [0, 1 << 20], timeout_ms: [10, 600_000] } as const;
 /** Jobs waiting for a tokenizer worker by default (past them, 429 tokenizer_busy). */
@@ -83,8 +88,12 @@ export function readTokenizerSettings(r: TokenizerSettingReader, value: unknown,
 }
 
 /** The pool settings the section `s` sets (absent or refused ones stay absent: their defaults are tokenizerPoolSettings'). */
-function readPoolSettings(r: TokenizerSettingReader, s: Record<string, unknown>): { workers?: number; queueSize?: number; timeoutMs?: number } {
-  const out: { workers?: number; queueSize?: number; timeoutMs?: number } = {};
+function readPoolSettings(r: TokenizerSettingReader, s: Record<string, unknown>): { workers?: number; queueSize?: number; timeoutMs?: number; engine?: TokenizerEngine } {
+  const out: { workers?: number; queueSize?: number; timeoutMs?: number; engine?: TokenizerEngine } = {};
+  if (s.engine !== undefined && s.engine !== null) {
+    if ((ENGINES as readonly unknown[]).includes(s.engine)) out.engine = s.engine as TokenizerEngine;
+    else r.fail(["tokenizer", "engine"], `must be ${ENGINES.join(" or ")} (whose normalisation of chat messages and tools the rendering follows), got ${describeValue(s.engine)}`);
+  }
   for (const [key, field] of [["workers", "workers"], ["queue_size", "queueSize"], ["timeout_ms", "timeoutMs"]] as const) {
     const v = r.int(s[key], ["tokenizer", key], POOL_BOUNDS[key][0], POOL_BOUNDS[key][1], NaN); // NaN: absent, or refused (and recorded)
     if (!Number.isNaN(v)) out[field] = v;
@@ -100,6 +109,7 @@ export const tokenizerSchema = Object.freeze({
   properties: {
     kind: { enum: [...KINDS], default: "bytes" },
     path: { type: "string", minLength: 1, description: "kind huggingface: the folder holding tokenizer.json and tokenizer_config.json (and chat_template.jinja or chat_template.json, if the model has them)." },
+    engine: { enum: [...ENGINES], default: "tensorrt-llm", description: "kind huggingface: the engine whose normalisation of chat messages and tools the rendering follows (TensorRT-LLM dumps \"strict\": null on every tool and refuses undeclared fields; vLLM keeps strict only where sent)." },
     workers: {
       type: "integer",
       minimum: POOL_BOUNDS.workers[0],

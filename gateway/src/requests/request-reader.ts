@@ -66,7 +66,7 @@ export async function createRequestReader(options: RequestReaderOptions): Promis
     size: pool.workers,
     queueSize: pool.queueSize,
     timeoutMs: pool.timeoutMs,
-    data: { path: settings.path, limits, loraAdapters: [...loraAdapters] },
+    data: { path: settings.path, limits, loraAdapters: [...loraAdapters], ...(settings.engine === undefined ? {} : { engine: settings.engine }) },
   });
   return new PooledReader(workers);
 }

@@ -31,6 +31,8 @@ export interface TokenizeWorkerData {
   readonly limits: PromptLimits;
   /** routing.lora_adapters as entries (a Map crosses threads, but entries say what is meant). */
   readonly loraAdapters: readonly (readonly [string, number])[];
+  /** tokenizer.engine: whose chat normalisation the rendering follows (absent: TensorRT-LLM's). */
+  readonly engine?: "tensorrt-llm" | "vllm";
 }
 
 /** A job sent to a worker: one body, copied (its buffer transferred), and the headers readRequest reads. */

@@ -42,7 +42,7 @@ yieldToEventLoop();
 /** The tokenizer, or null when it could not be loaded (the pool then replaces this worker). */
 let tokenizer: HuggingFaceTokenizer | null = null;
 try {
-  tokenizer = loadHuggingFaceTokenizer(data.path);
+  tokenizer = loadHuggingFaceTokenizer(data.path, data.engine === undefined ? {} : { engine: data.engine });
 } catch (error) {
   post({ type: "load_failed", message: (error as Error).message });
 }

@@ -1,28 +1,19 @@
 // A model's chat template, rendered as the engines render it, so the gateway's
-// token ids for a chat request are the engine's. What TensorRT-LLM's OpenAI
-// server does (tensorrt_llm/serve/chat_utils.py, chat_tokenization.py; vLLM's
-// is the same up to the details named below):
-//
-// - each message becomes {role, content}: a string content as is, a list of
-//   parts as its non-empty text parts joined by "\n", null as ""; an
-//   assistant's tool calls are kept with their JSON-string arguments parsed to
-//   objects (an unparsable string is kept as the string), a tool message keeps
-//   its tool_call_id, an assistant's reasoning (or reasoning_content) is kept
-//   as reasoning_content; anything else (name, media) is dropped (vLLM keeps
-//   `name`);
-// - `tools` become the dumps of their pydantic models: {type, function: {name,
-//   description, parameters, strict}}, absent fields as null (vLLM's dump has
-//   no `strict` unless sent);
-// - transformers' apply_chat_template renders the template with messages,
-//   tools, documents, add_generation_prompt (default true), the tokenizer's
-//   special tokens (bos_token, eos_token, ... as text) and the request's
-//   chat_template_kwargs, in a Jinja environment with trim_blocks and
-//   lstrip_blocks (which @huggingface/jinja applies), raise_exception,
-//   strftime_now and a tojson that escapes nothing.
+// token ids for a chat request are the engine's. The messages and tools are
+// first normalised as the engine's OpenAI server normalises them
+// (chat-inputs.ts: TensorRT-LLM's by default, or vLLM's); then, as
+// transformers' apply_chat_template does, the template is rendered with
+// messages, tools, documents, add_generation_prompt (default true), the
+// tokenizer's special tokens (bos_token, eos_token, ... as text) and the
+// request's chat_template_kwargs, in a Jinja environment with trim_blocks and
+// lstrip_blocks (which @huggingface/jinja applies), raise_exception,
+// strftime_now and a tojson that escapes nothing. A template that fails
+// (its raise_exception, or an error) refuses the request: a 400, never ids.
 //
 // Platform-neutral (no node: imports): it runs in browsers too.
 
 import { Environment, Interpreter, Template } from "@huggingface/jinja";
+import { record, templateMessages, templateTools, type ChatEngine } from "./chat-inputs.js";
 import { TokenizerRequestError, type ChatMessage, type RequestFields } from "./tokenizer.js";
 
 /** The template's text and where it came from (for messages). */
@@ -99,76 +90,6 @@ export function specialTokenVariables(config: Readonly<Record<string, unknown>>)
   return out;
 }
 
-/** An object (not null, not an array), or null. */
-function record(v: unknown): Record<string, unknown> | null {
-  return v !== null && typeof v === "object" && !Array.isArray(v) ? (v as Record<string, unknown>) : null;
-}
-
-/** A tool call's arguments as TensorRT-LLM normalises them (a JSON string parsed to an object). */
-function toolCallArguments(v: unknown, where: string): unknown {
-  if (v === undefined || v === null) return {};
-  if (typeof v !== "string") {
-    if (record(v) === null) throw new TokenizerRequestError(`${where}.function.arguments must be an object`);
-    return v;
-  }
-  let parsed: unknown;
-  try {
-    parsed = JSON.parse(v);
-  } catch {
-    return v; // kept as the string, as the engine keeps it
-  }
-  if (record(parsed) === null) throw new TokenizerRequestError(`${where}.function.arguments must be a JSON object.`);
-  return parsed;
-}
-
-/** The messages as the engine hands them to the template (see the file's header). */
-export function templateMessages(messages: readonly ChatMessage[]): Record<string, unknown>[] {
-  return messages.map((m, i) => {
-    const content = m.content;
-    let text: string;
-    if (content === null || content === undefined) text = "";
-    else if (typeof content === "string") text = content;
-    else if (Array.isArray(content)) {
-      const texts: string[] = [];
-      for (const part of content as unknown[]) {
-        const t = typeof part === "string" ? part : record(part)?.type === "text" ? record(part)!.text : null;
-        if (typeof t === "string" && t !== "") texts.push(t); // the engine skips empty parts
-      }
-      text = texts.join("\n");
-    } else throw new TokenizerRequestError(`messages[${i}].content must be a string, a list of parts or null`);
-    const out: Record<string, unknown> = { role: m.role, content: text };
-    const fields = m as unknown as Record<string, unknown>;
-    if (m.role === "assistant") {
-      const reasoning = fields.reasoning ?? fields.reasoning_content;
-      if (reasoning !== undefined && reasoning !== null) out.reasoning_content = reasoning;
-      const calls = fields.tool_calls;
-      if (calls !== undefined && calls !== null) {
-        if (!Array.isArray(calls)) throw new TokenizerRequestError(`messages[${i}].tool_calls must be a list`);
-        out.tool_calls = calls.map((call: unknown, j) => {
-          const where = `messages[${i}].tool_calls[${j}]`;
-          const c = record(call);
-          const f = record(c?.function);
-          if (c === null || f === null) throw new TokenizerRequestError(`${where}.function must be an object`);
-          return { ...c, function: { ...f, arguments: toolCallArguments(f.arguments, where) } };
-        });
-      }
-    } else if (m.role === "tool" && "tool_call_id" in fields) out.tool_call_id = fields.tool_call_id;
-    return out;
-  });
-}
-
-/** The request's tools as the engine dumps them for the template, or null. */
-export function templateTools(tools: unknown): Record<string, unknown>[] | null {
-  if (tools === undefined || tools === null) return null;
-  if (!Array.isArray(tools)) throw new TokenizerRequestError("tools must be a list");
-  return tools.map((tool: unknown, i) => {
-    const t = record(tool);
-    const f = record(t?.function);
-    if (t === null || f === null || typeof f.name !== "string") throw new TokenizerRequestError(`tools[${i}].function.name must be a string`);
-    return { type: t.type ?? "function", function: { name: f.name, description: f.description ?? null, parameters: f.parameters ?? null, strict: f.strict ?? null } };
-  });
-}
-
 /** A boolean field of the request, or `fallback` when absent or null. */
 export function flag(request: RequestFields | undefined, name: string, fallback: boolean): boolean {
   const v = request?.[name];
@@ -231,6 +152,60 @@ function globals(env: Environment): void {
   });
 }
 
+/** A value of the interpreter: its type's name and its JavaScript value (the library's classes are not exported). */
+interface RuntimeValue {
+  readonly type: string;
+  readonly value: unknown;
+}
+/** What is used here of @huggingface/jinja's Interpreter (whose declarations TypeScript cannot resolve under nodenext: it sees `any`). */
+interface JinjaInterpreter {
+  run(program: unknown): RuntimeValue;
+  evaluate(node: unknown, environment: Environment): RuntimeValue;
+}
+/** A binary expression node, as the interpreter's evaluateBinaryExpression reads it. */
+interface BinaryNode {
+  readonly operator: { readonly value: string };
+  readonly left: unknown;
+  readonly right: unknown;
+}
+/** The library's Interpreter, typed as used. */
+const BaseInterpreter = Interpreter as unknown as new (environment: Environment) => JinjaInterpreter;
+/** Python's names of the interpreter's value types, for its TypeError's words. */
+const PYTHON_TYPES: Readonly<Record<string, string>> = { StringValue: "str", IntegerValue: "int", FloatValue: "float", BooleanValue: "bool", ObjectValue: "dict", ArrayValue: "list", TupleValue: "tuple", FunctionValue: "function", NamespaceValue: "Namespace" };
+
+/** A value of `like`'s class (the library's value classes take their JavaScript value as sole argument). */
+const valueLike = (like: RuntimeValue, value: unknown): RuntimeValue => new (like.constructor as new (value: unknown) => RuntimeValue)(value);
+
+/**
+ * The interpreter, with `+` as Python's: @huggingface/jinja joins a string
+ * and anything else as text ("x" + {...} is "x[object Map]", "x" + 5 is
+ * "x5") where Python raises TypeError, and the engine answers 400. A template
+ * that adds a tool call's arguments (an object once the engine parsed them)
+ * to a string must be refused here too, not turned into ids no engine
+ * computes.
+ */
+class PythonInterpreter extends BaseInterpreter {}
+{
+  // evaluateBinaryExpression is private in the library's types, not at run time (the version is pinned; the test of `+` fails if it moves).
+  const base = (Interpreter.prototype as unknown as { evaluateBinaryExpression?: (node: BinaryNode, env: Environment) => RuntimeValue }).evaluateBinaryExpression;
+  if (typeof base !== "function") throw new Error("@huggingface/jinja: Interpreter.evaluateBinaryExpression is gone (chat-template.ts patches it)");
+  (PythonInterpreter.prototype as unknown as { evaluateBinaryExpression: typeof base }).evaluateBinaryExpression = function (this: PythonInterpreter, node: BinaryNode, env: Environment): RuntimeValue {
+    if (node.operator.value !== "+") return base.call(this, node, env);
+    // Each side once (a chain of + nests to the left), then the sum as the library's + makes it.
+    const left = this.evaluate(node.left, env);
+    const right = this.evaluate(node.right, env);
+    const l = PYTHON_TYPES[left.type];
+    const r = PYTHON_TYPES[right.type];
+    if (l === "str" && r === "str") return valueLike(left, (left.value as string) + (right.value as string));
+    if ((l === "int" || l === "float") && (r === "int" || r === "float")) return valueLike(r === "float" ? right : left, (left.value as number) + (right.value as number));
+    if (l === r && (l === "list" || l === "tuple")) return valueLike(left, (left.value as unknown[]).concat(right.value as unknown[]));
+    if (l !== undefined && r !== undefined && (l === "str") !== (r === "str")) {
+      throw new TypeError(l === "str" || l === "list" ? `can only concatenate ${l} (not "${r}") to ${l}` : `unsupported operand type(s) for +: '${l}' and '${r}'`);
+    }
+    return base.call(this, node, env); // the rest (undefined or none on a side, ...) the library refuses, evaluating again
+  };
+}
+
 /** A model's chat template, compiled once, rendered per request. */
 export class ChatTemplate {
   /** The default template, or null when the model has none. */
@@ -239,9 +214,11 @@ export class ChatTemplate {
   readonly #toolUse: Template | null;
   /** The special tokens as template variables. */
   readonly #specials: Record<string, unknown>;
+  /** Whose normalisation of messages and tools the rendering follows. */
+  readonly engine: ChatEngine;
 
   /** Compiles `source`'s templates; throws ChatTemplateSyntaxError naming its file. */
-  constructor(source: ChatTemplateSource, config: Readonly<Record<string, unknown>>) {
+  constructor(source: ChatTemplateSource, config: Readonly<Record<string, unknown>>, engine: ChatEngine = "tensorrt-llm") {
     const compile = (text: string | null) => {
       if (text === null) return null;
       try {
@@ -253,6 +230,7 @@ export class ChatTemplate {
     this.#default = compile(source.text);
     this.#toolUse = compile(source.toolUse);
     this.#specials = specialTokenVariables(config);
+    this.engine = engine;
   }
 
   /** Whether the model has a chat template at all. */
@@ -266,7 +244,7 @@ export class ChatTemplate {
    * it, or a field has the wrong shape.
    */
   render(messages: readonly ChatMessage[], request: RequestFields | undefined): string {
-    const tools = templateTools(request?.tools);
+    const tools = templateTools(request?.tools, this.engine);
     const template = tools !== null && this.#toolUse !== null ? this.#toolUse : (this.#default ?? this.#toolUse);
     if (template === null) throw new TokenizerRequestError("the model has no chat template (tokenizer_config.json, chat_template.jinja or chat_template.json)");
     const kwargs = request?.chat_template_kwargs;
@@ -275,7 +253,7 @@ export class ChatTemplate {
     if (documents !== null && !Array.isArray(documents)) throw new TokenizerRequestError("documents must be a list");
     const variables: Record<string, unknown> = { ...this.#specials };
     for (const [k, v] of Object.entries(record(kwargs) ?? {})) if (!RESERVED.has(k)) variables[k] = v;
-    variables.messages = templateMessages(messages);
+    variables.messages = templateMessages(messages, this.engine);
     variables.tools = tools;
     variables.documents = documents;
     variables.add_generation_prompt = flag(request, "add_generation_prompt", true);
@@ -283,7 +261,7 @@ export class ChatTemplate {
       const env = new Environment();
       globals(env);
       for (const [k, v] of Object.entries(variables)) if (env.variables.has(k)) env.setVariable(k, new Environment().set(k, v)); else env.set(k, v);
-      return new Interpreter(env).run(template.parsed).value as string;
+      return new PythonInterpreter(env).run(template.parsed).value as string;
     } catch (error) {
       // The template's own refusal reaches the client word for word, as the engine's does.
       if (error instanceof TokenizerRequestError) throw error;

@@ -28,6 +28,7 @@
 // files from a folder is tokenizer-config.ts's job.
 
 import { Tokenizer as HfTokenizer } from "@huggingface/tokenizers";
+import { CHAT_ENGINES, type ChatEngine } from "./chat-inputs.js";
 import { ChatTemplate, chatTemplateSource, flag } from "./chat-template.js";
 import { TokenPool, type ChatMessage, type RequestFields, type Tokenizer } from "./tokenizer.js";
 
@@ -49,6 +50,8 @@ export interface HuggingFaceTokenizerOptions {
   readonly name?: string;
   /** Memory the segment cache may hold, in bytes (estimated: text and ids); 0 turns it off. Default 16 MiB. */
   readonly cacheBytes?: number;
+  /** The engine whose normalisation of chat messages and tools the rendering follows (chat-inputs.ts); default "tensorrt-llm". */
+  readonly engine?: ChatEngine;
 }
 
 /** A tokenizer's files that cannot make a tokenizer; names the file. */
@@ -265,7 +268,9 @@ export class HuggingFaceTokenizer implements Tokenizer {
     } catch (error) {
       throw new TokenizerFilesError("tokenizer.json", `is not a tokenizer this gateway can load: ${(error as Error).message}`);
     }
-    this.#template = new ChatTemplate(chatTemplateSource(config, files.chatTemplateJinja ?? null, files.chatTemplateJson ?? null), config);
+    const engine = options.engine ?? "tensorrt-llm";
+    if (!CHAT_ENGINES.includes(engine)) throw new TypeError(`engine must be one of ${CHAT_ENGINES.join(", ")}, got ${String(engine)}`);
+    this.#template = new ChatTemplate(chatTemplateSource(config, files.chatTemplateJinja ?? null, files.chatTemplateJson ?? null), config, engine);
 
     const added = Array.isArray(json.added_tokens) ? (json.added_tokens as AddedToken[]) : [];
     // Added tokens matched on the raw text that change nothing around them cut a prompt into segments;
@@ -309,6 +314,11 @@ export class HuggingFaceTokenizer implements Tokenizer {
     if (wordwise && !matches()) this.wordwise = wordwise = false;
     this.segmented = matches();
     this.#wrap = this.#findWrap();
+  }
+
+  /** The engine whose normalisation of chat messages and tools the rendering follows. */
+  get engine(): ChatEngine {
+    return this.#template.engine;
   }
 
   /** Whether the model has a chat template (without one, chat requests are refused, as the engine refuses them). */

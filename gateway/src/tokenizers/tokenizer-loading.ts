@@ -21,7 +21,7 @@
 import { existsSync, readFileSync, statSync } from "node:fs";
 import path from "node:path";
 import { ChatTemplateSyntaxError } from "./chat-template.js";
-import { HuggingFaceTokenizer, TokenizerFilesError } from "./hf-tokenizer.js";
+import { HuggingFaceTokenizer, TokenizerFilesError, type HuggingFaceTokenizerOptions } from "./hf-tokenizer.js";
 import { Utf8ByteTokenizer, type Tokenizer } from "./tokenizer.js";
 import type { TokenizerSettings } from "../config/tokenizer-settings.js";
 
@@ -58,8 +58,8 @@ function parseJson(dir: string, name: string, text: string): unknown {
   }
 }
 
-/** The Hugging Face tokenizer in folder `dir`; throws TokenizerLoadError with one clear message. */
-export function loadHuggingFaceTokenizer(dir: string): HuggingFaceTokenizer {
+/** The Hugging Face tokenizer in folder `dir` (`options` as HuggingFaceTokenizer's, its name set here); throws TokenizerLoadError with one clear message. */
+export function loadHuggingFaceTokenizer(dir: string, options: Omit<HuggingFaceTokenizerOptions, "name"> = {}): HuggingFaceTokenizer {
   let stat;
   try {
     stat = statSync(dir);
@@ -73,7 +73,7 @@ export function loadHuggingFaceTokenizer(dir: string): HuggingFaceTokenizer {
   const jsonText = readText(dir, "chat_template.json", false);
   const chatTemplateJson = jsonText === null ? null : parseJson(dir, "chat_template.json", jsonText);
   try {
-    return new HuggingFaceTokenizer({ tokenizer, config, chatTemplateJinja: jinja, chatTemplateJson }, { name: `huggingface:${path.basename(path.resolve(dir))}` });
+    return new HuggingFaceTokenizer({ tokenizer, config, chatTemplateJinja: jinja, chatTemplateJson }, { ...options, name: `huggingface:${path.basename(path.resolve(dir))}` });
   } catch (error) {
     // The files' own errors name the file; say which folder it is in.
     if (error instanceof TokenizerFilesError || error instanceof ChatTemplateSyntaxError) throw new TokenizerLoadError(path.join(dir, error.file) + error.message.slice(error.file.length));
@@ -83,5 +83,5 @@ export function loadHuggingFaceTokenizer(dir: string): HuggingFaceTokenizer {
 
 /** The tokenizer `settings` name (what `createGateway(config, { tokenizer })` takes); throws TokenizerLoadError. */
 export function loadTokenizer(settings: TokenizerSettings): Tokenizer {
-  return settings.kind === "huggingface" ? loadHuggingFaceTokenizer(settings.path) : new Utf8ByteTokenizer();
+  return settings.kind === "huggingface" ? loadHuggingFaceTokenizer(settings.path, settings.engine === undefined ? {} : { engine: settings.engine }) : new Utf8ByteTokenizer();
 }
