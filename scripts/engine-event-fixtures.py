@@ -185,7 +185,25 @@ def vllm(root):
     batch_stored = ns["KVEventBatch"](ts=1.25, events=stored, data_parallel_rank=0)
     # The sliding-window group's first block (outside the window, freed while the request ran) evicted for a new one.
     batch_removed = ns["KVEventBatch"](ts=2.25, events=[ns["BlockRemoved"](block_hashes=[hashes[0]], medium="GPU", group_idx=1)], data_parallel_rank=0)
+    # Namespaces as block_pool.py writes them (extra_keys from generate_block_hash_extra_keys, one entry per block):
+    # a cache salt on a prompt's first block, a LoRA adapter's name on every block, an image's hash from the block it starts in.
+    salted_tokens = list(range(3000, 3000 + 2 * bs))
+    lora_tokens = list(range(3100, 3100 + 2 * bs))
+    image_tokens = list(range(3200, 3200 + 3 * bs))
+    namespaced = ns["KVEventBatch"](ts=3.25, events=[
+        ns["BlockStored"](block_hashes=chain_hashes(salted_tokens), parent_block_hash=None, token_ids=salted_tokens, block_size=bs, lora_id=None, medium="GPU", lora_name=None, extra_keys=[("tenant-a",), None], group_idx=0),
+        ns["BlockStored"](block_hashes=chain_hashes(lora_tokens), parent_block_hash=None, token_ids=lora_tokens, block_size=bs, lora_id=3, medium="GPU", lora_name="sql-lora", extra_keys=[("sql-lora",), ("sql-lora",)], group_idx=0),
+        ns["BlockStored"](block_hashes=chain_hashes(image_tokens), parent_block_hash=None, token_ids=image_tokens, block_size=bs, lora_id=None, medium="GPU", lora_name=None, extra_keys=[None, ("0f" * 32, 0), ("0f" * 32, -16)], group_idx=0),
+    ], data_parallel_rank=0)
     return {
+        "vllm_namespaces": {
+            "what": "three chains as vLLM's block pool writes their extra_keys: one salted tenant-a (first block), one of LoRA adapter sql-lora (its name on every block), one whose second block starts an image: reused are the salted chain by tenant-a's requests only (16 tokens), the LoRA chain by the adapter's only (16), the image chain's text before the image only (16 of 48)",
+            "tokensPerBlock": bs,
+            "hex": encoder.encode(namespaced).hex(),
+            "salted": {"prompt": salted_tokens + [1], "salt": "tenant-a", "reused": 2 * bs},
+            "lora": {"prompt": lora_tokens + [1], "adapter": "sql-lora", "reused": 2 * bs},
+            "image": {"prompt": image_tokens + [1], "reused": bs},
+        },
         "vllm_hybrid": {
             "what": "a hybrid model (group 0 full attention, group 1 a 32-token sliding window, 16-token blocks): both groups store the 8 blocks of a 128-token prompt, then the sliding-window group's first block is evicted; vLLM's HybridKVCacheCoordinator reuses 112 tokens (the full-attention prefix below the 127 it looks up, the window needing only its last 2 blocks)",
             "tokensPerBlock": bs,

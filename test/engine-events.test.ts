@@ -81,3 +81,20 @@ describe("hybrid models and attention windows, as the engines' own code writes t
     expect(plain.match(probe(f.prompt))).toEqual([256]);
   });
 });
+
+describe("namespaces as vLLM's block pool writes them (extra_keys)", () => {
+  it("a salted chain is reused by its salt's requests only, a LoRA chain by its adapter's only, an image chain up to the image", async () => {
+    await init();
+    const f = fixtures.vllm_namespaces;
+    const view = createEngineCacheView({ numRanks: 1, tokensPerBlock: f.tokensPerBlock });
+    const batch = decode(Buffer.from(f.hex, "hex"), { useBigInt64: true });
+    expect(view.applyKvEvents(batch, { loraIds: new Map([[f.lora.adapter, 1]]) })).toMatchObject({ malformed: 0, applied: 3 });
+    const probe = (p: number[]) => p.slice(0, -1);
+    expect(view.match(probe(f.salted.prompt), { loraTaskId: null, cacheSalt: f.salted.salt })).toEqual([f.salted.reused]);
+    expect(view.match(probe(f.salted.prompt))).toEqual([0]);
+    expect(view.match(probe(f.salted.prompt), { loraTaskId: null, cacheSalt: "tenant-b" })).toEqual([0]);
+    expect(view.match(probe(f.lora.prompt), { loraTaskId: 1, cacheSalt: null })).toEqual([f.lora.reused]);
+    expect(view.match(probe(f.lora.prompt))).toEqual([0]);
+    expect(view.match(probe(f.image.prompt))).toEqual([f.image.reused]);
+  });
+});

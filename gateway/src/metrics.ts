@@ -83,6 +83,24 @@ function eventLines(p: string, upstreams: readonly Upstream[], views: EngineView
   return [...lines, ...blocks];
 }
 
+/** Per (upstream, DP rank) of the upstreams whose ranks phase 2 chooses: requests placed, their prompt and matched tokens, those in flight. */
+function rankLines(p: string, upstreams: readonly Upstream[]): string[] {
+  const ranked = upstreams.filter((u) => u.rankRouting !== null);
+  if (ranked.length === 0) return [];
+  const series: [string, string, string, (u: Upstream, r: number) => number][] = [
+    ["upstream_rank_requests_total", "counter", "Requests the gateway placed on each DP rank of an upstream (rank_routing adp or instance).", (u, r) => u.rankRouting!.placed[r]!],
+    ["upstream_rank_prompt_tokens_total", "counter", "Their prompt tokens.", (u, r) => u.rankRouting!.promptTokens[r]!],
+    ["upstream_rank_matched_tokens_total", "counter", "Their tokens the rank held, by its engine's view while live, else by the gateway's placements.", (u, r) => u.rankRouting!.matchedTokens[r]!],
+    ["upstream_rank_in_flight", "gauge", "Requests in flight on each DP rank.", (u, r) => u.rankRouting!.inFlight[r]!],
+  ];
+  const lines: string[] = [];
+  for (const [name, type, help, value] of series) {
+    lines.push(`# HELP ${p}${name} ${help}`, `# TYPE ${p}${name} ${type}`);
+    for (const u of ranked) for (let r = 0; r < u.rankRouting!.ranks; r++) lines.push(`${p}${name}{upstream="${label(u)}",dp_rank="${r}"} ${value(u, r)}`);
+  }
+  return lines;
+}
+
 /** The lines of one histogram per upstream. */
 function histogram(name: string, help: string, upstreams: readonly Upstream[], pick: (u: Upstream) => Histogram): string[] {
   const lines = [`# HELP ${name} ${help}`, `# TYPE ${name} histogram`];
@@ -125,6 +143,7 @@ export function formatGatewayMetrics(upstreams: readonly Upstream[], counters: G
   for (const u of upstreams) lines.push(`${p}upstream_prompt_tokens_total{upstream="${label(u)}"} ${u.promptTokens}`);
   lines.push(`# HELP ${p}upstream_matched_tokens_total Of those, the tokens its cache view already held (matched / prompt is its prefix hit rate).`, `# TYPE ${p}upstream_matched_tokens_total counter`);
   for (const u of upstreams) lines.push(`${p}upstream_matched_tokens_total{upstream="${label(u)}"} ${u.matchedTokens}`);
+  lines.push(...rankLines(p, upstreams));
   lines.push(`# HELP ${p}upstream_retries_total Requests retried on another upstream because they provably never reached this one.`, `# TYPE ${p}upstream_retries_total counter`);
   for (const u of upstreams) lines.push(`${p}upstream_retries_total{upstream="${label(u)}"} ${u.retriedAway}`);
   lines.push(...eventLines(p, upstreams, views));

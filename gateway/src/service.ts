@@ -217,7 +217,7 @@ export class GatewayService {
     // Only the prompt's size goes on from here, not its token ids: the scheduler hands them back once placed
     // (a token array held for the whole upstream round trip outlives the young generation; bench:serve).
     const placement = await scheduler.acquire(request, hangup);
-    const r = await proxy(this.#proxying, { kind, req, res, raw, tokens, requestId, hangup }, placement.upstream);
+    const r = await proxy(this.#proxying, { kind, req, res, raw, tokens, requestId, hangup }, placement.upstream, placement.rank);
     return { status: r.status, upstream: r.upstream.name, outcome: r.outcome, matched: placement.matchedTokens };
   }
 

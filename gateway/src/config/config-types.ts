@@ -24,7 +24,14 @@ export interface UpstreamConfig {
   readonly kvEvents: KvEventsConfig | null;
   /** Where its engine's load is scraped, or null (the gateway counts only its own requests). */
   readonly load: EngineLoadConfig | null;
+  /** Its engine's data-parallel (attention-DP) ranks. */
+  readonly dpRanks: number;
+  /** How a request is pinned to one of them: this library's router over them, TensorRT-LLM's centralized router's rank score, or not at all. */
+  readonly rankRouting: RankRoutingKind;
 }
+
+/** How the gateway picks an upstream's DP rank for a request (phase 2). */
+export type RankRoutingKind = "adp" | "instance" | "none";
 
 /** The gateway's whole configuration, checked, with defaults filled. */
 export interface GatewayConfig {

@@ -12,9 +12,9 @@ import { LineCounter, parseDocument, isMap, isSeq, type Node } from "yaml";
 import { parseAttentionDpConfig } from "adp-router";
 import { AttentionDpConfigError, describeValue, excerpt } from "adp-router";
 import { ENGINE_TOKENS_PER_BLOCK, readTokenizerSettings } from "./tokenizer-settings.js";
-import { readEngineLoad, readKvEvents } from "./events-config.js";
+import { readEngineLoad, readKvEvents, type EngineLoadConfig, type KvEventsConfig } from "./events-config.js";
 import { readSyncSettings } from "./sync-config.js";
-import type { UpstreamConfig, GatewayConfig, GatewayFlags, GatewayConfigObject, ConfigIssue } from "./config-types.js";
+import type { UpstreamConfig, GatewayConfig, GatewayFlags, GatewayConfigObject, ConfigIssue, RankRoutingKind } from "./config-types.js";
 
 export type { UpstreamConfig, GatewayConfig, GatewayFlags, GatewayConfigObject, UpstreamObject, ConfigIssue } from "./config-types.js";
 
@@ -45,7 +45,7 @@ export class GatewayConfigError extends Error {
 const SECTIONS: Record<string, readonly string[]> = {
   "": ["listen", "upstreams", "policy", "attention_dp_config", "limits", "timeouts", "health", "auth", "logging", "routing", "tokenizer", "sync"],
   listen: ["host", "port"],
-  "upstreams[]": ["url", "name", "api_key", "api_key_env", "drain", "kv_events", "load"],
+  "upstreams[]": ["url", "name", "api_key", "api_key_env", "drain", "kv_events", "load", "dp_ranks", "rank_routing"],
   limits: ["max_body_bytes", "max_in_flight_per_upstream", "queue_size", "queue_timeout_ms", "max_connections", "max_prompt_chars", "max_prompt_tokens"],
   timeouts: ["headers_ms", "request_ms", "keep_alive_ms", "connect_ms", "first_byte_ms", "idle_ms", "max_stream_ms"],
   health: ["path", "interval_ms", "timeout_ms", "unhealthy_threshold", "healthy_threshold", "on_start", "consecutive_5xx", "consecutive_gateway_failures", "base_ejection_ms", "max_ejection_ms", "max_ejected_percent"],
@@ -306,7 +306,31 @@ function readUpstream(r: Reader, entry: unknown, path: (string | number)[], env:
   const apiKey = u.api_key !== undefined ? r.secret(u.api_key, [...path, "api_key"]) : r.env(u.api_key_env, [...path, "api_key_env"], env);
   const kvEvents = readKvEvents(r, u.kv_events, [...path, "kv_events"]);
   const load = readEngineLoad(r, u.load, [...path, "load"]);
-  return { url: checked.url, name: excerpt(name, 64), apiKey, drain: r.bool(u.drain, [...path, "drain"], false), kvEvents, load };
+  const { dpRanks, rankRouting } = readRankRouting(r, u, path, kvEvents, load);
+  return { url: checked.url, name: excerpt(name, 64), apiKey, drain: r.bool(u.drain, [...path, "drain"], false), kvEvents, load, dpRanks, rankRouting };
+}
+
+/**
+ * An upstream's DP ranks (`dp_ranks`, else its events') and how a request is
+ * pinned to one (`rank_routing`). By default `adp` where the engine is known
+ * to take a rank (`load: { kind: vllm | sglang }`: both honour
+ * `X-Data-Parallel-Rank`) and has several, else `none`: the gateway sees each
+ * rank's cache (its events) and the load it sent there, which the engine's own
+ * balancer (vLLM's least-loaded, SGLang's round robin) does not weigh.
+ */
+function readRankRouting(r: Reader, u: Record<string, unknown>, path: (string | number)[], kvEvents: KvEventsConfig | null, load: EngineLoadConfig | null): { dpRanks: number; rankRouting: RankRoutingKind } {
+  const fromEvents = kvEvents?.dpRanks ?? null;
+  const dpRanks = u.dp_ranks === undefined || u.dp_ranks === null ? (fromEvents ?? 1) : r.int(u.dp_ranks, [...path, "dp_ranks"], 1, 1024, 1);
+  if (fromEvents !== null && dpRanks !== fromEvents) r.fail([...path, "dp_ranks"], `is ${dpRanks}, but kv_events.dp_ranks is ${fromEvents}: the engine has one number of DP ranks`);
+  const takesRank = load?.kind === "vllm" || load?.kind === "sglang";
+  const fallback: RankRoutingKind = dpRanks > 1 && takesRank ? "adp" : "none";
+  const kind = u.rank_routing === undefined || u.rank_routing === null ? fallback : r.str(u.rank_routing, [...path, "rank_routing"], fallback);
+  if (kind !== "adp" && kind !== "instance" && kind !== "none") {
+    r.fail([...path, "rank_routing"], `must be adp (this library's router over the engine's ranks), instance (TensorRT-LLM's centralized router's rank score) or none (the engine's own balancer picks), got ${describeValue(u.rank_routing)}`);
+    return { dpRanks, rankRouting: "none" };
+  }
+  if (kind !== "none" && load?.kind === "trtllm") r.fail([...path, "rank_routing"], "cannot pin a rank of trtllm-serve: its OpenAI server takes no rank from a request (use none: its own attention-DP router picks)");
+  return { dpRanks, rankRouting: dpRanks > 1 ? kind : "none" };
 }
 
 /**
@@ -447,7 +471,7 @@ export function loadGatewayConfig(options: LoadOptions = {}): GatewayConfig {
       if ("why" in checked) r.fail(["upstream", i], checked.why, "--upstream");
       else {
         if (checked.warning !== undefined) r.warn(["upstream", i], checked.warning, "--upstream");
-        upstreams.push({ url: checked.url, name: defaultUpstreamName(checked.url), apiKey: null, drain: false, kvEvents: null, load: null });
+        upstreams.push({ url: checked.url, name: defaultUpstreamName(checked.url), apiKey: null, drain: false, kvEvents: null, load: null, dpRanks: 1, rankRouting: "none" });
       }
     });
   } else if (top.upstreams !== undefined) {

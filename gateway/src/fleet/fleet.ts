@@ -122,10 +122,11 @@ export class Fleet {
     }
   }
 
-  /** Ends one request's load on `u`; a retired upstream closes once it has none. */
-  release(u: Upstream, tokens: number): void {
+  /** Ends one request's load on `u` (and on its DP rank `rank`, when phase 2 chose one); a retired upstream closes once it has none. */
+  release(u: Upstream, tokens: number, rank: number | null = null): void {
     u.inFlight--;
     u.inFlightTokens -= tokens;
+    if (rank !== null) u.rankRouting?.release(rank, tokens);
     if (u.inFlight === 0 && this.#retired.has(u)) {
       this.#retired.delete(u);
       void u.pool.close().catch(() => u.pool.destroy());
@@ -186,6 +187,7 @@ export class Fleet {
         u.events = null;
         void u.load?.close();
         u.load = null;
+        u.rankRouting?.dispose(); // its requests in flight still release their ranks' counts
         if (u.inFlight > 0) this.#retired.add(u);
         else void u.pool.close().catch(() => u.pool.destroy());
       }
@@ -207,6 +209,7 @@ export class Fleet {
     for (const u of [...this.#checks.keys()]) this.#stopChecks(u);
     await this.#closeEvents();
     await Promise.all([...this.upstreams, ...this.#retired].map((u) => u.pool.close().catch(() => u.pool.destroy())));
+    for (const u of this.upstreams) u.rankRouting?.dispose();
     this.state.views?.dispose();
   }
 
@@ -215,6 +218,7 @@ export class Fleet {
     for (const u of [...this.#checks.keys()]) this.#stopChecks(u);
     await this.#closeEvents();
     await Promise.all(this.upstreams.map((u) => u.pool.destroy()));
+    for (const u of this.upstreams) u.rankRouting?.dispose();
     this.state.views?.dispose();
   }
 

@@ -140,6 +140,20 @@ export class RoutingState {
     return feeds.views.bestMatch(upstream, tokens.subarray(0, Math.max(tokens.length - 1, 0)), namespace);
   }
 
+  /**
+   * What each DP rank of `upstream`'s engine would reuse of a prompt by its own
+   * view (all tokens but the last), or null when its event stream is not live
+   * or its view is not one rank per DP rank (`ranks`).
+   */
+  engineRankMatches(upstream: number, tokens: Uint32Array, namespace: PrefixNamespace, ranks: number): Uint32Array | null {
+    const feeds = this.#feeds;
+    const view = feeds?.views.view(upstream) ?? null;
+    if (feeds === null || view === null || view.numRanks !== ranks || feeds.live()[upstream] !== true) return null;
+    const out = new Uint32Array(ranks);
+    view.matchInto(out, tokens.subarray(0, Math.max(tokens.length - 1, 0)), namespace);
+    return out;
+  }
+
   /** Teaches `upstream`'s cache view a prompt given as its block hashes (another replica's learn). */
   learnBlocks(upstream: number, hashes: Uint32Array, namespace: PrefixNamespace): void {
     const index = this.#router.prefixIndex;

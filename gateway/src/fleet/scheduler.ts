@@ -45,6 +45,8 @@ export class Hangup extends EventEmitter {
 export interface Placement {
   readonly upstream: Upstream;
   readonly matchedTokens: number;
+  /** The upstream's own DP rank phase 2 chose (sent as X-Data-Parallel-Rank), or null: the engine's balancer picks. */
+  readonly rank: number | null;
 }
 
 /** A request waiting for an upstream. */
@@ -218,6 +220,7 @@ export class Scheduler {
       for (const w of waiting) w.reject(new HttpError(500, "the router could not route the request", "server_error", "routing_failed"));
       return;
     }
+    const ranked = new Map<Upstream, { w: Waiting; matchedTokens: number }[]>();
     result.assignments.forEach((ids, rank) => {
       for (const id of ids) {
         const w = byId.get(id as number)!;
@@ -229,10 +232,29 @@ export class Scheduler {
           this.#requeue(w);
           continue;
         }
-        this.#place(w, target);
+        this.#place(w, target, ranked);
       }
     });
+    for (const [u, placed] of ranked) this.#chooseRanks(u, placed);
     for (const w of byId.values()) this.#requeue(w); // unassigned: every upstream is full
+  }
+
+  /**
+   * Phase 2 for the requests this batch placed on `u`: its DP ranks, chosen
+   * together as the engine's own router would choose them (rank-routing.ts).
+   */
+  #chooseRanks(u: Upstream, placed: readonly { w: Waiting; matchedTokens: number }[]): void {
+    const routing = u.rankRouting!;
+    const requests = placed.map(({ w }) => ({ id: w.id, tokens: w.tokens, conversationId: w.route.conversationId, subagentId: w.route.subagentId, namespace: { loraTaskId: w.route.loraTaskId, cacheSalt: w.route.cacheSalt } }));
+    let ranks: (number | null)[];
+    try {
+      ranks = routing.choose(requests, (i) => this.#fleet.state.engineRankMatches(u.index, requests[i]!.tokens, requests[i]!.namespace, routing.ranks));
+    } catch (error) {
+      // A rank is a hint: without one the engine's balancer picks, and the request still goes.
+      this.#onRouterError(error);
+      ranks = placed.map(() => null);
+    }
+    placed.forEach(({ w, matchedTokens }, i) => w.resolve({ upstream: u, matchedTokens, rank: ranks[i] ?? null }));
   }
 
   /** Routes `waiting` over `upstreams` in one `route()` call (an unavailable upstream is reported full). */
@@ -270,7 +292,7 @@ export class Scheduler {
    * placed elsewhere than the router chose, or held for later, and the index
    * must know where prompts really went.
    */
-  #place(w: Waiting, u: Upstream): void {
+  #place(w: Waiting, u: Upstream, ranked: Map<Upstream, { w: Waiting; matchedTokens: number }[]>): void {
     if (w.done) return;
     u.inFlight++;
     u.inFlightTokens += w.tokens.length;
@@ -287,7 +309,13 @@ export class Scheduler {
     u.promptTokens += w.tokens.length;
     u.placed++;
     u.matchedTokens += matchedTokens;
-    w.resolve({ upstream: u, matchedTokens });
+    if (u.rankRouting === null) {
+      w.resolve({ upstream: u, matchedTokens, rank: null });
+      return;
+    }
+    let list = ranked.get(u);
+    if (list === undefined) ranked.set(u, (list = []));
+    list.push({ w, matchedTokens });
   }
 
   /**

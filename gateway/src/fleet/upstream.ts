@@ -12,6 +12,7 @@ import type { EngineLoadConfig, KvEventsConfig } from "../config/events-config.j
 import type { EngineLoadScraper } from "../load/engine-load.js";
 import type { IndexUpdateSource } from "./routing-state.js";
 import { UpstreamHealth } from "./outlier.js";
+import { RankRouting } from "./rank-routing.js";
 
 /** An engine's KV-event source as the gateway keeps it: its counters and its DP ranks' statuses besides the interface. */
 export interface EventSource extends IndexUpdateSource {
@@ -99,6 +100,8 @@ export class Upstream {
   partialTails = 0;
   /** Its event stream's status last logged (transitions are logged, never silent). */
   loggedStatus: FeedStatus | null = null;
+  /** Phase 2 over its engine's own DP ranks (rank_routing adp or instance), or null: the engine's balancer picks. */
+  readonly rankRouting: RankRouting | null;
   /** From sending a request to the end of its answer. */
   readonly e2e = new Histogram();
   /** From sending a request to the answer's head. */
@@ -130,6 +133,10 @@ export class Upstream {
       keepAliveTimeout: 4_000,
     });
     this.health = new UpstreamHealth(gateway.health);
+    this.rankRouting =
+      config.rankRouting === "none" || config.dpRanks < 2
+        ? null
+        : new RankRouting({ kind: config.rankRouting, ranks: config.dpRanks, attentionDp: gateway.attentionDp, tokensPerBlock: gateway.routing.tokensPerBlock, indexBytes: gateway.routing.indexBytes, cap: gateway.limits.maxInFlightPerUpstream });
   }
 
   /** Whether it takes requests (its health checks and outlier detection decide). */

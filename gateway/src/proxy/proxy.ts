@@ -66,7 +66,7 @@ function connectionNames(value: string | string[] | undefined): string[] | null 
 }
 
 /** The headers sent upstream: the client's, less hop-by-hop ones, with the upstream's key, the request id and this hop. */
-function upstreamHeaders(ctx: ProxyContext, call: ProxyCall, u: Upstream): Record<string, string | string[]> {
+function upstreamHeaders(ctx: ProxyContext, call: ProxyCall, u: Upstream, rank: number | null): Record<string, string | string[]> {
   const out: Record<string, string | string[]> = {};
   const headers = call.req.headers;
   const named = connectionNames(headers.connection);
@@ -75,6 +75,9 @@ function upstreamHeaders(ctx: ProxyContext, call: ProxyCall, u: Upstream): Recor
     if (value === undefined || HOP_BY_HOP.has(name) || named?.includes(name)) continue;
     out[name] = value;
   }
+  // The DP rank is the gateway's to choose (phase 2): a client's never reaches the engine, and none goes without a choice.
+  delete out[RANK_HEADER];
+  if (rank !== null) out[RANK_HEADER] = String(rank);
   // The upstream's own key; else, when clients authenticate to the gateway, their key is the gateway's and stays here.
   if (u.apiKey !== null) out.authorization = `Bearer ${u.apiKey}`;
   else if (ctx.clientKeys) delete out.authorization;
@@ -109,12 +112,16 @@ function streamErrorEvent(reason: ExchangeReason, atBoundary: boolean): string {
   return atBoundary ? event : `\n\n${event}`; // a cut event is ended first, so the error is an event of its own
 }
 
+/** The header vLLM (`_get_data_parallel_rank`) and SGLang take a request's DP rank from (case-insensitive). */
+export const RANK_HEADER = "x-data-parallel-rank";
+
 /**
- * Proxies a placed request to `first`, retrying on another upstream only while
- * it was never delivered; resolves with how it ended (or throws the HttpError
- * to answer when no answer came).
+ * Proxies a placed request to `first` (on its DP rank `rank` when phase 2
+ * chose one), retrying on another upstream only while it was never delivered
+ * (there without a rank: that engine's balancer picks); resolves with how it
+ * ended (or throws the HttpError to answer when no answer came).
  */
-export async function proxy(ctx: ProxyContext, call: ProxyCall, first: Upstream): Promise<ProxyOutcome> {
+export async function proxy(ctx: ProxyContext, call: ProxyCall, first: Upstream, rank: number | null = null): Promise<ProxyOutcome> {
   const { fleet, scheduler, log } = ctx;
   const { res, hangup, tokens } = call;
   const tried = new Set<Upstream>();
@@ -126,7 +133,7 @@ export async function proxy(ctx: ProxyContext, call: ProxyCall, first: Upstream)
     let timing: TokenTiming | null = null;
     const sent = exchange(upstream.pool, res, {
       path: `${upstream.basePath}${call.req.url}`,
-      headers: upstreamHeaders(ctx, call, upstream),
+      headers: upstreamHeaders(ctx, call, upstream, upstream === first ? rank : null),
       body: call.raw,
       hangup,
       connectMs: ctx.timeouts.connectMs,
@@ -151,7 +158,7 @@ export async function proxy(ctx: ProxyContext, call: ProxyCall, first: Upstream)
     try {
       status = await sent.head;
     } catch (error) {
-      fleet.release(upstream, tokens);
+      fleet.release(upstream, tokens, upstream === first ? rank : null);
       const failure = error instanceof ExchangeError ? error : new ExchangeError("error", true, { cause: error });
       if (hangup.aborted || failure.reason === "client_closed") {
         upstream.countStatus("aborted");
@@ -183,7 +190,7 @@ export async function proxy(ctx: ProxyContext, call: ProxyCall, first: Upstream)
     try {
       await sent.end;
     } catch (error) {
-      fleet.release(upstream, tokens);
+      fleet.release(upstream, tokens, upstream === first ? rank : null);
       const reason = error instanceof ExchangeError ? error.reason : "error";
       upstream.e2e.observe((performance.now() - started) / 1000);
       if (hangup.aborted || reason === "client_closed") return { status, upstream, outcome: "client_closed" };
@@ -201,7 +208,7 @@ export async function proxy(ctx: ProxyContext, call: ProxyCall, first: Upstream)
       }
       return { status, upstream, outcome: reason === "reset" || reason === "closed" || reason === "error" ? "stream_error" : reason };
     }
-    fleet.release(upstream, tokens);
+    fleet.release(upstream, tokens, upstream === first ? rank : null);
     const seconds = (performance.now() - started) / 1000;
     upstream.e2e.observe(seconds);
     // A whole answer's first token is its end; a stream without tokens likewise; an error answer has no tokens.

@@ -1,0 +1,164 @@
+// Phase 2: which of an upstream's own data-parallel (attention-DP) ranks a
+// request goes to, once phase 1 (the gateway's router over its upstreams)
+// picked the upstream. The choice is sent to the engine as
+// `X-Data-Parallel-Rank` (vLLM's `_get_data_parallel_rank`, SGLang's data
+// parallel controller), so the engine's own balancer does not place the
+// request on a rank that holds none of its prefix.
+//
+//   adp: this library's router (the gateway's attention_dp_config: KV-cache
+//     aware, conversation affinity, the balance gate) over the engine's ranks,
+//     one batch at a time as the engine's own router runs: each rank's state
+//     is what the gateway has in flight there, its match what the engine's
+//     events say the rank holds (while live), else what the gateway placed.
+//   instance: TensorRT-LLM's centralized router's rank score
+//     (tensorrt_llm/serve/kv_cache_router.py, _select_rank_in_instance with
+//     rank_routing_algo "instance"): matched blocks − load_weight (0.25) ×
+//     requests in flight, the best taken, ties in turn (a counter per upstream).
+
+import { createRouter, type PrefixNamespace, type Router } from "adp-router";
+import type { AttentionDpConfig } from "adp-router";
+import type { RankRoutingKind } from "../config/config-types.js";
+
+/** TensorRT-LLM's centralized router's default load weight. */
+const LOAD_WEIGHT = 0.25;
+
+/** What phase 2 needs of one request placed on the upstream. */
+export interface RankRequest {
+  readonly id: number;
+  readonly tokens: Uint32Array;
+  readonly conversationId: string | null;
+  readonly subagentId: string | null;
+  readonly namespace: PrefixNamespace;
+}
+
+/** Options of {@link RankRouting}. */
+export interface RankRoutingOptions {
+  readonly kind: Exclude<RankRoutingKind, "none">;
+  readonly ranks: number;
+  readonly attentionDp: AttentionDpConfig;
+  readonly tokensPerBlock: number;
+  readonly indexBytes: number;
+  /** The most requests a rank takes at once (the upstream's cap: the gateway does not know the engine's per rank). */
+  readonly cap: number;
+}
+
+/** One upstream's phase 2: its ranks' load and counters, and the router over them. */
+export class RankRouting {
+  readonly kind: Exclude<RankRoutingKind, "none">;
+  readonly ranks: number;
+  /** Per rank: requests and prompt tokens the gateway has in flight there. */
+  readonly inFlight: number[];
+  readonly inFlightTokens: number[];
+  /** Per rank: requests placed, their prompt tokens, and the tokens the rank held of them. */
+  readonly placed: number[];
+  readonly promptTokens: number[];
+  readonly matchedTokens: number[];
+  readonly #router: Router;
+  readonly #tokensPerBlock: number;
+  readonly #cap: number;
+  /** The `instance` score's tie-break turn. */
+  #turn = 0;
+  /** Whether its upstream left the fleet. */
+  #disposed = false;
+
+  constructor(options: RankRoutingOptions) {
+    this.kind = options.kind;
+    this.ranks = options.ranks;
+    this.#tokensPerBlock = options.tokensPerBlock;
+    this.#cap = options.cap;
+    const zeros = () => new Array<number>(options.ranks).fill(0);
+    this.inFlight = zeros();
+    this.inFlightTokens = zeros();
+    this.placed = zeros();
+    this.promptTokens = zeros();
+    this.matchedTokens = zeros();
+    // Its own prefix index is where the gateway placed prompts on each rank (taught after each choice, as phase 1's is).
+    this.#router = createRouter({ numRanks: options.ranks, attentionDp: options.attentionDp, learnFromRouting: false, prefixIndex: { tokensPerBlock: options.tokensPerBlock, maxMemoryBytes: options.indexBytes } });
+  }
+
+  /**
+   * Each request's rank (null: none could take it, the engine then picks),
+   * given per request the engine's own per-rank matches while its events are
+   * live (`engineMatches(i)`, else null: the gateway's placements are used).
+   */
+  choose(requests: readonly RankRequest[], engineMatches: (i: number) => Uint32Array | null): (number | null)[] {
+    if (this.#disposed) return requests.map(() => null);
+    const learned = this.#router.prefixIndex!;
+    const matches = requests.map((r, i) => {
+      const m = engineMatches(i);
+      if (m !== null) return m;
+      const out = new Uint32Array(this.ranks);
+      learned.matchInto(out, r.tokens.subarray(0, Math.max(0, r.tokens.length - 1)), r.namespace);
+      return out;
+    });
+    const ranks = this.kind === "instance" ? this.#byInstanceScore(matches) : this.#byRouter(requests, matches);
+    ranks.forEach((rank, i) => {
+      if (rank === null) return;
+      const r = requests[i]!;
+      learned.insert(rank, r.tokens, r.namespace);
+      this.inFlight[rank]!++;
+      this.inFlightTokens[rank]! += r.tokens.length;
+      this.placed[rank]!++;
+      this.promptTokens[rank]! += r.tokens.length;
+      this.matchedTokens[rank]! += matches[i]![rank]!;
+    });
+    return ranks;
+  }
+
+  /** This library's router over the ranks, the batch as one `route()`. */
+  #byRouter(requests: readonly RankRequest[], matches: readonly Uint32Array[]): (number | null)[] {
+    const result = this.#router.route({
+      rankStates: this.inFlight.map((n, r) => ({ numActiveRequests: n, numActiveTokens: this.inFlightTokens[r]! })),
+      maxNumActiveRequests: this.#cap,
+      requests: requests.map((r, i) => ({
+        id: i,
+        tokens: r.tokens,
+        prefixMatches: matches[i]!,
+        ...(r.conversationId !== null ? { conversationId: r.conversationId } : {}),
+        ...(r.subagentId !== null && r.subagentId !== "" ? { subagentAffinityId: r.subagentId } : {}),
+        ...(r.namespace.cacheSalt !== null ? { cacheSalt: r.namespace.cacheSalt } : {}),
+        ...(r.namespace.loraTaskId !== null ? { loraTaskId: r.namespace.loraTaskId } : {}),
+      })),
+    });
+    const ranks = new Array<number | null>(requests.length).fill(null);
+    result.assignments.forEach((ids, rank) => {
+      for (const id of ids) ranks[id as number] = rank;
+    });
+    return ranks;
+  }
+
+  /** TensorRT-LLM's centralized router's `instance` rank score, one request after another. */
+  #byInstanceScore(matches: readonly Uint32Array[]): (number | null)[] {
+    const load = [...this.inFlight];
+    return matches.map((m) => {
+      let best: number[] = [];
+      let bestScore = -Infinity;
+      for (let r = 0; r < this.ranks; r++) {
+        if (load[r]! >= this.#cap) continue;
+        const score = Math.floor(m[r]! / this.#tokensPerBlock) - LOAD_WEIGHT * load[r]!;
+        if (score > bestScore) {
+          bestScore = score;
+          best = [r];
+        } else if (score === bestScore) best.push(r);
+      }
+      if (best.length === 0) return null;
+      const rank = best[this.#turn % best.length]!;
+      this.#turn++;
+      load[rank]!++;
+      return rank;
+    });
+  }
+
+  /** A request placed on `rank` ended. */
+  release(rank: number, tokens: number): void {
+    if (rank < 0 || rank >= this.ranks) return;
+    this.inFlight[rank] = Math.max(0, this.inFlight[rank]! - 1);
+    this.inFlightTokens[rank] = Math.max(0, this.inFlightTokens[rank]! - tokens);
+  }
+
+  /** Frees its index; it chooses no rank after (a request then goes without one). */
+  dispose(): void {
+    this.#disposed = true;
+    this.#router.prefixIndex?.dispose();
+  }
+}
