@@ -103,3 +103,14 @@ describe("phase 2: the engine's own DP ranks", () => {
     expect(g.metrics()).not.toContain("upstream_rank_requests_total");
   });
 });
+
+describe("an engine's own attention_dp_config for phase 2", () => {
+  it("is read per upstream (TensorRT-LLM's defaults for the rest); a wrong field is a problem naming its path", async () => {
+    const { loadGatewayConfig } = await import("../../gateway/src/index.js");
+    const text = (block: string) => `upstreams:\n  - url: http://127.0.0.1:9\n    dp_ranks: 4\n    rank_routing: adp\n    attention_dp_config: ${block}\n`;
+    const config = loadGatewayConfig({ file: { name: "g.yaml", text: text("{ enable_kv_cache_aware_routing: true, kv_cache_routing_load_balance_weight: 0.5 }") } });
+    expect(config.upstreams[0]!.attentionDp).toMatchObject({ enableKvCacheAwareRouting: true, kvCacheRoutingLoadBalanceWeight: 0.5 });
+    expect(() => loadGatewayConfig({ file: { name: "g.yaml", text: text("{ kv_cache_routing_load_balance_weight: fast }") } })).toThrow(/upstreams\[0\]\.attention_dp_config\.kv_cache_routing_load_balance_weight/);
+    expect(loadGatewayConfig({ file: { name: "g.yaml", text: "upstreams: [http://127.0.0.1:9]\n" } }).upstreams[0]!.attentionDp).toBeNull();
+  });
+});

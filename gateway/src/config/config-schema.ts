@@ -43,6 +43,7 @@ export const gatewayConfigSchema = Object.freeze({
               api_key_env: { type: "string", pattern: "^[A-Za-z_][A-Za-z0-9_]*$" },
               drain: { type: "boolean", default: false, description: "Stays a rank, takes no new requests (finishes those it has)." },
               dp_ranks: { type: "integer", minimum: 1, maximum: 1024, description: "The engine's data-parallel (attention-DP) ranks behind this URL (default: kv_events.dp_ranks, else 1)." },
+              attention_dp_config: { $ref: "#/$defs/attention_dp_config", description: "This engine's own attention_dp_config (as in its extra_llm_api_options.yaml; TensorRT-LLM's defaults for the rest), which rank_routing: adp runs over its DP ranks. Default: the gateway's." },
               rank_routing: { enum: ["adp", "instance", "none"], description: "How a request is pinned to one of the engine's DP ranks (sent as X-Data-Parallel-Rank): adp runs this library's router (the gateway's attention_dp_config) over the ranks, instance scores them as TensorRT-LLM's centralized router does (matched blocks - 0.25 x requests in flight, ties in turn), none sends no rank (the engine's balancer picks). Default: adp for an engine with several ranks whose load kind is vllm or sglang, else none." },
               kv_events: kvEventsSchema,
               load: engineLoadSchema,

@@ -28,6 +28,8 @@ export interface UpstreamConfig {
   readonly dpRanks: number;
   /** How a request is pinned to one of them: this library's router over them, TensorRT-LLM's centralized router's rank score, or not at all. */
   readonly rankRouting: RankRoutingKind;
+  /** Its engine's own attention_dp_config, which phase 2 (`adp`) runs over its ranks, or null: the gateway's. */
+  readonly attentionDp: AttentionDpConfig | null;
 }
 
 /** How the gateway picks an upstream's DP rank for a request (phase 2). */

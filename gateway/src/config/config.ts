@@ -9,7 +9,7 @@
 
 import { readFileSync, statSync } from "node:fs";
 import { LineCounter, parseDocument, isMap, isSeq, type Node } from "yaml";
-import { parseAttentionDpConfig } from "adp-router";
+import { parseAttentionDpConfig, type AttentionDpConfig } from "adp-router";
 import { AttentionDpConfigError, describeValue, excerpt } from "adp-router";
 import { ENGINE_TOKENS_PER_BLOCK, readTokenizerSettings } from "./tokenizer-settings.js";
 import { readEngineLoad, readKvEvents, type EngineLoadConfig, type KvEventsConfig } from "./events-config.js";
@@ -45,7 +45,7 @@ export class GatewayConfigError extends Error {
 const SECTIONS: Record<string, readonly string[]> = {
   "": ["listen", "upstreams", "policy", "attention_dp_config", "limits", "timeouts", "health", "auth", "logging", "routing", "tokenizer", "sync"],
   listen: ["host", "port"],
-  "upstreams[]": ["url", "name", "api_key", "api_key_env", "drain", "kv_events", "load", "dp_ranks", "rank_routing"],
+  "upstreams[]": ["url", "name", "api_key", "api_key_env", "drain", "kv_events", "load", "dp_ranks", "rank_routing", "attention_dp_config"],
   limits: ["max_body_bytes", "max_in_flight_per_upstream", "queue_size", "queue_timeout_ms", "max_connections", "max_prompt_chars", "max_prompt_tokens"],
   timeouts: ["headers_ms", "request_ms", "keep_alive_ms", "connect_ms", "first_byte_ms", "idle_ms", "max_stream_ms"],
   health: ["path", "interval_ms", "timeout_ms", "unhealthy_threshold", "healthy_threshold", "on_start", "consecutive_5xx", "consecutive_gateway_failures", "base_ejection_ms", "max_ejection_ms", "max_ejected_percent"],
@@ -307,7 +307,24 @@ function readUpstream(r: Reader, entry: unknown, path: (string | number)[], env:
   const kvEvents = readKvEvents(r, u.kv_events, [...path, "kv_events"]);
   const load = readEngineLoad(r, u.load, [...path, "load"]);
   const { dpRanks, rankRouting } = readRankRouting(r, u, path, kvEvents, load);
-  return { url: checked.url, name: excerpt(name, 64), apiKey, drain: r.bool(u.drain, [...path, "drain"], false), kvEvents, load, dpRanks, rankRouting };
+  const attentionDp = readEngineAttentionDp(r, u.attention_dp_config, [...path, "attention_dp_config"]);
+  return { url: checked.url, name: excerpt(name, 64), apiKey, drain: r.bool(u.drain, [...path, "drain"], false), kvEvents, load, dpRanks, rankRouting, attentionDp };
+}
+
+/** An upstream's engine's own `attention_dp_config` (as in its extra_llm_api_options.yaml: TensorRT-LLM's defaults for the rest), or null. */
+function readEngineAttentionDp(r: Reader, block: unknown, path: (string | number)[]): AttentionDpConfig | null {
+  if (block === undefined || block === null) return null;
+  if (typeof block !== "object" || Array.isArray(block)) {
+    r.fail(path, `must be a mapping, got ${describeValue(block)}`);
+    return null;
+  }
+  try {
+    return parseAttentionDpConfig(block);
+  } catch (error) {
+    if (!(error instanceof AttentionDpConfigError)) throw error;
+    for (const issue of error.issues) r.fail([...path, issue.field], `${issue.rule}, got ${describeValue(issue.received)}`);
+    return null;
+  }
 }
 
 /**
@@ -471,7 +488,7 @@ export function loadGatewayConfig(options: LoadOptions = {}): GatewayConfig {
       if ("why" in checked) r.fail(["upstream", i], checked.why, "--upstream");
       else {
         if (checked.warning !== undefined) r.warn(["upstream", i], checked.warning, "--upstream");
-        upstreams.push({ url: checked.url, name: defaultUpstreamName(checked.url), apiKey: null, drain: false, kvEvents: null, load: null, dpRanks: 1, rankRouting: "none" });
+        upstreams.push({ url: checked.url, name: defaultUpstreamName(checked.url), apiKey: null, drain: false, kvEvents: null, load: null, dpRanks: 1, rankRouting: "none", attentionDp: null });
       }
     });
   } else if (top.upstreams !== undefined) {
