@@ -35,13 +35,15 @@ def main():
         ("generation request", "secret-key-1", "llama", "conv-42", "parent-7", "generation_only", 1234),
         ("non-ASCII ids and model", "k\u00e9y", "mod\u00e8le-\u4e2d", "conv-\U0001F600", "parent-\u00fc", "context_only", None),
         ("no conversation id", "secret-key-1", "llama", None, "parent-7", "context_only", 9),
+        ("a 63-bit request id past 2^53", "secret-key-1", "llama", "conv-42", "parent-7", "generation_only", 1757000000000123456),
+        ("DEL and a conversation id with spaces", "secret-key-1", "a\x7fb", " conv 42 ", "parent-7", "context_only", 5),
     ]
     out = {"note": __doc__.strip().splitlines()[0], "cases": []}
     for what, key, model, conv, affinity, request_type, disagg_id in cases:
         params = types.SimpleNamespace(request_type=request_type, disagg_request_id=disagg_id)
         request = types.SimpleNamespace(model=model, conversation_id=conv, disaggregated_params=params)
         role = role_enum.CONTEXT if request_type == "context_only" else role_enum.GENERATION
-        out["cases"].append({"what": what, "key": key, "model": model, "conversation_id": conv, "affinity_id": affinity, "request_type": request_type, "disagg_request_id": disagg_id, "signature": sign(key, request, role, affinity)})
+        out["cases"].append({"what": what, "key": key, "model": model, "conversation_id": conv, "affinity_id": affinity, "request_type": request_type, "disagg_request_id": None if disagg_id is None else str(disagg_id), "signature": sign(key, request, role, affinity)})
     json.dump(out, sys.stdout, indent=1, ensure_ascii=False)
     sys.stdout.write("\n")
 

@@ -157,6 +157,10 @@ export class GatewayService {
       if (kept === undefined) continue;
       if (text(u.kvEvents) !== text(kept.kvEvents)) needRestart.push(`upstreams[${kept.index}].kv_events`);
       if (text(u.load) !== text(kept.loadConfig)) needRestart.push(`upstreams[${kept.index}].load`);
+      // Its phase 2 (its DP ranks' router and their counts) is built once, as its engine view is.
+      for (const [key, now, then] of [["dp_ranks", u.dpRanks, kept.dpRanks], ["rank_routing", u.rankRouting, kept.rankRoutingKind], ["attention_dp_config", u.attentionDp, kept.engineAttentionDp]] as const) {
+        if (text(now) !== text(then)) needRestart.push(`upstreams[${kept.index}].${key}`);
+      }
     }
     if (needRestart.length > 0) log.warn({ settings: needRestart }, "the reloaded configuration changes settings that take effect on a restart");
     log.info({ added: change.added.length, removed: change.removed.length, kept: change.kept.length, draining: change.draining }, "upstreams reloaded");

@@ -243,6 +243,23 @@ describe("ZeroMQ streams: sequence gaps, restarts, bad batches, silence", () => 
     expect(matchedOnA(gateway)).toBe(16);
   });
 
+  it("batches published while a reconnection's replay is pending come twice too: duplicates, not a restart", async () => {
+    const { pub, gateway } = await subscribed(1, "vllm");
+    await pub.publish(0, 0n, bytes("chain_p"));
+    await waitFor(() => viewBlocks(gateway) === 4);
+    const release = pub.holdReplays();
+    await pub.bounce(0);
+    await pub.subscribed(0, 2);
+    await waitFor(() => pub.replayRequests[0]!.length === 2);
+    await pub.publish(0, 1n, bytes("chain_q")); // live and in the buffer while the replay is held
+    await pub.publish(0, 2n, bytes("chain_r"));
+    release();
+    await waitFor(() => viewBlocks(gateway) === 12, () => gateway.metrics().split("\n").filter((l) => l.includes("kv_event")).join("\n"));
+    await waitFor(() => metric(gateway, "upstream_kv_event_batches_total", 'upstream="1",outcome="duplicate"') === 2);
+    expect(metric(gateway, "upstream_kv_event_restarts_total", 'upstream="1"')).toBe(0);
+    expect(viewBlocks(gateway)).toBe(12);
+  });
+
   it("batches published while the replay at subscription is pending come twice (replayed and live): skipped as duplicates, not read as a restart", async () => {
     const pub = await startFakePublisher(1, "vllm");
     open.push(pub);

@@ -73,6 +73,14 @@ describe("phase 2: the engine's own DP ranks", () => {
     });
   }
 
+  it("lone requests (a batch each) spread over the ranks: each request's own id seeds the router's tie-break", async () => {
+    // Before: a batch's position seeded it, so every lone request drew the same shuffle and went to one rank.
+    const { g, engines } = await fleet("adp");
+    const ranks = new Set<string | undefined>();
+    for (let i = 0; i < 40; i++) ranks.add((await send(g, engines, prompt(8, 20_000 + i * 100))).rank);
+    expect(ranks.size).toBeGreaterThanOrEqual(3);
+  });
+
   it("a client's own X-Data-Parallel-Rank never reaches the engine: the gateway's choice does", async () => {
     const { g, engines, pubs } = await fleet("adp");
     const p = prompt(16, 3000);

@@ -7,7 +7,7 @@ import { describe, expect, it } from "vitest";
 import { pythonJson, subagentHintAccepted, subagentSignature, type SubagentClaim } from "../../gateway/src/requests/subagent-auth.js";
 
 const vectors = JSON.parse(readFileSync(new URL("../fixtures/subagent-auth.json", import.meta.url), "utf8")) as {
-  cases: { what: string; key: string; model: string; conversation_id: string | null; affinity_id: string; request_type: string; disagg_request_id: number | null; signature: string }[];
+  cases: { what: string; key: string; model: string; conversation_id: string | null; affinity_id: string; request_type: string; disagg_request_id: string | null; signature: string }[];
 };
 const claimOf = (c: (typeof vectors.cases)[number]): SubagentClaim => ({ affinityId: c.affinity_id, model: c.model, conversationId: c.conversation_id, requestType: c.request_type, disaggRequestId: c.disagg_request_id });
 
@@ -32,6 +32,6 @@ describe("sub-agent affinity signatures, as TensorRT-LLM signs them", () => {
   });
 
   it("writes JSON as Python's json.dumps(sort_keys=True, separators=(',', ':')) does", () => {
-    expect(pythonJson({ b: 1, a: [null, "é😀\u2028", true], c: "x\n\u007f" })).toBe('{"a":[null,"\\u00e9\\ud83d\\ude00\\u2028",true],"b":1,"c":"x\\n\u007f"}');
+    expect(pythonJson({ b: 1, a: [null, "é😀\u2028", true], c: "x\n\u007f" })).toBe('{"a":[null,"\\u00e9\\ud83d\\ude00\\u2028",true],"b":1,"c":"x\\n\\u007f"}');
   });
 });

@@ -18,19 +18,22 @@ function portFree(port: number): Promise<boolean> {
   });
 }
 
-/** The first of `n` consecutive free loopback ports. */
+/** The next port tried: below Linux's ephemeral range (32768 and up), spread by process (vitest's workers run files side by side). */
+let nextPort = 20_000 + (process.pid % 200) * 50;
+
+/**
+ * The first of `n` consecutive free loopback ports, below the ephemeral range:
+ * an outgoing connection (a SUB socket reconnecting to a publisher that went
+ * away) takes its local port from that range, and could take a port handed
+ * out here before the publisher binds it.
+ */
 export async function freePorts(n: number): Promise<number> {
-  for (let attempt = 0; attempt < 50; attempt++) {
-    const base = await new Promise<number>((resolve) => {
-      const server = createServer();
-      server.listen(0, "127.0.0.1", () => {
-        const port = (server.address() as { port: number }).port;
-        server.close(() => resolve(port));
-      });
-    });
-    if (base + n > 65535) continue;
+  for (let attempt = 0; attempt < 200; attempt++) {
+    if (nextPort + n > 32_000) nextPort = 20_000 + (nextPort % 1000);
+    const base = nextPort;
+    nextPort += n;
     let ok = true;
-    for (let i = 1; i < n && ok; i++) ok = await portFree(base + i);
+    for (let i = 0; i < n && ok; i++) ok = await portFree(base + i);
     if (ok) return base;
   }
   throw new Error("no consecutive free ports");

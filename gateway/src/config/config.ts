@@ -338,15 +338,17 @@ function readEngineAttentionDp(r: Reader, block: unknown, path: (string | number
 function readRankRouting(r: Reader, u: Record<string, unknown>, path: (string | number)[], kvEvents: KvEventsConfig | null, load: EngineLoadConfig | null): { dpRanks: number; rankRouting: RankRoutingKind } {
   const fromEvents = kvEvents?.dpRanks ?? null;
   const dpRanks = u.dp_ranks === undefined || u.dp_ranks === null ? (fromEvents ?? 1) : r.int(u.dp_ranks, [...path, "dp_ranks"], 1, 1024, 1);
-  if (fromEvents !== null && dpRanks !== fromEvents) r.fail([...path, "dp_ranks"], `is ${dpRanks}, but kv_events.dp_ranks is ${fromEvents}: the engine has one number of DP ranks`);
-  const takesRank = load?.kind === "vllm" || load?.kind === "sglang";
+  if (fromEvents !== null && dpRanks !== fromEvents) r.fail([...path, "dp_ranks"], `is ${dpRanks}, but kv_events.dp_ranks is ${fromEvents}${kvEvents !== null && (u.kv_events as Record<string, unknown> | undefined)?.dp_ranks === undefined ? " (its default)" : ""}: the engine has one number of DP ranks (set both, or kv_events.dp_ranks alone)`);
+  const takesRank = (load?.kind === "vllm" || load?.kind === "sglang") && kvEvents?.kind !== "http";
   const fallback: RankRoutingKind = dpRanks > 1 && takesRank ? "adp" : "none";
   const kind = u.rank_routing === undefined || u.rank_routing === null ? fallback : r.str(u.rank_routing, [...path, "rank_routing"], fallback);
   if (kind !== "adp" && kind !== "instance" && kind !== "none") {
     r.fail([...path, "rank_routing"], `must be adp (this library's router over the engine's ranks), instance (TensorRT-LLM's centralized router's rank score) or none (the engine's own balancer picks), got ${describeValue(u.rank_routing)}`);
     return { dpRanks, rankRouting: "none" };
   }
-  if (kind !== "none" && load?.kind === "trtllm") r.fail([...path, "rank_routing"], "cannot pin a rank of trtllm-serve: its OpenAI server takes no rank from a request (use none: its own attention-DP router picks)");
+  if (kind !== "none" && (load?.kind === "trtllm" || kvEvents?.kind === "http")) r.fail([...path, "rank_routing"], "cannot pin a rank of trtllm-serve (its load kind trtllm, or its /kv_cache_events polled): its OpenAI server takes no rank from a request (use none: its own attention-DP router picks)");
+  if (kind !== "none" && u.rank_routing !== undefined && dpRanks < 2) r.warn([...path, "rank_routing"], `has no effect on an engine of one DP rank (set dp_ranks, or kv_events.dp_ranks)`);
+  if (u.attention_dp_config !== undefined && u.attention_dp_config !== null && (kind !== "adp" || dpRanks < 2)) r.warn([...path, "attention_dp_config"], "is run only by rank_routing: adp over several DP ranks: here it has no effect");
   return { dpRanks, rankRouting: dpRanks > 1 ? kind : "none" };
 }
 

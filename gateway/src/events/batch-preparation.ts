@@ -10,6 +10,9 @@ import { createHash } from "node:crypto";
 import { Decoder } from "@msgpack/msgpack";
 import { sliceKvEvents } from "adp-router";
 import { overLimits, SLICE_BLOCKS, type BatchLimits } from "./event-slicing.js";
+import { parseJsonKeepingIntegers } from "../common/json-integers.js";
+
+export { parseJsonKeepingIntegers };
 
 /** How a batch is encoded: a ZeroMQ batch's msgpack, or a polled answer's JSON list of TensorRT-LLM events. */
 export type BatchFormat = "msgpack" | "json";
@@ -35,41 +38,6 @@ export function batchDecoder(maxItems = 1 << 24): Decoder {
 function batchTime(batch: unknown): string {
   const ts = Array.isArray(batch) ? batch[0] : typeof batch === "object" && batch !== null ? (batch as Record<string, unknown>).ts : undefined;
   return typeof ts === "number" || typeof ts === "bigint" ? String(ts) : "";
-}
-
-/**
- * JSON.parse, but integers too long for a double's exact range (uint64 block
- * hashes) come back as decimal strings, which the index takes as hashes with
- * every bit: `JSON.parse` alone would round 17293822569102704641 and merge
- * distinct blocks. Node 20's JSON.parse has no access to a number's source.
- */
-export function parseJsonKeepingIntegers(text: string): unknown {
-  let out = "";
-  let from = 0;
-  let inString = false;
-  for (let i = 0; i < text.length; i++) {
-    const c = text.charCodeAt(i);
-    if (inString) {
-      if (c === 0x5c) i++; // a backslash escapes the next character
-      else if (c === 0x22) inString = false;
-      continue;
-    }
-    if (c === 0x22) {
-      inString = true;
-      continue;
-    }
-    if (c !== 0x2d && (c < 0x30 || c > 0x39)) continue;
-    let j = i + 1;
-    while (j < text.length && /[0-9.eE+-]/.test(text[j]!)) j++;
-    const token = text.slice(i, j);
-    // 15 digits are exact in a double whatever they are; longer integers are kept as text.
-    if (/^-?\d{16,}$/.test(token)) {
-      out += `${text.slice(from, i)}"${token}"`;
-      from = j;
-    }
-    i = j - 1;
-  }
-  return JSON.parse(from === 0 ? text : out + text.slice(from));
 }
 
 /**

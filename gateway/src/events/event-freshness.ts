@@ -114,6 +114,11 @@ export class EventFreshness {
     return "old";
   }
 
+  /** Batch `seq` follows the last though its number jumps (sparse ids, as behind TensorRT-LLM's fanout): a gap it is not, and one known before stays. */
+  skipTo(seq: bigint): void {
+    this.#last = seq;
+  }
+
   /** A replay filled the gap up to `seq` (the last batch it applied). */
   filled(seq: bigint): void {
     this.#last = seq;

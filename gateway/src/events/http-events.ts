@@ -238,7 +238,7 @@ export class TrtllmHttpEventSource implements IndexUpdateSource {
       }
       this.#lastPlacement = rank;
       if (step === "gap" && this.#sparseIds) {
-        f.filled(id); // behind the fanout a jump is its filter, not a loss
+        f.skipTo(id); // behind the fanout a jump is its filter, not a loss (nor does it undo a loss known before)
       } else if (step === "gap") {
         this.counters.gaps++;
         this.counters.unfilled++;

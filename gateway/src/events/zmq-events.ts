@@ -219,21 +219,29 @@ export class ZmqEventSource implements IndexUpdateSource {
    * network went away, or the gateway's), asks for what the publisher
    * buffered meanwhile: an idle rank publishes nothing that would show the
    * gap, so its view would otherwise miss those batches until its next one.
+   * Only a completed ZeroMQ handshake counts (a bare TCP connection, a port
+   * scanner, a CURVE handshake that fails, is no publisher), and at most one
+   * such replay waits at a time.
    */
   #replayOnReconnect(s: RankStream, emit: (update: IndexUpdate) => void): void {
-    let connections = 0;
-    const again = () => {
-      connections++;
-      if (connections === 1 || this.#closed) return; // the first is the subscription, whose replay runs in #receive
+    let handshakes = 0;
+    let pending = false;
+    s.sub.events.on("handshake", () => {
+      handshakes++;
+      // The first is the subscription's, whose replay runs in #receive.
+      if (handshakes === 1 || this.#closed || pending) return;
       this.counters.reconnects++;
+      pending = true;
       void s.serially(async () => {
+        pending = false;
         if (this.#closed) return;
         const from = s.freshness.expected;
         await this.#replay(s, from ?? 0n, WHOLE_BUFFER, emit, from === null);
+        // Batches published since the SUB socket came back arrive live too: those the replay carried are duplicates.
+        const expected = s.freshness.expected;
+        if (expected !== null && expected !== from) s.replayedThrough = expected - 1n;
       });
-    };
-    s.sub.events.on("connect", again);
-    s.sub.events.on("accept", again);
+    });
   }
 
   /** Applies (or skips) one live batch, filling a gap before it first. */

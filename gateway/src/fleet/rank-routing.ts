@@ -91,6 +91,7 @@ export class RankRouting {
       learned.matchInto(out, r.tokens.subarray(0, Math.max(0, r.tokens.length - 1)), r.namespace);
       return out;
     });
+    // Every rank chosen first, then counted: a failure part way leaves the counts as they were.
     const ranks = this.kind === "instance" ? this.#byInstanceScore(matches) : this.#byRouter(requests, matches);
     ranks.forEach((rank, i) => {
       if (rank === null) return;
@@ -107,11 +108,14 @@ export class RankRouting {
 
   /** This library's router over the ranks, the batch as one `route()`. */
   #byRouter(requests: readonly RankRequest[], matches: readonly Uint32Array[]): (number | null)[] {
+    // The requests' own ids (unique in the gateway): the router seeds its tie-break shuffle from them, so a
+    // batch's position would draw the same shuffle for every lone request and send them all to one rank.
+    const at = new Map(requests.map((r, i) => [r.id, i]));
     const result = this.#router.route({
       rankStates: this.inFlight.map((n, r) => ({ numActiveRequests: n, numActiveTokens: this.inFlightTokens[r]! })),
       maxNumActiveRequests: this.#cap,
       requests: requests.map((r, i) => ({
-        id: i,
+        id: r.id,
         tokens: r.tokens,
         prefixMatches: matches[i]!,
         ...(r.conversationId !== null ? { conversationId: r.conversationId } : {}),
@@ -122,7 +126,7 @@ export class RankRouting {
     });
     const ranks = new Array<number | null>(requests.length).fill(null);
     result.assignments.forEach((ids, rank) => {
-      for (const id of ids) ranks[id as number] = rank;
+      for (const id of ids) ranks[at.get(id as number)!] = rank;
     });
     return ranks;
   }

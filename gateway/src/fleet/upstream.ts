@@ -102,6 +102,10 @@ export class Upstream {
   loggedStatus: FeedStatus | null = null;
   /** Phase 2 over its engine's own DP ranks (rank_routing adp or instance), or null: the engine's balancer picks. */
   readonly rankRouting: RankRouting | null;
+  /** Its DP ranks, rank_routing and engine attention_dp_config as started (a reload that changes them needs a restart). */
+  readonly dpRanks: number;
+  readonly rankRoutingKind: UpstreamConfig["rankRouting"];
+  readonly engineAttentionDp: UpstreamConfig["attentionDp"];
   /** From sending a request to the end of its answer. */
   readonly e2e = new Histogram();
   /** From sending a request to the answer's head. */
@@ -133,6 +137,9 @@ export class Upstream {
       keepAliveTimeout: 4_000,
     });
     this.health = new UpstreamHealth(gateway.health);
+    this.dpRanks = config.dpRanks;
+    this.rankRoutingKind = config.rankRouting;
+    this.engineAttentionDp = config.attentionDp;
     this.rankRouting =
       config.rankRouting === "none" || config.dpRanks < 2
         ? null

@@ -72,11 +72,10 @@ function upstreamHeaders(ctx: ProxyContext, call: ProxyCall, u: Upstream, rank: 
   const named = connectionNames(headers.connection);
   for (const name in headers) {
     const value = headers[name];
-    if (value === undefined || HOP_BY_HOP.has(name) || named?.includes(name)) continue;
+    // The DP rank is the gateway's to choose (phase 2): a client's header never reaches the engine.
+    if (value === undefined || HOP_BY_HOP.has(name) || named?.includes(name) || name === RANK_HEADER) continue;
     out[name] = value;
   }
-  // The DP rank is the gateway's to choose (phase 2): a client's never reaches the engine, and none goes without a choice.
-  delete out[RANK_HEADER];
   if (rank !== null) out[RANK_HEADER] = String(rank);
   // The upstream's own key; else, when clients authenticate to the gateway, their key is the gateway's and stays here.
   if (u.apiKey !== null) out.authorization = `Bearer ${u.apiKey}`;

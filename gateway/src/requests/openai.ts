@@ -4,6 +4,7 @@
 
 import { TokenizerRequestError, type ChatMessage, type Tokenizer } from "../tokenizers/tokenizer.js";
 import { SUBAGENT_AUTH_HEADER, type SubagentClaim } from "./subagent-auth.js";
+import { parseJsonKeepingIntegers } from "../common/json-integers.js";
 
 /** The error code of a status when no more precise one is given (every error body's code is a string). */
 const CODES: Readonly<Record<number, string>> = {
@@ -259,15 +260,32 @@ export function readRequest(
   const subagentId = idOf(header(headers, SUBAGENT_HEADER), SUBAGENT_HEADER);
   // The engines hash the salt as sent: trimmed, " a" would match the blocks of "a", which the engine keeps apart.
   const cacheSalt = idOf(b.cache_salt, "cache_salt", false);
-  const subagentClaim = subagentId === null ? null : claimOf(b, subagentId, conversationId, header(headers, SUBAGENT_AUTH_HEADER));
+  const subagentClaim = subagentId === null ? null : claimOf(b, raw, subagentId, header(headers, SUBAGENT_AUTH_HEADER));
   return { kind, model: b.model, stream: b.stream === true, tokens, conversationId, subagentId, subagentClaim, cacheSalt, loraTaskId: loraAdapters.get(b.model) ?? null };
 }
 
-/** What a sub-agent hint's signature binds, as the body says it (TensorRT-LLM's disaggregated_params). */
-function claimOf(b: Record<string, unknown>, affinityId: string, conversationId: string | null, signature: string | null): SubagentClaim & { readonly signature: string | null } {
-  const dp = b.disaggregated_params;
-  const params = typeof dp === "object" && dp !== null && !Array.isArray(dp) ? (dp as Record<string, unknown>) : null;
-  // Only plain values are signed; anything else cannot match a signature and is dropped here, unread.
-  const plain = (v: unknown) => (v === null || typeof v === "string" || (typeof v === "number" && Number.isSafeInteger(v)) ? v : undefined);
-  return { affinityId, model: b.model, conversationId, requestType: plain(params?.request_type) ?? null, disaggRequestId: plain(params?.disagg_request_id) ?? null, signature };
+/**
+ * What a sub-agent hint's signature binds, as TensorRT-LLM reads the body:
+ * `conversation_params.conversation_id` as sent (no session header, no trim),
+ * `disaggregated_params.request_type` and its `disagg_request_id` with every
+ * digit (a 63-bit id). A value no signature can cover makes the claim
+ * unsignable (no request type: the hint is then refused).
+ */
+function claimOf(b: Record<string, unknown>, raw: Buffer, affinityId: string, signature: string | null): SubagentClaim & { readonly signature: string | null } {
+  const record = (v: unknown) => (typeof v === "object" && v !== null && !Array.isArray(v) ? (v as Record<string, unknown>) : null);
+  const params = record(b.disaggregated_params);
+  const conversation = record(b.conversation_params)?.conversation_id;
+  const conversationId = typeof conversation === "string" ? conversation : null;
+  const requestType = typeof params?.request_type === "string" ? params.request_type : null;
+  const id = params?.disagg_request_id;
+  let disaggRequestId: string | null = null;
+  let signable = id === undefined || id === null;
+  if (typeof id === "number") {
+    // The exact numeral: JSON.parse rounds an id past 2^53 (TensorRT-LLM's snowflake ids pass it within days).
+    const exact = record(record(parseJsonKeepingIntegers(raw.toString("utf8")))?.disaggregated_params)?.disagg_request_id;
+    const text = typeof exact === "number" ? String(exact) : typeof exact === "string" ? exact : "";
+    signable = /^-?\d+$/.test(text);
+    disaggRequestId = text;
+  }
+  return { affinityId, model: b.model, conversationId, requestType: signable ? requestType : null, disaggRequestId, signature };
 }

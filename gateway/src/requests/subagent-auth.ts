@@ -24,8 +24,8 @@ export interface SubagentClaim {
   readonly conversationId: string | null;
   /** `disaggregated_params.request_type`, or null for an aggregated request. */
   readonly requestType: unknown;
-  /** `disaggregated_params.disagg_request_id`, or null. */
-  readonly disaggRequestId: unknown;
+  /** `disaggregated_params.disagg_request_id` as its integer's exact digits (JavaScript's numbers cannot hold them past 2^53; a string crosses threads), or null. */
+  readonly disaggRequestId: string | null;
 }
 
 /** The worker role a request type names (TensorRT-LLM's ServerRole names), or null. */
@@ -40,7 +40,8 @@ const ROLE_OF: Readonly<Record<string, string>> = { context_only: "CONTEXT", gen
 export function pythonJson(value: unknown): string {
   if (value === null || typeof value !== "object") {
     const text = JSON.stringify(value ?? null);
-    return text.replace(/[\u0080-\uffff]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
+    // Python's ensure_ascii escapes all but the printable ASCII it leaves as is: DEL (0x7f) too.
+    return text.replace(/[\u007f-\uffff]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
   }
   if (Array.isArray(value)) return `[${value.map(pythonJson).join(",")}]`;
   const entries = Object.keys(value).sort().map((k) => `${pythonJson(k)}:${pythonJson((value as Record<string, unknown>)[k])}`);
@@ -49,6 +50,7 @@ export function pythonJson(value: unknown): string {
 
 /** The signature TensorRT-LLM's edge sends for `claim` to a worker of `role`, under `key`. */
 export function subagentSignature(key: string, claim: SubagentClaim, role: string): string {
+  const numeral = claim.disaggRequestId;
   const payload = {
     purpose: PURPOSE,
     role,
@@ -56,9 +58,12 @@ export function subagentSignature(key: string, claim: SubagentClaim, role: strin
     conversation_id: claim.conversationId,
     subagent_affinity_id: claim.affinityId,
     request_type: claim.requestType ?? null,
-    disagg_request_id: claim.disaggRequestId ?? null,
+    disagg_request_id: numeral === null ? null : 0,
   };
-  return `sha256=${createHmac("sha256", key).update(pythonJson(payload), "utf8").digest("hex")}`;
+  // The id's exact digits in place of the stand-in 0: keys are sorted, so it is the only `"disagg_request_id":0`.
+  const json = pythonJson(payload);
+  const text = numeral === null ? json : json.replace('"disagg_request_id":0', () => `"disagg_request_id":${numeral}`);
+  return `sha256=${createHmac("sha256", key).update(text, "utf8").digest("hex")}`;
 }
 
 /**
