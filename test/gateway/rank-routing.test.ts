@@ -122,3 +122,31 @@ describe("an engine's own attention_dp_config for phase 2", () => {
     expect(loadGatewayConfig({ file: { name: "g.yaml", text: "upstreams: [http://127.0.0.1:9]\n" } }).upstreams[0]!.attentionDp).toBeNull();
   });
 });
+
+describe("phase 2 weighs each rank's own load as its engine reports it", () => {
+  /** vLLM's /metrics page of a 4-rank engine (`engine` is the DP rank), ranks busy as given. */
+  const page = (running: number[]) =>
+    [
+      "# HELP vllm:num_requests_running Number of requests in model execution batches.",
+      "# TYPE vllm:num_requests_running gauge",
+      ...running.map((n, r) => `vllm:num_requests_running{engine="${r}",model_name="m"} ${n}.0`),
+      "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.",
+      "# TYPE vllm:num_requests_waiting gauge",
+      ...running.map((_, r) => `vllm:num_requests_waiting{engine="${r}",model_name="m"} 0.0`),
+      "# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.",
+      "# TYPE vllm:kv_cache_usage_perc gauge",
+      ...running.map((_, r) => `vllm:kv_cache_usage_perc{engine="${r}",model_name="m"} 0.1`),
+      "",
+    ].join("\n");
+
+  for (const kind of ["adp", "instance"] as const) {
+    it(`rank_routing: ${kind} — with ranks 0 to 2 busy (other clients' requests), a new prompt goes to rank 3`, async () => {
+      const e = await startMockEngine("A", { loadMetrics: page([40, 40, 40, 0]) });
+      open.push(e);
+      const g = await createGateway({ listen: { port: 0 }, health: { interval_ms: 60_000 }, routing: { tokens_per_block: TPB }, upstreams: [{ url: e.url, dp_ranks: RANKS, rank_routing: kind, load: { kind: "vllm", interval_ms: 50 } }] } as never, { logger: pino({ level: "silent" }) });
+      open.push(g);
+      await waitFor(() => /adp_gateway_upstream_load_running\{[^}]*\} 120/.test(g.metrics()) || /running[^\n]* 120/.test(g.metrics()), () => g.metrics().split("\n").filter((l) => l.includes("load")).join("\n"));
+      for (let i = 0; i < 3; i++) expect((await send(g, [e], prompt(8, 40_000 + i * 100))).rank).toBe("3");
+    });
+  }
+});

@@ -8,8 +8,9 @@
 //   adp: this library's router (the gateway's attention_dp_config: KV-cache
 //     aware, conversation affinity, the balance gate) over the engine's ranks,
 //     one batch at a time as the engine's own router runs: each rank's state
-//     is what the gateway has in flight there, its match what the engine's
-//     events say the rank holds (while live), else what the gateway placed.
+//     is what the gateway has in flight there, combined with what the engine's
+//     fresh load report says of that rank; its match what the engine's events
+//     say the rank holds (while live), else what the gateway placed.
 //   instance: TensorRT-LLM's centralized router's rank score
 //     (tensorrt_llm/serve/kv_cache_router.py, _select_rank_in_instance with
 //     rank_routing_algo "instance"): matched blocks − load_weight (0.25) ×
@@ -18,6 +19,8 @@
 import { createRouter, type PrefixNamespace, type Router } from "adp-router";
 import type { AttentionDpConfig } from "adp-router";
 import type { RankRoutingKind } from "../config/config-types.js";
+import { rankStateFromLoad } from "../load/engine-load-combine.js";
+import type { EngineLoadReport } from "../load/engine-load-parse.js";
 
 /** TensorRT-LLM's centralized router's default load weight. */
 const LOAD_WEIGHT = 0.25;
@@ -81,8 +84,12 @@ export class RankRouting {
    * given per request the engine's own per-rank matches while its events are
    * live (`engineMatches(i)`, else null: the gateway's placements are used).
    */
-  choose(requests: readonly RankRequest[], engineMatches: (i: number) => Uint32Array | null): (number | null)[] {
+  choose(requests: readonly RankRequest[], engineMatches: (i: number) => Uint32Array | null, report: EngineLoadReport | null = null): (number | null)[] {
     if (this.#disposed) return requests.map(() => null);
+    // Requests the engine reports but the gateway did not send count at the mean prompt placed here (else this batch's).
+    const placed = this.placed.reduce((a, b) => a + b, 0);
+    const meanPrompt = placed > 0 ? this.promptTokens.reduce((a, b) => a + b, 0) / placed : requests.reduce((t, r) => t + r.tokens.length, 0) / Math.max(1, requests.length);
+    const states = this.#rankStates(report, meanPrompt);
     const learned = this.#router.prefixIndex!;
     const matches = requests.map((r, i) => {
       const m = engineMatches(i);
@@ -92,7 +99,7 @@ export class RankRouting {
       return out;
     });
     // Every rank chosen first, then counted: a failure part way leaves the counts as they were.
-    const ranks = this.kind === "instance" ? this.#byInstanceScore(matches) : this.#byRouter(requests, matches);
+    const ranks = this.kind === "instance" ? this.#byInstanceScore(matches, states) : this.#byRouter(requests, matches, states);
     ranks.forEach((rank, i) => {
       if (rank === null) return;
       const r = requests[i]!;
@@ -106,13 +113,29 @@ export class RankRouting {
     return ranks;
   }
 
+  /**
+   * Each rank's state: what the gateway has in flight there, combined (as an
+   * upstream's is, engine-load-combine.ts) with what its engine's fresh load
+   * report says of that DP rank — requests others sent count too.
+   */
+  #rankStates(report: EngineLoadReport | null, meanPrompt: number): { numActiveRequests: number; numActiveTokens: number }[] {
+    return this.inFlight.map((n, r) => {
+      const own = { inFlight: n, inFlightTokens: this.inFlightTokens[r]! };
+      const rank = report?.ranks.filter((l) => l.rank === r) ?? [];
+      if (rank.length === 0) return rankStateFromLoad(own, null);
+      const sum = (pick: (l: (typeof rank)[number]) => number) => rank.reduce((t, l) => t + pick(l), 0);
+      const tokens = rank.every((l) => l.activeTokens !== null) ? sum((l) => l.activeTokens!) : null;
+      return rankStateFromLoad(own, { engine: report!.engine, ranks: rank, total: { running: sum((l) => l.running), waiting: sum((l) => l.waiting), kvUsage: null, activeTokens: tokens } }, { tokensPerRequest: Math.round(meanPrompt) });
+    });
+  }
+
   /** This library's router over the ranks, the batch as one `route()`. */
-  #byRouter(requests: readonly RankRequest[], matches: readonly Uint32Array[]): (number | null)[] {
+  #byRouter(requests: readonly RankRequest[], matches: readonly Uint32Array[], states: readonly { numActiveRequests: number; numActiveTokens: number }[]): (number | null)[] {
     // The requests' own ids (unique in the gateway): the router seeds its tie-break shuffle from them, so a
     // batch's position would draw the same shuffle for every lone request and send them all to one rank.
     const at = new Map(requests.map((r, i) => [r.id, i]));
     const result = this.#router.route({
-      rankStates: this.inFlight.map((n, r) => ({ numActiveRequests: n, numActiveTokens: this.inFlightTokens[r]! })),
+      rankStates: [...states],
       maxNumActiveRequests: this.#cap,
       requests: requests.map((r, i) => ({
         id: r.id,
@@ -131,9 +154,9 @@ export class RankRouting {
     return ranks;
   }
 
-  /** TensorRT-LLM's centralized router's `instance` rank score, one request after another. */
-  #byInstanceScore(matches: readonly Uint32Array[]): (number | null)[] {
-    const load = [...this.inFlight];
+  /** TensorRT-LLM's centralized router's `instance` rank score (its load: requests active and queued on the rank), one request after another. */
+  #byInstanceScore(matches: readonly Uint32Array[], states: readonly { numActiveRequests: number }[]): (number | null)[] {
+    const load = states.map((st) => st.numActiveRequests);
     return matches.map((m) => {
       let best: number[] = [];
       let bestScore = -Infinity;

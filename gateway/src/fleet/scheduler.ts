@@ -248,7 +248,8 @@ export class Scheduler {
     const requests = placed.map(({ w }) => ({ id: w.id, tokens: w.tokens, conversationId: w.route.conversationId, subagentId: w.route.subagentId, namespace: { loraTaskId: w.route.loraTaskId, cacheSalt: w.route.cacheSalt } }));
     let ranks: (number | null)[];
     try {
-      ranks = routing.choose(requests, (i) => this.#fleet.state.engineRankMatches(u.index, requests[i]!.tokens, requests[i]!.namespace, routing.ranks));
+      const report = u.load === null || u.loadConfig === null ? null : u.load.current(u.loadConfig.maxAgeMs);
+      ranks = routing.choose(requests, (i) => this.#fleet.state.engineRankMatches(u.index, requests[i]!.tokens, requests[i]!.namespace, routing.ranks), report);
     } catch (error) {
       // A rank is a hint: without one the engine's balancer picks, and the request still goes.
       this.#onRouterError(error);
