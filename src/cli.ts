@@ -18,6 +18,7 @@ import { CONFIG_POLICY, formatTable, POLICIES, simulate, toJson, type IndexUpdat
 import { TraceError } from "./simulate/trace.js";
 import { TUNE_USAGE, tuneCommand } from "./cli/tune-command.js";
 import { AttentionDpConfigError } from "./errors.js";
+import { RANK_ROUTING_KINDS, type RankRoutingKind } from "./instances.js";
 
 /** The help text of `adp-router simulate`. */
 const SIMULATE_USAGE = `Usage: adp-router simulate [options]
@@ -50,6 +51,14 @@ ${WORKLOAD_HELP}
                               through one ordered stream) | none (independent replicas)
   --sync-delay-ms MS          stream: the other replicas apply an entry MS simulated ms after
                               it was made, at the earliest in the next iteration (5)
+  --instances N               N engines of --ranks ranks each behind one gateway, routed in two
+                              phases (TensorRT-LLM's centralized router picks the engine, then
+                              a rank); the rows are the rank-routing kinds instead of policies
+  --rank-routing a,b          with --instances: adp (the engines' ADP router, --config's or
+                              KV-cache-aware, pinned), instance (the centralized router's rank
+                              score, pinned), none (each engine's own load balancer) (all three)
+  --load-weight X             with --instances: phase 1's weight of a request of load against
+                              a matched block (0.25)
 ${ENGINE_HELP}
   --json                      print one JSON object instead of the table
   --report FILE.html          also write a self-contained HTML report
@@ -215,6 +224,21 @@ function schema(args: string[]): number {
   return 0;
 }
 
+/** The engines of `simulate --instances N` (none without it; its companion flags refused then). */
+function readFleetOptions(values: Record<string, string | boolean | undefined>): { instances?: number; rankRouting?: RankRoutingKind[]; loadWeight?: number } {
+  const instances = numberOption(values, "instances", (v) => isCount(v) && v <= 1024, "an integer in [1, 1024]");
+  if (instances === undefined) {
+    for (const flag of ["rank-routing", "load-weight"]) if (values[flag] !== undefined) throw new RangeError(`--${flag}: applies only with --instances`);
+    return {};
+  }
+  // Its rows are the rank-routing kinds: flags that choose other rows or model other things are refused rather than ignored.
+  for (const flag of ["policies", "index-updates", "replicas", "sync", "sync-delay-ms"]) if (values[flag] !== undefined) throw new RangeError(`--${flag}: does not apply with --instances (its rows are --rank-routing's kinds)`);
+  const kinds = (values["rank-routing"] as string | undefined)?.split(",").map((k) => k.trim());
+  for (const k of kinds ?? []) if (!(RANK_ROUTING_KINDS as readonly string[]).includes(k)) throw new RangeError(`--rank-routing: must list kinds among ${RANK_ROUTING_KINDS.join(", ")}, got ${JSON.stringify(k)}`);
+  const loadWeight = numberOption(values, "load-weight", isNonNegative, "a non-negative number");
+  return { instances, ...(kinds ? { rankRouting: kinds as RankRoutingKind[] } : {}), ...(loadWeight !== undefined ? { loadWeight } : {}) };
+}
+
 /** `adp-router simulate [options]`; returns the exit status. */
 function simulateCommand(args: string[]): number {
   const parsed = parseCommand(
@@ -232,6 +256,9 @@ function simulateCommand(args: string[]): number {
       replicas: { type: "string" },
       sync: { type: "string" },
       "sync-delay-ms": { type: "string" },
+      instances: { type: "string" },
+      "rank-routing": { type: "string" },
+      "load-weight": { type: "string" },
       json: { type: "boolean", default: false },
       report: { type: "string" },
     },
@@ -241,7 +268,7 @@ function simulateCommand(args: string[]): number {
   if (parsed === null) return 0;
   // The option table above fixes each flag's type; parseCommand's generic return loses it.
   const values = parsed.values as WorkloadAndEngineValues & {
-    [K in "policies" | "config" | "index-updates" | "event-delay" | "event-drop" | "event-seed" | "event-stale" | "replicas" | "sync" | "sync-delay-ms" | "report"]?: string;
+    [K in "policies" | "config" | "index-updates" | "event-delay" | "event-drop" | "event-seed" | "event-stale" | "replicas" | "sync" | "sync-delay-ms" | "instances" | "rank-routing" | "load-weight" | "report"]?: string;
   } & { "event-replay"?: boolean; json: boolean };
   const engine = readEngine(values);
   const indexUpdates = values["index-updates"] ?? "routing";
@@ -269,6 +296,7 @@ function simulateCommand(args: string[]): number {
   const config = values.config === undefined ? undefined : readConfigOption(values.config, "--config");
   const policies = values.policies?.split(",").map((p) => p.trim()) ?? (config ? [...POLICIES, CONFIG_POLICY] : undefined);
   if (policies?.includes(CONFIG_POLICY) && config === undefined) throw new RangeError(`--policies: ${CONFIG_POLICY} is the router --config selects: give --config`);
+  const fleet = readFleetOptions(values);
   const trace = readWorkload(values);
   // simulate() reports requests done of requests × policies (src/simulate/run.ts): one bar for the whole run.
   const onProgress = progressBar(values.json);
@@ -278,7 +306,8 @@ function simulateCommand(args: string[]): number {
     indexUpdates: indexUpdates as IndexUpdates,
     ...events,
     ...replicaOptions,
-    ...(policies ? { policies } : {}),
+    ...(policies && fleet.instances === undefined ? { policies } : {}),
+    ...fleet,
     ...(onProgress ? { onProgress } : {}),
   });
   process.stdout.write(values.json ? JSON.stringify(toJson(result)) + "\n" : formatTable(result) + "\n");

@@ -8,6 +8,7 @@ import type { RouteInput, RouteRequest } from "./batch.js";
 import { parseAttentionDpConfig } from "./config.js";
 import { AdpInputError, readInput } from "./errors.js";
 import { createPrefixIndex } from "./prefix-index.js";
+import { createInstanceRouter, type RankRoutingKind } from "./instances.js";
 import { createRouter } from "./router.js";
 
 /** A JSON value. */
@@ -110,6 +111,64 @@ function runRoute(s: JsonObject): ScenarioAnswer {
   return { router: router.kind, batches };
 }
 
+/** The prefix views of one instance's ranks for a batch: exactly each rank's `cached_prefixes`. */
+function viewsOf(ranks: Json[], tokensPerBlock: number, what: string) {
+  const index = createPrefixIndex({ numRanks: ranks.length, tokensPerBlock });
+  ranks.forEach((raw, rank) => {
+    const cached = asObject(raw, what).cached_prefixes;
+    if (cached === undefined) return;
+    for (const seq of asArray(cached, `${what}.cached_prefixes`)) {
+      const o = asObject(seq, "cached prefix");
+      index.insert(rank, o.tokens as number[], { loraTaskId: (o.lora_task_id as number | undefined) ?? null, cacheSalt: (o.cache_salt as string | undefined) ?? null });
+    }
+  });
+  return index;
+}
+
+/** Answers an `instances` scenario: two-phase routing over several engines' ranks. */
+function runInstances(s: JsonObject): ScenarioAnswer {
+  const instances = asArray(s.instances, "instances").map((i) => asObject(i, "instances[]"));
+  const ids = instances.map((i) => i.id as string);
+  const tokensPerBlock = (s.tokens_per_block as number | undefined) ?? 32;
+  const router = createInstanceRouter({
+    instances: instances.map((i) => ({ numRanks: i.tp_size as number })),
+    rankRouting: s.rank_routing as RankRoutingKind,
+    attentionDp: asObject(s.config ?? {}, "config") as never,
+    ...(s.load_weight !== undefined ? { loadWeight: s.load_weight as number } : {}),
+    tokensPerBlock,
+  });
+  const batches: Json[] = [];
+  for (const [b, rawBatch] of asArray(s.batches, "batches").entries()) {
+    const batch = asObject(rawBatch, `batches[${b}]`);
+    const ranksOf = asObject(batch.ranks, `batches[${b}].ranks`);
+    const perInstance = ids.map((id) => asArray(ranksOf[id], `batches[${b}].ranks.${id}`));
+    const views = perInstance.map((ranks, i) => viewsOf(ranks, tokensPerBlock, `ranks.${ids[i]}[]`));
+    try {
+      const requests = asArray(batch.requests, "requests").map((raw) => {
+        const req = toRequest(asObject(raw, "request"), null, 0);
+        // Each instance's ranks probe the prompt without its last token, in the request's namespace.
+        const probe = Array.from(req.tokens ?? []).slice(0, -1);
+        const ns = { loraTaskId: req.loraTaskId ?? null, cacheSalt: req.cacheSalt ?? null };
+        return { ...req, instanceMatches: views.map((v) => v.match(probe, ns)) };
+      });
+      const placements = router.route({
+        instances: perInstance.map((ranks) => ({
+          ranks: ranks.map((raw) => {
+            const o = asObject(raw, "rank");
+            return { numActiveRequests: o.num_active_requests as number, numQueuedRequests: (o.num_queued_requests as number | undefined) ?? 0, numActiveTokens: o.num_active_tokens as number };
+          }),
+        })),
+        maxNumActiveRequests: batch.max_num_active_requests as number,
+        requests,
+      });
+      batches.push({ placements: placements.map((p, k) => ({ id: Number(requests[k]!.id), instance: p.instance < 0 ? null : ids[p.instance]!, rank: p.rank })) });
+    } finally {
+      for (const v of views) v.dispose();
+    }
+  }
+  return { batches };
+}
+
 /** Answers a `balance` scenario. */
 function runBalance(s: JsonObject): ScenarioAnswer {
   const c = asObject(s.balance_config, "balance_config");
@@ -149,6 +208,8 @@ export function runScenario(scenario: unknown): ScenarioAnswer {
         return runBalance(s);
       case "validate":
         return runValidate(s);
+      case "instances":
+        return runInstances(s);
       default:
         throw new Error(`unknown mode ${JSON.stringify(s.mode)}`);
     }

@@ -30,4 +30,18 @@ export {
 export { ConversationMap } from "./conversation-map.js";
 export { sliceKvEvents, type KvEventSlices } from "./kv-event-slices.js";
 export { AttentionDpConfigError, AdpInputError, AdpHookError, describeValue, excerpt, type InputIssue } from "./errors.js";
+export {
+  createInstanceRouter,
+  InstanceRouter,
+  RANK_ROUTING_KINDS,
+  DEFAULT_LOAD_WEIGHT,
+  type RankRoutingKind,
+  type InstanceOptions,
+  type InstanceRouterOptions,
+  type InstanceRankState,
+  type InstanceState,
+  type InstanceRequest,
+  type InstancesInput,
+  type InstancePlacement,
+} from "./instances.js";
 export { runScenario, firstDifference, toRouteInput, type ScenarioAnswer } from "./conformance.js";

@@ -18,38 +18,10 @@
 // the router is src/simulate/event-feed.ts).
 
 import type { RouteRequest } from "../batch.js";
+import { LockstepEngine, newJob, routeRequestOf, type EngineOptions, type Job } from "./lockstep.js";
 import type { TraceRequest } from "./trace.js";
 
-/** Engine parameters; every one is documented in the README and settable on the command line. */
-export interface EngineOptions {
-  /** Attention-DP ranks. */
-  readonly ranks: number;
-  /** Per-rank token budget of one iteration (`max_num_tokens`). @default 8192 */
-  readonly maxNumTokens: number;
-  /** Per-rank cap on active requests (`max_num_active_requests`). @default 128 */
-  readonly maxNumActiveRequests: number;
-  /** Fixed cost of an iteration, ms. @default 4 */
-  readonly iterationBaseMs: number;
-  /** Prefill cost per uncached prompt token, ms. @default 0.02 */
-  readonly prefillMsPerToken: number;
-  /** Decode cost per running request per iteration, ms. @default 0.1 */
-  readonly decodeMsPerRequest: number;
-  /** True cache capacity per rank in blocks; 0 = unbounded. @default 0 */
-  readonly cacheBlocks: number;
-  /** Arrival-time divisor: 2 replays the trace twice as fast. @default 1 */
-  readonly rateScale: number;
-}
-
-/** Engine defaults. */
-export const DEFAULT_ENGINE: Omit<EngineOptions, "ranks"> = Object.freeze({
-  maxNumTokens: 8192,
-  maxNumActiveRequests: 128,
-  iterationBaseMs: 4,
-  prefillMsPerToken: 0.02,
-  decodeMsPerRequest: 0.1,
-  cacheBlocks: 0,
-  rateScale: 1,
-});
+export { DEFAULT_ENGINE, type EngineOptions } from "./lockstep.js";
 
 /** What the simulated engine tells the router each iteration. */
 export interface RouterSide {
@@ -62,17 +34,6 @@ export interface RouterSide {
    * learns from them (how and when they reach it is the router side's business).
    */
   publish?(rank: number, events: unknown[], atMs: number): void;
-}
-
-/** Per-request outcome. */
-interface Job {
-  readonly index: number;
-  readonly req: TraceRequest;
-  readonly path: Int32Array;
-  rank: number;
-  cachedTokens: number;
-  prefillLeft: number;
-  started: boolean;
 }
 
 /** Results of one simulated run. */
@@ -175,73 +136,10 @@ export function optimumHitRatioOfPaths(paths: readonly Int32Array[]): number {
 }
 
 /** Path ids in `paths` (a path's ids grow along it: its last is its largest). */
-function pathCount(paths: readonly Int32Array[]): number {
+export function pathCount(paths: readonly Int32Array[]): number {
   let max = -1;
   for (const path of paths) if (path.length > 0 && path[path.length - 1]! > max) max = path[path.length - 1]!;
   return max + 1;
-}
-
-/**
- * One rank's true prefix cache over interned path ids: membership in a byte per
- * path id, and (when bounded) recency in an intrusive doubly linked list, least
- * recent first. O(1) per block: it behaves exactly as a `Map` kept in LRU order
- * by delete-and-set, which it replaced (that `Map` was most of the run time).
- */
-class TrueCache {
-  readonly #has: Uint8Array;
-  readonly #prev: Int32Array | null;
-  readonly #next: Int32Array | null;
-  #head = -1;
-  #tail = -1;
-  size = 0;
-
-  constructor(paths: number, bounded: boolean) {
-    this.#has = new Uint8Array(paths);
-    this.#prev = bounded ? new Int32Array(paths) : null;
-    this.#next = bounded ? new Int32Array(paths) : null;
-  }
-
-  has(id: number): boolean {
-    return this.#has[id] === 1;
-  }
-
-  /** Makes `id` the most recent entry, adding it if absent; returns whether it was absent. */
-  touch(id: number): boolean {
-    const added = this.#has[id] !== 1;
-    const prev = this.#prev;
-    const next = this.#next;
-    if (added) {
-      this.#has[id] = 1;
-      this.size++;
-    } else if (prev !== null && next !== null && this.#tail !== id) {
-      // Unlink (not the tail, so it has a successor).
-      const p = prev[id]!;
-      const n = next[id]!;
-      if (p < 0) this.#head = n;
-      else next[p] = n;
-      prev[n] = p;
-    } else return false;
-    if (prev !== null && next !== null) {
-      prev[id] = this.#tail;
-      next[id] = -1;
-      if (this.#tail < 0) this.#head = id;
-      else next[this.#tail] = id;
-      this.#tail = id;
-    }
-    return added;
-  }
-
-  /** Removes the least recent entry and returns it (bounded caches only, not empty). */
-  evictOldest(): number {
-    const id = this.#head;
-    const n = this.#next![id]!;
-    this.#head = n;
-    if (n < 0) this.#tail = -1;
-    else this.#prev![n] = -1;
-    this.#has[id] = 0;
-    this.size--;
-    return id;
-  }
 }
 
 /**
@@ -264,96 +162,34 @@ export function runEngine(
 ): RunResult {
   const R = opts.ranks;
   const n = requests.length;
-  const numPaths = pathCount(paths);
-  const bounded = opts.cacheBlocks > 0;
-  const caches = Array.from({ length: R }, () => new TrueCache(numPaths, bounded));
-  /** A path id's block key (for the events of evictions). */
-  const keyOf = bounded ? new Float64Array(numPaths) : null;
-  const waiting: Job[][] = Array.from({ length: R }, () => []); // assigned, prefill not finished (FIFO from waitingHead)
-  const waitingHead = new Array<number>(R).fill(0);
-  const decodingCount = new Array<number>(R).fill(0);
-  /** Decoding requests by the iteration that produces their last token. */
-  const ending = new Map<number, Job[]>();
-  const active = new Array<number>(R).fill(0);
-  const activeTokens = new Array<number>(R).fill(0);
-  const prefillPerRank = new Array<number>(R).fill(0);
-  const requestsPerRank = new Array<number>(R).fill(0);
   const ttft = new Float64Array(n);
+  const arrivalOf = (i: number) => requests[i]!.arrivalMs / opts.rateScale;
+  const engine = new LockstepEngine(pathCount(paths), blockTokens, opts, router.discountCached, ttft, arrivalOf, router.publish?.bind(router));
   const queue: Job[] = [];
   const loadSamples: number[][] = [];
-  /** Each rank's KV events of the current iteration, published together at its end. */
-  const events: unknown[][] = Array.from({ length: R }, () => []);
   let queueHead = 0;
   let nextArrival = 0;
   let maxQueued = 0;
   let maxQueuedAtMs = 0;
-  let totalActive = 0;
-  let finished = 0;
-  let hitBlocks = 0;
-  let totalBlocks = 0;
-  let prefillTokens = 0;
   let routeMs = 0;
   let routed = 0;
-  let t = 0;
-  let iteration = 0;
-  const arrivalOf = (i: number) => requests[i]!.arrivalMs / opts.rateScale;
-  const tokensOf = (job: Job) => (router.discountCached ? Math.max(job.req.inputLength - job.cachedTokens, 0) : job.req.inputLength);
-  const finish = (job: Job) => {
-    const r = job.rank;
-    active[r]!--;
-    totalActive--;
-    activeTokens[r]! -= tokensOf(job);
-    finished++;
-  };
 
-  /** Inserts a finished prompt's blocks into the rank's cache, leaf first so eviction takes leaves first. */
-  const store = (rank: number, job: Job) => {
-    const cache = caches[rank]!;
-    const blocks = job.req.blocks;
-    const path = job.path;
-    let firstNew = -1;
-    for (let i = path.length - 1; i >= 0; i--) {
-      const id = path[i]!;
-      if (cache.touch(id)) firstNew = i;
-      if (keyOf !== null) keyOf[id] = blocks[i]!;
-    }
-    if (router.publish && firstNew >= 0) {
-      events[rank]!.push({
-        event_id: 0,
-        // Block keys are chained (a trace's hash_ids), so they serve as the engine's
-        // block hashes; blocks without tokens are keyed by that hash.
-        data: { type: "stored", parent_hash: firstNew === 0 ? null : blocks[firstNew - 1], blocks: blocks.slice(firstNew).map((block_hash) => ({ block_hash })) },
-        attention_dp_rank: rank,
-      });
-    }
-    if (keyOf !== null) {
-      const removed: number[] = [];
-      while (cache.size > opts.cacheBlocks) removed.push(keyOf[cache.evictOldest()]!);
-      if (router.publish && removed.length > 0) events[rank]!.push({ event_id: 0, data: { type: "removed", block_hashes: removed }, attention_dp_rank: rank });
-    }
-  };
-
-  while (finished < n) {
-    const idle = queueHead === queue.length && totalActive === 0;
-    if (idle && nextArrival < n) t = Math.max(t, arrivalOf(nextArrival));
-    while (nextArrival < n && arrivalOf(nextArrival) <= t) {
-      queue.push({ index: nextArrival, req: requests[nextArrival]!, path: paths[nextArrival]!, rank: -1, cachedTokens: 0, prefillLeft: 0, started: false });
+  while (engine.finished < n) {
+    const idle = queueHead === queue.length && engine.totalActive === 0;
+    if (idle && nextArrival < n) engine.t = Math.max(engine.t, arrivalOf(nextArrival));
+    while (nextArrival < n && arrivalOf(nextArrival) <= engine.t) {
+      queue.push(newJob(nextArrival, requests[nextArrival]!, paths[nextArrival]!));
       nextArrival++;
     }
 
     // Fetch and route: at most ranks × cap − active requests, in arrival order.
     if (queueHead < queue.length) {
-      const room = R * opts.maxNumActiveRequests - totalActive;
+      const room = R * opts.maxNumActiveRequests - engine.totalActive;
       const batch = queue.slice(queueHead, queueHead + Math.max(room, 0));
       if (batch.length > 0) {
-        const states = active.map((a, r) => ({ numActiveRequests: a, numActiveTokens: activeTokens[r]! }));
+        const states = engine.active.map((a, r) => ({ numActiveRequests: a, numActiveTokens: engine.activeTokens[r]! }));
         const t0 = performance.now();
-        const ranks = router.route(states, opts.maxNumActiveRequests, batch.map((j) => ({
-          id: j.index,
-          numTokens: j.req.inputLength,
-          blockKeys: j.req.blocks,
-          conversationId: j.req.conversationId,
-        })), t);
+        const ranks = router.route(states, opts.maxNumActiveRequests, batch.map(routeRequestOf), engine.t);
         routeMs += performance.now() - t0;
         const retry: Job[] = [];
         for (let i = 0; i < batch.length; i++) {
@@ -364,12 +200,7 @@ export function runEngine(
             continue;
           }
           routed++;
-          job.rank = rank;
-          waiting[rank]!.push(job);
-          active[rank]!++;
-          totalActive++;
-          activeTokens[rank]! += tokensOf(job);
-          requestsPerRank[rank]!++;
+          engine.assign(job, rank);
         }
         // Unplaced requests go back to the front, in order.
         queueHead += batch.length - retry.length;
@@ -381,94 +212,17 @@ export function runEngine(
       }
       if (queue.length - queueHead > maxQueued) {
         maxQueued = queue.length - queueHead;
-        maxQueuedAtMs = t;
+        maxQueuedAtMs = engine.t;
       }
     }
 
-    // One iteration on every rank.
-    let slowest = 0;
-    const prefilled: Job[] = [];
-    for (let r = 0; r < R; r++) {
-      let budget = opts.maxNumTokens - decodingCount[r]!;
-      let prefillNow = 0;
-      const list = waiting[r]!;
-      for (let w = waitingHead[r]!; w < list.length; w++) {
-        if (budget <= 0) break;
-        const job = list[w]!;
-        if (!job.started) {
-          // Prefill starts: look the prompt up in this rank's true cache.
-          const cache = caches[r]!;
-          let hit = 0;
-          while (hit < job.path.length && cache.has(job.path[hit]!)) hit++;
-          hitBlocks += hit;
-          totalBlocks += job.path.length;
-          job.cachedTokens = Math.min(hit * blockTokens, job.req.inputLength - 1);
-          job.prefillLeft = job.req.inputLength - job.cachedTokens;
-          job.started = true;
-          prefillTokens += job.prefillLeft;
-          prefillPerRank[r]! += job.prefillLeft;
-          if (router.discountCached) activeTokens[r]! -= job.cachedTokens;
-        }
-        const chunk = Math.min(job.prefillLeft, budget);
-        job.prefillLeft -= chunk;
-        budget -= chunk;
-        prefillNow += chunk;
-        // A request that does not finish its prefill takes the rest of the budget:
-        // the ones that finish are a prefix of the rank's queue.
-        if (job.prefillLeft === 0) {
-          prefilled.push(job);
-          waitingHead[r]!++;
-        }
-      }
-      if (waitingHead[r]! > 1024 && waitingHead[r]! * 2 > list.length) {
-        list.splice(0, waitingHead[r]!);
-        waitingHead[r] = 0;
-      }
-      const work = prefillNow * opts.prefillMsPerToken + decodingCount[r]! * opts.decodeMsPerRequest;
-      if (work > slowest) slowest = work;
-    }
-    t += opts.iterationBaseMs + slowest;
-    iteration++;
-
-    // Decode one token for each running request; finish the ones whose last token this was.
-    const done = ending.get(iteration);
-    if (done !== undefined) {
-      ending.delete(iteration);
-      for (const job of done) {
-        decodingCount[job.rank]!--;
-        finish(job);
-      }
-    }
-    for (const job of prefilled) {
-      const r = job.rank;
-      ttft[job.index] = t - arrivalOf(job.index);
-      store(r, job);
-      if (job.req.outputLength <= 1) finish(job);
-      else {
-        // It decodes one token an iteration from the next one: its last comes outputLength − 1 iterations on.
-        // (an uneven length ends on the iteration a per-token countdown from outputLength − 1 would).
-        const steps = Math.ceil(job.req.outputLength - 1);
-        const last = iteration + (steps >= 1 ? steps : 1);
-        const bucket = ending.get(last);
-        if (bucket === undefined) ending.set(last, [job]);
-        else bucket.push(job);
-        decodingCount[r]!++;
-      }
-    }
-    // Each rank publishes what its cache did this iteration as one batch.
-    if (router.publish) {
-      for (let r = 0; r < R; r++) {
-        if (events[r]!.length === 0) continue;
-        router.publish(r, events[r]!, t);
-        events[r] = [];
-      }
-    }
-    if (iteration % 64 === 0) {
-      loadSamples.push([t, ...active]);
-      progress?.(finished);
+    engine.iterate();
+    if (engine.iteration % 64 === 0) {
+      loadSamples.push([engine.t, ...engine.active]);
+      progress?.(engine.finished);
     }
   }
-  return { hitBlocks, totalBlocks, prefillTokens, prefillPerRank, requestsPerRank, ttftMs: ttft, routeMs, routed, loadSamples, simulatedMs: t, maxQueued, maxQueuedAtMs };
+  return { ...engine.figures(), ttftMs: ttft, routeMs, routed, loadSamples, simulatedMs: engine.t, maxQueued, maxQueuedAtMs };
 }
 
 /** Whether a run's offered load exceeded what the simulated engine serves, and why (null when it did not). */

@@ -7,6 +7,8 @@ import { DEFAULT_ENGINE, judgeOverload, optimumHitRatioOfPaths, pathsOf, runEngi
 import { describeEventModel, EVENT_OPTION_KEYS, readEventModel, type EventModel, type EventOptions } from "./event-feed.js";
 import { describeReplicaModel, REPLICA_OPTION_KEYS, readReplicaModel, ReplicatedSide, SINGLE_REPLICA, type ReplicaModel, type ReplicaOptions, type SyncMode, type SyncReport } from "./replicas.js";
 import { adpRouter, roundRobin, type EventReport, type ReplicaRouter } from "./router-sides.js";
+import { runFleet } from "./fleet.js";
+import { DEFAULT_LOAD_WEIGHT, RANK_ROUTING_KINDS, type RankRoutingKind } from "../instances.js";
 import type { Trace } from "./trace.js";
 
 export type { EventReport } from "./router-sides.js";
@@ -23,6 +25,16 @@ export interface SimulateOptions extends Partial<EngineOptions>, EventOptions, R
   /** Policies to run, by name ({@link POLICIES}, and {@link CONFIG_POLICY} given a config). @default all of POLICIES */
   readonly policies?: readonly string[];
   /**
+   * Engines behind the gateway: with it, the run is of N engines of `ranks`
+   * ranks each, routed in two phases (src/simulate/fleet.ts), one row per
+   * `rankRouting` kind. Not with replicas, events or `policies`.
+   */
+  readonly instances?: number;
+  /** Phase 2's kinds to compare (with `instances`). @default ["adp", "instance", "none"] */
+  readonly rankRouting?: readonly RankRoutingKind[];
+  /** Phase 1's (and `instance`'s) load weight (with `instances`). @default 0.25 */
+  readonly loadWeight?: number;
+  /**
    * Progress: `done` of `total` units (a request finished by a policy's run: the
    * total is requests × policies). Called at most every 100 ms of wall-clock time,
    * and once more with `done === total` at the end; it never changes a result.
@@ -31,7 +43,7 @@ export interface SimulateOptions extends Partial<EngineOptions>, EventOptions, R
 }
 
 /** Every option {@link simulate} knows: any other key is a mistake, reported rather than ignored. */
-const OPTION_KEYS: ReadonlySet<string> = new Set([...Object.keys(DEFAULT_ENGINE), "ranks", "config", "indexUpdates", "policies", "onProgress", ...EVENT_OPTION_KEYS, ...REPLICA_OPTION_KEYS]);
+const OPTION_KEYS: ReadonlySet<string> = new Set([...Object.keys(DEFAULT_ENGINE), "ranks", "config", "indexUpdates", "policies", "onProgress", "instances", "rankRouting", "loadWeight", ...EVENT_OPTION_KEYS, ...REPLICA_OPTION_KEYS]);
 
 /** One policy's figures. */
 export interface PolicyResult {
@@ -59,6 +71,18 @@ export interface PolicyResult {
   readonly event_feed?: EventReport;
   /** What the replicas put on their stream (runs given replica options). */
   readonly sync?: SyncReport;
+  /** Runs over several engines: how evenly they were used, and how many requests went pinned to a rank. */
+  readonly fleet?: { readonly instance_requests_max_over_mean: number; readonly pinned_share: number };
+}
+
+/** The engines of a run given `instances`, as the JSON output states them. */
+export interface FleetReport {
+  readonly instances: number;
+  readonly ranks_per_instance: number;
+  /** Phase 1's load weight. */
+  readonly load_weight: number;
+  /** The attention_dp_config phase 2 `adp` runs on every engine. */
+  readonly adp_config: AttentionDpConfigInput;
 }
 
 /** How the index learned, as the JSON output states it. */
@@ -95,6 +119,8 @@ export interface SimulationResult {
   readonly index_updates: IndexUpdatesReport;
   /** The gateway replicas (runs given replica options). */
   readonly replicas?: ReplicasReport;
+  /** The engines (runs given `instances`); `ranks` is then their ranks in all. */
+  readonly fleet?: FleetReport;
   readonly policies: PolicyResult[];
   /** Per policy: active requests per rank over time ([ms, rank0, rank1, ...]); for reports. */
   readonly loadOverTime: Record<string, number[][]>;
@@ -193,6 +219,7 @@ export function simulate(trace: Trace, options: SimulateOptions = {}): Simulatio
     if (policy === CONFIG_POLICY && options.config === undefined) throw new AdpInputError("policies", `"${CONFIG_POLICY}" runs the router options.config selects: give config`, policy);
     if (policy !== CONFIG_POLICY && !(POLICIES as readonly string[]).includes(policy)) throw new AdpInputError("policies", `must name policies among ${POLICIES.join(", ")} (or ${CONFIG_POLICY}, given a config)`, policy);
   }
+  if (options.instances !== undefined) return simulateFleet(trace, options, engine, paths);
   const progress = progressReporter(options.onProgress, requests.length * policies.length);
   for (const [k, policy] of policies.entries()) {
     const routers = replicaRouters(policy, replicas, engine.ranks, trace.blockTokens, options.config, eventModel);
@@ -215,6 +242,49 @@ export function simulate(trace: Trace, options: SimulateOptions = {}): Simulatio
       ? { mode: "routing" }
       : { mode: "events", event_delay_ms: eventModel.delayMs, event_drop_rate: eventModel.dropRate, event_replay: eventModel.replay, event_seed: eventModel.seed, event_stale_ms: eventModel.staleAfterMs },
     ...(replicaModel === null ? {} : { replicas: { replicas: replicaModel.replicas, spread: "round-robin" as const, sync: replicaModel.sync, sync_delay_ms: replicaModel.delayMs } }),
+    policies: results,
+    loadOverTime,
+    ttftSorted,
+  };
+}
+
+/** What phase 2 `adp` runs on every engine unless `config` says otherwise: TensorRT-LLM's KV-cache-aware ADP router. */
+const FLEET_ADP_CONFIG: AttentionDpConfigInput = Object.freeze({ enable_kv_cache_aware_routing: true });
+
+/** {@link simulate} over `options.instances` engines: one row per phase-2 kind. */
+function simulateFleet(trace: Trace, options: SimulateOptions, engine: EngineOptions, paths: readonly Int32Array[]): SimulationResult {
+  const instances = options.instances!;
+  if (!Number.isInteger(instances) || instances < 1 || instances > 1024) throw new AdpInputError("instances", "must be an integer in [1, 1024]", instances);
+  for (const key of ["policies", "replicas", "sync", "syncDelayMs"] as const) {
+    if (options[key] !== undefined) throw new AdpInputError(key, "does not apply with instances (its rows are the rank-routing kinds)", options[key]);
+  }
+  if ((options.indexUpdates ?? "routing") !== "routing") throw new AdpInputError("indexUpdates", "does not apply with instances (the gateway sees each rank's cache as its events tell it, at once)", options.indexUpdates);
+  const kinds = options.rankRouting ?? RANK_ROUTING_KINDS;
+  if (!Array.isArray(kinds) || kinds.length === 0 || kinds.some((k) => !RANK_ROUTING_KINDS.includes(k))) throw new AdpInputError("rankRouting", `must list kinds among ${RANK_ROUTING_KINDS.join(", ")}`, kinds);
+  const config = options.config ?? FLEET_ADP_CONFIG;
+  const requests = trace.requests;
+  const progress = progressReporter(options.onProgress, requests.length * kinds.length);
+  const results: PolicyResult[] = [];
+  const loadOverTime: Record<string, number[][]> = {};
+  const ttftSorted: Record<string, Float64Array> = {};
+  // The whole fleet holds instances × ranks × cap requests at once: the overload yardstick.
+  const fleetEngine = { ...engine, ranks: engine.ranks * instances };
+  for (const [k, kind] of kinds.entries()) {
+    const run = runFleet(requests, paths, trace.blockTokens, engine, instances, kind, config, options.loadWeight, progress && ((finished) => progress(k * requests.length + finished)));
+    const sorted = Float64Array.from(run.ttftMs).sort();
+    const overload = judgeOverload(run, quantile(sorted, 0.5), requests, fleetEngine);
+    results.push({ ...summarize(kind, run, sorted, overload, null, null), fleet: { instance_requests_max_over_mean: round(maxOverMean(run.requestsPerInstance)), pinned_share: round(run.pinned / Math.max(run.routed, 1)) } });
+    loadOverTime[kind] = run.loadSamples;
+    ttftSorted[kind] = sorted;
+    progress?.(requests.length * (k + 1));
+  }
+  return {
+    trace: trace.name,
+    ranks: fleetEngine.ranks,
+    requests: requests.length,
+    optimum_prefix_hit_ratio: round(optimumHitRatioOfPaths(paths)),
+    index_updates: { mode: "routing" },
+    fleet: { instances, ranks_per_instance: engine.ranks, load_weight: options.loadWeight ?? DEFAULT_LOAD_WEIGHT, adp_config: config },
     policies: results,
     loadOverTime,
     ttftSorted,
@@ -275,13 +345,14 @@ export function formatTable(result: SimulationResult): string {
   const widths = head.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
   const line = (cells: string[]) => cells.map((c, i) => (i === 0 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join("  ");
   return [
-    `trace ${result.trace}: ${result.requests} requests on ${result.ranks} ranks; optimum prefix hit ratio (one infinite cache) ${result.optimum_prefix_hit_ratio.toFixed(3)}`,
+    `trace ${result.trace}: ${result.requests} requests on ${result.fleet ? `${result.fleet.instances} engines × ${result.fleet.ranks_per_instance} ranks` : `${result.ranks} ranks`}; optimum prefix hit ratio (one infinite cache) ${result.optimum_prefix_hit_ratio.toFixed(3)}`,
     "",
     line(head),
     line(widths.map((w) => "-".repeat(w))),
     ...rows.map(line),
     ...eventLines(result),
     ...replicaLines(result),
+    ...fleetLines(result),
   ].join("\n");
 }
 
@@ -320,6 +391,17 @@ function replicaLines(result: SimulationResult): string[] {
         `${n(s.bytes_per_routed_request)} bytes a routed request, ${s.bytes_per_second >= 10_000 ? `${n(s.bytes_per_second / 1000, 1)} kB/s` : `${n(s.bytes_per_second)} B/s`}` +
         (s.binding_entries > 0 ? `; bindings that moved a conversation at a replica ${n(s.bindings_moved)}` : ""),
     );
+  }
+  return lines;
+}
+
+/** What the rows of a run over several engines mean, and how each spread its requests. */
+function fleetLines(result: SimulationResult): string[] {
+  const f = result.fleet;
+  if (f === undefined) return [];
+  const lines = ["", `phase 1: TensorRT-LLM's centralized router (matched blocks − ${f.load_weight} × requests, ties in turn); phase 2 per row: adp = the engines' ADP router ${JSON.stringify(f.adp_config)} pinned, instance = the centralized router's rank score pinned, none = each engine's own load balancer`];
+  for (const p of result.policies) {
+    if (p.fleet) lines.push(`${p.policy}: requests per engine max/mean ${p.fleet.instance_requests_max_over_mean.toFixed(3)}, pinned ${(100 * p.fleet.pinned_share).toFixed(1)}%`);
   }
   return lines;
 }
