@@ -147,6 +147,32 @@ describe("adp-router tune", () => {
   });
 });
 
+describe("adp-router tune --instances: phase 2's config for a fleet", () => {
+  it("tunes the engines' ADP router with ranks pinned, and its reproduce command gives the same figures", () => {
+    const fleetOut = path.join(dir, "fleet-best.yaml");
+    const r = run(["tune", ...WORKLOAD, "--instances", "2", "--budget", "8", "--workers", "1", "--out", fleetOut, "--json"]);
+    expect(r.status, r.stderr).toBe(0);
+    const fleet = JSON.parse(r.stdout) as TuneResult & { engine: { instances: number } };
+    expect(fleet.instances).toBe(2);
+    expect(fleet.engine.instances).toBe(2);
+    const yaml = readFileSync(fleetOut, "utf8");
+    expect(yaml).toContain("--instances 2 --rank-routing adp");
+    const sim = run(["simulate", ...WORKLOAD, "--config", fleetOut, "--instances", "2", "--rank-routing", "adp", "--json"]);
+    expect(sim.status, sim.stderr).toBe(0);
+    expect(asTuneMetrics((JSON.parse(sim.stdout) as { policies: PolicyResult[] }).policies[0]!)).toEqual(fleet.best!.metrics);
+    // Its baseline is the default router pinned, not one engine's figures.
+    const one = run(["simulate", ...WORKLOAD, "--policies", "default", "--json"]);
+    expect(asTuneMetrics((JSON.parse(one.stdout) as { policies: PolicyResult[] }).policies[0]!)).not.toEqual(fleet.baseline.metrics);
+    const table = run(["tune", ...WORKLOAD, "--instances", "2", "--budget", "4", "--workers", "2"]);
+    expect(table.status, table.stderr).toBe(0);
+    expect(table.stdout).toMatch(/requests on 2 engines × 4 ranks, each request's rank pinned/);
+    expect(table.stdout).toMatch(/Paste into each of the gateway's upstreams/);
+    const refused = run(["tune", ...WORKLOAD, "--load-weight", "1"]);
+    expect(refused.status).toBe(2);
+    expect(refused.stderr).toMatch(/--load-weight: applies only with --instances/);
+  });
+});
+
 describe("tune() in the library", () => {
   const trace = multiTurnWorkload({ seed: 3, sessions: 30 });
 

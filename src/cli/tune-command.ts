@@ -10,7 +10,7 @@ import { readConfigOption } from "./config-file.js";
 import { ENGINE_HELP, isCount, numberOption, parseCommand, progressBar, readEngine, readWorkload, WORKLOAD_AND_ENGINE_FLAGS, WORKLOAD_HELP, type WorkloadAndEngineValues } from "./args.js";
 import { parseAttentionDpConfig, type AttentionDpConfigInput } from "../config.js";
 import { routerKindFor } from "../router.js";
-import { compareTunePoints, inlineEvaluator, MAX_TUNE_BUDGET, tune, type TuneEvaluator } from "../simulate/tune.js";
+import { compareTunePoints, inlineEvaluator, MAX_TUNE_BUDGET, tune, type TuneEvaluator, type TuneShape } from "../simulate/tune.js";
 import { TunePool } from "./tune-pool.js";
 import { attentionDpConfigYaml, tuneReportHtml } from "../simulate/tune-report.js";
 import { TUNE_OBJECTIVES, type TunedConfig, type TuneMetrics, type TuneObjective, type TuneResult } from "../simulate/tune-types.js";
@@ -27,6 +27,10 @@ engine flags reproduces the figures it reports.
 
 ${WORKLOAD_HELP}
 ${ENGINE_HELP}
+  --instances N               tune for N engines of --ranks ranks each behind the gateway, which
+                              pins each request's rank with the engines' ADP router: the config is
+                              that router's (phase 2 adp; simulate --instances N --rank-routing adp)
+  --load-weight X             with --instances: phase 1's weight of a request of load (0.25)
   --config FILE|JSON          the attention_dp_config you run now (JSON or YAML, bare or under
                               attention_dp_config: as in extra_llm_api_options.yaml, - for
                               standard input): simulated too and shown beside the best
@@ -60,6 +64,8 @@ export async function tuneCommand(args: string[]): Promise<number> {
       "search-seed": { type: "string" },
       workers: { type: "string" },
       out: { type: "string" },
+      instances: { type: "string" },
+      "load-weight": { type: "string" },
       json: { type: "boolean", default: false },
       report: { type: "string" },
     },
@@ -68,9 +74,9 @@ export async function tuneCommand(args: string[]): Promise<number> {
   );
   if (parsed === null) return 0;
   const values = parsed.values as WorkloadAndEngineValues & {
-    [K in "config" | "objective" | "max-prefill-imbalance" | "min-hit-ratio" | "budget" | "search-seed" | "workers" | "out" | "report"]?: string;
+    [K in "config" | "objective" | "max-prefill-imbalance" | "min-hit-ratio" | "budget" | "search-seed" | "workers" | "out" | "report" | "instances" | "load-weight"]?: string;
   } & { json: boolean };
-  const engine = readEngine(values);
+  const engine: TuneShape = { ...readEngine(values), ...readFleetShape(values) };
   const objective = (values.objective ?? "ttft_p90") as TuneObjective;
   if (!(TUNE_OBJECTIVES as readonly string[]).includes(objective)) throw new RangeError(`--objective: must be one of ${TUNE_OBJECTIVES.join(", ")}, got ${JSON.stringify(values.objective)}`);
   const maxImbalance = numberOption(values, "max-prefill-imbalance", (v) => v >= 1, "a number of at least 1 (max/mean is never below 1)");
@@ -108,7 +114,7 @@ export async function tuneCommand(args: string[]): Promise<number> {
     await pool?.close();
   }
   const seconds = (Date.now() - started) / 1000;
-  const reproduce = reproduceCommand(values, values.out ?? "best.yaml");
+  const reproduce = reproduceCommand(values, values.out ?? "best.yaml", engine);
   // The results first: a file that cannot be written after all loses nothing printed.
   process.stdout.write(values.json ? JSON.stringify({ ...result, engine }) + "\n" : formatTune(result, seconds, workers, reproduce, values.out !== undefined));
   let status = 0;
@@ -159,14 +165,24 @@ const shellWord = (word: string) => (/^[\w@%+=:,./-]+$/.test(word) ? word : `'${
 // ── Output ─────────────────────────────────────────────────────────────────
 
 /** The `simulate` command line that reproduces tune's figures for the config in `file`. */
-function reproduceCommand(values: WorkloadAndEngineValues, file: string): string {
+function reproduceCommand(values: WorkloadAndEngineValues, file: string, shape: TuneShape): string {
   const flags: string[] = [];
   for (const key of Object.keys(WORKLOAD_AND_ENGINE_FLAGS) as (keyof typeof WORKLOAD_AND_ENGINE_FLAGS)[]) {
     const v = values[key];
     if (v === true) flags.push(`--${key}`);
     else if (typeof v === "string") flags.push(`--${key} ${shellWord(v)}`);
   }
-  return `adp-router simulate --config ${shellWord(file)} --policies config${flags.length > 0 ? " " + flags.join(" ") : ""}`;
+  // A fleet's row is phase 2 adp's, the config every engine's router.
+  const rows = shape.instances === undefined ? "--policies config" : `--instances ${shape.instances} --rank-routing adp${shape.loadWeight !== undefined ? ` --load-weight ${shape.loadWeight}` : ""}`;
+  return `adp-router simulate --config ${shellWord(file)} ${rows}${flags.length > 0 ? " " + flags.join(" ") : ""}`;
+}
+
+/** The fleet `--instances` describes (nothing without it; --load-weight alone refused). */
+function readFleetShape(values: Record<string, string | boolean | undefined>): { instances?: number; loadWeight?: number } {
+  const instances = numberOption(values, "instances", (v) => isCount(v) && v <= 1024, "an integer in [1, 1024]");
+  const loadWeight = numberOption(values, "load-weight", (v) => v >= 0, "a non-negative number");
+  if (instances === undefined && loadWeight !== undefined) throw new RangeError("--load-weight: applies only with --instances");
+  return { ...(instances !== undefined ? { instances } : {}), ...(loadWeight !== undefined ? { loadWeight } : {}) };
 }
 
 /** The router settings of a config in a few words, for the table. */
@@ -212,7 +228,8 @@ function formatTune(result: TuneResult, seconds: number, workers: number, reprod
   const line = (r: string[]) => r.map((cell, c) => (c >= 2 && c <= 6 ? cell.padStart(widths[c]!) : cell.padEnd(widths[c]!))).join("  ").trimEnd();
   const table = [line(rows[0]!), widths.map((w) => "-".repeat(w)).join("  "), ...rows.slice(1).map(line)].join("\n");
   const constraints = Object.entries(result.constraints).map(([k, v]) => `${k} ${v}`).join(", ");
-  const header = `tune: trace ${result.trace}: ${result.requests} requests on ${result.ranks} ranks; objective ${result.objective} (${better} is better)${constraints ? `; constraints ${constraints}` : ""}
+  const shape = result.instances === undefined ? `${result.ranks} ranks` : `${result.instances} engines × ${result.ranks} ranks, each request's rank pinned by the engines' ADP router (the config tuned)`;
+  const header = `tune: trace ${result.trace}: ${result.requests} requests on ${shape}; objective ${result.objective} (${better} is better)${constraints ? `; constraints ${constraints}` : ""}
 ${result.evaluated} simulation${result.evaluated === 1 ? "" : "s"} on ${workers} worker${workers === 1 ? "" : "s"} in ${seconds.toFixed(1)} s
 
 ${table}
@@ -225,7 +242,7 @@ ${table}
 ${result.objective}: ${describeObjective(result.objective, b)} with the best config against ${describeObjective(result.objective, base)} with TensorRT-LLM's defaults${change}.
 The simulator is deterministic: running the same command again gives the same figures.
 
-Paste into extra_llm_api_options.yaml:
+Paste into ${result.instances === undefined ? "extra_llm_api_options.yaml" : "each of the gateway's upstreams (its attention_dp_config, which phase 2 adp runs)"}:
 
 ${indent(attentionDpConfigYaml(result.best.config), 2)}
 What it sets:

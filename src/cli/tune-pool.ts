@@ -5,7 +5,7 @@
 
 import { Worker } from "node:worker_threads";
 import type { AttentionDpConfigInput } from "../config.js";
-import type { EngineOptions } from "../simulate/engine.js";
+import type { TuneShape } from "../simulate/tune.js";
 import type { Trace } from "../simulate/trace.js";
 import type { TuneEvaluator } from "../simulate/tune.js";
 import type { TuneMetrics } from "../simulate/tune-types.js";
@@ -13,7 +13,7 @@ import type { TuneMetrics } from "../simulate/tune-types.js";
 /** What a worker is started with. */
 export interface TuneWorkerData {
   readonly trace: Trace;
-  readonly engine: Partial<EngineOptions>;
+  readonly engine: TuneShape;
 }
 
 /** A job sent to a worker: one config to simulate. */

@@ -72,6 +72,8 @@ export interface TuneResult {
   readonly trace: string;
   readonly requests: number;
   readonly ranks: number;
+  /** The engines of a fleet tuned for (its config is their ADP router's, their ranks pinned), absent for one engine. */
+  readonly instances?: number;
   /** TensorRT-LLM's defaults (the load-balancing default router). */
   readonly baseline: TunedConfig;
   /** The best feasible config found (the baseline itself when nothing beat it); null when no evaluated config is feasible. */

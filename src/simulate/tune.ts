@@ -19,6 +19,14 @@ import { CONFIG_POLICY, simulate, type PolicyResult } from "./run.js";
 import { optimumHitRatio, type Trace } from "./trace.js";
 import { TUNE_OBJECTIVES, type TuneConstraints, type TunedConfig, type TuneMetrics, type TuneObjective, type TunePoint, type TuneResult } from "./tune-types.js";
 
+/**
+ * What a config is tuned for: one engine (its ranks and serving model, as
+ * `simulate` takes it), or with `instances` a fleet of such engines whose
+ * ranks the gateway pins, where the config is phase 2 `adp`'s (every engine's
+ * own ADP router; simulate --instances N --rank-routing adp).
+ */
+export type TuneShape = Partial<EngineOptions> & { readonly instances?: number; readonly loadWeight?: number };
+
 /** Scores configs: one metrics object per config, in order. */
 export type TuneEvaluator = (configs: readonly AttentionDpConfigInput[]) => Promise<TuneMetrics[]>;
 
@@ -32,8 +40,8 @@ export interface TuneOptions {
   readonly budget?: number;
   /** Seed of the search's sampling. @default 1 */
   readonly seed?: number;
-  /** The simulated engine (ranks and serving model), as `simulate` takes it. */
-  readonly engine?: Partial<EngineOptions>;
+  /** The simulated engine (ranks and serving model), as `simulate` takes it, or a fleet of them. */
+  readonly engine?: TuneShape;
   /**
    * How to spend the budget: "coarse-to-fine" (a coarse sample, then rounds of
    * refinement around the best), or "random" (the whole budget as one coarse
@@ -288,12 +296,13 @@ export function compareTunePoints(objective: TuneObjective, direction: "min" | "
 // ── The search ─────────────────────────────────────────────────────────────
 
 /** The evaluator that runs each config through {@link simulate} in this thread. */
-export function inlineEvaluator(trace: Trace, engine: Partial<EngineOptions> = {}): TuneEvaluator {
+export function inlineEvaluator(trace: Trace, engine: TuneShape = {}): TuneEvaluator {
   return async (configs) => configs.map((config) => evaluateConfig(trace, engine, config));
 }
 
-/** One config's metrics: exactly `simulate`'s row for policy "config" with that config. */
-export function evaluateConfig(trace: Trace, engine: Partial<EngineOptions>, config: AttentionDpConfigInput): TuneMetrics {
+/** One config's metrics: exactly `simulate`'s row for policy "config" with that config (for a fleet: its row "adp"). */
+export function evaluateConfig(trace: Trace, engine: TuneShape, config: AttentionDpConfigInput): TuneMetrics {
+  if (engine.instances !== undefined) return metricsOf(simulate(trace, { ...engine, config, rankRouting: ["adp"] }).policies[0]!);
   return metricsOf(simulate(trace, { ...engine, config, policies: [CONFIG_POLICY] }).policies[0]!);
 }
 
@@ -380,6 +389,7 @@ export async function tune(trace: Trace, options: TuneOptions = {}, evaluate: Tu
     trace: trace.name,
     requests: trace.requests.length,
     ranks: options.engine?.ranks ?? 8,
+    ...(options.engine?.instances !== undefined ? { instances: options.engine.instances } : {}),
     baseline: { config: baseline.config, metrics: baseline.metrics },
     best: best.feasible ? { config: best.config, metrics: best.metrics } : null,
     constraints_met: best.feasible,
