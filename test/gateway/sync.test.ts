@@ -54,6 +54,10 @@ describe("entries on the wire", () => {
     expect(decodeEntry(encodeEntry({ origin: "o", counter: 1, url, entry: { op: "clear", upstream: 1 } })).entry).toEqual({ op: "clear", upstream: -1 });
     expect(decodeEntry(encodeEntry({ origin: "o", counter: 1, url, entry: { op: "clear", upstream: 1, dpRank: 0, id: "e|0|1.5|restart" } })).entry).toEqual({ op: "clear", upstream: -1, dpRank: 0, id: "e|0|1.5|restart" });
     expect(decodeEntry(encodeEntry({ origin: "o", counter: 2, url, entry: { op: "bind", upstream: 1, key: "session-7" } })).entry).toEqual({ op: "bind", upstream: -1, key: "session-7" });
+    // Phase 2's DP rank travels with a learned prompt and a binding; a rank out of range is refused.
+    expect(decodeEntry(encodeEntry({ origin: "o", counter: 4, url, entry: { ...learn, rank: 3 } })).entry).toEqual({ ...learn, upstream: -1, rank: 3 });
+    expect(decodeEntry(encodeEntry({ origin: "o", counter: 5, url, entry: { op: "bind", upstream: 1, key: "s", rank: 0 } })).entry).toEqual({ op: "bind", upstream: -1, key: "s", rank: 0 });
+    for (const rank of [1024, -1, 1.5]) expect(() => decodeEntry(encodeEntry({ origin: "o", counter: 6, url, entry: { op: "bind", upstream: 1, key: "s", rank } }))).toThrow(/rank must be an integer in \[0, 1024\)/);
     const fleet = { op: "fleet" as const, urls: [url, "http://engine-b:8000"], dpRanks: [2, null] };
     expect(decodeEntry(encodeEntry({ origin: "o", counter: 3, entry: fleet })).entry).toEqual(fleet);
     expect(() => decodeEntry(encodeEntry({ origin: "o", counter: 2, url, entry: { op: "bind", upstream: 1, key: "" } }))).toThrow(SyncEntryError);
@@ -326,6 +330,34 @@ describe.skipIf(!hasNatsServer)("replicas through a real nats-server", () => {
     const again = await ask(b, "a prompt the late replica never saw routed, long enough to fill blocks ".repeat(6));
     expect(again.upstream).toBe(first.upstream);
     expect(metric(b, "upstream_matched_tokens_total", `upstream="${first.upstream}"`)).toBeGreaterThan(300);
+  });
+
+  it("phase 2 is replicated: a prompt placed on an engine's DP rank through one replica, or a conversation bound there, goes on to that rank through another", async () => {
+    const nats = await startNatsServer();
+    open.push({ close: () => nats.stop() });
+    const rankOf = (engines: MockEngine[], upstream: number) => engines[upstream]!.received.at(-1)!.headers["x-data-parallel-rank"];
+    for (const policy of ["kv_cache_aware", "conversation"]) {
+      const engines = await startEngines(2, `r${policy[0]}`);
+      const upstream = "    dp_ranks: 4\n    rank_routing: adp\n";
+      const replicas = await startReplicas([0, 1].map((i) => replicaYaml({ url: nats.url, cluster: `r${policy[0]}${nats.port}`, id: `rank-${i}`, engines, upstream, settings: `policy: ${policy}\nrouting: { tokens_per_block: 16 }\n` })));
+      const placed: { upstream: number; rank: unknown }[] = [];
+      // Eight prompts (or conversations) through replica 0, spread over both engines' ranks.
+      for (let k = 0; k < 8; k++) {
+        const r = await fetch(`${replicas[0]!.url}/v1/completions`, { method: "POST", headers: { "content-type": "application/json", "x-session-id": `conv-${k}` }, body: JSON.stringify({ model: "m", prompt: `document ${k}: ${"a long shared passage of text ".repeat(20)}` }) });
+        await r.text();
+        const u = Number(r.headers.get("x-adp-upstream"));
+        placed.push({ upstream: u, rank: rankOf(engines, u) });
+      }
+      expect(new Set(placed.map((p) => `${p.upstream}/${String(p.rank)}`)).size, policy).toBeGreaterThan(2);
+      await settled(replicas);
+      // Replica 1 routed none of them: it knows their ranks only from the stream.
+      for (const k of [5, 2, 7, 0, 3, 6, 1, 4]) {
+        const r = await fetch(`${replicas[1]!.url}/v1/completions`, { method: "POST", headers: { "content-type": "application/json", "x-session-id": `conv-${k}` }, body: JSON.stringify({ model: "m", prompt: `document ${k}: ${"a long shared passage of text ".repeat(20)} and a follow-up question` }) });
+        await r.text();
+        const u = Number(r.headers.get("x-adp-upstream"));
+        expect({ upstream: u, rank: rankOf(engines, u) }, `${policy}: request ${k}`).toEqual(placed[k]);
+      }
+    }
   });
 
   it("under conversation affinity a conversation started through one replica goes on where it started through the others", async () => {

@@ -70,6 +70,8 @@ export class Fleet {
       return this.upstreams.map((u) => u.loggedStatus === "live");
     };
     this.state = new RoutingState(createGatewayRouter(config), stateLog, { views, live });
+    // Other replicas' placements on a DP rank reach that upstream's phase 2 (the upstreams of the fleet as it is now).
+    this.state.rankPlacements = (i) => this.upstreams[i]?.rankRouting ?? null;
     for (const u of this.upstreams) {
       this.#startChecks(u);
       this.#startEvents(u);

@@ -16,7 +16,7 @@
 //     rank_routing_algo "instance"): matched blocks − load_weight (0.25) ×
 //     requests in flight, the best taken, ties in turn (a counter per upstream).
 
-import { createRouter, type PrefixNamespace, type Router } from "adp-router";
+import { bindConversation, createRouter, type PrefixNamespace, type Router } from "adp-router";
 import type { AttentionDpConfig } from "adp-router";
 import type { RankRoutingKind } from "../config/config-types.js";
 import { rankStateFromLoad } from "../load/engine-load-combine.js";
@@ -154,14 +154,18 @@ export class RankRouting {
     return ranks;
   }
 
-  /** TensorRT-LLM's centralized router's `instance` rank score (its load: requests active and queued on the rank), one request after another. */
+  /**
+   * TensorRT-LLM's centralized router's `instance` rank score (its load:
+   * requests active and queued on the rank), one request after another, with
+   * no cap (as `_select_rank_in_instance`: the upstream's own cap bounds what
+   * is in flight there).
+   */
   #byInstanceScore(matches: readonly Uint32Array[], states: readonly { numActiveRequests: number }[]): (number | null)[] {
     const load = states.map((st) => st.numActiveRequests);
     return matches.map((m) => {
       let best: number[] = [];
       let bestScore = -Infinity;
       for (let r = 0; r < this.ranks; r++) {
-        if (load[r]! >= this.#cap) continue;
         const score = Math.floor(m[r]! / this.#tokensPerBlock) - LOAD_WEIGHT * load[r]!;
         if (score > bestScore) {
           bestScore = score;
@@ -174,6 +178,18 @@ export class RankRouting {
       load[rank]!++;
       return rank;
     });
+  }
+
+  /** Another replica placed a prompt (as its block hashes, PrefixIndex.blockHashes) on `rank`: this rank's view holds it too. */
+  learnBlocks(rank: number, hashes: Uint32Array, namespace: PrefixNamespace): void {
+    if (this.#disposed || rank < 0 || rank >= this.ranks || hashes.length === 0) return;
+    this.#router.prefixIndex!.insertBlockHashes(rank, hashes, namespace);
+  }
+
+  /** Another replica's conversation (or sub-agent) is on `rank`: its next turns go there too, when the ranks' router keeps conversations. */
+  bind(key: string, rank: number): void {
+    if (this.#disposed || rank < 0 || rank >= this.ranks) return;
+    bindConversation(this.#router, key, rank);
   }
 
   /** A request placed on `rank` ended. */

@@ -21,11 +21,12 @@ export type StateEntry =
   /** A batch routed (it moves conversations, the tie-break generator and the counters). */
   | { readonly op: "route"; readonly input: RouteInput }
   /** A conversation (or sub-agent) went to an upstream: its next turns go there too (under conversation affinity). */
-  | { readonly op: "bind"; readonly key: string; readonly upstream: number }
+  /** (`rank`: on that DP rank of the upstream, which phase 2 chose.) */
+  | { readonly op: "bind"; readonly key: string; readonly upstream: number; readonly rank?: number }
   /** Another replica's learned prompt, as its block hashes (PrefixIndex.blockHashes): the same change as `learn`. */
-  | { readonly op: "learn-blocks"; readonly upstream: number; readonly hashes: Uint32Array; readonly namespace: PrefixNamespace }
-  /** An upstream was given a prompt: its cache view now holds it. */
-  | { readonly op: "learn"; readonly upstream: number; readonly tokens: Uint32Array; readonly namespace: PrefixNamespace }
+  | { readonly op: "learn-blocks"; readonly upstream: number; readonly hashes: Uint32Array; readonly namespace: PrefixNamespace; readonly rank?: number }
+  /** An upstream was given a prompt: its cache view now holds it (and, with `rank`, that DP rank's view in phase 2). */
+  | { readonly op: "learn"; readonly upstream: number; readonly tokens: Uint32Array; readonly namespace: PrefixNamespace; readonly rank?: number }
   /** An engine's own KV-cache events for an upstream (TensorRT-LLM's or vLLM's, see PrefixIndex.applyKvEvents), from one DP rank's stream or naming their ranks. */
   | { readonly op: "kv-events"; readonly upstream: number; readonly events: unknown; readonly dpRank?: number; readonly id?: string }
   /** An upstream's engine view emptied, one DP rank or all (its engine restarted, or its events cannot be trusted). */
@@ -50,11 +51,22 @@ export interface EngineFeeds {
   readonly live: () => readonly boolean[];
 }
 
+/** Where another replica's phase-2 placements go: an upstream's own DP ranks' views and conversations (fleet/rank-routing.ts). */
+export interface RankPlacements {
+  learnBlocks(rank: number, hashes: Uint32Array, namespace: PrefixNamespace): void;
+  bind(key: string, rank: number): void;
+}
+
 /** The router, changed only through entries of the state log. */
 export class RoutingState {
   #router: Router;
   readonly #log: StateLog | null;
   readonly #feeds: EngineFeeds | null;
+  /**
+   * Each upstream's phase 2, for entries that name a DP rank (the fleet sets
+   * it; a replica's mirror of the stream has none: it keeps no phase 2).
+   */
+  rankPlacements: ((upstream: number) => RankPlacements | null) | null = null;
   /** While set, changes are not logged (another replica's entries, which came from the log). */
   #quiet = false;
 
@@ -116,16 +128,23 @@ export class RoutingState {
    * Records that conversation `key` is on `upstream` (where its request really
    * went), when the router keeps conversations; logged then only.
    */
-  bind(key: string, upstream: number): void {
-    if (bindConversation(this.#router, key, upstream)) this.#append({ op: "bind", key, upstream });
+  bind(key: string, upstream: number, rank?: number): void {
+    // With a rank the binding is phase 2's too (its router may keep conversations when phase 1's does not).
+    const kept = bindConversation(this.#router, key, upstream);
+    if (rank !== undefined) this.rankPlacements?.(upstream)?.bind(key, rank);
+    if (kept || rank !== undefined) this.#append({ op: "bind", key, upstream, ...(rank === undefined ? {} : { rank }) });
   }
 
-  /** Teaches `upstream`'s cache view a prompt; returns the tokens it held of it before. */
-  learn(upstream: number, tokens: Uint32Array, namespace: PrefixNamespace): number {
+  /**
+   * Teaches `upstream`'s cache view a prompt; returns the tokens it held of it
+   * before. `rank`: the DP rank phase 2 placed it on (which learned it itself;
+   * the entry tells the other replicas).
+   */
+  learn(upstream: number, tokens: Uint32Array, namespace: PrefixNamespace, rank?: number): number {
     const index = this.#router.prefixIndex;
     if (index === null || tokens.length === 0) return 0;
     const held = index.insert(upstream, tokens, namespace);
-    this.#append({ op: "learn", upstream, tokens, namespace });
+    this.#append({ op: "learn", upstream, tokens, namespace, ...(rank === undefined ? {} : { rank }) });
     return held;
   }
 
@@ -155,11 +174,12 @@ export class RoutingState {
   }
 
   /** Teaches `upstream`'s cache view a prompt given as its block hashes (another replica's learn). */
-  learnBlocks(upstream: number, hashes: Uint32Array, namespace: PrefixNamespace): void {
+  learnBlocks(upstream: number, hashes: Uint32Array, namespace: PrefixNamespace, rank?: number): void {
     const index = this.#router.prefixIndex;
     if (index === null || hashes.length === 0) return;
     index.insertBlockHashes(upstream, hashes, namespace);
-    this.#append({ op: "learn-blocks", upstream, hashes, namespace });
+    if (rank !== undefined) this.rankPlacements?.(upstream)?.learnBlocks(rank, hashes, namespace);
+    this.#append({ op: "learn-blocks", upstream, hashes, namespace, ...(rank === undefined ? {} : { rank }) });
   }
 
   /** Applies an update from `upstream`'s index update source to its engine view; returns what came of its events (null for a clear, or without a view). */
@@ -214,13 +234,13 @@ export class RoutingState {
         this.#append(entry);
         break;
       case "learn":
-        this.learn(entry.upstream, entry.tokens, entry.namespace);
+        this.learn(entry.upstream, entry.tokens, entry.namespace, entry.rank);
         break;
       case "learn-blocks":
-        this.learnBlocks(entry.upstream, entry.hashes, entry.namespace);
+        this.learnBlocks(entry.upstream, entry.hashes, entry.namespace, entry.rank);
         break;
       case "bind":
-        this.bind(entry.key, entry.upstream);
+        this.bind(entry.key, entry.upstream, entry.rank);
         break;
       case "kv-events":
         this.update(entry.upstream, { kind: "kv-events", events: entry.events, ...(entry.dpRank === undefined ? {} : { dpRank: entry.dpRank }) });

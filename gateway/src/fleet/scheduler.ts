@@ -220,7 +220,7 @@ export class Scheduler {
       for (const w of waiting) w.reject(new HttpError(500, "the router could not route the request", "server_error", "routing_failed"));
       return;
     }
-    const ranked = new Map<Upstream, { w: Waiting; matchedTokens: number }[]>();
+    const ranked = new Map<Upstream, Waiting[]>();
     result.assignments.forEach((ids, rank) => {
       for (const id of ids) {
         const w = byId.get(id as number)!;
@@ -243,9 +243,9 @@ export class Scheduler {
    * Phase 2 for the requests this batch placed on `u`: its DP ranks, chosen
    * together as the engine's own router would choose them (rank-routing.ts).
    */
-  #chooseRanks(u: Upstream, placed: readonly { w: Waiting; matchedTokens: number }[]): void {
+  #chooseRanks(u: Upstream, placed: readonly Waiting[]): void {
     const routing = u.rankRouting!;
-    const requests = placed.map(({ w }) => ({ id: w.id, tokens: w.tokens, conversationId: w.route.conversationId, subagentId: w.route.subagentId, namespace: { loraTaskId: w.route.loraTaskId, cacheSalt: w.route.cacheSalt } }));
+    const requests = placed.map((w) => ({ id: w.id, tokens: w.tokens, conversationId: w.route.conversationId, subagentId: w.route.subagentId, namespace: { loraTaskId: w.route.loraTaskId, cacheSalt: w.route.cacheSalt } }));
     let ranks: (number | null)[];
     try {
       const report = u.load === null || u.loadConfig === null ? null : u.load.current(u.loadConfig.maxAgeMs);
@@ -255,7 +255,10 @@ export class Scheduler {
       this.#onRouterError(error);
       ranks = placed.map(() => null);
     }
-    placed.forEach(({ w, matchedTokens }, i) => w.resolve({ upstream: u, matchedTokens, rank: ranks[i] ?? null }));
+    placed.forEach((w, i) => {
+      const rank = ranks[i] ?? null;
+      w.resolve({ upstream: u, matchedTokens: this.#record(w, u, rank), rank });
+    });
   }
 
   /** Routes `waiting` over `upstreams` in one `route()` call (an unavailable upstream is reported full). */
@@ -293,30 +296,40 @@ export class Scheduler {
    * placed elsewhere than the router chose, or held for later, and the index
    * must know where prompts really went.
    */
-  #place(w: Waiting, u: Upstream, ranked: Map<Upstream, { w: Waiting; matchedTokens: number }[]>): void {
+  #place(w: Waiting, u: Upstream, ranked: Map<Upstream, Waiting[]>): void {
     if (w.done) return;
     u.inFlight++;
     u.inFlightTokens += w.tokens.length;
-    // What its cache held of the prompt (for its log line and hit rate): by its engine's own view while
-    // that is live, else by the gateway's, which learns the prompt in the same walk either way.
-    const namespace = { loraTaskId: w.route.loraTaskId, cacheSalt: w.route.cacheSalt };
-    const engineMatched = this.#fleet.state.engineMatch(u.index, w.tokens, namespace);
-    const held = this.#fleet.state.learn(u.index, w.tokens, namespace);
-    // Where the conversation really went (the router's choice, unless the gateway had to place it elsewhere).
-    const key = w.route.subagentId !== null && w.route.subagentId !== "" ? w.route.subagentId : w.route.conversationId;
-    if (key !== null) this.#fleet.state.bind(key, u.index);
-    const matchedTokens = engineMatched ?? held;
     u.events?.routed();
     u.promptTokens += w.tokens.length;
     u.placed++;
-    u.matchedTokens += matchedTokens;
     if (u.rankRouting === null) {
-      w.resolve({ upstream: u, matchedTokens, rank: null });
+      w.resolve({ upstream: u, matchedTokens: this.#record(w, u, null), rank: null });
       return;
     }
+    // Its rank first (phase 2, with the batch's others on `u`): what is learned and bound names it.
     let list = ranked.get(u);
     if (list === undefined) ranked.set(u, (list = []));
-    list.push({ w, matchedTokens });
+    list.push(w);
+  }
+
+  /**
+   * Teaches the routing state where `w`'s prompt went (upstream `u`, DP rank
+   * `rank` when phase 2 chose one), binds its conversation there, and returns
+   * what its cache held of the prompt (for its log line and hit rate): by its
+   * engine's own view while that is live, else by the gateway's, which learns
+   * the prompt in the same walk either way.
+   */
+  #record(w: Waiting, u: Upstream, rank: number | null): number {
+    const namespace = { loraTaskId: w.route.loraTaskId, cacheSalt: w.route.cacheSalt };
+    const engineMatched = this.#fleet.state.engineMatch(u.index, w.tokens, namespace);
+    const held = this.#fleet.state.learn(u.index, w.tokens, namespace, rank ?? undefined);
+    // Where the conversation really went (the router's choice, unless the gateway had to place it elsewhere).
+    const key = w.route.subagentId !== null && w.route.subagentId !== "" ? w.route.subagentId : w.route.conversationId;
+    if (key !== null) this.#fleet.state.bind(key, u.index, rank ?? undefined);
+    const matchedTokens = engineMatched ?? held;
+    u.matchedTokens += matchedTokens;
+    return matchedTokens;
   }
 
   /**

@@ -101,10 +101,11 @@ export function encodeEntry(message: SyncMessage): Uint8Array {
   if ("url" in message) {
     const { url, entry } = message;
     switch (entry.op) {
+      // A DP rank (phase 2's choice) last, where there is one: entries without stay as they were.
       case "learn-blocks":
-        return encoder.encode([VERSION, origin, counter, "learn", url, wordBytes(entry.hashes), entry.namespace.loraTaskId ?? null, entry.namespace.cacheSalt ?? null]);
+        return encoder.encode([VERSION, origin, counter, "learn", url, wordBytes(entry.hashes), entry.namespace.loraTaskId ?? null, entry.namespace.cacheSalt ?? null, ...(entry.rank === undefined ? [] : [entry.rank])]);
       case "bind":
-        return encoder.encode([VERSION, origin, counter, "bind", url, entry.key]);
+        return encoder.encode([VERSION, origin, counter, "bind", url, entry.key, ...(entry.rank === undefined ? [] : [entry.rank])]);
       case "kv-events":
         return encoder.encode([VERSION, origin, counter, "kv-events", url, entry.dpRank ?? null, entry.events, entry.id ?? null]);
       case "clear":
@@ -133,6 +134,8 @@ function index(v: unknown, max: number, field: string): number {
 
 /** A DP rank or none. */
 const dpRankOf = (v: unknown): number | undefined => (v === null ? undefined : index(v, 1024, "dpRank"));
+/** The DP rank a learned prompt or binding was placed on (phase 2), or none (absent: a replica that routes no ranks). */
+const placedRankOf = (v: unknown): number | undefined => (v === undefined ? undefined : index(v, 1024, "rank"));
 
 /** Decodes one message into an entry, checking every field against `bounds`; throws SyncEntryError. */
 export function decodeEntry(bytes: Uint8Array, bounds: EntryBounds = CODEC_BOUNDS): SyncMessage {
@@ -170,12 +173,14 @@ export function decodeEntry(bytes: Uint8Array, bounds: EntryBounds = CODEC_BOUND
     const salt = raw[7];
     if (lora !== null && !(typeof lora === "number" && Number.isSafeInteger(lora))) throw new SyncEntryError("learn: loraTaskId must be a safe integer or null");
     if (salt !== null && !(typeof salt === "string" && salt.length <= MAX_KEY_LENGTH)) throw new SyncEntryError("learn: cacheSalt must be a short string or null");
-    return { origin, counter, url, entry: { op: "learn-blocks", upstream, hashes, namespace: { loraTaskId: lora as number | null, cacheSalt: salt as string | null } } };
+    const rank = placedRankOf(raw[8]);
+    return { origin, counter, url, entry: { op: "learn-blocks", upstream, hashes, namespace: { loraTaskId: lora as number | null, cacheSalt: salt as string | null }, ...(rank === undefined ? {} : { rank }) } };
   }
   if (op === "bind") {
     const key = raw[5];
     if (typeof key !== "string" || key.length === 0 || key.length > MAX_KEY_LENGTH) throw new SyncEntryError("bind: key must be a string of 1 to 4096 characters");
-    return { origin, counter, url, entry: { op: "bind", upstream, key } };
+    const rank = placedRankOf(raw[6]);
+    return { origin, counter, url, entry: { op: "bind", upstream, key, ...(rank === undefined ? {} : { rank }) } };
   }
   if (op === "kv-events") {
     const dpRank = dpRankOf(raw[5]);
