@@ -15,6 +15,7 @@ const browserSuites = [
   "test/balance-gate.test.ts",
   "test/bad-input.test.ts",
   "test/conformance.test.ts",
+  "test/conformance-instances.test.ts",
   "test/cross-engine.test.ts",
   "test/prefix-index-cases.test.ts",
   "test/prefix-index.test.ts",
