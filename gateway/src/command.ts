@@ -22,7 +22,8 @@ upstream engines with adp-router (one upstream per rank).
                          replaces the file's upstreams
   --host H               address to listen on (127.0.0.1)
   --port N               port to listen on; 0 takes a free one (8000)
-  --policy P             kv_cache_aware (default), conversation or default
+  --policy P             kv_cache_aware (default), conversation, default, or centralized
+                         (TensorRT-LLM's centralized router picks the upstream)
   --log-level L          fatal, error, warn, info (default), debug, trace or silent
   --tokenizer DIR        route by the engine's own token ids: the Hugging Face
                          tokenizer in DIR (tokenizer.json, tokenizer_config.json);

@@ -43,6 +43,11 @@ export interface GatewayConfig {
   readonly upstreams: readonly UpstreamConfig[];
   /** The routers' configuration (the policy's, overridden by `attention_dp_config`). */
   readonly attentionDp: AttentionDpConfig;
+  /**
+   * Whether phase 1 (the upstream) is TensorRT-LLM's centralized router's
+   * choice (`policy: centralized`) rather than the router `attentionDp` selects.
+   */
+  readonly centralized: boolean;
   readonly limits: {
     /** Largest request body accepted (413 past it). */
     readonly maxBodyBytes: number;
@@ -135,6 +140,8 @@ export interface GatewayConfig {
     readonly loraAdapters: ReadonlyMap<string, number>;
     /** The prefix index's memory budget. */
     readonly indexBytes: number;
+    /** TensorRT-LLM's centralized router's load weight: a request of load against a matched block (policy centralized, rank_routing instance). */
+    readonly loadWeight: number;
   };
 }
 

@@ -9,7 +9,7 @@
 
 import { readFileSync, statSync } from "node:fs";
 import { LineCounter, parseDocument, isMap, isSeq, type Node } from "yaml";
-import { parseAttentionDpConfig, type AttentionDpConfig } from "adp-router";
+import { DEFAULT_LOAD_WEIGHT, parseAttentionDpConfig, type AttentionDpConfig } from "adp-router";
 import { AttentionDpConfigError, describeValue, excerpt } from "adp-router";
 import { ENGINE_TOKENS_PER_BLOCK, readTokenizerSettings } from "./tokenizer-settings.js";
 import { readEngineLoad, readKvEvents, type EngineLoadConfig, type KvEventsConfig } from "./events-config.js";
@@ -23,6 +23,8 @@ export const POLICY_CONFIGS = Object.freeze({
   kv_cache_aware: { enable_kv_cache_aware_routing: true },
   conversation: { kv_cache_routing_conversation_affinity: true },
   default: {},
+  // Phase 1 is TensorRT-LLM's centralized router (fleet/centralized-selection.ts); the config is phase 2 adp's.
+  centralized: { enable_kv_cache_aware_routing: true },
 } as const);
 /** A policy name. */
 export type PolicyName = keyof typeof POLICY_CONFIGS;
@@ -51,7 +53,7 @@ const SECTIONS: Record<string, readonly string[]> = {
   health: ["path", "interval_ms", "timeout_ms", "unhealthy_threshold", "healthy_threshold", "on_start", "consecutive_5xx", "consecutive_gateway_failures", "base_ejection_ms", "max_ejection_ms", "max_ejected_percent"],
   auth: ["api_keys", "api_keys_env", "admin_api_key", "admin_api_key_env", "protect_metrics", "protect_health", "internal_request_auth_key_file", "internal_request_auth_key_env"],
   logging: ["level"],
-  routing: ["tokens_per_block", "index_bytes", "lora_adapters"],
+  routing: ["tokens_per_block", "index_bytes", "lora_adapters", "load_weight"],
 };
 
 /**
@@ -133,6 +135,16 @@ export class Reader {
     if (v === undefined || v === null) return fallback;
     if (typeof v !== "number" || !Number.isInteger(v) || v < min || v > max) {
       this.fail(path, `must be an integer in [${min}, ${max}], got ${describeValue(v)}`);
+      return fallback;
+    }
+    return v;
+  }
+
+  /** A finite number in [min, max], or `fallback` when absent. */
+  num(v: unknown, path: (string | number)[], min: number, max: number, fallback: number): number {
+    if (v === undefined || v === null) return fallback;
+    if (typeof v !== "number" || !Number.isFinite(v) || v < min || v > max) {
+      this.fail(path, `must be a number in [${min}, ${max}], got ${describeValue(v)}`);
       return fallback;
     }
     return v;
@@ -507,6 +519,7 @@ export function loadGatewayConfig(options: LoadOptions = {}): GatewayConfig {
   for (const p of fleetProblems(upstreams, (i) => (fromFlags ? ["upstream", i] : ["upstreams", i]))) r.fail(fromFlags ? p.path.slice(0, 2) : p.path, p.message, fromFlags ? "--upstream" : undefined);
 
   const policyName = flags.policy ?? (top.policy === undefined ? undefined : r.str(top.policy, ["policy"], "kv_cache_aware"));
+  const centralized = policyName === "centralized";
   let base: Record<string, unknown> = { ...POLICY_CONFIGS.kv_cache_aware };
   if (policyName !== undefined) {
     if (!Object.hasOwn(POLICY_CONFIGS, policyName)) r.fail(["policy"], `must be one of ${Object.keys(POLICY_CONFIGS).join(", ")}, got ${describeValue(policyName)}`, flags.policy !== undefined ? "--policy" : where(["policy"]));
@@ -653,7 +666,9 @@ export function loadGatewayConfig(options: LoadOptions = {}): GatewayConfig {
       tokensPerBlock: r.int(routing.tokens_per_block, ["routing", "tokens_per_block"], 1, 1 << 16, tokenizer.kind === "huggingface" ? ENGINE_TOKENS_PER_BLOCK : BYTE_BLOCK),
       indexBytes: r.int(routing.index_bytes, ["routing", "index_bytes"], 1 << 20, 2 ** 31, 64 << 20),
       loraAdapters,
+      loadWeight: r.num(routing.load_weight, ["routing", "load_weight"], 0, 1e6, DEFAULT_LOAD_WEIGHT),
     },
+    centralized,
   };
   if (r.omitted > 0) r.issues.push({ field: "(file)", message: `and ${r.omitted} more problems`, where: null });
   if (r.issues.length > 0) throw new GatewayConfigError(r.issues);

@@ -13,7 +13,7 @@
 //     say the rank holds (while live), else what the gateway placed.
 //   instance: TensorRT-LLM's centralized router's rank score
 //     (tensorrt_llm/serve/kv_cache_router.py, _select_rank_in_instance with
-//     rank_routing_algo "instance"): matched blocks − load_weight (0.25) ×
+//     rank_routing_algo "instance"): matched blocks − load_weight (routing.load_weight, 0.25) ×
 //     requests in flight, the best taken, ties in turn (a counter per upstream).
 
 import { bindConversation, createRouter, type PrefixNamespace, type Router } from "adp-router";
@@ -21,9 +21,6 @@ import type { AttentionDpConfig } from "adp-router";
 import type { RankRoutingKind } from "../config/config-types.js";
 import { rankStateFromLoad } from "../load/engine-load-combine.js";
 import type { EngineLoadReport } from "../load/engine-load-parse.js";
-
-/** TensorRT-LLM's centralized router's default load weight. */
-const LOAD_WEIGHT = 0.25;
 
 /** What phase 2 needs of one request placed on the upstream. */
 export interface RankRequest {
@@ -43,6 +40,8 @@ export interface RankRoutingOptions {
   readonly indexBytes: number;
   /** The most requests a rank takes at once (the upstream's cap: the gateway does not know the engine's per rank). */
   readonly cap: number;
+  /** The `instance` score's load weight (routing.load_weight; TensorRT-LLM's default 0.25). */
+  readonly loadWeight: number;
 }
 
 /** One upstream's phase 2: its ranks' load and counters, and the router over them. */
@@ -59,6 +58,7 @@ export class RankRouting {
   readonly #router: Router;
   readonly #tokensPerBlock: number;
   readonly #cap: number;
+  readonly #loadWeight: number;
   /** The `instance` score's tie-break turn. */
   #turn = 0;
   /** Whether its upstream left the fleet. */
@@ -69,6 +69,7 @@ export class RankRouting {
     this.ranks = options.ranks;
     this.#tokensPerBlock = options.tokensPerBlock;
     this.#cap = options.cap;
+    this.#loadWeight = options.loadWeight;
     const zeros = () => new Array<number>(options.ranks).fill(0);
     this.inFlight = zeros();
     this.inFlightTokens = zeros();
@@ -166,7 +167,7 @@ export class RankRouting {
       let best: number[] = [];
       let bestScore = -Infinity;
       for (let r = 0; r < this.ranks; r++) {
-        const score = Math.floor(m[r]! / this.#tokensPerBlock) - LOAD_WEIGHT * load[r]!;
+        const score = Math.floor(m[r]! / this.#tokensPerBlock) - this.#loadWeight * load[r]!;
         if (score > bestScore) {
           bestScore = score;
           best = [r];

@@ -125,6 +125,23 @@ export class RoutingState {
   }
 
   /**
+   * What each upstream holds of a prompt (all its tokens but the last), as
+   * routing sees it: a live stream's by its engine's view (its best DP rank),
+   * the others' by the gateway's own placements.
+   */
+  upstreamMatches(tokens: Uint32Array, namespace: PrefixNamespace): Uint32Array {
+    const learned = this.#router.prefixIndex;
+    const out = new Uint32Array(this.#router.numRanks);
+    if (learned === null) return out;
+    const probe = tokens.subarray(0, Math.max(tokens.length - 1, 0));
+    const feeds = this.#feeds;
+    const live = feeds === null || !feeds.views.any ? null : feeds.live();
+    if (live === null || !live.includes(true)) learned.matchInto(out, probe, namespace);
+    else feeds!.views.matchInto(out, probe, namespace, learned, live);
+    return out;
+  }
+
+  /**
    * Records that conversation `key` is on `upstream` (where its request really
    * went), when the router keeps conversations; logged then only.
    */

@@ -11,6 +11,7 @@ import type { Fleet } from "./fleet.js";
 import { HttpError, type RoutedRequest } from "../requests/openai.js";
 import { subagentHintAccepted } from "../requests/subagent-auth.js";
 import type { Upstream } from "./upstream.js";
+import { CentralizedSelection } from "./centralized-selection.js";
 
 /** Gateway-wide request counters, kept by the scheduler (rendered by metrics.ts). */
 export interface GatewayCounters {
@@ -82,9 +83,12 @@ export class Scheduler {
   readonly #release: (tokens: Uint32Array) => void;
   /** Routes each request alone as it arrives (no batching window: for measuring what the window costs). */
   readonly #perRequest: boolean;
+  /** Phase 1 as TensorRT-LLM's centralized router (policy centralized), or null: the router the config selects. */
+  readonly #centralized: CentralizedSelection | null;
 
   constructor(fleet: Fleet, config: GatewayConfig, counters: GatewayCounters, onRouterError: (error: unknown) => void, release: (tokens: Uint32Array) => void = () => {}, perRequest = false) {
     this.#perRequest = perRequest;
+    this.#centralized = config.centralized ? new CentralizedSelection(config.routing.loadWeight, config.routing.tokensPerBlock) : null;
     this.#fleet = fleet;
     this.#config = config;
     this.#counters = counters;
@@ -272,6 +276,7 @@ export class Scheduler {
       placed += u.placed;
     }
     const meanPrompt = placed === 0 ? 0 : prompts / placed;
+    if (this.#centralized !== null) return this.#centralized.route(fleet, waiting, cap, meanPrompt);
     return fleet.state.route({
       rankStates: upstreams.map((u) => {
         const load = u.rankLoad(meanPrompt);

@@ -143,7 +143,7 @@ export class Upstream {
     this.rankRouting =
       config.rankRouting === "none" || config.dpRanks < 2
         ? null
-        : new RankRouting({ kind: config.rankRouting, ranks: config.dpRanks, attentionDp: config.attentionDp ?? gateway.attentionDp, tokensPerBlock: gateway.routing.tokensPerBlock, indexBytes: gateway.routing.indexBytes, cap: gateway.limits.maxInFlightPerUpstream });
+        : new RankRouting({ kind: config.rankRouting, ranks: config.dpRanks, attentionDp: config.attentionDp ?? gateway.attentionDp, tokensPerBlock: gateway.routing.tokensPerBlock, indexBytes: gateway.routing.indexBytes, cap: gateway.limits.maxInFlightPerUpstream, loadWeight: gateway.routing.loadWeight });
   }
 
   /** Whether it takes requests (its health checks and outlier detection decide). */

@@ -1,0 +1,60 @@
+// Phase 1 as TensorRT-LLM's centralized KV-cache router picks an instance
+// (`policy: centralized`; tensorrt_llm/serve/kv_cache_router/router_core.py,
+// `select_worker`): each request in arrival order goes to the upstream whose
+//   matched blocks − load_weight × workload
+// is highest (its match its best DP rank's, its workload its requests in
+// flight or reported running and waiting, plus what this batch sent it),
+// ties in upstream order broken by one round-robin counter. The scoring is
+// the library's (createInstanceRouter, conformance-checked against a model of
+// router_core.py); what the gateway adds is its own: an upstream that is
+// ejected, unhealthy or at its in-flight cap is no candidate, and the
+// conversation map is not consulted (the centralized router has none).
+
+import { createInstanceRouter, type InstanceRouter } from "adp-router";
+import type { RoutedRequest } from "../requests/openai.js";
+import type { Fleet } from "./fleet.js";
+
+/** What phase 1 needs of a waiting request. */
+export interface CentralizedRequest {
+  readonly id: number;
+  readonly tokens: Uint32Array;
+  readonly route: Pick<RoutedRequest, "cacheSalt" | "loraTaskId">;
+}
+
+/** The centralized router's phase 1 over the fleet's upstreams (its counter kept while the fleet keeps its size). */
+export class CentralizedSelection {
+  readonly #loadWeight: number;
+  readonly #tokensPerBlock: number;
+  #router: InstanceRouter | null = null;
+
+  constructor(loadWeight: number, tokensPerBlock: number) {
+    this.#loadWeight = loadWeight;
+    this.#tokensPerBlock = tokensPerBlock;
+  }
+
+  /** Each upstream's requests of `waiting` (ids in arrival order); requests no upstream can take are left out. */
+  route(fleet: Fleet, waiting: readonly CentralizedRequest[], cap: number, meanPrompt: number): { assignments: number[][] } {
+    const upstreams = fleet.upstreams;
+    if (this.#router === null || this.#router.ranksPerInstance.length !== upstreams.length) {
+      // A fleet of another size starts the turn over (the centralized router's counter belongs to its namespace's workers).
+      this.#router = createInstanceRouter({ instances: upstreams.map(() => ({ numRanks: 1 })), rankRouting: "none", loadWeight: this.#loadWeight, tokensPerBlock: this.#tokensPerBlock });
+    }
+    const placements = this.#router.route({
+      instances: upstreams.map((u) => {
+        const load = u.rankLoad(meanPrompt);
+        return { ranks: [{ numActiveRequests: load.numActiveRequests, numActiveTokens: load.numActiveTokens }], available: fleet.available(u) && u.inFlight < cap };
+      }),
+      maxNumActiveRequests: cap,
+      requests: waiting.map((w) => ({
+        id: w.id,
+        numTokens: w.tokens.length,
+        instanceMatches: Array.from(fleet.state.upstreamMatches(w.tokens, { loraTaskId: w.route.loraTaskId, cacheSalt: w.route.cacheSalt }), (m) => [m]),
+      })),
+    });
+    const assignments = upstreams.map((): number[] => []);
+    placements.forEach((p, i) => {
+      if (p.instance >= 0) assignments[p.instance]!.push(waiting[i]!.id);
+    });
+    return { assignments };
+  }
+}
