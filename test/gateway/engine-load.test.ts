@@ -13,7 +13,7 @@ import fc from "fast-check";
 import { readFileSync } from "node:fs";
 import { afterEach, describe, expect, it } from "vitest";
 import { createRouter } from "../../src/router.js";
-import { EngineLoadScraper, parsePrometheusText, parseSglangMetrics, parseTrtllmMetrics, parseVllmMetrics, rankStateFromLoad, type EngineLoadReport, type EngineLoadScraperOptions, type ScrapeOutcome } from "../../gateway/src/load/engine-load.js";
+import { EngineLoadScraper, parsePrometheusText, parseSglangMetrics, parseTrtllmMetrics, parseVllmMetrics, rankStateFromLoad, dpRankStateFromLoad, type EngineLoadReport, type EngineLoadScraperOptions, type ScrapeOutcome } from "../../gateway/src/load/engine-load.js";
 import { closedPort, startFakeLoadEngine, type FakeAnswer, type FakeLoadEngine } from "../support/fake-load-engine.js";
 import { waitFor } from "../support/wait.js";
 
@@ -394,6 +394,22 @@ describe("parseTrtllmMetrics", () => {
       }),
       { numRuns: 1000, seed: 7 },
     );
+  });
+});
+
+describe("dpRankStateFromLoad (one DP rank of an engine, for phase 2)", () => {
+  const rank = (r: number, model: string | null, running: number, waiting: number, activeTokens: number | null) => ({ rank: r, model, running, waiting, kvUsage: null, activeTokens });
+  const report = (ranks: ReturnType<typeof rank>[]): EngineLoadReport => ({ engine: "vllm", ranks, total: { running: 99, waiting: 99, kvUsage: null, activeTokens: null } });
+
+  it("reads only that rank's entries (summed over its models), never the engine's total, by the same rules", () => {
+    const r = report([rank(0, "a", 1, 0, null), rank(1, "a", 3, 2, null), rank(1, "b", 1, 0, null), rank(2, null, 0, 0, 700)]);
+    expect(dpRankStateFromLoad({ inFlight: 2, inFlightTokens: 200 }, r, 1)).toEqual({ numActiveRequests: 6, numActiveTokens: 200 + 4 * 100 });
+    expect(dpRankStateFromLoad({ inFlight: 0, inFlightTokens: 0 }, r, 2)).toEqual({ numActiveRequests: 0, numActiveTokens: 700 });
+    // A rank the report does not name, or no report: the own counts stand.
+    expect(dpRankStateFromLoad({ inFlight: 3, inFlightTokens: 30 }, r, 5)).toEqual({ numActiveRequests: 3, numActiveTokens: 30 });
+    expect(dpRankStateFromLoad({ inFlight: 3, inFlightTokens: 30 }, null, 0)).toEqual({ numActiveRequests: 3, numActiveTokens: 30 });
+    // Tokens reported by one of a rank's models only: a partial sum would understate, so none is taken.
+    expect(dpRankStateFromLoad({ inFlight: 0, inFlightTokens: 0 }, report([rank(0, "a", 2, 0, 500), rank(0, "b", 1, 0, null)]), 0, { tokensPerRequest: 10 })).toEqual({ numActiveRequests: 3, numActiveTokens: 30 });
   });
 });
 

@@ -19,7 +19,7 @@
 import { bindConversation, createRouter, type PrefixNamespace, type Router } from "adp-router";
 import type { AttentionDpConfig } from "adp-router";
 import type { RankRoutingKind } from "../config/config-types.js";
-import { rankStateFromLoad } from "../load/engine-load-combine.js";
+import { dpRankStateFromLoad } from "../load/engine-load-combine.js";
 import type { EngineLoadReport } from "../load/engine-load-parse.js";
 
 /** What phase 2 needs of one request placed on the upstream. */
@@ -30,6 +30,15 @@ export interface RankRequest {
   readonly subagentId: string | null;
   readonly namespace: PrefixNamespace;
 }
+
+/** Phase 2's answer for a request: its rank (null: the engine's balancer picks) and what that rank held of its prompt. */
+export interface RankChoice {
+  readonly rank: number | null;
+  readonly matchedTokens: number;
+}
+
+/** No rank chosen. */
+const NO_RANK: RankChoice = Object.freeze({ rank: null, matchedTokens: 0 });
 
 /** Options of {@link RankRouting}. */
 export interface RankRoutingOptions {
@@ -85,8 +94,8 @@ export class RankRouting {
    * given per request the engine's own per-rank matches while its events are
    * live (`engineMatches(i)`, else null: the gateway's placements are used).
    */
-  choose(requests: readonly RankRequest[], engineMatches: (i: number) => Uint32Array | null, report: EngineLoadReport | null = null): (number | null)[] {
-    if (this.#disposed) return requests.map(() => null);
+  choose(requests: readonly RankRequest[], engineMatches: (i: number) => Uint32Array | null, report: EngineLoadReport | null = null): RankChoice[] {
+    if (this.#disposed) return requests.map(() => NO_RANK);
     // Requests the engine reports but the gateway did not send count at the mean prompt placed here (else this batch's).
     const placed = this.placed.reduce((a, b) => a + b, 0);
     const meanPrompt = placed > 0 ? this.promptTokens.reduce((a, b) => a + b, 0) / placed : requests.reduce((t, r) => t + r.tokens.length, 0) / Math.max(1, requests.length);
@@ -101,8 +110,8 @@ export class RankRouting {
     });
     // Every rank chosen first, then counted: a failure part way leaves the counts as they were.
     const ranks = this.kind === "instance" ? this.#byInstanceScore(matches, states) : this.#byRouter(requests, matches, states);
-    ranks.forEach((rank, i) => {
-      if (rank === null) return;
+    return ranks.map((rank, i) => {
+      if (rank === null) return NO_RANK;
       const r = requests[i]!;
       learned.insert(rank, r.tokens, r.namespace);
       this.inFlight[rank]!++;
@@ -110,8 +119,8 @@ export class RankRouting {
       this.placed[rank]!++;
       this.promptTokens[rank]! += r.tokens.length;
       this.matchedTokens[rank]! += matches[i]![rank]!;
+      return { rank, matchedTokens: matches[i]![rank]! };
     });
-    return ranks;
   }
 
   /**
@@ -120,14 +129,7 @@ export class RankRouting {
    * report says of that DP rank — requests others sent count too.
    */
   #rankStates(report: EngineLoadReport | null, meanPrompt: number): { numActiveRequests: number; numActiveTokens: number }[] {
-    return this.inFlight.map((n, r) => {
-      const own = { inFlight: n, inFlightTokens: this.inFlightTokens[r]! };
-      const rank = report?.ranks.filter((l) => l.rank === r) ?? [];
-      if (rank.length === 0) return rankStateFromLoad(own, null);
-      const sum = (pick: (l: (typeof rank)[number]) => number) => rank.reduce((t, l) => t + pick(l), 0);
-      const tokens = rank.every((l) => l.activeTokens !== null) ? sum((l) => l.activeTokens!) : null;
-      return rankStateFromLoad(own, { engine: report!.engine, ranks: rank, total: { running: sum((l) => l.running), waiting: sum((l) => l.waiting), kvUsage: null, activeTokens: tokens } }, { tokensPerRequest: Math.round(meanPrompt) });
-    });
+    return this.inFlight.map((n, r) => dpRankStateFromLoad({ inFlight: n, inFlightTokens: this.inFlightTokens[r]! }, report, r, { tokensPerRequest: Math.round(meanPrompt) }));
   }
 
   /** This library's router over the ranks, the batch as one `route()`. */

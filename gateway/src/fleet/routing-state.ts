@@ -178,16 +178,19 @@ export class RoutingState {
 
   /**
    * What each DP rank of `upstream`'s engine would reuse of a prompt by its own
-   * view (all tokens but the last), or null when its event stream is not live
-   * or its view is not one rank per DP rank (`ranks`).
+   * view (all tokens but the last), as a function of the prompt, or null when
+   * its event stream is not live or its view is not one rank per DP rank (`ranks`).
    */
-  engineRankMatches(upstream: number, tokens: Uint32Array, namespace: PrefixNamespace, ranks: number): Uint32Array | null {
+  engineRankMatcher(upstream: number, ranks: number): ((tokens: Uint32Array, namespace: PrefixNamespace) => Uint32Array) | null {
+    // Asked once a batch: whether the stream is live is the same for all its requests.
     const feeds = this.#feeds;
     const view = feeds?.views.view(upstream) ?? null;
     if (feeds === null || view === null || view.numRanks !== ranks || feeds.live()[upstream] !== true) return null;
-    const out = new Uint32Array(ranks);
-    view.matchInto(out, tokens.subarray(0, Math.max(tokens.length - 1, 0)), namespace);
-    return out;
+    return (tokens, namespace) => {
+      const out = new Uint32Array(ranks);
+      view.matchInto(out, tokens.subarray(0, Math.max(tokens.length - 1, 0)), namespace);
+      return out;
+    };
   }
 
   /** Teaches `upstream`'s cache view a prompt given as its block hashes (another replica's learn). */

@@ -12,6 +12,7 @@ import { HttpError, type RoutedRequest } from "../requests/openai.js";
 import { subagentHintAccepted } from "../requests/subagent-auth.js";
 import type { Upstream } from "./upstream.js";
 import { CentralizedSelection } from "./centralized-selection.js";
+import type { RankChoice } from "./rank-routing.js";
 
 /** Gateway-wide request counters, kept by the scheduler (rendered by metrics.ts). */
 export interface GatewayCounters {
@@ -250,18 +251,22 @@ export class Scheduler {
   #chooseRanks(u: Upstream, placed: readonly Waiting[]): void {
     const routing = u.rankRouting!;
     const requests = placed.map((w) => ({ id: w.id, tokens: w.tokens, conversationId: w.route.conversationId, subagentId: w.route.subagentId, namespace: { loraTaskId: w.route.loraTaskId, cacheSalt: w.route.cacheSalt } }));
-    let ranks: (number | null)[];
+    let choices: readonly RankChoice[];
     try {
       const report = u.load === null || u.loadConfig === null ? null : u.load.current(u.loadConfig.maxAgeMs);
-      ranks = routing.choose(requests, (i) => this.#fleet.state.engineRankMatches(u.index, requests[i]!.tokens, requests[i]!.namespace, routing.ranks), report);
+      const engine = this.#fleet.state.engineRankMatcher(u.index, routing.ranks);
+      choices = routing.choose(requests, (i) => engine?.(requests[i]!.tokens, requests[i]!.namespace) ?? null, report);
     } catch (error) {
       // A rank is a hint: without one the engine's balancer picks, and the request still goes.
       this.#onRouterError(error);
-      ranks = placed.map(() => null);
+      choices = [];
     }
     placed.forEach((w, i) => {
-      const rank = ranks[i] ?? null;
-      w.resolve({ upstream: u, matchedTokens: this.#record(w, u, rank), rank });
+      const choice = choices[i];
+      const rank = choice?.rank ?? null;
+      const matched = this.#record(w, u, rank);
+      // What the rank it goes to holds (for its log line), not the upstream's best rank.
+      w.resolve({ upstream: u, matchedTokens: rank === null ? matched : choice!.matchedTokens, rank });
     });
   }
 

@@ -2,7 +2,7 @@
 // counts into the router's rank state for that upstream (see engine-load.ts).
 
 import type { RankState } from "adp-router";
-import type { EngineLoadReport } from "./engine-load-parse.js";
+import type { EngineLoad, EngineLoadReport } from "./engine-load-parse.js";
 
 /** The gateway's own load on an upstream: what it routed there and has not seen end. */
 export interface OwnLoad {
@@ -45,14 +45,40 @@ export interface CombineOptions {
  * still caps requests at `maxNumActiveRequests` as for its own counts.
  */
 export function rankStateFromLoad(own: OwnLoad, report: EngineLoadReport | null, options: CombineOptions = {}): Pick<RankState, "numActiveRequests" | "numActiveTokens"> {
+  return combine(own, report?.total ?? null, options);
+}
+
+/**
+ * The same for one DP rank of the engine (phase 2, fleet/rank-routing.ts): the
+ * gateway's in-flight counts on that rank combined, by the same rules, with
+ * what the report says of that rank (its entries summed over the models it
+ * serves; none: the own counts stand alone).
+ */
+export function dpRankStateFromLoad(own: OwnLoad, report: EngineLoadReport | null, rank: number, options: CombineOptions = {}): Pick<RankState, "numActiveRequests" | "numActiveTokens"> {
+  const entries = report?.ranks.filter((l) => l.rank === rank) ?? [];
+  if (entries.length === 0) return combine(own, null, options);
+  let running = 0;
+  let waiting = 0;
+  let tokens: number | null = 0;
+  for (const l of entries) {
+    running += l.running;
+    waiting += l.waiting;
+    // A partial sum would understate, as for the engine's total.
+    tokens = tokens === null || l.activeTokens === null ? null : tokens + l.activeTokens;
+  }
+  return combine(own, { running, waiting, activeTokens: tokens }, options);
+}
+
+/** {@link rankStateFromLoad}'s rules over a load (the engine's total, or one rank's). */
+function combine(own: OwnLoad, load: Pick<EngineLoad, "running" | "waiting" | "activeTokens"> | null, options: CombineOptions): Pick<RankState, "numActiveRequests" | "numActiveTokens"> {
   const count = (v: number) => (Number.isFinite(v) && v > 0 ? Math.floor(v) : 0);
   const ownRequests = count(own.inFlight);
   const ownTokens = count(own.inFlightTokens);
-  if (report === null) return bounded(ownRequests, ownTokens);
-  const engineRequests = count(report.total.running) + count(report.total.waiting);
+  if (load === null) return bounded(ownRequests, ownTokens);
+  const engineRequests = count(load.running) + count(load.waiting);
   const requests = Math.max(ownRequests, engineRequests);
   const scale = options.tokenScale !== undefined && Number.isFinite(options.tokenScale) && options.tokenScale > 0 ? options.tokenScale : 1;
-  if (report.total.activeTokens !== null) return bounded(requests, Math.max(ownTokens, Math.round(count(report.total.activeTokens) * scale)));
+  if (load.activeTokens !== null) return bounded(requests, Math.max(ownTokens, Math.round(count(load.activeTokens) * scale)));
   const perRequest = ownRequests > 0 ? ownTokens / ownRequests : count(options.tokensPerRequest ?? 0);
   return bounded(requests, ownTokens + Math.round(Math.max(0, engineRequests - ownRequests) * perRequest));
 }

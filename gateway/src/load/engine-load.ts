@@ -15,7 +15,7 @@ import { Client, type Dispatcher } from "undici";
 import { parseEngineLoad, type EngineKind, type EngineLoadReport, type LoadProblem } from "./engine-load-parse.js";
 
 export { parseEngineLoad, parseSglangMetrics, parseTrtllmMetrics, parseVllmMetrics, type EngineKind, type EngineLoad, type EngineLoadReport, type LoadParse, type LoadProblem, type LoadProblemKind, type RankLoad, type VllmParseOptions } from "./engine-load-parse.js";
-export { rankStateFromLoad, type CombineOptions, type OwnLoad } from "./engine-load-combine.js";
+export { dpRankStateFromLoad, rankStateFromLoad, type CombineOptions, type OwnLoad } from "./engine-load-combine.js";
 export { parsePrometheusText, type PrometheusParse, type PrometheusSample, type PrometheusSyntaxProblem, type PrometheusType } from "./engine-load-prometheus.js";
 
 /** Options of {@link EngineLoadScraper}. */
