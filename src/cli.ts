@@ -232,7 +232,8 @@ function readFleetOptions(values: Record<string, string | boolean | undefined>):
     return {};
   }
   // Its rows are the rank-routing kinds: flags that choose other rows or model other things are refused rather than ignored.
-  for (const flag of ["policies", "index-updates", "replicas", "sync", "sync-delay-ms"]) if (values[flag] !== undefined) throw new RangeError(`--${flag}: does not apply with --instances (its rows are --rank-routing's kinds)`);
+  for (const flag of ["policies", "replicas", "sync", "sync-delay-ms"]) if (values[flag] !== undefined) throw new RangeError(`--${flag}: does not apply with --instances (its rows are --rank-routing's kinds)`);
+  if (values["index-updates"] !== undefined && values["index-updates"] !== "routing") throw new RangeError("--index-updates: only routing applies with --instances (the gateway sees each rank's cache as its events tell it, at once)");
   const kinds = (values["rank-routing"] as string | undefined)?.split(",").map((k) => k.trim());
   for (const k of kinds ?? []) if (!(RANK_ROUTING_KINDS as readonly string[]).includes(k)) throw new RangeError(`--rank-routing: must list kinds among ${RANK_ROUTING_KINDS.join(", ")}, got ${JSON.stringify(k)}`);
   const loadWeight = numberOption(values, "load-weight", isNonNegative, "a non-negative number");

@@ -128,7 +128,9 @@ function viewsOf(ranks: Json[], tokensPerBlock: number, what: string) {
 /** Answers an `instances` scenario: two-phase routing over several engines' ranks. */
 function runInstances(s: JsonObject): ScenarioAnswer {
   const instances = asArray(s.instances, "instances").map((i) => asObject(i, "instances[]"));
-  const ids = instances.map((i) => i.id as string);
+  const given = instances.map((i) => i.id);
+  if (given.some((id) => typeof id !== "string" || id === "") || new Set(given).size !== given.length) throw new AdpInputError("instances[].id", "must be distinct non-empty strings", given);
+  const ids = given as string[];
   const tokensPerBlock = (s.tokens_per_block as number | undefined) ?? 32;
   const router = createInstanceRouter({
     instances: instances.map((i) => ({ numRanks: i.tp_size as number })),

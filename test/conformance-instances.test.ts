@@ -56,6 +56,44 @@ describe("multi-instance conformance with the reference models", () => {
     expect(router.route(cold).map((p) => p.instance)).toEqual([0]);
     expect(router.route(cold).map((p) => p.instance)).toEqual([1]);
     expect(() => createInstanceRouter({ instances: [] })).toThrow(expect.objectContaining({ code: "ERR_ADP_INPUT" }));
+    expect(() => createInstanceRouter({ instances: [{ numRanks: 1 }], rankrouting: "none" } as never)).toThrow(/rankrouting: is not a createInstanceRouter option/);
+  });
+
+  it("checks a whole batch before anything moves: what phase 1 would place on any instance, as one batch over the smallest", () => {
+    const ranks = (n: number) => ({ ranks: Array.from({ length: n }, () => ({ numActiveRequests: 0, numActiveTokens: 0 })) });
+    const router = createInstanceRouter({ instances: [{ numRanks: 8 }, { numRanks: 4 }], rankRouting: "adp", attentionDp: { kv_cache_routing_conversation_affinity: true } });
+    const fleet = [ranks(8), ranks(4)];
+    // A strict rank only the larger instance has is refused whichever instance phase 1 would pick, named by its own index.
+    for (let k = 0; k < 3; k++) {
+      expect(() => router.route({ instances: fleet, maxNumActiveRequests: 4, requests: [{ id: 1, numTokens: 4, conversationId: "c" }, { id: 2, numTokens: 4, attentionDpRank: 6, attentionDpRelax: false }] })).toThrow(/requests\[1\]\.attentionDpRank/);
+    }
+    // Ids are unique across the whole batch, not per instance; a bad field anywhere refuses it all.
+    expect(() => router.route({ instances: fleet, maxNumActiveRequests: 4, requests: [{ id: 1, numTokens: 4 }, { id: 1, numTokens: 4 }] })).toThrow(/requests\[1\]\.id: must be unique/);
+    expect(() => router.route({ instances: fleet, maxNumActiveRequests: 4, requests: [{ id: 1, numTokens: 4, conversationId: "c" }, { id: 2, numTokens: 1.5 }] })).toThrow(/requests\[1\]\.numTokens/);
+    expect(() => router.route({ instances: [{ ranks: [{ numActiveRequests: 1.5, numActiveTokens: 0 }, ...ranks(7).ranks] }, ranks(4)], maxNumActiveRequests: 4, requests: [] })).toThrow(/instances\[0\]\.ranks\[0\]\.numActiveRequests/);
+    // Nothing moved: no conversation bound, the counter where it was (the first cold request ties, instance 0 first).
+    expect(router.routers[0]!.metrics().conversations.tracked).toBe(0);
+    expect(router.route({ instances: fleet, maxNumActiveRequests: 4, requests: [{ id: 9, numTokens: 4 }] })[0]!.instance).toBe(0);
+  });
+
+  it("an instance's own queue counts in phase 1; its room stops it being a candidate once this batch filled it", () => {
+    const idle = { ranks: [{ numActiveRequests: 0, numActiveTokens: 0 }] };
+    const router = createInstanceRouter({ instances: [{ numRanks: 1 }, { numRanks: 1 }], rankRouting: "none" });
+    // Instance 0 holds 2 blocks of the prompt; 12 queued there (3 of workload) outweigh them.
+    const matches = [[64], [0]];
+    expect(router.route({ instances: [{ ...idle, numQueuedRequests: 12 }, idle], maxNumActiveRequests: 4, requests: [{ id: 1, numTokens: 80, instanceMatches: matches }] })[0]!.instance).toBe(1);
+    const burst = Array.from({ length: 4 }, (_, i) => ({ id: 10 + i, numTokens: 80, instanceMatches: matches }));
+    expect(router.route({ instances: [{ ...idle, room: 2 }, idle], maxNumActiveRequests: 4, requests: burst }).map((p) => p.instance)).toEqual([0, 0, 1, 1]);
+    expect(router.route({ instances: [{ ...idle, room: 0 }, { ...idle, room: 0 }], maxNumActiveRequests: 4, requests: burst.slice(0, 1) })[0]!.instance).toBe(-1);
+    expect(() => router.route({ instances: [{ ...idle, room: -1 }, idle], maxNumActiveRequests: 4, requests: [] })).toThrow(/instances\[0\]\.room/);
+    expect(() => router.route({ instances: [{ ...idle, numQueuedRequests: 0.5 }, idle], maxNumActiveRequests: 4, requests: [] })).toThrow(/instances\[0\]\.numQueuedRequests/);
+  });
+
+  it("conformance mode instances refuses instance ids that are not distinct non-empty strings, on that line", () => {
+    const base = { mode: "instances", rank_routing: "none", batches: [] };
+    for (const instances of [[{ id: "a", tp_size: 1 }, { id: "a", tp_size: 1 }], [{ tp_size: 1 }], [{ id: 5, tp_size: 1 }]]) {
+      expect(runScenario({ ...base, instances })).toEqual({ error: expect.stringMatching(/instances\[\]\.id: must be distinct non-empty strings/) });
+    }
     expect(() => createInstanceRouter({ instances: [{ numRanks: 1 }], rankRouting: "pinned" as never })).toThrow(/rankRouting/);
     expect(() => createInstanceRouter({ instances: [{ numRanks: 1 }], loadWeight: -1 })).toThrow(/loadWeight/);
   });

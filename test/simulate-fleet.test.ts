@@ -60,6 +60,13 @@ describe("simulate over several engines", () => {
     expect(light.policies[0]!.fleet!.instance_requests_max_over_mean).toBe(2);
   });
 
+  it("ends when an engine's clock runs to Infinity (costs past what a double holds), as one engine does", () => {
+    const trace = multiTurnWorkload({ seed: 3, sessions: 4 });
+    const result = simulate(trace, { instances: 2, ranks: 2, prefillMsPerToken: 1e308, rankRouting: ["adp", "none"] });
+    expect(result.policies.map((p) => p.policy)).toEqual(["adp", "none"]);
+    for (const p of result.policies) expect(p.ttft_ms.p99).toBe(Infinity);
+  });
+
   it("refuses what does not apply to a fleet, naming it", () => {
     const trace = workload();
     expect(() => simulate(trace, { instances: 2, replicas: 2 })).toThrow(/replicas: does not apply with instances/);
@@ -78,7 +85,7 @@ describe("simulate over several engines", () => {
     expect(ok.stdout).toMatch(/^none\s/m);
     expect(ok.stdout).not.toMatch(/^instance\s/m);
     expect(ok.stdout).toMatch(/none: requests per engine max\/mean [\d.]+, pinned 0\.0%/);
-    const json = JSON.parse(run("--instances", "2", "--ranks", "2", "--json").stdout);
+    const json = JSON.parse(run("--instances", "2", "--ranks", "2", "--index-updates", "routing", "--json").stdout);
     expect(json.fleet.instances).toBe(2);
     for (const [args, message] of [
       [["--rank-routing", "adp"], /--rank-routing: applies only with --instances/],
@@ -86,6 +93,7 @@ describe("simulate over several engines", () => {
       [["--instances", "2", "--replicas", "2"], /--replicas: does not apply with --instances/],
       [["--instances", "2", "--rank-routing", "adp,pinned"], /--rank-routing: must list kinds among adp, instance, none, got "pinned"/],
       [["--instances", "0"], /--instances: must be an integer in \[1, 1024\]/],
+      [["--instances", "2", "--index-updates", "events"], /--index-updates: only routing applies with --instances/],
     ] as const) {
       const r = run(...args);
       expect(r.status, args.join(" ")).toBe(2);

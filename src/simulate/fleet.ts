@@ -11,14 +11,15 @@
 //
 // The gateway sees each rank's true cache as the engine's KV events tell it
 // (delivered at once), and each rank's load as the engine reports it plus the
-// requests it sent that the engine has not fetched yet. Requests arrive at
+// pinned requests it sent there that the engine has not fetched yet (the
+// unpinned ones count at the engine, on no rank). Requests arrive at
 // the gateway in trace order; those sharing an arrival time are one batch.
 // An engine fetches what the gateway sent it at the start of each iteration:
 // pinned requests join their rank's queue, the others (and requests phase 2
 // left unassigned) are placed by the engine's balancer within its ranks' cap.
 
 import type { AttentionDpConfigInput } from "../config.js";
-import { createInstanceRouter, type RankRoutingKind } from "../instances.js";
+import { createInstanceRouter, type InstanceState, type RankRoutingKind } from "../instances.js";
 import { createRouter, type Router } from "../router.js";
 import { pathCount, type RunResult } from "./engine.js";
 import { LockstepEngine, newJob, type EngineOptions, type Job } from "./lockstep.js";
@@ -91,7 +92,8 @@ export function runFleet(
       if (e < 0 || engine.t < engines[e]!.t) e = k;
     }
     const arrival = nextArrival < n ? arrivalOf(nextArrival) : Infinity;
-    if (e < 0 || arrival <= engines[e]!.t) {
+    // (Tested on what is left to arrive, not on `arrival`: an engine whose clock ran to Infinity must still iterate.)
+    if (nextArrival < n && (e < 0 || arrival <= engines[e]!.t)) {
       // The gateway routes every request arriving at this instant as one batch.
       now = arrival;
       const batch: Job[] = [];
@@ -101,7 +103,7 @@ export function runFleet(
       }
       const t0 = performance.now();
       const placements = gateway.route({
-        instances: engines.map((engine, k) => ({ ranks: rankStates(engine, inbox[k]!, R) })),
+        instances: engines.map((engine, k) => rankStates(engine, inbox[k]!, R)),
         maxNumActiveRequests: opts.maxNumActiveRequests,
         requests: batch.map((job) => ({ id: job.index, numTokens: job.req.inputLength, conversationId: job.req.conversationId, instanceMatches: engines.map((engine) => heldTokens(engine, job, R, blockTokens)) })),
       });
@@ -117,6 +119,7 @@ export function runFleet(
       });
       continue;
     }
+    if (e < 0) break; // nothing left to arrive and no engine with work: every request was served
     const engine = engines[e]!;
     inbox[e] = fetch(engine, inbox[e]!, balancers[e]!, opts);
     const waitingNow = inbox.reduce((t, box) => t + box.length, 0);
@@ -153,22 +156,23 @@ export function runFleet(
 }
 
 /**
- * One engine's rank states as the gateway sees them: what the engine reports
- * (active requests and their tokens per rank) plus what the gateway sent it
- * that it has not fetched (pinned: on that rank; the others queued, on rank 0
- * for phase 1's sum: phase 2 never reads them, as no rank is chosen for them).
+ * One engine's state as the gateway sees it: what the engine reports (active
+ * requests and their tokens per rank) plus what the gateway sent it that it
+ * has not fetched: pinned ones on their rank, the others queued at the engine
+ * (phase 1's workload, on no rank).
  */
-function rankStates(engine: LockstepEngine, sent: readonly Sent[], R: number) {
-  const states = Array.from({ length: R }, (_, r) => ({ numActiveRequests: engine.active[r]!, numActiveTokens: engine.activeTokens[r]!, numQueuedRequests: 0 }));
+function rankStates(engine: LockstepEngine, sent: readonly Sent[], R: number): InstanceState {
+  const ranks = Array.from({ length: R }, (_, r) => ({ numActiveRequests: engine.active[r]!, numActiveTokens: engine.activeTokens[r]! }));
+  let queued = 0;
   for (const s of sent) {
-    const st = states[s.rank ?? 0]!;
-    if (s.rank === null) st.numQueuedRequests++;
-    else {
-      st.numActiveRequests++;
-      st.numActiveTokens += s.job.req.inputLength;
+    if (s.rank === null) {
+      queued++;
+      continue;
     }
+    ranks[s.rank]!.numActiveRequests++;
+    ranks[s.rank]!.numActiveTokens += s.job.req.inputLength;
   }
-  return states;
+  return { ranks, numQueuedRequests: queued };
 }
 
 /** Matched tokens per rank of `engine` for `job`: the blocks each rank's cache holds, over the prompt but its last token. */

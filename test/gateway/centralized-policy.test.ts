@@ -1,7 +1,7 @@
 // `policy: centralized`: the gateway picks the upstream as TensorRT-LLM's
 // centralized KV-cache router does (router_core.py, select_worker): matched
 // blocks − 0.25 × workload, ties in upstream order taken in turn by one
-// counter that turns on every request. Mock engines on loopback; the
+// counter that turns on every request placed. Mock engines on loopback; the
 // expected upstream of each request is worked out from that rule below.
 import { pino } from "pino";
 import { afterEach, describe, expect, it } from "vitest";

@@ -57,6 +57,10 @@ describe("entries on the wire", () => {
     // Phase 2's DP rank travels with a learned prompt and a binding; a rank out of range is refused.
     expect(decodeEntry(encodeEntry({ origin: "o", counter: 4, url, entry: { ...learn, rank: 3 } })).entry).toEqual({ ...learn, upstream: -1, rank: 3 });
     expect(decodeEntry(encodeEntry({ origin: "o", counter: 5, url, entry: { op: "bind", upstream: 1, key: "s", rank: 0 } })).entry).toEqual({ op: "bind", upstream: -1, key: "s", rank: 0 });
+    // A trailing null (a writer that spells "none" so) is no rank, as a DP rank's null is.
+    const nullRank = encodeEntry({ origin: "o", counter: 7, url, entry: { op: "bind", upstream: 1, key: "s" } });
+    const withNull = new Uint8Array([...nullRank.subarray(0, 1).map((b) => b + 1), ...nullRank.subarray(1), 0xc0]); // fixarray one longer, then nil
+    expect(decodeEntry(withNull).entry).toEqual({ op: "bind", upstream: -1, key: "s" });
     for (const rank of [1024, -1, 1.5]) expect(() => decodeEntry(encodeEntry({ origin: "o", counter: 6, url, entry: { op: "bind", upstream: 1, key: "s", rank } }))).toThrow(/rank must be an integer in \[0, 1024\)/);
     const fleet = { op: "fleet" as const, urls: [url, "http://engine-b:8000"], dpRanks: [2, null] };
     expect(decodeEntry(encodeEntry({ origin: "o", counter: 3, entry: fleet })).entry).toEqual(fleet);

@@ -9,7 +9,10 @@
 // (./adp-routers.js, one per instance, state kept across batches), given the
 // requests phase 1 put on the instance as one batch, with prefix matches probed
 // from the rank's own KV cache (the cached prefixes). It imports nothing from
-// src/.
+// src/. One rule departs from router_core.py on purpose: a request's blocks
+// are hashed in its namespace (LoRA task id, cache salt), as the engines hash
+// theirs, where `_hash_tokens` hashes tokens alone (a LoRA or salted request
+// would then never match its own blocks).
 
 import { OracleAdpRouter } from "./adp-routers.js";
 import { CentralizedKVCacheRouter, hashTokens, storedBlockHashes, type BlockHash, type BlockNamespace } from "./centralized-router.js";

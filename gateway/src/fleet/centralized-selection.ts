@@ -7,8 +7,9 @@
 // ties in upstream order broken by one round-robin counter. The scoring is
 // the library's (createInstanceRouter, conformance-checked against a model of
 // router_core.py); what the gateway adds is its own: an upstream that is
-// ejected, unhealthy or at its in-flight cap is no candidate, and the
-// conversation map is not consulted (the centralized router has none).
+// ejected or unhealthy is no candidate, nor one at its in-flight cap (for
+// the rest of a batch too, once the batch fills it), and the conversation
+// map is not consulted (the centralized router has none).
 
 import { createInstanceRouter, type InstanceRouter } from "adp-router";
 import type { RoutedRequest } from "../requests/openai.js";
@@ -42,7 +43,8 @@ export class CentralizedSelection {
     const placements = this.#router.route({
       instances: upstreams.map((u) => {
         const load = u.rankLoad(meanPrompt);
-        return { ranks: [{ numActiveRequests: load.numActiveRequests, numActiveTokens: load.numActiveTokens }], available: fleet.available(u) && u.inFlight < cap };
+        // Its room this batch: once full it is no candidate for the batch's later requests.
+        return { ranks: [{ numActiveRequests: load.numActiveRequests, numActiveTokens: load.numActiveTokens }], available: fleet.available(u), room: Math.max(0, cap - u.inFlight) };
       }),
       maxNumActiveRequests: cap,
       requests: waiting.map((w) => ({

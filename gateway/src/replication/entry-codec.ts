@@ -135,7 +135,7 @@ function index(v: unknown, max: number, field: string): number {
 /** A DP rank or none. */
 const dpRankOf = (v: unknown): number | undefined => (v === null ? undefined : index(v, 1024, "dpRank"));
 /** The DP rank a learned prompt or binding was placed on (phase 2), or none (absent: a replica that routes no ranks). */
-const placedRankOf = (v: unknown): number | undefined => (v === undefined ? undefined : index(v, 1024, "rank"));
+const placedRankOf = (v: unknown): number | undefined => (v === undefined || v === null ? undefined : index(v, 1024, "rank"));
 
 /** Decodes one message into an entry, checking every field against `bounds`; throws SyncEntryError. */
 export function decodeEntry(bytes: Uint8Array, bounds: EntryBounds = CODEC_BOUNDS): SyncMessage {
