@@ -1,0 +1,415 @@
+// adp-router-gateway against HAProxy, side by side in one run: what a platform
+// team pays per request for routing by prefix instead of a C proxy's round
+// robin or body hash. Four mock engines (one child process) keep an LRU prefix
+// cache of ENGINE_CACHE_BLOCKS blocks each and answer after a prefill cost of
+// the blocks they missed; the bundled Mooncake trace's first TRACE_REQUESTS
+// requests become text prompts (each hash id a BLOCK_BYTES-byte chunk, so
+// requests sharing leading hash ids share a literal prefix), sent open-loop at
+// RATE× the trace's speed. Peers: the gateway (kv_cache_aware, its defaults),
+// HAProxy round robin, HAProxy hashing the first 8 KiB of the body. Per peer
+// and round (ROUNDS interleaved rounds, medians printed):
+//   - CPU per 1,000 trace requests of the peer's whole process tree (/proc),
+//     its peak RSS, end-to-end p50 on the trace, the engines' prefix hit ratio
+//     and how evenly the requests spread;
+//   - saturated small requests (wrk, WRK_CONNECTIONS connections): requests/s
+//     and CPU per 1,000;
+//   - added latency, one small request at a time: p50 through it minus direct.
+// It installs nothing: without `haproxy` or `wrk` it says how to get them.
+// Run: npm run bench:peers (ADP_BENCH_PEERS=gateway,haproxy-rr,... picks peers;
+// ADP_BENCH_GATEWAY_ARGS adds serve flags, ADP_BENCH_GATEWAY_NODE_ARGS node flags such as --cpu-prof; ADP_BENCH_PEERS_ROUNDS, _RATE, _REQUESTS resize it; _PHASES=trace,small,latency picks measurements).
+import { spawn, spawnSync, type ChildProcess } from "node:child_process";
+import { mkdtempSync, readFileSync, writeFileSync, existsSync } from "node:fs";
+import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
+import type { AddressInfo } from "node:net";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { gunzipSync } from "node:zlib";
+import { Pool } from "undici";
+
+const SELF = fileURLToPath(import.meta.url);
+const ROOT = path.resolve(path.dirname(SELF), "..", "..");
+const ENGINES = 4;
+const ENGINE_CACHE_BLOCKS = 2_000;
+const BLOCK_BYTES = 2_048;
+const TRACE_REQUESTS = Number(process.env.ADP_BENCH_PEERS_REQUESTS ?? 3_000);
+const RATE = Number(process.env.ADP_BENCH_PEERS_RATE ?? 25);
+const ROUNDS = Number(process.env.ADP_BENCH_PEERS_ROUNDS ?? 3);
+const WRK_CONNECTIONS = 256;
+const WRK_SECONDS = 8;
+const LATENCY_REQUESTS = 1_000;
+/** An engine's prefill cost: a fixed part and a part per block it missed (ms). */
+const ENGINE_BASE_MS = 2;
+const ENGINE_MS_PER_MISSED_BLOCK = 0.25;
+const PEERS = (process.env.ADP_BENCH_PEERS ?? "gateway,haproxy-rr,haproxy-hash").split(",");
+/** The measurements taken: `trace`, `small` (saturated), `latency` (one at a time). */
+const PHASES = new Set((process.env.ADP_BENCH_PEERS_PHASES ?? "trace,small,latency").split(","));
+
+/** Filler words for the prompts' chunks. */
+const WORDS = "the of and to in is was for that with as on by at from his her he she it they an be this which or are were had have not but all one their what so up out if about who get there when make can like time no just him know take people into year your good some could them see other than then now look only come its over think also back after use two how our work first well way even new want because any these give day most us cache router token prefix block engine rank".split(" ");
+
+/** Hash id `h`'s chunk: BLOCK_BYTES bytes of words drawn from `h` (a linear congruential generator: the same text every run). */
+function chunk(h: number): string {
+  let state = (h * 2654435761 + 1) % 2147483648;
+  let text = "";
+  while (text.length < BLOCK_BYTES) {
+    state = (state * 1103515245 + 12345) % 2147483648;
+    text += WORDS[state % WORDS.length]! + " ";
+  }
+  return text.slice(0, BLOCK_BYTES);
+}
+
+/** One trace request as the load generator sends it. */
+interface TraceCall {
+  readonly atMs: number;
+  readonly body: string;
+}
+
+/** The bundled trace's first `n` requests as chat bodies, arrivals divided by RATE. */
+function traceCalls(n: number): TraceCall[] {
+  const lines = gunzipSync(readFileSync(path.join(ROOT, "traces", "mooncake_conversation_trace.jsonl.gz"))).toString("utf8").split("\n").filter(Boolean).slice(0, n);
+  const chunks = new Map<number, string>();
+  return lines.map((line) => {
+    const r = JSON.parse(line) as { timestamp: number; hash_ids: number[] };
+    const content = r.hash_ids.map((h) => chunks.get(h) ?? (chunks.set(h, chunk(h)), chunks.get(h)!)).join("");
+    return { atMs: r.timestamp / RATE, body: JSON.stringify({ model: "bench-model", messages: [{ role: "user", content }], max_tokens: 1 }) };
+  });
+}
+
+/** The optimum hit ratio of the calls' blocks (one infinite cache) and that of one pooled LRU of all engines' blocks. */
+function yardsticks(calls: readonly TraceCall[]): { optimum: number; pooled: number } {
+  const infinite = new Set<string>();
+  const pooled = new Lru(ENGINE_CACHE_BLOCKS * ENGINES);
+  let hitsInfinite = 0;
+  let hitsPooled = 0;
+  let total = 0;
+  for (const call of calls) {
+    const keys = blockKeys(JSON.parse(call.body).messages[0].content as string);
+    let i = 0;
+    while (i < keys.length && infinite.has(keys[i]!)) i++;
+    hitsInfinite += i;
+    hitsPooled += pooled.visit(keys);
+    for (const k of keys) infinite.add(k);
+    total += keys.length;
+  }
+  return { optimum: hitsInfinite / total, pooled: hitsPooled / total };
+}
+
+/** A prompt's block keys: each whole BLOCK_BYTES block named by its prefix chain (its index and its text's start). */
+function blockKeys(content: string): string[] {
+  const keys: string[] = [];
+  let chain = "";
+  for (let at = 0; at + BLOCK_BYTES <= content.length; at += BLOCK_BYTES) {
+    chain = `${keys.length}:${chain.length > 64 ? chain.slice(0, 64) : chain}:${content.slice(at, at + 48)}`;
+    keys.push(chain);
+  }
+  return keys;
+}
+
+/** An LRU of block keys: `visit` counts the leading blocks held, then holds them all (most recent last). */
+class Lru {
+  readonly #capacity: number;
+  readonly #keys = new Map<string, true>();
+  constructor(capacity: number) {
+    this.#capacity = capacity;
+  }
+  visit(keys: readonly string[]): number {
+    let hit = 0;
+    while (hit < keys.length && this.#keys.has(keys[hit]!)) hit++;
+    for (const k of keys) {
+      this.#keys.delete(k);
+      this.#keys.set(k, true);
+    }
+    while (this.#keys.size > this.#capacity) this.#keys.delete(this.#keys.keys().next().value!);
+    return hit;
+  }
+}
+
+// ── The engines' child ─────────────────────────────────────────────────────
+
+/** In the engines' child: ENGINES mock engines, each with its LRU; prints their URLs. `GET /stats` sums their counters; `POST /reset` empties them. */
+async function engines(): Promise<void> {
+  const answer = JSON.stringify({ id: "x", object: "chat.completion", created: 0, model: "bench-model", choices: [{ index: 0, message: { role: "assistant", content: "ok" }, finish_reason: "stop" }], usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 } });
+  const stats = Array.from({ length: ENGINES }, () => ({ requests: 0, hits: 0, blocks: 0, lru: new Lru(ENGINE_CACHE_BLOCKS) }));
+  const urls: string[] = [];
+  for (let e = 0; e < ENGINES; e++) {
+    const server = createServer((req: IncomingMessage, res: ServerResponse) => {
+      const chunks: Buffer[] = [];
+      req.on("data", (c: Buffer) => chunks.push(c));
+      req.on("end", () => {
+        if (req.url === "/stats") {
+          res.end(JSON.stringify(stats.map(({ requests, hits, blocks }) => ({ requests, hits, blocks }))));
+          return;
+        }
+        if (req.url === "/reset") {
+          for (const s of stats.splice(0)) void s;
+          for (let k = 0; k < ENGINES; k++) stats.push({ requests: 0, hits: 0, blocks: 0, lru: new Lru(ENGINE_CACHE_BLOCKS) });
+          res.end("ok");
+          return;
+        }
+        if (req.method !== "POST") {
+          res.end("ok");
+          return;
+        }
+        const s = stats[e]!;
+        const content = (JSON.parse(Buffer.concat(chunks).toString("utf8")) as { messages: { content: string }[] }).messages.map((m) => m.content).join("");
+        const keys = blockKeys(content);
+        const hit = s.lru.visit(keys);
+        s.requests++;
+        s.hits += hit;
+        s.blocks += keys.length;
+        const delay = ENGINE_BASE_MS + ENGINE_MS_PER_MISSED_BLOCK * (keys.length - hit);
+        setTimeout(() => res.writeHead(200, { "content-type": "application/json", "content-length": Buffer.byteLength(answer) }).end(answer), delay);
+      });
+    });
+    server.keepAliveTimeout = 60_000;
+    server.maxConnections = 100_000;
+    await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+    urls.push(`http://127.0.0.1:${(server.address() as AddressInfo).port}`);
+  }
+  process.stdout.write(JSON.stringify(urls) + "\n");
+}
+
+// ── Peers ──────────────────────────────────────────────────────────────────
+
+/** A running peer: its URL and the process to measure (its tree). */
+interface Peer {
+  readonly name: string;
+  readonly url: string;
+  readonly proc: ChildProcess;
+}
+
+/** Starts peer `name` in front of `urls`; resolves once it answers. */
+async function startPeer(name: string, urls: readonly string[], dir: string): Promise<Peer> {
+  const port = await freePort();
+  let proc: ChildProcess;
+  if (name === "gateway") {
+    const yaml = `listen: { host: 127.0.0.1, port: ${port} }\nlogging: { level: warn }\nhealth: { interval_ms: 60000 }\nlimits: { max_in_flight_per_upstream: 4096, queue_size: 8192, max_connections: 16384 }\nupstreams:\n${urls.map((u) => `  - url: ${u}\n`).join("")}`;
+    const file = path.join(dir, `gateway-${port}.yaml`);
+    writeFileSync(file, yaml);
+    const extra = (process.env.ADP_BENCH_GATEWAY_ARGS ?? "").split(" ").filter(Boolean);
+    const node = (process.env.ADP_BENCH_GATEWAY_NODE_ARGS ?? "").split(" ").filter(Boolean);
+    proc = spawn(process.execPath, [...node, path.join(ROOT, "gateway", "dist", "cli.js"), "serve", "--config", file, ...extra], { stdio: ["ignore", "ignore", "inherit"] });
+  } else {
+    const balance = name === "haproxy-rr" ? "balance roundrobin" : "balance hash req.body,bytes(0,8192)\n  hash-type consistent";
+    const cfg = `global\n  maxconn 9000\ndefaults\n  mode http\n  timeout connect 5s\n  timeout client 60s\n  timeout server 60s\n  option http-keep-alive\nfrontend fe\n  bind 127.0.0.1:${port}\n  option http-buffer-request\n  default_backend be\nbackend be\n  ${balance}\n${urls.map((u, i) => `  server e${i} ${new URL(u).host} maxconn 4096\n`).join("")}`;
+    const file = path.join(dir, `${name}-${port}.cfg`);
+    writeFileSync(file, cfg);
+    proc = spawn("haproxy", ["-f", file], { stdio: ["ignore", "ignore", "inherit"] });
+  }
+  const url = `http://127.0.0.1:${port}`;
+  for (let i = 0; i < 200; i++) {
+    try {
+      const r = await fetch(`${url}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: '{"model":"m","messages":[{"role":"user","content":"up?"}]}' });
+      await r.text();
+      if (r.status === 200) return { name, url, proc };
+    } catch {
+      // not listening yet
+    }
+    await sleep(50);
+  }
+  throw new Error(`${name} did not start`);
+}
+
+/** A free loopback port. */
+function freePort(): Promise<number> {
+  const s = createServer();
+  return new Promise((resolve) => s.listen(0, "127.0.0.1", () => {
+    const port = (s.address() as AddressInfo).port;
+    s.close(() => resolve(port));
+  }));
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** The pids of `root` and its descendants, from /proc. */
+function tree(root: number): number[] {
+  const parent = new Map<number, number>();
+  for (const entry of spawnSync("ls", ["/proc"], { encoding: "utf8" }).stdout.split("\n")) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = readFileSync(`/proc/${entry}/stat`, "utf8");
+      parent.set(Number(entry), Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]));
+    } catch {
+      // gone
+    }
+  }
+  const out = [root];
+  for (let i = 0; i < out.length; i++) for (const [pid, ppid] of parent) if (ppid === out[i]) out.push(pid);
+  return out;
+}
+
+/** CPU seconds (user + system, every thread) of `root`'s process tree now. */
+function cpuSeconds(root: number): number {
+  const tick = 100; // CLK_TCK on Linux
+  let total = 0;
+  for (const pid of tree(root)) {
+    try {
+      const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+      const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+      total += (Number(fields[11]) + Number(fields[12])) / tick;
+    } catch {
+      // gone
+    }
+  }
+  return total;
+}
+
+/** Resident memory of `root`'s process tree now, MiB. */
+function rssMiB(root: number): number {
+  let kb = 0;
+  for (const pid of tree(root)) {
+    try {
+      const m = /VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, "utf8"));
+      kb += m ? Number(m[1]) : 0;
+    } catch {
+      // gone
+    }
+  }
+  return kb / 1024;
+}
+
+/** A value's quantile. */
+const quantile = (xs: readonly number[], q: number) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length === 0 ? 0 : s[Math.min(s.length - 1, Math.floor(q * s.length))]!;
+};
+
+// ── Measurements ───────────────────────────────────────────────────────────
+
+/** The trace through `peer` open-loop; its CPU per 1,000, peak RSS, e2e p50, the engines' hit ratio and spread. */
+async function traceRun(peer: Peer, calls: readonly TraceCall[], enginesUrl: string) {
+  await fetch(`${enginesUrl}/reset`, { method: "POST" }).then((r) => r.text());
+  const pool = new Pool(peer.url, { connections: 512, pipelining: 1 });
+  const latencies: number[] = [];
+  let failed = 0;
+  let peakRss = rssMiB(peer.proc.pid!);
+  const sampler = setInterval(() => (peakRss = Math.max(peakRss, rssMiB(peer.proc.pid!))), 200);
+  const cpu0 = cpuSeconds(peer.proc.pid!);
+  const start = performance.now();
+  await Promise.all(
+    calls.map(async (call) => {
+      const wait = call.atMs - (performance.now() - start);
+      if (wait > 0) await sleep(wait);
+      const t0 = performance.now();
+      try {
+        const r = await pool.request({ path: "/v1/chat/completions", method: "POST", headers: { "content-type": "application/json" }, body: call.body });
+        await r.body.text();
+        if (r.statusCode !== 200) failed++;
+      } catch {
+        failed++;
+      }
+      latencies.push(performance.now() - t0);
+    }),
+  );
+  const cpu = cpuSeconds(peer.proc.pid!) - cpu0;
+  clearInterval(sampler);
+  await pool.close();
+  const stats = (await (await fetch(`${enginesUrl}/stats`)).json()) as { requests: number; hits: number; blocks: number }[];
+  const requests = stats.map((s) => s.requests);
+  const mean = requests.reduce((a, b) => a + b, 0) / requests.length;
+  return {
+    cpu_s_per_1000: (cpu / calls.length) * 1000,
+    peak_rss_mib: peakRss,
+    e2e_p50_ms: quantile(latencies, 0.5),
+    hit_ratio: stats.reduce((t, s) => t + s.hits, 0) / Math.max(1, stats.reduce((t, s) => t + s.blocks, 0)),
+    requests_max_over_mean: Math.max(...requests) / Math.max(mean, 1),
+    failed,
+  };
+}
+
+/** `wrk` saturating `peer` with small chats: requests/s and CPU per 1,000. */
+function saturatedRun(peer: Peer, dir: string) {
+  const script = path.join(dir, "small.lua");
+  writeFileSync(script, `wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\nwrk.body = '{"model":"bench-model","messages":[{"role":"user","content":"a small question"}],"max_tokens":1}'\n`);
+  const cpu0 = cpuSeconds(peer.proc.pid!);
+  let peakRss = rssMiB(peer.proc.pid!);
+  const out = spawnSync("wrk", ["-t", "2", "-c", String(WRK_CONNECTIONS), "-d", `${WRK_SECONDS}s`, "-s", script, `${peer.url}/v1/chat/completions`], { encoding: "utf8" });
+  peakRss = Math.max(peakRss, rssMiB(peer.proc.pid!));
+  const cpu = cpuSeconds(peer.proc.pid!) - cpu0;
+  const requests = Number(/(\d+) requests in/.exec(out.stdout)?.[1] ?? 0);
+  const non2xx = Number(/Non-2xx or 3xx responses: (\d+)/.exec(out.stdout)?.[1] ?? 0);
+  return { requests_per_s: requests / WRK_SECONDS, cpu_s_per_1000: requests === 0 ? NaN : (cpu / requests) * 1000, rss_mib: peakRss, non_2xx: non2xx };
+}
+
+/** p50 latency of LATENCY_REQUESTS small chats one at a time to `url`. */
+async function oneAtATime(url: string): Promise<number> {
+  const pool = new Pool(url, { connections: 1 });
+  const body = '{"model":"bench-model","messages":[{"role":"user","content":"a small question"}],"max_tokens":1}';
+  const times: number[] = [];
+  for (let i = 0; i < LATENCY_REQUESTS; i++) {
+    const t0 = performance.now();
+    const r = await pool.request({ path: "/v1/chat/completions", method: "POST", headers: { "content-type": "application/json" }, body });
+    await r.body.text();
+    if (i >= 100) times.push(performance.now() - t0);
+  }
+  await pool.close();
+  return quantile(times, 0.5);
+}
+
+// ── Main ───────────────────────────────────────────────────────────────────
+
+async function main(): Promise<void> {
+  const missing = ["haproxy", "wrk"].filter((c) => spawnSync("sh", ["-c", `command -v ${c}`]).status !== 0);
+  if (missing.length > 0) {
+    process.stderr.write(`bench:peers needs ${missing.join(" and ")} (Debian: apt-get install ${missing.join(" ")}); it installs nothing itself.\n`);
+    process.exitCode = 2;
+    return;
+  }
+  if (!existsSync(path.join(ROOT, "gateway", "dist", "cli.js"))) throw new Error("build first: npm run build");
+  const dir = mkdtempSync(path.join(tmpdir(), "adp-peers-"));
+  const enginesProc = spawn(process.execPath, [SELF, "engines"], { stdio: ["ignore", "pipe", "inherit"] });
+  const urls = await new Promise<string[]>((resolve) => enginesProc.stdout!.once("data", (d: Buffer) => resolve(JSON.parse(d.toString("utf8")) as string[])));
+  const calls = traceCalls(TRACE_REQUESTS);
+  const bytes = calls.reduce((t, c) => t + c.body.length, 0) / calls.length;
+  const { optimum, pooled } = yardsticks(calls);
+  console.log(JSON.stringify({ bench: "peers", engines: ENGINES, engine_cache_blocks: ENGINE_CACHE_BLOCKS, block_bytes: BLOCK_BYTES, trace_requests: calls.length, mean_body_bytes: Math.round(bytes), rate: RATE, rounds: ROUNDS, optimum_hit_ratio: round(optimum), pooled_lru_hit_ratio: round(pooled) }));
+  const direct = await oneAtATime(urls[0]!);
+  const results = new Map<string, Record<string, number>[]>();
+  try {
+    for (let round = 0; round < ROUNDS; round++) {
+      for (const name of PEERS) {
+        const peer = await startPeer(name, urls, dir);
+        try {
+          const trace = PHASES.has("trace") ? prefix("trace_", await traceRun(peer, calls, urls[0]!)) : {};
+          const saturated = PHASES.has("small") ? prefix("small_", saturatedRun(peer, dir)) : {};
+          const added: Record<string, number> = PHASES.has("latency") ? { added_latency_p50_ms: (await oneAtATime(peer.url)) - direct } : {};
+          const row = { ...trace, ...saturated, ...added };
+          console.log(JSON.stringify({ round, peer: name, ...roundAll(row) }));
+          results.set(name, [...(results.get(name) ?? []), row]);
+        } finally {
+          peer.proc.kill("SIGTERM");
+          await new Promise((r) => peer.proc.once("exit", r));
+        }
+      }
+    }
+  } finally {
+    enginesProc.kill();
+  }
+  summary(results, direct);
+}
+
+/** The figures compared with HAProxy's, as the issue's targets name them. */
+const COMPARED = ["trace_cpu_s_per_1000", "small_cpu_s_per_1000", "small_requests_per_s", "trace_peak_rss_mib", "small_rss_mib", "trace_hit_ratio"] as const;
+
+/** Medians per peer, then each figure of the others as a ratio to each HAProxy's. */
+function summary(results: Map<string, Record<string, number>[]>, direct: number): void {
+  const medians = new Map([...results].map(([name, rows]) => [name, Object.fromEntries(Object.keys(rows[0]!).map((k) => [k, quantile(rows.map((r) => r[k]!), 0.5)]))]));
+  for (const [name, m] of medians) console.log(JSON.stringify({ peer: name, medians: roundAll(m), direct_p50_ms: round(direct, 3) }));
+  for (const [name, m] of medians) {
+    if (name.startsWith("haproxy")) continue;
+    for (const base of ["haproxy-rr", "haproxy-hash"]) {
+      const b = medians.get(base);
+      if (b === undefined) continue;
+      const ratios = Object.fromEntries(COMPARED.filter((k) => m[k] !== undefined && b[k] !== undefined).map((k) => [k, round(m[k]! / b[k]!, 2)]));
+      console.log(JSON.stringify({ peer: name, vs: base, ratios }));
+    }
+  }
+}
+
+const round = (x: number, digits = 3) => Number(x.toFixed(digits));
+const roundAll = (o: Record<string, number>) => Object.fromEntries(Object.entries(o).map(([k, v]) => [k, round(v)]));
+const prefix = (p: string, o: Record<string, number>) => Object.fromEntries(Object.entries(o).map(([k, v]) => [`${p}${k}`, v]));
+
+if (process.argv[2] === "engines") await engines();
+else await main();
