@@ -6,7 +6,9 @@
 // requests become text prompts (each hash id a BLOCK_BYTES-byte chunk, so
 // requests sharing leading hash ids share a literal prefix), sent open-loop at
 // RATE× the trace's speed. Peers: the gateway (kv_cache_aware, its defaults),
-// HAProxy round robin, HAProxy hashing the first 8 KiB of the body. Per peer
+// HAProxy round robin, HAProxy hashing the first 8 KiB of the body, and (with
+// ADP_BENCH_PEERS naming it) node-pass, a bare node:http + undici relay: the
+// floor of any gateway written in Node. Per peer
 // and round (ROUNDS interleaved rounds, medians printed):
 //   - CPU per 1,000 trace requests of the peer's whole process tree (/proc),
 //     its peak RSS, end-to-end p50 on the trace, the engines' prefix hit ratio
@@ -15,7 +17,8 @@
 //     and CPU per 1,000;
 //   - added latency, one small request at a time: p50 through it minus direct.
 // It installs nothing: without `haproxy` or `wrk` it says how to get them.
-// Run: npm run bench:peers (ADP_BENCH_PEERS=gateway,haproxy-rr,... picks peers;
+// Run: npm run bench:peers (ADP_BENCH_PEERS=gateway,gateway-w2,haproxy-rr,... picks
+// peers, gateway-wN being serve --workers N;
 // ADP_BENCH_GATEWAY_ARGS adds serve flags, ADP_BENCH_GATEWAY_NODE_ARGS node flags such as --cpu-prof; ADP_BENCH_PEERS_ROUNDS, _RATE, _REQUESTS resize it; _PHASES=trace,small,latency picks measurements).
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { mkdtempSync, readFileSync, writeFileSync, existsSync } from "node:fs";
@@ -41,7 +44,7 @@ const LATENCY_REQUESTS = 1_000;
 /** An engine's prefill cost: a fixed part and a part per block it missed (ms). */
 const ENGINE_BASE_MS = 2;
 const ENGINE_MS_PER_MISSED_BLOCK = 0.25;
-const PEERS = (process.env.ADP_BENCH_PEERS ?? "gateway,haproxy-rr,haproxy-hash").split(",");
+const PEERS = (process.env.ADP_BENCH_PEERS ?? "gateway,gateway-w2,haproxy-rr,haproxy-hash").split(",");
 /** The measurements taken: `trace`, `small` (saturated), `latency` (one at a time). */
 const PHASES = new Set((process.env.ADP_BENCH_PEERS_PHASES ?? "trace,small,latency").split(","));
 
@@ -170,6 +173,44 @@ async function engines(): Promise<void> {
   process.stdout.write(JSON.stringify(urls) + "\n");
 }
 
+/**
+ * In a pass-through child: the floor of any Node gateway, a node:http server
+ * relaying each request over undici's dispatch API (as the gateway's
+ * exchange does) to the engines in turn, with no reading, routing or
+ * logging; listens on `port`.
+ */
+async function passThrough(port: number, urls: readonly string[]): Promise<void> {
+  const pools = urls.map((u) => new Pool(u, { connections: 512 }));
+  let next = 0;
+  const server = createServer((req: IncomingMessage, res: ServerResponse) => {
+    const chunks: Buffer[] = [];
+    req.on("data", (c: Buffer) => chunks.push(c));
+    req.on("end", () => {
+      const pool = pools[next++ % pools.length]!;
+      pool.dispatch(
+        { path: req.url ?? "/", method: "POST", headers: { "content-type": "application/json" }, body: Buffer.concat(chunks) },
+        {
+          onRequestStart() {},
+          onResponseStart(_c, status, headers) {
+            res.writeHead(status, { "content-type": "application/json", "content-length": String(headers["content-length"] ?? "") });
+          },
+          onResponseData(_c, chunk) {
+            res.write(chunk);
+          },
+          onResponseEnd() {
+            res.end();
+          },
+          onResponseError() {
+            res.destroy();
+          },
+        },
+      );
+    });
+  });
+  server.keepAliveTimeout = 60_000;
+  await new Promise<void>((r) => server.listen(port, "127.0.0.1", r));
+}
+
 // ── Peers ──────────────────────────────────────────────────────────────────
 
 /** A running peer: its URL and the process to measure (its tree). */
@@ -183,13 +224,16 @@ interface Peer {
 async function startPeer(name: string, urls: readonly string[], dir: string): Promise<Peer> {
   const port = await freePort();
   let proc: ChildProcess;
-  if (name === "gateway") {
+  if (name === "gateway" || /^gateway-w\d+$/.test(name)) {
     const yaml = `listen: { host: 127.0.0.1, port: ${port} }\nlogging: { level: warn }\nhealth: { interval_ms: 60000 }\nlimits: { max_in_flight_per_upstream: 4096, queue_size: 8192, max_connections: 16384 }\nupstreams:\n${urls.map((u) => `  - url: ${u}\n`).join("")}`;
     const file = path.join(dir, `gateway-${port}.yaml`);
     writeFileSync(file, yaml);
     const extra = (process.env.ADP_BENCH_GATEWAY_ARGS ?? "").split(" ").filter(Boolean);
+    if (name !== "gateway") extra.push("--workers", name.slice("gateway-w".length));
     const node = (process.env.ADP_BENCH_GATEWAY_NODE_ARGS ?? "").split(" ").filter(Boolean);
     proc = spawn(process.execPath, [...node, path.join(ROOT, "gateway", "dist", "cli.js"), "serve", "--config", file, ...extra], { stdio: ["ignore", "ignore", "inherit"] });
+  } else if (name === "node-pass") {
+    proc = spawn(process.execPath, [SELF, "pass", String(port), JSON.stringify(urls)], { stdio: ["ignore", "ignore", "inherit"] });
   } else {
     const balance = name === "haproxy-rr" ? "balance roundrobin" : "balance hash req.body,bytes(0,8192)\n  hash-type consistent";
     const cfg = `global\n  maxconn 9000\ndefaults\n  mode http\n  timeout connect 5s\n  timeout client 60s\n  timeout server 60s\n  option http-keep-alive\nfrontend fe\n  bind 127.0.0.1:${port}\n  option http-buffer-request\n  default_backend be\nbackend be\n  ${balance}\n${urls.map((u, i) => `  server e${i} ${new URL(u).host} maxconn 4096\n`).join("")}`;
@@ -303,6 +347,7 @@ async function traceRun(peer: Peer, calls: readonly TraceCall[], enginesUrl: str
     }),
   );
   const cpu = cpuSeconds(peer.proc.pid!) - cpu0;
+  if (process.env.ADP_BENCH_PEERS_PER_PROCESS) console.log(JSON.stringify({ peer: peer.name, cpu_s_per_process: Object.fromEntries(tree(peer.proc.pid!).map((pid) => [pid, cpuSeconds(pid)])) }));
   clearInterval(sampler);
   await pool.close();
   const stats = (await (await fetch(`${enginesUrl}/stats`)).json()) as { requests: number; hits: number; blocks: number }[];
@@ -397,7 +442,7 @@ function summary(results: Map<string, Record<string, number>[]>, direct: number)
   const medians = new Map([...results].map(([name, rows]) => [name, Object.fromEntries(Object.keys(rows[0]!).map((k) => [k, quantile(rows.map((r) => r[k]!), 0.5)]))]));
   for (const [name, m] of medians) console.log(JSON.stringify({ peer: name, medians: roundAll(m), direct_p50_ms: round(direct, 3) }));
   for (const [name, m] of medians) {
-    if (name.startsWith("haproxy")) continue;
+    if (name.startsWith("haproxy")) continue; // node-pass is compared too: what any Node gateway pays
     for (const base of ["haproxy-rr", "haproxy-hash"]) {
       const b = medians.get(base);
       if (b === undefined) continue;
@@ -412,4 +457,5 @@ const roundAll = (o: Record<string, number>) => Object.fromEntries(Object.entrie
 const prefix = (p: string, o: Record<string, number>) => Object.fromEntries(Object.entries(o).map(([k, v]) => [`${p}${k}`, v]));
 
 if (process.argv[2] === "engines") await engines();
+else if (process.argv[2] === "pass") await passThrough(Number(process.argv[3]), JSON.parse(process.argv[4]!) as string[]);
 else await main();

@@ -10,6 +10,10 @@ import { GatewayConfigError, loadGatewayConfig, type GatewayFlags } from "./conf
 import { createGateway, createGatewayReader, GatewayListenError } from "./gateway.js";
 import { refuseSelf, unreachableAtStart } from "./fleet/reachability.js";
 import { TokenizerLoadError } from "./tokenizers/tokenizer-loading.js";
+import cluster from "node:cluster";
+import { availableParallelism } from "node:os";
+import { isControl, LISTENING_MESSAGE, runPrimary, WORKER_ENV } from "./workers/cluster-primary.js";
+import { Siblings } from "./workers/sibling-log.js";
 
 /** The help text of `adp-router-gateway serve`. */
 export const SERVE_USAGE = `Usage: adp-router-gateway serve [--config FILE] [options]
@@ -32,6 +36,10 @@ upstream engines with adp-router (one upstream per rank).
                          NATS JetStream at URL (nats://HOST:PORT)
   --replica-id ID        this replica's name in the cluster (HOST-PID)
   --shutdown-deadline S  seconds to let in-flight requests finish on SIGTERM (30)
+  --workers N            worker processes sharing the port and one routing state
+                         (1; auto: one per core). /metrics and /health answer for
+                         the worker that takes the request; not with --sync or
+                         the admin endpoints
   --allow-unreachable    start even when an upstream cannot be reached (it starts
                          unhealthy and takes requests once its health checks
                          pass); without it, an unreachable upstream is an error
@@ -48,6 +56,14 @@ which does not pass signals on) for a long-lived server.
 
 /** Runs `adp-router-gateway serve`; resolves with the exit status once it has stopped (or failed to start). */
 export async function serveCommand(args: string[]): Promise<number> {
+  const status = await serve(args);
+  // A worker's IPC channel would keep it alive: it exits, and the primary sees its status.
+  if (cluster.isWorker && process.env[WORKER_ENV] !== undefined) process.exit(status);
+  return status;
+}
+
+/** serveCommand's work, in this process (a primary of workers, a worker, or the one gateway). */
+async function serve(args: string[]): Promise<number> {
   const fail = (message: string, status = 2): number => {
     process.stderr.write(`adp-router-gateway serve: ${message}\n`);
     return status;
@@ -78,6 +94,9 @@ export async function serveCommand(args: string[]): Promise<number> {
   const deadlineText = values["shutdown-deadline"] ?? "30";
   const deadline = Number(deadlineText);
   if (deadlineText.trim() === "" || !Number.isFinite(deadline) || deadline < 0) return fail(`--shutdown-deadline must be a non-negative number of seconds, got ${JSON.stringify(deadlineText)}`);
+  const workersText = values.workers ?? "1";
+  const workers = workersText === "auto" ? availableParallelism() : Number(workersText);
+  if (!/^(auto|\d{1,4})$/.test(workersText) || workers < 1 || workers > 1024) return fail(`--workers must be auto or an integer in [1, 1024], got ${JSON.stringify(workersText)}`);
   let file: { name: string; text: string } | undefined;
   if (values.config !== undefined) {
     try {
@@ -92,6 +111,14 @@ export async function serveCommand(args: string[]): Promise<number> {
   } catch (error) {
     if (error instanceof GatewayConfigError) return fail(error.message);
     throw error;
+  }
+  // This process a worker of `--workers N`: its share of the routing state goes through the primary.
+  const siblings = cluster.isWorker && process.env[WORKER_ENV] !== undefined ? new Siblings((m) => process.send?.(m), Number(process.env[WORKER_ENV])) : undefined;
+  if (workers > 1 && siblings === undefined) {
+    // Replication and the admin endpoints change one process's state: with several workers they would split it.
+    if (config.sync !== null) return fail("--workers above 1 cannot be combined with sync: (run one replica per process, each with its own replica id)");
+    if (config.auth.adminApiKey !== null) return fail("--workers above 1 cannot be combined with the admin endpoints (auth.admin_api_key): an admin change would reach one worker only");
+    return runPrimary(workers);
   }
   // The tokenizer first: a folder that cannot load is a configuration problem (exit 2), whatever the upstreams do.
   let reader;
@@ -124,7 +151,7 @@ export async function serveCommand(args: string[]): Promise<number> {
   }
   let gateway;
   try {
-    gateway = await createGateway(config, { requestReader: reader, startUnhealthy: unreachable.map((u) => u.index) });
+    gateway = await createGateway(config, { requestReader: reader, startUnhealthy: unreachable.map((u) => u.index), ...(siblings === undefined ? {} : { siblings }) });
   } catch (error) {
     if (error instanceof GatewayListenError) return fail(error.message, 1);
     // A tokenizer folder that cannot load, or an upstream that is this gateway itself.
@@ -146,7 +173,7 @@ export async function serveCommand(args: string[]): Promise<number> {
     process.on("SIGTERM", () => stop("SIGTERM"));
     process.on("SIGINT", () => stop("SIGINT"));
     // SIGHUP: read the file again and move to its upstreams; a bad file changes nothing.
-    process.on("SIGHUP", () => {
+    const reload = () => {
       if (stopping) return; // shutting down: nothing to reload into
       if (file === undefined) {
         process.stderr.write("adp-router-gateway serve: SIGHUP: no --config file to reload\n");
@@ -164,7 +191,18 @@ export async function serveCommand(args: string[]): Promise<number> {
       })().catch((error: unknown) => {
         process.stderr.write(`adp-router-gateway serve: SIGHUP: the configuration was not reloaded: ${error instanceof GatewayConfigError ? error.message : (error as Error).message}\n`);
       });
-    });
+    };
+    process.on("SIGHUP", reload);
+    if (siblings !== undefined) {
+      // A worker: the primary relays the siblings' changes and its signals; it prints the URL once all listen.
+      process.on("message", (m: unknown) => {
+        if (!isControl(m)) siblings.receive(m);
+        else if (m.action === "reload") reload();
+        else if (!stopping) stop("SIGTERM");
+      });
+      process.send?.({ type: LISTENING_MESSAGE, url: gateway.url });
+      return;
+    }
     // The URL on a line of its own, whatever the log format, for scripts to read;
     // printed once the signal handlers are in place, so a signal sent on reading it is handled.
     process.stdout.write(`${gateway.url}\n`);
@@ -187,6 +225,7 @@ function parse(args: string[]) {
       "replica-id": { type: "string" },
       "shutdown-deadline": { type: "string" },
       "allow-unreachable": { type: "boolean" },
+      workers: { type: "string" },
       help: { type: "boolean", short: "h" },
     },
     allowPositionals: false,

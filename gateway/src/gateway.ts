@@ -24,6 +24,7 @@ import { createEdgeServer } from "./edge/edge.js";
 import { viaEntry } from "./requests/via.js";
 import { GatewayService } from "./service.js";
 import type { StateLog } from "./fleet/routing-state.js";
+import type { Siblings } from "./workers/sibling-log.js";
 
 /** A running gateway. */
 export interface Gateway {
@@ -75,6 +76,8 @@ export interface GatewayOptions {
    * batch semantics); for measuring what the batching window costs.
    */
   readonly placement?: "batched" | "per-request";
+  /** With `serve --workers N`: this worker's share of the one routing state (workers/sibling-log.ts). */
+  readonly siblings?: Siblings;
 }
 
 /** The listen error of a port in use or not allowed, as one clear message. */
@@ -154,12 +157,20 @@ export async function createGateway(input: GatewayConfig | GatewayConfigObject, 
   }
   // With `sync:`, shared changes also go to the other replicas (replication.ts).
   const replication = config.sync === null ? null : new Replication(config.sync, config, log);
-  const own = options.stateLog ?? null;
-  const stateLog: StateLog | null = replication === null ? own : own === null ? replication.stateLog : { append: (e) => (own.append(e), replication.stateLog.append(e)) };
+  const stateLog = joinLogs([options.stateLog, replication?.stateLog, options.siblings?.stateLog]);
   const via = viaEntry();
-  const fleet: Fleet = new Fleet(config, log, () => scheduler.schedule(), stateLog, via);
+  const fleet: Fleet = new Fleet(config, log, () => (scheduler.schedule(), options.siblings?.loadsChanged()), stateLog, via);
   for (const i of startUnhealthy) fleet.upstreams[i]?.health.startOut();
   replication?.start(fleet.state, () => fleet.upstreams.map((u) => u.url));
+  options.siblings?.start(
+    fleet.state,
+    () => fleet.upstreams.map((u) => u.url),
+    () => fleet.upstreams.map((u) => ({ url: u.url, inFlight: u.inFlight, inFlightTokens: u.inFlightTokens })),
+    (url, n, tokens) => {
+      const u = fleet.upstreams.find((x) => x.url === url);
+      if (u !== undefined) (u.siblingInFlight = n), (u.siblingInFlightTokens = tokens);
+    },
+  );
   const counters: GatewayCounters = { requests: new Map(), codes: new Map(), queued: 0, rejectedFull: 0, subagentRefused: 0 };
   const scheduler = new Scheduler(fleet, config, counters, (error) => log.error({ err: error }, "the router refused a batch"), (ids) => reader.release(ids), options.placement === "per-request");
   const service = new GatewayService({ config, log, reader, fleet, scheduler, counters, replication, via });
@@ -204,6 +215,7 @@ export async function createGateway(input: GatewayConfig | GatewayConfigObject, 
         }
         server.closeAllConnections();
         await closed;
+        options.siblings?.close();
         await replication?.close();
         await fleet.close();
         await reader.close();
@@ -211,6 +223,13 @@ export async function createGateway(input: GatewayConfig | GatewayConfigObject, 
       return closing;
     },
   };
+}
+
+/** One state log of those given (an embedder's, replication's, the sibling workers'), each appended in turn; null with none. */
+function joinLogs(logs: readonly (StateLog | undefined)[]): StateLog | null {
+  const given = logs.filter((l): l is StateLog => l !== undefined);
+  if (given.length <= 1) return given[0] ?? null;
+  return { append: (e) => given.forEach((l) => l.append(e)) };
 }
 
 /** With `health.on_start: warn`, the upstreams unreachable now (logged): they start out until their checks pass. */

@@ -63,6 +63,9 @@ export class Upstream {
   inFlight = 0;
   /** Their prompt tokens. */
   inFlightTokens = 0;
+  /** With `serve --workers N`: the other workers' requests on it, as they last reported them (its load is theirs and its own). */
+  siblingInFlight = 0;
+  siblingInFlightTokens = 0;
   /** Its health: active checks and outlier detection (outlier.ts). */
   readonly health: UpstreamHealth;
   /** Its configuration's drain flag (a reload may change it). */
@@ -164,8 +167,10 @@ export class Upstream {
    */
   rankLoad(meanPrompt: number): { numActiveRequests: number; numActiveTokens: number } {
     const report = this.load === null || this.loadConfig === null ? null : this.load.current(this.loadConfig.maxAgeMs);
-    if (report === null) return { numActiveRequests: this.inFlight, numActiveTokens: this.inFlightTokens };
-    return rankStateFromLoad({ inFlight: this.inFlight, inFlightTokens: this.inFlightTokens }, report, { tokensPerRequest: meanPrompt });
+    const inFlight = this.inFlight + this.siblingInFlight;
+    const inFlightTokens = this.inFlightTokens + this.siblingInFlightTokens;
+    if (report === null) return { numActiveRequests: inFlight, numActiveTokens: inFlightTokens };
+    return rankStateFromLoad({ inFlight, inFlightTokens }, report, { tokensPerRequest: meanPrompt });
   }
 
   /** Whether it is being drained: it finishes its requests and takes no new ones. */

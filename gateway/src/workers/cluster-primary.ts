@@ -1,0 +1,99 @@
+// `serve --workers N`: N worker processes share the listen socket (node:cluster;
+// the kernel's accept queue is drained by the primary and connections handed
+// to the workers in turn), and this primary keeps them one gateway:
+//   - it relays each worker's shared routing changes (sibling-log.ts) to every
+//     other worker, in the order it received them;
+//   - it prints the URL once every worker listens, and stops them all when one
+//     cannot start (its own message says why, on standard error);
+//   - SIGTERM/SIGINT stop every worker gracefully, SIGHUP reloads every
+//     worker's upstreams (sent as messages: a worker that already got the
+//     terminal's signal is not told twice);
+//   - a worker that dies after it started is started again (at most once a
+//     second); its routing state then begins empty and learns from the others'
+//     new changes and its engines' events.
+// The primary itself serves nothing and holds no routing state.
+
+import cluster, { type Worker } from "node:cluster";
+import { isStateMessage, STATE_MESSAGE } from "./sibling-log.js";
+
+/** A worker's message to the primary that it listens (with the URL). */
+export const LISTENING_MESSAGE = "adp-gateway-listening";
+/** The primary's message to a worker: stop gracefully, or reload the configuration file. */
+export const CONTROL_MESSAGE = "adp-gateway-control";
+/** The environment variable a worker finds its number in (1-based). */
+export const WORKER_ENV = "ADP_GATEWAY_WORKER";
+/** Shortest time between two restarts of one worker slot. */
+const RESTART_MS = 1_000;
+
+/** A control message from the primary. */
+export interface ControlMessage {
+  readonly type: typeof CONTROL_MESSAGE;
+  readonly action: "stop" | "reload";
+}
+
+/** Whether `v` is a control message. */
+export const isControl = (v: unknown): v is ControlMessage => typeof v === "object" && v !== null && (v as ControlMessage).type === CONTROL_MESSAGE && ((v as ControlMessage).action === "stop" || (v as ControlMessage).action === "reload");
+
+/** Runs the primary of `n` workers, each running this process's command line; resolves with the exit status once all have exited. */
+export function runPrimary(n: number): Promise<number> {
+  cluster.setupPrimary({ exec: process.argv[1]!, args: process.argv.slice(2), serialization: "advanced" });
+  const say = (text: string) => process.stderr.write(`adp-router-gateway serve: ${text}\n`);
+  return new Promise<number>((resolve) => {
+    const slots = new Map<Worker, number>();
+    const started = new Set<number>();
+    const lastStart = new Map<number, number>();
+    let url: string | null = null;
+    let stopping = false;
+    let status = 0;
+    const control = (action: ControlMessage["action"]) => {
+      for (const [w, slot] of slots) {
+        // One still starting reads no message yet (and has no signal handler: SIGTERM ends it, as it had served nothing).
+        if (!started.has(slot)) {
+          if (action === "stop") w.process.kill("SIGTERM");
+        } else if (w.isConnected()) w.send({ type: CONTROL_MESSAGE, action } satisfies ControlMessage);
+      }
+    };
+    const stop = (why: string, code: number) => {
+      if (stopping) return;
+      stopping = true;
+      status = code;
+      say(why);
+      control("stop");
+    };
+    const fork = (slot: number) => {
+      lastStart.set(slot, Date.now());
+      const w = cluster.fork({ [WORKER_ENV]: String(slot) });
+      slots.set(w, slot);
+      w.on("message", (m: unknown) => {
+        if (isStateMessage(m)) {
+          // Relayed as received: the others apply it in this order.
+          for (const other of slots.keys()) if (other !== w && other.isConnected()) other.send(m);
+        } else if (typeof m === "object" && m !== null && (m as { type?: unknown }).type === LISTENING_MESSAGE) {
+          started.add(slot);
+          if (url === null && started.size === n) {
+            url = String((m as { url?: unknown }).url);
+            process.stdout.write(`${url}\n`);
+          }
+        }
+      });
+      w.on("exit", (code, signal) => {
+        slots.delete(w);
+        // Its requests are gone with it: the others drop its load report.
+        for (const other of slots.keys()) if (other.isConnected()) other.send({ type: STATE_MESSAGE, from: slot, entries: [], loads: [] });
+        if (!stopping && !started.has(slot)) stop(`worker ${slot} could not start (exit ${code ?? signal}): stopping the others`, code === 0 || code === null ? 1 : code);
+        else if (!stopping) {
+          say(`worker ${slot} exited (${code ?? signal}): starting it again`);
+          started.delete(slot);
+          setTimeout(() => stopping || fork(slot), Math.max(0, RESTART_MS - (Date.now() - (lastStart.get(slot) ?? 0))));
+        }
+        if (slots.size === 0 && stopping) resolve(status);
+      });
+    };
+    process.on("SIGTERM", () => stop("SIGTERM: the workers finish their in-flight requests", 0));
+    process.on("SIGINT", () => stop("SIGINT: the workers finish their in-flight requests", 0));
+    process.on("SIGHUP", () => control("reload"));
+    for (let slot = 1; slot <= n; slot++) fork(slot);
+  });
+}
+
+export { STATE_MESSAGE };

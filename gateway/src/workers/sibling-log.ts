@@ -1,0 +1,263 @@
+// One routing state across the worker processes of `serve --workers N`: each
+// worker routes at once on its own state, as a replica does (replication.ts),
+// and sends the changes the others need — the prompts it taught an upstream
+// (as block hashes, 8 bytes a block) and the conversations it bound — to the
+// primary, which relays them to every other worker in the order it got them.
+// Each worker ingests its engines' KV events and scrapes their load itself, as
+// replicas do, so those are not relayed. Entries name upstreams by URL: a
+// worker that has not yet reloaded a changed fleet skips what it lacks.
+//
+// The channel is the cluster's IPC (structured clone: typed arrays cross as
+// such), batched: a worker sends at most one message each FLUSH_MS, holding
+// what it changed meanwhile and its loads, however many requests it placed.
+
+import type { PrefixNamespace } from "adp-router";
+import type { RoutingState, StateEntry, StateLog } from "../fleet/routing-state.js";
+
+/** The message kind a worker's batch of shared entries travels as (both ways). */
+export const STATE_MESSAGE = "adp-gateway-state";
+/** Most entries one relayed batch may hold (a turn places far fewer; the rest wait for the next turn). */
+export const MAX_BATCH_ENTRIES = 4096;
+/** Most upstreams a load report may name. */
+const MAX_LOADS = 65_536;
+/**
+ * Least time between two messages of a worker, ms. A change goes out at once
+ * when the last message is older than this (a quiet gateway shares every
+ * placement and every ended request before the next arrives); a busy one
+ * gathers what changed meanwhile into the next message. A message costs the
+ * sender, the primary and each sibling tens of microseconds whatever it holds
+ * (a wake-up of each process): sent once an event-loop turn, messages cost
+ * more than the routing they share (bench:peers).
+ */
+const FLUSH_MS = 10;
+/** Most u32 words of block hashes one entry may carry (a 1M-token prompt in 16-token blocks is 131,072). */
+const MAX_HASH_WORDS = 1 << 18;
+/** Longest URL, conversation key or cache salt taken from a sibling. */
+const MAX_TEXT = 8192;
+
+/** One shared change, as it crosses to the siblings. */
+export type SiblingEntry =
+  | { readonly op: "learn-blocks"; readonly url: string; readonly hashes: Uint32Array; readonly namespace: PrefixNamespace; readonly rank?: number }
+  | { readonly op: "bind"; readonly url: string; readonly key: string; readonly rank?: number };
+
+/** What a worker has in flight on one upstream (the others add it to their own: one load, as one gateway sees it). */
+export interface SiblingLoad {
+  readonly url: string;
+  readonly inFlight: number;
+  readonly inFlightTokens: number;
+}
+
+/** A batch of entries and the sender's loads now, as it crosses. */
+export interface StateMessage {
+  readonly type: typeof STATE_MESSAGE;
+  /** The sending worker's number. */
+  readonly from: number;
+  readonly entries: readonly SiblingEntry[];
+  /** Its in-flight requests per upstream now (all of them: a worker's earlier report is replaced). */
+  readonly loads: readonly SiblingLoad[];
+}
+
+/** Where a worker's siblings' loads go: the sums over the siblings, per upstream URL. */
+export type LoadSink = (url: string, inFlight: number, inFlightTokens: number) => void;
+
+/** Where batches go (the worker's IPC channel to the primary). */
+export type Send = (message: StateMessage) => void;
+
+/** Whether `v` is a batch as a sibling sends it, every entry within the bounds (anything else is dropped, counted). */
+export function isStateMessage(v: unknown): v is StateMessage {
+  if (typeof v !== "object" || v === null || (v as StateMessage).type !== STATE_MESSAGE) return false;
+  const { entries, loads, from } = v as StateMessage;
+  if (!Number.isSafeInteger(from) || !Array.isArray(loads) || loads.length > MAX_LOADS || !loads.every(isLoad)) return false;
+  return Array.isArray(entries) && entries.length <= MAX_BATCH_ENTRIES && entries.every(isEntry);
+}
+
+/** Whether `l` is one upstream's load within the bounds. */
+function isLoad(l: unknown): l is SiblingLoad {
+  if (typeof l !== "object" || l === null) return false;
+  const x = l as Record<string, unknown>;
+  return typeof x.url === "string" && x.url.length <= MAX_TEXT && Number.isSafeInteger(x.inFlight) && (x.inFlight as number) >= 0 && Number.isSafeInteger(x.inFlightTokens) && (x.inFlightTokens as number) >= 0;
+}
+
+/** Whether `e` is one entry within the bounds. */
+function isEntry(e: unknown): e is SiblingEntry {
+  if (typeof e !== "object" || e === null) return false;
+  const x = e as Record<string, unknown>;
+  const text = (t: unknown) => typeof t === "string" && t.length <= MAX_TEXT;
+  const rank = x.rank === undefined || (Number.isSafeInteger(x.rank) && (x.rank as number) >= 0);
+  if (!text(x.url) || !rank) return false;
+  if (x.op === "bind") return text(x.key) && (x.key as string).length > 0;
+  if (x.op !== "learn-blocks") return false;
+  const ns = x.namespace as Record<string, unknown> | null;
+  const nsOk = typeof ns === "object" && ns !== null && (ns.loraTaskId === undefined || ns.loraTaskId === null || Number.isSafeInteger(ns.loraTaskId)) && (ns.cacheSalt === undefined || ns.cacheSalt === null || text(ns.cacheSalt));
+  return x.hashes instanceof Uint32Array && x.hashes.length % 2 === 0 && x.hashes.length <= MAX_HASH_WORDS && nsOk;
+}
+
+/** Counters of a worker's sharing with its siblings. */
+export interface SiblingCounters {
+  /** Entries sent to the siblings. */
+  sent: number;
+  /** Siblings' entries applied. */
+  applied: number;
+  /** Siblings' entries skipped: naming an upstream this worker does not have (a reload in between). */
+  skipped: number;
+  /** Messages that were not batches of entries (dropped). */
+  rejected: number;
+}
+
+/** A worker's share of the one routing state. */
+export class Siblings {
+  /** Counters for logs and tests. */
+  readonly counters: SiblingCounters = { sent: 0, applied: 0, skipped: 0, rejected: 0 };
+  readonly #send: Send;
+  /** This worker's number. */
+  readonly #self: number;
+  /** This worker's loads now. */
+  #loads: () => readonly SiblingLoad[] = () => [];
+  /** Where the siblings' summed loads go. */
+  #sink: LoadSink = () => {};
+  /** Each sibling's last load report, by worker number. */
+  readonly #reports = new Map<number, readonly SiblingLoad[]>();
+  /** The last loads sent, as text (a report goes out only when they changed). */
+  #sentLoads = "";
+  /** Cancels the pending send, if one is due. */
+  #timer: (() => void) | null = null;
+  /** When the last message went (performance.now). */
+  #lastSent = -Infinity;
+  /** Entries of this turn, not yet sent. */
+  #batch: SiblingEntry[] = [];
+  #local: RoutingState | null = null;
+  #urls: () => readonly string[] = () => [];
+  #closed = false;
+
+  constructor(send: Send, self: number) {
+    this.#send = send;
+    this.#self = self;
+  }
+
+  /** The state log the routing state appends to: learned prompts and bindings go to the siblings. */
+  readonly stateLog: StateLog = {
+    append: (entry: StateEntry) => {
+      if (this.#closed || this.#local === null) return;
+      const shared = this.#shared(entry);
+      if (shared === null) return;
+      this.#batch.push(shared);
+      if (this.#batch.length >= MAX_BATCH_ENTRIES) this.#flush();
+      else this.#soon();
+    },
+  };
+
+  /** What of `entry` the siblings take, copied (the caller's arrays are reused), or null. */
+  #shared(entry: StateEntry): SiblingEntry | null {
+    if (entry.op !== "learn" && entry.op !== "bind" && entry.op !== "learn-blocks") return null;
+    const url = this.#urls()[entry.upstream];
+    if (url === undefined) return null;
+    const rank = entry.rank === undefined ? {} : { rank: entry.rank };
+    if (entry.op === "bind") return { op: "bind", url, key: entry.key, ...rank };
+    const index = this.#local!.router.prefixIndex;
+    if (index === null) return null;
+    // A learned prompt travels as its block hashes (blockHashes returns a fresh array); a sibling's own relayed
+    // learn-blocks never comes back here (applied quietly), so these are this worker's.
+    const hashes = entry.op === "learn" ? index.blockHashes(entry.tokens) : entry.hashes.slice();
+    if (hashes.length === 0 || hashes.length > MAX_HASH_WORDS) return null;
+    return { op: "learn-blocks", url, hashes, namespace: { loraTaskId: entry.namespace.loraTaskId ?? null, cacheSalt: entry.namespace.cacheSalt ?? null }, ...rank };
+  }
+
+  /**
+   * That this worker's loads changed (a request ended): they go to the
+   * siblings with the next message, or this turn once it has nothing in
+   * flight (a quiet gateway's next request may reach a sibling at once, and
+   * must not find this worker's ended request still counted there).
+   */
+  loadsChanged(): void {
+    if (this.#closed || this.#local === null) return;
+    if (this.#loads().every((l) => l.inFlight === 0)) {
+      // Now, not this turn: the primary hands the client's next connection to a sibling over the same
+      // channel it relays this on, so a message sent before that connection arrives is read first.
+      this.#timer?.();
+      this.#flush();
+    } else this.#soon();
+  }
+
+  /** Schedules the next message: this turn when the last is FLUSH_MS old, else once it is. */
+  #soon(): void {
+    if (this.#timer !== null) return;
+    const wait = FLUSH_MS - (performance.now() - this.#lastSent);
+    if (wait <= 0) {
+      const t = setImmediate(() => this.#flush());
+      this.#timer = () => clearImmediate(t);
+    } else {
+      const t = setTimeout(() => this.#flush(), wait);
+      this.#timer = () => clearTimeout(t);
+    }
+  }
+
+  /** Sends the entries gathered, with the loads now (or only the loads, when they changed). */
+  #flush(): void {
+    this.#timer = null;
+    if (this.#closed) return;
+    const loads = this.#loads();
+    const text = loads.map((l) => `${l.inFlight},${l.inFlightTokens}`).join(";");
+    if (this.#batch.length === 0 && text === this.#sentLoads) return;
+    const entries = this.#batch;
+    this.#batch = [];
+    this.#sentLoads = text;
+    this.#lastSent = performance.now();
+    this.counters.sent += entries.length;
+    this.#send({ type: STATE_MESSAGE, from: this.#self, entries, loads });
+  }
+
+  /**
+   * Starts sharing `local`'s changes; `urls` are the fleet's upstreams in rank
+   * order, `loads` this worker's in-flight requests on them, `sink` where the
+   * siblings' summed loads go.
+   */
+  start(local: RoutingState, urls: () => readonly string[], loads: () => readonly SiblingLoad[] = () => [], sink: LoadSink = () => {}): void {
+    this.#local = local;
+    this.#urls = urls;
+    this.#loads = loads;
+    this.#sink = sink;
+  }
+
+  /** Sums the siblings' last reports per upstream into the sink (every upstream, so one no sibling names is zero). */
+  #sumLoads(): void {
+    const sums = new Map<string, [number, number]>(this.#urls().map((u) => [u, [0, 0]]));
+    for (const report of this.#reports.values()) {
+      for (const l of report) {
+        const sum = sums.get(l.url);
+        if (sum !== undefined) (sum[0] += l.inFlight), (sum[1] += l.inFlightTokens);
+      }
+    }
+    for (const [url, [n, t]] of sums) this.#sink(url, n, t);
+  }
+
+  /** Applies a sibling's batch (as relayed by the primary) to the routing state, quietly: it is not sent on again. */
+  receive(message: unknown): void {
+    if (this.#closed || this.#local === null) return;
+    if (!isStateMessage(message)) {
+      this.counters.rejected++;
+      return;
+    }
+    if (message.from !== this.#self) {
+      this.#reports.set(message.from, message.loads);
+      this.#sumLoads();
+    }
+    const urls = this.#urls();
+    for (const e of message.entries) {
+      const upstream = urls.indexOf(e.url);
+      if (upstream < 0) {
+        this.counters.skipped++;
+        continue;
+      }
+      const rank = e.rank === undefined ? {} : { rank: e.rank };
+      this.#local.applyQuietly(e.op === "bind" ? { op: "bind", upstream, key: e.key, ...rank } : { op: "learn-blocks", upstream, hashes: e.hashes, namespace: e.namespace, ...rank });
+      this.counters.applied++;
+    }
+  }
+
+  /** Sends what is pending, then stops. */
+  close(): void {
+    this.#timer?.();
+    this.#flush();
+    this.#closed = true;
+  }
+}

@@ -1,0 +1,141 @@
+// `serve --workers N` as a user runs it: the built CLI (a primary and its
+// worker processes sharing one port) on loopback in front of mock engines.
+// Each request goes on a connection of its own, so the cluster hands them to
+// the workers in turn: what one worker placed, the other must know.
+import { spawn, spawnSync, type ChildProcess } from "node:child_process";
+import { request } from "node:http";
+import path from "node:path";
+import { describe, expect, it } from "vitest";
+import { startEngines, trackedForCleanup } from "../support/mock-engine.js";
+import { runCli } from "../support/processes.js";
+import { createGatewayRouter, loadGatewayConfig, RoutingState } from "../../gateway/src/index.js";
+import { Siblings, STATE_MESSAGE, type StateMessage } from "../../gateway/src/workers/sibling-log.js";
+
+const CLI = path.resolve("gateway/dist/cli.js");
+const { children, engines } = trackedForCleanup();
+
+/** Starts `serve` with `args`; resolves with the URL the primary prints once every worker listens. */
+function start(args: string[]): Promise<{ child: ChildProcess; url: string; exited: Promise<number | null>; stderr: () => string }> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [CLI, "serve", ...args], { stdio: ["ignore", "pipe", "pipe"] });
+    children.push(child);
+    let stdout = "";
+    let stderr = "";
+    const exited = new Promise<number | null>((r) => child.on("exit", (code) => r(code)));
+    child.stderr!.on("data", (d) => (stderr += d));
+    child.stdout!.on("data", (d) => {
+      stdout += d;
+      const line = stdout.split("\n").find((l) => /^http:\/\/\S+$/.test(l));
+      if (line) resolve({ child, url: line, exited, stderr: () => stderr });
+    });
+    void exited.then((code) => reject(new Error(`exited ${code}: ${stderr}`)));
+  });
+}
+
+/** One chat on a connection of its own (closed after it); resolves with the status and the upstream index that served it. */
+function chatAlone(url: string, content: string): Promise<{ status: number; upstream: number }> {
+  const body = JSON.stringify({ model: "m", messages: [{ role: "user", content }] });
+  return new Promise((resolve, reject) => {
+    const req = request(`${url}/v1/chat/completions`, { method: "POST", agent: false, headers: { "content-type": "application/json", connection: "close", "content-length": Buffer.byteLength(body) } }, (res) => {
+      res.resume();
+      res.on("end", () => resolve({ status: res.statusCode ?? 0, upstream: Number(res.headers["x-adp-upstream"] ?? -1) }));
+    });
+    req.on("error", reject);
+    req.end(body);
+  });
+}
+
+/** The worker processes of `primary` (its children). */
+const workerPids = (primary: number) => spawnSync("pgrep", ["-P", String(primary)], { encoding: "utf8" }).stdout.split("\n").filter(Boolean).map(Number);
+
+/** A prompt of its own, long enough for many blocks. */
+const prompt = (i: number) => `conversation ${i}: ${"the routing state is one across the workers; ".repeat(40)}`;
+
+describe("serve --workers N", () => {
+  it("two workers route as one gateway: each conversation's next turns reach the upstream its first turn went to, whichever worker takes them", async () => {
+    const fleet = await startEngines(4, engines);
+    const { url, child, exited } = await start(["--port", "0", "--workers", "2", "--log-level", "silent", ...fleet.flatMap((e) => ["--upstream", e.url])]);
+    expect(workerPids(child.pid!)).toHaveLength(2);
+    const first: number[] = [];
+    for (let i = 0; i < 6; i++) {
+      const r = await chatAlone(url, prompt(i));
+      expect(r.status).toBe(200);
+      first.push(r.upstream);
+      await new Promise((r) => setTimeout(r, 25));
+    }
+    // Spread over the fleet (the balance term), so agreeing below is not luck.
+    expect(new Set(first).size).toBeGreaterThan(1);
+    await new Promise((r) => setTimeout(r, 100)); // the siblings' batches (every 10 ms) have crossed
+    for (let i = 0; i < 6; i++) {
+      // Four more turns on four connections: two reach each worker.
+      const turns: number[] = [];
+      for (let turn = 0; turn < 4; turn++) {
+        turns.push((await chatAlone(url, `${prompt(i)} and turn ${turn}`)).upstream);
+        // A sibling learns of a placement and of its end within FLUSH_MS (10 ms) and one IPC hop: what
+        // "as one" promises. A next request faster than that can find the other worker a message behind.
+        await new Promise((r) => setTimeout(r, 25));
+      }
+      expect({ i, turns }).toEqual({ i, turns: turns.map(() => first[i]) });
+    }
+    child.kill("SIGTERM");
+    expect(await exited).toBe(0);
+  }, 30_000);
+
+  it("a worker that dies is started again, and the other answers meanwhile", async () => {
+    const fleet = await startEngines(2, engines);
+    const { url, child, exited, stderr } = await start(["--port", "0", "--workers", "2", "--log-level", "silent", ...fleet.flatMap((e) => ["--upstream", e.url])]);
+    const [victim] = workerPids(child.pid!);
+    process.kill(victim!, "SIGKILL");
+    // Once the primary saw it go (a connection it handed the dying worker before that is lost: node:cluster's round robin).
+    for (let i = 0; i < 50 && !stderr().includes("starting it again"); i++) await new Promise((r) => setTimeout(r, 50));
+    expect(stderr()).toMatch(/worker [12] exited \(SIGKILL\): starting it again/);
+    await new Promise((r) => setTimeout(r, 300)); // its channel's end, after which the primary hands it no connection
+    for (let i = 0; i < 10; i++) expect((await chatAlone(url, `after the crash ${i}`)).status).toBe(200);
+    for (let i = 0; i < 50 && workerPids(child.pid!).length < 2; i++) await new Promise((r) => setTimeout(r, 100));
+    expect(workerPids(child.pid!)).toHaveLength(2);
+    expect(workerPids(child.pid!)).not.toContain(victim);
+    child.kill("SIGTERM");
+    expect(await exited).toBe(0);
+  }, 30_000);
+
+  it("refuses what it cannot keep one state for, and a bad count, before starting anything (exit 2)", async () => {
+    const [engine] = await startEngines(1, engines);
+    const bad = await runCli(CLI, ["serve", "--port", "0", "--workers", "0", "--upstream", engine!.url], children, 10_000);
+    expect(bad.status).toBe(2);
+    expect(bad.stderr).toContain("--workers must be auto or an integer in [1, 1024]");
+    const sync = await runCli(CLI, ["serve", "--port", "0", "--workers", "2", "--sync", "nats://127.0.0.1:4222", "--upstream", engine!.url], children, 10_000);
+    expect(sync.status).toBe(2);
+    expect(sync.stderr).toContain("cannot be combined with sync:");
+    expect(sync.stdout).toBe("");
+  }, 30_000);
+
+  it("a worker that cannot start stops the others: its message, a non-zero exit, no URL", async () => {
+    const [engine] = await startEngines(1, engines);
+    // The engine listens there already: every worker finds the port taken.
+    const port = new URL(engine!.url).port;
+    const r = await runCli(CLI, ["serve", "--port", port, "--workers", "2", "--allow-unreachable", "--upstream", "http://127.0.0.1:9"], children, 15_000);
+    expect(r.status).not.toBe(0);
+    expect(r.stdout).toBe("");
+    expect(r.stderr).toContain("could not start");
+  }, 30_000);
+
+  it("a worker takes from its channel only batches within the bounds: anything else is counted and changes nothing", () => {
+    const config = loadGatewayConfig({ flags: { upstreams: ["http://127.0.0.1:1", "http://127.0.0.1:2"] } });
+    const state = new RoutingState(createGatewayRouter(config));
+    const siblings = new Siblings(() => {}, 1);
+    const urls = config.upstreams.map((u) => u.url);
+    siblings.start(state, () => urls);
+    const before = state.router.prefixIndex!.stats().blocks;
+    const ok = (entries: unknown[], loads: unknown[] = []) => ({ type: STATE_MESSAGE, from: 2, entries, loads });
+    const learn = (hashes: unknown) => ({ op: "learn-blocks", url: urls[1], hashes, namespace: {} });
+    for (const bad of [null, 42, { type: "other" }, ok([learn([1, 2])]), ok([learn(new Uint32Array(3))]), ok([learn(new Uint32Array(1 << 19))]), ok([{ op: "route" }]), ok([], [{ url: urls[0], inFlight: -1, inFlightTokens: 0 }]), ok(new Array(4097).fill(learn(new Uint32Array(2)))), { ...ok([]), from: "2" }]) siblings.receive(bad);
+    expect(siblings.counters.rejected).toBe(10);
+    expect(state.router.prefixIndex!.stats().blocks).toBe(before);
+    // A good batch is applied: the sibling's block is now in upstream 1's view.
+    const hashes = state.router.prefixIndex!.blockHashes(new Uint32Array(config.routing.tokensPerBlock).fill(7));
+    siblings.receive({ type: STATE_MESSAGE, from: 2, entries: [{ op: "learn-blocks", url: urls[1]!, hashes, namespace: {} }], loads: [] } satisfies StateMessage);
+    expect(siblings.counters.applied).toBe(1);
+    expect(state.router.prefixIndex!.stats().blocks).toBe(before + 1);
+  });
+});
+
