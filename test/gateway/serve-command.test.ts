@@ -1,7 +1,7 @@
 // `adp-router-gateway serve` as a user runs it: the built CLI in a child process, on
 // loopback, in front of mock engines. Starting prints the URL on a line of its
 // own; every failure to start is one message and a non-zero exit, no stack.
-import { spawn, type ChildProcess } from "node:child_process";
+import { spawn } from "node:child_process";
 import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
@@ -9,7 +9,7 @@ import path from "node:path";
 import { describe, expect, it } from "vitest";
 import { startMockEngine, trackedForCleanup, urlFrom } from "../support/mock-engine.js";
 import { metricsByIndex } from "../support/metrics.js";
-import { runCli } from "../support/processes.js";
+import { runCli, startServe } from "../support/processes.js";
 
 const CLI = path.resolve("gateway/dist/cli.js");
 const { children, engines } = trackedForCleanup();
@@ -18,22 +18,7 @@ const { children, engines } = trackedForCleanup();
 const run = (args: string[], timeoutMs = 10_000) => runCli(CLI, args, children, timeoutMs);
 
 /** Starts `adp-router-gateway serve` and resolves with the URL it prints. */
-function start(args: string[]): Promise<{ child: ChildProcess; url: string; exited: Promise<number | null>; stderr: () => string }> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [CLI, "serve", ...args], { stdio: ["ignore", "pipe", "pipe"] });
-    children.push(child);
-    let stdout = "";
-    let stderr = "";
-    const exited = new Promise<number | null>((r) => child.on("exit", (code) => r(code)));
-    child.stderr!.on("data", (d) => (stderr += d));
-    child.stdout!.on("data", (d) => {
-      stdout += d;
-      const line = stdout.split("\n").find((l) => /^http:\/\/\S+$/.test(l));
-      if (line) resolve({ child, url: line, exited, stderr: () => stderr });
-    });
-    void exited.then((code) => reject(new Error(`exited ${code}: ${stderr}`)));
-  });
-}
+const start = (args: string[]) => startServe(CLI, args, children);
 
 describe("adp-router-gateway serve", () => {
   it("prints its URL on a line of its own, proxies, and drains an in-flight stream on SIGTERM before exiting 0", async () => {

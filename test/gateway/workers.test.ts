@@ -2,35 +2,20 @@
 // worker processes sharing one port) on loopback in front of mock engines.
 // Each request goes on a connection of its own, so the cluster hands them to
 // the workers in turn: what one worker placed, the other must know.
-import { spawn, spawnSync, type ChildProcess } from "node:child_process";
+import { spawnSync } from "node:child_process";
 import { request } from "node:http";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
 import { startEngines, trackedForCleanup } from "../support/mock-engine.js";
-import { runCli } from "../support/processes.js";
+import { runCli, startServe } from "../support/processes.js";
 import { createGatewayRouter, loadGatewayConfig, RoutingState } from "../../gateway/src/index.js";
 import { Siblings, STATE_MESSAGE, type StateMessage } from "../../gateway/src/workers/sibling-log.js";
 
 const CLI = path.resolve("gateway/dist/cli.js");
 const { children, engines } = trackedForCleanup();
 
-/** Starts `serve` with `args`; resolves with the URL the primary prints once every worker listens. */
-function start(args: string[]): Promise<{ child: ChildProcess; url: string; exited: Promise<number | null>; stderr: () => string }> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [CLI, "serve", ...args], { stdio: ["ignore", "pipe", "pipe"] });
-    children.push(child);
-    let stdout = "";
-    let stderr = "";
-    const exited = new Promise<number | null>((r) => child.on("exit", (code) => r(code)));
-    child.stderr!.on("data", (d) => (stderr += d));
-    child.stdout!.on("data", (d) => {
-      stdout += d;
-      const line = stdout.split("\n").find((l) => /^http:\/\/\S+$/.test(l));
-      if (line) resolve({ child, url: line, exited, stderr: () => stderr });
-    });
-    void exited.then((code) => reject(new Error(`exited ${code}: ${stderr}`)));
-  });
-}
+/** Starts `adp-router-gateway serve` and resolves with the URL it prints. */
+const start = (args: string[]) => startServe(CLI, args, children);
 
 /** One chat on a connection of its own (closed after it); resolves with the status and the upstream index that served it. */
 function chatAlone(url: string, content: string): Promise<{ status: number; upstream: number }> {

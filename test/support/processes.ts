@@ -21,6 +21,32 @@ export function runCli(cli: string, args: string[], children: ChildProcess[], ti
   });
 }
 
+/** A started `serve`: its process, the URL it printed, its exit, and its standard error so far. */
+export interface StartedServe {
+  readonly child: ChildProcess;
+  readonly url: string;
+  readonly exited: Promise<number | null>;
+  readonly stderr: () => string;
+}
+
+/** Starts `node CLI serve ...args` (tracked in `children`) and resolves once it prints its URL; rejects with its stderr when it exits first. */
+export function startServe(cli: string, args: string[], children: ChildProcess[]): Promise<StartedServe> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [cli, "serve", ...args], { stdio: ["ignore", "pipe", "pipe"] });
+    children.push(child);
+    let stdout = "";
+    let stderr = "";
+    const exited = new Promise<number | null>((r) => child.on("exit", (code) => r(code)));
+    child.stderr!.on("data", (d) => (stderr += d));
+    child.stdout!.on("data", (d) => {
+      stdout += d;
+      const line = stdout.split("\n").find((l) => /^http:\/\/\S+$/.test(l));
+      if (line) resolve({ child, url: line, exited, stderr: () => stderr });
+    });
+    void exited.then((code) => reject(new Error(`exited ${code}: ${stderr}`)));
+  });
+}
+
 /** A loopback port nothing listens on now (free a moment ago): to listen on, or to be refused at. */
 export async function freePort(): Promise<number> {
   const s = createServer();
