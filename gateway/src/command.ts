@@ -10,9 +10,8 @@ import { GatewayConfigError, loadGatewayConfig, type GatewayFlags } from "./conf
 import { createGateway, createGatewayReader, GatewayListenError } from "./gateway.js";
 import { refuseSelf, unreachableAtStart } from "./fleet/reachability.js";
 import { TokenizerLoadError } from "./tokenizers/tokenizer-loading.js";
-import cluster from "node:cluster";
 import { availableParallelism } from "node:os";
-import { isControl, LISTENING_MESSAGE, runPrimary, WORKER_ENV } from "./workers/cluster-primary.js";
+import { isControl, isGatewayWorker, LISTENING_MESSAGE, runPrimary, WORKER_ENV } from "./workers/cluster-primary.js";
 import { Siblings } from "./workers/sibling-log.js";
 
 /** The help text of `adp-router-gateway serve`. */
@@ -58,7 +57,7 @@ which does not pass signals on) for a long-lived server.
 export async function serveCommand(args: string[]): Promise<number> {
   const status = await serve(args);
   // A worker's IPC channel would keep it alive: it exits, and the primary sees its status.
-  if (cluster.isWorker && process.env[WORKER_ENV] !== undefined) process.exit(status);
+  if (isGatewayWorker()) process.exit(status);
   return status;
 }
 
@@ -113,7 +112,7 @@ async function serve(args: string[]): Promise<number> {
     throw error;
   }
   // This process a worker of `--workers N`: its share of the routing state goes through the primary.
-  const siblings = cluster.isWorker && process.env[WORKER_ENV] !== undefined ? new Siblings((m) => process.send?.(m), Number(process.env[WORKER_ENV])) : undefined;
+  const siblings = isGatewayWorker() ? new Siblings((m) => process.send?.(m), Number(process.env[WORKER_ENV])) : undefined;
   if (workers > 1 && siblings === undefined) {
     // Replication and the admin endpoints change one process's state: with several workers they would split it.
     if (config.sync !== null) return fail("--workers above 1 cannot be combined with sync: (run one replica per process, each with its own replica id)");

@@ -166,8 +166,8 @@ export async function createGateway(input: GatewayConfig | GatewayConfigObject, 
     fleet.state,
     () => fleet.upstreams.map((u) => u.url),
     () => fleet.upstreams.map((u) => ({ url: u.url, inFlight: u.inFlight, inFlightTokens: u.inFlightTokens })),
-    (url, n, tokens) => {
-      const u = fleet.upstreams.find((x) => x.url === url);
+    (i, n, tokens) => {
+      const u = fleet.upstreams[i];
       if (u !== undefined) (u.siblingInFlight = n), (u.siblingInFlightTokens = tokens);
     },
   );

@@ -14,7 +14,7 @@
 // The primary itself serves nothing and holds no routing state.
 
 import cluster, { type Worker } from "node:cluster";
-import { isStateMessage, STATE_MESSAGE } from "./sibling-log.js";
+import { STATE_MESSAGE } from "./sibling-log.js";
 
 /** A worker's message to the primary that it listens (with the URL). */
 export const LISTENING_MESSAGE = "adp-gateway-listening";
@@ -30,6 +30,9 @@ export interface ControlMessage {
   readonly type: typeof CONTROL_MESSAGE;
   readonly action: "stop" | "reload";
 }
+
+/** Whether this process is a worker of `serve --workers N` (forked by runPrimary). */
+export const isGatewayWorker = (): boolean => cluster.isWorker && process.env[WORKER_ENV] !== undefined;
 
 /** Whether `v` is a control message. */
 export const isControl = (v: unknown): v is ControlMessage => typeof v === "object" && v !== null && (v as ControlMessage).type === CONTROL_MESSAGE && ((v as ControlMessage).action === "stop" || (v as ControlMessage).action === "reload");
@@ -65,8 +68,8 @@ export function runPrimary(n: number): Promise<number> {
       const w = cluster.fork({ [WORKER_ENV]: String(slot) });
       slots.set(w, slot);
       w.on("message", (m: unknown) => {
-        if (isStateMessage(m)) {
-          // Relayed as received: the others apply it in this order.
+        if (typeof m === "object" && m !== null && (m as { type?: unknown }).type === STATE_MESSAGE) {
+          // Relayed as received, in this order; each receiver checks it whole (Siblings.receive): checked here too, it would be twice.
           for (const other of slots.keys()) if (other !== w && other.isConnected()) other.send(m);
         } else if (typeof m === "object" && m !== null && (m as { type?: unknown }).type === LISTENING_MESSAGE) {
           started.add(slot);
@@ -96,4 +99,3 @@ export function runPrimary(n: number): Promise<number> {
   });
 }
 
-export { STATE_MESSAGE };

@@ -57,8 +57,8 @@ export interface StateMessage {
   readonly loads: readonly SiblingLoad[];
 }
 
-/** Where a worker's siblings' loads go: the sums over the siblings, per upstream URL. */
-export type LoadSink = (url: string, inFlight: number, inFlightTokens: number) => void;
+/** Where a worker's siblings' loads go: the sums over the siblings, per upstream (its index in the fleet's rank order). */
+export type LoadSink = (upstream: number, inFlight: number, inFlightTokens: number) => void;
 
 /** Where batches go (the worker's IPC channel to the primary). */
 export type Send = (message: StateMessage) => void;
@@ -220,14 +220,15 @@ export class Siblings {
 
   /** Sums the siblings' last reports per upstream into the sink (every upstream, so one no sibling names is zero). */
   #sumLoads(): void {
-    const sums = new Map<string, [number, number]>(this.#urls().map((u) => [u, [0, 0]]));
+    const urls = this.#urls();
+    const sums = new Map<string, [number, number]>(urls.map((u) => [u, [0, 0]]));
     for (const report of this.#reports.values()) {
       for (const l of report) {
         const sum = sums.get(l.url);
         if (sum !== undefined) (sum[0] += l.inFlight), (sum[1] += l.inFlightTokens);
       }
     }
-    for (const [url, [n, t]] of sums) this.#sink(url, n, t);
+    urls.forEach((url, i) => this.#sink(i, ...sums.get(url)!));
   }
 
   /** Applies a sibling's batch (as relayed by the primary) to the routing state, quietly: it is not sent on again. */
