@@ -21,7 +21,7 @@
 // peers, gateway-wN being serve --workers N;
 // ADP_BENCH_GATEWAY_ARGS adds serve flags, ADP_BENCH_GATEWAY_NODE_ARGS node flags such as --cpu-prof; ADP_BENCH_PEERS_ROUNDS, _RATE, _REQUESTS resize it; _PHASES=trace,small,latency picks measurements).
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
-import { mkdtempSync, readFileSync, writeFileSync, existsSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
@@ -133,7 +133,8 @@ class Lru {
 /** In the engines' child: ENGINES mock engines, each with its LRU; prints their URLs. `GET /stats` sums their counters; `POST /reset` empties them. */
 async function engines(): Promise<void> {
   const answer = JSON.stringify({ id: "x", object: "chat.completion", created: 0, model: "bench-model", choices: [{ index: 0, message: { role: "assistant", content: "ok" }, finish_reason: "stop" }], usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 } });
-  const stats = Array.from({ length: ENGINES }, () => ({ requests: 0, hits: 0, blocks: 0, lru: new Lru(ENGINE_CACHE_BLOCKS) }));
+  const freshStats = () => Array.from({ length: ENGINES }, () => ({ requests: 0, hits: 0, blocks: 0, lru: new Lru(ENGINE_CACHE_BLOCKS) }));
+  const stats = freshStats();
   const urls: string[] = [];
   for (let e = 0; e < ENGINES; e++) {
     const server = createServer((req: IncomingMessage, res: ServerResponse) => {
@@ -145,8 +146,7 @@ async function engines(): Promise<void> {
           return;
         }
         if (req.url === "/reset") {
-          for (const s of stats.splice(0)) void s;
-          for (let k = 0; k < ENGINES; k++) stats.push({ requests: 0, hits: 0, blocks: 0, lru: new Lru(ENGINE_CACHE_BLOCKS) });
+          stats.splice(0, ENGINES, ...freshStats());
           res.end("ok");
           return;
         }
@@ -269,7 +269,7 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 /** The pids of `root` and its descendants, from /proc. */
 function tree(root: number): number[] {
   const parent = new Map<number, number>();
-  for (const entry of spawnSync("ls", ["/proc"], { encoding: "utf8" }).stdout.split("\n")) {
+  for (const entry of readdirSync("/proc")) {
     if (!/^\d+$/.test(entry)) continue;
     try {
       const stat = readFileSync(`/proc/${entry}/stat`, "utf8");
