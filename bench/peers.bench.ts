@@ -19,7 +19,7 @@
 // It installs nothing: without `haproxy` or `wrk` it says how to get them.
 // Run: npm run bench:peers (ADP_BENCH_PEERS=gateway,gateway-w2,haproxy-rr,... picks
 // peers, gateway-wN being serve --workers N;
-// ADP_BENCH_GATEWAY_ARGS adds serve flags, ADP_BENCH_GATEWAY_NODE_ARGS node flags such as --cpu-prof; ADP_BENCH_PEERS_ROUNDS, _RATE, _REQUESTS resize it; _PHASES=trace,small,latency picks measurements).
+// ADP_BENCH_GATEWAY_ARGS adds serve flags, ADP_BENCH_GATEWAY_NODE_ARGS node flags such as --cpu-prof (for node-pass too); ADP_BENCH_PEERS_ROUNDS, _RATE, _REQUESTS resize it; _PHASES=trace,small,latency picks measurements).
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { existsSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
@@ -224,16 +224,16 @@ interface Peer {
 async function startPeer(name: string, urls: readonly string[], dir: string): Promise<Peer> {
   const port = await freePort();
   let proc: ChildProcess;
+  const node = (process.env.ADP_BENCH_GATEWAY_NODE_ARGS ?? "").split(" ").filter(Boolean);
   if (name === "gateway" || /^gateway-w\d+$/.test(name)) {
     const yaml = `listen: { host: 127.0.0.1, port: ${port} }\nlogging: { level: warn }\nhealth: { interval_ms: 60000 }\nlimits: { max_in_flight_per_upstream: 4096, queue_size: 8192, max_connections: 16384 }\nupstreams:\n${urls.map((u) => `  - url: ${u}\n`).join("")}`;
     const file = path.join(dir, `gateway-${port}.yaml`);
     writeFileSync(file, yaml);
     const extra = (process.env.ADP_BENCH_GATEWAY_ARGS ?? "").split(" ").filter(Boolean);
     if (name !== "gateway") extra.push("--workers", name.slice("gateway-w".length));
-    const node = (process.env.ADP_BENCH_GATEWAY_NODE_ARGS ?? "").split(" ").filter(Boolean);
     proc = spawn(process.execPath, [...node, path.join(ROOT, "gateway", "dist", "cli.js"), "serve", "--config", file, ...extra], { stdio: ["ignore", "ignore", "inherit"] });
   } else if (name === "node-pass") {
-    proc = spawn(process.execPath, [SELF, "pass", String(port), JSON.stringify(urls)], { stdio: ["ignore", "ignore", "inherit"] });
+    proc = spawn(process.execPath, [...node, SELF, "pass", String(port), JSON.stringify(urls)], { stdio: ["ignore", "ignore", "inherit"] });
   } else {
     const balance = name === "haproxy-rr" ? "balance roundrobin" : "balance hash req.body,bytes(0,8192)\n  hash-type consistent";
     const cfg = `global\n  maxconn 9000\ndefaults\n  mode http\n  timeout connect 5s\n  timeout client 60s\n  timeout server 60s\n  option http-keep-alive\nfrontend fe\n  bind 127.0.0.1:${port}\n  option http-buffer-request\n  default_backend be\nbackend be\n  ${balance}\n${urls.map((u, i) => `  server e${i} ${new URL(u).host} maxconn 4096\n`).join("")}`;

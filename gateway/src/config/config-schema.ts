@@ -119,7 +119,7 @@ export const gatewayConfigSchema = Object.freeze({
       additionalProperties: false,
       properties: {
         tokens_per_block: { type: "integer", minimum: 1, default: 128, description: "Default 128 (bytes) with the byte tokenizer, 32 with tokenizer kind huggingface." },
-        index_bytes: { type: "integer", minimum: 1048576, default: 67108864 },
+        index_bytes: { type: "integer", minimum: 1048576, default: 16777216 },
         lora_adapters: { type: "object", additionalProperties: { type: "integer", minimum: 0 }, description: "LoRA task id by model name: such requests route in the adapter's cache namespace." },
         load_weight: { type: "number", minimum: 0, default: 0.25, description: "TensorRT-LLM's centralized router's load weight (policy centralized; rank_routing instance): a request of load against a matched block." },
       },

@@ -664,7 +664,7 @@ export function loadGatewayConfig(options: LoadOptions = {}): GatewayConfig {
     sync,
     routing: {
       tokensPerBlock: r.int(routing.tokens_per_block, ["routing", "tokens_per_block"], 1, 1 << 16, tokenizer.kind === "huggingface" ? ENGINE_TOKENS_PER_BLOCK : BYTE_BLOCK),
-      indexBytes: r.int(routing.index_bytes, ["routing", "index_bytes"], 1 << 20, 2 ** 31, 64 << 20),
+      indexBytes: r.int(routing.index_bytes, ["routing", "index_bytes"], 1 << 20, 2 ** 31, 16 << 20),
       loraAdapters,
       loadWeight: r.num(routing.load_weight, ["routing", "load_weight"], 0, 1e6, DEFAULT_LOAD_WEIGHT),
     },
