@@ -21,7 +21,7 @@
 // peers, gateway-wN being serve --workers N;
 // ADP_BENCH_GATEWAY_ARGS adds serve flags, ADP_BENCH_GATEWAY_NODE_ARGS node flags such as --cpu-prof (for node-pass too); ADP_BENCH_PEERS_ROUNDS, _RATE, _REQUESTS resize it; _PHASES=trace,small,latency picks measurements).
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
-import { existsSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
@@ -29,6 +29,7 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { gunzipSync } from "node:zlib";
 import { Pool } from "undici";
+import { processParents } from "../test/support/processes.js";
 
 const SELF = fileURLToPath(import.meta.url);
 const ROOT = path.resolve(path.dirname(SELF), "..", "..");
@@ -268,35 +269,27 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** The pids of `root` and its descendants, from /proc. */
 function tree(root: number): number[] {
-  const parent = new Map<number, number>();
-  for (const entry of readdirSync("/proc")) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      const stat = readFileSync(`/proc/${entry}/stat`, "utf8");
-      parent.set(Number(entry), Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]));
-    } catch {
-      // gone
-    }
-  }
+  const parent = processParents();
   const out = [root];
   for (let i = 0; i < out.length; i++) for (const [pid, ppid] of parent) if (ppid === out[i]) out.push(pid);
   return out;
 }
 
+/** CPU seconds (user + system, every thread) of process `pid` alone now; 0 once it is gone. */
+function processCpu(pid: number): number {
+  const tick = 100; // CLK_TCK on Linux
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    return (Number(fields[11]) + Number(fields[12])) / tick;
+  } catch {
+    return 0; // gone
+  }
+}
+
 /** CPU seconds (user + system, every thread) of `root`'s process tree now. */
 function cpuSeconds(root: number): number {
-  const tick = 100; // CLK_TCK on Linux
-  let total = 0;
-  for (const pid of tree(root)) {
-    try {
-      const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-      const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-      total += (Number(fields[11]) + Number(fields[12])) / tick;
-    } catch {
-      // gone
-    }
-  }
-  return total;
+  return tree(root).reduce((sum, pid) => sum + processCpu(pid), 0);
 }
 
 /** Resident memory of `root`'s process tree now, MiB. */
@@ -347,7 +340,7 @@ async function traceRun(peer: Peer, calls: readonly TraceCall[], enginesUrl: str
     }),
   );
   const cpu = cpuSeconds(peer.proc.pid!) - cpu0;
-  if (process.env.ADP_BENCH_PEERS_PER_PROCESS) console.log(JSON.stringify({ peer: peer.name, cpu_s_per_process: Object.fromEntries(tree(peer.proc.pid!).map((pid) => [pid, cpuSeconds(pid)])) }));
+  if (process.env.ADP_BENCH_PEERS_PER_PROCESS) console.log(JSON.stringify({ peer: peer.name, cpu_s_per_process: Object.fromEntries(tree(peer.proc.pid!).map((pid) => [pid, processCpu(pid)])) }));
   clearInterval(sampler);
   await pool.close();
   const stats = (await (await fetch(`${enginesUrl}/stats`)).json()) as { requests: number; hits: number; blocks: number }[];

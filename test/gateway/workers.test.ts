@@ -2,12 +2,11 @@
 // worker processes sharing one port) on loopback in front of mock engines.
 // Each request goes on a connection of its own, so the cluster hands them to
 // the workers in turn: what one worker placed, the other must know.
-import { readdirSync, readFileSync } from "node:fs";
 import { request } from "node:http";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
 import { startEngines, trackedForCleanup } from "../support/mock-engine.js";
-import { runCli, startServe } from "../support/processes.js";
+import { processParents, runCli, startServe } from "../support/processes.js";
 import { createGatewayRouter, loadGatewayConfig, RoutingState } from "../../gateway/src/index.js";
 import { Siblings, STATE_MESSAGE, type StateMessage } from "../../gateway/src/workers/sibling-log.js";
 
@@ -30,20 +29,8 @@ function chatAlone(url: string, content: string): Promise<{ status: number; upst
   });
 }
 
-/** The worker processes of `primary` (its children, from /proc: no procps needed). */
-function workerPids(primary: number): number[] {
-  const out: number[] = [];
-  for (const entry of readdirSync("/proc")) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      const stat = readFileSync(`/proc/${entry}/stat`, "utf8");
-      if (Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]) === primary) out.push(Number(entry));
-    } catch {
-      // gone meanwhile
-    }
-  }
-  return out.sort((a, b) => a - b);
-}
+/** The worker processes of `primary` (its children). */
+const workerPids = (primary: number): number[] => [...processParents()].filter(([, ppid]) => ppid === primary).map(([pid]) => pid).sort((a, b) => a - b);
 
 /** A prompt of its own, long enough for many blocks. */
 const prompt = (i: number) => `conversation ${i}: ${"the routing state is one across the workers; ".repeat(40)}`;

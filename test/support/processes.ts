@@ -1,7 +1,9 @@
-// Helpers the gateway's tests share for child processes and ports: running
-// the built CLI to its exit (the child tracked for cleanup), a loopback port
-// nothing listens on (free), and one where connecting hangs.
+// Helpers the gateway's tests (and bench:peers) share for child processes and
+// ports: running the built CLI to its exit (the child tracked for cleanup),
+// each process's parent from /proc, a loopback port nothing listens on (free),
+// and one where connecting hangs.
 import { spawn, type ChildProcess } from "node:child_process";
+import { readdirSync, readFileSync } from "node:fs";
 import { connect, createServer, type AddressInfo, type Socket } from "node:net";
 
 /** Runs `node CLI ...args` to its exit, the child pushed onto `children` (killed by the caller's cleanup; here after `timeoutMs`). */
@@ -45,6 +47,22 @@ export function startServe(cli: string, args: string[], children: ChildProcess[]
     });
     void exited.then((code) => reject(new Error(`exited ${code}: ${stderr}`)));
   });
+}
+
+/** Each live process's parent pid, by pid, from /proc/PID/stat (Linux; no procps needed). */
+export function processParents(): Map<number, number> {
+  const parents = new Map<number, number>();
+  for (const entry of readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = readFileSync(`/proc/${entry}/stat`, "utf8");
+      // The command name, in parentheses, may hold spaces: the fields after its last ")" are state, then ppid.
+      parents.set(Number(entry), Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]));
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return parents;
 }
 
 /** A loopback port nothing listens on now (free a moment ago): to listen on, or to be refused at. */

@@ -68,10 +68,11 @@ export function runPrimary(n: number): Promise<number> {
       const w = cluster.fork({ [WORKER_ENV]: String(slot) });
       slots.set(w, slot);
       w.on("message", (m: unknown) => {
-        if (typeof m === "object" && m !== null && (m as { type?: unknown }).type === STATE_MESSAGE) {
+        const type = typeof m === "object" && m !== null ? (m as { type?: unknown }).type : undefined;
+        if (type === STATE_MESSAGE) {
           // Relayed as received, in this order; each receiver checks it whole (Siblings.receive): checked here too, it would be twice.
-          for (const other of slots.keys()) if (other !== w && other.isConnected()) other.send(m);
-        } else if (typeof m === "object" && m !== null && (m as { type?: unknown }).type === LISTENING_MESSAGE) {
+          for (const other of slots.keys()) if (other !== w && other.isConnected()) other.send(m as object);
+        } else if (type === LISTENING_MESSAGE) {
           started.add(slot);
           if (url === null && started.size === n) {
             url = String((m as { url?: unknown }).url);

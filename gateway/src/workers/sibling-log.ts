@@ -218,17 +218,16 @@ export class Siblings {
     this.#sink = sink;
   }
 
-  /** Sums the siblings' last reports per upstream into the sink (every upstream, so one no sibling names is zero). */
-  #sumLoads(): void {
-    const urls = this.#urls();
-    const sums = new Map<string, [number, number]>(urls.map((u) => [u, [0, 0]]));
+  /** Sums the siblings' last reports per upstream into the sink (every upstream, so one no sibling names is zero); `at` gives each URL's index. */
+  #sumLoads(at: ReadonlyMap<string, number>): void {
+    const sums = Array.from({ length: at.size }, () => [0, 0] as [number, number]);
     for (const report of this.#reports.values()) {
       for (const l of report) {
-        const sum = sums.get(l.url);
+        const sum = sums[at.get(l.url) ?? -1];
         if (sum !== undefined) (sum[0] += l.inFlight), (sum[1] += l.inFlightTokens);
       }
     }
-    urls.forEach((url, i) => this.#sink(i, ...sums.get(url)!));
+    sums.forEach(([n, tokens], i) => this.#sink(i, n, tokens));
   }
 
   /** Applies a sibling's batch (as relayed by the primary) to the routing state, quietly: it is not sent on again. */
@@ -238,14 +237,15 @@ export class Siblings {
       this.counters.rejected++;
       return;
     }
+    // Each upstream's index by URL, once for the batch (loads and entries name upstreams by URL).
+    const at = new Map(this.#urls().map((url, i) => [url, i]));
     if (message.from !== this.#self) {
       this.#reports.set(message.from, message.loads);
-      this.#sumLoads();
+      this.#sumLoads(at);
     }
-    const urls = this.#urls();
     for (const e of message.entries) {
-      const upstream = urls.indexOf(e.url);
-      if (upstream < 0) {
+      const upstream = at.get(e.url);
+      if (upstream === undefined) {
         this.counters.skipped++;
         continue;
       }
