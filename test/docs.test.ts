@@ -9,7 +9,7 @@
 //     own "exports" (the library's dist/, the gateway's gateway/dist/), and run
 //     in Node; an error, a non-zero exit or anything on stderr fails it.
 // (b) Whole gateway files. A ```yaml block of the gateway pages (gateway*.md,
-//     replicas, security, engines, operations) with a top-level `upstreams:` or
+//     disaggregation, replicas, security, engines, operations) with a top-level `upstreams:` or
 //     `listen:` key is a whole gateway file: it must load with loadGatewayConfig.
 //     Variables its `*_env` settings name are set to a dummy 64-character value.
 //     A block whose only problems are `*_file` settings naming files that do not
@@ -117,7 +117,7 @@ describe("the docs' code samples", () => {
 
 // (b) ------------------------------------------------------------------------
 
-const GATEWAY_PAGES = new Set(["docs/replicas.md", "docs/security.md", "docs/engines.md", "docs/operations.md"]);
+const GATEWAY_PAGES = new Set(["docs/disaggregation.md", "docs/replicas.md", "docs/security.md", "docs/engines.md", "docs/operations.md"]);
 const gatewayFiles = docs
   .filter((f) => /^docs\/gateway[^/]*\.md$/.test(f) || GATEWAY_PAGES.has(f))
   .flatMap(codeBlocks)

@@ -61,6 +61,11 @@ export async function serveCommand(args: string[]): Promise<number> {
   return status;
 }
 
+/** Sends a worker's message to its primary; one the closing channel cannot carry is dropped (with no callback, the EPIPE would be an unhandled "error"). */
+const toPrimary = (message: object): void => {
+  if (process.connected) process.send?.(message, undefined, undefined, () => undefined);
+};
+
 /** serveCommand's work, in this process (a primary of workers, a worker, or the one gateway). */
 async function serve(args: string[]): Promise<number> {
   const fail = (message: string, status = 2): number => {
@@ -112,10 +117,11 @@ async function serve(args: string[]): Promise<number> {
     throw error;
   }
   // This process a worker of `--workers N`: its share of the routing state goes through the primary.
-  const siblings = isGatewayWorker() ? new Siblings((m) => process.send?.(m), Number(process.env[WORKER_ENV])) : undefined;
+  const siblings = isGatewayWorker() ? new Siblings((m) => toPrimary(m), Number(process.env[WORKER_ENV])) : undefined;
   if (workers > 1 && siblings === undefined) {
     // Replication and the admin endpoints change one process's state: with several workers they would split it.
     if (config.sync !== null) return fail("--workers above 1 cannot be combined with sync: (run one replica per process, each with its own replica id)");
+    if (config.disaggregation !== null) return fail("--workers above 1 cannot be combined with disaggregation: (yet): each worker would place on its own copy of both pools");
     if (config.auth.adminApiKey !== null) return fail("--workers above 1 cannot be combined with the admin endpoints (auth.admin_api_key): an admin change would reach one worker only");
     return runPrimary(workers);
   }
@@ -199,7 +205,7 @@ async function serve(args: string[]): Promise<number> {
         else if (m.action === "reload") reload();
         else if (!stopping) stop("SIGTERM");
       });
-      process.send?.({ type: LISTENING_MESSAGE, url: gateway.url });
+      toPrimary({ type: LISTENING_MESSAGE, url: gateway.url });
       return;
     }
     // The URL on a line of its own, whatever the log format, for scripts to read;

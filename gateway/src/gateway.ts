@@ -25,6 +25,7 @@ import { viaEntry } from "./requests/via.js";
 import { GatewayService } from "./service.js";
 import type { StateLog } from "./fleet/routing-state.js";
 import type { Siblings } from "./workers/sibling-log.js";
+import { poolConfig } from "./config/disaggregation-config.js";
 
 /** A running gateway. */
 export interface Gateway {
@@ -159,8 +160,12 @@ export async function createGateway(input: GatewayConfig | GatewayConfigObject, 
   const replication = config.sync === null ? null : new Replication(config.sync, config, log);
   const stateLog = joinLogs([options.stateLog, replication?.stateLog, options.siblings?.stateLog]);
   const via = viaEntry();
-  const fleet: Fleet = new Fleet(config, log, () => (scheduler.schedule(), options.siblings?.loadsChanged()), stateLog, via);
-  for (const i of startUnhealthy) fleet.upstreams[i]?.health.startOut();
+  // With `disaggregation:` this fleet is the decode pool's, and the prefill pool has one of its own.
+  const decodeConfig = poolConfig(config, "decode");
+  const fleet: Fleet = new Fleet(decodeConfig, log, () => (scheduler.schedule(), options.siblings?.loadsChanged()), stateLog, via);
+  const prefillConfig = config.disaggregation === null ? null : poolConfig(config, "prefill");
+  const prefillFleet = prefillConfig === null ? null : new Fleet(prefillConfig, log, () => prefillScheduler?.schedule(), null, via);
+  startOut(config, startUnhealthy, [[decodeConfig, fleet], ...(prefillConfig === null ? [] : [[prefillConfig, prefillFleet!] as const])]);
   replication?.start(fleet.state, () => fleet.upstreams.map((u) => u.url));
   options.siblings?.start(
     fleet.state,
@@ -172,8 +177,14 @@ export async function createGateway(input: GatewayConfig | GatewayConfigObject, 
     },
   );
   const counters: GatewayCounters = { requests: new Map(), codes: new Map(), queued: 0, rejectedFull: 0, subagentRefused: 0 };
-  const scheduler = new Scheduler(fleet, config, counters, (error) => log.error({ err: error }, "the router refused a batch"), (ids) => reader.release(ids), options.placement === "per-request");
-  const service = new GatewayService({ config, log, reader, fleet, scheduler, counters, replication, via });
+  const onRouterError = (error: unknown) => log.error({ err: error }, "the router refused a batch");
+  // A disaggregated request is placed twice: its token ids go back to the reader once both are placed (disaggregated-serving.ts).
+  const release = prefillFleet === null ? (ids: Uint32Array) => reader.release(ids) : () => {};
+  const scheduler = new Scheduler(fleet, decodeConfig, counters, onRouterError, release, options.placement === "per-request");
+  const prefillCounters: GatewayCounters = { requests: new Map(), codes: new Map(), queued: 0, rejectedFull: 0, subagentRefused: 0 };
+  const prefillScheduler = prefillFleet === null ? null : new Scheduler(prefillFleet, prefillConfig!, prefillCounters, onRouterError, release, options.placement === "per-request");
+  const prefill = prefillFleet === null ? null : { fleet: prefillFleet, scheduler: prefillScheduler!, counters: prefillCounters };
+  const service = new GatewayService({ config, log, reader, fleet, scheduler, counters, replication, via, prefill });
   const server = createEdgeServer(config, service.edge, (req, res) => void service.handle(req, res));
   try {
     await listen(server, config);
@@ -185,6 +196,7 @@ export async function createGateway(input: GatewayConfig | GatewayConfigObject, 
     server.closeAllConnections();
     await replication?.close();
     await fleet.destroy();
+    await prefillFleet?.destroy();
     await reader.close();
     throw error;
   }
@@ -207,6 +219,7 @@ export async function createGateway(input: GatewayConfig | GatewayConfigObject, 
         const closed = new Promise<void>((resolve) => server.close(() => resolve()));
         // Requests still waiting for an upstream have not started: answer them now.
         scheduler.stop();
+        prefillScheduler?.stop();
         server.closeIdleConnections();
         const deadline = Date.now() + deadlineMs;
         while (service.inFlight.size > 0 && Date.now() < deadline) {
@@ -218,11 +231,18 @@ export async function createGateway(input: GatewayConfig | GatewayConfigObject, 
         options.siblings?.close();
         await replication?.close();
         await fleet.close();
+        await prefillFleet?.close();
         await reader.close();
       })();
       return closing;
     },
   };
+}
+
+/** Starts out the upstreams found unreachable (indexes in `config.upstreams`), each in the pool fleet it belongs to. */
+function startOut(config: GatewayConfig, unhealthy: readonly number[], pools: readonly (readonly [GatewayConfig, Fleet])[]): void {
+  const out = new Set(unhealthy.map((i) => config.upstreams[i]));
+  for (const [pool, fleet] of pools) pool.upstreams.forEach((u, j) => out.has(u) && fleet.upstreams[j]?.health.startOut());
 }
 
 /** One state log of those given (an embedder's, replication's, the sibling workers'), each appended in turn; null with none. */

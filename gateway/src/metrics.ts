@@ -128,6 +128,7 @@ export function formatGatewayMetrics(upstreams: readonly Upstream[], counters: G
   for (const u of upstreams) lines.push(`${p}upstream_info{upstream="${label(u)}",index="${u.index}",url="${escapeLabel(u.url.slice(0, 200))}"} 1`);
   gauge("upstream_in_flight_requests", "Requests routed to the upstream and not yet ended.", (u) => u.inFlight);
   gauge("upstream_in_flight_tokens", "Prompt tokens of those requests.", (u) => u.inFlightTokens);
+  gauge("upstream_in_transfer_requests", "Disaggregated serving: requests whose prefill the upstream answered and whose decode has not begun, counted in its load (kv_cache_routing_account_for_in_transfer).", (u) => u.inTransfer);
   gauge("upstream_healthy", "1 while the upstream takes requests.", (u) => (u.healthy ? 1 : 0));
   lines.push(`# HELP ${p}upstream_ejections_total Ejections by cause: failed health checks, outlier detection (consecutive 5xx, consecutive gateway failures), unreachable at start.`, `# TYPE ${p}upstream_ejections_total counter`);
   for (const u of upstreams) for (const cause of EJECTION_CAUSES) lines.push(`${p}upstream_ejections_total{upstream="${label(u)}",cause="${cause}"} ${u.health.ejectionsTotal.get(cause) ?? 0}`);

@@ -23,6 +23,9 @@ import { Hangup, type Scheduler } from "./fleet/scheduler.js";
 import type { Replication } from "./replication/replication.js";
 import { formatSyncMetrics } from "./replication/sync-metrics.js";
 import type { Upstream } from "./fleet/upstream.js";
+import { poolConfig } from "./config/disaggregation-config.js";
+import { DisaggregatedServing } from "./disaggregation/disaggregated-serving.js";
+import { mergePoolMetrics } from "./disaggregation/pool-metrics.js";
 
 /** The longest `/v1/models` may take (an engine answers it from memory; `first_byte_ms` is sized for generation). */
 const MODELS_TIMEOUT_MS = 30_000;
@@ -43,6 +46,11 @@ export interface ServiceParts {
   readonly replication: Replication | null;
   /** This gateway's `Via` entry (edge.ts: viaEntry), on every request it sends an upstream. */
   readonly via: string;
+  /**
+   * With `disaggregation:`, the prefill pool (`fleet`, `scheduler` and
+   * `counters` above are then the decode pool's); null: one pool serves whole requests.
+   */
+  readonly prefill: { readonly fleet: Fleet; readonly scheduler: Scheduler; readonly counters: GatewayCounters } | null;
 }
 
 /** What one request's log line says besides its method, path and time. */
@@ -51,6 +59,8 @@ interface Served {
   upstream: string | null;
   outcome: string;
   matched: number | null;
+  /** The counters its outcome goes to (a disaggregated request's: those of the pool that answered last); null: the gateway's. */
+  counters?: GatewayCounters | null;
 }
 
 /** The gateway's request handling and fleet changes. */
@@ -69,6 +79,8 @@ export class GatewayService {
   readonly #models: ModelsEndpoint;
   readonly #proxying: ProxyContext;
   readonly #admin: AdminGateway;
+  /** The two pools' serving, with `disaggregation:`; null otherwise. */
+  readonly #disaggregation: DisaggregatedServing | null;
   /** The configuration the upstreams last came from (the start's, then each reload's or admin change's). */
   #current: GatewayConfig;
 
@@ -81,7 +93,8 @@ export class GatewayService {
     this.#keyDigests = config.auth.apiKeys.map(digest);
     const clientKeys = this.#keyDigests.length > 0;
     this.#models = new ModelsEndpoint(fleet, clientKeys, Math.min(config.timeouts.firstByteMs, MODELS_TIMEOUT_MS), this.#via);
-    this.#proxying = { fleet, scheduler, log, timeouts: config.timeouts, clientKeys, via: this.#via, relearn: (u, call) => this.#relearn(u, call) };
+    this.#proxying = this.#proxyingFor(fleet, scheduler);
+    this.#disaggregation = disaggregationOf(parts, this.#proxying, parts.prefill === null ? null : this.#proxyingFor(parts.prefill.fleet, parts.prefill.scheduler));
     this.#admin = {
       fleet,
       current: () => this.#current,
@@ -91,6 +104,12 @@ export class GatewayService {
       log,
       adminDigest: config.auth.adminApiKey === null ? null : digest(config.auth.adminApiKey.trim()),
     };
+  }
+
+  /** What proxying to `fleet`'s upstreams needs. */
+  #proxyingFor(fleet: Fleet, scheduler: Scheduler): ProxyContext {
+    const { config, log } = this.#parts;
+    return { fleet, scheduler, log, timeouts: config.timeouts, clientKeys: config.auth.apiKeys.length > 0, via: this.#via, relearn: (u, call) => this.#relearn(fleet, u, call) };
   }
 
   /** Serves one request: routes by path, answers every failure OpenAI-style, logs one line. */
@@ -144,16 +163,25 @@ export class GatewayService {
    * replication also sees); other settings are named when they need a restart.
    */
   reloadFleet(next: GatewayConfig): FleetChange & { needRestart: string[] } {
-    const { config, fleet, log } = this.#parts;
-    const change = fleet.reload(next);
+    const { config, fleet, log, prefill } = this.#parts;
+    // Each pool moves to its own upstreams (with `disaggregation:`; else the one fleet to all).
+    const change = fleet.reload(poolConfig(next, "decode"));
+    if (prefill !== null) {
+      const more = prefill.fleet.reload(poolConfig(next, "prefill"));
+      change.added.push(...more.added);
+      change.removed.push(...more.removed);
+      change.kept.push(...more.kept);
+      change.draining.push(...more.draining);
+    }
     this.#current = next;
     logConfigWarnings(log, next.warnings);
     this.#models.prune();
     const text = (v: unknown) => JSON.stringify(v, (_k, x: unknown) => (x instanceof Map ? [...x] : x));
     const needRestart: string[] = (Object.keys(config) as (keyof GatewayConfig)[]).filter((k) => k !== "upstreams" && k !== "warnings" && text(next[k]) !== text(config[k]));
     // An upstream that stays keeps its event source and load scraper as they started.
+    const upstreams = prefill === null ? fleet.upstreams : [...prefill.fleet.upstreams, ...fleet.upstreams];
     for (const u of next.upstreams) {
-      const kept = fleet.upstreams.find((f) => f.url === u.url);
+      const kept = upstreams.find((f) => f.url === u.url);
       if (kept === undefined) continue;
       if (text(u.kvEvents) !== text(kept.kvEvents)) needRestart.push(`upstreams[${kept.index}].kv_events`);
       if (text(u.load) !== text(kept.loadConfig)) needRestart.push(`upstreams[${kept.index}].load`);
@@ -169,19 +197,28 @@ export class GatewayService {
 
   /** The router's metrics, then the gateway's, as Prometheus text. */
   metrics(): string {
-    const { config, fleet, scheduler, counters, reader, replication } = this.#parts;
-    return (
-      formatPrometheus(fleet.routerMetrics()) +
-      formatGatewayMetrics(fleet.upstreams, counters, scheduler.waiting(), fleet.state.views) +
-      formatEdgeMetrics(this.edge, config.limits.maxConnections, reader.metricLines("adp_gateway_")) +
-      (replication === null ? "" : formatSyncMetrics(replication)) +
-      formatBounds(this.#bounds())
-    );
+    const { config, fleet, scheduler, counters, reader, replication, prefill } = this.#parts;
+    const pool = (f: Fleet, s: Scheduler, c: GatewayCounters) => formatPrometheus(f.routerMetrics()) + formatGatewayMetrics(f.upstreams, c, s.waiting(), f.state.views);
+    const edge = formatEdgeMetrics(this.edge, config.limits.maxConnections, reader.metricLines("adp_gateway_")) + (replication === null ? "" : formatSyncMetrics(replication));
+    if (prefill === null) return pool(fleet, scheduler, counters) + edge + formatBounds([...this.#poolBounds(fleet, scheduler), ...this.#edgeBounds()]);
+    // Two pools: each sample labelled with its pool, each family's HELP and TYPE once.
+    return mergePoolMetrics([
+      { pool: "prefill", text: pool(prefill.fleet, prefill.scheduler, prefill.counters) + formatBounds(this.#poolBounds(prefill.fleet, prefill.scheduler)) },
+      { pool: "decode", text: pool(fleet, scheduler, counters) + formatBounds(this.#poolBounds(fleet, scheduler)) },
+      { pool: null, text: edge + formatBounds(this.#edgeBounds()) },
+    ]);
   }
 
-  /** Each bound on what input can make the gateway hold, and its use (see bounds.ts). */
-  #bounds(): Bound[] {
-    const { config, fleet, scheduler, replication } = this.#parts;
+  /** The bounds of the client edge and replication (see bounds.ts). */
+  #edgeBounds(): Bound[] {
+    const { config, replication } = this.#parts;
+    const bounds: Bound[] = [{ bound: "client_connections", limit: config.limits.maxConnections, used: this.edge.connections }];
+    return replication === null ? bounds : [...bounds, ...replication.bounds()];
+  }
+
+  /** Each bound on what input can make one pool hold, and its use (see bounds.ts). */
+  #poolBounds(fleet: Fleet, scheduler: Scheduler): Bound[] {
+    const { config } = this.#parts;
     const budget = config.routing.indexBytes;
     const bounds: Bound[] = [];
     const learned = fleet.state.router.prefixIndex;
@@ -194,8 +231,7 @@ export class GatewayService {
     const conversations = fleet.state.router.metrics().conversations;
     if (conversations !== undefined) bounds.push({ bound: "conversations", limit: conversations.maxSessions, used: conversations.tracked });
     bounds.push({ bound: "queued_requests", limit: config.limits.queueSize, used: scheduler.waiting() });
-    bounds.push({ bound: "client_connections", limit: config.limits.maxConnections, used: this.edge.connections });
-    return replication === null ? bounds : [...bounds, ...replication.bounds()];
+    return bounds;
   }
 
   /** Whether the request carries one of the client keys (constant-time comparison). */
@@ -205,7 +241,7 @@ export class GatewayService {
 
   /** Counts a completion request's outcome and status. */
   #count(served: Served): void {
-    const { requests, codes } = this.#parts.counters;
+    const { requests, codes } = served.counters ?? this.#parts.counters;
     requests.set(served.outcome, (requests.get(served.outcome) ?? 0) + 1);
     if (served.status >= 100 && served.status <= 599) codes.set(served.status, (codes.get(served.status) ?? 0) + 1);
   }
@@ -218,6 +254,10 @@ export class GatewayService {
     const raw = await readBody(req, config.limits.maxBodyBytes);
     const request = await reader.read(kind, raw, req.headers, hangup);
     const tokens = request.tokens.length;
+    if (this.#disaggregation !== null) {
+      const d = await this.#disaggregation.serve({ kind, req, res, raw, tokens, requestId, hangup, request });
+      return { status: d.status, upstream: d.upstream, outcome: d.outcome, matched: d.matched, counters: d.pool.counters };
+    }
     // Only the prompt's size goes on from here, not its token ids: the scheduler hands them back once placed
     // (a token array held for the whole upstream round trip outlives the young generation; bench:serve).
     const placement = await scheduler.acquire(request, hangup);
@@ -240,7 +280,7 @@ export class GatewayService {
     if (req.method !== "GET") throw onlyMethod(path, "GET");
     const open = path === "/health" ? !config.auth.protectHealth : !config.auth.protectMetrics;
     if (!open && !this.#authorized(req)) throw unauthorized();
-    if (path === "/health") return ok(health(res, fleet, replication));
+    if (path === "/health") return ok(health(res, this.#parts.prefill === null ? [fleet] : [this.#parts.prefill.fleet, fleet], replication));
     const [type, body] = path === "/metrics" ? ["text/plain; version=0.0.4", this.metrics()] : ["application/json", JSON.stringify(replication!.state())];
     res.writeHead(200, { "content-type": type }).end(body);
     return ok(200);
@@ -251,8 +291,8 @@ export class GatewayService {
    * same ids: tokenizers are deterministic) rather than held by every request
    * for this rare path.
    */
-  #relearn(u: Upstream, call: ProxyCall): void {
-    const { fleet, reader } = this.#parts;
+  #relearn(fleet: Fleet, u: Upstream, call: ProxyCall): void {
+    const { reader } = this.#parts;
     if (fleet.router.prefixIndex === null) return;
     reader.read(call.kind, call.raw, call.req.headers).then(
       (again) => {
@@ -264,6 +304,14 @@ export class GatewayService {
   }
 }
 
+/** The two pools' serving when the parts have a prefill pool, else null. */
+function disaggregationOf(parts: ServiceParts, decode: ProxyContext, prefill: ProxyContext | null): DisaggregatedServing | null {
+  const d = parts.config.disaggregation;
+  if (d === null || parts.prefill === null || prefill === null) return null;
+  const pool = (role: "prefill" | "decode", p: { fleet: Fleet; scheduler: Scheduler; counters: GatewayCounters }, proxying: ProxyContext) => ({ role, ...p, proxying, accountForInTransfer: d[role].attentionDp.kvCacheRoutingAccountForInTransfer });
+  return new DisaggregatedServing(d, pool("prefill", parts.prefill, prefill), pool("decode", parts, decode), (ids) => parts.reader.release(ids));
+}
+
 /**
  * The `/health` answer: 200 while at least one upstream takes requests (it
  * routes), with `status: "degraded"` and `sync.problem` while a replica cannot
@@ -271,12 +319,14 @@ export class GatewayService {
  * the field, and does not take every replica out when NATS is away); 503 with
  * no upstream.
  */
-function health(res: ServerResponse, fleet: Fleet, replication: Replication | null): number {
-  const ok = fleet.upstreams.some((u) => fleet.available(u));
+function health(res: ServerResponse, fleets: readonly Fleet[], replication: Replication | null): number {
+  // Each pool must take requests: a disaggregated gateway without prefill (or decode) servers serves nothing.
+  const ok = fleets.every((fleet) => fleet.upstreams.some((u) => fleet.available(u)));
+  const pooled = fleets.length > 1;
   const problem = replication?.problem ?? null;
   const body = {
     status: !ok ? "unavailable" : problem !== null ? "degraded" : "ok",
-    upstreams: fleet.upstreams.map((u) => ({ index: u.index, name: u.name, healthy: u.healthy, ...(u.health.cause === null ? {} : { ejected: u.health.cause }), draining: u.draining, in_flight: u.inFlight })),
+    upstreams: fleets.flatMap((fleet, f) => fleet.upstreams.map((u) => ({ index: u.index, name: u.name, ...(pooled ? { pool: f === 0 ? "prefill" : "decode" } : {}), healthy: u.healthy, ...(u.health.cause === null ? {} : { ejected: u.health.cause }), draining: u.draining, in_flight: u.inFlight }))),
     ...(replication === null ? {} : { sync: { synced: replication.synced, connected: replication.connected, pending: replication.pending, applied: replication.applied, ...(problem === null ? {} : { problem }) } }),
   };
   res.writeHead(ok ? 200 : 503, { "content-type": "application/json" }).end(JSON.stringify(body));

@@ -7,6 +7,7 @@ import type { ChildProcess } from "node:child_process";
 import { createServer, type IncomingMessage, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterEach } from "vitest";
+import { prefillAnswer, type PrefillRole } from "./mock-prefill.js";
 
 /** What one received request looked like. */
 export interface Received {
@@ -14,6 +15,8 @@ export interface Received {
   readonly path: string;
   readonly headers: IncomingMessage["headers"];
   readonly body: unknown;
+  /** The body's text, as it came (long integers with every digit). */
+  readonly raw: string;
 }
 
 /** Behaviour knobs, changeable while it runs. */
@@ -38,6 +41,12 @@ export interface EngineBehaviour {
   kvCacheEvents?: string[];
   /** `GET /metrics`: this text as vLLM's Prometheus page, or a status to fail with. */
   loadMetrics?: string | number;
+  /**
+   * A disaggregated prefill server's whole answer (mock-prefill.ts): trtllm a
+   * context server's (disaggregated_params per choice), vllm a NIXL prefill's
+   * (top-level kv_transfer_params), sglang a prefill's (nothing to hand over).
+   */
+  prefill?: PrefillRole;
 }
 
 /** A running mock engine. */
@@ -71,7 +80,7 @@ export async function startMockEngine(name: string, behaviour: EngineBehaviour =
       body = text;
     }
     const path = req.url ?? "/";
-    engine.received.push({ method: req.method ?? "", path, headers: req.headers, body });
+    engine.received.push({ method: req.method ?? "", path, headers: req.headers, body, raw: text });
     const b = engine.behaviour;
     if (path === "/health") {
       res.writeHead(b.healthStatus ?? 200).end("ok");
@@ -114,6 +123,12 @@ export async function startMockEngine(name: string, behaviour: EngineBehaviour =
     const chat = path === "/v1/chat/completions";
     const stream = (body as { stream?: boolean } | null)?.stream === true;
     const id = `cmpl-${engine.received.length}`;
+    if (b.prefill !== undefined) {
+      finished = true;
+      const answer = prefillAnswer(b.prefill, name, chat, id, text);
+      res.writeHead(200, { "content-type": "application/json", "content-length": Buffer.byteLength(answer) }).end(answer);
+      return;
+    }
     if (!stream) {
       finished = true;
       const choice = chat ? { index: 0, message: { role: "assistant", content: `hello from ${name}` }, finish_reason: "stop" } : { index: 0, text: `hello from ${name}`, finish_reason: "stop" };

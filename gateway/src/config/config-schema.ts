@@ -6,6 +6,7 @@ import { attentionDpConfigSchema } from "adp-router";
 import { LEVELS, POLICY_CONFIGS } from "./config.js";
 import { engineLoadSchema, kvEventsSchema } from "./events-config.js";
 import { syncSchema } from "./sync-config.js";
+import { disaggregationSchema, roleSchema } from "./disaggregation-config.js";
 import { tokenizerSchema } from "./tokenizer-settings.js";
 
 /** The library's attention_dp_config schema, as a subschema (its own `$schema` stays with the document's root). */
@@ -47,6 +48,7 @@ export const gatewayConfigSchema = Object.freeze({
               rank_routing: { enum: ["adp", "instance", "none"], description: "How a request is pinned to one of the engine's DP ranks (sent as X-Data-Parallel-Rank): adp runs this library's router (the upstream's attention_dp_config, else the gateway's) over the ranks, instance scores them as TensorRT-LLM's centralized router does (matched blocks - 0.25 x requests in flight, ties in turn), none sends no rank (the engine's balancer picks). Default: adp for an engine with several ranks whose load kind is vllm or sglang, else none." },
               kv_events: kvEventsSchema,
               load: engineLoadSchema,
+              ...roleSchema,
             },
           },
         ],
@@ -113,6 +115,7 @@ export const gatewayConfigSchema = Object.freeze({
     },
     logging: { type: "object", additionalProperties: false, properties: { level: { enum: [...LEVELS], default: "info" } } },
     sync: syncSchema,
+    disaggregation: disaggregationSchema(Object.keys(POLICY_CONFIGS)),
     tokenizer: tokenizerSchema,
     routing: {
       type: "object",

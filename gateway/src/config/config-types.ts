@@ -6,6 +6,7 @@ import type { AttentionDpConfig } from "adp-router";
 import type { TokenizerSettings } from "./tokenizer-settings.js";
 import type { EngineLoadConfig, KvEventsConfig } from "./events-config.js";
 import type { SyncConfig } from "./sync-config.js";
+import type { PoolRouting } from "./policies.js";
 
 /** One upstream engine: a rank of the gateway's router. */
 export interface UpstreamConfig {
@@ -30,6 +31,33 @@ export interface UpstreamConfig {
   readonly rankRouting: RankRoutingKind;
   /** Its engine's own attention_dp_config, which phase 2 (`adp`) runs over its ranks, or null: the gateway's. */
   readonly attentionDp: AttentionDpConfig | null;
+  /** Its pool under `disaggregation:` (a context/prefill or generation/decode server), or null: it serves whole requests. */
+  readonly role: UpstreamRole | null;
+  /** An SGLang prefill server's bootstrap port (its `--disaggregation-bootstrap-port`), or null: the server's default (8998). */
+  readonly bootstrapPort: number | null;
+}
+
+/** The pool an upstream belongs to in disaggregated serving. */
+export type UpstreamRole = "prefill" | "decode";
+
+/** The wire protocol that hands a request from its prefill server to its decode server: the engines'. */
+export type DisaggregationProtocol = "trtllm" | "vllm" | "sglang";
+
+/** Prefill/decode disaggregation (`disaggregation:`): two pools, each routed by its own router. */
+export interface DisaggregationConfig {
+  readonly protocol: DisaggregationProtocol;
+  /**
+   * TensorRT-LLM's conditional disaggregation (`conditional_disagg_config`):
+   * a request whose prompt a generation server holds in part, with at most
+   * this many tokens left to prefill, is served whole there; null: off.
+   */
+  readonly maxLocalPrefillLength: number | null;
+  /** This gateway's node in the 64-bit request ids it makes (TensorRT-LLM's `node_id`, 0..255). */
+  readonly nodeId: number;
+  /** The context (prefill) pool's routing. */
+  readonly prefill: PoolRouting;
+  /** The generation (decode) pool's routing. */
+  readonly decode: PoolRouting;
 }
 
 /** How the gateway picks an upstream's DP rank for a request (phase 2). */
@@ -133,6 +161,8 @@ export interface GatewayConfig {
   readonly tokenizer: TokenizerSettings;
   /** The NATS server its replicas share one routing state through, or null (a gateway of its own). */
   readonly sync: SyncConfig | null;
+  /** Prefill/decode disaggregation, or null: every upstream serves whole requests. */
+  readonly disaggregation: DisaggregationConfig | null;
   readonly routing: {
     /** Tokens per block of the gateway's prefix index. */
     readonly tokensPerBlock: number;
@@ -211,6 +241,7 @@ export interface GatewayConfigObject {
   readonly routing?: { readonly tokens_per_block?: number; readonly index_bytes?: number; readonly lora_adapters?: Readonly<Record<string, number>> };
   readonly tokenizer?: unknown;
   readonly sync?: unknown;
+  readonly disaggregation?: unknown;
 }
 
 /** One upstream as the YAML file (or the admin endpoint's body) writes it. */
@@ -222,6 +253,8 @@ export interface UpstreamObject {
   readonly drain?: boolean;
   readonly kv_events?: unknown;
   readonly load?: unknown;
+  readonly role?: UpstreamRole;
+  readonly bootstrap_port?: number;
 }
 
 /** One problem in a configuration, where it is. */

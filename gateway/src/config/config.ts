@@ -11,6 +11,8 @@ import { readFileSync, statSync } from "node:fs";
 import { LineCounter, parseDocument, isMap, isSeq, type Node } from "yaml";
 import { DEFAULT_LOAD_WEIGHT, parseAttentionDpConfig, type AttentionDpConfig } from "adp-router";
 import { AttentionDpConfigError, describeValue, excerpt } from "adp-router";
+import { readPolicy } from "./policies.js";
+import { readDisaggregation, readRole } from "./disaggregation-config.js";
 import { ENGINE_TOKENS_PER_BLOCK, readTokenizerSettings } from "./tokenizer-settings.js";
 import { readEngineLoad, readKvEvents, type EngineLoadConfig, type KvEventsConfig } from "./events-config.js";
 import { readSyncSettings } from "./sync-config.js";
@@ -18,16 +20,7 @@ import type { UpstreamConfig, GatewayConfig, GatewayFlags, GatewayConfigObject, 
 
 export type { UpstreamConfig, GatewayConfig, GatewayFlags, GatewayConfigObject, UpstreamObject, ConfigIssue } from "./config-types.js";
 
-/** Routing policies `--policy` names, and the attention_dp_config each starts from. */
-export const POLICY_CONFIGS = Object.freeze({
-  kv_cache_aware: { enable_kv_cache_aware_routing: true },
-  conversation: { kv_cache_routing_conversation_affinity: true },
-  default: {},
-  // Phase 1 is TensorRT-LLM's centralized router (fleet/centralized-selection.ts); the config is phase 2 adp's.
-  centralized: { enable_kv_cache_aware_routing: true },
-} as const);
-/** A policy name. */
-export type PolicyName = keyof typeof POLICY_CONFIGS;
+export { POLICY_CONFIGS, type PolicyName } from "./policies.js";
 
 /** A configuration that cannot start the gateway; lists every problem. */
 export class GatewayConfigError extends Error {
@@ -45,9 +38,9 @@ export class GatewayConfigError extends Error {
 
 /** The keys each section accepts, for unknown-key errors. */
 const SECTIONS: Record<string, readonly string[]> = {
-  "": ["listen", "upstreams", "policy", "attention_dp_config", "limits", "timeouts", "health", "auth", "logging", "routing", "tokenizer", "sync"],
+  "": ["listen", "upstreams", "policy", "attention_dp_config", "limits", "timeouts", "health", "auth", "logging", "routing", "tokenizer", "sync", "disaggregation"],
   listen: ["host", "port"],
-  "upstreams[]": ["url", "name", "api_key", "api_key_env", "drain", "kv_events", "load", "dp_ranks", "rank_routing", "attention_dp_config"],
+  "upstreams[]": ["url", "name", "api_key", "api_key_env", "drain", "kv_events", "load", "dp_ranks", "rank_routing", "attention_dp_config", "role", "bootstrap_port"],
   limits: ["max_body_bytes", "max_in_flight_per_upstream", "queue_size", "queue_timeout_ms", "max_connections", "max_prompt_chars", "max_prompt_tokens"],
   timeouts: ["headers_ms", "request_ms", "keep_alive_ms", "connect_ms", "first_byte_ms", "idle_ms", "max_stream_ms"],
   health: ["path", "interval_ms", "timeout_ms", "unhealthy_threshold", "healthy_threshold", "on_start", "consecutive_5xx", "consecutive_gateway_failures", "base_ejection_ms", "max_ejection_ms", "max_ejected_percent"],
@@ -320,7 +313,8 @@ function readUpstream(r: Reader, entry: unknown, path: (string | number)[], env:
   const load = readEngineLoad(r, u.load, [...path, "load"]);
   const { dpRanks, rankRouting } = readRankRouting(r, u, path, kvEvents, load);
   const attentionDp = readEngineAttentionDp(r, u.attention_dp_config, [...path, "attention_dp_config"]);
-  return { url: checked.url, name: excerpt(name, 64), apiKey, drain: r.bool(u.drain, [...path, "drain"], false), kvEvents, load, dpRanks, rankRouting, attentionDp };
+  const { role, bootstrapPort } = readRole(r, u, path);
+  return { url: checked.url, name: excerpt(name, 64), apiKey, drain: r.bool(u.drain, [...path, "drain"], false), kvEvents, load, dpRanks, rankRouting, attentionDp, role, bootstrapPort };
 }
 
 /** An upstream's engine's own `attention_dp_config` (as in its extra_llm_api_options.yaml: TensorRT-LLM's defaults for the rest), or null. */
@@ -502,7 +496,7 @@ export function loadGatewayConfig(options: LoadOptions = {}): GatewayConfig {
       if ("why" in checked) r.fail(["upstream", i], checked.why, "--upstream");
       else {
         if (checked.warning !== undefined) r.warn(["upstream", i], checked.warning, "--upstream");
-        upstreams.push({ url: checked.url, name: defaultUpstreamName(checked.url), apiKey: null, drain: false, kvEvents: null, load: null, dpRanks: 1, rankRouting: "none", attentionDp: null });
+        upstreams.push({ url: checked.url, name: defaultUpstreamName(checked.url), apiKey: null, drain: false, kvEvents: null, load: null, dpRanks: 1, rankRouting: "none", attentionDp: null, role: null, bootstrapPort: null });
       }
     });
   } else if (top.upstreams !== undefined) {
@@ -519,26 +513,10 @@ export function loadGatewayConfig(options: LoadOptions = {}): GatewayConfig {
   for (const p of fleetProblems(upstreams, (i) => (fromFlags ? ["upstream", i] : ["upstreams", i]))) r.fail(fromFlags ? p.path.slice(0, 2) : p.path, p.message, fromFlags ? "--upstream" : undefined);
 
   const policyName = flags.policy ?? (top.policy === undefined ? undefined : r.str(top.policy, ["policy"], "kv_cache_aware"));
-  const centralized = policyName === "centralized";
-  let base: Record<string, unknown> = { ...POLICY_CONFIGS.kv_cache_aware };
-  if (policyName !== undefined) {
-    if (!Object.hasOwn(POLICY_CONFIGS, policyName)) r.fail(["policy"], `must be one of ${Object.keys(POLICY_CONFIGS).join(", ")}, got ${describeValue(policyName)}`, flags.policy !== undefined ? "--policy" : where(["policy"]));
-    else base = { ...POLICY_CONFIGS[policyName as PolicyName] };
-  }
-  let attentionDp = parseAttentionDpConfig(base);
-  if (top.attention_dp_config !== undefined && top.attention_dp_config !== null) {
-    const block = top.attention_dp_config;
-    if (typeof block !== "object" || Array.isArray(block)) r.fail(["attention_dp_config"], `must be a mapping, got ${describeValue(block)}`);
-    else {
-      try {
-        // A --policy flag picks the router; the file's block tunes it.
-        attentionDp = parseAttentionDpConfig(flags.policy !== undefined ? { ...block, ...base } : { ...base, ...block });
-      } catch (error) {
-        if (!(error instanceof AttentionDpConfigError)) throw error;
-        for (const issue of error.issues) r.fail(["attention_dp_config", issue.field], `${issue.rule}, got ${describeValue(issue.received)}`, where(["attention_dp_config", issue.field]));
-      }
-    }
-  }
+  // A --policy flag picks the router; the file's block tunes it.
+  const { attentionDp, centralized } = readPolicy(r, policyName, top.attention_dp_config, [], "kv_cache_aware", flags.policy !== undefined, flags.policy !== undefined ? "--policy" : undefined);
+
+  const disaggregation = readDisaggregation(r, top.disaggregation, upstreams, flags.upstreams !== undefined && flags.upstreams.length > 0, policyName);
 
   const limits = r.section(top.limits, ["limits"], SECTIONS.limits!);
   const timeouts = r.section(top.timeouts, ["timeouts"], SECTIONS.timeouts!);
@@ -669,7 +647,11 @@ export function loadGatewayConfig(options: LoadOptions = {}): GatewayConfig {
       loadWeight: r.num(routing.load_weight, ["routing", "load_weight"], 0, 1e6, DEFAULT_LOAD_WEIGHT),
     },
     centralized,
+    disaggregation,
   };
+  // Replication and the admin endpoints change one fleet's state: a disaggregated gateway runs two.
+  if (disaggregation !== null && sync !== null) r.fail(["sync"], "cannot be combined with disaggregation: (yet): replicas share one fleet's routing state, and a disaggregated gateway runs two pools");
+  if (disaggregation !== null && adminApiKey !== null) r.fail(["auth", "admin_api_key"], "cannot be combined with disaggregation: (yet): the admin endpoints change one fleet, and a disaggregated gateway runs two pools");
   if (r.omitted > 0) r.issues.push({ field: "(file)", message: `and ${r.omitted} more problems`, where: null });
   if (r.issues.length > 0) throw new GatewayConfigError(r.issues);
   CHECKED.add(config);

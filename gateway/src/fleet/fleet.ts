@@ -136,6 +136,19 @@ export class Fleet {
     this.#onRoom();
   }
 
+  /** Counts a request whose prefill `u` answered as still sending its KV cache (until {@link transferred}). */
+  inTransfer(u: Upstream, tokens: number): void {
+    u.inTransfer++;
+    u.inTransferTokens += tokens;
+  }
+
+  /** Ends {@link inTransfer}'s count: the decode server has the KV cache (its first chunk came), or the request ended. */
+  transferred(u: Upstream, tokens: number): void {
+    u.inTransfer--;
+    u.inTransferTokens -= tokens;
+    this.#onRoom();
+  }
+
   /** Starts or stops draining the upstream at `index`; returns it, or null when there is none. */
   drain(index: number, on: boolean): Upstream | null {
     const u = this.upstreams[index];

@@ -63,6 +63,14 @@ export class Upstream {
   inFlight = 0;
   /** Their prompt tokens. */
   inFlightTokens = 0;
+  /**
+   * Disaggregated serving, with the pool's kv_cache_routing_account_for_in_transfer:
+   * requests whose prefill it answered and whose decode has not begun (its KV
+   * cache still moving to the decode server), and their prompt tokens. Its
+   * engine no longer reports them; TensorRT-LLM's router adds them to the rank's load.
+   */
+  inTransfer = 0;
+  inTransferTokens = 0;
   /** With `serve --workers N`: the other workers' requests on it, as they last reported them (its load is theirs and its own). */
   siblingInFlight = 0;
   siblingInFlightTokens = 0;
@@ -105,6 +113,8 @@ export class Upstream {
   loggedStatus: FeedStatus | null = null;
   /** Phase 2 over its engine's own DP ranks (rank_routing adp or instance), or null: the engine's balancer picks. */
   readonly rankRouting: RankRouting | null;
+  /** An SGLang prefill server's bootstrap port, or null: the server's default (disaggregation). */
+  readonly bootstrapPort: number | null;
   /** Its DP ranks, rank_routing and engine attention_dp_config as started (a reload that changes them needs a restart). */
   readonly dpRanks: number;
   readonly rankRoutingKind: UpstreamConfig["rankRouting"];
@@ -141,6 +151,7 @@ export class Upstream {
     });
     this.health = new UpstreamHealth(gateway.health);
     this.dpRanks = config.dpRanks;
+    this.bootstrapPort = config.bootstrapPort;
     this.rankRoutingKind = config.rankRouting;
     this.engineAttentionDp = config.attentionDp;
     this.rankRouting =
@@ -169,8 +180,10 @@ export class Upstream {
     const report = this.load === null || this.loadConfig === null ? null : this.load.current(this.loadConfig.maxAgeMs);
     const inFlight = this.inFlight + this.siblingInFlight;
     const inFlightTokens = this.inFlightTokens + this.siblingInFlightTokens;
-    if (report === null) return { numActiveRequests: inFlight, numActiveTokens: inFlightTokens };
-    return rankStateFromLoad({ inFlight, inFlightTokens }, report, { tokensPerRequest: meanPrompt });
+    const own = report === null ? { numActiveRequests: inFlight, numActiveTokens: inFlightTokens } : rankStateFromLoad({ inFlight, inFlightTokens }, report, { tokensPerRequest: meanPrompt });
+    if (this.inTransfer === 0) return own;
+    // Neither the engine's count nor the gateway's in-flight one holds them any more: added to both.
+    return { numActiveRequests: own.numActiveRequests + this.inTransfer, numActiveTokens: own.numActiveTokens + this.inTransferTokens };
   }
 
   /** Whether it is being drained: it finishes its requests and takes no new ones. */

@@ -15,10 +15,27 @@
 // says so (`onRequestStart`) right before its first byte, so a failure before
 // that is one the upstream never saw.
 
-import type { IncomingHttpHeaders, ServerResponse } from "node:http";
+import type { IncomingHttpHeaders } from "node:http";
 import type { Dispatcher } from "undici";
 import type { Hangup } from "../fleet/scheduler.js";
 import { ExchangeError, reasonOf, type ExchangeReason } from "../fleet/upstream-errors.js";
+
+/**
+ * Where an answer goes: the client's response (a ServerResponse), or a
+ * buffer that holds it for the gateway (a prefill server's answer, which the
+ * gateway reads before the decode request goes out).
+ */
+export interface AnswerSink {
+  writeHead(status: number, headers: Record<string, string | string[]>): unknown;
+  flushHeaders(): void;
+  write(chunk: Buffer): boolean;
+  end(chunk?: Buffer | string): unknown;
+  once(event: "drain", listener: () => void): unknown;
+  off(event: "drain", listener: () => void): unknown;
+  destroy(): unknown;
+  readonly destroyed: boolean;
+  readonly writableEnded: boolean;
+}
 
 /** What sending one request needs. */
 export interface ExchangeOptions {
@@ -41,6 +58,8 @@ export interface ExchangeOptions {
   readonly onData?: ((chunk: Buffer) => Buffer) | undefined;
   /** Called once the answer ended: what it returns (bytes `onData` held back) is written before the end. */
   readonly onEnd?: (() => Buffer | null) | undefined;
+  /** Called once, as the request's first byte goes out (from then on the upstream may have it). */
+  readonly onWritten?: (() => void) | undefined;
 }
 
 /** A sent request: `head` settles with the answer's status, or with the error that came before any answer; `end` once the body is through. */
@@ -52,7 +71,7 @@ export interface Exchange {
 }
 
 /** Sends one POST over `dispatcher` and relays its answer into `res`. */
-export function exchange(dispatcher: Dispatcher, res: ServerResponse, options: ExchangeOptions): Exchange {
+export function exchange(dispatcher: Dispatcher, res: AnswerSink, options: ExchangeOptions): Exchange {
   let settleHead!: { resolve: (status: number) => void; reject: (error: Error) => void };
   let settleEnd!: { resolve: () => void; reject: (error: Error) => void };
   const head = new Promise<number>((resolve, reject) => (settleHead = { resolve, reject }));
@@ -112,6 +131,7 @@ export function exchange(dispatcher: Dispatcher, res: ServerResponse, options: E
         return;
       }
       written = true;
+      options.onWritten?.();
       if (connecting) {
         connecting = false;
         clearTimeout(timer!);

@@ -8,11 +8,11 @@
 // `x-adp-upstream-name` and `x-request-id`; a stream the upstream cuts short
 // ends with an OpenAI-style SSE error event rather than a dropped connection.
 
-import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from "node:http";
+import type { IncomingHttpHeaders, IncomingMessage } from "node:http";
 import type { Logger } from "pino";
 import type { GatewayConfig } from "../config/config.js";
 import { viaFor } from "../requests/via.js";
-import { exchange } from "./exchange.js";
+import { exchange, type AnswerSink } from "./exchange.js";
 import { ExchangeError, type ExchangeReason } from "../fleet/upstream-errors.js";
 import type { Fleet } from "../fleet/fleet.js";
 import { HttpError } from "../requests/openai.js";
@@ -44,8 +44,16 @@ export interface ProxyContext {
 export interface ProxyCall {
   readonly kind: "chat" | "completion";
   readonly req: IncomingMessage;
-  readonly res: ServerResponse;
+  /** Where the answer goes: the client's response, or (a prefill's) a buffer the gateway reads. */
+  readonly res: AnswerSink;
+  /** The client's body as it came (what a retried prompt is read again from). */
   readonly raw: Buffer;
+  /** The body sent to upstream `u`, when it is not `raw` (a disaggregated request's phase, which can name its server). */
+  readonly body?: ((u: Upstream) => Buffer) | undefined;
+  /** Called once the request's first byte went out to `u` (disaggregation starts a paired request then). */
+  readonly onSent?: ((u: Upstream) => void) | undefined;
+  /** Called once, at the answer's first body chunk, its end, or its failure (a KV transfer is over by then). */
+  readonly onFirstChunk?: (() => void) | undefined;
   /** Its prompt's tokens (its load on the upstream). */
   readonly tokens: number;
   readonly requestId: string;
@@ -120,7 +128,20 @@ export const RANK_HEADER = "x-data-parallel-rank";
  * (there without a rank: that engine's balancer picks); resolves with how it
  * ended (or throws the HttpError to answer when no answer came).
  */
-export async function proxy(ctx: ProxyContext, call: ProxyCall, first: Upstream, rank: number | null = null): Promise<ProxyOutcome> {
+export function proxy(ctx: ProxyContext, call: ProxyCall, first: Upstream, rank: number | null = null): Promise<ProxyOutcome> {
+  const notify = call.onFirstChunk;
+  if (notify === undefined) return proxyTo(ctx, call, first, rank, null);
+  let told = false;
+  const once = () => {
+    if (told) return;
+    told = true;
+    notify();
+  };
+  return proxyTo(ctx, call, first, rank, once).finally(once);
+}
+
+/** proxy()'s loop over the upstreams it may try; `firstChunk` is called at the answer's first chunk and its end. */
+async function proxyTo(ctx: ProxyContext, call: ProxyCall, first: Upstream, rank: number | null, firstChunk: (() => void) | null): Promise<ProxyOutcome> {
   const { fleet, scheduler, log } = ctx;
   const { res, hangup, tokens } = call;
   const tried = new Set<Upstream>();
@@ -133,7 +154,8 @@ export async function proxy(ctx: ProxyContext, call: ProxyCall, first: Upstream,
     const sent = exchange(upstream.pool, res, {
       path: `${upstream.basePath}${call.req.url}`,
       headers: upstreamHeaders(ctx, call, upstream, upstream === first ? rank : null),
-      body: call.raw,
+      body: call.body === undefined ? call.raw : call.body(upstream),
+      onWritten: call.onSent === undefined ? undefined : () => call.onSent!(upstream),
       hangup,
       connectMs: ctx.timeouts.connectMs,
       firstByteMs: ctx.timeouts.firstByteMs,
@@ -150,8 +172,14 @@ export async function proxy(ctx: ProxyContext, call: ProxyCall, first: Upstream,
           timing = new TokenTiming(started, (gap) => upstream.itl.observe(gap));
         }
       },
-      onData: (chunk) => (timing === null ? chunk : (timing as TokenTiming).chunk(chunk)),
-      onEnd: () => (timing === null ? null : (timing as TokenTiming).flush()),
+      onData: (chunk) => {
+        firstChunk?.();
+        return timing === null ? chunk : (timing as TokenTiming).chunk(chunk);
+      },
+      onEnd: () => {
+        firstChunk?.();
+        return timing === null ? null : (timing as TokenTiming).flush();
+      },
     });
     let status: number;
     try {

@@ -31,6 +31,16 @@ export interface ControlMessage {
   readonly action: "stop" | "reload";
 }
 
+/**
+ * Sends `message` to a worker, dropping it when the channel is closing: a worker
+ * that is exiting needs no more messages (its "exit" is handled), and without a
+ * callback node:child_process would emit the EPIPE as an unhandled "error" and
+ * end the primary.
+ */
+const post = (w: Worker, message: object): void => {
+  if (w.isConnected()) w.send(message, undefined, () => undefined);
+};
+
 /** Whether this process is a worker of `serve --workers N` (forked by runPrimary). */
 export const isGatewayWorker = (): boolean => cluster.isWorker && process.env[WORKER_ENV] !== undefined;
 
@@ -53,7 +63,7 @@ export function runPrimary(n: number): Promise<number> {
         // One still starting reads no message yet (and has no signal handler: SIGTERM ends it, as it had served nothing).
         if (!started.has(slot)) {
           if (action === "stop") w.process.kill("SIGTERM");
-        } else if (w.isConnected()) w.send({ type: CONTROL_MESSAGE, action } satisfies ControlMessage);
+        } else post(w, { type: CONTROL_MESSAGE, action } satisfies ControlMessage);
       }
     };
     const stop = (why: string, code: number) => {
@@ -71,7 +81,7 @@ export function runPrimary(n: number): Promise<number> {
         const type = typeof m === "object" && m !== null ? (m as { type?: unknown }).type : undefined;
         if (type === STATE_MESSAGE) {
           // Relayed as received, in this order; each receiver checks it whole (Siblings.receive): checked here too, it would be twice.
-          for (const other of slots.keys()) if (other !== w && other.isConnected()) other.send(m as object);
+          for (const other of slots.keys()) if (other !== w) post(other, m as object);
         } else if (type === LISTENING_MESSAGE) {
           started.add(slot);
           if (url === null && started.size === n) {
@@ -83,7 +93,7 @@ export function runPrimary(n: number): Promise<number> {
       w.on("exit", (code, signal) => {
         slots.delete(w);
         // Its requests are gone with it: the others drop its load report.
-        for (const other of slots.keys()) if (other.isConnected()) other.send({ type: STATE_MESSAGE, from: slot, entries: [], loads: [] });
+        for (const other of slots.keys()) post(other, { type: STATE_MESSAGE, from: slot, entries: [], loads: [] });
         if (!stopping && !started.has(slot)) stop(`worker ${slot} could not start (exit ${code ?? signal}): stopping the others`, code === 0 || code === null ? 1 : code);
         else if (!stopping) {
           say(`worker ${slot} exited (${code ?? signal}): starting it again`);

@@ -1,0 +1,161 @@
+// The engines' hand-over of a request from its prefill (context) server to its
+// decode (generation) server, as each engine's own front end does it; every
+// body is the client's, byte for byte, but for the members set here
+// (json-members.ts). A client's own protocol fields are dropped: which server
+// holds which KV cache is the gateway's to say.
+//
+//   trtllm  tensorrt_llm/serve/openai_disagg_service.py (context first, the default
+//           schedule style), openai_protocol.py, disagg_utils.py; TensorRT-LLM main,
+//           commit 00bb903 (2026). JSON bodies (not the msgpack of X-TRTLLM-Msgpack).
+//   vllm    tests/v1/kv_connector/nixl_integration/toy_proxy_server.py with
+//           vllm/distributed/kv_transfer/kv_connector/v1/nixl_connector.py (vLLM v0.11).
+//   sglang  python/sglang/srt/disaggregation/mini_lb.py (SGLang v0.5): the same
+//           body with bootstrap_host, bootstrap_port and bootstrap_room to both servers.
+
+import { arrayElements, memberText, objectMembers, withMembers } from "./json-members.js";
+
+/** An answer from a prefill server that is not what its protocol defines (the client gets a 502 naming it). */
+export class HandOffError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "HandOffError";
+  }
+}
+
+/** What a prefill server's answer says comes next. */
+export type HandOff =
+  /** The decode request: the client's body with these members set (undefined: removed). */
+  | { readonly kind: "decode"; readonly members: ReadonlyMap<string, string | undefined> }
+  /** TensorRT-LLM: the context phase ended the request (its finish reason neither length nor not_finished); `answer` is the client's. */
+  | { readonly kind: "finished"; readonly answer: string };
+
+/** `text` parsed, if it is a JSON object; else a HandOffError. */
+function objectOf(text: string, what: string): Record<string, unknown> {
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch {
+    throw new HandOffError(`the ${what} is not JSON`);
+  }
+  if (typeof value !== "object" || value === null || Array.isArray(value)) throw new HandOffError(`the ${what} is not a JSON object`);
+  return value as Record<string, unknown>;
+}
+
+// ---- TensorRT-LLM ---------------------------------------------------------
+
+/** TensorRT-LLM's DisaggScheduleStyle.CONTEXT_FIRST. */
+const CONTEXT_FIRST = "0";
+
+/**
+ * The context request (`_get_ctx_request`): the client's body with
+ * `disaggregated_params` asking for the context phase only, not streamed.
+ * The context server itself caps it at one token.
+ */
+export function trtllmContextBody(client: string, id: bigint, conversationId: string | null): string {
+  const params = `{"request_type":"context_only","disagg_request_id":${id},"schedule_style":${CONTEXT_FIRST},"conversation_id":${JSON.stringify(conversationId)}}`;
+  return withMembers(client, new Map([["disaggregated_params", params], ["stream", "false"], ["stream_options", "null"]]));
+}
+
+/**
+ * The generation request from the context server's answer
+ * (`_verify_ctx_response`, `_need_gen`, `_get_gen_request`): exactly one
+ * choice carrying `disaggregated_params` with both request ids; those params
+ * go on as `generation_only`, with the context's usage, and the prompt becomes
+ * the token ids the context server read. A choice that finished for another
+ * reason than length ends the request there: its answer is the client's.
+ */
+export function trtllmHandOff(kind: "chat" | "completion", answer: string, id: bigint, conversationId: string | null): HandOff {
+  const parsed = objectOf(answer, "context server's answer");
+  const choices = parsed.choices;
+  if (!Array.isArray(choices) || choices.length !== 1) throw new HandOffError(`the context server returned ${Array.isArray(choices) ? choices.length : "no"} choices, expecting 1`);
+  const choice = choices[0] as Record<string, unknown> | null;
+  const params = typeof choice === "object" && choice !== null ? choice.disaggregated_params : undefined;
+  if (typeof params !== "object" || params === null || Array.isArray(params)) throw new HandOffError(`the context server did not return disaggregated_params (finish_reason ${JSON.stringify(choice?.finish_reason ?? null)})`);
+  const p = params as Record<string, unknown>;
+  for (const field of ["ctx_request_id", "disagg_request_id"]) if (p[field] === undefined || p[field] === null) throw new HandOffError(`the context server's disaggregated_params has no ${field}`);
+  const choicesAt = objectMembers(answer).filter((m) => m.key === "choices").at(-1)!.valueStart;
+  const choiceAt = arrayElements(answer, choicesAt)[0]!;
+  if (choice!.finish_reason !== "length" && choice!.finish_reason !== "not_finished") {
+    // `_need_gen`: the context's own answer, less its hand-over.
+    const finished = withMembers(answer, new Map([["choices", `[${withMembers(answer, new Map([["disaggregated_params", undefined]]), choiceAt)}]`]]));
+    return { kind: "finished", answer: finished };
+  }
+  const paramsText = memberText(answer, "disaggregated_params", choiceAt)!;
+  const generation = withMembers(
+    paramsText,
+    new Map([
+      ["request_type", '"generation_only"'],
+      ["schedule_style", CONTEXT_FIRST],
+      ["conversation_id", JSON.stringify(conversationId)],
+      ["ctx_usage", memberText(answer, "usage") ?? "null"],
+      ["disagg_request_id", String(id)],
+    ]),
+  );
+  const members = new Map<string, string | undefined>([["disaggregated_params", generation]]);
+  const ids = memberText(answer, "prompt_token_ids");
+  if (ids !== null && ids !== "null") members.set(kind === "completion" ? "prompt" : "prompt_token_ids", ids);
+  return { kind: "decode", members };
+}
+
+/** The streamed form of a context answer that ended the request: its one choice as one chunk, then `[DONE]`. */
+export function finishedAsStream(kind: "chat" | "completion", answer: string): string {
+  const a = JSON.parse(answer) as { id?: unknown; created?: unknown; model?: unknown; choices: Record<string, unknown>[]; usage?: unknown };
+  const c = a.choices[0]!;
+  const message = (c.message ?? {}) as Record<string, unknown>;
+  const choice = kind === "chat" ? { index: 0, delta: { role: message.role ?? "assistant", content: message.content ?? "" }, finish_reason: c.finish_reason ?? null } : { index: 0, text: c.text ?? "", finish_reason: c.finish_reason ?? null };
+  const chunk = { id: a.id ?? null, object: kind === "chat" ? "chat.completion.chunk" : "text_completion", created: a.created ?? 0, model: a.model ?? null, choices: [choice] };
+  return `data: ${JSON.stringify(chunk)}\n\ndata: [DONE]\n\n`;
+}
+
+// ---- vLLM -----------------------------------------------------------------
+
+/** What the proxy asks of a NIXL-style prefill: keep the KV for a remote decode. */
+const REMOTE_DECODE = '{"do_remote_decode":true,"do_remote_prefill":false,"remote_engine_id":null,"remote_block_ids":null,"remote_host":null,"remote_port":null}';
+
+/**
+ * The prefill request (toy_proxy_server.py `send_request_to_service`): the
+ * client's body asking for a remote decode, one token, not streamed, with
+ * stream_options, min_tokens and min_completion_tokens removed
+ * (max_completion_tokens set to 1 only when the client sent it).
+ */
+export function vllmPrefillBody(client: string): string {
+  const sent = new Set(objectMembers(client).map((m) => m.key));
+  const members = new Map<string, string | undefined>([
+    ["kv_transfer_params", REMOTE_DECODE],
+    ["stream", "false"],
+    ["max_tokens", "1"],
+    ["stream_options", undefined],
+    ["min_tokens", undefined],
+    ["min_completion_tokens", undefined],
+  ]);
+  if (sent.has("max_completion_tokens")) members.set("max_completion_tokens", "1");
+  return withMembers(client, members);
+}
+
+/**
+ * The decode request from the prefill's answer: its top-level
+ * `kv_transfer_params` as the engine wrote them (null or absent: the prefill
+ * kept no KV for it, and the decode server prefills the prompt itself).
+ */
+export function vllmHandOff(answer: string): HandOff {
+  const params = objectOf(answer, "prefill server's answer").kv_transfer_params;
+  if (params !== undefined && params !== null && (typeof params !== "object" || Array.isArray(params))) throw new HandOffError("the prefill server's kv_transfer_params is not an object");
+  const text = params === undefined || params === null ? undefined : memberText(answer, "kv_transfer_params")!;
+  return { kind: "decode", members: new Map([["kv_transfer_params", text]]) };
+}
+
+// ---- SGLang ---------------------------------------------------------------
+
+/**
+ * The body both servers get (mini_lb.py): the client's with the prefill
+ * server's bootstrap address (`bootstrap_port` null: the server's default)
+ * and the request's room.
+ */
+export function sglangBody(client: string, host: string, port: number | null, room: bigint): string {
+  return withMembers(client, new Map([["bootstrap_host", JSON.stringify(host)], ["bootstrap_port", port === null ? "null" : String(port)], ["bootstrap_room", String(room)]]));
+}
+
+/** The client's body less the protocol's own members (a client does not choose where KV caches move). */
+export function withoutHandOff(client: string): string {
+  return withMembers(client, new Map(["disaggregated_params", "kv_transfer_params", "bootstrap_host", "bootstrap_port", "bootstrap_room"].map((k) => [k, undefined])));
+}
