@@ -59,6 +59,11 @@ ${WORKLOAD_HELP}
                               score, pinned), none (each engine's own load balancer) (all three)
   --load-weight X             with --instances: phase 1's weight of a request of load against
                               a matched block (0.25)
+  --prefill N --decode M      disaggregated serving: N prefill and M decode servers of --ranks
+                              ranks each, against N + M aggregated servers; the rows are the
+                              layouts by prefill-side policy (--policies; kv_cache_aware and
+                              round_robin), the decode pool routed by TensorRT-LLM's default
+  --transfer-ms-per-token X   with --prefill: KV transfer time per prompt token (0.01)
 ${ENGINE_HELP}
   --json                      print one JSON object instead of the table
   --report FILE.html          also write a self-contained HTML report
@@ -240,6 +245,21 @@ function readFleetOptions(values: Record<string, string | boolean | undefined>):
   return { instances, ...(kinds ? { rankRouting: kinds as RankRoutingKind[] } : {}), ...(loadWeight !== undefined ? { loadWeight } : {}) };
 }
 
+/** The pools of `simulate --prefill N --decode M` (none without them; --transfer-ms-per-token refused then). */
+function readPoolOptions(values: Record<string, string | boolean | undefined>): { prefill?: number; decode?: number; transferMsPerToken?: number } {
+  const prefill = numberOption(values, "prefill", (v) => isCount(v) && v <= 1024, "an integer in [1, 1024]");
+  const decode = numberOption(values, "decode", (v) => isCount(v) && v <= 1024, "an integer in [1, 1024]");
+  if (prefill === undefined && decode === undefined) {
+    if (values["transfer-ms-per-token"] !== undefined) throw new RangeError("--transfer-ms-per-token: applies only with --prefill and --decode");
+    return {};
+  }
+  if (prefill === undefined || decode === undefined) throw new RangeError(`--${prefill === undefined ? "prefill" : "decode"}: is needed with --${prefill === undefined ? "decode" : "prefill"} (a disaggregated deployment has both pools)`);
+  if (values.instances !== undefined) throw new RangeError("--instances: does not apply with --prefill and --decode");
+  for (const flag of ["replicas", "sync", "sync-delay-ms"]) if (values[flag] !== undefined) throw new RangeError(`--${flag}: does not apply with --prefill and --decode`);
+  const transferMsPerToken = numberOption(values, "transfer-ms-per-token", (v) => isNonNegative(v) && v <= 1000, "a number in [0, 1000]");
+  return { prefill, decode, ...(transferMsPerToken !== undefined ? { transferMsPerToken } : {}) };
+}
+
 /** `adp-router simulate [options]`; returns the exit status. */
 function simulateCommand(args: string[]): number {
   const parsed = parseCommand(
@@ -260,6 +280,9 @@ function simulateCommand(args: string[]): number {
       instances: { type: "string" },
       "rank-routing": { type: "string" },
       "load-weight": { type: "string" },
+      prefill: { type: "string" },
+      decode: { type: "string" },
+      "transfer-ms-per-token": { type: "string" },
       json: { type: "boolean", default: false },
       report: { type: "string" },
     },
@@ -269,7 +292,7 @@ function simulateCommand(args: string[]): number {
   if (parsed === null) return 0;
   // The option table above fixes each flag's type; parseCommand's generic return loses it.
   const values = parsed.values as WorkloadAndEngineValues & {
-    [K in "policies" | "config" | "index-updates" | "event-delay" | "event-drop" | "event-seed" | "event-stale" | "replicas" | "sync" | "sync-delay-ms" | "instances" | "rank-routing" | "load-weight" | "report"]?: string;
+    [K in "policies" | "config" | "index-updates" | "event-delay" | "event-drop" | "event-seed" | "event-stale" | "replicas" | "sync" | "sync-delay-ms" | "instances" | "rank-routing" | "load-weight" | "prefill" | "decode" | "transfer-ms-per-token" | "report"]?: string;
   } & { "event-replay"?: boolean; json: boolean };
   const engine = readEngine(values);
   const indexUpdates = values["index-updates"] ?? "routing";
@@ -298,6 +321,7 @@ function simulateCommand(args: string[]): number {
   const policies = values.policies?.split(",").map((p) => p.trim()) ?? (config ? [...POLICIES, CONFIG_POLICY] : undefined);
   if (policies?.includes(CONFIG_POLICY) && config === undefined) throw new RangeError(`--policies: ${CONFIG_POLICY} is the router --config selects: give --config`);
   const fleet = readFleetOptions(values);
+  const pools = readPoolOptions(values);
   const trace = readWorkload(values);
   // simulate() reports requests done of requests × policies (src/simulate/run.ts): one bar for the whole run.
   const onProgress = progressBar(values.json);
@@ -307,8 +331,9 @@ function simulateCommand(args: string[]): number {
     indexUpdates: indexUpdates as IndexUpdates,
     ...events,
     ...replicaOptions,
-    ...(policies && fleet.instances === undefined ? { policies } : {}),
+    ...(policies && fleet.instances === undefined && (pools.prefill === undefined || values.policies !== undefined) ? { policies } : {}),
     ...fleet,
+    ...pools,
     ...(onProgress ? { onProgress } : {}),
   });
   process.stdout.write(values.json ? JSON.stringify(toJson(result)) + "\n" : formatTable(result) + "\n");

@@ -79,6 +79,8 @@ export class LockstepEngine {
   totalActive = 0;
   /** Requests it finished. */
   finished = 0;
+  /** When each request's last token came (by request index), when its driver asks (set before the first iteration); null: not kept. */
+  endAt: Float64Array | null = null;
   /** Per rank: active requests, and their prompt tokens (less cached ones when the router discounts them). */
   readonly active: number[];
   readonly activeTokens: number[];
@@ -162,6 +164,7 @@ export class LockstepEngine {
   /** A job leaves its rank. */
   #finish(job: Job): void {
     const r = job.rank;
+    if (this.endAt !== null) this.endAt[job.index] = this.t;
     this.active[r]!--;
     this.totalActive--;
     this.activeTokens[r]! -= this.#tokensOf(job);

@@ -8,6 +8,7 @@ import { describeEventModel, EVENT_OPTION_KEYS, readEventModel, type EventModel,
 import { describeReplicaModel, REPLICA_OPTION_KEYS, readReplicaModel, ReplicatedSide, SINGLE_REPLICA, type ReplicaModel, type ReplicaOptions, type SyncMode, type SyncReport } from "./replicas.js";
 import { adpRouter, roundRobin, type EventReport, type ReplicaRouter } from "./router-sides.js";
 import { runFleet } from "./fleet.js";
+import { runPools } from "./pools.js";
 import { DEFAULT_LOAD_WEIGHT, RANK_ROUTING_KINDS, type RankRoutingKind } from "../instances.js";
 import type { Trace } from "./trace.js";
 
@@ -35,6 +36,15 @@ export interface SimulateOptions extends Partial<EngineOptions>, EventOptions, R
   /** Phase 1's (and `instance`'s) load weight (with `instances`). @default 0.25 */
   readonly loadWeight?: number;
   /**
+   * Disaggregated serving (src/simulate/pools.ts): `prefill` prefill servers and
+   * `decode` decode servers of `ranks` ranks each, against an aggregated pool
+   * of as many servers; one row per layout and prefill-side policy. Both or neither.
+   */
+  readonly prefill?: number;
+  readonly decode?: number;
+  /** KV transfer time per prompt token from a prefill to a decode server, ms (with `prefill`). @default 0.01 */
+  readonly transferMsPerToken?: number;
+  /**
    * Progress: `done` of `total` units (a request finished by a policy's run: the
    * total is requests × policies). Called at most every 100 ms of wall-clock time,
    * and once more with `done === total` at the end; it never changes a result.
@@ -43,7 +53,7 @@ export interface SimulateOptions extends Partial<EngineOptions>, EventOptions, R
 }
 
 /** Every option {@link simulate} knows: any other key is a mistake, reported rather than ignored. */
-const OPTION_KEYS: ReadonlySet<string> = new Set([...Object.keys(DEFAULT_ENGINE), "ranks", "config", "indexUpdates", "policies", "onProgress", "instances", "rankRouting", "loadWeight", ...EVENT_OPTION_KEYS, ...REPLICA_OPTION_KEYS]);
+const OPTION_KEYS: ReadonlySet<string> = new Set([...Object.keys(DEFAULT_ENGINE), "ranks", "config", "indexUpdates", "policies", "onProgress", "instances", "rankRouting", "loadWeight", "prefill", "decode", "transferMsPerToken", ...EVENT_OPTION_KEYS, ...REPLICA_OPTION_KEYS]);
 
 /** One policy's figures. */
 export interface PolicyResult {
@@ -71,6 +81,8 @@ export interface PolicyResult {
   readonly event_feed?: EventReport;
   /** What the replicas put on their stream (runs given replica options). */
   readonly sync?: SyncReport;
+  /** Runs of prefill and decode pools: the mean time between output tokens after the first (decode interference), and the KV transfer. */
+  readonly pools?: { readonly itl_ms: { readonly p50: number; readonly p90: number; readonly p99: number }; readonly mean_transfer_ms: number };
   /** Runs over several engines: how evenly they were used, and how many requests went pinned to a rank. */
   readonly fleet?: { readonly instance_requests_max_over_mean: number; readonly pinned_share: number };
 }
@@ -83,6 +95,18 @@ export interface FleetReport {
   readonly load_weight: number;
   /** The attention_dp_config phase 2 `adp` runs on every engine. */
   readonly adp_config: AttentionDpConfigInput;
+}
+
+/** The servers of a run given `prefill` and `decode`, as the JSON output states them. */
+export interface PoolsReport {
+  readonly prefill_servers: number;
+  readonly decode_servers: number;
+  /** The aggregated rows' servers: prefill + decode. */
+  readonly aggregated_servers: number;
+  readonly ranks_per_server: number;
+  readonly transfer_ms_per_token: number;
+  /** The decode pool's router (every row). */
+  readonly decode_policy: "default";
 }
 
 /** How the index learned, as the JSON output states it. */
@@ -121,6 +145,8 @@ export interface SimulationResult {
   readonly replicas?: ReplicasReport;
   /** The engines (runs given `instances`); `ranks` is then their ranks in all. */
   readonly fleet?: FleetReport;
+  /** The pools (runs given `prefill` and `decode`); `ranks` is then each server's. */
+  readonly pools?: PoolsReport;
   readonly policies: PolicyResult[];
   /** Per policy: active requests per rank over time ([ms, rank0, rank1, ...]); for reports. */
   readonly loadOverTime: Record<string, number[][]>;
@@ -220,6 +246,7 @@ export function simulate(trace: Trace, options: SimulateOptions = {}): Simulatio
     if (policy !== CONFIG_POLICY && !(POLICIES as readonly string[]).includes(policy)) throw new AdpInputError("policies", `must name policies among ${POLICIES.join(", ")} (or ${CONFIG_POLICY}, given a config)`, policy);
   }
   if (options.instances !== undefined) return simulateFleet(trace, options, engine, paths);
+  if (options.prefill !== undefined || options.decode !== undefined) return simulatePools(trace, options, engine, paths);
   const progress = progressReporter(options.onProgress, requests.length * policies.length);
   for (const [k, policy] of policies.entries()) {
     const routers = replicaRouters(policy, replicas, engine.ranks, trace.blockTokens, options.config, eventModel);
@@ -291,6 +318,63 @@ function simulateFleet(trace: Trace, options: SimulateOptions, engine: EngineOpt
   };
 }
 
+/** The prefill-side policies a pools run compares by default. */
+const POOL_POLICIES = ["kv_cache_aware", "round_robin"] as const;
+
+/** {@link simulate} over a prefill and a decode pool, against an aggregated pool of as many servers: one row per layout and prefill-side policy. */
+function simulatePools(trace: Trace, options: SimulateOptions, engine: EngineOptions, paths: readonly Int32Array[]): SimulationResult {
+  const { prefill, decode } = options;
+  for (const [key, v] of [["prefill", prefill], ["decode", decode]] as const) {
+    if (v === undefined) throw new AdpInputError(key, "is needed with prefill and decode both: a disaggregated deployment has both pools", v);
+    if (!Number.isInteger(v) || v < 1 || v > 1024) throw new AdpInputError(key, "must be an integer in [1, 1024]", v);
+  }
+  const transfer = options.transferMsPerToken ?? 0.01;
+  if (typeof transfer !== "number" || !Number.isFinite(transfer) || transfer < 0 || transfer > 1000) throw new AdpInputError("transferMsPerToken", "must be a number in [0, 1000]", transfer);
+  for (const key of ["replicas", "sync", "syncDelayMs", "rankRouting", "loadWeight"] as const) {
+    if (options[key] !== undefined) throw new AdpInputError(key, "does not apply with prefill and decode", options[key]);
+  }
+  if ((options.indexUpdates ?? "routing") !== "routing") throw new AdpInputError("indexUpdates", "does not apply with prefill and decode (the prefill pool's router learns from its own placements)", options.indexUpdates);
+  const policies = options.policies ?? POOL_POLICIES;
+  const requests = trace.requests;
+  const layouts = [
+    { name: "aggregated", layout: { whole: prefill! + decode! } },
+    { name: "disaggregated", layout: { prefill: prefill!, decode: decode!, transferMsPerToken: transfer } },
+  ] as const;
+  const progress = progressReporter(options.onProgress, requests.length * policies.length * layouts.length);
+  const results: PolicyResult[] = [];
+  const loadOverTime: Record<string, number[][]> = {};
+  const ttftSorted: Record<string, Float64Array> = {};
+  let k = 0;
+  for (const { name, layout } of layouts) {
+    const ranks = engine.ranks * ("whole" in layout ? layout.whole : layout.prefill);
+    for (const policy of policies) {
+      const side = policy === "round_robin" ? roundRobin(ranks) : adpRouter(policy, ranks, trace.blockTokens, options.config, null);
+      const decodeSide = "whole" in layout ? null : adpRouter("default", engine.ranks * layout.decode, trace.blockTokens, undefined, null);
+      const base = k * requests.length;
+      const run = runPools(requests, paths, trace.blockTokens, engine, layout, side, decodeSide, progress && ((finished) => progress(base + finished)));
+      const sorted = Float64Array.from(run.ttftMs).sort();
+      const row = `${name}:${policy}`;
+      const overload = judgeOverload(run, quantile(sorted, 0.5), requests, { ...engine, ranks: engine.ranks * (prefill! + decode!) });
+      const itl = run.itlSorted;
+      results.push({ ...summarize(row, run, sorted, overload, null, null), pools: { itl_ms: { p50: round(quantile(itl, 0.5), 2), p90: round(quantile(itl, 0.9), 2), p99: round(quantile(itl, 0.99), 2) }, mean_transfer_ms: round(run.meanTransferMs, 1) } });
+      loadOverTime[row] = run.loadSamples;
+      ttftSorted[row] = sorted;
+      progress?.(requests.length * ++k);
+    }
+  }
+  return {
+    trace: trace.name,
+    ranks: engine.ranks,
+    requests: requests.length,
+    optimum_prefix_hit_ratio: round(optimumHitRatioOfPaths(paths)),
+    index_updates: { mode: "routing" },
+    pools: { prefill_servers: prefill!, decode_servers: decode!, aggregated_servers: prefill! + decode!, ranks_per_server: engine.ranks, transfer_ms_per_token: transfer, decode_policy: "default" },
+    policies: results,
+    loadOverTime,
+    ttftSorted,
+  };
+}
+
 /** Minimum wall-clock ms between two progress calls (the last one, at the end, always comes). */
 const PROGRESS_INTERVAL_MS = 100;
 
@@ -345,7 +429,7 @@ export function formatTable(result: SimulationResult): string {
   const widths = head.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
   const line = (cells: string[]) => cells.map((c, i) => (i === 0 ? c.padEnd(widths[i]!) : c.padStart(widths[i]!))).join("  ");
   return [
-    `trace ${result.trace}: ${result.requests} requests on ${result.fleet ? `${result.fleet.instances} engines × ${result.fleet.ranks_per_instance} ranks` : `${result.ranks} ranks`}; optimum prefix hit ratio (one infinite cache) ${result.optimum_prefix_hit_ratio.toFixed(3)}`,
+    `trace ${result.trace}: ${result.requests} requests on ${result.fleet ? `${result.fleet.instances} engines × ${result.fleet.ranks_per_instance} ranks` : result.pools ? `${result.pools.aggregated_servers} servers × ${result.ranks} ranks` : `${result.ranks} ranks`}; optimum prefix hit ratio (one infinite cache) ${result.optimum_prefix_hit_ratio.toFixed(3)}`,
     "",
     line(head),
     line(widths.map((w) => "-".repeat(w))),
@@ -353,6 +437,7 @@ export function formatTable(result: SimulationResult): string {
     ...eventLines(result),
     ...replicaLines(result),
     ...fleetLines(result),
+    ...poolLines(result),
   ].join("\n");
 }
 
@@ -404,6 +489,18 @@ function fleetLines(result: SimulationResult): string[] {
     if (p.fleet) lines.push(`${p.policy}: requests per engine max/mean ${p.fleet.instance_requests_max_over_mean.toFixed(3)}, pinned ${(100 * p.fleet.pinned_share).toFixed(1)}%`);
   }
   return lines;
+}
+
+/** What the rows of a pools run mean. */
+function poolLines(result: SimulationResult): string[] {
+  const p = result.pools;
+  if (p === undefined) return [];
+  return [
+    "",
+    `aggregated: ${p.aggregated_servers} servers serve whole requests; disaggregated: ${p.prefill_servers} prefill + ${p.decode_servers} decode servers, KV transfer ${p.transfer_ms_per_token} ms a prompt token, decode routed by TensorRT-LLM's default router; the policy after the colon routes the prefill (or aggregated) pool`,
+    "hit ratio and prefill figures are the prefill (or aggregated) pool's; TTFT is the client's first token (prefill, transfer and the decode server's first step when disaggregated)",
+    ...result.policies.map((r) => `${r.policy}: time between output tokens p50 ${r.pools!.itl_ms.p50.toFixed(2)} ms, p90 ${r.pools!.itl_ms.p90.toFixed(2)}, p99 ${r.pools!.itl_ms.p99.toFixed(2)}; KV transfer ${r.pools!.mean_transfer_ms.toFixed(1)} ms a request`),
+  ];
 }
 
 /** The replicas of a run, in words (the text and HTML reports). */

@@ -1,0 +1,87 @@
+// `simulate --prefill P --decode M`: a disaggregated deployment against an
+// aggregated one of as many servers. Every request is prefilled once and
+// decoded once; its first token comes after its prefill, its KV transfer and
+// a decode step; the prefill pool's router decides the hits; decode runs free
+// of prefill interference; determinism; the refusals.
+import { spawnSync } from "node:child_process";
+import { fileURLToPath } from "node:url";
+import { describe, expect, it } from "vitest";
+import { formatTable, simulate, toJson } from "../src/simulate/run.js";
+import { multiTurnWorkload } from "../src/simulate/workload.js";
+import { runPools } from "../src/simulate/pools.js";
+import { adpRouter } from "../src/simulate/router-sides.js";
+import { DEFAULT_ENGINE, pathsOf } from "../src/simulate/engine.js";
+
+const cli = fileURLToPath(new URL("../dist/cli.js", import.meta.url));
+const workload = () => multiTurnWorkload({ seed: 5, sessions: 160 });
+
+describe("simulate with prefill and decode pools", () => {
+  it("prefills every request once on the prefill pool and decodes it once on the decode pool; its first token follows its transfer", () => {
+    const trace = workload();
+    const paths = pathsOf(trace.requests);
+    const opts = { ...DEFAULT_ENGINE, ranks: 2, cacheBlocks: 400 };
+    const layout = { prefill: 2, decode: 3, transferMsPerToken: 0.05 };
+    const run = runPools(trace.requests, paths, trace.blockTokens, opts, layout, adpRouter("kv_cache_aware", 4, trace.blockTokens, undefined, null), adpRouter("default", 6, trace.blockTokens, undefined, null));
+    const n = trace.requests.length;
+    expect(run.requestsPerRank).toHaveLength(4);
+    expect(run.requestsPerRank.reduce((a, b) => a + b, 0)).toBe(n);
+    expect(run.decodeRequestsPerRank).toHaveLength(6);
+    expect(run.decodeRequestsPerRank.reduce((a, b) => a + b, 0)).toBe(n);
+    trace.requests.forEach((req, i) => expect(run.ttftMs[i]).toBeGreaterThan(layout.transferMsPerToken * req.inputLength + opts.iterationBaseMs));
+    const mean = trace.requests.reduce((t, r) => t + r.inputLength, 0) / n;
+    expect(run.meanTransferMs).toBeCloseTo(layout.transferMsPerToken * mean, 6);
+
+    const whole = runPools(trace.requests, paths, trace.blockTokens, opts, { whole: 5 }, adpRouter("kv_cache_aware", 10, trace.blockTokens, undefined, null), null);
+    expect(whole.requestsPerRank).toHaveLength(10);
+    expect(whole.decodeRequestsPerRank).toEqual([]);
+    expect(whole.meanTransferMs).toBe(0);
+  });
+
+  it("the prefill pool's router decides the hits; decode free of prefill runs at the decode step's pace; aggregated pays prefill between tokens", () => {
+    // Unbounded caches: a prefill request leaves its rank at its first token, so the KV-cache-aware router follows the shared
+    // system prompt onto one rank (its load term never grows); with a small cache that rank thrashes (docs/disaggregation.md).
+    const result = simulate(workload(), { prefill: 2, decode: 2, ranks: 2 });
+    expect(result.pools).toEqual({ prefill_servers: 2, decode_servers: 2, aggregated_servers: 4, ranks_per_server: 2, transfer_ms_per_token: 0.01, decode_policy: "default" });
+    expect(result.policies.map((p) => p.policy)).toEqual(["aggregated:kv_cache_aware", "aggregated:round_robin", "disaggregated:kv_cache_aware", "disaggregated:round_robin"]);
+    const row = (name: string) => result.policies.find((p) => p.policy === name)!;
+    expect(row("disaggregated:kv_cache_aware").prefix_hit_ratio).toBeGreaterThan(row("disaggregated:round_robin").prefix_hit_ratio + 0.05);
+    expect(row("aggregated:kv_cache_aware").prefix_hit_ratio).toBeGreaterThan(row("aggregated:round_robin").prefix_hit_ratio + 0.05);
+    // A decode server never prefills a prompt: its tokens come one iteration apart, of the base cost and its batch's decode work.
+    const disaggregated = row("disaggregated:kv_cache_aware").pools!.itl_ms;
+    expect(disaggregated.p99).toBeLessThan(DEFAULT_ENGINE.iterationBaseMs + 2);
+    expect(row("aggregated:kv_cache_aware").pools!.itl_ms.p99).toBeGreaterThan(disaggregated.p99);
+    expect(formatTable(result)).toMatch(/disaggregated:kv_cache_aware: time between output tokens p50/);
+  });
+
+  it("is deterministic; the transfer time moves the first token", () => {
+    const strip = (r: ReturnType<typeof simulate>) => JSON.stringify(toJson(r), (k, v) => (k === "route_us_per_request" ? 0 : v));
+    const a = simulate(workload(), { prefill: 1, decode: 1, ranks: 2, policies: ["kv_cache_aware"] });
+    const b = simulate(workload(), { prefill: 1, decode: 1, ranks: 2, policies: ["kv_cache_aware"] });
+    expect(strip(a)).toBe(strip(b));
+    const slow = simulate(workload(), { prefill: 1, decode: 1, ranks: 2, policies: ["kv_cache_aware"], transferMsPerToken: 1 });
+    expect(slow.policies[1]!.ttft_ms.p50).toBeGreaterThan(a.policies[1]!.ttft_ms.p50);
+    expect(slow.policies[0]!.ttft_ms).toEqual(a.policies[0]!.ttft_ms); // aggregated: no transfer
+  });
+
+  it("refuses a half layout and what does not apply to it", () => {
+    expect(() => simulate(workload(), { prefill: 2 })).toThrow(/decode: is needed/);
+    expect(() => simulate(workload(), { prefill: 0, decode: 1 })).toThrow(/prefill: must be an integer in \[1, 1024\]/);
+    expect(() => simulate(workload(), { prefill: 1, decode: 1, transferMsPerToken: -1 })).toThrow(/transferMsPerToken/);
+    expect(() => simulate(workload(), { prefill: 1, decode: 1, replicas: 2 })).toThrow(/replicas: does not apply/);
+    expect(() => simulate(workload(), { prefill: 1, decode: 1, indexUpdates: "events" })).toThrow(/indexUpdates: does not apply/);
+    const half = spawnSync(process.execPath, [cli, "simulate", "--decode", "2"], { encoding: "utf8" });
+    expect(half.status).toBe(2);
+    expect(half.stderr).toMatch(/--prefill: is needed with --decode/);
+    const stray = spawnSync(process.execPath, [cli, "simulate", "--transfer-ms-per-token", "1"], { encoding: "utf8" });
+    expect(stray.status).toBe(2);
+    expect(stray.stderr).toMatch(/--transfer-ms-per-token: applies only with --prefill/);
+  });
+
+  it("the command prints the four rows with their time between tokens", () => {
+    const out = spawnSync(process.execPath, [cli, "simulate", "--workload", "multi-turn", "--sessions", "80", "--prefill", "1", "--decode", "1", "--ranks", "2"], { encoding: "utf8" });
+    expect(out.status).toBe(0);
+    for (const row of ["aggregated:kv_cache_aware", "aggregated:round_robin", "disaggregated:kv_cache_aware", "disaggregated:round_robin"]) expect(out.stdout).toContain(row);
+    expect(out.stdout).toMatch(/on 2 servers × 2 ranks/);
+    expect(out.stdout).toMatch(/disaggregated:round_robin: time between output tokens p50 [\d.]+ ms/);
+  });
+});
