@@ -10,7 +10,7 @@ import { writeFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { ENGINE_HELP, isCount, isNonNegative, isPositive, numberOption, parseCommand, progressBar, readEngine, readWorkload, UsageError, WORKLOAD_AND_ENGINE_FLAGS, WORKLOAD_HELP, type WorkloadAndEngineValues } from "./cli/args.js";
 import { describeConfigError, readConfigFile, readConfigOption, readInput } from "./cli/config-file.js";
-import { attentionDpConfigSchema, parseAttentionDpConfig, toAttentionDpConfigInput } from "./config.js";
+import { attentionDpConfigSchema, parseAttentionDpConfig, toAttentionDpConfigInput, type AttentionDpConfigInput } from "./config.js";
 import { firstDifference, runScenario } from "./conformance.js";
 import { renderReport } from "./simulate/report.js";
 import { MAX_REPLICAS, type SyncMode } from "./simulate/replicas.js";
@@ -64,6 +64,8 @@ ${WORKLOAD_HELP}
                               layouts by prefill-side policy (--policies; kv_cache_aware and
                               round_robin), the decode pool routed by TensorRT-LLM's default
   --transfer-ms-per-token X   with --prefill: KV transfer time per prompt token (0.01)
+  --decode-config FILE|JSON   with --prefill: the decode pool's attention_dp_config (as --config;
+                              TensorRT-LLM's defaults: the load-balancing router)
 ${ENGINE_HELP}
   --json                      print one JSON object instead of the table
   --report FILE.html          also write a self-contained HTML report
@@ -246,18 +248,19 @@ function readFleetOptions(values: Record<string, string | boolean | undefined>):
 }
 
 /** The pools of `simulate --prefill N --decode M` (none without them; --transfer-ms-per-token refused then). */
-function readPoolOptions(values: Record<string, string | boolean | undefined>): { prefill?: number; decode?: number; transferMsPerToken?: number } {
+function readPoolOptions(values: Record<string, string | boolean | undefined>): { prefill?: number; decode?: number; transferMsPerToken?: number; decodeConfig?: AttentionDpConfigInput } {
   const prefill = numberOption(values, "prefill", (v) => isCount(v) && v <= 1024, "an integer in [1, 1024]");
   const decode = numberOption(values, "decode", (v) => isCount(v) && v <= 1024, "an integer in [1, 1024]");
   if (prefill === undefined && decode === undefined) {
-    if (values["transfer-ms-per-token"] !== undefined) throw new RangeError("--transfer-ms-per-token: applies only with --prefill and --decode");
+    for (const flag of ["transfer-ms-per-token", "decode-config"]) if (values[flag] !== undefined) throw new RangeError(`--${flag}: applies only with --prefill and --decode`);
     return {};
   }
   if (prefill === undefined || decode === undefined) throw new RangeError(`--${prefill === undefined ? "prefill" : "decode"}: is needed with --${prefill === undefined ? "decode" : "prefill"} (a disaggregated deployment has both pools)`);
   if (values.instances !== undefined) throw new RangeError("--instances: does not apply with --prefill and --decode");
   for (const flag of ["replicas", "sync", "sync-delay-ms"]) if (values[flag] !== undefined) throw new RangeError(`--${flag}: does not apply with --prefill and --decode`);
   const transferMsPerToken = numberOption(values, "transfer-ms-per-token", (v) => isNonNegative(v) && v <= 1000, "a number in [0, 1000]");
-  return { prefill, decode, ...(transferMsPerToken !== undefined ? { transferMsPerToken } : {}) };
+  const decodeConfig = values["decode-config"] === undefined ? undefined : readConfigOption(values["decode-config"] as string, "--decode-config");
+  return { prefill, decode, ...(transferMsPerToken !== undefined ? { transferMsPerToken } : {}), ...(decodeConfig !== undefined ? { decodeConfig } : {}) };
 }
 
 /** `adp-router simulate [options]`; returns the exit status. */
@@ -283,6 +286,7 @@ function simulateCommand(args: string[]): number {
       prefill: { type: "string" },
       decode: { type: "string" },
       "transfer-ms-per-token": { type: "string" },
+      "decode-config": { type: "string" },
       json: { type: "boolean", default: false },
       report: { type: "string" },
     },
@@ -292,7 +296,7 @@ function simulateCommand(args: string[]): number {
   if (parsed === null) return 0;
   // The option table above fixes each flag's type; parseCommand's generic return loses it.
   const values = parsed.values as WorkloadAndEngineValues & {
-    [K in "policies" | "config" | "index-updates" | "event-delay" | "event-drop" | "event-seed" | "event-stale" | "replicas" | "sync" | "sync-delay-ms" | "instances" | "rank-routing" | "load-weight" | "prefill" | "decode" | "transfer-ms-per-token" | "report"]?: string;
+    [K in "policies" | "config" | "index-updates" | "event-delay" | "event-drop" | "event-seed" | "event-stale" | "replicas" | "sync" | "sync-delay-ms" | "instances" | "rank-routing" | "load-weight" | "prefill" | "decode" | "transfer-ms-per-token" | "decode-config" | "report"]?: string;
   } & { "event-replay"?: boolean; json: boolean };
   const engine = readEngine(values);
   const indexUpdates = values["index-updates"] ?? "routing";

@@ -10,7 +10,7 @@ import { readConfigOption } from "./config-file.js";
 import { ENGINE_HELP, isCount, numberOption, parseCommand, progressBar, readEngine, readWorkload, WORKLOAD_AND_ENGINE_FLAGS, WORKLOAD_HELP, type WorkloadAndEngineValues } from "./args.js";
 import { parseAttentionDpConfig, type AttentionDpConfigInput } from "../config.js";
 import { routerKindFor } from "../router.js";
-import { compareTunePoints, inlineEvaluator, MAX_TUNE_BUDGET, tune, type TuneEvaluator, type TuneShape } from "../simulate/tune.js";
+import { compareTunePoints, inlineEvaluator, MAX_TUNE_BUDGET, tune, tunePools, type PoolsTuneResult, type TuneEvaluator, type TuneShape } from "../simulate/tune.js";
 import { TunePool } from "./tune-pool.js";
 import { attentionDpConfigYaml, tuneReportHtml } from "../simulate/tune-report.js";
 import { TUNE_OBJECTIVES, type TunedConfig, type TuneMetrics, type TuneObjective, type TuneResult } from "../simulate/tune-types.js";
@@ -31,6 +31,10 @@ ${ENGINE_HELP}
                               pins each request's rank with the engines' ADP router: the config is
                               that router's (phase 2 adp; simulate --instances N --rank-routing adp)
   --load-weight X             with --instances: phase 1's weight of a request of load (0.25)
+  --prefill N --decode M      tune a disaggregated deployment's two pools (simulate --prefill N
+                              --decode M, its disaggregated row): the prefill pool's config first
+                              (half the budget, decode on the defaults), then the decode pool's
+  --transfer-ms-per-token X   with --prefill: KV transfer time per prompt token (0.01)
   --config FILE|JSON          the attention_dp_config you run now (JSON or YAML, bare or under
                               attention_dp_config: as in extra_llm_api_options.yaml, - for
                               standard input): simulated too and shown beside the best
@@ -66,6 +70,9 @@ export async function tuneCommand(args: string[]): Promise<number> {
       out: { type: "string" },
       instances: { type: "string" },
       "load-weight": { type: "string" },
+      prefill: { type: "string" },
+      decode: { type: "string" },
+      "transfer-ms-per-token": { type: "string" },
       json: { type: "boolean", default: false },
       report: { type: "string" },
     },
@@ -74,9 +81,9 @@ export async function tuneCommand(args: string[]): Promise<number> {
   );
   if (parsed === null) return 0;
   const values = parsed.values as WorkloadAndEngineValues & {
-    [K in "config" | "objective" | "max-prefill-imbalance" | "min-hit-ratio" | "budget" | "search-seed" | "workers" | "out" | "report" | "instances" | "load-weight"]?: string;
+    [K in "config" | "objective" | "max-prefill-imbalance" | "min-hit-ratio" | "budget" | "search-seed" | "workers" | "out" | "report" | "instances" | "load-weight" | "prefill" | "decode" | "transfer-ms-per-token"]?: string;
   } & { json: boolean };
-  const engine: TuneShape = { ...readEngine(values), ...readFleetShape(values) };
+  const engine: TuneShape = { ...readEngine(values), ...readFleetShape(values), ...readPoolShape(values) };
   const objective = (values.objective ?? "ttft_p90") as TuneObjective;
   if (!(TUNE_OBJECTIVES as readonly string[]).includes(objective)) throw new RangeError(`--objective: must be one of ${TUNE_OBJECTIVES.join(", ")}, got ${JSON.stringify(values.objective)}`);
   const maxImbalance = numberOption(values, "max-prefill-imbalance", (v) => v >= 1, "a number of at least 1 (max/mean is never below 1)");
@@ -90,6 +97,7 @@ export async function tuneCommand(args: string[]): Promise<number> {
   const current = values.config === undefined ? undefined : readConfigOption(values.config, "--config");
   const trace = readWorkload(values);
 
+  if (engine.prefill !== undefined) return tunePoolsCommand(args, values, engine, { objective, budget, seed, workers, maxImbalance, minHit, trace });
   const started = Date.now();
   // One worker is this thread: no pool to start, and the same figures (each stage's candidates depend only on earlier stages).
   const pool = workers > 1 ? new TunePool(new URL("./tune-worker.js", import.meta.url), workers, { trace, engine }) : null;
@@ -177,6 +185,79 @@ function reproduceCommand(values: WorkloadAndEngineValues, file: string, shape: 
   return `adp-router simulate --config ${shellWord(file)} ${rows}${flags.length > 0 ? " " + flags.join(" ") : ""}`;
 }
 
+/** The pools `--prefill N --decode M` describe (nothing without them). */
+function readPoolShape(values: Record<string, string | boolean | undefined>): { prefill?: number; decode?: number; transferMsPerToken?: number } {
+  const prefill = numberOption(values, "prefill", (v) => isCount(v) && v <= 1024, "an integer in [1, 1024]");
+  const decode = numberOption(values, "decode", (v) => isCount(v) && v <= 1024, "an integer in [1, 1024]");
+  const transferMsPerToken = numberOption(values, "transfer-ms-per-token", (v) => v >= 0 && v <= 1000, "a number in [0, 1000]");
+  if (prefill === undefined && decode === undefined) {
+    if (transferMsPerToken !== undefined) throw new RangeError("--transfer-ms-per-token: applies only with --prefill and --decode");
+    return {};
+  }
+  if (prefill === undefined || decode === undefined) throw new RangeError(`--${prefill === undefined ? "prefill" : "decode"}: is needed with --${prefill === undefined ? "decode" : "prefill"} (a disaggregated deployment has both pools)`);
+  for (const flag of ["instances", "config", "report"]) if (values[flag] !== undefined) throw new RangeError(`--${flag}: does not apply with --prefill and --decode`);
+  return { prefill, decode, ...(transferMsPerToken !== undefined ? { transferMsPerToken } : {}) };
+}
+
+/** What a pools search takes from the flags already read. */
+interface PoolsSearch {
+  readonly objective: TuneObjective;
+  readonly budget: number;
+  readonly seed: number;
+  readonly workers: number;
+  readonly maxImbalance: number | undefined;
+  readonly minHit: number | undefined;
+  readonly trace: ReturnType<typeof readWorkload>;
+}
+
+/** `tune --prefill N --decode M`: both pools' searches (tunePools), each printed as one search is; resolves to the exit status. */
+async function tunePoolsCommand(args: string[], values: WorkloadAndEngineValues & { out?: string; json: boolean }, engine: TuneShape, search: PoolsSearch): Promise<number> {
+  const { trace, workers } = search;
+  const started = Date.now();
+  const workerPools: TunePool[] = [];
+  let result: PoolsTuneResult;
+  try {
+    const onProgress = progressBar(values.json, "simulations");
+    const evaluatorFor = (shape: TuneShape): TuneEvaluator => {
+      if (workers <= 1) return inlineEvaluator(trace, shape);
+      const pool = new TunePool(new URL("./tune-worker.js", import.meta.url), workers, { trace, engine: shape });
+      workerPools.push(pool);
+      return pool.evaluate;
+    };
+    const constraints = { ...(search.maxImbalance !== undefined ? { max_prefill_imbalance: search.maxImbalance } : {}), ...(search.minHit !== undefined ? { min_hit_ratio: search.minHit } : {}) };
+    result = await tunePools(trace, { objective: search.objective, budget: search.budget, seed: search.seed, engine, constraints, ...(onProgress ? { onProgress } : {}) }, evaluatorFor);
+  } finally {
+    for (const pool of workerPools) await pool.close();
+  }
+  const seconds = (Date.now() - started) / 1000;
+  const best = (r: TuneResult) => (r.best ?? r.baseline).config;
+  const flags = reproduceCommand(values, "-", engine).replace(/^adp-router simulate --config - --policies config/, "");
+  const layout = `--prefill ${engine.prefill} --decode ${engine.decode}${engine.transferMsPerToken !== undefined ? ` --transfer-ms-per-token ${engine.transferMsPerToken}` : ""}`;
+  const reproduce = `adp-router simulate ${layout} --policies config --config ${shellWord(JSON.stringify(best(result.prefill)))} --decode-config ${shellWord(JSON.stringify(best(result.decode)))}${flags} (its disaggregated:config row)`;
+  if (values.json) process.stdout.write(JSON.stringify({ ...result, engine }) + "\n");
+  else {
+    for (const pool of ["prefill", "decode"] as const) {
+      process.stdout.write(`== the ${pool} pool${pool === "decode" ? " (the prefill pool on its best)" : " (the decode pool on TensorRT-LLM's defaults)"}\n`);
+      process.stdout.write(formatTune(result[pool], seconds, workers, reproduce, true, `the gateway's disaggregation.${pool}.attention_dp_config`));
+    }
+  }
+  if (values.out !== undefined) {
+    const yaml = `# adp-router tune ${args.map(shellWord).join(" ")}\n# Reproduce: ${reproduce}\ndisaggregation:\n  prefill:\n${indent(attentionDpConfigYaml(best(result.prefill)), 4)}  decode:\n${indent(attentionDpConfigYaml(best(result.decode)), 4)}`;
+    try {
+      writeFileSync(values.out, yaml);
+      if (!values.json) process.stdout.write(`config written to ${values.out}\n`);
+    } catch (error) {
+      process.stderr.write(`adp-router tune: --out: cannot write ${values.out}: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}\n`);
+      return 1;
+    }
+  }
+  if (result.prefill.best === null || result.decode.best === null) {
+    process.stderr.write(`adp-router tune: no config to recommend: ${(result.prefill.best === null ? result.prefill : result.decode).infeasible_reason}\n`);
+    return 1;
+  }
+  return 0;
+}
+
 /** The fleet `--instances` describes (nothing without it; --load-weight alone refused). */
 function readFleetShape(values: Record<string, string | boolean | undefined>): { instances?: number; loadWeight?: number } {
   const instances = numberOption(values, "instances", (v) => isCount(v) && v <= 1024, "an integer in [1, 1024]");
@@ -207,7 +288,7 @@ function row(label: string, config: AttentionDpConfigInput, m: TuneMetrics): str
 const describeObjective = (objective: TuneObjective, v: number) => (objective.startsWith("ttft") ? `${v.toFixed(1)} ms` : v.toFixed(4));
 
 /** The terminal output: the best configs against the defaults, the change, the YAML, what it means. */
-function formatTune(result: TuneResult, seconds: number, workers: number, reproduce: string, saved: boolean): string {
+function formatTune(result: TuneResult, seconds: number, workers: number, reproduce: string, saved: boolean, target?: string): string {
   const better = result.direction === "min" ? "lower" : "higher";
   const sorted = [...result.points].filter((p) => p.feasible).sort(compareTunePoints(result.objective, result.direction));
   const kvDefaults = result.points.find((p) => p.stage === "defaults" && p.kind === "kv_cache_aware");
@@ -242,7 +323,7 @@ ${table}
 ${result.objective}: ${describeObjective(result.objective, b)} with the best config against ${describeObjective(result.objective, base)} with TensorRT-LLM's defaults${change}.
 The simulator is deterministic: running the same command again gives the same figures.
 
-Paste into ${result.instances === undefined ? "extra_llm_api_options.yaml" : "each of the gateway's upstreams (its attention_dp_config, which phase 2 adp runs)"}:
+Paste into ${target ?? (result.instances === undefined ? "extra_llm_api_options.yaml" : "each of the gateway's upstreams (its attention_dp_config, which phase 2 adp runs)")}:
 
 ${indent(attentionDpConfigYaml(result.best.config), 2)}
 What it sets:

@@ -25,7 +25,19 @@ import { LockstepEngine, newJob, routeRequestOf, type EngineOptions, type Job } 
 import type { TraceRequest } from "./trace.js";
 
 /** The servers of a run: a disaggregated pair of pools, or one aggregated pool of `whole` servers. */
-export type PoolLayout = { readonly prefill: number; readonly decode: number; readonly transferMsPerToken: number } | { readonly whole: number };
+export type PoolLayout =
+  | {
+      readonly prefill: number;
+      readonly decode: number;
+      readonly transferMsPerToken: number;
+      /**
+       * The prefill router's kv_cache_routing_account_for_in_transfer: a prefill
+       * rank's state counts the requests it handed over until their decode's
+       * first token (their KV cache is still on it), as TensorRT-LLM's router does.
+       */
+      readonly accountForInTransfer?: boolean;
+    }
+  | { readonly whole: number };
 
 /** What a pools run adds to a {@link RunResult}. */
 export interface PoolsRunResult extends RunResult {
@@ -43,8 +55,13 @@ class Pool {
   readonly waiting: Job[] = [];
   /** Per engine: the requests on it whose first token has not come (prefill pools watch them finish). */
   readonly outstanding: Set<number>[];
+  /** The pool rank of each request it placed and watches. */
+  readonly rankOf = new Map<number, number>();
   routeMs = 0;
   routed = 0;
+  /** Per rank of the pool: requests (and their prompt tokens) counted in its state beyond its engine's own (in transfer). */
+  readonly extraRequests: number[];
+  readonly extraTokens: number[];
   constructor(
     servers: number,
     readonly ranks: number,
@@ -59,13 +76,15 @@ class Pool {
   ) {
     this.engines = Array.from({ length: servers }, () => new LockstepEngine(numPaths, blockTokens, { ...opts, ranks }, side.discountCached, ttft, arrivalOf));
     this.outstanding = this.engines.map(() => new Set());
+    this.extraRequests = new Array<number>(servers * ranks).fill(0);
+    this.extraTokens = new Array<number>(servers * ranks).fill(0);
   }
 
   /** Routes the waiting requests at `now` over every rank of the pool; those no rank takes wait on. */
   route(now: number): void {
     if (this.waiting.length === 0) return;
     const R = this.ranks;
-    const states = this.engines.flatMap((e) => e.active.map((a, r) => ({ numActiveRequests: a, numActiveTokens: e.activeTokens[r]! })));
+    const states = this.engines.flatMap((e, k) => e.active.map((a, r) => ({ numActiveRequests: a + this.extraRequests[k * R + r]!, numActiveTokens: e.activeTokens[r]! + this.extraTokens[k * R + r]! })));
     const room = this.engines.length * R * this.opts.maxNumActiveRequests - this.engines.reduce((t, e) => t + e.totalActive, 0);
     const batch = this.waiting.splice(0, Math.max(0, room));
     if (batch.length === 0) return;
@@ -80,7 +99,10 @@ class Pool {
       // An idle engine wakes when the request reaches it.
       if (engine.totalActive === 0) engine.t = Math.max(engine.t, now);
       engine.assign(job, rank % R);
-      if (this.watches) this.outstanding[Math.floor(rank / R)]!.add(job.index);
+      if (this.watches) {
+        this.outstanding[Math.floor(rank / R)]!.add(job.index);
+        this.rankOf.set(job.index, rank);
+      }
       this.routed++;
     });
     this.waiting.unshift(...left);
@@ -125,7 +147,8 @@ export function runPools(
   // Disaggregated: when each request's KV cache reaches the decode pool, and its decode-side TTFT from then.
   const readyAt = new Float64Array(n);
   const decodeTtft = new Float64Array(n);
-  const back = split ? new Pool(layout.decode, R, numPaths, blockTokens, opts, decodeSide!, decodeTtft, (i) => readyAt[i]!, false) : null;
+  const inTransfer = split && layout.accountForInTransfer === true;
+  const back = split ? new Pool(layout.decode, R, numPaths, blockTokens, opts, decodeSide!, decodeTtft, (i) => readyAt[i]!, inTransfer) : null;
   // When each request's last token came: from the pool that decodes it.
   const endAt = new Float64Array(n);
   for (const e of (back ?? front).engines) e.endAt = endAt;
@@ -177,12 +200,31 @@ export function runPools(
     if (queued > maxQueued) (maxQueued = queued), (maxQueuedAtMs = engine.t);
     const before = engine.finished;
     engine.iterate();
-    if (!split || !onFront) finished += engine.finished - before;
-    else {
+    if (!split) finished += engine.finished - before;
+    else if (!onFront) {
+      finished += engine.finished - before;
+      // A decode's first token: its KV cache has left its prefill rank.
+      if (inTransfer) {
+        for (const i of pool.outstanding[k]!) {
+          if (decodeTtft[i] === 0) continue;
+          pool.outstanding[k]!.delete(i);
+          pool.rankOf.delete(i);
+          const r = front.rankOf.get(i)!;
+          front.rankOf.delete(i);
+          front.extraRequests[r]!--;
+          front.extraTokens[r]! -= requests[i]!.inputLength;
+        }
+      }
+    } else {
       // Prefills that ended this iteration hand their KV cache over.
       for (const i of pool.outstanding[k]!) {
         if (first[i] === 0) continue;
         pool.outstanding[k]!.delete(i);
+        if (inTransfer) {
+          const r = pool.rankOf.get(i)!;
+          pool.extraRequests[r]!++;
+          pool.extraTokens[r]! += requests[i]!.inputLength;
+        } else pool.rankOf.delete(i);
         const ms = layout.transferMsPerToken * requests[i]!.inputLength;
         transferMs += ms;
         readyAt[i] = engine.t + ms;

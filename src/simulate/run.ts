@@ -1,14 +1,14 @@
 // `adp-router simulate`: the same arrivals through every policy, side by side.
 // Platform-neutral (no node: imports) so a browser page can run it too.
 
-import type { AttentionDpConfigInput } from "../config.js";
+import { parseAttentionDpConfig, type AttentionDpConfigInput } from "../config.js";
 import { AdpInputError, readOptions } from "../errors.js";
 import { DEFAULT_ENGINE, judgeOverload, optimumHitRatioOfPaths, pathsOf, runEngine, type EngineOptions, type Overload, type RunResult } from "./engine.js";
 import { describeEventModel, EVENT_OPTION_KEYS, readEventModel, type EventModel, type EventOptions } from "./event-feed.js";
 import { describeReplicaModel, REPLICA_OPTION_KEYS, readReplicaModel, ReplicatedSide, SINGLE_REPLICA, type ReplicaModel, type ReplicaOptions, type SyncMode, type SyncReport } from "./replicas.js";
 import { adpRouter, roundRobin, type EventReport, type ReplicaRouter } from "./router-sides.js";
 import { runFleet } from "./fleet.js";
-import { runPools } from "./pools.js";
+import { runPools, type PoolLayout } from "./pools.js";
 import { DEFAULT_LOAD_WEIGHT, RANK_ROUTING_KINDS, type RankRoutingKind } from "../instances.js";
 import type { Trace } from "./trace.js";
 
@@ -44,6 +44,10 @@ export interface SimulateOptions extends Partial<EngineOptions>, EventOptions, R
   readonly decode?: number;
   /** KV transfer time per prompt token from a prefill to a decode server, ms (with `prefill`). @default 0.01 */
   readonly transferMsPerToken?: number;
+  /** The decode pool's attention_dp_config (with `prefill`), as the router it selects. @default TensorRT-LLM's defaults (the load-balancing router) */
+  readonly decodeConfig?: AttentionDpConfigInput;
+  /** The layouts to run (with `prefill`), in this order. @default ["aggregated", "disaggregated"] */
+  readonly layouts?: readonly ("aggregated" | "disaggregated")[];
   /**
    * Progress: `done` of `total` units (a request finished by a policy's run: the
    * total is requests × policies). Called at most every 100 ms of wall-clock time,
@@ -53,7 +57,7 @@ export interface SimulateOptions extends Partial<EngineOptions>, EventOptions, R
 }
 
 /** Every option {@link simulate} knows: any other key is a mistake, reported rather than ignored. */
-const OPTION_KEYS: ReadonlySet<string> = new Set([...Object.keys(DEFAULT_ENGINE), "ranks", "config", "indexUpdates", "policies", "onProgress", "instances", "rankRouting", "loadWeight", "prefill", "decode", "transferMsPerToken", ...EVENT_OPTION_KEYS, ...REPLICA_OPTION_KEYS]);
+const OPTION_KEYS: ReadonlySet<string> = new Set([...Object.keys(DEFAULT_ENGINE), "ranks", "config", "indexUpdates", "policies", "onProgress", "instances", "rankRouting", "loadWeight", "prefill", "decode", "transferMsPerToken", "decodeConfig", "layouts", ...EVENT_OPTION_KEYS, ...REPLICA_OPTION_KEYS]);
 
 /** One policy's figures. */
 export interface PolicyResult {
@@ -105,8 +109,8 @@ export interface PoolsReport {
   readonly aggregated_servers: number;
   readonly ranks_per_server: number;
   readonly transfer_ms_per_token: number;
-  /** The decode pool's router (every row). */
-  readonly decode_policy: "default";
+  /** The decode pool's attention_dp_config (every disaggregated row): {} is TensorRT-LLM's default router. */
+  readonly decode_config: AttentionDpConfigInput;
 }
 
 /** How the index learned, as the JSON output states it. */
@@ -336,10 +340,13 @@ function simulatePools(trace: Trace, options: SimulateOptions, engine: EngineOpt
   if ((options.indexUpdates ?? "routing") !== "routing") throw new AdpInputError("indexUpdates", "does not apply with prefill and decode (the prefill pool's router learns from its own placements)", options.indexUpdates);
   const policies = options.policies ?? POOL_POLICIES;
   const requests = trace.requests;
-  const layouts = [
-    { name: "aggregated", layout: { whole: prefill! + decode! } },
-    { name: "disaggregated", layout: { prefill: prefill!, decode: decode!, transferMsPerToken: transfer } },
-  ] as const;
+  const names = options.layouts ?? (["aggregated", "disaggregated"] as const);
+  if (!Array.isArray(names) || names.length === 0 || names.some((l) => l !== "aggregated" && l !== "disaggregated")) throw new AdpInputError("layouts", 'must list layouts among "aggregated", "disaggregated"', names);
+  const decodeConfig = options.decodeConfig ?? {};
+  parseAttentionDpConfig(decodeConfig); // an AttentionDpConfigError before anything runs
+  // The KV-cache-aware prefill router's own setting (TensorRT-LLM's KV rank state): the other routers have none.
+  const inTransfer = parseAttentionDpConfig(options.config ?? {}).kvCacheRoutingAccountForInTransfer;
+  const layouts = names.map((name): { name: string; layout: PoolLayout } => ({ name, layout: name === "aggregated" ? { whole: prefill! + decode! } : { prefill: prefill!, decode: decode!, transferMsPerToken: transfer } }));
   const progress = progressReporter(options.onProgress, requests.length * policies.length * layouts.length);
   const results: PolicyResult[] = [];
   const loadOverTime: Record<string, number[][]> = {};
@@ -349,9 +356,10 @@ function simulatePools(trace: Trace, options: SimulateOptions, engine: EngineOpt
     const ranks = engine.ranks * ("whole" in layout ? layout.whole : layout.prefill);
     for (const policy of policies) {
       const side = policy === "round_robin" ? roundRobin(ranks) : adpRouter(policy, ranks, trace.blockTokens, options.config, null);
-      const decodeSide = "whole" in layout ? null : adpRouter("default", engine.ranks * layout.decode, trace.blockTokens, undefined, null);
+      const decodeSide = "whole" in layout ? null : adpRouter(CONFIG_POLICY, engine.ranks * layout.decode, trace.blockTokens, decodeConfig, null);
       const base = k * requests.length;
-      const run = runPools(requests, paths, trace.blockTokens, engine, layout, side, decodeSide, progress && ((finished) => progress(base + finished)));
+      const withTransfer = "whole" in layout || !side.discountCached ? layout : { ...layout, accountForInTransfer: inTransfer };
+      const run = runPools(requests, paths, trace.blockTokens, engine, withTransfer, side, decodeSide, progress && ((finished) => progress(base + finished)));
       const sorted = Float64Array.from(run.ttftMs).sort();
       const row = `${name}:${policy}`;
       const overload = judgeOverload(run, quantile(sorted, 0.5), requests, { ...engine, ranks: engine.ranks * (prefill! + decode!) });
@@ -368,7 +376,7 @@ function simulatePools(trace: Trace, options: SimulateOptions, engine: EngineOpt
     requests: requests.length,
     optimum_prefix_hit_ratio: round(optimumHitRatioOfPaths(paths)),
     index_updates: { mode: "routing" },
-    pools: { prefill_servers: prefill!, decode_servers: decode!, aggregated_servers: prefill! + decode!, ranks_per_server: engine.ranks, transfer_ms_per_token: transfer, decode_policy: "default" },
+    pools: { prefill_servers: prefill!, decode_servers: decode!, aggregated_servers: prefill! + decode!, ranks_per_server: engine.ranks, transfer_ms_per_token: transfer, decode_config: decodeConfig },
     policies: results,
     loadOverTime,
     ttftSorted,
@@ -497,7 +505,7 @@ function poolLines(result: SimulationResult): string[] {
   if (p === undefined) return [];
   return [
     "",
-    `aggregated: ${p.aggregated_servers} servers serve whole requests; disaggregated: ${p.prefill_servers} prefill + ${p.decode_servers} decode servers, KV transfer ${p.transfer_ms_per_token} ms a prompt token, decode routed by TensorRT-LLM's default router; the policy after the colon routes the prefill (or aggregated) pool`,
+    `aggregated: ${p.aggregated_servers} servers serve whole requests; disaggregated: ${p.prefill_servers} prefill + ${p.decode_servers} decode servers, KV transfer ${p.transfer_ms_per_token} ms a prompt token, decode routed by ${Object.keys(p.decode_config).length === 0 ? "TensorRT-LLM's default router" : `the router of ${JSON.stringify(p.decode_config)}`}; the policy after the colon routes the prefill (or aggregated) pool`,
     "hit ratio and prefill figures are the prefill (or aggregated) pool's; TTFT is the client's first token (prefill, transfer and the decode server's first step when disaggregated)",
     ...result.policies.map((r) => `${r.policy}: time between output tokens p50 ${r.pools!.itl_ms.p50.toFixed(2)} ms, p90 ${r.pools!.itl_ms.p90.toFixed(2)}, p99 ${r.pools!.itl_ms.p99.toFixed(2)}; KV transfer ${r.pools!.mean_transfer_ms.toFixed(1)} ms a request`),
   ];

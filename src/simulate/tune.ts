@@ -25,7 +25,20 @@ import { TUNE_OBJECTIVES, type TuneConstraints, type TunedConfig, type TuneMetri
  * ranks the gateway pins, where the config is phase 2 `adp`'s (every engine's
  * own ADP router; simulate --instances N --rank-routing adp).
  */
-export type TuneShape = Partial<EngineOptions> & { readonly instances?: number; readonly loadWeight?: number };
+export type TuneShape = Partial<EngineOptions> & {
+  readonly instances?: number;
+  readonly loadWeight?: number;
+  /**
+   * A disaggregated deployment (simulate --prefill P --decode M, its
+   * disaggregated row): the config tuned is `pool`'s, the other pool's is
+   * `other` ({}: TensorRT-LLM's defaults). See {@link tunePools}.
+   */
+  readonly prefill?: number;
+  readonly decode?: number;
+  readonly transferMsPerToken?: number;
+  readonly pool?: "prefill" | "decode";
+  readonly other?: AttentionDpConfigInput;
+};
 
 /** Scores configs: one metrics object per config, in order. */
 export type TuneEvaluator = (configs: readonly AttentionDpConfigInput[]) => Promise<TuneMetrics[]>;
@@ -75,7 +88,8 @@ const PLACEMENTS = NEW_CONVERSATION_PLACEMENTS;
 // KV-cache-aware: load-balance weight β (log scale), match-rate threshold,
 // fair-share multiplier, cold-start warm-up. Conversation affinity: placement
 // and fair-share multiplier. In-transfer accounting is left at its default:
-// the simulated engine has no disaggregated transfers, so it changes nothing;
+// only a disaggregated run (simulate --prefill) has transfers, where simulate
+// --config models it but the search does not move it;
 // the balance gate (enable_balance) holds requests the simulator does not model.
 
 /** Range of the load-balance weight β, searched on a log scale. */
@@ -302,6 +316,11 @@ export function inlineEvaluator(trace: Trace, engine: TuneShape = {}): TuneEvalu
 
 /** One config's metrics: exactly `simulate`'s row for policy "config" with that config (for a fleet: its row "adp"). */
 export function evaluateConfig(trace: Trace, engine: TuneShape, config: AttentionDpConfigInput): TuneMetrics {
+  if (engine.prefill !== undefined) {
+    const { pool, other, ...shape } = engine;
+    const [prefillConfig, decodeConfig] = pool === "decode" ? [other ?? {}, config] : [config, other ?? {}];
+    return metricsOf(simulate(trace, { ...shape, config: prefillConfig, decodeConfig, policies: [CONFIG_POLICY], layouts: ["disaggregated"] }).policies[0]!);
+  }
   if (engine.instances !== undefined) return metricsOf(simulate(trace, { ...engine, config, rankRouting: ["adp"] }).policies[0]!);
   return metricsOf(simulate(trace, { ...engine, config, policies: [CONFIG_POLICY] }).policies[0]!);
 }
@@ -398,4 +417,32 @@ export async function tune(trace: Trace, options: TuneOptions = {}, evaluate: Tu
     evaluated: points.length,
     points,
   };
+}
+
+/** What {@link tunePools} found: the prefill pool's search, then the decode pool's with the prefill pool on its best. */
+export interface PoolsTuneResult {
+  readonly prefill: TuneResult;
+  readonly decode: TuneResult;
+}
+
+/**
+ * Tunes a disaggregated deployment's two pools (`options.engine` with
+ * `prefill` and `decode`): first the prefill pool's attention_dp_config with
+ * the decode pool on TensorRT-LLM's defaults (half the budget), then the
+ * decode pool's with the prefill pool on the best found (the rest). Each
+ * search is {@link tune}'s, scored on simulate's disaggregated row.
+ * `evaluatorFor` makes the evaluator of one pool's search (inline by default).
+ */
+export async function tunePools(trace: Trace, options: TuneOptions, evaluatorFor: (shape: TuneShape) => TuneEvaluator = (shape) => inlineEvaluator(trace, shape)): Promise<PoolsTuneResult> {
+  const engine = options.engine ?? {};
+  if (engine.prefill === undefined || engine.decode === undefined) throw new AdpInputError("engine", "tunePools needs engine.prefill and engine.decode", engine);
+  const budget = options.budget ?? 64;
+  if (!Number.isInteger(budget) || budget < 2 || budget > MAX_TUNE_BUDGET) throw new AdpInputError("budget", `must be an integer in [2, ${MAX_TUNE_BUDGET}] (half for each pool)`, budget);
+  const half = Math.ceil(budget / 2);
+  const { current: _current, ...rest } = options;
+  const prefillShape: TuneShape = { ...engine, pool: "prefill", other: {} };
+  const prefill = await tune(trace, { ...rest, budget: half, engine: prefillShape }, evaluatorFor(prefillShape));
+  const decodeShape: TuneShape = { ...engine, pool: "decode", other: (prefill.best ?? prefill.baseline).config };
+  const decode = await tune(trace, { ...rest, budget: budget - half, engine: decodeShape }, evaluatorFor(decodeShape));
+  return { prefill, decode };
 }
