@@ -7,7 +7,7 @@
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Logger } from "pino";
 import { formatPrometheus } from "adp-router/prometheus";
-import { logConfigWarnings, type GatewayConfig } from "./config/config.js";
+import { GatewayConfigError, logConfigWarnings, type GatewayConfig } from "./config/config.js";
 import { adminRoute, bearerIn, digest, type AdminGateway } from "./edge/admin.js";
 import { answerError, readBody, requestIdOf, type EdgeCounters } from "./edge/edge.js";
 import { isLoop } from "./requests/via.js";
@@ -132,7 +132,7 @@ export class GatewayService {
         this.edge.loops++;
         throw new HttpError(508, "the request came back to this gateway (an upstream is this gateway, or forwards to it)", "invalid_request_error", "loop_detected");
       }
-      if (kind !== null) Object.assign(served, await this.#complete(kind, req, res, requestId, hangup));
+      if (kind !== null) Object.assign(served, await this.#complete(kind, req, res, requestId, hangup, served));
       else Object.assign(served, await this.#serveOther(path, req, res, requestId, hangup));
     } catch (error) {
       const e = error instanceof HttpError ? error : new HttpError(500, "internal error", "server_error", "internal_error");
@@ -164,6 +164,9 @@ export class GatewayService {
    */
   reloadFleet(next: GatewayConfig): FleetChange & { needRestart: string[] } {
     const { config, fleet, log, prefill } = this.#parts;
+    // The pools are built at start: a reload moves each to its upstreams, it cannot add, remove or change them.
+    const shape = (c: GatewayConfig) => (c.disaggregation === null ? "none" : c.disaggregation.protocol);
+    if (shape(next) !== shape(config)) throw new GatewayConfigError([{ field: "disaggregation", message: `changes from ${shape(config)} to ${shape(next)}: the pools are built at start (restart the gateway to change them)`, where: null }]);
     // Each pool moves to its own upstreams (with `disaggregation:`; else the one fleet to all).
     const change = fleet.reload(poolConfig(next, "decode"));
     if (prefill !== null) {
@@ -186,7 +189,7 @@ export class GatewayService {
       if (text(u.kvEvents) !== text(kept.kvEvents)) needRestart.push(`upstreams[${kept.index}].kv_events`);
       if (text(u.load) !== text(kept.loadConfig)) needRestart.push(`upstreams[${kept.index}].load`);
       // Its phase 2 (its DP ranks' router and their counts) is built once, as its engine view is.
-      for (const [key, now, then] of [["dp_ranks", u.dpRanks, kept.dpRanks], ["rank_routing", u.rankRouting, kept.rankRoutingKind], ["attention_dp_config", u.attentionDp, kept.engineAttentionDp]] as const) {
+      for (const [key, now, then] of [["dp_ranks", u.dpRanks, kept.dpRanks], ["rank_routing", u.rankRouting, kept.rankRoutingKind], ["attention_dp_config", u.attentionDp, kept.engineAttentionDp], ["bootstrap_port", u.bootstrapPort, kept.bootstrapPort]] as const) {
         if (text(now) !== text(then)) needRestart.push(`upstreams[${kept.index}].${key}`);
       }
     }
@@ -247,7 +250,7 @@ export class GatewayService {
   }
 
   /** Serves a completion request: read (and tokenized), placed, proxied. */
-  async #complete(kind: "chat" | "completion", req: IncomingMessage, res: ServerResponse, requestId: string, hangup: Hangup): Promise<Served> {
+  async #complete(kind: "chat" | "completion", req: IncomingMessage, res: ServerResponse, requestId: string, hangup: Hangup, served: Served): Promise<Served> {
     const { config, reader, scheduler } = this.#parts;
     if (req.method !== "POST") throw onlyMethod(kind === "chat" ? "/v1/chat/completions" : "/v1/completions", "POST");
     if (!this.#authorized(req)) throw unauthorized();
@@ -255,7 +258,8 @@ export class GatewayService {
     const request = await reader.read(kind, raw, req.headers, hangup);
     const tokens = request.tokens.length;
     if (this.#disaggregation !== null) {
-      const d = await this.#disaggregation.serve({ kind, req, res, raw, tokens, requestId, hangup, request });
+      // A failure thrown is counted in the pool its phase ran on.
+      const d = await this.#disaggregation.serve({ kind, req, res, raw, tokens, requestId, hangup, request }, (pool) => (served.counters = pool.counters));
       return { status: d.status, upstream: d.upstream, outcome: d.outcome, matched: d.matched, counters: d.pool.counters };
     }
     // Only the prompt's size goes on from here, not its token ids: the scheduler hands them back once placed
@@ -309,7 +313,7 @@ function disaggregationOf(parts: ServiceParts, decode: ProxyContext, prefill: Pr
   const d = parts.config.disaggregation;
   if (d === null || parts.prefill === null || prefill === null) return null;
   const pool = (role: "prefill" | "decode", p: { fleet: Fleet; scheduler: Scheduler; counters: GatewayCounters }, proxying: ProxyContext) => ({ role, ...p, proxying, accountForInTransfer: d[role].attentionDp.kvCacheRoutingAccountForInTransfer });
-  return new DisaggregatedServing(d, pool("prefill", parts.prefill, prefill), pool("decode", parts, decode), (ids) => parts.reader.release(ids));
+  return new DisaggregatedServing(d, pool("prefill", parts.prefill, prefill), pool("decode", parts, decode), (ids) => parts.reader.release(ids), parts.config.auth.internalRequestAuthKey);
 }
 
 /**

@@ -22,7 +22,7 @@ import type { AttentionDpConfigInput } from "../config.js";
 import { createInstanceRouter, type InstanceState, type RankRoutingKind } from "../instances.js";
 import { createRouter, type Router } from "../router.js";
 import { pathCount, type RunResult } from "./engine.js";
-import { LockstepEngine, newJob, type EngineOptions, type Job } from "./lockstep.js";
+import { LockstepEngine, newJob, sumFigures, type EngineOptions, type Job } from "./lockstep.js";
 import type { TraceRequest } from "./trace.js";
 
 /** What a fleet run adds to a {@link RunResult}. */
@@ -135,14 +135,8 @@ export function runFleet(
       progress?.(finished);
     }
   }
-  const figures = engines.map((engine) => engine.figures());
-  const sum = (pick: (f: (typeof figures)[number]) => number) => figures.reduce((t, f) => t + pick(f), 0);
   return {
-    hitBlocks: sum((f) => f.hitBlocks),
-    totalBlocks: sum((f) => f.totalBlocks),
-    prefillTokens: sum((f) => f.prefillTokens),
-    prefillPerRank: figures.flatMap((f) => f.prefillPerRank),
-    requestsPerRank: figures.flatMap((f) => f.requestsPerRank),
+    ...sumFigures(engines),
     ttftMs: ttft,
     routeMs,
     routed,

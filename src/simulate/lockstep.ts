@@ -69,6 +69,19 @@ export interface EngineFigures {
   readonly requestsPerRank: number[];
 }
 
+/** The counters of several engines as one: sums, and their ranks' lists end to end. */
+export function sumFigures(engines: readonly LockstepEngine[]): EngineFigures {
+  const figures = engines.map((e) => e.figures());
+  const sum = (pick: (f: EngineFigures) => number) => figures.reduce((t, f) => t + pick(f), 0);
+  return {
+    hitBlocks: sum((f) => f.hitBlocks),
+    totalBlocks: sum((f) => f.totalBlocks),
+    prefillTokens: sum((f) => f.prefillTokens),
+    prefillPerRank: figures.flatMap((f) => f.prefillPerRank),
+    requestsPerRank: figures.flatMap((f) => f.requestsPerRank),
+  };
+}
+
 /** One lockstep engine: its ranks' queues, true caches and clock. */
 export class LockstepEngine {
   /** Its clock: when its next iteration starts, simulated ms. */

@@ -21,7 +21,7 @@
 // decode iteration. Aggregated, a request is steps 1 and 3 on one rank.
 
 import { pathCount, type RouterSide, type RunResult } from "./engine.js";
-import { LockstepEngine, newJob, routeRequestOf, type EngineOptions, type Job } from "./lockstep.js";
+import { LockstepEngine, newJob, sumFigures, routeRequestOf, type EngineOptions, type Job } from "./lockstep.js";
 import type { TraceRequest } from "./trace.js";
 
 /** The servers of a run: a disaggregated pair of pools, or one aggregated pool of `whole` servers. */
@@ -236,8 +236,6 @@ export function runPools(
       progress?.(finished);
     }
   }
-  const figures = front.engines.map((e) => e.figures());
-  const sum = (pick: (f: (typeof figures)[number]) => number) => figures.reduce((t, f) => t + pick(f), 0);
   const ttft = split ? Float64Array.from(first, (_, i) => readyAt[i]! - arrivalOf(i) + decodeTtft[i]!) : first;
   const itl: number[] = [];
   for (let i = 0; i < n; i++) {
@@ -245,11 +243,7 @@ export function runPools(
     if (tokens > 1) itl.push((endAt[i]! - (arrivalOf(i) + ttft[i]!)) / (tokens - 1));
   }
   return {
-    hitBlocks: sum((f) => f.hitBlocks),
-    totalBlocks: sum((f) => f.totalBlocks),
-    prefillTokens: sum((f) => f.prefillTokens),
-    prefillPerRank: figures.flatMap((f) => f.prefillPerRank),
-    requestsPerRank: figures.flatMap((f) => f.requestsPerRank),
+    ...sumFigures(front.engines),
     ttftMs: ttft,
     routeMs: front.routeMs + (back?.routeMs ?? 0),
     routed: front.routed,

@@ -3,6 +3,7 @@
 // (test/support/mock-prefill.ts names the source files and versions), driven
 // by the official `openai` client. Each request's fields are checked as it
 // reached each server, and each failure rule has a test.
+import { createHmac } from "node:crypto";
 import OpenAI, { APIError } from "openai";
 import pino from "pino";
 import { afterEach, describe, expect, it } from "vitest";
@@ -37,13 +38,15 @@ interface PoolOptions {
   readonly decodeUpstream?: (i: number) => string;
   /** Top-level lines. */
   readonly extra?: string;
+  /** The servers' loopback address. */
+  readonly host?: string;
 }
 
 /** Starts the mock servers and a gateway over them. */
 async function pools(protocol: "trtllm" | "vllm" | "sglang", options: PoolOptions = {}): Promise<Pools> {
   const role: PrefillRole = { engine: protocol };
-  const prefill = await Promise.all(Array.from({ length: options.prefill ?? 2 }, (_, i) => startMockEngine(`P${i}`, { prefill: role })));
-  const decode = await Promise.all(Array.from({ length: options.decode ?? 2 }, (_, i) => startMockEngine(`D${i}`)));
+  const prefill = await Promise.all(Array.from({ length: options.prefill ?? 2 }, (_, i) => startMockEngine(`P${i}`, { prefill: role }, options.host)));
+  const decode = await Promise.all(Array.from({ length: options.decode ?? 2 }, (_, i) => startMockEngine(`D${i}`, {}, options.host)));
   open.push(...prefill, ...decode);
   const yaml = [
     "listen: { port: 0 }",
@@ -397,3 +400,83 @@ describe("disaggregation: configuration", () => {
     expect(plain.disaggregation!.decode.attentionDp.enableKvCacheAwareRouting).toBe(false);
   });
 });
+
+describe("disaggregation: TensorRT-LLM's signatures, SGLang's DP groups, refusals and counting", () => {
+  const hmac = (key: string, text: string) => `sha256=${createHmac("sha256", key).update(text).digest("hex")}`;
+  it("with internal_request_auth_key: the generation request's hand-over is signed, and a sub-agent hint re-signed for each phase; without it the hint is not forwarded", async () => {
+    process.env.TEST_TRTLLM_KEY = "k".repeat(32);
+    const p = await pools("trtllm", { prefill: 1, decode: 1, extra: "auth: { internal_request_auth_key_env: TEST_TRTLLM_KEY }" });
+    const r = await fetch(`${p.gateway.url}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json", "x-trtllm-subagent-affinity-id": "child-1", "x-trtllm-subagent-affinity-auth": "sha256=forged" }, body: JSON.stringify({ model: "m", messages: [{ role: "user", content: "hi" }] }) });
+    expect(r.status).toBe(200);
+    const ctx = only(p.prefill);
+    const gen = only(p.decode);
+    const id = /"disagg_request_id":(\d+)/.exec(ctx.raw)![1]!;
+    const state = (body(gen).disaggregated_params as Record<string, unknown>).encoded_opaque_state as string;
+    expect(gen.headers["x-trtllm-disagg-auth"]).toBe(hmac("k".repeat(32), `{"ctx_info_endpoint":null,"encoded_opaque_state":${JSON.stringify(state)}}`));
+    expect(ctx.headers["x-trtllm-disagg-auth"]).toBeUndefined();
+    const affinity = (type: string, role: string) => hmac("k".repeat(32), `{"conversation_id":null,"disagg_request_id":${id},"model":"m","purpose":"x-trtllm-subagent-affinity-id","request_type":"${type}","role":"${role}","subagent_affinity_id":"child-1"}`);
+    expect(ctx.headers["x-trtllm-subagent-affinity-id"]).toBe("child-1");
+    expect(ctx.headers["x-trtllm-subagent-affinity-auth"]).toBe(affinity("context_only", "CONTEXT"));
+    expect(gen.headers["x-trtllm-subagent-affinity-auth"]).toBe(affinity("generation_only", "GENERATION"));
+    delete process.env.TEST_TRTLLM_KEY;
+
+    const q = await pools("trtllm", { prefill: 1, decode: 1 });
+    await fetch(`${q.gateway.url}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json", "x-trtllm-subagent-affinity-id": "child-1" }, body: JSON.stringify({ model: "m", messages: [{ role: "user", content: "hi" }] }) });
+    for (const e of [...q.prefill, ...q.decode]) {
+      expect(completions(e)[0]!.headers["x-trtllm-subagent-affinity-id"]).toBeUndefined();
+      expect(completions(e)[0]!.headers["x-trtllm-disagg-auth"]).toBeUndefined();
+    }
+  });
+
+  it("SGLang: a prefill pinned to a DP rank gets a bootstrap room of that rank modulo its DP size; an IPv6 prefill server's host keeps its brackets", async () => {
+    const p = await pools("sglang", { prefill: 1, decode: 1, prefillUpstream: () => "    dp_ranks: 4\n    rank_routing: adp" });
+    for (let i = 0; i < 8; i++) expect((await post(p.gateway, "/v1/completions", { model: "m", prompt: prompt(20 + i) })).status).toBe(200);
+    const sent = completions(p.prefill[0]!);
+    expect(sent).toHaveLength(8);
+    const ranks = new Set<number>();
+    sent.forEach((r, i) => {
+      const rank = Number(r.headers["x-data-parallel-rank"]);
+      ranks.add(rank);
+      const room = BigInt(/"bootstrap_room":(\d+)/.exec(r.raw)![1]!);
+      expect(Number(room % 4n)).toBe(rank);
+      expect(/"bootstrap_room":(\d+)/.exec(completions(p.decode[0]!)[i]!.raw)![1]).toBe(String(room));
+    });
+    expect(ranks.size).toBeGreaterThan(1); // the rank router spread them, so agreeing is not luck
+
+    const v6 = await pools("sglang", { prefill: 1, decode: 1, host: "::1" });
+    expect((await post(v6.gateway, "/v1/completions", { model: "m", prompt: "hi" })).status).toBe(200);
+    expect(body(only(v6.decode)).bootstrap_host).toBe("[::1]");
+  });
+
+  it("TensorRT-LLM refuses n > 1 and batched prompts before any server sees them; a streamed context answer that ended the request carries its usage when asked", async () => {
+    const p = await pools("trtllm", { prefill: 1, decode: 1 });
+    const n = await post(p.gateway, "/v1/chat/completions", { model: "m", messages: [{ role: "user", content: "hi" }], n: 2 });
+    expect(n.status).toBe(400);
+    expect(JSON.parse(n.text).error).toMatchObject({ code: "unsupported_with_disaggregation", param: "n" });
+    const batch = await post(p.gateway, "/v1/completions", { model: "m", prompt: ["a", "b"] });
+    expect(batch.status).toBe(400);
+    expect(JSON.parse(batch.text).error.param).toBe("prompt");
+    expect((await post(p.gateway, "/v1/completions", { model: "m", prompt: ["just one"] })).status).toBe(200);
+    expect(all(p.prefill)).toHaveLength(1);
+    p.prefill[0]!.behaviour.prefill = { engine: "trtllm", finishReason: "stop" };
+    const stream = await p.client.chat.completions.create({ model: "m", messages: [{ role: "user", content: "hi" }], stream: true, stream_options: { include_usage: true } });
+    const chunks = [];
+    for await (const chunk of stream) chunks.push(chunk);
+    expect(chunks.at(-1)!.usage).toEqual({ prompt_tokens: 2, completion_tokens: 1, total_tokens: 3 });
+  });
+
+  it("a prefill failure is counted in the prefill pool; a reload cannot add, remove or change the pools", async () => {
+    const p = await pools("trtllm", { prefill: 1, decode: 1 });
+    p.prefill[0]!.behaviour.prefill = { engine: "trtllm", omit: "disaggregated_params" };
+    expect((await post(p.gateway, "/v1/chat/completions", { model: "m", messages: [{ role: "user", content: "hi" }] })).status).toBe(502);
+    const page = p.gateway.metrics();
+    expect(page).toMatch(/adp_gateway_requests_total\{pool="prefill",outcome="prefill_invalid_answer"\} 1/);
+    expect(page).not.toMatch(/adp_gateway_requests_total\{pool="decode",outcome="prefill_invalid_answer"\}/);
+    const aggregated = p.yaml.replace(/disaggregation:\n  protocol: trtllm\n/, "").replace(/    role: (prefill|decode)\n/g, "");
+    await expect(p.gateway.reload(loadGatewayConfig({ file: { name: "g.yaml", text: aggregated } }))).rejects.toThrow(/disaggregation: changes from trtllm to none/);
+    await expect(p.gateway.reload(loadGatewayConfig({ file: { name: "g.yaml", text: p.yaml.replace("protocol: trtllm", "protocol: vllm") } }))).rejects.toThrow(/changes from trtllm to vllm/);
+    const same = await p.gateway.reload(loadGatewayConfig({ file: { name: "g.yaml", text: p.yaml } }));
+    expect(same.kept).toHaveLength(2);
+  });
+});
+

@@ -66,8 +66,8 @@ export interface MockEngine {
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-/** Starts a mock engine named `name` on a free loopback port. */
-export async function startMockEngine(name: string, behaviour: EngineBehaviour = {}): Promise<MockEngine> {
+/** Starts a mock engine named `name` on a free port of loopback address `host`. */
+export async function startMockEngine(name: string, behaviour: EngineBehaviour = {}, host = "127.0.0.1"): Promise<MockEngine> {
   const engine: Partial<MockEngine> & { received: Received[]; behaviour: EngineBehaviour; aborted: number; active: number; streamed: number } = { name, received: [], behaviour, aborted: 0, active: 0, streamed: 0 };
   const server: Server = createServer(async (req, res) => {
     const chunks: Buffer[] = [];
@@ -162,10 +162,10 @@ export async function startMockEngine(name: string, behaviour: EngineBehaviour =
     finished = true;
     res.end("data: [DONE]\n\n");
   });
-  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  await new Promise<void>((resolve) => server.listen(0, host, resolve));
   const port = (server.address() as AddressInfo).port;
   return Object.assign(engine, {
-    url: `http://127.0.0.1:${port}`,
+    url: `http://${host.includes(":") ? `[${host}]` : host}:${port}`,
     close: () =>
       new Promise<void>((resolve) => {
         server.closeAllConnections();

@@ -24,8 +24,11 @@ export class HandOffError extends Error {
 
 /** What a prefill server's answer says comes next. */
 export type HandOff =
-  /** The decode request: the client's body with these members set (undefined: removed). */
-  | { readonly kind: "decode"; readonly members: ReadonlyMap<string, string | undefined> }
+  /**
+   * The decode request: the client's body with these members set (undefined:
+   * removed); `params`, TensorRT-LLM's hand-over as values (what its signature covers).
+   */
+  | { readonly kind: "decode"; readonly members: ReadonlyMap<string, string | undefined>; readonly params?: Readonly<Record<string, unknown>> }
   /** TensorRT-LLM: the context phase ended the request (its finish reason neither length nor not_finished); `answer` is the client's. */
   | { readonly kind: "finished"; readonly answer: string };
 
@@ -94,17 +97,38 @@ export function trtllmHandOff(kind: "chat" | "completion", answer: string, id: b
   const members = new Map<string, string | undefined>([["disaggregated_params", generation]]);
   const ids = memberText(answer, "prompt_token_ids");
   if (ids !== null && ids !== "null") members.set(kind === "completion" ? "prompt" : "prompt_token_ids", ids);
-  return { kind: "decode", members };
+  return { kind: "decode", members, params: p };
 }
 
-/** The streamed form of a context answer that ended the request: its one choice as one chunk, then `[DONE]`. */
-export function finishedAsStream(kind: "chat" | "completion", answer: string): string {
+/**
+ * Why TensorRT-LLM's disaggregated front end refuses a request before any
+ * server sees it, or null: a completion's prompt must be one string or one
+ * list of token ids (`openai_completion`), and one choice comes back from the
+ * context server (`_verify_ctx_response`), so `n` must be 1.
+ */
+export function trtllmRefusal(kind: "chat" | "completion", client: Readonly<Record<string, unknown>>): { message: string; param: string } | null {
+  if (client.n !== undefined && client.n !== null && client.n !== 1) return { message: "n must be 1 with disaggregation: the context server answers one choice", param: "n" };
+  if (kind !== "completion") return null;
+  const prompt = client.prompt;
+  const one = (p: unknown) => typeof p === "string" || (Array.isArray(p) && p.every((x) => Number.isInteger(x)));
+  if (one(prompt) || (Array.isArray(prompt) && prompt.length === 1 && one(prompt[0]))) return null;
+  return { message: "prompt must be one string or one list of token ids with disaggregation (TensorRT-LLM's disaggregated server takes no batch)", param: "prompt" };
+}
+
+/**
+ * The streamed form of a context answer that ended the request: its one
+ * choice as one chunk, its usage when the client asked (`include_usage`),
+ * then `[DONE]`. TensorRT-LLM's own front end sends `[DONE]` alone here
+ * (`done_generator`), which leaves a streaming client without its answer.
+ */
+export function finishedAsStream(kind: "chat" | "completion", answer: string, includeUsage: boolean): string {
   const a = JSON.parse(answer) as { id?: unknown; created?: unknown; model?: unknown; choices: Record<string, unknown>[]; usage?: unknown };
   const c = a.choices[0]!;
   const message = (c.message ?? {}) as Record<string, unknown>;
   const choice = kind === "chat" ? { index: 0, delta: { role: message.role ?? "assistant", content: message.content ?? "" }, finish_reason: c.finish_reason ?? null } : { index: 0, text: c.text ?? "", finish_reason: c.finish_reason ?? null };
-  const chunk = { id: a.id ?? null, object: kind === "chat" ? "chat.completion.chunk" : "text_completion", created: a.created ?? 0, model: a.model ?? null, choices: [choice] };
-  return `data: ${JSON.stringify(chunk)}\n\ndata: [DONE]\n\n`;
+  const head = { id: a.id ?? null, object: kind === "chat" ? "chat.completion.chunk" : "text_completion", created: a.created ?? 0, model: a.model ?? null };
+  const usage = includeUsage ? `data: ${JSON.stringify({ ...head, choices: [], usage: a.usage ?? null })}\n\n` : "";
+  return `data: ${JSON.stringify({ ...head, choices: [choice] })}\n\n${usage}data: [DONE]\n\n`;
 }
 
 // ---- vLLM -----------------------------------------------------------------

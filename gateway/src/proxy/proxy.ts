@@ -54,6 +54,8 @@ export interface ProxyCall {
   readonly onSent?: ((u: Upstream) => void) | undefined;
   /** Called once, at the answer's first body chunk, its end, or its failure (a KV transfer is over by then). */
   readonly onFirstChunk?: (() => void) | undefined;
+  /** Headers set on the request upstream over the client's (null: removed): a disaggregated phase's own signatures. */
+  readonly headers?: Readonly<Record<string, string | null>> | undefined;
   /** Its prompt's tokens (its load on the upstream). */
   readonly tokens: number;
   readonly requestId: string;
@@ -90,6 +92,13 @@ function upstreamHeaders(ctx: ProxyContext, call: ProxyCall, u: Upstream, rank: 
   else if (ctx.clientKeys) delete out.authorization;
   out["x-request-id"] = call.requestId;
   out.via = viaFor(call.req, ctx.via);
+  if (call.headers !== undefined) {
+    for (const name in call.headers) {
+      const value = call.headers[name];
+      if (value === null || value === undefined) delete out[name];
+      else out[name] = value;
+    }
+  }
   return out;
 }
 
