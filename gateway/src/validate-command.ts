@@ -51,7 +51,9 @@ export async function validateCommand(args: string[]): Promise<number> {
     const config = loadGatewayConfig({ file: { name, text } });
     for (const w of config.warnings) process.stdout.write(line("warning: ", w));
     const upstreams = config.upstreams.length;
-    process.stdout.write(`${name}: valid (${upstreams} upstream${upstreams === 1 ? "" : "s"}, listening on ${config.listen.host}:${config.listen.port}${config.warnings.length > 0 ? `, ${config.warnings.length} warning${config.warnings.length === 1 ? "" : "s"}` : ""})\n`);
+    const d = config.disaggregation;
+    const pools = d === null ? "" : ` in pools of ${d.protocol}: ${config.upstreams.filter((u) => u.role === "prefill").length} prefill, ${config.upstreams.filter((u) => u.role === "decode").length} decode`;
+    process.stdout.write(`${name}: valid (${upstreams} upstream${upstreams === 1 ? "" : "s"}${pools}, listening on ${config.listen.host}:${config.listen.port}${config.warnings.length > 0 ? `, ${config.warnings.length} warning${config.warnings.length === 1 ? "" : "s"}` : ""})\n`);
     return 0;
   } catch (error) {
     if (!(error instanceof GatewayConfigError)) throw error;

@@ -3,7 +3,11 @@
 // (test/support/mock-prefill.ts names the source files and versions), driven
 // by the official `openai` client. Each request's fields are checked as it
 // reached each server, and each failure rule has a test.
+import { spawnSync } from "node:child_process";
 import { createHmac } from "node:crypto";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
 import OpenAI, { APIError } from "openai";
 import pino from "pino";
 import { afterEach, describe, expect, it } from "vitest";
@@ -389,6 +393,16 @@ describe("disaggregation: configuration", () => {
     expect(check("disaggregation: { protocol: trtllm }\nupstreams:\n  - { url: http://a:1, role: prefill, bootstrap_port: 8998 }\n  - { url: http://b:1, role: decode }")).toEqual([expect.stringMatching(/bootstrap_port: is an SGLang prefill server's/)]);
     expect(check("disaggregation: { protocol: sglang, prefill: { attention_dp_config: { kv_cache_routing_load_balance_weight: heavy } } }\nupstreams:\n  - { url: http://a:1, role: prefill }\n  - { url: http://b:1, role: decode }")[0]).toMatch(/^disaggregation\.prefill\.attention_dp_config\.kv_cache_routing_load_balance_weight/);
     expect(check("disaggregation: { protocol: sglang }\nupstreams:\n  - { url: http://a:1, role: prefill }\n  - { url: http://b:1, role: decode }")).toEqual([]);
+  });
+
+  it("validate names the pools", () => {
+    const dir = mkdtempSync(path.join(tmpdir(), "disagg-"));
+    const file = path.join(dir, "g.yaml");
+    writeFileSync(file, "disaggregation: { protocol: sglang }\nupstreams:\n  - { url: http://a:1, role: prefill }\n  - { url: http://b:1, role: decode }\n  - { url: http://c:1, role: decode }\n");
+    const out = spawnSync(process.execPath, [path.resolve("gateway/dist/cli.js"), "validate", file], { encoding: "utf8" });
+    rmSync(dir, { recursive: true });
+    expect(out.status).toBe(0);
+    expect(out.stdout).toMatch(/valid \(3 upstreams in pools of sglang: 1 prefill, 2 decode, listening/);
   });
 
   it("each pool routes by its own policy: the prefill pool by prefix (the file's policy), the decode pool by load unless set", () => {
