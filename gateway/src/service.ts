@@ -170,7 +170,14 @@ export class GatewayService {
     // Each pool moves to its own upstreams (with `disaggregation:`; else the one fleet to all).
     const change = fleet.reload(poolConfig(next, "decode"));
     if (prefill !== null) {
-      const more = prefill.fleet.reload(poolConfig(next, "prefill"));
+      let more: FleetChange;
+      try {
+        more = prefill.fleet.reload(poolConfig(next, "prefill"));
+      } catch (error) {
+        // The prefill pool cannot move (each reload changes nothing when it throws): the decode pool moves back, so the file is refused whole.
+        fleet.reload(poolConfig(this.#current, "decode"));
+        throw error;
+      }
       change.added.push(...more.added);
       change.removed.push(...more.removed);
       change.kept.push(...more.kept);

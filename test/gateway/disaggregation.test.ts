@@ -310,6 +310,17 @@ describe("disaggregation: SGLang (bootstrap rooms)", () => {
     await waitFor(() => p.decode[0]!.aborted === 1, () => `decode aborted ${p.decode[0]!.aborted}`);
   });
 
+  it("a decode server that fails stops the prefill, and its failure is the client's answer", async () => {
+    const p = await pools("sglang", { prefill: 1, decode: 1 });
+    p.prefill[0]!.behaviour.delayMs = 3000;
+    p.decode[0]!.behaviour.failWith = 503;
+    const r = await post(p.gateway, "/v1/chat/completions", { model: "m", messages: [{ role: "user", content: "hi" }] });
+    expect(r.status).toBe(503);
+    expect(r.headers.get("x-adp-upstream-name")).toBe("D0");
+    await waitFor(() => p.prefill[0]!.aborted === 1, () => `prefill aborted ${p.prefill[0]!.aborted}`);
+    expect(p.gateway.metrics()).toMatch(/adp_gateway_requests_by_code_total\{pool="decode",code="503"\} 1/);
+  });
+
   it("a client that leaves mid-stream cancels both servers", async () => {
     const p = await pools("sglang", { prefill: 1, decode: 1 });
     p.prefill[0]!.behaviour.delayMs = 3000;
@@ -417,29 +428,38 @@ describe("disaggregation: configuration", () => {
 
 describe("disaggregation: TensorRT-LLM's signatures, SGLang's DP groups, refusals and counting", () => {
   const hmac = (key: string, text: string) => `sha256=${createHmac("sha256", key).update(text).digest("hex")}`;
-  it("with internal_request_auth_key: the generation request's hand-over is signed, and a sub-agent hint re-signed for each phase; without it the hint is not forwarded", async () => {
+  it("with internal_request_auth_key the generation request's hand-over is signed as TensorRT-LLM's front end signs it; a client's sub-agent hint reaches neither phase", async () => {
     process.env.TEST_TRTLLM_KEY = "k".repeat(32);
     const p = await pools("trtllm", { prefill: 1, decode: 1, extra: "auth: { internal_request_auth_key_env: TEST_TRTLLM_KEY }" });
+    delete process.env.TEST_TRTLLM_KEY;
     const r = await fetch(`${p.gateway.url}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json", "x-trtllm-subagent-affinity-id": "child-1", "x-trtllm-subagent-affinity-auth": "sha256=forged" }, body: JSON.stringify({ model: "m", messages: [{ role: "user", content: "hi" }] }) });
     expect(r.status).toBe(200);
     const ctx = only(p.prefill);
     const gen = only(p.decode);
-    const id = /"disagg_request_id":(\d+)/.exec(ctx.raw)![1]!;
     const state = (body(gen).disaggregated_params as Record<string, unknown>).encoded_opaque_state as string;
     expect(gen.headers["x-trtllm-disagg-auth"]).toBe(hmac("k".repeat(32), `{"ctx_info_endpoint":null,"encoded_opaque_state":${JSON.stringify(state)}}`));
     expect(ctx.headers["x-trtllm-disagg-auth"]).toBeUndefined();
-    const affinity = (type: string, role: string) => hmac("k".repeat(32), `{"conversation_id":null,"disagg_request_id":${id},"model":"m","purpose":"x-trtllm-subagent-affinity-id","request_type":"${type}","role":"${role}","subagent_affinity_id":"child-1"}`);
-    expect(ctx.headers["x-trtllm-subagent-affinity-id"]).toBe("child-1");
-    expect(ctx.headers["x-trtllm-subagent-affinity-auth"]).toBe(affinity("context_only", "CONTEXT"));
-    expect(gen.headers["x-trtllm-subagent-affinity-auth"]).toBe(affinity("generation_only", "GENERATION"));
-    delete process.env.TEST_TRTLLM_KEY;
-
-    const q = await pools("trtllm", { prefill: 1, decode: 1 });
-    await fetch(`${q.gateway.url}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json", "x-trtllm-subagent-affinity-id": "child-1" }, body: JSON.stringify({ model: "m", messages: [{ role: "user", content: "hi" }] }) });
-    for (const e of [...q.prefill, ...q.decode]) {
-      expect(completions(e)[0]!.headers["x-trtllm-subagent-affinity-id"]).toBeUndefined();
-      expect(completions(e)[0]!.headers["x-trtllm-disagg-auth"]).toBeUndefined();
+    for (const sent of [ctx, gen]) {
+      expect(sent.headers["x-trtllm-subagent-affinity-id"]).toBeUndefined();
+      expect(sent.headers["x-trtllm-subagent-affinity-auth"]).toBeUndefined();
     }
+
+    // Without a key: nothing signed, and the file says what that means.
+    const q = await pools("trtllm", { prefill: 1, decode: 1 });
+    expect(loadGatewayConfig({ file: { name: "g.yaml", text: q.yaml } }).warnings.map((w) => w.message)).toContainEqual(expect.stringMatching(/generation requests go unsigned/));
+    await post(q.gateway, "/v1/chat/completions", { model: "m", messages: [{ role: "user", content: "hi" }] });
+    expect(only(q.decode).headers["x-trtllm-disagg-auth"]).toBeUndefined();
+  });
+
+  it("a context answer whose signed fields are not TensorRT-LLM's types (a nested list for the opaque state) is a 502, and no slot is kept", async () => {
+    const p = await pools("trtllm", { prefill: 1, decode: 1, section: "  max_local_prefill_length: 8", decodeUpstream: () => "" });
+    p.prefill[0]!.behaviour.prefill = { engine: "trtllm", opaqueState: "[".repeat(50_000) + "]".repeat(50_000) };
+    const r = await post(p.gateway, "/v1/chat/completions", { model: "m", messages: [{ role: "user", content: prompt(30) }] });
+    expect(r.status).toBe(502);
+    expect(JSON.parse(r.text).error.code).toBe("prefill_invalid_answer");
+    expect(all(p.decode)).toHaveLength(0);
+    const health = (await (await fetch(`${p.gateway.url}/health`)).json()) as { upstreams: { in_flight: number }[] };
+    expect(health.upstreams.map((u) => u.in_flight)).toEqual([0, 0]);
   });
 
   it("SGLang: a prefill pinned to a DP rank gets a bootstrap room of that rank modulo its DP size; an IPv6 prefill server's host keeps its brackets", async () => {

@@ -651,6 +651,7 @@ export function loadGatewayConfig(options: LoadOptions = {}): GatewayConfig {
   };
   // Replication and the admin endpoints change one fleet's state: a disaggregated gateway runs two.
   if (disaggregation !== null && sync !== null) r.fail(["sync"], "cannot be combined with disaggregation: (yet): replicas share one fleet's routing state, and a disaggregated gateway runs two pools");
+  if (disaggregation?.protocol === "trtllm" && internalRequestAuthKey === null) r.warn(["disaggregation", "protocol"], "trtllm without auth.internal_request_auth_key_file (or _env): generation requests go unsigned, which TensorRT-LLM workers with an internal_request_auth_key refuse (and newer releases will require)");
   if (disaggregation !== null && adminApiKey !== null) r.fail(["auth", "admin_api_key"], "cannot be combined with disaggregation: (yet): the admin endpoints change one fleet, and a disaggregated gateway runs two pools");
   if (r.omitted > 0) r.issues.push({ field: "(file)", message: `and ${r.omitted} more problems`, where: null });
   if (r.issues.length > 0) throw new GatewayConfigError(r.issues);

@@ -6,16 +6,12 @@
 import type { Placement } from "../fleet/scheduler.js";
 import type { Upstream } from "../fleet/upstream.js";
 import { proxy, type ProxyOutcome } from "../proxy/proxy.js";
-import { HttpError, SUBAGENT_HEADER } from "../requests/openai.js";
-import { SUBAGENT_AUTH_HEADER } from "../requests/subagent-auth.js";
+import { HttpError } from "../requests/openai.js";
 import type { CapturedAnswer } from "./captured-answer.js";
 import { withMembers } from "./json-members.js";
 import { at, captureFor, outcomeOf, passThrough, phaseHangup, unplace, type DisaggregatedCall, type DisaggregatedOutcome, type Serving, type Track } from "./phases.js";
 import { finishedAsStream, HandOffError, trtllmContextBody, trtllmHandOff, trtllmRefusal, vllmHandOff, vllmPrefillBody, type HandOff } from "./protocols.js";
-import { affinityHeaders, DISAGG_AUTH_HEADER, disaggAuth } from "./trtllm-auth.js";
-
-/** A whole request's headers: no sub-agent hint (an aggregated request's is not taken, and a worker without a key raises on one). */
-const NO_HINT = { [SUBAGENT_HEADER]: null, [SUBAGENT_AUTH_HEADER]: null };
+import { DISAGG_AUTH_HEADER, disaggAuth, NO_HINT } from "./trtllm-auth.js";
 
 /** Serves `call` (its body `client`, less the client's own hand-over fields) context first; `track` follows where it is. */
 export async function contextFirst(s: Serving, call: DisaggregatedCall, client: string, track: Track): Promise<DisaggregatedOutcome> {
@@ -63,16 +59,22 @@ export async function contextFirst(s: Serving, call: DisaggregatedCall, client: 
     if (handOff === null) return passThrough(call.res, captured, first.upstream, s.prefill, prefillAt.matchedTokens);
     return answerFinished(s, call, client, handOff.answer, first.upstream, prefillAt.matchedTokens);
   }
-  return decodePhase(s, call, client, handOff, first.upstream, prefillAt.matchedTokens, decodeAt, id, track);
+  return decodePhase(s, call, client, handOff, first.upstream, prefillAt.matchedTokens, decodeAt, track);
 }
 
 /** Sends the prefill (context) request to `prefillAt` and holds its answer. */
 async function prefillPhase(s: Serving, call: DisaggregatedCall, client: string, prefillAt: Placement, id: bigint): Promise<{ first: ProxyOutcome; captured: CapturedAnswer }> {
   const trtllm = s.config.protocol === "trtllm";
-  const context = Buffer.from(trtllm ? trtllmContextBody(client, id, call.request.conversationId) : vllmPrefillBody(client));
+  let context: Buffer;
+  try {
+    context = Buffer.from(trtllm ? trtllmContextBody(client, id, call.request.conversationId) : vllmPrefillBody(client));
+  } catch (error) {
+    unplace(s.prefill, prefillAt, call.tokens); // never proxied: its placement ends here
+    throw error;
+  }
   const phase = phaseHangup(call.hangup);
   const captured = captureFor(call, () => phase.hangup.abort());
-  const headers = trtllm ? affinityHeaders(s.authKey, call.request, "context_only", id) : undefined;
+  const headers = trtllm ? NO_HINT : undefined;
   try {
     const first = await proxy(s.prefill.proxying, { ...call, res: captured, hangup: phase.hangup, body: () => context, headers }, prefillAt.upstream, prefillAt.rank);
     return { first, captured };
@@ -105,7 +107,13 @@ function readHandOff(s: Serving, first: ProxyOutcome, captured: CapturedAnswer, 
 function answerFinished(s: Serving, call: DisaggregatedCall, client: string, answer: string, prefilled: Upstream, matched: number): DisaggregatedOutcome {
   const { request, res } = call;
   const options = (JSON.parse(client) as { stream_options?: { include_usage?: unknown } | null }).stream_options;
-  const body = request.stream ? finishedAsStream(request.kind, answer, options?.include_usage === true) : answer;
+  let body: string;
+  try {
+    body = request.stream ? finishedAsStream(request.kind, answer, options?.include_usage === true) : answer;
+  } catch {
+    // An answer JSON.parse took but JSON.stringify cannot write again (nested past its stack): no answer to stream.
+    throw new HttpError(502, "the context server's answer cannot be streamed", "server_error", "prefill_invalid_answer", at(prefilled));
+  }
   res.writeHead(200, { "content-type": request.stream ? "text/event-stream" : "application/json", "content-length": String(Buffer.byteLength(body)), ...at(prefilled), "x-request-id": call.requestId }).end(body);
   return { status: 200, upstream: prefilled.name, outcome: "ok", matched, pool: s.prefill };
 }
@@ -118,7 +126,7 @@ function answerFinished(s: Serving, call: DisaggregatedCall, client: string, ans
  * first token comes once the KV cache has moved; a whole answer shows no such
  * moment, and counts there until it ends.
  */
-async function decodePhase(s: Serving, call: DisaggregatedCall, client: string, handOff: Extract<HandOff, { kind: "decode" }>, prefilled: Upstream, matched: number, reserved: Placement | null, id: bigint, track: Track): Promise<DisaggregatedOutcome> {
+async function decodePhase(s: Serving, call: DisaggregatedCall, client: string, handOff: Extract<HandOff, { kind: "decode" }>, prefilled: Upstream, matched: number, reserved: Placement | null, track: Track): Promise<DisaggregatedOutcome> {
   const { request, hangup, tokens } = call;
   let held = s.prefill.accountForInTransfer;
   if (held) s.prefill.fleet.inTransfer(prefilled, tokens);
@@ -126,11 +134,19 @@ async function decodePhase(s: Serving, call: DisaggregatedCall, client: string, 
     if (held) (held = false), s.prefill.fleet.transferred(prefilled, tokens);
   };
   try {
+    // Body and signature first: what throws before the proxy owns a placement must not keep it.
+    let generation: Buffer;
+    let headers: Record<string, string | null> | undefined;
+    try {
+      generation = Buffer.from(withMembers(client, handOff.members));
+      headers = s.config.protocol === "trtllm" ? { ...NO_HINT, [DISAGG_AUTH_HEADER]: disaggAuth(s.authKey, handOff.params ?? {}) } : undefined;
+    } catch (error) {
+      unplace(s.decode, reserved, tokens);
+      throw error;
+    }
     track.pool = s.decode;
     const decodeAt = reserved ?? (await s.decode.scheduler.acquire(request, hangup));
     track.placed();
-    const generation = Buffer.from(withMembers(client, handOff.members));
-    const headers = s.config.protocol === "trtllm" ? { ...affinityHeaders(s.authKey, request, "generation_only", id), [DISAGG_AUTH_HEADER]: disaggAuth(s.authKey, handOff.params ?? {}) } : undefined;
     const last = await proxy(s.decode.proxying, { ...call, body: () => generation, onFirstChunk: transferred, headers }, decodeAt.upstream, decodeAt.rank);
     return outcomeOf(last, s.decode, matched);
   } finally {

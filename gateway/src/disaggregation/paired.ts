@@ -13,7 +13,7 @@ import { proxy, type ProxyOutcome } from "../proxy/proxy.js";
 import { HttpError } from "../requests/openai.js";
 import { at, captureFor, outcomeOf, passThrough, phaseHangup, unplace, type DisaggregatedCall, type DisaggregatedOutcome, type Serving, type Track } from "./phases.js";
 import { sglangBody } from "./protocols.js";
-import { MIN_GLOBAL_ID } from "./request-ids.js";
+import { MAX_INT64, MIN_GLOBAL_ID } from "./request-ids.js";
 
 /**
  * The bootstrap room for prefill server `u`: `room`, or, when the gateway
@@ -26,7 +26,8 @@ export function roomFor(room: bigint, u: Upstream, rank: number | null): bigint 
   if (rank === null || u.dpRanks < 2) return room;
   const size = BigInt(u.dpRanks);
   const aligned = room - (room % size) + BigInt(rank);
-  return aligned < MIN_GLOBAL_ID ? aligned + size : aligned;
+  if (aligned < MIN_GLOBAL_ID) return aligned + size;
+  return aligned > MAX_INT64 ? aligned - size : aligned;
 }
 
 /** Serves `call` over a prefill and a decode server at once; `track` follows where it is. */
@@ -55,7 +56,8 @@ export async function paired(s: Serving, call: DisaggregatedCall, client: string
   const prefillPhase = phaseHangup(hangup);
   const decodePhase = phaseHangup(hangup);
   const decode = decodeOnSent(s, call, decodeAt, decodePhase.hangup, bodyFor, () => prefillPhase.hangup.abort());
-  const captured = captureFor(call, () => prefillPhase.hangup.abort());
+  // A 2xx prefill answer is discarded: a large one is not a failure (its bytes are dropped past the bound).
+  const captured = captureFor(call, () => {});
   try {
     let failure: unknown = null;
     let first: ProxyOutcome | null = null;
@@ -106,8 +108,8 @@ function decodeOnSent(s: Serving, call: DisaggregatedCall, decodeAt: Placement, 
       run.then(
         (outcome) => {
           ended = { outcome };
-          // A decode that failed takes its prefill with it (nothing will take that KV cache).
-          if (outcome.outcome !== "ok") stopPrefill();
+          // A decode that failed (cut short, or answered an error) takes its prefill with it: nothing will take that KV cache.
+          if (outcome.outcome !== "ok" || outcome.status >= 300) stopPrefill();
         },
         (error: unknown) => {
           ended = { error };

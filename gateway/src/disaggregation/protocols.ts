@@ -76,6 +76,10 @@ export function trtllmHandOff(kind: "chat" | "completion", answer: string, id: b
   if (typeof params !== "object" || params === null || Array.isArray(params)) throw new HandOffError(`the context server did not return disaggregated_params (finish_reason ${JSON.stringify(choice?.finish_reason ?? null)})`);
   const p = params as Record<string, unknown>;
   for (const field of ["ctx_request_id", "disagg_request_id"]) if (p[field] === undefined || p[field] === null) throw new HandOffError(`the context server's disaggregated_params has no ${field}`);
+  // TensorRT-LLM's types: an optional string, and an optional string or list of strings (what the signature covers).
+  const text = (v: unknown) => v === undefined || v === null || typeof v === "string";
+  if (!text(p.encoded_opaque_state)) throw new HandOffError("the context server's encoded_opaque_state is not a string");
+  if (!text(p.ctx_info_endpoint) && !(Array.isArray(p.ctx_info_endpoint) && p.ctx_info_endpoint.every((e) => typeof e === "string"))) throw new HandOffError("the context server's ctx_info_endpoint is not a string or a list of strings");
   const choicesAt = objectMembers(answer).filter((m) => m.key === "choices").at(-1)!.valueStart;
   const choiceAt = arrayElements(answer, choicesAt)[0]!;
   if (choice!.finish_reason !== "length" && choice!.finish_reason !== "not_finished") {

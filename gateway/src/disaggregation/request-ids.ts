@@ -16,7 +16,8 @@ const TIMESTAMP_MASK = (1n << 39n) - 1n;
 const COUNTER_MASK = (1n << COUNTER_BITS) - 1n;
 /** TensorRT-LLM's MIN_GLOBAL_ID. */
 export const MIN_GLOBAL_ID = 1n << 40n;
-const MAX_INT64 = (1n << 63n) - 1n;
+/** The largest id (2^63 - 1, a positive int64). */
+export const MAX_INT64 = (1n << 63n) - 1n;
 
 /** Makes one gateway's request ids. */
 export class RequestIds {

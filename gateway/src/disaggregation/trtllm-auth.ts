@@ -1,22 +1,20 @@
-// The signatures TensorRT-LLM's disaggregated front end puts on the requests it
-// sends its workers (tensorrt_llm/serve/disagg_auth.py, the revision whose
-// sub-agent signing requests/subagent-auth.ts follows), made here because in a
-// disaggregated deployment the gateway is that front end:
-//   - `x-trtllm-disagg-auth` on a generation request whose hand-over carries
-//     `encoded_opaque_state` or `ctx_info_endpoint`: HMAC-SHA256 over
-//     json.dumps({those two fields}, sort_keys, compact), a list endpoint as its
-//     first element. A worker with `internal_request_auth_key` refuses such a
-//     request unsigned.
-//   - the sub-agent hint (`x-trtllm-subagent-affinity-id` and `-auth`) signed for
-//     each phase's role, request type and disaggregated request id
-//     (`build_subagent_affinity_headers`); a client's own signature could never
-//     match the gateway's new id. Without a key the hint is not forwarded (a
-//     worker without one raises on it).
+// The signature TensorRT-LLM's disaggregated front end puts on a generation
+// request (tensorrt_llm/serve/disagg_auth.py, the revision whose sub-agent
+// signing requests/subagent-auth.ts follows), made here because in a
+// disaggregated deployment the gateway is that front end: `x-trtllm-disagg-auth`
+// on a generation request whose hand-over carries `encoded_opaque_state` or
+// `ctx_info_endpoint`, HMAC-SHA256 over json.dumps({those two fields},
+// sort_keys, compact), a list endpoint as its first element. A worker with
+// `internal_request_auth_key` refuses such a request unsigned.
+//
+// A client's sub-agent hint (`x-trtllm-subagent-affinity-id`) is not
+// forwarded to either phase: TensorRT-LLM's front end signs only the hint an
+// operator names (`conversation_affinity_header_for_subagents`, off by
+// default), and the pools' own routers refuse a client's unsigned hint too.
 
 import { createHmac } from "node:crypto";
-import type { RoutedRequest } from "../requests/openai.js";
 import { SUBAGENT_HEADER } from "../requests/openai.js";
-import { pythonJson, SUBAGENT_AUTH_HEADER, subagentSignature } from "../requests/subagent-auth.js";
+import { pythonJson, SUBAGENT_AUTH_HEADER } from "../requests/subagent-auth.js";
 
 /** The header a generation worker checks its hand-over's signature in. */
 export const DISAGG_AUTH_HEADER = "x-trtllm-disagg-auth";
@@ -33,10 +31,5 @@ export function disaggAuth(key: string | null, params: Readonly<Record<string, u
   return `sha256=${createHmac("sha256", key).update(pythonJson(payload), "utf8").digest("hex")}`;
 }
 
-/** The sub-agent headers of one phase: the hint signed for its role (null values remove the client's). */
-export function affinityHeaders(key: string | null, request: RoutedRequest, requestType: "context_only" | "generation_only", id: bigint): Record<string, string | null> {
-  const affinityId = request.subagentId?.trim() ?? "";
-  if (key === null || affinityId === "") return { [SUBAGENT_HEADER]: null, [SUBAGENT_AUTH_HEADER]: null };
-  const claim = { affinityId, model: request.model, conversationId: request.conversationId, requestType, disaggRequestId: String(id) };
-  return { [SUBAGENT_HEADER]: affinityId, [SUBAGENT_AUTH_HEADER]: subagentSignature(key, claim, requestType === "context_only" ? "CONTEXT" : "GENERATION") };
-}
+/** Headers that drop a client's sub-agent hint (see above). */
+export const NO_HINT: Readonly<Record<string, null>> = Object.freeze({ [SUBAGENT_HEADER]: null, [SUBAGENT_AUTH_HEADER]: null });
