@@ -13,6 +13,7 @@ import { TokenizerLoadError } from "./tokenizers/tokenizer-loading.js";
 import { availableParallelism } from "node:os";
 import { isControl, isGatewayWorker, LISTENING_MESSAGE, runPrimary, WORKER_ENV } from "./workers/cluster-primary.js";
 import { Siblings } from "./workers/sibling-log.js";
+import { MetricsRelay } from "./workers/metrics-relay.js";
 
 /** The help text of `adp-router-gateway serve`. */
 export const SERVE_USAGE = `Usage: adp-router-gateway serve [--config FILE] [options]
@@ -118,6 +119,7 @@ async function serve(args: string[]): Promise<number> {
   }
   // This process a worker of `--workers N`: its share of the routing state goes through the primary.
   const siblings = isGatewayWorker() ? new Siblings((m) => toPrimary(m), Number(process.env[WORKER_ENV])) : undefined;
+  const workerMetrics = isGatewayWorker() ? new MetricsRelay((m) => toPrimary(m), Number(process.env[WORKER_ENV])) : undefined;
   if (workers > 1 && siblings === undefined) {
     // Replication and the admin endpoints change one process's state: with several workers they would split it.
     if (config.sync !== null) return fail("--workers above 1 cannot be combined with sync: (run one replica per process, each with its own replica id)");
@@ -156,7 +158,7 @@ async function serve(args: string[]): Promise<number> {
   }
   let gateway;
   try {
-    gateway = await createGateway(config, { requestReader: reader, startUnhealthy: unreachable.map((u) => u.index), ...(siblings === undefined ? {} : { siblings }) });
+    gateway = await createGateway(config, { requestReader: reader, startUnhealthy: unreachable.map((u) => u.index), ...(siblings === undefined ? {} : { siblings }), ...(workerMetrics === undefined ? {} : { workerMetrics }) });
   } catch (error) {
     if (error instanceof GatewayListenError) return fail(error.message, 1);
     // A tokenizer folder that cannot load, or an upstream that is this gateway itself.
@@ -201,6 +203,7 @@ async function serve(args: string[]): Promise<number> {
     if (siblings !== undefined) {
       // A worker: the primary relays the siblings' changes and its signals; it prints the URL once all listen.
       process.on("message", (m: unknown) => {
+        if (workerMetrics?.receive(m) === true) return;
         if (!isControl(m)) siblings.receive(m);
         else if (m.action === "reload") reload();
         else if (!stopping) stop("SIGTERM");

@@ -25,6 +25,7 @@ import { viaEntry } from "./requests/via.js";
 import { GatewayService } from "./service.js";
 import type { StateLog } from "./fleet/routing-state.js";
 import type { Siblings } from "./workers/sibling-log.js";
+import type { MetricsRelay } from "./workers/metrics-relay.js";
 import { poolConfig } from "./config/disaggregation-config.js";
 
 /** A running gateway. */
@@ -79,6 +80,8 @@ export interface GatewayOptions {
   readonly placement?: "batched" | "per-request";
   /** With `serve --workers N`: this worker's share of the one routing state (workers/sibling-log.ts). */
   readonly siblings?: Siblings;
+  /** With `serve --workers N`: how this worker's `/metrics` answers for every worker (workers/metrics-relay.ts). */
+  readonly workerMetrics?: MetricsRelay;
 }
 
 /** The listen error of a port in use or not allowed, as one clear message. */
@@ -184,7 +187,8 @@ export async function createGateway(input: GatewayConfig | GatewayConfigObject, 
   const prefillCounters: GatewayCounters = { requests: new Map(), codes: new Map(), queued: 0, rejectedFull: 0, subagentRefused: 0 };
   const prefillScheduler = prefillFleet === null ? null : new Scheduler(prefillFleet, prefillConfig!, prefillCounters, onRouterError, release, options.placement === "per-request");
   const prefill = prefillFleet === null ? null : { fleet: prefillFleet, scheduler: prefillScheduler!, counters: prefillCounters };
-  const service = new GatewayService({ config, log, reader, fleet, scheduler, counters, replication, via, prefill });
+  const service = new GatewayService({ config, log, reader, fleet, scheduler, counters, replication, via, prefill, workerMetrics: options.workerMetrics ?? null });
+  options.workerMetrics?.renderWith(() => service.metrics());
   const server = createEdgeServer(config, service.edge, (req, res) => void service.handle(req, res));
   try {
     await listen(server, config);

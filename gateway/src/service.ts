@@ -25,7 +25,8 @@ import { formatSyncMetrics } from "./replication/sync-metrics.js";
 import type { Upstream } from "./fleet/upstream.js";
 import { poolConfig } from "./config/disaggregation-config.js";
 import { DisaggregatedServing } from "./disaggregation/disaggregated-serving.js";
-import { mergePoolMetrics } from "./disaggregation/pool-metrics.js";
+import { mergeLabelled } from "./common/labelled-metrics.js";
+import type { MetricsRelay } from "./workers/metrics-relay.js";
 
 /** The longest `/v1/models` may take (an engine answers it from memory; `first_byte_ms` is sized for generation). */
 const MODELS_TIMEOUT_MS = 30_000;
@@ -51,6 +52,8 @@ export interface ServiceParts {
    * `counters` above are then the decode pool's); null: one pool serves whole requests.
    */
   readonly prefill: { readonly fleet: Fleet; readonly scheduler: Scheduler; readonly counters: GatewayCounters } | null;
+  /** With `serve --workers N`: every worker's page for `/metrics`, each sample labelled worker="N"; null: this process's own. */
+  readonly workerMetrics: MetricsRelay | null;
 }
 
 /** What one request's log line says besides its method, path and time. */
@@ -212,11 +215,19 @@ export class GatewayService {
     const edge = formatEdgeMetrics(this.edge, config.limits.maxConnections, reader.metricLines("adp_gateway_")) + (replication === null ? "" : formatSyncMetrics(replication));
     if (prefill === null) return pool(fleet, scheduler, counters) + edge + formatBounds([...this.#poolBounds(fleet, scheduler), ...this.#edgeBounds()]);
     // Two pools: each sample labelled with its pool, each family's HELP and TYPE once.
-    return mergePoolMetrics([
-      { pool: "prefill", text: pool(prefill.fleet, prefill.scheduler, prefill.counters) + formatBounds(this.#poolBounds(prefill.fleet, prefill.scheduler)) },
-      { pool: "decode", text: pool(fleet, scheduler, counters) + formatBounds(this.#poolBounds(fleet, scheduler)) },
-      { pool: null, text: edge + formatBounds(this.#edgeBounds()) },
+    return mergeLabelled([
+      { label: 'pool="prefill"', text: pool(prefill.fleet, prefill.scheduler, prefill.counters) + formatBounds(this.#poolBounds(prefill.fleet, prefill.scheduler)) },
+      { label: 'pool="decode"', text: pool(fleet, scheduler, counters) + formatBounds(this.#poolBounds(fleet, scheduler)) },
+      { label: null, text: edge + formatBounds(this.#edgeBounds()) },
     ]);
+  }
+
+  /** The `/metrics` page: this process's, or with workers every worker's, each sample labelled with its worker. */
+  async #scrape(): Promise<string> {
+    const relay = this.#parts.workerMetrics;
+    if (relay === null) return this.metrics();
+    const pages = await relay.pages();
+    return mergeLabelled(pages.map((p) => ({ label: `worker="${p.worker}"`, text: p.text })));
   }
 
   /** The bounds of the client edge and replication (see bounds.ts). */
@@ -292,7 +303,7 @@ export class GatewayService {
     const open = path === "/health" ? !config.auth.protectHealth : !config.auth.protectMetrics;
     if (!open && !this.#authorized(req)) throw unauthorized();
     if (path === "/health") return ok(health(res, this.#parts.prefill === null ? [fleet] : [this.#parts.prefill.fleet, fleet], replication));
-    const [type, body] = path === "/metrics" ? ["text/plain; version=0.0.4", this.metrics()] : ["application/json", JSON.stringify(replication!.state())];
+    const [type, body] = path === "/metrics" ? ["text/plain; version=0.0.4", await this.#scrape()] : ["application/json", JSON.stringify(replication!.state())];
     res.writeHead(200, { "content-type": type }).end(body);
     return ok(200);
   }

@@ -61,6 +61,15 @@ describe("serve --workers N", () => {
       }
       expect({ i, turns }).toEqual({ i, turns: turns.map(() => first[i]) });
     }
+    // Whichever worker takes the scrape answers for both: each sample labelled with its worker, each family's HELP once.
+    for (let scrape = 0; scrape < 2; scrape++) {
+      const page = await (await fetch(`${url}/metrics`)).text();
+      const ok = [...page.matchAll(/^adp_gateway_requests_total\{worker="([12])",outcome="ok"\} (\d+)$/gm)];
+      expect(ok.map((m) => m[1]).sort()).toEqual(["1", "2"]);
+      expect(ok.reduce((t, m) => t + Number(m[2]), 0)).toBe(30);
+      const help = page.split("\n").filter((l) => l.startsWith("# HELP "));
+      expect(new Set(help).size).toBe(help.length);
+    }
     child.kill("SIGTERM");
     expect(await exited).toBe(0);
   }, 30_000);

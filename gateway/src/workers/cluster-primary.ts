@@ -8,6 +8,8 @@
 //   - SIGTERM/SIGINT stop every worker gracefully, SIGHUP reloads every
 //     worker's upstreams (sent as messages: a worker that already got the
 //     terminal's signal is not told twice);
+//   - a worker's `/metrics` scrape gathers every started worker's page
+//     (metrics-relay.ts);
 //   - a worker that dies after it started is started again (at most once a
 //     second); its routing state then begins empty and learns from the others'
 //     new changes and its engines' events.
@@ -15,6 +17,7 @@
 
 import cluster, { type Worker } from "node:cluster";
 import { STATE_MESSAGE } from "./sibling-log.js";
+import { isMetricsMessage, METRICS_MESSAGE, MetricsGather } from "./metrics-relay.js";
 
 /** A worker's message to the primary that it listens (with the URL). */
 export const LISTENING_MESSAGE = "adp-gateway-listening";
@@ -58,6 +61,7 @@ export function runPrimary(n: number): Promise<number> {
     let url: string | null = null;
     let stopping = false;
     let status = 0;
+    const gather = new MetricsGather();
     const control = (action: ControlMessage["action"]) => {
       for (const [w, slot] of slots) {
         // One still starting reads no message yet (and has no signal handler: SIGTERM ends it, as it had served nothing).
@@ -82,6 +86,11 @@ export function runPrimary(n: number): Promise<number> {
         if (type === STATE_MESSAGE) {
           // Relayed as received, in this order; each receiver checks it whole (Siblings.receive): checked here too, it would be twice.
           for (const other of slots.keys()) if (other !== w) post(other, m as object);
+        } else if (type === METRICS_MESSAGE) {
+          if (!isMetricsMessage(m)) return;
+          // Each page under the number of the worker that sent it (the primary's slot, not the message's).
+          if (m.op === "ask") gather.ask(m.id, (reply) => post(w, reply), [...slots].filter(([o, k]) => started.has(k) && o.isConnected()).map(([o]) => (msg) => post(o, msg)));
+          else if (m.op === "page") gather.page(m.id, { worker: slot, text: m.text });
         } else if (type === LISTENING_MESSAGE) {
           started.add(slot);
           if (url === null && started.size === n) {

@@ -1,8 +1,8 @@
-// The metrics of a disaggregated gateway's two pools as one Prometheus page:
-// each pool renders its fleet as an aggregated gateway does, and the families
-// are merged here, every sample labelled with its pool (pool="prefill" or
-// pool="decode") and each family's HELP and TYPE written once, as the text
-// format requires.
+// Several Prometheus pages as one, each sample labelled with the page it came
+// from: a disaggregated gateway's two pools (pool="prefill", pool="decode"),
+// each rendering its fleet as an aggregated gateway does, and the workers of
+// `serve --workers N` (worker="1", ...). Each family's HELP and TYPE are
+// written once and its samples kept together, as the text format requires.
 
 /** One family's header lines and samples, in the order they came. */
 interface Family {
@@ -18,16 +18,15 @@ function labelled(line: string, label: string): string {
   return space === -1 ? line : `${line.slice(0, space)}{${label}}${line.slice(space)}`;
 }
 
-/** Several pools' Prometheus texts as one: families in the order first seen, each sample labelled with its pool (pool null: the gateway's own, unlabelled). */
-export function mergePoolMetrics(parts: readonly { readonly pool: string | null; readonly text: string }[]): string {
+/** Several Prometheus texts as one: families in the order first seen, each sample labelled with its page's `label` (`pool="prefill"`; null: left as it is). */
+export function mergeLabelled(parts: readonly { readonly label: string | null; readonly text: string }[]): string {
   const families = new Map<string, Family>();
   const familyOf = (name: string) => {
     let f = families.get(name);
     if (f === undefined) families.set(name, (f = { header: [], samples: [] }));
     return f;
   };
-  for (const { pool, text } of parts) {
-    const label = pool === null ? null : `pool="${pool}"`;
+  for (const { label, text } of parts) {
     let current: Family | null = null;
     let first = false;
     for (const line of text.split("\n")) {
