@@ -279,6 +279,29 @@ export function simulate(trace: Trace, options: SimulateOptions = {}): Simulatio
   };
 }
 
+/** The rows of a comparison over several engines, as they are run: each row's figures, load over time and sorted TTFTs. */
+class Rows {
+  readonly policies: PolicyResult[] = [];
+  readonly loadOverTime: Record<string, number[][]> = {};
+  readonly ttftSorted: Record<string, Float64Array> = {};
+  /** `fleet` holds every rank of the run: the overload yardstick. */
+  constructor(readonly requests: readonly Trace["requests"][number][], readonly fleet: EngineOptions) {}
+
+  /** Adds row `name` of `run`, with `extra` fields of its kind of run. */
+  add(name: string, run: RunResult, extra: Partial<PolicyResult>): void {
+    const sorted = Float64Array.from(run.ttftMs).sort();
+    const overload = judgeOverload(run, quantile(sorted, 0.5), this.requests, this.fleet);
+    this.policies.push({ ...summarize(name, run, sorted, overload, null, null), ...extra });
+    this.loadOverTime[name] = run.loadSamples;
+    this.ttftSorted[name] = sorted;
+  }
+
+  /** The result: `head`'s fields, then the rows. */
+  result(head: Omit<SimulationResult, "policies" | "loadOverTime" | "ttftSorted">): SimulationResult {
+    return { ...head, policies: this.policies, loadOverTime: this.loadOverTime, ttftSorted: this.ttftSorted };
+  }
+}
+
 /** What phase 2 `adp` runs on every engine unless `config` says otherwise: TensorRT-LLM's KV-cache-aware ADP router. */
 const FLEET_ADP_CONFIG: AttentionDpConfigInput = Object.freeze({ enable_kv_cache_aware_routing: true });
 
@@ -295,31 +318,21 @@ function simulateFleet(trace: Trace, options: SimulateOptions, engine: EngineOpt
   const config = options.config ?? FLEET_ADP_CONFIG;
   const requests = trace.requests;
   const progress = progressReporter(options.onProgress, requests.length * kinds.length);
-  const results: PolicyResult[] = [];
-  const loadOverTime: Record<string, number[][]> = {};
-  const ttftSorted: Record<string, Float64Array> = {};
   // The whole fleet holds instances × ranks × cap requests at once: the overload yardstick.
-  const fleetEngine = { ...engine, ranks: engine.ranks * instances };
+  const rows = new Rows(requests, { ...engine, ranks: engine.ranks * instances });
   for (const [k, kind] of kinds.entries()) {
     const run = runFleet(requests, paths, trace.blockTokens, engine, instances, kind, config, options.loadWeight, progress && ((finished) => progress(k * requests.length + finished)));
-    const sorted = Float64Array.from(run.ttftMs).sort();
-    const overload = judgeOverload(run, quantile(sorted, 0.5), requests, fleetEngine);
-    results.push({ ...summarize(kind, run, sorted, overload, null, null), fleet: { instance_requests_max_over_mean: round(maxOverMean(run.requestsPerInstance)), pinned_share: round(run.pinned / Math.max(run.routed, 1)) } });
-    loadOverTime[kind] = run.loadSamples;
-    ttftSorted[kind] = sorted;
+    rows.add(kind, run, { fleet: { instance_requests_max_over_mean: round(maxOverMean(run.requestsPerInstance)), pinned_share: round(run.pinned / Math.max(run.routed, 1)) } });
     progress?.(requests.length * (k + 1));
   }
-  return {
+  return rows.result({
     trace: trace.name,
-    ranks: fleetEngine.ranks,
+    ranks: engine.ranks * instances,
     requests: requests.length,
     optimum_prefix_hit_ratio: round(optimumHitRatioOfPaths(paths)),
     index_updates: { mode: "routing" },
     fleet: { instances, ranks_per_instance: engine.ranks, load_weight: options.loadWeight ?? DEFAULT_LOAD_WEIGHT, adp_config: config },
-    policies: results,
-    loadOverTime,
-    ttftSorted,
-  };
+  });
 }
 
 /** The prefill-side policies a pools run compares by default. */
@@ -348,9 +361,7 @@ function simulatePools(trace: Trace, options: SimulateOptions, engine: EngineOpt
   const inTransfer = parseAttentionDpConfig(options.config ?? {}).kvCacheRoutingAccountForInTransfer;
   const layouts = names.map((name): { name: string; layout: PoolLayout } => ({ name, layout: name === "aggregated" ? { whole: prefill! + decode! } : { prefill: prefill!, decode: decode!, transferMsPerToken: transfer } }));
   const progress = progressReporter(options.onProgress, requests.length * policies.length * layouts.length);
-  const results: PolicyResult[] = [];
-  const loadOverTime: Record<string, number[][]> = {};
-  const ttftSorted: Record<string, Float64Array> = {};
+  const rows = new Rows(requests, { ...engine, ranks: engine.ranks * (prefill! + decode!) });
   let k = 0;
   for (const { name, layout } of layouts) {
     const ranks = engine.ranks * ("whole" in layout ? layout.whole : layout.prefill);
@@ -360,27 +371,19 @@ function simulatePools(trace: Trace, options: SimulateOptions, engine: EngineOpt
       const base = k * requests.length;
       const withTransfer = "whole" in layout || !side.discountCached ? layout : { ...layout, accountForInTransfer: inTransfer };
       const run = runPools(requests, paths, trace.blockTokens, engine, withTransfer, side, decodeSide, progress && ((finished) => progress(base + finished)));
-      const sorted = Float64Array.from(run.ttftMs).sort();
-      const row = `${name}:${policy}`;
-      const overload = judgeOverload(run, quantile(sorted, 0.5), requests, { ...engine, ranks: engine.ranks * (prefill! + decode!) });
       const itl = run.itlSorted;
-      results.push({ ...summarize(row, run, sorted, overload, null, null), pools: { itl_ms: { p50: round(quantile(itl, 0.5), 2), p90: round(quantile(itl, 0.9), 2), p99: round(quantile(itl, 0.99), 2) }, mean_transfer_ms: round(run.meanTransferMs, 1) } });
-      loadOverTime[row] = run.loadSamples;
-      ttftSorted[row] = sorted;
+      rows.add(`${name}:${policy}`, run, { pools: { itl_ms: { p50: round(quantile(itl, 0.5), 2), p90: round(quantile(itl, 0.9), 2), p99: round(quantile(itl, 0.99), 2) }, mean_transfer_ms: round(run.meanTransferMs, 1) } });
       progress?.(requests.length * ++k);
     }
   }
-  return {
+  return rows.result({
     trace: trace.name,
     ranks: engine.ranks,
     requests: requests.length,
     optimum_prefix_hit_ratio: round(optimumHitRatioOfPaths(paths)),
     index_updates: { mode: "routing" },
     pools: { prefill_servers: prefill!, decode_servers: decode!, aggregated_servers: prefill! + decode!, ranks_per_server: engine.ranks, transfer_ms_per_token: transfer, decode_config: decodeConfig },
-    policies: results,
-    loadOverTime,
-    ttftSorted,
-  };
+  });
 }
 
 /** Minimum wall-clock ms between two progress calls (the last one, at the end, always comes). */
