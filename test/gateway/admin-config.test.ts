@@ -319,6 +319,8 @@ describe("the shipped JSON Schema (dist/gateway.schema.json)", () => {
     const schema = gatewayConfigSchema as unknown as Record<string, unknown>;
     const example = parse(readFileSync("examples/gateway/gateway.yaml", "utf8")) as Record<string, unknown>;
     expect(validate(schema, example, schema)).toEqual([]);
+    expect(validate(schema, parse(readFileSync("examples/gateway/disaggregated.yaml", "utf8")), schema)).toEqual([]);
+    expect(validate(schema, { disaggregation: { protocol: "nixl" } }, schema)).not.toEqual([]);
     expect(validate(schema, { listen: { port: 0 } }, schema)).toEqual([]); // upstreams from flags
     expect(validate(schema, { ...example, limits: { max_bodyy: 3 } }, schema)).toEqual(["$.limits.max_bodyy: not allowed"]);
     expect(validate(schema, { ...example, attention_dp_config: { kv_cache_routing_fair_share_multiplier: "2" } }, schema)).toEqual(["$.attention_dp_config.kv_cache_routing_fair_share_multiplier: string is not number"]);

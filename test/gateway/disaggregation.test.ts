@@ -3,16 +3,16 @@
 // (test/support/mock-prefill.ts names the source files and versions), driven
 // by the official `openai` client. Each request's fields are checked as it
 // reached each server, and each failure rule has a test.
-import { spawnSync } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import { createHmac } from "node:crypto";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import OpenAI, { APIError } from "openai";
 import pino from "pino";
 import { afterEach, describe, expect, it } from "vitest";
 import { createGateway, createGatewayReader, loadGatewayConfig, type Gateway } from "../../gateway/src/index.js";
-import { startMockEngine, type MockEngine, type Received } from "../support/mock-engine.js";
+import { startMockEngine, urlFrom, type MockEngine, type Received } from "../support/mock-engine.js";
 import { mockTokenIds, type PrefillRole } from "../support/mock-prefill.js";
 import { waitFor } from "../support/wait.js";
 
@@ -405,6 +405,32 @@ describe("disaggregation: configuration", () => {
     expect(check("disaggregation: { protocol: sglang, prefill: { attention_dp_config: { kv_cache_routing_load_balance_weight: heavy } } }\nupstreams:\n  - { url: http://a:1, role: prefill }\n  - { url: http://b:1, role: decode }")[0]).toMatch(/^disaggregation\.prefill\.attention_dp_config\.kv_cache_routing_load_balance_weight/);
     expect(check("disaggregation: { protocol: sglang }\nupstreams:\n  - { url: http://a:1, role: prefill }\n  - { url: http://b:1, role: decode }")).toEqual([]);
   });
+
+  it("examples/gateway/disaggregated.yaml is valid, and the built CLI serves it in front of TensorRT-LLM servers", async () => {
+    const example = readFileSync("examples/gateway/disaggregated.yaml", "utf8");
+    const key = { TRTLLM_INTERNAL_AUTH_KEY: "x".repeat(32) };
+    const config = loadGatewayConfig({ file: { name: "disaggregated.yaml", text: example }, env: key });
+    expect(config.upstreams.map((u) => `${u.name}:${u.role}`)).toEqual(["ctx-0:prefill", "ctx-1:prefill", "gen-0:decode"]);
+    const servers = [await startMockEngine("ctx-0", { prefill: { engine: "trtllm" }, kvCacheEvents: [] }), await startMockEngine("ctx-1", { prefill: { engine: "trtllm" }, kvCacheEvents: [] }), await startMockEngine("gen-0", { kvCacheEvents: [] })];
+    open.push(...servers);
+    const dir = mkdtempSync(path.join(tmpdir(), "disagg-"));
+    const file = path.join(dir, "g.yaml");
+    writeFileSync(file, example.replace("port: 8000", "port: 0").replace(/http:\/\/127\.0\.0\.1:800([123])/g, (_m, n: string) => servers[Number(n) - 1]!.url));
+    const child = spawn(process.execPath, [path.resolve("gateway/dist/cli.js"), "serve", "--config", file, "--log-level", "silent"], { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, ...key } });
+    const exited = new Promise<number | null>((r) => child.on("exit", (code) => r(code)));
+    try {
+      const url = await urlFrom(child);
+      const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: "x", maxRetries: 0 });
+      const answer = await client.chat.completions.create({ model: "m", messages: [{ role: "user", content: prompt(40) }] });
+      expect(answer.choices[0]!.message.content).toBe("hello from gen-0");
+      expect(all(servers.slice(0, 2))).toHaveLength(1);
+      expect(completions(servers[2]!)[0]!.headers["x-trtllm-disagg-auth"]).toMatch(/^sha256=[0-9a-f]{64}$/);
+    } finally {
+      child.kill("SIGTERM");
+      expect(await exited).toBe(0);
+      rmSync(dir, { recursive: true });
+    }
+  }, 20_000);
 
   it("validate names the pools", () => {
     const dir = mkdtempSync(path.join(tmpdir(), "disagg-"));
