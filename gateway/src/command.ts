@@ -24,6 +24,11 @@ upstream engines with adp-router (one upstream per rank).
   --config FILE          gateway YAML (listen, upstreams, attention_dp_config, limits, ...)
   --upstream URL         an upstream's base URL, http:// or https:// (repeat for each);
                          replaces the file's upstreams
+  --disaggregation P     prefill/decode pools with protocol P (trtllm, vllm or sglang):
+                         --prefill and --decode name their servers
+  --prefill URL          a prefill (context) server (repeat for each)
+  --decode URL           a decode (generation) server (repeat for each); with
+                         --prefill they replace the file's upstreams
   --host H               address to listen on (127.0.0.1)
   --port N               port to listen on; 0 takes a free one (8000)
   --policy P             kv_cache_aware (default), conversation, default, or centralized
@@ -37,9 +42,9 @@ upstream engines with adp-router (one upstream per rank).
   --replica-id ID        this replica's name in the cluster (HOST-PID)
   --shutdown-deadline S  seconds to let in-flight requests finish on SIGTERM (30)
   --workers N            worker processes sharing the port and one routing state
-                         (1; auto: one per core). /metrics and /health answer for
-                         the worker that takes the request; not with --sync or
-                         the admin endpoints
+                         (1; auto: one per core). /metrics answers for all of
+                         them, /health for the worker that takes the request; not
+                         with --sync, the admin endpoints or --disaggregation
   --allow-unreachable    start even when an upstream cannot be reached (it starts
                          unhealthy and takes requests once its health checks
                          pass); without it, an unreachable upstream is an error
@@ -85,6 +90,9 @@ async function serve(args: string[]): Promise<number> {
   }
   const flags: { -readonly [K in keyof GatewayFlags]: GatewayFlags[K] } = {};
   if (values.upstream) flags.upstreams = values.upstream;
+  if (values.prefill) flags.prefill = values.prefill;
+  if (values.decode) flags.decode = values.decode;
+  if (values.disaggregation !== undefined) flags.disaggregation = values.disaggregation;
   if (values.host !== undefined) flags.host = values.host;
   if (values.port !== undefined) {
     if (!/^\d{1,5}$/.test(values.port)) return fail(`--port must be an integer in [0, 65535], got ${JSON.stringify(values.port)}`);
@@ -191,7 +199,7 @@ async function serve(args: string[]): Promise<number> {
         const change = await gateway.reload(next);
         const notes = [
           change.draining.length > 0 ? `draining: ${change.draining.join(", ")}` : "",
-          flags.upstreams ? "the upstreams come from --upstream, not the file" : "",
+          flags.upstreams || flags.prefill || flags.decode ? "the upstreams come from the flags, not the file" : "",
           change.needRestart.length > 0 ? `changed but needing a restart: ${change.needRestart.join(", ")}` : "",
         ].filter((n) => n !== "");
         process.stderr.write(`adp-router-gateway serve: SIGHUP: upstreams reloaded (${change.added.length} added, ${change.removed.length} removed, ${change.kept.length} kept)${notes.length > 0 ? `; ${notes.join("; ")}` : ""}\n`);
@@ -224,6 +232,9 @@ function parse(args: string[]) {
     options: {
       config: { type: "string" },
       upstream: { type: "string", multiple: true },
+      prefill: { type: "string", multiple: true },
+      decode: { type: "string", multiple: true },
+      disaggregation: { type: "string" },
       host: { type: "string" },
       port: { type: "string" },
       policy: { type: "string" },

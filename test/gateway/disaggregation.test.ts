@@ -432,6 +432,28 @@ describe("disaggregation: configuration", () => {
     }
   }, 20_000);
 
+  it("serve --disaggregation P --prefill URL --decode URL: pools from flags alone; a role without a protocol is refused", async () => {
+    const prefill = await startMockEngine("P", { prefill: { engine: "vllm" } });
+    const decode = await startMockEngine("D");
+    open.push(prefill, decode);
+    const cli = path.resolve("gateway/dist/cli.js");
+    const child = spawn(process.execPath, [cli, "serve", "--port", "0", "--log-level", "silent", "--disaggregation", "vllm", "--prefill", prefill.url, "--decode", decode.url], { stdio: ["ignore", "pipe", "pipe"] });
+    const exited = new Promise<number | null>((r) => child.on("exit", (code) => r(code)));
+    try {
+      const url = await urlFrom(child);
+      const r = await fetch(`${url}/v1/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ model: "m", prompt: "hi" }) });
+      expect(r.status).toBe(200);
+      expect(body(only([prefill])).kv_transfer_params).toMatchObject({ do_remote_decode: true });
+      expect(body(only([decode])).kv_transfer_params).toMatchObject({ do_remote_prefill: true });
+    } finally {
+      child.kill("SIGTERM");
+      expect(await exited).toBe(0);
+    }
+    const refused = spawnSync(process.execPath, [cli, "serve", "--port", "0", "--prefill", prefill.url, "--decode", decode.url], { encoding: "utf8" });
+    expect(refused.status).toBe(2);
+    expect(refused.stderr).toMatch(/role: takes effect only with a disaggregation: section or --disaggregation PROTOCOL/);
+  }, 20_000);
+
   it("validate names the pools", () => {
     const dir = mkdtempSync(path.join(tmpdir(), "disagg-"));
     const file = path.join(dir, "g.yaml");

@@ -178,6 +178,11 @@ export interface GatewayConfig {
 /** Command-line settings, which override the file's. */
 export interface GatewayFlags {
   readonly upstreams?: readonly string[];
+  /** `--prefill URL` and `--decode URL`: upstreams of those roles (with `--upstream`'s, in place of the file's). */
+  readonly prefill?: readonly string[];
+  readonly decode?: readonly string[];
+  /** `--disaggregation PROTOCOL`: `disaggregation.protocol` (the section's other settings from the file). */
+  readonly disaggregation?: string;
   readonly host?: string;
   readonly port?: number;
   readonly policy?: string;

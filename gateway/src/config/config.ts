@@ -490,13 +490,15 @@ export function loadGatewayConfig(options: LoadOptions = {}): GatewayConfig {
   }
 
   const upstreams: UpstreamConfig[] = [];
-  if (flags.upstreams && flags.upstreams.length > 0) {
-    flags.upstreams.forEach((text, i) => {
+  const flagged = [...(flags.upstreams ?? []).map((t) => [t, null] as const), ...(flags.prefill ?? []).map((t) => [t, "prefill"] as const), ...(flags.decode ?? []).map((t) => [t, "decode"] as const)];
+  if (flagged.length > 0) {
+    flagged.forEach(([text, role], i) => {
+      const flag = role === null ? "--upstream" : `--${role}`;
       const checked = checkUpstreamUrl(text);
-      if ("why" in checked) r.fail(["upstream", i], checked.why, "--upstream");
+      if ("why" in checked) r.fail(["upstream", i], checked.why, flag);
       else {
-        if (checked.warning !== undefined) r.warn(["upstream", i], checked.warning, "--upstream");
-        upstreams.push({ url: checked.url, name: defaultUpstreamName(checked.url), apiKey: null, drain: false, kvEvents: null, load: null, dpRanks: 1, rankRouting: "none", attentionDp: null, role: null, bootstrapPort: null });
+        if (checked.warning !== undefined) r.warn(["upstream", i], checked.warning, flag);
+        upstreams.push({ url: checked.url, name: defaultUpstreamName(checked.url), apiKey: null, drain: false, kvEvents: null, load: null, dpRanks: 1, rankRouting: "none", attentionDp: null, role, bootstrapPort: null });
       }
     });
   } else if (top.upstreams !== undefined) {
@@ -509,14 +511,16 @@ export function loadGatewayConfig(options: LoadOptions = {}): GatewayConfig {
     }
   }
   if (upstreams.length === 0 && r.issues.length === 0) r.fail(["upstreams"], "at least one upstream is required (upstreams: in the file, or --upstream URL)", options.file ? options.file.name : "--upstream");
-  const fromFlags = flags.upstreams !== undefined && flags.upstreams.length > 0;
+  const fromFlags = flagged.length > 0;
   for (const p of fleetProblems(upstreams, (i) => (fromFlags ? ["upstream", i] : ["upstreams", i]))) r.fail(fromFlags ? p.path.slice(0, 2) : p.path, p.message, fromFlags ? "--upstream" : undefined);
 
   const policyName = flags.policy ?? (top.policy === undefined ? undefined : r.str(top.policy, ["policy"], "kv_cache_aware"));
   // A --policy flag picks the router; the file's block tunes it.
   const { attentionDp, centralized } = readPolicy(r, policyName, top.attention_dp_config, [], "kv_cache_aware", flags.policy !== undefined, flags.policy !== undefined ? "--policy" : undefined);
 
-  const disaggregation = readDisaggregation(r, top.disaggregation, upstreams, flags.upstreams !== undefined && flags.upstreams.length > 0, policyName);
+  // --disaggregation sets the protocol over the file's section (or makes one); roles from flags are --prefill and --decode.
+  const section = flags.disaggregation === undefined ? top.disaggregation : { ...(typeof top.disaggregation === "object" && top.disaggregation !== null ? top.disaggregation : {}), protocol: flags.disaggregation };
+  const disaggregation = readDisaggregation(r, section, upstreams, fromFlags && upstreams.every((u) => u.role === null), policyName);
 
   const limits = r.section(top.limits, ["limits"], SECTIONS.limits!);
   const timeouts = r.section(top.timeouts, ["timeouts"], SECTIONS.timeouts!);

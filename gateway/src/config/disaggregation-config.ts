@@ -43,7 +43,7 @@ export function readRole(r: DisaggregationReader, u: Record<string, unknown>, pa
 export function readDisaggregation(r: DisaggregationReader, value: unknown, upstreams: readonly UpstreamConfig[], fromFlags: boolean, topPolicy: string | undefined): DisaggregationConfig | null {
   if (value === undefined || value === null) {
     upstreams.forEach((u, i) => {
-      if (u.role !== null) r.fail(["upstreams", i, "role"], "takes effect only with a disaggregation: section (its protocol): without one every upstream serves whole requests");
+      if (u.role !== null) r.fail(["upstreams", i, "role"], "takes effect only with a disaggregation: section or --disaggregation PROTOCOL: without one every upstream serves whole requests");
     });
     return null;
   }
@@ -64,7 +64,7 @@ export function readDisaggregation(r: DisaggregationReader, value: unknown, upst
   // Conditional disaggregation matches prompts against the generation servers (TensorRT-LLM asserts a KvCacheAwareRouter there).
   const decode = pool("decode", maxLocal !== null ? "kv_cache_aware" : "default");
   if (maxLocal !== null && !decode.routing.attentionDp.enableKvCacheAwareRouting) r.fail(["disaggregation", "decode", "policy"], "must route by prefix (kv_cache_aware, or enable_kv_cache_aware_routing) with max_local_prefill_length: conditional disaggregation serves a request whole on the generation server holding its prompt");
-  if (fromFlags) r.fail(["disaggregation"], "needs each upstream's role: list them under upstreams: with role: prefill or role: decode (--upstream gives none)");
+  if (fromFlags) r.fail(["disaggregation"], "needs each upstream's role: list them under upstreams: with role: prefill or role: decode, or give --prefill URL and --decode URL (--upstream gives none)");
   else {
     upstreams.forEach((u, i) => {
       if (u.role === null) r.fail(["upstreams", i, "role"], "is required with disaggregation: prefill (a context server) or decode (a generation server)");
