@@ -16,6 +16,8 @@ import { runPools } from "../src/simulate/pools.js";
 import { adpRouter } from "../src/simulate/router-sides.js";
 import { DEFAULT_ENGINE, pathsOf } from "../src/simulate/engine.js";
 import { evaluateConfig, tunePools } from "../src/simulate/tune.js";
+import { parseAttentionDpConfig } from "../src/config.js";
+import { loadGatewayConfig } from "../gateway/src/index.js";
 
 const cli = fileURLToPath(new URL("../dist/cli.js", import.meta.url));
 const workload = () => multiTurnWorkload({ seed: 5, sessions: 160 });
@@ -137,8 +139,13 @@ describe("simulate with prefill and decode pools", () => {
     const text = spawnSync(process.execPath, [cli, ...args, "--out", out], { encoding: "utf8" });
     expect(text.status).toBe(0);
     expect(text.stdout).toMatch(/== the prefill pool/);
-    expect(text.stdout).toMatch(/Paste into the gateway's disaggregation\.decode\.attention_dp_config/);
-    const saved = parse(readFileSync(out, "utf8")) as { disaggregation: { prefill: { attention_dp_config: object }; decode: { attention_dp_config: object } } };
+    expect(text.stdout).toMatch(/Paste into the gateway's disaggregation\.decode, beside policy: default/);
+    const saved = parse(readFileSync(out, "utf8")) as { disaggregation: { prefill: { policy: string; attention_dp_config: object }; decode: { policy: string; attention_dp_config: object } } };
+    expect([saved.disaggregation.prefill.policy, saved.disaggregation.decode.policy]).toEqual(["default", "default"]);
+    // Merged into a gateway file, each pool runs exactly the router tune scored.
+    const gateway = loadGatewayConfig({ object: { disaggregation: { protocol: "vllm", ...saved.disaggregation }, upstreams: [{ url: "http://a:1", role: "prefill" }, { url: "http://b:1", role: "decode" }] } as never });
+    expect(gateway.disaggregation!.prefill.attentionDp).toEqual(parseAttentionDpConfig(saved.disaggregation.prefill.attention_dp_config));
+    expect(gateway.disaggregation!.decode.attentionDp).toEqual(parseAttentionDpConfig(saved.disaggregation.decode.attention_dp_config));
     expect(saved.disaggregation.prefill.attention_dp_config).toEqual(strip(one.stdout).prefill.best.config);
     expect(saved.disaggregation.decode.attention_dp_config).toEqual(strip(one.stdout).decode.best.config);
     rmSync(dir, { recursive: true });

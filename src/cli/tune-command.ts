@@ -238,11 +238,12 @@ async function tunePoolsCommand(args: string[], values: WorkloadAndEngineValues 
   else {
     for (const pool of ["prefill", "decode"] as const) {
       process.stdout.write(`== the ${pool} pool${pool === "decode" ? " (the prefill pool on its best)" : " (the decode pool on TensorRT-LLM's defaults)"}\n`);
-      process.stdout.write(formatTune(result[pool], seconds, workers, reproduce, true, `the gateway's disaggregation.${pool}.attention_dp_config`));
+      process.stdout.write(formatTune(result[pool], seconds, workers, reproduce, true, `the gateway's disaggregation.${pool}, beside policy: default (so the block alone picks the router)`));
     }
   }
   if (values.out !== undefined) {
-    const yaml = `# adp-router tune ${args.map(shellWord).join(" ")}\n# Reproduce: ${reproduce}\ndisaggregation:\n  prefill:\n${indent(attentionDpConfigYaml(best(result.prefill)), 4)}  decode:\n${indent(attentionDpConfigYaml(best(result.decode)), 4)}`;
+    // policy: default under each pool, so its block alone picks the router (as simulate --config runs it); the protocol is the user's.
+    const yaml = `# adp-router tune ${args.map(shellWord).join(" ")}\n# Reproduce: ${reproduce}\n# Merge into the gateway file's disaggregation: section (which names the engines' protocol).\ndisaggregation:\n  prefill:\n    policy: default\n${indent(attentionDpConfigYaml(best(result.prefill)), 4)}  decode:\n    policy: default\n${indent(attentionDpConfigYaml(best(result.decode)), 4)}`;
     try {
       writeFileSync(values.out, yaml);
       if (!values.json) process.stdout.write(`config written to ${values.out}\n`);

@@ -44,6 +44,8 @@ interface PoolOptions {
   readonly extra?: string;
   /** The servers' loopback address. */
   readonly host?: string;
+  /** The `health:` section (checks every minute by default: the tests' failures are the traffic's). */
+  readonly health?: string;
 }
 
 /** Starts the mock servers and a gateway over them. */
@@ -54,7 +56,7 @@ async function pools(protocol: "trtllm" | "vllm" | "sglang", options: PoolOption
   open.push(...prefill, ...decode);
   const yaml = [
     "listen: { port: 0 }",
-    "health: { interval_ms: 60000 }",
+    `health: ${options.health ?? "{ interval_ms: 60000 }"}`,
     "routing: { tokens_per_block: 4 }",
     options.extra ?? "",
     "disaggregation:",
@@ -398,6 +400,7 @@ describe("disaggregation: configuration", () => {
   it("roles need the section and the section roles; each pool needs a server; protocol-specific settings are refused elsewhere", () => {
     expect(check("upstreams:\n  - { url: http://a:1, role: prefill }")).toEqual([expect.stringMatching(/^upstreams\[0\]\.role: takes effect only with a disaggregation/)]);
     expect(check("disaggregation: { protocol: vllm }\nupstreams:\n  - { url: http://a:1 }\n  - { url: http://b:1, role: decode }")).toEqual(expect.arrayContaining([expect.stringMatching(/^upstreams\[0\]\.role: is required/), expect.stringMatching(/no upstream of role prefill/)]));
+    expect(check("disaggregation: { protocol: tensorrt-llm }\nupstreams:\n  - { url: http://a:1, role: context }\n  - { url: http://b:1, role: decode }")).toEqual([expect.stringMatching(/^upstreams\[0\]\.role: .*\(did you mean prefill\?\)$/), expect.stringMatching(/^disaggregation\.protocol: .*\(did you mean trtllm\?\)$/)]);
     expect(check("disaggregation: { protocol: nixl }\nupstreams:\n  - { url: http://a:1, role: prefill }\n  - { url: http://b:1, role: decode }")).toEqual([expect.stringMatching(/^disaggregation\.protocol: must be one of trtllm, vllm, sglang/)]);
     expect(check("disaggregation: { protocol: vllm, max_local_prefill_length: 10 }\nupstreams:\n  - { url: http://a:1, role: prefill }\n  - { url: http://b:1, role: decode }")).toEqual([expect.stringMatching(/max_local_prefill_length: is TensorRT-LLM's conditional/)]);
     expect(check("disaggregation: { protocol: trtllm, max_local_prefill_length: 10, decode: { policy: default } }\nupstreams:\n  - { url: http://a:1, role: prefill }\n  - { url: http://b:1, role: decode }")).toEqual([expect.stringMatching(/^disaggregation\.decode\.policy: must route by prefix/)]);
@@ -545,6 +548,16 @@ describe("disaggregation: TensorRT-LLM's signatures, SGLang's DP groups, refusal
     const chunks = [];
     for await (const chunk of stream) chunks.push(chunk);
     expect(chunks.at(-1)!.usage).toEqual({ prompt_tokens: 2, completion_tokens: 1, total_tokens: 3 });
+  });
+
+  it("with no decode server taking requests the request is a 503 before any prefill is sent", async () => {
+    const p = await pools("vllm", { prefill: 1, decode: 1, health: "{ interval_ms: 60000, consecutive_gateway_failures: 1, max_ejected_percent: 100 }" });
+    await p.decode[0]!.close(); // refused: ejected after one gateway failure
+    expect((await post(p.gateway, "/v1/completions", { model: "m", prompt: "one" })).status).toBe(502);
+    const r = await post(p.gateway, "/v1/completions", { model: "m", prompt: "two" });
+    expect(r.status).toBe(503);
+    expect(JSON.parse(r.text).error.message).toBe("no healthy decode upstream");
+    expect(all(p.prefill)).toHaveLength(1); // the first request's only
   });
 
   it("a prefill failure is counted in the prefill pool; a reload cannot add, remove or change the pools", async () => {

@@ -106,6 +106,12 @@ export class Reader {
     this.issues.push({ field: excerpt(fieldName(path) || "(file)", 120), message, where });
   }
 
+  /** Whether a problem is already recorded at `path`. */
+  failedAt(path: readonly (string | number)[]): boolean {
+    const field = excerpt(fieldName(path), 120);
+    return this.issues.some((i) => i.field === field);
+  }
+
   /** Records a warning at `path` (the configuration is still valid). */
   warn(path: readonly (string | number)[], message: string, where?: string | null): void {
     this.warnings.push({ field: excerpt(fieldName(path), 120), message, where: where ?? this.where(path) });
@@ -510,7 +516,11 @@ export function loadGatewayConfig(options: LoadOptions = {}): GatewayConfig {
       });
     }
   }
-  if (upstreams.length === 0 && r.issues.length === 0) r.fail(["upstreams"], "at least one upstream is required (upstreams: in the file, or --upstream URL)", options.file ? options.file.name : "--upstream");
+  if (upstreams.length === 0 && r.issues.length === 0) {
+    const pooled = flags.disaggregation !== undefined || (typeof top.disaggregation === "object" && top.disaggregation !== null);
+    r.fail(["upstreams"], pooled ? "at least one upstream is required (upstreams: in the file with role: prefill or decode, or --prefill URL and --decode URL)" : "at least one upstream is required (upstreams: in the file, or --upstream URL)", options.file ? options.file.name : pooled ? "--prefill" : "--upstream");
+  }
+  if ((flags.upstreams?.length ?? 0) > 0 && (flags.prefill?.length ?? 0) + (flags.decode?.length ?? 0) > 0) r.fail(["upstream"], "cannot be mixed with --prefill and --decode: give each server its pool", "--upstream");
   const fromFlags = flagged.length > 0;
   for (const p of fleetProblems(upstreams, (i) => (fromFlags ? ["upstream", i] : ["upstreams", i]))) r.fail(fromFlags ? p.path.slice(0, 2) : p.path, p.message, fromFlags ? "--upstream" : undefined);
 
@@ -656,7 +666,7 @@ export function loadGatewayConfig(options: LoadOptions = {}): GatewayConfig {
   // Replication and the admin endpoints change one fleet's state: a disaggregated gateway runs two.
   if (disaggregation !== null && sync !== null) r.fail(["sync"], "cannot be combined with disaggregation: (yet): replicas share one fleet's routing state, and a disaggregated gateway runs two pools");
   if (disaggregation?.protocol === "trtllm" && internalRequestAuthKey === null) r.warn(["disaggregation", "protocol"], "trtllm without auth.internal_request_auth_key_file (or _env): generation requests go unsigned, which TensorRT-LLM workers with an internal_request_auth_key refuse (and newer releases will require)");
-  if (disaggregation !== null && adminApiKey !== null) r.fail(["auth", "admin_api_key"], "cannot be combined with disaggregation: (yet): the admin endpoints change one fleet, and a disaggregated gateway runs two pools");
+  if (disaggregation !== null && adminApiKey !== null) r.fail(["auth", auth.admin_api_key_env !== undefined && auth.admin_api_key_env !== null ? "admin_api_key_env" : "admin_api_key"], "cannot be combined with disaggregation: (yet): the admin endpoints change one fleet, and a disaggregated gateway runs two pools");
   if (r.omitted > 0) r.issues.push({ field: "(file)", message: `and ${r.omitted} more problems`, where: null });
   if (r.issues.length > 0) throw new GatewayConfigError(r.issues);
   CHECKED.add(config);

@@ -17,6 +17,8 @@ const PROTOCOLS: readonly DisaggregationProtocol[] = ["trtllm", "vllm", "sglang"
 /** What reading these settings needs from the configuration's reader (config.ts). */
 interface DisaggregationReader {
   fail(path: readonly (string | number)[], message: string, where?: string | null): void;
+  /** Whether a problem is already recorded at `path` (one mistake, one message). */
+  failedAt(path: readonly (string | number)[]): boolean;
   readonly where: (path: readonly (string | number)[]) => string | null;
   section(v: unknown, path: (string | number)[], keys: readonly string[]): Record<string, unknown>;
   int(v: unknown, path: (string | number)[], min: number, max: number, fallback: number): number;
@@ -28,7 +30,11 @@ export function readRole(r: DisaggregationReader, u: Record<string, unknown>, pa
   let role: UpstreamRole | null = null;
   if (u.role !== undefined && u.role !== null) {
     if (u.role === "prefill" || u.role === "decode") role = u.role;
-    else r.fail([...path, "role"], `must be prefill (a context server) or decode (a generation server), got ${describeValue(u.role)}`);
+    else {
+      // TensorRT-LLM's own words for the two roles.
+      const meant = u.role === "context" || u.role === "ctx" ? " (did you mean prefill?)" : u.role === "generation" || u.role === "gen" ? " (did you mean decode?)" : "";
+      r.fail([...path, "role"], `must be prefill (a context server) or decode (a generation server), got ${describeValue(u.role)}${meant}`);
+    }
   }
   const bootstrapPort = u.bootstrap_port === undefined || u.bootstrap_port === null ? null : r.int(u.bootstrap_port, [...path, "bootstrap_port"], 1, 65535, 8998);
   return { role, bootstrapPort };
@@ -50,7 +56,10 @@ export function readDisaggregation(r: DisaggregationReader, value: unknown, upst
   const s = r.section(value, ["disaggregation"], DISAGGREGATION_KEYS);
   const protocol = r.str(s.protocol, ["disaggregation", "protocol"], "");
   if (s.protocol === undefined) r.fail(["disaggregation", "protocol"], `is required: ${PROTOCOLS.join(", ")} (the engines' own hand-over of a request from prefill to decode)`);
-  else if (!(PROTOCOLS as readonly string[]).includes(protocol)) r.fail(["disaggregation", "protocol"], `must be one of ${PROTOCOLS.join(", ")}, got ${describeValue(s.protocol)}`);
+  else if (!(PROTOCOLS as readonly string[]).includes(protocol)) {
+    const meant = /^(tensorrt[-_ ]?llm|trt[-_]?llm|trt)$/i.test(protocol) ? " (did you mean trtllm?)" : "";
+    r.fail(["disaggregation", "protocol"], `must be one of ${PROTOCOLS.join(", ")}, got ${describeValue(s.protocol)}${meant}`);
+  }
   const maxLocal = s.max_local_prefill_length === undefined || s.max_local_prefill_length === null ? null : r.int(s.max_local_prefill_length, ["disaggregation", "max_local_prefill_length"], 0, 1 << 30, 0);
   if (maxLocal !== null && protocol !== "trtllm" && PROTOCOLS.includes(protocol as DisaggregationProtocol)) r.fail(["disaggregation", "max_local_prefill_length"], `is TensorRT-LLM's conditional disaggregation: protocol ${protocol} has none`);
   const nodeId = r.int(s.node_id, ["disaggregation", "node_id"], 0, 255, 0);
@@ -64,14 +73,16 @@ export function readDisaggregation(r: DisaggregationReader, value: unknown, upst
   // Conditional disaggregation matches prompts against the generation servers (TensorRT-LLM asserts a KvCacheAwareRouter there).
   const decode = pool("decode", maxLocal !== null ? "kv_cache_aware" : "default");
   if (maxLocal !== null && !decode.routing.attentionDp.enableKvCacheAwareRouting) r.fail(["disaggregation", "decode", "policy"], "must route by prefix (kv_cache_aware, or enable_kv_cache_aware_routing) with max_local_prefill_length: conditional disaggregation serves a request whole on the generation server holding its prompt");
-  if (fromFlags) r.fail(["disaggregation"], "needs each upstream's role: list them under upstreams: with role: prefill or role: decode, or give --prefill URL and --decode URL (--upstream gives none)");
+  if (fromFlags && upstreams.length > 0 && upstreams.every((u) => u.role === null)) r.fail(["disaggregation"], "needs each upstream's role: list them under upstreams: with role: prefill or role: decode, or give --prefill URL and --decode URL (--upstream gives none)");
   else {
+    // A role already refused (a misspelt one) is one mistake: not also missing, nor its pool empty.
+    const misspelt = upstreams.map((_u, i) => r.failedAt(["upstreams", i, "role"]));
     upstreams.forEach((u, i) => {
-      if (u.role === null) r.fail(["upstreams", i, "role"], "is required with disaggregation: prefill (a context server) or decode (a generation server)");
+      if (u.role === null && !misspelt[i]) r.fail(["upstreams", i, "role"], "is required with disaggregation: prefill (a context server) or decode (a generation server)");
       if (u.bootstrapPort !== null && (protocol !== "sglang" || u.role !== "prefill")) r.fail(["upstreams", i, "bootstrap_port"], "is an SGLang prefill server's bootstrap port: it needs protocol sglang and role prefill");
     });
     for (const role of ["prefill", "decode"] as const) {
-      if (upstreams.length > 0 && !upstreams.some((u) => u.role === role)) r.fail(["upstreams"], `has no upstream of role ${role}: disaggregation needs at least one prefill and one decode server`);
+      if (upstreams.length > 0 && !upstreams.some((u) => u.role === role) && !misspelt.includes(true)) r.fail(["upstreams"], `has no upstream of role ${role}: disaggregation needs at least one prefill and one decode server`);
     }
   }
   return { protocol: protocol as DisaggregationProtocol, maxLocalPrefillLength: maxLocal, nodeId, prefill: prefill.routing, decode: decode.routing };

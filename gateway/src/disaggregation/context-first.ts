@@ -32,6 +32,11 @@ export async function contextFirst(s: Serving, call: DisaggregatedCall, client: 
       return outcomeOf(await proxy(s.decode.proxying, { ...call, body: () => whole, headers: NO_HINT }, decodeAt.upstream, decodeAt.rank), s.decode, decodeAt.matchedTokens);
     }
   }
+  // No generation server to take it: the prefill would be work (and KV blocks) no one collects.
+  if (decodeAt === null && !s.decode.fleet.upstreams.some((u) => s.decode.fleet.available(u))) {
+    track.pool = s.decode;
+    throw new HttpError(503, "no healthy decode upstream", "server_error", "no_healthy_upstream", { "retry-after": "1" });
+  }
   track.pool = s.prefill;
   let prefillAt: Placement;
   try {
