@@ -18,8 +18,7 @@ import type { Tokenizer } from "./tokenizers/tokenizer.js";
 import { createRequestReader, type RequestReader } from "./requests/request-reader.js";
 import { Replication } from "./replication/replication.js";
 import { Fleet, type FleetChange } from "./fleet/fleet.js";
-import { Scheduler } from "./fleet/scheduler.js";
-import type { GatewayCounters } from "./metrics.js";
+import { newCounters, Scheduler } from "./fleet/scheduler.js";
 import { createEdgeServer } from "./edge/edge.js";
 import { viaEntry } from "./requests/via.js";
 import { GatewayService } from "./service.js";
@@ -179,12 +178,12 @@ export async function createGateway(input: GatewayConfig | GatewayConfigObject, 
       if (u !== undefined) (u.siblingInFlight = n), (u.siblingInFlightTokens = tokens);
     },
   );
-  const counters: GatewayCounters = { requests: new Map(), codes: new Map(), queued: 0, rejectedFull: 0, subagentRefused: 0 };
+  const counters = newCounters();
   const onRouterError = (error: unknown) => log.error({ err: error }, "the router refused a batch");
   // A disaggregated request is placed twice: its token ids go back to the reader once both are placed (disaggregated-serving.ts).
   const release = prefillFleet === null ? (ids: Uint32Array) => reader.release(ids) : () => {};
   const scheduler = new Scheduler(fleet, decodeConfig, counters, onRouterError, release, options.placement === "per-request");
-  const prefillCounters: GatewayCounters = { requests: new Map(), codes: new Map(), queued: 0, rejectedFull: 0, subagentRefused: 0 };
+  const prefillCounters = newCounters();
   const prefillScheduler = prefillFleet === null ? null : new Scheduler(prefillFleet, prefillConfig!, prefillCounters, onRouterError, release, options.placement === "per-request");
   const prefill = prefillFleet === null ? null : { fleet: prefillFleet, scheduler: prefillScheduler!, counters: prefillCounters };
   const service = new GatewayService({ config, log, reader, fleet, scheduler, counters, replication, via, prefill, workerMetrics: options.workerMetrics ?? null });

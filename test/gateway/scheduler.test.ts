@@ -4,7 +4,7 @@ import { afterEach, describe, expect, it } from "vitest";
 import { loadGatewayConfig } from "../../gateway/src/config/config.js";
 import { Fleet } from "../../gateway/src/fleet/fleet.js";
 import { readRequest } from "../../gateway/src/requests/openai.js";
-import { Hangup, Scheduler } from "../../gateway/src/fleet/scheduler.js";
+import { Hangup, newCounters, Scheduler } from "../../gateway/src/fleet/scheduler.js";
 import { Utf8ByteTokenizer } from "../../gateway/src/tokenizers/tokenizer.js";
 
 let fleet: Fleet | null = null;
@@ -18,7 +18,7 @@ describe("Scheduler", () => {
     const config = loadGatewayConfig({ flags: { upstreams: ["http://127.0.0.1:9"], port: 0, logLevel: "silent" }, file: { name: "g.yaml", text: "health: { interval_ms: 60000 }\nlimits: { max_in_flight_per_upstream: 1, queue_timeout_ms: 50 }\n" } });
     const f = new Fleet(config, pino({ level: "silent" }), () => scheduler.schedule());
     fleet = f;
-    const scheduler = new Scheduler(f, config, { requests: new Map(), codes: new Map(), queued: 0, rejectedFull: 0, subagentRefused: 0 }, (e) => {
+    const scheduler = new Scheduler(f, config, newCounters(), (e) => {
       throw e;
     });
     const request = () => readRequest("chat", Buffer.from(JSON.stringify({ model: "m", messages: [{ role: "user", content: "hello there" }] })), {}, new Utf8ByteTokenizer());

@@ -530,7 +530,7 @@ export function loadGatewayConfig(options: LoadOptions = {}): GatewayConfig {
 
   // --disaggregation sets the protocol over the file's section (or makes one); roles from flags are --prefill and --decode.
   const section = flags.disaggregation === undefined ? top.disaggregation : { ...(typeof top.disaggregation === "object" && top.disaggregation !== null ? top.disaggregation : {}), protocol: flags.disaggregation };
-  const disaggregation = readDisaggregation(r, section, upstreams, fromFlags && upstreams.every((u) => u.role === null), policyName);
+  const disaggregation = readDisaggregation(r, section, upstreams, fromFlags, policyName);
 
   const limits = r.section(top.limits, ["limits"], SECTIONS.limits!);
   const timeouts = r.section(top.timeouts, ["timeouts"], SECTIONS.timeouts!);

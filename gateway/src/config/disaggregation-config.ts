@@ -6,7 +6,7 @@
 
 import { describeValue } from "adp-router";
 import type { DisaggregationConfig, DisaggregationProtocol, GatewayConfig, UpstreamConfig, UpstreamRole } from "./config-types.js";
-import { readPolicy, type PolicyName } from "./policies.js";
+import { POLICY_CONFIGS, readPolicy, type PolicyName } from "./policies.js";
 
 /** The keys `disaggregation:` and each pool under it accept. */
 export const DISAGGREGATION_KEYS = ["protocol", "max_local_prefill_length", "node_id", "prefill", "decode"] as const;
@@ -43,8 +43,9 @@ export function readRole(r: DisaggregationReader, u: Record<string, unknown>, pa
 /**
  * The `disaggregation:` section, or null without one, checked with the
  * upstreams' roles: with it every upstream has one and each pool at least one
- * upstream; without it no upstream has one. `topPolicy` is the prefill pool's
- * default (the file's `policy:`, else kv_cache_aware).
+ * upstream; without it no upstream has one. `fromFlags`: the upstreams came
+ * from flags. `topPolicy` is the prefill pool's default (the file's
+ * `policy:`, else kv_cache_aware).
  */
 export function readDisaggregation(r: DisaggregationReader, value: unknown, upstreams: readonly UpstreamConfig[], fromFlags: boolean, topPolicy: string | undefined): DisaggregationConfig | null {
   if (value === undefined || value === null) {
@@ -66,13 +67,13 @@ export function readDisaggregation(r: DisaggregationReader, value: unknown, upst
   const pool = (name: "prefill" | "decode", fallback: PolicyName) => {
     const p = r.section(s[name], ["disaggregation", name], POOL_KEYS);
     const policy = p.policy === undefined || p.policy === null ? undefined : r.str(p.policy, ["disaggregation", name, "policy"], fallback);
-    return { routing: readPolicy(r, policy, p.attention_dp_config, ["disaggregation", name], fallback), policy };
+    return readPolicy(r, policy, p.attention_dp_config, ["disaggregation", name], fallback);
   };
-  const topFallback: PolicyName = topPolicy === "conversation" || topPolicy === "default" || topPolicy === "centralized" ? topPolicy : "kv_cache_aware";
-  const prefill = pool("prefill", topFallback);
+  // The file's policy (checked where it is read): a name that is not one falls back here too.
+  const prefill = pool("prefill", topPolicy !== undefined && Object.hasOwn(POLICY_CONFIGS, topPolicy) ? (topPolicy as PolicyName) : "kv_cache_aware");
   // Conditional disaggregation matches prompts against the generation servers (TensorRT-LLM asserts a KvCacheAwareRouter there).
   const decode = pool("decode", maxLocal !== null ? "kv_cache_aware" : "default");
-  if (maxLocal !== null && !decode.routing.attentionDp.enableKvCacheAwareRouting) r.fail(["disaggregation", "decode", "policy"], "must route by prefix (kv_cache_aware, or enable_kv_cache_aware_routing) with max_local_prefill_length: conditional disaggregation serves a request whole on the generation server holding its prompt");
+  if (maxLocal !== null && !decode.attentionDp.enableKvCacheAwareRouting) r.fail(["disaggregation", "decode", "policy"], "must route by prefix (kv_cache_aware, or enable_kv_cache_aware_routing) with max_local_prefill_length: conditional disaggregation serves a request whole on the generation server holding its prompt");
   if (fromFlags && upstreams.length > 0 && upstreams.every((u) => u.role === null)) r.fail(["disaggregation"], "needs each upstream's role: list them under upstreams: with role: prefill or role: decode, or give --prefill URL and --decode URL (--upstream gives none)");
   else {
     // A role already refused (a misspelt one) is one mistake: not also missing, nor its pool empty.
@@ -85,7 +86,7 @@ export function readDisaggregation(r: DisaggregationReader, value: unknown, upst
       if (upstreams.length > 0 && !upstreams.some((u) => u.role === role) && !misspelt.includes(true)) r.fail(["upstreams"], `has no upstream of role ${role}: disaggregation needs at least one prefill and one decode server`);
     }
   }
-  return { protocol: protocol as DisaggregationProtocol, maxLocalPrefillLength: maxLocal, nodeId, prefill: prefill.routing, decode: decode.routing };
+  return { protocol: protocol as DisaggregationProtocol, maxLocalPrefillLength: maxLocal, nodeId, prefill, decode };
 }
 
 /**

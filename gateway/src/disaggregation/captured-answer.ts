@@ -1,8 +1,8 @@
 // A prefill server's answer, held for the gateway rather than written to the
 // client: the proxy (and its delivery rule, timeouts and accounting) sends the
 // prefill request as it sends any other, into this sink. It keeps at most
-// `maxBytes`; past them it keeps nothing and says so (the exchange is then
-// aborted: an answer that large is not a hand-over).
+// `maxBytes`; past them it keeps nothing, says so, and tells its owner (who
+// aborts the exchange when an answer that large cannot be a hand-over).
 
 import type { AnswerSink } from "../proxy/exchange.js";
 

@@ -8,7 +8,7 @@ import type { Upstream } from "../fleet/upstream.js";
 import { proxy, type ProxyOutcome } from "../proxy/proxy.js";
 import { HttpError } from "../requests/openai.js";
 import type { CapturedAnswer } from "./captured-answer.js";
-import { withMembers } from "./json-members.js";
+import { memberText, withMembers } from "./json-members.js";
 import { at, captureFor, outcomeOf, passThrough, phaseHangup, unplace, type DisaggregatedCall, type DisaggregatedOutcome, type Serving, type Track } from "./phases.js";
 import { finishedAsStream, HandOffError, trtllmContextBody, trtllmHandOff, trtllmRefusal, vllmHandOff, vllmPrefillBody, type HandOff } from "./protocols.js";
 import { DISAGG_AUTH_HEADER, disaggAuth, NO_HINT } from "./trtllm-auth.js";
@@ -17,7 +17,7 @@ import { DISAGG_AUTH_HEADER, disaggAuth, NO_HINT } from "./trtllm-auth.js";
 export async function contextFirst(s: Serving, call: DisaggregatedCall, client: string, track: Track): Promise<DisaggregatedOutcome> {
   const { request, hangup, tokens } = call;
   if (s.config.protocol === "trtllm") {
-    const refusal = trtllmRefusal(request.kind, JSON.parse(client) as Record<string, unknown>);
+    const refusal = trtllmRefusal(request.kind, client);
     if (refusal !== null) throw new HttpError(400, refusal.message, "invalid_request_error", "unsupported_with_disaggregation", {}, refusal.param);
   }
   let decodeAt: Placement | null = null;
@@ -111,7 +111,8 @@ function readHandOff(s: Serving, first: ProxyOutcome, captured: CapturedAnswer, 
 /** A context answer that ended the request, as the client asked for it (whole, or streamed). */
 function answerFinished(s: Serving, call: DisaggregatedCall, client: string, answer: string, prefilled: Upstream, matched: number): DisaggregatedOutcome {
   const { request, res } = call;
-  const options = (JSON.parse(client) as { stream_options?: { include_usage?: unknown } | null }).stream_options;
+  const optionsText = memberText(client, "stream_options");
+  const options = optionsText === null ? null : (JSON.parse(optionsText) as { include_usage?: unknown } | null);
   let body: string;
   try {
     body = request.stream ? finishedAsStream(request.kind, answer, options?.include_usage === true) : answer;

@@ -7,7 +7,7 @@ import type { DisaggregationConfig, UpstreamRole } from "../config/config-types.
 import type { Fleet } from "../fleet/fleet.js";
 import { Hangup, type GatewayCounters, type Placement, type Scheduler } from "../fleet/scheduler.js";
 import type { Upstream } from "../fleet/upstream.js";
-import type { ProxyCall, ProxyContext, ProxyOutcome } from "../proxy/proxy.js";
+import { namingUpstream, type ProxyCall, type ProxyContext, type ProxyOutcome } from "../proxy/proxy.js";
 import type { RoutedRequest } from "../requests/openai.js";
 import { CapturedAnswer } from "./captured-answer.js";
 import type { RequestIds } from "./request-ids.js";
@@ -73,7 +73,7 @@ export function phaseHangup(client: Hangup): { hangup: Hangup; done: () => void 
 }
 
 /** The headers naming the upstream an answer is about. */
-export const at = (u: Upstream) => ({ "x-adp-upstream": String(u.index), "x-adp-upstream-name": u.name });
+export const at = namingUpstream;
 
 /** A phase's proxy outcome as the request's. */
 export const outcomeOf = (r: ProxyOutcome, pool: Pool, matched: number): DisaggregatedOutcome => ({ status: r.status, upstream: r.upstream.name, outcome: r.outcome, matched, pool });

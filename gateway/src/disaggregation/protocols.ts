@@ -110,10 +110,15 @@ export function trtllmHandOff(kind: "chat" | "completion", answer: string, id: b
  * list of token ids (`openai_completion`), and one choice comes back from the
  * context server (`_verify_ctx_response`), so `n` must be 1.
  */
-export function trtllmRefusal(kind: "chat" | "completion", client: Readonly<Record<string, unknown>>): { message: string; param: string } | null {
-  if (client.n !== undefined && client.n !== null && client.n !== 1) return { message: "n must be 1 with disaggregation: the context server answers one choice", param: "n" };
+export function trtllmRefusal(kind: "chat" | "completion", client: string): { message: string; param: string } | null {
+  // Only the two members are read (the reader parsed the whole body already): a string prompt is never parsed again.
+  const nText = memberText(client, "n");
+  const n: unknown = nText === null ? null : JSON.parse(nText);
+  if (n !== null && n !== 1) return { message: "n must be 1 with disaggregation: the context server answers one choice", param: "n" };
   if (kind !== "completion") return null;
-  const prompt = client.prompt;
+  const promptText = memberText(client, "prompt");
+  if (promptText?.startsWith('"')) return null;
+  const prompt: unknown = promptText === null ? undefined : JSON.parse(promptText);
   const one = (p: unknown) => typeof p === "string" || (Array.isArray(p) && p.every((x) => Number.isInteger(x)));
   if (one(prompt) || (Array.isArray(prompt) && prompt.length === 1 && one(prompt[0]))) return null;
   return { message: "prompt must be one string or one list of token ids with disaggregation (TensorRT-LLM's disaggregated server takes no batch)", param: "prompt" };

@@ -9,6 +9,7 @@ import type { Fleet } from "../fleet/fleet.js";
 import { HttpError } from "../requests/openai.js";
 import type { Hangup } from "../fleet/scheduler.js";
 import type { Upstream } from "../fleet/upstream.js";
+import { namingUpstream } from "../proxy/proxy.js";
 
 /** How long `/v1/models` answers are reused. */
 const MODELS_TTL_MS = 5_000;
@@ -96,7 +97,7 @@ export class ModelsEndpoint {
         if (error instanceof HttpError) throw error;
         const reason = reasonOf(error);
         this.#fleet.gatewayFailure(u, reason);
-        const at = { "x-adp-upstream": String(u.index), "x-adp-upstream-name": u.name };
+        const at = namingUpstream(u);
         if (reason === "timeout") throw new HttpError(504, "the upstream did not answer in time", "server_error", "upstream_timeout", at);
         // Never reached: ask the next one.
         if ((reason === "refused" || reason === "connect_timeout" || reason === "dns" || reason === "unreachable") && i + 1 < candidates.length) continue;
@@ -108,7 +109,7 @@ export class ModelsEndpoint {
 
   /** The answer's headers. */
   #headers(type: string, u: Upstream, requestId: string): Record<string, string> {
-    return { "content-type": type, "x-adp-upstream": String(u.index), "x-adp-upstream-name": u.name, "x-request-id": requestId };
+    return { "content-type": type, ...namingUpstream(u), "x-request-id": requestId };
   }
 
   /** Keeps an answer, dropping the oldest past the bound. */

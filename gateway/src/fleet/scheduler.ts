@@ -28,6 +28,9 @@ export interface GatewayCounters {
   subagentRefused: number;
 }
 
+/** Counters at zero. */
+export const newCounters = (): GatewayCounters => ({ requests: new Map(), codes: new Map(), queued: 0, rejectedFull: 0, subagentRefused: 0 });
+
 /**
  * A client's hang-up, which the queue and the exchange with the upstream both
  * listen to (an EventEmitter with an `aborted` flag costs less per request

@@ -128,6 +128,9 @@ function streamErrorEvent(reason: ExchangeReason, atBoundary: boolean): string {
   return atBoundary ? event : `\n\n${event}`; // a cut event is ended first, so the error is an event of its own
 }
 
+/** The headers naming the upstream an answer (or an error about it) is about. */
+export const namingUpstream = (u: Upstream): { "x-adp-upstream": string; "x-adp-upstream-name": string } => ({ "x-adp-upstream": String(u.index), "x-adp-upstream-name": u.name });
+
 /** The header vLLM (`_get_data_parallel_rank`) and SGLang take a request's DP rank from (case-insensitive). */
 export const RANK_HEADER = "x-data-parallel-rank";
 
@@ -202,7 +205,7 @@ async function proxyTo(ctx: ProxyContext, call: ProxyCall, first: Upstream, rank
       }
       upstream.countStatus(failure.reason === "first_byte_timeout" || failure.reason === "connect_timeout" ? "timeout" : failure.reason);
       fleet.gatewayFailure(upstream, failure.reason);
-      const at = { "x-adp-upstream": String(upstream.index), "x-adp-upstream-name": upstream.name };
+      const at = namingUpstream(upstream);
       if (!failure.delivered) {
         const next = scheduler.leastLoaded(tried);
         if (next !== null) {
