@@ -8,7 +8,11 @@
 // RATE× the trace's speed. Peers: the gateway (kv_cache_aware, its defaults),
 // HAProxy round robin, HAProxy hashing the first 8 KiB of the body, and (with
 // ADP_BENCH_PEERS naming it) node-pass, a bare node:http + undici relay: the
-// floor of any gateway written in Node. Per peer
+// floor of any gateway written in Node on node:http and undici; net-pass, a
+// bare relay on `net` sockets with its own minimal HTTP/1.1 framing (the
+// floor of a Node gateway with its own HTTP path); baseline, another build's
+// gateway (ADP_BENCH_BASELINE_CLI=path/to/gateway/dist/cli.js: before and
+// after in one run). Per peer
 // and round (ROUNDS interleaved rounds, medians printed):
 //   - CPU per 1,000 trace requests of the peer's whole process tree (/proc),
 //     its peak RSS, end-to-end p50 on the trace, the engines' prefix hit ratio
@@ -23,7 +27,7 @@
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
-import type { AddressInfo } from "node:net";
+import { connect, createServer as createNetServer, type AddressInfo, type Socket } from "node:net";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -212,6 +216,61 @@ async function passThrough(port: number, urls: readonly string[]): Promise<void>
   await new Promise<void>((r) => server.listen(port, "127.0.0.1", r));
 }
 
+/**
+ * In a net-pass child: a relay on bare `net` sockets, each side framed by
+ * hand (Content-Length only, one request per connection at a time, no
+ * checks): what Node costs per request with no HTTP library; listens on `port`.
+ */
+async function netPass(port: number, urls: readonly string[]): Promise<void> {
+  const targets = urls.map((u) => new URL(u));
+  const idle: Socket[][] = targets.map(() => []);
+  const CRLF2 = Buffer.from("\r\n\r\n");
+  /** The length of the message whose head ends at `end` in `buf`, or -1 while it is incomplete. */
+  const whole = (buf: Buffer): number => {
+    const end = buf.indexOf(CRLF2);
+    if (end < 0) return -1;
+    const length = Number(/\r\ncontent-length:\s*(\d+)/i.exec(buf.toString("latin1", 0, end))?.[1] ?? 0);
+    return buf.length >= end + 4 + length ? end + 4 + length : -1;
+  };
+  let next = 0;
+  const upstream = (i: number, answer: (bytes: Buffer) => void): Socket => {
+    const s = idle[i]!.pop() ?? connect({ host: targets[i]!.hostname, port: Number(targets[i]!.port), noDelay: true }).on("error", () => {});
+    let buf: Buffer | null = null;
+    s.removeAllListeners("data");
+    s.on("data", (d: Buffer) => {
+      buf = buf === null ? d : Buffer.concat([buf, d]);
+      const n = whole(buf);
+      if (n < 0) return;
+      idle[i]!.push(s);
+      answer(buf.subarray(0, n));
+    });
+    return s;
+  };
+  const server = createNetServer((client) => {
+    client.setNoDelay(true);
+    let buf: Buffer | null = null;
+    client.on("error", () => {});
+    client.on("data", (d: Buffer) => {
+      buf = buf === null ? d : Buffer.concat([buf, d]);
+      for (let n = whole(buf); n >= 0 && buf !== null; n = buf === null ? -1 : whole(buf)) {
+        const got: Buffer = buf;
+        const end = got.indexOf(CRLF2);
+        const head = got.toString("latin1", 0, end);
+        const body = got.subarray(end + 4, n);
+        const target = head.split(" ")[1] ?? "/";
+        buf = n < got.length ? got.subarray(n) : null;
+        const i = next++ % targets.length;
+        const s = upstream(i, (answer) => client.write(answer));
+        s.cork();
+        s.write(`POST ${target} HTTP/1.1\r\nhost: ${targets[i]!.host}\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\n\r\n`);
+        s.write(body);
+        s.uncork();
+      }
+    });
+  });
+  await new Promise<void>((r) => server.listen(port, "127.0.0.1", r));
+}
+
 // ── Peers ──────────────────────────────────────────────────────────────────
 
 /** A running peer: its URL and the process to measure (its tree). */
@@ -226,13 +285,17 @@ async function startPeer(name: string, urls: readonly string[], dir: string): Pr
   const port = await freePort();
   let proc: ChildProcess;
   const node = (process.env.ADP_BENCH_GATEWAY_NODE_ARGS ?? "").split(" ").filter(Boolean);
-  if (name === "gateway" || /^gateway-w\d+$/.test(name)) {
+  if (name === "gateway" || name === "baseline" || /^gateway-w\d+$/.test(name)) {
     const yaml = `listen: { host: 127.0.0.1, port: ${port} }\nlogging: { level: warn }\nhealth: { interval_ms: 60000 }\nlimits: { max_in_flight_per_upstream: 4096, queue_size: 8192, max_connections: 16384 }\nupstreams:\n${urls.map((u) => `  - url: ${u}\n`).join("")}`;
     const file = path.join(dir, `gateway-${port}.yaml`);
     writeFileSync(file, yaml);
     const extra = (process.env.ADP_BENCH_GATEWAY_ARGS ?? "").split(" ").filter(Boolean);
-    if (name !== "gateway") extra.push("--workers", name.slice("gateway-w".length));
-    proc = spawn(process.execPath, [...node, path.join(ROOT, "gateway", "dist", "cli.js"), "serve", "--config", file, ...extra], { stdio: ["ignore", "ignore", "inherit"] });
+    if (name.startsWith("gateway-w")) extra.push("--workers", name.slice("gateway-w".length));
+    const cli = name === "baseline" ? process.env.ADP_BENCH_BASELINE_CLI : path.join(ROOT, "gateway", "dist", "cli.js");
+    if (cli === undefined || !existsSync(cli)) throw new Error("peer baseline needs ADP_BENCH_BASELINE_CLI: another build's gateway/dist/cli.js");
+    proc = spawn(process.execPath, [...node, cli, "serve", "--config", file, ...extra], { stdio: ["ignore", "ignore", "inherit"] });
+  } else if (name === "net-pass") {
+    proc = spawn(process.execPath, [...node, SELF, "net-pass", String(port), JSON.stringify(urls)], { stdio: ["ignore", "ignore", "inherit"] });
   } else if (name === "node-pass") {
     proc = spawn(process.execPath, [...node, SELF, "pass", String(port), JSON.stringify(urls)], { stdio: ["ignore", "ignore", "inherit"] });
   } else {
@@ -450,5 +513,6 @@ const roundAll = (o: Record<string, number>) => Object.fromEntries(Object.entrie
 const prefix = (p: string, o: Record<string, number>) => Object.fromEntries(Object.entries(o).map(([k, v]) => [`${p}${k}`, v]));
 
 if (process.argv[2] === "engines") await engines();
+else if (process.argv[2] === "net-pass") await netPass(Number(process.argv[3]), JSON.parse(process.argv[4]!) as string[]);
 else if (process.argv[2] === "pass") await passThrough(Number(process.argv[3]), JSON.parse(process.argv[4]!) as string[]);
 else await main();

@@ -7,7 +7,7 @@ import path from "node:path";
 import { describe, expect, it } from "vitest";
 
 /** The rooms, lowest first; the top level (".") may import them all. */
-const ORDER = ["common", "config", "tokenizers", "requests", "events", "load", "fleet", "proxy", "disaggregation", "replication", "workers", "edge", "."];
+const ORDER = ["common", "http1", "config", "tokenizers", "requests", "events", "load", "fleet", "proxy", "disaggregation", "replication", "workers", "edge", "."];
 
 /** Every .ts file under `dir`, relative to it. */
 const sources = (dir: string) => (readdirSync(dir, { recursive: true }) as string[]).filter((f) => f.endsWith(".ts"));

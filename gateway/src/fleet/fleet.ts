@@ -131,7 +131,7 @@ export class Fleet {
     if (rank !== null) u.rankRouting?.release(rank, tokens);
     if (u.inFlight === 0 && this.#retired.has(u)) {
       this.#retired.delete(u);
-      void u.pool.close().catch(() => u.pool.destroy());
+      void u.closeConnections();
     }
     this.#onRoom();
   }
@@ -204,7 +204,7 @@ export class Fleet {
         u.load = null;
         u.rankRouting?.dispose(); // its requests in flight still release their ranks' counts
         if (u.inFlight > 0) this.#retired.add(u);
-        else void u.pool.close().catch(() => u.pool.destroy());
+        else void u.closeConnections();
       }
     }
     for (const u of next) if (u.draining) change.draining.push(u.index);
@@ -223,7 +223,7 @@ export class Fleet {
   async close(): Promise<void> {
     for (const u of [...this.#checks.keys()]) this.#stopChecks(u);
     await this.#closeEvents();
-    await Promise.all([...this.upstreams, ...this.#retired].map((u) => u.pool.close().catch(() => u.pool.destroy())));
+    await Promise.all([...this.upstreams, ...this.#retired].map((u) => u.closeConnections()));
     for (const u of this.upstreams) u.rankRouting?.dispose();
     this.state.views?.dispose();
   }
@@ -232,7 +232,7 @@ export class Fleet {
   async destroy(): Promise<void> {
     for (const u of [...this.#checks.keys()]) this.#stopChecks(u);
     await this.#closeEvents();
-    await Promise.all(this.upstreams.map((u) => u.pool.destroy()));
+    await Promise.all(this.upstreams.map((u) => u.destroyConnections()));
     for (const u of this.upstreams) u.rankRouting?.dispose();
     this.state.views?.dispose();
   }

@@ -18,7 +18,7 @@ export type ExchangeReason =
   | "client_closed"
   | "error";
 
-/** undici's and the system's error codes, as reasons. */
+/** undici's, the gateway's own HTTP/1.1 client's (http1/) and the system's error codes, as reasons. */
 export const REASONS: Readonly<Record<string, ExchangeReason>> = {
   ECONNREFUSED: "refused",
   UND_ERR_CONNECT_TIMEOUT: "connect_timeout",
@@ -31,6 +31,9 @@ export const REASONS: Readonly<Record<string, ExchangeReason>> = {
   EPIPE: "reset",
   UND_ERR_SOCKET: "closed",
   UND_ERR_CLOSED: "closed",
+  ADP_UPSTREAM_CLOSED: "closed",
+  ADP_POOL_CLOSED: "closed",
+  ADP_ANSWER_INVALID: "invalid_answer",
 };
 
 /** An exchange that failed: why, and whether the upstream may have received the request. */

@@ -5,6 +5,7 @@
 // failures) and its counters and latency histograms.
 
 import { Pool } from "undici";
+import { Http1Pool, type RequestDispatcher } from "../http1/http1-pool.js";
 import { rankStateFromLoad } from "../load/engine-load-combine.js";
 import type { GatewayConfig, UpstreamConfig } from "../config/config.js";
 import type { EventSourceCounters, FeedStatus } from "../events/event-freshness.js";
@@ -58,7 +59,11 @@ export class Upstream {
   apiKey: string | null;
   /** The URL's path, which API paths are joined to (`""` for none). */
   readonly basePath: string;
+  /** Its control connections (health checks, /v1/models, KV events over HTTP): undici's pool. */
   readonly pool: Pool;
+  /** Where proxied requests go: the gateway's own HTTP/1.1 pool for an http:// upstream (its cost is the point), undici's for https://. */
+  readonly exchanges: RequestDispatcher;
+  readonly #ownPool: Http1Pool | null;
   /** Requests routed here and not yet ended. */
   inFlight = 0;
   /** Their prompt tokens. */
@@ -149,6 +154,8 @@ export class Upstream {
       // engine has closed is not reused, so a stale keep-alive does not read as a failed request (nor count toward ejection).
       keepAliveTimeout: 4_000,
     });
+    this.#ownPool = url.protocol === "http:" ? new Http1Pool(url.origin, { connectTimeoutMs: gateway.timeouts.connectMs + 1_000, keepAliveMs: 4_000 }) : null;
+    this.exchanges = this.#ownPool ?? this.pool;
     this.health = new UpstreamHealth(gateway.health);
     this.dpRanks = config.dpRanks;
     this.bootstrapPort = config.bootstrapPort;
@@ -158,6 +165,16 @@ export class Upstream {
       config.rankRouting === "none" || config.dpRanks < 2
         ? null
         : new RankRouting({ kind: config.rankRouting, ranks: config.dpRanks, attentionDp: config.attentionDp ?? gateway.attentionDp, tokensPerBlock: gateway.routing.tokensPerBlock, indexBytes: gateway.routing.indexBytes, cap: gateway.limits.maxInFlightPerUpstream, loadWeight: gateway.routing.loadWeight });
+  }
+
+  /** Closes its connections once their requests end (destroys them if that fails). */
+  async closeConnections(): Promise<void> {
+    await Promise.all([this.pool.close().catch(() => this.pool.destroy()), this.#ownPool?.close()]);
+  }
+
+  /** Closes its connections now, failing requests in flight. */
+  async destroyConnections(): Promise<void> {
+    await Promise.all([this.pool.destroy(), this.#ownPool?.destroy()]);
   }
 
   /** Whether it takes requests (its health checks and outlier detection decide). */

@@ -16,7 +16,7 @@
 // that is one the upstream never saw.
 
 import type { IncomingHttpHeaders } from "node:http";
-import type { Dispatcher } from "undici";
+import type { AnswerController, AnswerHandler, RequestDispatcher } from "../http1/http1-pool.js";
 import type { Hangup } from "../fleet/scheduler.js";
 import { ExchangeError, reasonOf, type ExchangeReason } from "../fleet/upstream-errors.js";
 
@@ -71,13 +71,13 @@ export interface Exchange {
 }
 
 /** Sends one POST over `dispatcher` and relays its answer into `res`. */
-export function exchange(dispatcher: Dispatcher, res: AnswerSink, options: ExchangeOptions): Exchange {
+export function exchange(dispatcher: RequestDispatcher, res: AnswerSink, options: ExchangeOptions): Exchange {
   let settleHead!: { resolve: (status: number) => void; reject: (error: Error) => void };
   let settleEnd!: { resolve: () => void; reject: (error: Error) => void };
   const head = new Promise<number>((resolve, reject) => (settleHead = { resolve, reject }));
   const end = new Promise<void>((resolve, reject) => (settleEnd = { resolve, reject }));
   end.catch(() => {}); // awaited only once a head came; an exchange that never had one leaves it pending, never unhandled
-  let controller: Dispatcher.DispatchController | null = null;
+  let controller: AnswerController | null = null;
   /** Whether undici began writing the request (the upstream may have it from then on). */
   let written = false;
   let answered = false;
@@ -122,7 +122,7 @@ export function exchange(dispatcher: Dispatcher, res: AnswerSink, options: Excha
     }
   };
   hangup.once("abort", onHangup);
-  const handler: Dispatcher.DispatchHandler = {
+  const handler: AnswerHandler = {
     onRequestStart(c) {
       controller = c;
       // Aborted while it waited for a connection (a timer, the client): stopped here, before its first byte.

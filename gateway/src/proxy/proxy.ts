@@ -163,7 +163,7 @@ async function proxyTo(ctx: ProxyContext, call: ProxyCall, first: Upstream, rank
     const upstream = u;
     const started = performance.now();
     let timing: TokenTiming | null = null;
-    const sent = exchange(upstream.pool, res, {
+    const sent = exchange(upstream.exchanges, res, {
       path: `${upstream.basePath}${call.req.url}`,
       headers: upstreamHeaders(ctx, call, upstream, upstream === first ? rank : null),
       body: call.body === undefined ? call.raw : call.body(upstream),

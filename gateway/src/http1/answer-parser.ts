@@ -1,0 +1,262 @@
+// An upstream's HTTP/1.1 answer, parsed incrementally from the bytes its
+// connection delivers: the status line and headers (bounded, strict: CRLF
+// only, no obs-fold, token names, one framing), then the body as
+// Content-Length, chunked (decoded; trailers read and dropped) or
+// close-delimited bytes, 1xx heads skipped. An upstream is untrusted: anything
+// outside that grammar is an Http1Error, never a guess, and no part of an
+// answer is held past MAX_HEAD_BYTES.
+//
+// Layout of the states (one answer at a time; a connection feeds the next
+// answer only after `done`):
+//
+//   head ──► length ─────────────────────────────► done
+//     │  └─► chunk-size ─► chunk-data ─► chunk-end ─┘  (0-size ─► trailers ─► done)
+//     └──► close (until the connection ends)
+
+import type { IncomingHttpHeaders } from "node:http";
+import { FIELD_VALUE, TOKEN } from "./grammar.js";
+import { Http1Error } from "./http1-error.js";
+
+/** The most bytes a head (status line and headers), a chunk-size line or the trailers may take. */
+export const MAX_HEAD_BYTES = 16 * 1024;
+
+/** Where the parser is in an answer. */
+const enum State {
+  Head,
+  Length,
+  Close,
+  ChunkSize,
+  ChunkData,
+  ChunkEnd,
+  Trailers,
+  Done,
+}
+
+/** What an answer's parts are handed to. */
+export interface AnswerParts {
+  /** A head: the status and lower-cased headers (a name seen twice holds an array). 1xx heads come too. */
+  head(status: number, headers: IncomingHttpHeaders): void;
+  /** A piece of the (decoded) body; it may call {@link AnswerParser.pause}. */
+  data(chunk: Buffer): void;
+}
+
+const CRLF = Buffer.from("\r\n");
+const CRLF2 = Buffer.from("\r\n\r\n");
+const STATUS_LINE = /^HTTP\/1\.([01]) (\d{3})(?: [\t\x20-\x7e\x80-\xff]*)?$/;
+const CHUNK_SIZE = /^([0-9A-Fa-f]{1,12})[\t ]*(?:;[\t\x20-\x7e\x80-\xff]*)?$/;
+
+/** One connection's answers, parsed as its bytes come. */
+export class AnswerParser {
+  readonly #parts: AnswerParts;
+  #state = State.Head;
+  /** Bytes of an unfinished head, chunk-size line or trailers. */
+  #held: Buffer | null = null;
+  /** Body bytes left: of the answer (Length) or of the chunk (ChunkData); CRLF bytes seen (ChunkEnd). */
+  #remaining = 0;
+  /** Whether the connection may carry another request once this answer is done. */
+  #reusable = true;
+  #paused = false;
+
+  constructor(parts: AnswerParts) {
+    this.#parts = parts;
+  }
+
+  /** Whether the answer is complete. */
+  get done(): boolean {
+    return this.#state === State.Done;
+  }
+
+  /** Whether the answer ends with its connection (no length, no chunks). */
+  get closeDelimited(): boolean {
+    return this.#state === State.Close;
+  }
+
+  /** Whether the connection may carry another request after this answer. */
+  get reusable(): boolean {
+    return this.#reusable;
+  }
+
+  /** Whether the body's consumer asked to stop. */
+  get paused(): boolean {
+    return this.#paused;
+  }
+
+  /** Stops handing over data after the current piece (bytes left are the caller's to feed again). */
+  pause(): void {
+    this.#paused = true;
+  }
+
+  /** Lets data be handed over again. */
+  resume(): void {
+    this.#paused = false;
+  }
+
+  /** Parses `buf` from `from` until it is used up, the answer is done, or the consumer paused; returns where it stopped. */
+  execute(buf: Buffer, from = 0): number {
+    let at = from;
+    while (at < buf.length && this.#state !== State.Done && !this.#paused) {
+      switch (this.#state) {
+        case State.Head:
+          at = this.#headPart(buf, at);
+          break;
+        case State.Length: {
+          const n = Math.min(this.#remaining, buf.length - at);
+          this.#remaining -= n;
+          if (this.#remaining === 0) this.#state = State.Done;
+          this.#parts.data(buf.subarray(at, at + n));
+          at += n;
+          break;
+        }
+        case State.Close:
+          this.#parts.data(at === 0 ? buf : buf.subarray(at));
+          at = buf.length;
+          break;
+        case State.ChunkSize:
+          at = this.#line(buf, at, CRLF, (line) => this.#chunkSize(line));
+          break;
+        case State.ChunkData: {
+          const n = Math.min(this.#remaining, buf.length - at);
+          this.#remaining -= n;
+          if (this.#remaining === 0) this.#state = State.ChunkEnd;
+          this.#parts.data(buf.subarray(at, at + n));
+          at += n;
+          break;
+        }
+        case State.ChunkEnd:
+          // The CRLF after a chunk's data, byte by byte (it may be split between reads).
+          if (buf[at] !== CRLF[this.#remaining]) throw new Http1Error("ADP_ANSWER_INVALID", "a chunk's data is not followed by CRLF");
+          at++;
+          if (++this.#remaining === 2) this.#state = State.ChunkSize;
+          break;
+        case State.Trailers:
+          at = this.#trailers(buf, at);
+          break;
+      }
+    }
+    return at;
+  }
+
+  /** Gathers a head up to its blank line, then reads it. */
+  #headPart(buf: Buffer, at: number): number {
+    return this.#line(buf, at, CRLF2, (head) => this.#head(head));
+  }
+
+  /**
+   * Gathers bytes (held across reads, bounded) up to `end`; calls `take`
+   * with them, `end` left out, and returns where the bytes after `end` start.
+   */
+  #line(buf: Buffer, at: number, end: Buffer, take: (text: string) => void): number {
+    const held = this.#held;
+    const start = held === null ? at : 0;
+    const bytes = held === null ? buf : Buffer.concat([held, buf.subarray(at)]);
+    // Search from just before the held part's end (the terminator may straddle the two).
+    const found = bytes.indexOf(end, held === null ? start : Math.max(0, held.length - end.length + 1));
+    if (found < 0) {
+      if (bytes.length - start > MAX_HEAD_BYTES) throw new Http1Error("ADP_ANSWER_INVALID", `an answer's head, chunk line or trailers exceed ${MAX_HEAD_BYTES} bytes`);
+      this.#held = Buffer.from(bytes.subarray(start)); // a copy: the read's buffer is not kept alive
+      return buf.length;
+    }
+    if (found - start > MAX_HEAD_BYTES) throw new Http1Error("ADP_ANSWER_INVALID", `an answer's head, chunk line or trailers exceed ${MAX_HEAD_BYTES} bytes`);
+    this.#held = null;
+    take(bytes.toString("latin1", start, found));
+    // Where the rest starts in `buf`: past the terminator, less what was held before this read.
+    return held === null ? found + end.length : found + end.length - held.length + at;
+  }
+
+  /** Reads a head: status, headers, and how its body is framed. */
+  #head(text: string): void {
+    const lines = text.split("\r\n");
+    const status = STATUS_LINE.exec(lines[0]!);
+    if (status === null) throw new Http1Error("ADP_ANSWER_INVALID", "an answer's status line is not HTTP/1.x");
+    const code = Number(status[2]);
+    const headers: IncomingHttpHeaders = {};
+    for (let i = 1; i < lines.length; i++) {
+      const line = lines[i]!;
+      const colon = line.indexOf(":");
+      // A line starting with a space or tab (obs-fold) has no token before its colon, so it fails here too.
+      if (colon <= 0 || !TOKEN.test(line.slice(0, colon))) throw new Http1Error("ADP_ANSWER_INVALID", "an answer has a malformed header line");
+      const value = line.slice(colon + 1).replace(/^[\t ]+|[\t ]+$/g, "");
+      if (!FIELD_VALUE.test(value)) throw new Http1Error("ADP_ANSWER_INVALID", "an answer's header value has control characters");
+      const name = line.slice(0, colon).toLowerCase();
+      const before = headers[name];
+      if (before === undefined) headers[name] = value;
+      else if (Array.isArray(before)) before.push(value);
+      else (headers as Record<string, string | string[]>)[name] = [before, value];
+    }
+    if (code < 100) throw new Http1Error("ADP_ANSWER_INVALID", "an answer's status is below 100");
+    if (code === 101) throw new Http1Error("ADP_ANSWER_INVALID", "an upstream switched protocols unasked");
+    if (code < 200) {
+      this.#parts.head(code, headers);
+      return; // informational: the final head follows, in State.Head still
+    }
+    const connection = String(headers.connection ?? "").toLowerCase();
+    this.#reusable = status[1] === "1" ? !/(?:^|,)\s*close\s*(?:,|$)/.test(connection) : /(?:^|,)\s*keep-alive\s*(?:,|$)/.test(connection);
+    this.#frame(code, headers);
+    this.#parts.head(code, headers);
+  }
+
+  /** Sets how the body of an answer with `code` and `headers` ends (RFC 9112 §6.3). */
+  #frame(code: number, headers: IncomingHttpHeaders): void {
+    const te = headers["transfer-encoding"];
+    const cl = headers["content-length"];
+    if (code === 204 || code === 304) {
+      this.#state = State.Done;
+      return;
+    }
+    if (te !== undefined) {
+      // Both framings at once is how responses are split: refused, as a proxy must (RFC 9112 §6.3, item 3).
+      if (cl !== undefined) throw new Http1Error("ADP_ANSWER_INVALID", "an answer has both Transfer-Encoding and Content-Length");
+      const codings = (Array.isArray(te) ? te.join(",") : te).toLowerCase().split(",").map((c) => c.trim());
+      const chunked = codings.filter((c) => c === "chunked").length;
+      if (chunked > 1 || (chunked === 1 && codings[codings.length - 1] !== "chunked")) throw new Http1Error("ADP_ANSWER_INVALID", "an answer's Transfer-Encoding is malformed");
+      this.#state = chunked === 1 ? State.ChunkSize : State.Close;
+      if (chunked === 0) this.#reusable = false;
+      return;
+    }
+    if (cl !== undefined) {
+      const values = (Array.isArray(cl) ? cl.join(",") : cl).split(",").map((v) => v.trim());
+      if (!values.every((v) => /^\d{1,15}$/.test(v) && v === values[0])) throw new Http1Error("ADP_ANSWER_INVALID", "an answer's Content-Length is malformed");
+      this.#remaining = Number(values[0]);
+      this.#state = this.#remaining === 0 ? State.Done : State.Length;
+      return;
+    }
+    this.#state = State.Close;
+    this.#reusable = false;
+  }
+
+  /** Reads a chunk-size line (its extensions dropped). */
+  #chunkSize(line: string): void {
+    const m = CHUNK_SIZE.exec(line);
+    if (m === null) throw new Http1Error("ADP_ANSWER_INVALID", "an answer's chunk-size line is malformed");
+    this.#remaining = parseInt(m[1]!, 16);
+    this.#state = this.#remaining === 0 ? State.Trailers : State.ChunkData;
+  }
+
+  /** Reads (and drops) the trailers after the last chunk, up to their blank line. */
+  #trailers(buf: Buffer, at: number): number {
+    // No trailers: the blank line comes at once (its CR may have come alone, in the read before).
+    const held = this.#held;
+    const first = held === null ? buf[at] : held[0];
+    const second = held === null ? buf[at + 1] : held.length === 1 ? buf[at] : held[1];
+    if (first === 0x0d && second === 0x0a && (held === null || held.length === 1)) {
+      this.#held = null;
+      this.#state = State.Done;
+      return held === null ? at + 2 : at + 1;
+    }
+    if (first === 0x0d && second === undefined) {
+      this.#held = Buffer.from([0x0d]);
+      return buf.length;
+    }
+    // Trailers: their lines and the blank line end with CRLF CRLF (held bytes are read again with the new ones).
+    return this.#line(buf, at, CRLF2, () => (this.#state = State.Done));
+  }
+
+  /** Readies the parser for the connection's next answer. */
+  reset(): void {
+    this.#state = State.Head;
+    this.#held = null;
+    this.#remaining = 0;
+    this.#reusable = true;
+    this.#paused = false;
+  }
+}

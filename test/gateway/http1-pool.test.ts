@@ -1,0 +1,304 @@
+// The gateway's own HTTP/1.1 client (gateway/src/http1/) against raw `net`
+// upstreams that write exactly the bytes each test names: answers parsed
+// whole whatever the read boundaries, keep-alive reuse and when a connection
+// is never reused, hostile answers refused with ADP_ANSWER_INVALID, a request
+// whose header would split its head refused before any byte goes out, delivery
+// (onRequestStart before the first byte; an abort before it leaves the
+// connection clean), backpressure, and closing.
+import { createServer, type AddressInfo, type Server, type Socket } from "node:net";
+import fc from "fast-check";
+import { afterEach, describe, expect, it } from "vitest";
+import { AnswerParser, MAX_HEAD_BYTES } from "../../gateway/src/http1/answer-parser.js";
+import { Http1Pool, type AnswerController, type RequestOptions } from "../../gateway/src/http1/http1-pool.js";
+import { createGateway } from "../../gateway/src/index.js";
+
+/** A raw upstream: each request's bytes go to `answer`, which writes what it likes on the socket. */
+interface RawUpstream {
+  readonly origin: string;
+  readonly requests: string[];
+  connections: number;
+  close(): Promise<void>;
+}
+
+const open: { close(): Promise<void> }[] = [];
+afterEach(async () => {
+  await Promise.all(open.splice(0).map((o) => o.close()));
+});
+
+/** Starts a raw upstream; `answer(socket, request, n)` answers the n-th request (0-based) of the whole server. */
+async function rawUpstream(answer: (socket: Socket, request: string, n: number) => void): Promise<RawUpstream> {
+  const sockets = new Set<Socket>();
+  const state = { requests: [] as string[], connections: 0 };
+  const server: Server = createServer((socket) => {
+    state.connections++;
+    sockets.add(socket);
+    socket.on("close", () => sockets.delete(socket));
+    socket.on("error", () => {});
+    let buf = "";
+    socket.on("data", (d) => {
+      buf += d.toString("latin1");
+      for (;;) {
+        const end = buf.indexOf("\r\n\r\n");
+        if (end < 0) return;
+        const length = Number(/\r\ncontent-length: (\d+)/i.exec(buf.slice(0, end))?.[1] ?? 0);
+        if (buf.length < end + 4 + length) return;
+        const request = buf.slice(0, end + 4 + length);
+        buf = buf.slice(end + 4 + length);
+        state.requests.push(request);
+        answer(socket, request, state.requests.length - 1);
+      }
+    });
+  });
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  const upstream = {
+    origin: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    get requests() {
+      return state.requests;
+    },
+    get connections() {
+      return state.connections;
+    },
+    set connections(n: number) {
+      state.connections = n;
+    },
+    close: () => {
+      for (const s of sockets) s.destroy();
+      return new Promise<void>((r) => server.close(() => r()));
+    },
+  };
+  open.push(upstream);
+  return upstream;
+}
+
+/** A pool to `origin`, closed after the test. */
+function poolTo(origin: string, keepAliveMs = 4_000): Http1Pool {
+  const pool = new Http1Pool(origin, { connectTimeoutMs: 2_000, keepAliveMs });
+  open.push({ close: () => pool.destroy() });
+  return pool;
+}
+
+/** What a handler heard. */
+interface Heard {
+  status: number;
+  headers: Record<string, string | string[] | undefined>;
+  body: Buffer;
+  started: boolean;
+  error: (Error & { code?: string }) | null;
+}
+
+const POST: RequestOptions = { path: "/v1/chat/completions", method: "POST", headers: { "content-type": "application/json" }, body: Buffer.from('{"a":1}') };
+
+/** Sends `options` and resolves once its handler heard the end or an error; `onData` sees each chunk with the controller. */
+function send(pool: Http1Pool, options: RequestOptions = POST, hooks: { onStart?: (c: AnswerController) => void; onData?: (c: AnswerController, chunk: Buffer) => void } = {}): Promise<Heard> {
+  return new Promise((resolve) => {
+    const heard: Heard = { status: 0, headers: {}, body: Buffer.alloc(0), started: false, error: null };
+    const chunks: Buffer[] = [];
+    pool.dispatch(options, {
+      onRequestStart(c) {
+        heard.started = true;
+        hooks.onStart?.(c);
+      },
+      onResponseStart(_c, status, headers) {
+        heard.status = status;
+        heard.headers = headers;
+      },
+      onResponseData(c, chunk) {
+        chunks.push(Buffer.from(chunk));
+        hooks.onData?.(c, chunk);
+      },
+      onResponseEnd() {
+        heard.body = Buffer.concat(chunks);
+        resolve(heard);
+      },
+      onResponseError(_c, error) {
+        heard.body = Buffer.concat(chunks);
+        heard.error = error;
+        resolve(heard);
+      },
+    });
+  });
+}
+
+const ok = (body: string, extra = "") => `HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n${extra}\r\n${body}`;
+
+describe("the gateway's HTTP/1.1 client", () => {
+  it("sends head and body as given, reads a Content-Length answer, and reuses the connection", async () => {
+    const up = await rawUpstream((s, _r, n) => s.write(ok(`{"n":${n}}`)));
+    const pool = poolTo(up.origin);
+    const a = await send(pool);
+    const b = await send(pool);
+    expect([a.status, a.body.toString(), b.body.toString()]).toEqual([200, '{"n":0}', '{"n":1}']);
+    expect(a.headers["content-type"]).toBe("application/json");
+    expect(up.connections).toBe(1);
+    expect(up.requests[0]).toBe(`POST /v1/chat/completions HTTP/1.1\r\nhost: ${new URL(up.origin).host}\r\ncontent-type: application/json\r\ncontent-length: 7\r\n\r\n{"a":1}`);
+  });
+
+  it("decodes a chunked answer (extensions, trailers) the same whatever the read boundaries", async () => {
+    const body = "data: one\n\n" + "x".repeat(3000) + "data: [DONE]\n\n";
+    const wire = Buffer.from(`HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\nx-a: 1\r\nx-a: 2\r\n\r\nb;ext=1\r\n${body.slice(0, 11)}\r\n${(body.length - 11).toString(16)}\r\n${body.slice(11)}\r\n0\r\nx-trailer: t\r\n\r\n`, "latin1");
+    await fc.assert(
+      fc.property(fc.uniqueArray(fc.integer({ min: 1, max: wire.length - 1 }), { maxLength: 12 }), (cuts) => {
+        const parts: Buffer[] = [];
+        const heads: number[] = [];
+        const parser = new AnswerParser({ head: (s) => heads.push(s), data: (c) => parts.push(Buffer.from(c)) });
+        const at = [0, ...cuts.sort((x, y) => x - y), wire.length];
+        for (let i = 0; i + 1 < at.length; i++) expect(parser.execute(wire.subarray(at[i], at[i + 1]))).toBe(at[i + 1]! - at[i]!);
+        expect(parser.done).toBe(true);
+        expect(heads).toEqual([100, 200]);
+        expect(Buffer.concat(parts).toString("latin1")).toBe(body);
+      }),
+      { seed: 27, numRuns: 300 },
+    );
+    // Over a real socket, the pieces written apart, and the duplicate header an array.
+    const up = await rawUpstream((s) => {
+      s.write(wire.subarray(0, 40));
+      setTimeout(() => s.write(wire.subarray(40)), 5);
+    });
+    const heard = await send(poolTo(up.origin));
+    expect(heard.body.toString("latin1")).toBe(body);
+    expect(heard.headers["x-a"]).toEqual(["1", "2"]);
+  });
+
+  it.each([
+    ["a head over the bound", `HTTP/1.1 200 OK\r\nx-big: ${"a".repeat(MAX_HEAD_BYTES)}\r\ncontent-length: 0\r\n\r\n`],
+    ["Transfer-Encoding beside Content-Length", "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ncontent-length: 5\r\n\r\n0\r\n\r\n"],
+    ["two different Content-Lengths", "HTTP/1.1 200 OK\r\ncontent-length: 2\r\ncontent-length: 3\r\n\r\nabc"],
+    ["a signed Content-Length", "HTTP/1.1 200 OK\r\ncontent-length: +2\r\n\r\nab"],
+    ["an obs-fold header", "HTTP/1.1 200 OK\r\nx-a: 1\r\n folded\r\ncontent-length: 0\r\n\r\n"],
+    ["a space before the colon", "HTTP/1.1 200 OK\r\ncontent-length : 0\r\n\r\n"],
+    ["bare LF line ends", "HTTP/1.1 200 OK\ncontent-length: 0\n\n\r\n\r\n"],
+    ["a status line that is not HTTP/1.x", "HTTP/2 200 OK\r\ncontent-length: 0\r\n\r\n"],
+    ["a two-digit status", "HTTP/1.1 20 OK\r\ncontent-length: 0\r\n\r\n"],
+    ["101 unasked", "HTTP/1.1 101 Switching Protocols\r\nupgrade: h2c\r\n\r\n"],
+    ["chunked not last", "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked, gzip\r\n\r\n0\r\n\r\n"],
+    ["a chunk size that is not hex", "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\nab\r\n0\r\n\r\n"],
+    ["a chunk without its CRLF", "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\nabXX0\r\n\r\n"],
+    ["a NUL in a header value", "HTTP/1.1 200 OK\r\nx-a: a\0b\r\ncontent-length: 0\r\n\r\n"],
+  ])("refuses %s (ADP_ANSWER_INVALID) and closes the connection", async (_name, answer) => {
+    const up = await rawUpstream((s) => s.write(answer));
+    const pool = poolTo(up.origin);
+    const heard = await send(pool);
+    expect(heard.error?.code).toBe("ADP_ANSWER_INVALID");
+    expect(heard.started).toBe(true);
+    await expect.poll(() => pool.connections.open).toBe(0);
+  });
+
+  it("never reuses a connection that carried bytes past its answer, a close-delimited body, or Connection: close", async () => {
+    const up = await rawUpstream((s, _r, n) => {
+      if (n === 0) s.write(ok("{}") + "HTTP/1.1 200 OK\r\n"); // extra bytes: out of step
+      else if (n === 1) s.end("HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\n\r\nuntil the end"); // close-delimited
+      else if (n === 2) s.write(ok("{}", "connection: close\r\n"));
+      else s.write(ok("{}"));
+    });
+    const pool = poolTo(up.origin);
+    expect((await send(pool)).body.toString()).toBe("{}");
+    expect((await send(pool)).body.toString()).toBe("until the end");
+    expect((await send(pool)).status).toBe(200);
+    expect((await send(pool)).status).toBe(200);
+    expect(up.connections).toBe(4);
+  });
+
+  it("refuses a header that would split the request's head before writing anything", async () => {
+    const up = await rawUpstream((s) => s.write(ok("{}")));
+    const pool = poolTo(up.origin);
+    const heard = await send(pool, { ...POST, headers: { "x-evil": "a\r\nx-injected: 1" } });
+    expect([heard.error?.code, heard.started]).toEqual(["ADP_REQUEST_INVALID", false]);
+    const badName = await send(pool, { ...POST, headers: { "x bad": "1" } });
+    expect(badName.error?.code).toBe("ADP_REQUEST_INVALID");
+    expect(up.requests).toEqual([]);
+  });
+
+  it("calls onRequestStart before the first byte; a request aborted there is never written and the connection stays usable", async () => {
+    const up = await rawUpstream((s) => s.write(ok("{}")));
+    const pool = poolTo(up.origin);
+    await send(pool);
+    const aborted = await send(pool, POST, { onStart: (c) => c.abort(Object.assign(new Error("stop"), { code: "STOP" })) });
+    expect(aborted.error?.message).toBe("stop");
+    await new Promise((r) => setTimeout(r, 30));
+    expect(up.requests.length).toBe(1);
+    expect(pool.connections).toEqual({ open: 1, idle: 1 });
+    expect((await send(pool)).status).toBe(200);
+    expect(up.connections).toBe(1);
+  });
+
+  it("a refused connection fails before onRequestStart; an upstream closing after the request fails with ADP_UPSTREAM_CLOSED", async () => {
+    const gone = await rawUpstream(() => {});
+    await gone.close();
+    const refused = await send(poolTo(gone.origin));
+    expect([refused.error?.code, refused.started]).toEqual(["ECONNREFUSED", false]);
+    const up = await rawUpstream((s) => s.end("HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nabc"));
+    const cut = await send(poolTo(up.origin));
+    expect([cut.error?.code, cut.started, cut.body.toString()]).toEqual(["ADP_UPSTREAM_CLOSED", true, "abc"]);
+  });
+
+  it("pause() stops data until resume(); nothing is lost or reordered", async () => {
+    const pieces = Array.from({ length: 50 }, (_, i) => `data: ${i}\n\n`);
+    const up = await rawUpstream((s) => {
+      s.write("HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n" + pieces.map((p) => `${p.length.toString(16)}\r\n${p}\r\n`).join("") + "0\r\n\r\n");
+    });
+    let paused = 0;
+    let whilePaused = 0;
+    let isPaused = false;
+    const heard = await send(poolTo(up.origin), POST, {
+      onData: (c) => {
+        if (isPaused) whilePaused++;
+        if (paused++ % 7 === 0) {
+          isPaused = true;
+          c.pause();
+          setTimeout(() => {
+            isPaused = false;
+            c.resume();
+          }, 2);
+        }
+      },
+    });
+    expect(heard.body.toString()).toBe(pieces.join(""));
+    expect(whilePaused).toBe(0);
+    expect(paused).toBe(50);
+  });
+
+  it("a handler that paused on an answer's last piece does not stall the connection's next request", async () => {
+    const up = await rawUpstream((s, _r, n) => s.write(ok(`{"n":${n}}`)));
+    const pool = poolTo(up.origin);
+    expect((await send(pool, POST, { onData: (c) => c.pause() })).body.toString()).toBe('{"n":0}');
+    expect((await send(pool)).body.toString()).toBe('{"n":1}');
+    expect(up.connections).toBe(1);
+  });
+
+  it("an idle connection past keepAliveMs is closed, not reused", async () => {
+    const up = await rawUpstream((s) => s.write(ok("{}")));
+    const pool = poolTo(up.origin, 60);
+    await send(pool);
+    await new Promise((r) => setTimeout(r, 400));
+    expect(pool.connections.open).toBe(0);
+    await send(pool);
+    expect(up.connections).toBe(2);
+  });
+
+  it("close() takes no new request and waits for the one in flight", async () => {
+    const up = await rawUpstream((s) => setTimeout(() => s.write(ok("{}")), 50));
+    const pool = new Http1Pool(up.origin, { connectTimeoutMs: 2_000, keepAliveMs: 4_000 });
+    const inFlight = send(pool);
+    await new Promise((r) => setTimeout(r, 20));
+    let closed = false;
+    const closing = pool.close().then(() => (closed = true));
+    expect((await send(pool)).error?.code).toBe("ADP_POOL_CLOSED");
+    expect(closed).toBe(false);
+    expect((await inFlight).status).toBe(200);
+    await closing;
+    expect(pool.connections.open).toBe(0);
+  });
+
+  it("through the gateway: a split-looking answer is a 502 upstream_error, sent to no second upstream", async () => {
+    // Health checks are GETs; every POST is answered with both framings (how responses are split).
+    const answer = (s: Socket, request: string) => s.write(request.startsWith("GET") ? ok("ok") : "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ncontent-length: 5\r\n\r\n0\r\n\r\n");
+    const [a, b] = [await rawUpstream(answer), await rawUpstream(answer)];
+    const g = await createGateway({ logging: { level: "silent" }, listen: { port: 0 }, upstreams: [a.origin, b.origin], health: { interval_ms: 60_000 } });
+    open.push({ close: () => g.close(2000) });
+    const r = await fetch(`${g.url}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ model: "m", messages: [{ role: "user", content: "hi" }] }) });
+    expect(r.status).toBe(502);
+    expect(((await r.json()) as { error: { code: string } }).error.code).toBe("upstream_error");
+    const posts = [...a.requests, ...b.requests].filter((q) => q.startsWith("POST"));
+    expect(posts.length).toBe(1);
+  });
+});
