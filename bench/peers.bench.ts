@@ -12,7 +12,7 @@
 // bare relay on `net` sockets with its own minimal HTTP/1.1 framing (the
 // floor of a Node gateway with its own HTTP path); baseline, another build's
 // gateway (ADP_BENCH_BASELINE_CLI=path/to/gateway/dist/cli.js: before and
-// after in one run). Per peer
+// after in one run; baseline-wN with --workers N). Per peer
 // and round (ROUNDS interleaved rounds, medians printed):
 //   - CPU per 1,000 trace requests of the peer's whole process tree (/proc),
 //     its peak RSS, end-to-end p50 on the trace, the engines' prefix hit ratio
@@ -285,13 +285,13 @@ async function startPeer(name: string, urls: readonly string[], dir: string): Pr
   const port = await freePort();
   let proc: ChildProcess;
   const node = (process.env.ADP_BENCH_GATEWAY_NODE_ARGS ?? "").split(" ").filter(Boolean);
-  if (name === "gateway" || name === "baseline" || /^gateway-w\d+$/.test(name)) {
+  if (/^(?:gateway|baseline)(?:-w\d+)?$/.test(name)) {
     const yaml = `listen: { host: 127.0.0.1, port: ${port} }\nlogging: { level: warn }\nhealth: { interval_ms: 60000 }\nlimits: { max_in_flight_per_upstream: 4096, queue_size: 8192, max_connections: 16384 }\nupstreams:\n${urls.map((u) => `  - url: ${u}\n`).join("")}`;
     const file = path.join(dir, `gateway-${port}.yaml`);
     writeFileSync(file, yaml);
     const extra = (process.env.ADP_BENCH_GATEWAY_ARGS ?? "").split(" ").filter(Boolean);
-    if (name.startsWith("gateway-w")) extra.push("--workers", name.slice("gateway-w".length));
-    const cli = name === "baseline" ? process.env.ADP_BENCH_BASELINE_CLI : path.join(ROOT, "gateway", "dist", "cli.js");
+    if (name.includes("-w")) extra.push("--workers", name.slice(name.indexOf("-w") + 2));
+    const cli = name.startsWith("baseline") ? process.env.ADP_BENCH_BASELINE_CLI : path.join(ROOT, "gateway", "dist", "cli.js");
     if (cli === undefined || !existsSync(cli)) throw new Error("peer baseline needs ADP_BENCH_BASELINE_CLI: another build's gateway/dist/cli.js");
     proc = spawn(process.execPath, [...node, cli, "serve", "--config", file, ...extra], { stdio: ["ignore", "ignore", "inherit"] });
   } else if (name === "net-pass") {

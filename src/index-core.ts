@@ -225,9 +225,10 @@ export class IndexCore {
     return out;
   }
 
-  /** Inserts `count` blocks given by their hashes (from blockHashes) into `rank`'s view: the same change as inserting their tokens. */
-  insertHashes(rank: number, words: Uint32Array, count: number, seed: readonly [number, number]): void {
+  /** Inserts `count` blocks given by their hashes (from blockHashes) into `rank`'s view: the same change as inserting their tokens, and the same return. */
+  insertHashes(rank: number, words: Uint32Array, count: number, seed: readonly [number, number]): number {
     this.#insertPieces(rank, count, seed, (from, n) => this.#u32().set(words.subarray(2 * from, 2 * (from + n)), (this.#at + this.#layout.hashesAt) >>> 2));
+    return count && this.ex.indexInsertFound() * this.#tpb;
   }
 
   /** Inserts `count` block keys (safe integers, or u64 words) into `rank`'s view. */

@@ -290,12 +290,12 @@ export class PrefixIndex {
     return this.#live().blockHashes(tokens);
   }
 
-  /** @internal Inserts blocks given by their hashes (from `blockHashes`) into `rank`'s view, in namespace `ns`. */
-  insertBlockHashes(rank: number, words: Uint32Array, ns?: PrefixNamespace | null): void {
+  /** @internal Inserts blocks given by their hashes (from `blockHashes`) into `rank`'s view, in namespace `ns`; returns what {@link insert} of their tokens would. */
+  insertBlockHashes(rank: number, words: Uint32Array, ns?: PrefixNamespace | null): number {
     const core = this.#live();
     checkRank(rank, this.#numRanks, "rank");
     if (!(words instanceof Uint32Array) || words.length % 2 !== 0) throw new AdpInputError("words", "must be a Uint32Array of two words per block", words);
-    core.insertHashes(rank, words, words.length / 2, namespaceSeed(ns));
+    return core.insertHashes(rank, words, words.length / 2, namespaceSeed(ns));
   }
 
   /** @internal The router's learning: inserts tokens read by the batch. */

@@ -203,4 +203,16 @@ describe("block hashes (how gateway replicas share learned prompts)", () => {
       expect(c.match(tokens, { cacheSalt: "x" })).toEqual([0, 0]);
     }
   });
+
+  it("insertBlockHashes returns what insert returns: the tokens the rank held before", () => {
+    const a = createPrefixIndex({ numRanks: 2, tokensPerBlock: 4 });
+    const b = createPrefixIndex({ numRanks: 2, tokensPerBlock: 4 });
+    const first = Uint32Array.from({ length: 21 }, (_, i) => i);
+    const longer = Uint32Array.from({ length: 41 }, (_, i) => (i < 12 ? i : 1000 + i));
+    for (const [rank, tokens] of [[0, first], [0, first], [0, longer], [1, longer], [1, first.subarray(0, 3)]] as const) {
+      const held = a.insert(rank, tokens);
+      expect(b.insertBlockHashes(rank, a.blockHashes(tokens))).toBe(held);
+    }
+    expect(b.insertBlockHashes(0, a.blockHashes(longer))).toBe(40);
+  });
 });

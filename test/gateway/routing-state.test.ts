@@ -34,6 +34,8 @@ describe("the state log", () => {
     expect(log.map((e) => e.op)).toContain("ranks");
     expect(log.filter((e) => e.op === "learn")).toHaveLength(18);
     const replica = new RoutingState(createGatewayRouter(first));
+    // With a log listening, a learn is hashed once: its entry carries the block hashes its insert used.
+    for (const e of log) if (e.op === "learn") expect([...e.hashes!]).toEqual([...replica.router.prefixIndex!.blockHashes(e.tokens)]);
     for (const entry of log) replica.apply(entry);
     expect(Buffer.from(replica.router.snapshot()).equals(Buffer.from(gateway.router.snapshot()))).toBe(true);
 

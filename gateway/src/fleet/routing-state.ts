@@ -26,7 +26,8 @@ export type StateEntry =
   /** Another replica's learned prompt, as its block hashes (PrefixIndex.blockHashes): the same change as `learn`. */
   | { readonly op: "learn-blocks"; readonly upstream: number; readonly hashes: Uint32Array; readonly namespace: PrefixNamespace; readonly rank?: number }
   /** An upstream was given a prompt: its cache view now holds it (and, with `rank`, that DP rank's view in phase 2). */
-  | { readonly op: "learn"; readonly upstream: number; readonly tokens: Uint32Array; readonly namespace: PrefixNamespace; readonly rank?: number }
+  /** (`hashes`: its block hashes, made once for the index and the log's readers, when a log listens.) */
+  | { readonly op: "learn"; readonly upstream: number; readonly tokens: Uint32Array; readonly namespace: PrefixNamespace; readonly rank?: number; readonly hashes?: Uint32Array }
   /** An engine's own KV-cache events for an upstream (TensorRT-LLM's or vLLM's, see PrefixIndex.applyKvEvents), from one DP rank's stream or naming their ranks. */
   | { readonly op: "kv-events"; readonly upstream: number; readonly events: unknown; readonly dpRank?: number; readonly id?: string }
   /** An upstream's engine view emptied, one DP rank or all (its engine restarted, or its events cannot be trusted). */
@@ -160,8 +161,11 @@ export class RoutingState {
   learn(upstream: number, tokens: Uint32Array, namespace: PrefixNamespace, rank?: number): number {
     const index = this.#router.prefixIndex;
     if (index === null || tokens.length === 0) return 0;
-    const held = index.insert(upstream, tokens, namespace);
-    this.#append({ op: "learn", upstream, tokens, namespace, ...(rank === undefined ? {} : { rank }) });
+    if (this.#log === null || this.#quiet) return index.insert(upstream, tokens, namespace);
+    // A log's readers send the prompt on as its block hashes: made once, for the insert and for them.
+    const hashes = index.blockHashes(tokens);
+    const held = index.insertBlockHashes(upstream, hashes, namespace);
+    this.#append({ op: "learn", upstream, tokens, hashes, namespace, ...(rank === undefined ? {} : { rank }) });
     return held;
   }
 

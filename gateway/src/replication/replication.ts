@@ -196,7 +196,7 @@ export class Replication {
           // Its block hashes, not its tokens: 8 bytes a block rather than 4 a token.
           const index = this.#local?.router.prefixIndex;
           if (index === null || index === undefined) return;
-          message = { origin: this.origin, counter, url, entry: { op: "learn-blocks", upstream: entry.upstream, hashes: this.#fitting(index.blockHashes(entry.tokens), url), namespace: entry.namespace, ...(entry.rank === undefined ? {} : { rank: entry.rank }) } };
+          message = { origin: this.origin, counter, url, entry: { op: "learn-blocks", upstream: entry.upstream, hashes: this.#fitting(entry.hashes ?? index.blockHashes(entry.tokens), url), namespace: entry.namespace, ...(entry.rank === undefined ? {} : { rank: entry.rank }) } };
         } else message = { origin: this.origin, counter, url, entry };
         // An engine batch (or the restart it shows) every replica receives carries its own identity: JetStream keeps the first copy.
         id = (entry.op === "kv-events" || entry.op === "clear") && entry.id !== undefined ? `kv|${url}|${entry.id}` : `${this.origin}:${counter}`;

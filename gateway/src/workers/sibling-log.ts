@@ -157,7 +157,7 @@ export class Siblings {
     if (index === null) return null;
     // A learned prompt travels as its block hashes (blockHashes returns a fresh array); a sibling's own relayed
     // learn-blocks never comes back here (applied quietly), so these are this worker's.
-    const hashes = entry.op === "learn" ? index.blockHashes(entry.tokens) : entry.hashes.slice();
+    const hashes = entry.op === "learn" ? (entry.hashes ?? index.blockHashes(entry.tokens)) : entry.hashes.slice();
     if (hashes.length === 0 || hashes.length > MAX_HASH_WORDS) return null;
     return { op: "learn-blocks", url, hashes, namespace: { loraTaskId: entry.namespace.loraTaskId ?? null, cacheSalt: entry.namespace.cacheSalt ?? null }, ...rank };
   }
