@@ -265,6 +265,100 @@ describe("the gateway's HTTP/1.1 client", () => {
     expect(up.connections).toBe(1);
   });
 
+  it.each([
+    ["chunked", "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n3\r\nabc\r\n3\r\ndef\r\n0\r\n\r\n", "abcdef"],
+    ["close-delimited", "HTTP/1.1 200 OK\r\n\r\nwhole body", "whole body"],
+  ])("an upstream closing while the handler is paused still delivers the whole %s answer, then its end", async (_name, wire, body) => {
+    const up = await rawUpstream((s) => s.end(wire));
+    let first = true;
+    const heard = await send(poolTo(up.origin), POST, {
+      onData: (c) => {
+        if (!first) return;
+        first = false;
+        c.pause();
+        setTimeout(() => c.resume(), 50);
+      },
+    });
+    expect([heard.error, heard.body.toString()]).toEqual([null, body]);
+  });
+
+  it("an answer that came before the request's body was all written leaves its connection unused (its rest would read as the next request)", async () => {
+    // The upstream answers 413 on the head alone and reads nothing more; the 16 MB body stays queued.
+    const sockets = new Set<Socket>();
+    let connections = 0;
+    const server = createServer((s) => {
+      connections++;
+      sockets.add(s);
+      s.on("error", () => {});
+      let answered = false;
+      s.on("data", () => {
+        if (answered) return;
+        answered = true;
+        s.pause();
+        s.write("HTTP/1.1 413 Payload Too Large\r\ncontent-length: 0\r\n\r\n");
+      });
+    });
+    await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+    open.push({ close: () => new Promise<void>((r) => (sockets.forEach((s) => s.destroy()), server.close(() => r()))) });
+    const pool = poolTo(`http://127.0.0.1:${(server.address() as AddressInfo).port}`);
+    expect((await send(pool, { ...POST, body: Buffer.alloc(16 << 20, 0x20) })).status).toBe(413);
+    expect((await send(pool, { ...POST, body: Buffer.from("{}") })).status).toBe(413);
+    expect(connections).toBe(2);
+  });
+
+  it("close() twice, or close() then destroy(), resolves every promise", async () => {
+    const up = await rawUpstream((s) => setTimeout(() => s.write(ok("{}")), 30));
+    const pool = new Http1Pool(up.origin, { connectTimeoutMs: 2_000, keepAliveMs: 4_000 });
+    const inFlight = send(pool);
+    await new Promise((r) => setTimeout(r, 10));
+    const [a, b] = [pool.close(), pool.close()];
+    await Promise.all([a, b, inFlight]);
+    const other = new Http1Pool(up.origin, { connectTimeoutMs: 2_000, keepAliveMs: 4_000 });
+    const cut = send(other);
+    await new Promise((r) => setTimeout(r, 10));
+    await Promise.all([other.close(), other.destroy()]);
+    expect((await cut).error?.code).toBe("ADP_POOL_CLOSED");
+  });
+
+  it("headers named __proto__ or constructor are headers like others; one Content-Length is passed on for a list of one value", async () => {
+    const up = await rawUpstream((s) => s.write("HTTP/1.1 200 OK\r\n__proto__: evil\r\nconstructor: x\r\ncontent-length: 2, 2\r\n\r\n{}"));
+    const heard = await send(poolTo(up.origin));
+    expect(Object.entries(heard.headers)).toEqual([["__proto__", "evil"], ["constructor", "x"], ["content-length", "2"]]);
+    expect(heard.body.toString()).toBe("{}");
+  });
+
+  it("resume() then pause() before the held bytes are parsed keeps them held; the next resume() hands them over", async () => {
+    const up = await rawUpstream((s) => s.write("HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n3\r\ndef\r\n0\r\n\r\n"));
+    let first = true;
+    const heard = await send(poolTo(up.origin), POST, {
+      onData: (c) => {
+        if (!first) return;
+        first = false;
+        c.pause();
+        setTimeout(() => {
+          c.resume();
+          c.pause();
+          setTimeout(() => c.resume(), 10);
+        }, 10);
+      },
+    });
+    expect(heard.body.toString()).toBe("abcdef");
+  });
+
+  it("a request paused then aborted before its first byte leaves a connection that answers the next request", async () => {
+    const up = await rawUpstream((s) => s.write(ok("{}")));
+    const pool = poolTo(up.origin);
+    await send(pool);
+    await send(pool, POST, {
+      onStart: (c) => {
+        c.pause();
+        c.abort(new Error("stop"));
+      },
+    });
+    expect((await send(pool)).status).toBe(200);
+    expect(up.connections).toBe(1);
+  });
+
   it("an idle connection past keepAliveMs is closed, not reused", async () => {
     const up = await rawUpstream((s) => s.write(ok("{}")));
     const pool = poolTo(up.origin, 60);

@@ -169,7 +169,8 @@ export class AnswerParser {
     const status = STATUS_LINE.exec(lines[0]!);
     if (status === null) throw new Http1Error("ADP_ANSWER_INVALID", "an answer's status line is not HTTP/1.x");
     const code = Number(status[2]);
-    const headers: IncomingHttpHeaders = {};
+    // No prototype: a header named __proto__ or constructor is a header like any other.
+    const headers = Object.create(null) as IncomingHttpHeaders;
     for (let i = 1; i < lines.length; i++) {
       const line = lines[i]!;
       const colon = line.indexOf(":");
@@ -192,6 +193,8 @@ export class AnswerParser {
     const connection = String(headers.connection ?? "").toLowerCase();
     this.#reusable = status[1] === "1" ? !/(?:^|,)\s*close\s*(?:,|$)/.test(connection) : /(?:^|,)\s*keep-alive\s*(?:,|$)/.test(connection);
     this.#frame(code, headers);
+    // HTTP/1.0 has no chunked coding: such framing is faulty, and the connection is closed after it (RFC 9112 §6.1).
+    if (status[1] === "0" && this.#state === State.ChunkSize) this.#reusable = false;
     this.#parts.head(code, headers);
   }
 
@@ -217,6 +220,8 @@ export class AnswerParser {
       const values = (Array.isArray(cl) ? cl.join(",") : cl).split(",").map((v) => v.trim());
       if (!values.every((v) => /^\d{1,15}$/.test(v) && v === values[0])) throw new Http1Error("ADP_ANSWER_INVALID", "an answer's Content-Length is malformed");
       this.#remaining = Number(values[0]);
+      // A list of one value (`5, 5`) is passed on as that value: a client's parser refuses the list.
+      headers["content-length"] = values[0];
       this.#state = this.#remaining === 0 ? State.Done : State.Length;
       return;
     }

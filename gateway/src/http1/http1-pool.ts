@@ -59,6 +59,9 @@ export interface Http1PoolOptions {
 /** A request target: visible bytes only. */
 const TARGET = /^[\x21-\x7e\x80-\xff]+$/;
 
+/** Headers the pool writes itself (a caller's would duplicate or contradict them). */
+const FRAMING = new Set(["host", "content-length", "transfer-encoding", "connection"]);
+
 /** The request's head as latin1 text; throws an Http1Error for a name, value or target that would break it. */
 function requestHead(options: RequestOptions, host: string, bodyLength: number): string {
   if (!TOKEN.test(options.method) || !TARGET.test(options.path)) throw new Http1Error("ADP_REQUEST_INVALID", "a request's method or target is malformed");
@@ -67,6 +70,7 @@ function requestHead(options: RequestOptions, host: string, bodyLength: number):
   for (const name in headers) {
     const value = headers[name]!;
     if (!TOKEN.test(name)) throw new Http1Error("ADP_REQUEST_INVALID", "a request header's name is malformed");
+    if (FRAMING.has(name.toLowerCase())) continue; // the pool frames the request itself: one Host, one length
     for (const v of typeof value === "string" ? [value] : value) {
       if (!FIELD_VALUE.test(v)) throw new Http1Error("ADP_REQUEST_INVALID", `request header ${name} has control characters`);
       head += `${name}: ${v}\r\n`;
@@ -121,11 +125,17 @@ class Connection {
   readonly #parser: AnswerParser;
   #connected = false;
   #call: Call | null = null;
+  /** Whether the current call's bytes were all handed to the kernel (a connection with some still queued is not reused). */
+  #flushed = false;
   /** Why the socket failed (its 'close' follows). */
   #error: Error | null = null;
+  /** Whether the socket closed while bytes it read were still held for a paused handler. */
+  #closedBehind = false;
   /** Bytes read but not yet parsed (the handler paused), and where they start. */
   #pending: Buffer | null = null;
   #pendingAt = 0;
+  /** Whether a resume's parse is queued. */
+  #resuming = false;
   /** When it last became idle (performance.now()). */
   idleSince = 0;
 
@@ -168,10 +178,16 @@ class Connection {
     call.handler.onRequestStart?.(call, null);
     if (call.ended) return; // aborted as it started: nothing written (abort() released the connection)
     call.written = true;
+    this.#flushed = false;
     const socket = this.socket;
+    const flushed = () => {
+      if (this.#call === call) this.#flushed = true;
+    };
     socket.cork();
-    socket.write(call.head, "latin1");
-    if (call.body !== null && call.body.length > 0) socket.write(call.body);
+    if (call.body !== null && call.body.length > 0) {
+      socket.write(call.head, "latin1");
+      socket.write(call.body, flushed);
+    } else socket.write(call.head, "latin1", flushed);
     socket.uncork();
   }
 
@@ -204,13 +220,14 @@ class Connection {
 
   /** Ends `call` whole; the connection goes back to the pool when nothing about it is odd. */
   #finish(call: Call, extraBytes: boolean): void {
-    const reusable = this.#parser.reusable && !extraBytes;
+    // Not reused: after bytes past the answer, a close-delimited body or Connection: close, a socket that is
+    // closing, or while the request's body is still queued (an early answer: its rest would read as the next request).
+    const reusable = this.#parser.reusable && !extraBytes && this.#flushed && !this.#closedBehind && !this.socket.destroyed;
     this.#call = null;
+    this.#pending = null;
     this.#parser.reset();
-    if (reusable) {
-      if (this.socket.isPaused()) this.socket.resume(); // the handler paused on the answer's last piece
-      this.#pool.release(this);
-    } else this.socket.destroy();
+    if (reusable) this.#pool.release(this);
+    else this.socket.destroy();
     call.ended = true;
     call.handler.onResponseEnd?.(call, {});
   }
@@ -223,13 +240,19 @@ class Connection {
   resume(): void {
     if (!this.#parser.paused) return;
     this.#parser.resume();
-    const pending = this.#pending;
-    this.#pending = null;
+    if (this.#resuming) return;
+    this.#resuming = true;
     // Parsed on a microtask: resume() may come from inside the handler's own callback.
     queueMicrotask(() => {
+      this.#resuming = false;
+      if (this.#parser.paused) return; // paused again before this ran: the held bytes stay held
       const call = this.#call;
-      if (call !== null && pending !== null && !this.#parser.paused) this.#parse(call, pending, this.#pendingAt);
-      if (!this.#parser.paused && this.#pending === null) this.socket.resume();
+      const pending = this.#pending;
+      this.#pending = null;
+      if (call !== null && pending !== null) this.#parse(call, pending, this.#pendingAt);
+      if (this.#parser.paused || this.#pending !== null) return;
+      if (this.#closedBehind) this.#settleClosed();
+      else this.socket.resume();
     });
   }
 
@@ -238,7 +261,7 @@ class Connection {
     if (this.#call !== call) return call.fail(reason);
     this.#call = null;
     this.#pending = null;
-    if (!call.written && this.#connected) {
+    if (!call.written && this.#connected && !this.socket.destroyed) {
       this.#parser.reset();
       this.#pool.release(this);
     } else {
@@ -248,13 +271,24 @@ class Connection {
     call.fail(reason);
   }
 
-  /** The socket closed: a close-delimited answer ends here, any other call in flight fails. */
+  /** The socket closed; what was read and held for a paused handler is handed over first. */
   #onClose(): void {
     this.#pool.forget(this);
     const call = this.#call;
+    if (call === null || call.ended) return void (this.#call = null);
+    if (this.#error === null && call.written && (this.#pending !== null || this.#parser.paused)) {
+      this.#closedBehind = true; // settled once the handler resumes and the held bytes are parsed
+      return;
+    }
+    this.#settleClosed();
+  }
+
+  /** After the close: a close-delimited answer ends here, any other call in flight fails. */
+  #settleClosed(): void {
+    const call = this.#call;
     this.#call = null;
     if (call === null || call.ended) return;
-    if (this.#error === null && call.written && this.#parser.closeDelimited && !this.#parser.paused) {
+    if (this.#error === null && call.written && this.#parser.closeDelimited) {
       call.ended = true;
       call.handler.onResponseEnd?.(call, {});
       return;
@@ -278,6 +312,8 @@ export class Http1Pool implements RequestDispatcher {
   readonly #idle: Connection[] = [];
   readonly #all = new Set<Connection>();
   #closed = false;
+  /** Resolves once the last connection closed, after close(). */
+  #closing: Promise<void> | null = null;
   #drained: (() => void) | null = null;
   #sweep: NodeJS.Timeout | null = null;
 
@@ -326,6 +362,7 @@ export class Http1Pool implements RequestDispatcher {
   /** Takes back a connection between requests (closed instead when the pool is). @internal */
   release(c: Connection): void {
     if (this.#closed) return void c.socket.destroy();
+    if (c.socket.isPaused()) c.socket.resume(); // its last handler paused it: the next request's answer must flow
     c.idleSince = performance.now();
     this.#idle.push(c);
     // One timer per pool closes what stayed idle too long (never holding the process open).
@@ -356,13 +393,14 @@ export class Http1Pool implements RequestDispatcher {
 
   /** Takes no new requests, closes idle connections now and the others once their answers end. */
   close(): Promise<void> {
+    if (this.#closing !== null) return this.#closing; // one promise for every caller
     this.#closed = true;
     if (this.#sweep !== null) clearInterval(this.#sweep);
     this.#sweep = null;
+    this.#closing = this.#all.size === 0 ? Promise.resolve() : new Promise((resolve) => (this.#drained = resolve));
     for (const c of this.#idle.splice(0)) c.socket.destroy();
-    for (const c of this.#all) if (!c.busy) c.socket.destroy();
-    if (this.#all.size === 0) return Promise.resolve();
-    return new Promise((resolve) => (this.#drained = resolve));
+    for (const c of [...this.#all]) if (!c.busy) c.socket.destroy();
+    return this.#closing;
   }
 
   /** Closes every connection now: requests in flight fail. */
