@@ -119,6 +119,17 @@ function send(pool: Http1Pool, options: RequestOptions = POST, hooks: { onStart?
   });
 }
 
+/** An onData hook pausing at the first chunk only, then calling `then` with the controller. */
+function pausedOnce(then: (c: AnswerController) => void): (c: AnswerController) => void {
+  let first = true;
+  return (c) => {
+    if (!first) return;
+    first = false;
+    c.pause();
+    then(c);
+  };
+}
+
 const ok = (body: string, extra = "") => `HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n${extra}\r\n${body}`;
 
 describe("the gateway's HTTP/1.1 client", () => {
@@ -270,15 +281,7 @@ describe("the gateway's HTTP/1.1 client", () => {
     ["close-delimited", "HTTP/1.1 200 OK\r\n\r\nwhole body", "whole body"],
   ])("an upstream closing while the handler is paused still delivers the whole %s answer, then its end", async (_name, wire, body) => {
     const up = await rawUpstream((s) => s.end(wire));
-    let first = true;
-    const heard = await send(poolTo(up.origin), POST, {
-      onData: (c) => {
-        if (!first) return;
-        first = false;
-        c.pause();
-        setTimeout(() => c.resume(), 50);
-      },
-    });
+    const heard = await send(poolTo(up.origin), POST, { onData: pausedOnce((c) => setTimeout(() => c.resume(), 50)) });
     expect([heard.error, heard.body.toString()]).toEqual([null, body]);
   });
 
@@ -329,18 +332,14 @@ describe("the gateway's HTTP/1.1 client", () => {
 
   it("resume() then pause() before the held bytes are parsed keeps them held; the next resume() hands them over", async () => {
     const up = await rawUpstream((s) => s.write("HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n3\r\nabc\r\n3\r\ndef\r\n0\r\n\r\n"));
-    let first = true;
     const heard = await send(poolTo(up.origin), POST, {
-      onData: (c) => {
-        if (!first) return;
-        first = false;
-        c.pause();
+      onData: pausedOnce((c) =>
         setTimeout(() => {
           c.resume();
           c.pause();
           setTimeout(() => c.resume(), 10);
-        }, 10);
-      },
+        }, 10),
+      ),
     });
     expect(heard.body.toString()).toBe("abcdef");
   });
