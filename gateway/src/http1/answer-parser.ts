@@ -45,6 +45,9 @@ const CRLF2 = Buffer.from("\r\n\r\n");
 const STATUS_LINE = /^HTTP\/1\.([01]) (\d{3})(?: [\t\x20-\x7e\x80-\xff]*)?$/;
 const CHUNK_SIZE = /^([0-9A-Fa-f]{1,12})[\t ]*(?:;[\t\x20-\x7e\x80-\xff]*)?$/;
 
+/** The error for a head, chunk-size line or trailers past MAX_HEAD_BYTES. */
+const tooLong = () => new Http1Error("ADP_ANSWER_INVALID", `an answer's head, chunk line or trailers exceed ${MAX_HEAD_BYTES} bytes`);
+
 /** One connection's answers, parsed as its bytes come. */
 export class AnswerParser {
   readonly #parts: AnswerParts;
@@ -97,16 +100,11 @@ export class AnswerParser {
     while (at < buf.length && this.#state !== State.Done && !this.#paused) {
       switch (this.#state) {
         case State.Head:
-          at = this.#headPart(buf, at);
+          at = this.#line(buf, at, CRLF2, (head) => this.#head(head));
           break;
-        case State.Length: {
-          const n = Math.min(this.#remaining, buf.length - at);
-          this.#remaining -= n;
-          if (this.#remaining === 0) this.#state = State.Done;
-          this.#parts.data(buf.subarray(at, at + n));
-          at += n;
+        case State.Length:
+          at = this.#counted(buf, at, State.Done);
           break;
-        }
         case State.Close:
           this.#parts.data(at === 0 ? buf : buf.subarray(at));
           at = buf.length;
@@ -114,14 +112,9 @@ export class AnswerParser {
         case State.ChunkSize:
           at = this.#line(buf, at, CRLF, (line) => this.#chunkSize(line));
           break;
-        case State.ChunkData: {
-          const n = Math.min(this.#remaining, buf.length - at);
-          this.#remaining -= n;
-          if (this.#remaining === 0) this.#state = State.ChunkEnd;
-          this.#parts.data(buf.subarray(at, at + n));
-          at += n;
+        case State.ChunkData:
+          at = this.#counted(buf, at, State.ChunkEnd);
           break;
-        }
         case State.ChunkEnd:
           // The CRLF after a chunk's data, byte by byte (it may be split between reads).
           if (buf[at] !== CRLF[this.#remaining]) throw new Http1Error("ADP_ANSWER_INVALID", "a chunk's data is not followed by CRLF");
@@ -129,16 +122,20 @@ export class AnswerParser {
           if (++this.#remaining === 2) this.#state = State.ChunkSize;
           break;
         case State.Trailers:
-          at = this.#trailers(buf, at);
+          at = this.#line(buf, at, CRLF, (line) => this.#trailer(line));
           break;
       }
     }
     return at;
   }
 
-  /** Gathers a head up to its blank line, then reads it. */
-  #headPart(buf: Buffer, at: number): number {
-    return this.#line(buf, at, CRLF2, (head) => this.#head(head));
+  /** Hands over up to `#remaining` body bytes from `at` (the answer's, or the chunk's); moves to `next` once they are all through. */
+  #counted(buf: Buffer, at: number, next: State): number {
+    const n = Math.min(this.#remaining, buf.length - at);
+    this.#remaining -= n;
+    if (this.#remaining === 0) this.#state = next;
+    this.#parts.data(buf.subarray(at, at + n));
+    return at + n;
   }
 
   /**
@@ -152,11 +149,11 @@ export class AnswerParser {
     // Search from just before the held part's end (the terminator may straddle the two).
     const found = bytes.indexOf(end, held === null ? start : Math.max(0, held.length - end.length + 1));
     if (found < 0) {
-      if (bytes.length - start > MAX_HEAD_BYTES) throw new Http1Error("ADP_ANSWER_INVALID", `an answer's head, chunk line or trailers exceed ${MAX_HEAD_BYTES} bytes`);
+      if (bytes.length - start > MAX_HEAD_BYTES) throw tooLong();
       this.#held = Buffer.from(bytes.subarray(start)); // a copy: the read's buffer is not kept alive
       return buf.length;
     }
-    if (found - start > MAX_HEAD_BYTES) throw new Http1Error("ADP_ANSWER_INVALID", `an answer's head, chunk line or trailers exceed ${MAX_HEAD_BYTES} bytes`);
+    if (found - start > MAX_HEAD_BYTES) throw tooLong();
     this.#held = null;
     take(bytes.toString("latin1", start, found));
     // Where the rest starts in `buf`: past the terminator, less what was held before this read.
@@ -237,23 +234,18 @@ export class AnswerParser {
     this.#state = this.#remaining === 0 ? State.Trailers : State.ChunkData;
   }
 
-  /** Reads (and drops) the trailers after the last chunk, up to their blank line. */
-  #trailers(buf: Buffer, at: number): number {
-    // No trailers: the blank line comes at once (its CR may have come alone, in the read before).
-    const held = this.#held;
-    const first = held === null ? buf[at] : held[0];
-    const second = held === null ? buf[at + 1] : held.length === 1 ? buf[at] : held[1];
-    if (first === 0x0d && second === 0x0a && (held === null || held.length === 1)) {
-      this.#held = null;
+  /**
+   * Reads (and drops) one trailer line after the last chunk; the blank line
+   * ends the answer. `#remaining` (0 after the last chunk) counts the
+   * trailers' bytes: together they stay within MAX_HEAD_BYTES.
+   */
+  #trailer(line: string): void {
+    if (line === "") {
       this.#state = State.Done;
-      return held === null ? at + 2 : at + 1;
+      return;
     }
-    if (first === 0x0d && second === undefined) {
-      this.#held = Buffer.from([0x0d]);
-      return buf.length;
-    }
-    // Trailers: their lines and the blank line end with CRLF CRLF (held bytes are read again with the new ones).
-    return this.#line(buf, at, CRLF2, () => (this.#state = State.Done));
+    this.#remaining += line.length + 2;
+    if (this.#remaining > MAX_HEAD_BYTES) throw tooLong();
   }
 
   /** Readies the parser for the connection's next answer. */

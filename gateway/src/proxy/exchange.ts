@@ -1,7 +1,9 @@
-// One proxied request to an upstream, on undici's dispatch API: the answer's
-// head and body chunks go straight from undici's parser to the client's
-// response, with backpressure both ways and no stream in between (undici's
-// `request()` wraps each answer in a Readable). Measured side by side in
+// One proxied request to an upstream, on a dispatch API (the gateway's own
+// HTTP/1.1 client, http1/, for http:// upstreams; undici's for https://; both
+// take the same handler): the answer's head and body chunks go straight from
+// the client's parser to the client's response, with backpressure both ways
+// and no stream in between (undici's `request()` wraps each answer in a
+// Readable). Measured side by side in
 // bench:serve's harness, a pass-through proxy built this way (and reading the
 // client's body with events) used 0.73-0.78x the CPU per request of one built
 // on `request()` and async iteration.
@@ -11,9 +13,9 @@
 // answer's head), idleness (`idle_ms`: no chunk from the upstream and none
 // taken by a client that stopped reading) and the whole exchange
 // (`max_stream_ms`). It also knows whether the request was provably never
-// delivered: undici starts writing a request only once a connection is up, and
-// says so (`onRequestStart`) right before its first byte, so a failure before
-// that is one the upstream never saw.
+// delivered: either client starts writing a request only once a connection is
+// up, and says so (`onRequestStart`) right before its first byte, so a failure
+// before that is one the upstream never saw.
 
 import type { IncomingHttpHeaders } from "node:http";
 import type { AnswerController, AnswerHandler, RequestDispatcher } from "../http1/http1-pool.js";
@@ -78,13 +80,13 @@ export function exchange(dispatcher: RequestDispatcher, res: AnswerSink, options
   const end = new Promise<void>((resolve, reject) => (settleEnd = { resolve, reject }));
   end.catch(() => {}); // awaited only once a head came; an exchange that never had one leaves it pending, never unhandled
   let controller: AnswerController | null = null;
-  /** Whether undici began writing the request (the upstream may have it from then on). */
+  /** Whether the client began writing the request (the upstream may have it from then on). */
   let written = false;
   let answered = false;
   let finished = false;
   /** Whether the client's response is full and the upstream paused until it drains. */
   let paused = false;
-  /** The reason our own abort gave (a timer or the client), read when undici reports the abort. */
+  /** The reason our own abort gave (a timer or the client), read when the client reports the abort. */
   let cut: ExchangeReason | null = null;
   const hangup = options.hangup;
   const abort = (reason: ExchangeReason) => {
@@ -98,7 +100,7 @@ export function exchange(dispatcher: RequestDispatcher, res: AnswerSink, options
     timer?.refresh();
     controller?.resume();
   };
-  // One timer at a time: the connection's (until undici starts writing), then the first byte's (from sending), then
+  // One timer at a time: the connection's (until the client starts writing), then the first byte's (from sending), then
   // (from the head on) idleness, refreshed on every chunk and drain. undici's own connect timeout ticks every
   // half second; it is left as a backstop past this one.
   const sentAt = performance.now();
