@@ -17,7 +17,8 @@
 //   - CPU per 1,000 trace requests of the peer's whole process tree (/proc),
 //     its peak RSS, end-to-end p50 on the trace, the engines' prefix hit ratio
 //     and how evenly the requests spread;
-//   - saturated small requests (wrk, WRK_CONNECTIONS connections): requests/s
+//   - saturated small requests (wrk, WRK_CONNECTIONS connections): requests/s,
+//     the share of the CPU spent in the kernel (syscalls: a floor no proxy escapes)
 //     and CPU per 1,000;
 //   - added latency, one small request at a time: p50 through it minus direct.
 // It installs nothing: without `haproxy` or `wrk` it says how to get them.
@@ -338,21 +339,21 @@ function tree(root: number): number[] {
   return out;
 }
 
-/** CPU seconds (user + system, every thread) of process `pid` alone now; 0 once it is gone. */
-function processCpu(pid: number): number {
+/** CPU seconds (user + system, every thread) of process `pid` alone now, or its system (kernel) part alone; 0 once it is gone. */
+function processCpu(pid: number, part: "all" | "system" = "all"): number {
   const tick = 100; // CLK_TCK on Linux
   try {
     const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
     const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
-    return (Number(fields[11]) + Number(fields[12])) / tick;
+    return ((part === "all" ? Number(fields[11]) : 0) + Number(fields[12])) / tick;
   } catch {
     return 0; // gone
   }
 }
 
-/** CPU seconds (user + system, every thread) of `root`'s process tree now. */
-function cpuSeconds(root: number): number {
-  return tree(root).reduce((sum, pid) => sum + processCpu(pid), 0);
+/** CPU seconds (user + system, every thread) of `root`'s process tree now, or the system part alone. */
+function cpuSeconds(root: number, part: "all" | "system" = "all"): number {
+  return tree(root).reduce((sum, pid) => sum + processCpu(pid, part), 0);
 }
 
 /** Resident memory of `root`'s process tree now, MiB. */
@@ -424,13 +425,15 @@ function saturatedRun(peer: Peer, dir: string) {
   const script = path.join(dir, "small.lua");
   writeFileSync(script, `wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\nwrk.body = '{"model":"bench-model","messages":[{"role":"user","content":"a small question"}],"max_tokens":1}'\n`);
   const cpu0 = cpuSeconds(peer.proc.pid!);
+  const sys0 = cpuSeconds(peer.proc.pid!, "system");
   let peakRss = rssMiB(peer.proc.pid!);
   const out = spawnSync("wrk", ["-t", "2", "-c", String(WRK_CONNECTIONS), "-d", `${WRK_SECONDS}s`, "-s", script, `${peer.url}/v1/chat/completions`], { encoding: "utf8" });
   peakRss = Math.max(peakRss, rssMiB(peer.proc.pid!));
   const cpu = cpuSeconds(peer.proc.pid!) - cpu0;
+  const sys = cpuSeconds(peer.proc.pid!, "system") - sys0;
   const requests = Number(/(\d+) requests in/.exec(out.stdout)?.[1] ?? 0);
   const non2xx = Number(/Non-2xx or 3xx responses: (\d+)/.exec(out.stdout)?.[1] ?? 0);
-  return { requests_per_s: requests / WRK_SECONDS, cpu_s_per_1000: requests === 0 ? NaN : (cpu / requests) * 1000, rss_mib: peakRss, non_2xx: non2xx };
+  return { requests_per_s: requests / WRK_SECONDS, cpu_s_per_1000: requests === 0 ? NaN : (cpu / requests) * 1000, kernel_share: cpu === 0 ? NaN : sys / cpu, rss_mib: peakRss, non_2xx: non2xx };
 }
 
 /** p50 latency of LATENCY_REQUESTS small chats one at a time to `url`. */

@@ -81,6 +81,12 @@ export interface GatewayOptions {
   readonly siblings?: Siblings;
   /** With `serve --workers N`: how this worker's `/metrics` answers for every worker (workers/metrics-relay.ts). */
   readonly workerMetrics?: MetricsRelay;
+  /**
+   * `"own"` (the default): the completion routes are served on the gateway's
+   * own HTTP/1.1 server path, every other request by node:http.
+   * `"node:http"`: node:http serves them all (for comparing the two).
+   */
+  readonly serverPath?: "own" | "node:http";
 }
 
 /** The listen error of a port in use or not allowed, as one clear message. */
@@ -188,7 +194,8 @@ export async function createGateway(input: GatewayConfig | GatewayConfigObject, 
   const prefill = prefillFleet === null ? null : { fleet: prefillFleet, scheduler: prefillScheduler!, counters: prefillCounters };
   const service = new GatewayService({ config, log, reader, fleet, scheduler, counters, replication, via, prefill, workerMetrics: options.workerMetrics ?? null });
   options.workerMetrics?.renderWith(() => service.metrics());
-  const server = createEdgeServer(config, service.edge, (req, res) => void service.handle(req, res));
+  const edge = createEdgeServer(config, service.edge, { serve: (req, res, body) => void service.handle(req, res, body), abandoned: (req) => service.abandoned(req) }, options.serverPath !== "node:http");
+  const server = edge.server;
   try {
     await listen(server, config);
     const address = server.address();
@@ -196,7 +203,7 @@ export async function createGateway(input: GatewayConfig | GatewayConfigObject, 
     await refuseSelf(config.upstreams.map((u) => u.url), config.listen.host, service.port);
   } catch (error) {
     server.close();
-    server.closeAllConnections();
+    edge.closeAllConnections();
     await replication?.close();
     await fleet.destroy();
     await prefillFleet?.destroy();
@@ -223,13 +230,13 @@ export async function createGateway(input: GatewayConfig | GatewayConfigObject, 
         // Requests still waiting for an upstream have not started: answer them now.
         scheduler.stop();
         prefillScheduler?.stop();
-        server.closeIdleConnections();
+        edge.closeIdleConnections();
         const deadline = Date.now() + deadlineMs;
         while (service.inFlight.size > 0 && Date.now() < deadline) {
           await new Promise((r) => setTimeout(r, 20));
-          server.closeIdleConnections();
+          edge.closeIdleConnections();
         }
-        server.closeAllConnections();
+        edge.closeAllConnections();
         await closed;
         options.siblings?.close();
         await replication?.close();

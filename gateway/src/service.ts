@@ -4,7 +4,7 @@
 // answers every failure OpenAI-style, logs one line per request, and moves the
 // fleet on reloads. createGateway (gateway.ts) builds it and listens.
 
-import type { IncomingMessage, ServerResponse } from "node:http";
+import { IncomingMessage, type ServerResponse } from "node:http";
 import type { Logger } from "pino";
 import { formatPrometheus } from "adp-router/prometheus";
 import { GatewayConfigError, logConfigWarnings, type GatewayConfig } from "./config/config.js";
@@ -27,6 +27,7 @@ import { poolConfig } from "./config/disaggregation-config.js";
 import { DisaggregatedServing } from "./disaggregation/disaggregated-serving.js";
 import { mergeLabelled } from "./common/labelled-metrics.js";
 import type { MetricsRelay } from "./workers/metrics-relay.js";
+import type { EdgeRequest, EdgeResponse } from "./http1/edge-types.js";
 
 /** The longest `/v1/models` may take (an engine answers it from memory; `first_byte_ms` is sized for generation). */
 const MODELS_TIMEOUT_MS = 30_000;
@@ -71,7 +72,7 @@ export class GatewayService {
   /** The edge's counters (the server's bounds count into them). */
   readonly edge: EdgeCounters = { connections: 0, refusedConnections: 0, readTimeouts: 0, loops: 0, malformed: 0, headersTooLarge: 0 };
   /** Responses not yet ended (close() waits for them). */
-  readonly inFlight = new Set<ServerResponse>();
+  readonly inFlight = new Set<EdgeResponse>();
   /** The port it listens on, once it does (the self-check compares upstreams with it). */
   port: number;
   readonly #parts: ServiceParts;
@@ -115,8 +116,12 @@ export class GatewayService {
     return { fleet, scheduler, log, timeouts: config.timeouts, clientKeys: config.auth.apiKeys.length > 0, via: this.#via, relearn: (u, call) => this.#relearn(fleet, u, call) };
   }
 
-  /** Serves one request: routes by path, answers every failure OpenAI-style, logs one line. */
-  async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+  /**
+   * Serves one request: routes by path, answers every failure OpenAI-style,
+   * logs one line. `body`: the body the own server path read (null: node:http's
+   * request, its body still to read).
+   */
+  async handle(req: EdgeRequest, res: EdgeResponse, body: Buffer | null = null): Promise<void> {
     const started = performance.now();
     const path = (req.url ?? "/").split("?")[0]!;
     const kind = path === "/v1/chat/completions" ? "chat" : path === "/v1/completions" ? "completion" : null;
@@ -135,8 +140,10 @@ export class GatewayService {
         this.edge.loops++;
         throw new HttpError(508, "the request came back to this gateway (an upstream is this gateway, or forwards to it)", "invalid_request_error", "loop_detected");
       }
-      if (kind !== null) Object.assign(served, await this.#complete(kind, req, res, requestId, hangup, served));
-      else Object.assign(served, await this.#serveOther(path, req, res, requestId, hangup));
+      if (kind !== null) Object.assign(served, await this.#complete(kind, req, res, body, requestId, hangup, served));
+      // The own server path takes only the completion routes: every other request is node:http's.
+      else if (req instanceof IncomingMessage) Object.assign(served, await this.#serveOther(path, req, res as ServerResponse, requestId, hangup));
+      else throw new HttpError(404, `no route for ${req.method} ${path.slice(0, 200)}`, "invalid_request_error", "not_found");
     } catch (error) {
       const e = error instanceof HttpError ? error : new HttpError(500, "internal error", "server_error", "internal_error");
       if (!(error instanceof HttpError)) this.#parts.log.error({ err: error, request_id: requestId }, "unexpected error");
@@ -158,6 +165,18 @@ export class GatewayService {
       const ms = Math.round((performance.now() - started) * 10) / 10;
       this.#parts.log.info({ method: req.method, path: path.slice(0, 200), request_id: requestId, status: served.status, upstream: served.upstream, outcome: served.outcome, matched_tokens: served.matched, latency_ms: ms }, "request");
     }
+  }
+
+  /**
+   * Counts and logs a request whose body never came (its client left, or
+   * took past timeouts.request_ms): the own server path reads a body before
+   * serving it, where node:http's request would have failed reading it.
+   */
+  abandoned(req: EdgeRequest): void {
+    const served: Served = { status: 499, upstream: null, outcome: "client_closed", matched: null };
+    this.#count(served);
+    const path = (req.url ?? "/").split("?")[0]!;
+    this.#parts.log.info({ method: req.method, path: path.slice(0, 200), request_id: requestIdOf(req), status: 499, upstream: null, outcome: "client_closed", matched_tokens: null, latency_ms: null }, "request");
   }
 
   /**
@@ -256,7 +275,7 @@ export class GatewayService {
   }
 
   /** Whether the request carries one of the client keys (constant-time comparison). */
-  #authorized(req: IncomingMessage): boolean {
+  #authorized(req: EdgeRequest): boolean {
     return this.#keyDigests.length === 0 || bearerIn(req, this.#keyDigests);
   }
 
@@ -268,11 +287,11 @@ export class GatewayService {
   }
 
   /** Serves a completion request: read (and tokenized), placed, proxied. */
-  async #complete(kind: "chat" | "completion", req: IncomingMessage, res: ServerResponse, requestId: string, hangup: Hangup, served: Served): Promise<Served> {
+  async #complete(kind: "chat" | "completion", req: EdgeRequest, res: EdgeResponse, body: Buffer | null, requestId: string, hangup: Hangup, served: Served): Promise<Served> {
     const { config, reader, scheduler } = this.#parts;
     if (req.method !== "POST") throw onlyMethod(kind === "chat" ? "/v1/chat/completions" : "/v1/completions", "POST");
     if (!this.#authorized(req)) throw unauthorized();
-    const raw = await readBody(req, config.limits.maxBodyBytes);
+    const raw = body ?? (await readBody(req as IncomingMessage, config.limits.maxBodyBytes));
     const request = await reader.read(kind, raw, req.headers, hangup);
     const tokens = request.tokens.length;
     if (this.#disaggregation !== null) {

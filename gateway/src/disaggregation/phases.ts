@@ -2,7 +2,7 @@
 // TensorRT-LLM and vLLM, paired.ts for SGLang): the pools, a request as the
 // service hands it over, how it ended, and the small steps each phase takes.
 
-import type { ServerResponse } from "node:http";
+import type { EdgeResponse } from "../http1/edge-types.js";
 import type { DisaggregationConfig, UpstreamRole } from "../config/config-types.js";
 import type { Fleet } from "../fleet/fleet.js";
 import { Hangup, type GatewayCounters, type Placement, type Scheduler } from "../fleet/scheduler.js";
@@ -35,7 +35,7 @@ export interface Serving {
 
 /** A disaggregated request as the service hands it over. */
 export interface DisaggregatedCall extends Omit<ProxyCall, "res"> {
-  readonly res: ServerResponse;
+  readonly res: EdgeResponse;
   readonly request: RoutedRequest;
 }
 
@@ -84,7 +84,7 @@ export const unplace = (pool: Pool, placement: Placement | null, tokens: number)
 };
 
 /** Writes a prefill server's own error answer (captured whole) to the client, as the engine wrote it; returns how it ended. */
-export function passThrough(res: ServerResponse, captured: CapturedAnswer, u: Upstream, pool: Pool, matched: number): DisaggregatedOutcome {
+export function passThrough(res: EdgeResponse, captured: CapturedAnswer, u: Upstream, pool: Pool, matched: number): DisaggregatedOutcome {
   const body = captured.body();
   res.writeHead(captured.status, { ...captured.headers, "content-length": String(body.length) }).end(body);
   return { status: captured.status, upstream: u.name, outcome: "ok", matched, pool };

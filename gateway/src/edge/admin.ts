@@ -10,12 +10,13 @@ import type { Logger } from "pino";
 import { checkUpstreamEntry, GatewayConfigError, logConfigWarnings, withUpstreams, type GatewayConfig } from "../config/config.js";
 import type { Fleet, FleetChange } from "../fleet/fleet.js";
 import { HttpError, parseJsonObject } from "../requests/openai.js";
+import type { EdgeRequest } from "../http1/edge-types.js";
 
 /** sha256 of a key, so comparisons take constant time whatever the lengths. */
 export const digest = (key: string): Buffer => createHash("sha256").update(key).digest();
 
 /** Whether the request's bearer token is one of the keys of `digests` (compared in constant time, against every one). */
-export function bearerIn(req: IncomingMessage, digests: readonly Buffer[]): boolean {
+export function bearerIn(req: EdgeRequest, digests: readonly Buffer[]): boolean {
   const match = /^Bearer\s+(.+)$/i.exec(req.headers.authorization ?? "");
   if (!match) return false;
   const got = digest(match[1]!.trim());

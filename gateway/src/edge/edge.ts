@@ -2,12 +2,18 @@
 // connection limit, head and whole-request read timeouts, the keep-alive
 // time), reading a request body within its limit, answering errors
 // OpenAI-style, request ids, and the `Via` hop that stops loops. Each bound
-// has a counter in /metrics.
+// has a counter in /metrics. Connections start on the gateway's own server
+// path (http1/server-connection.ts), which serves the completion routes in a
+// narrow grammar and hands anything else, unread, to node:http.
 
 import { randomUUID } from "node:crypto";
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import { createServer, IncomingMessage, type Server, type ServerResponse } from "node:http";
+import type { Socket } from "node:net";
+import type { Duplex } from "node:stream";
 import type { GatewayConfig } from "../config/config.js";
 import { HttpError } from "../requests/openai.js";
+import type { EdgeRequest, EdgeResponse } from "../http1/edge-types.js";
+import { ServerConnection, type ServerPath } from "../http1/server-connection.js";
 
 /** The edge's counters (metrics.ts prints them). */
 export interface EdgeCounters {
@@ -33,7 +39,7 @@ const LINGER_BYTES = 1 << 20;
 const REQUEST_ID = /^[\x21-\x7e]{1,128}$/;
 
 /** The request's id: the client's `x-request-id` when it is a sane one, else a fresh UUID. */
-export function requestIdOf(req: IncomingMessage): string {
+export function requestIdOf(req: EdgeRequest): string {
   const given = req.headers["x-request-id"];
   const text = Array.isArray(given) ? given[0] : given;
   return text !== undefined && REQUEST_ID.test(text) ? text : randomUUID();
@@ -77,14 +83,15 @@ export function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
  * body was not read whole (refused by its size, key or method) also closes
  * its connection, so the rest of that body is never read.
  */
-export function answerError(req: IncomingMessage, res: ServerResponse, error: HttpError): void {
+export function answerError(req: EdgeRequest, res: EdgeResponse, error: HttpError): void {
   if (res.headersSent) {
     res.destroy();
     return;
   }
-  const unread = !req.complete;
+  // Only node:http's requests can be answered unread (the own server path reads a body whole first).
+  const unread = req instanceof IncomingMessage && !req.complete;
   res.writeHead(error.status, { "content-type": "application/json", ...error.headers, ...(unread ? { connection: "close" } : {}) }).end(error.body());
-  if (unread) res.once("finish", () => linger(req));
+  if (unread) (res as ServerResponse).once("finish", () => linger(req));
 }
 
 /**
@@ -107,12 +114,33 @@ function linger(req: IncomingMessage): void {
   req.resume();
 }
 
+/** The gateway's HTTP server, and the connections of its own server path beside node:http's. */
+export interface EdgeServer {
+  readonly server: Server;
+  /** Closes idle connections (both paths'); busy ones close once their answer ends. */
+  closeIdleConnections(): void;
+  /** Closes every connection now. */
+  closeAllConnections(): void;
+}
+
+/** What serves the edge's requests. */
+export interface EdgeHandler {
+  /** Serves one request: `body` is its body when the own server path read it, null for node:http's (read it with readBody). */
+  serve(req: EdgeRequest, res: EdgeResponse, body: Buffer | null): void;
+  /** A request the own server path read the head of, whose body never came (counted as node:http's would be: its client closed it). */
+  abandoned(req: EdgeRequest): void;
+}
+
+/** The paths the own server path serves (every other request goes to node:http). */
+const OWN_PATHS: ReadonlySet<string> = new Set(["/v1/chat/completions", "/v1/completions"]);
+
 /**
  * The HTTP server of the gateway, its client bounds set from `config` and
  * counted in `counters`; `handle` serves each request (an `Expect:
- * 100-continue` one too, once its declared body fits).
+ * 100-continue` one too, once its declared body fits). `own`: connections
+ * start on the gateway's own server path (false: node:http serves them all).
  */
-export function createEdgeServer(config: GatewayConfig, counters: EdgeCounters, handle: (req: IncomingMessage, res: ServerResponse) => void): Server {
+export function createEdgeServer(config: GatewayConfig, counters: EdgeCounters, handle: EdgeHandler, own = true): EdgeServer {
   const { headersMs, requestMs, keepAliveMs } = config.timeouts;
   const server: Server = createServer(
     {
@@ -120,9 +148,9 @@ export function createEdgeServer(config: GatewayConfig, counters: EdgeCounters, 
       requestTimeout: requestMs,
       headersTimeout: headersMs,
       // Node checks those timeouts on this interval (30 s by default): a fraction of the shortest keeps them near their word.
-      connectionsCheckingInterval: Math.max(50, Math.min(30_000, Math.floor(headersMs / 4))),
+      connectionsCheckingInterval: checkingInterval(headersMs),
     },
-    handle,
+    (req, res) => handle.serve(req, res, null),
   );
   // Past the limit Node closes new connections as they arrive (a flood of half-sent requests cannot take every descriptor).
   server.maxConnections = config.limits.maxConnections;
@@ -138,7 +166,7 @@ export function createEdgeServer(config: GatewayConfig, counters: EdgeCounters, 
       return;
     }
     res.writeContinue();
-    handle(req, res);
+    handle.serve(req, res, null);
   });
   // A request Node's parser refuses: a timeout is 408, oversized headers 431, anything else 400.
   server.on("clientError", (error: NodeJS.ErrnoException, socket) => {
@@ -146,23 +174,100 @@ export function createEdgeServer(config: GatewayConfig, counters: EdgeCounters, 
     if (timedOut) counters.readTimeouts++;
     else if (error.code === "HPE_HEADER_OVERFLOW") counters.headersTooLarge++;
     else counters.malformed++;
-    if (!socket.writable) {
-      socket.destroy();
-      return;
-    }
-    const [status, text, message] = timedOut
-      ? [408, "Request Timeout", `the request was not received in time (timeouts.headers_ms ${headersMs} ms for its head, timeouts.request_ms ${requestMs} ms for all of it)`]
-      : error.code === "HPE_HEADER_OVERFLOW"
-        ? [431, "Request Header Fields Too Large", "the request headers are too large"]
-        : [400, "Bad Request", "malformed HTTP request"];
-    // Ended, then destroyed once written (or after a moment): a client that never closes its side must not keep
-    // a half-closed socket, and with it a place under limits.max_connections, for ever.
-    const linger = setTimeout(() => socket.destroy(), LINGER_MS);
-    linger.unref();
-    socket.end(`HTTP/1.1 ${status} ${text}\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n${new HttpError(status, message).body()}`, () => {
-      clearTimeout(linger);
-      socket.destroy();
-    });
+    if (timedOut) refuseConnection(socket, 408, readTimeoutMessage(config));
+    else if (error.code === "HPE_HEADER_OVERFLOW") refuseConnection(socket, 431, "the request headers are too large");
+    else refuseConnection(socket, 400, "malformed HTTP request");
   });
-  return server;
+  const ownPath = own ? attachOwnPath(server, config, counters, handle) : null;
+  return {
+    server,
+    closeIdleConnections() {
+      server.closeIdleConnections();
+      ownPath?.closeIdle();
+    },
+    closeAllConnections() {
+      server.closeAllConnections();
+      ownPath?.closeAll();
+    },
+  };
+}
+
+/** How often the read timeouts are checked: a fraction of the shortest keeps them near their word. */
+const checkingInterval = (headersMs: number) => Math.max(50, Math.min(30_000, Math.floor(headersMs / 4)));
+
+/** What a 408 says. */
+const readTimeoutMessage = (config: GatewayConfig) =>
+  `the request was not received in time (timeouts.headers_ms ${config.timeouts.headersMs} ms for its head, timeouts.request_ms ${config.timeouts.requestMs} ms for all of it)`;
+
+/** The reason phrases of the statuses a connection is refused with. */
+const REFUSALS: Readonly<Record<number, string>> = { 400: "Bad Request", 408: "Request Timeout", 431: "Request Header Fields Too Large" };
+
+/**
+ * Answers a connection whose request cannot be read (malformed, too large,
+ * too slow) and closes it: ended, then destroyed once written (or after a
+ * moment), so a client that never closes its side does not keep a
+ * half-closed socket, and with it a place under limits.max_connections.
+ */
+function refuseConnection(socket: Duplex, status: number, message: string): void {
+  if (!socket.writable) {
+    socket.destroy();
+    return;
+  }
+  const linger = setTimeout(() => socket.destroy(), LINGER_MS);
+  linger.unref();
+  socket.end(`HTTP/1.1 ${status} ${REFUSALS[status]}\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n${new HttpError(status, message).body()}`, () => {
+    clearTimeout(linger);
+    socket.destroy();
+  });
+}
+
+/** The own server path's connections: what closing the server does to them. */
+interface OwnPath {
+  closeIdle(): void;
+  closeAll(): void;
+}
+
+/**
+ * Puts new connections on the gateway's own server path: node:http's
+ * connection listener is taken off the server and called for a connection
+ * only when the own path hands it over (or null, changing nothing, on a Node
+ * whose server has no such listener).
+ */
+function attachOwnPath(server: Server, config: GatewayConfig, counters: EdgeCounters, handle: EdgeHandler): OwnPath | null {
+  const nodeListener = server.listeners("connection").find((l) => l.name === "connectionListener") as ((this: Server, socket: Socket) => void) | undefined;
+  if (nodeListener === undefined) return null;
+  server.removeListener("connection", nodeListener);
+  const { headersMs, requestMs } = config.timeouts;
+  // 0 keeps an idle connection as long as it stays open (node:http's keepAliveTimeout 0).
+  const keepAliveMs = config.timeouts.keepAliveMs > 0 ? config.timeouts.keepAliveMs : Infinity;
+  const connections = new Set<ServerConnection>();
+  const path: ServerPath = {
+    takes: (p) => OWN_PATHS.has(p),
+    maxBodyBytes: config.limits.maxBodyBytes,
+    keepAliveHeader: keepAliveMs < Infinity ? `Keep-Alive: timeout=${Math.floor(keepAliveMs / 1000)}\r\n` : null,
+    serve: (req, res, body) => handle.serve(req, res, body),
+    abandoned: (req) => handle.abandoned(req),
+    handOff: (socket) => nodeListener.call(server, socket),
+    timedOut: (socket) => {
+      counters.readTimeouts++;
+      refuseConnection(socket, 408, readTimeoutMessage(config));
+    },
+    forget: (c) => connections.delete(c),
+  };
+  server.on("connection", (socket: Socket) => connections.add(new ServerConnection(socket, path)));
+  // One sweep applies every connection's read and keep-alive bounds (as node:http's own check does), not a timer each.
+  const sweep = setInterval(() => {
+    const now = performance.now();
+    for (const c of connections) c.check(now, headersMs, requestMs, keepAliveMs);
+  }, checkingInterval(headersMs));
+  sweep.unref();
+  server.once("close", () => clearInterval(sweep));
+  return {
+    closeIdle: () => {
+      for (const c of [...connections]) c.closeIdle();
+    },
+    closeAll: () => {
+      for (const c of [...connections]) c.socket.destroy();
+    },
+  };
 }

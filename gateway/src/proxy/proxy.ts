@@ -8,7 +8,8 @@
 // `x-adp-upstream-name` and `x-request-id`; a stream the upstream cuts short
 // ends with an OpenAI-style SSE error event rather than a dropped connection.
 
-import type { IncomingHttpHeaders, IncomingMessage } from "node:http";
+import type { IncomingHttpHeaders } from "node:http";
+import type { EdgeRequest } from "../http1/edge-types.js";
 import type { Logger } from "pino";
 import type { GatewayConfig } from "../config/config.js";
 import { viaFor } from "../requests/via.js";
@@ -43,7 +44,7 @@ export interface ProxyContext {
 /** One proxied request. */
 export interface ProxyCall {
   readonly kind: "chat" | "completion";
-  readonly req: IncomingMessage;
+  readonly req: EdgeRequest;
   /** Where the answer goes: the client's response, or (a prefill's) a buffer the gateway reads. */
   readonly res: AnswerSink;
   /** The client's body as it came (what a retried prompt is read again from). */

@@ -1,0 +1,133 @@
+// A client's request head, read by the gateway's own server path
+// (server-connection.ts) in a narrow, strict grammar: `POST` to a path the
+// caller takes, HTTP/1.1, CRLF line ends, token names, visible-ASCII values
+// (spaces and tabs inside), each name once, a Content-Length and no other
+// framing. Whatever falls outside it is not judged here: the connection goes
+// to node:http as it came, whose parser (llhttp) answers anything malformed
+// or unusual (Expect, Transfer-Encoding, obs-fold, HTTP/1.0, a duplicate
+// header, ...). So every head this file takes is one llhttp would read the
+// same way (test/gateway/http1-server.test.ts compares them on random heads).
+
+/** The most bytes of a head read here (node:http's default maxHeaderSize: past it the connection goes there, which answers 431). */
+export const MAX_REQUEST_HEAD_BYTES = 16 * 1024;
+
+/** The most header lines taken (more go to node:http, which keeps 2,000). */
+const MAX_HEADERS = 64;
+
+/** What the server path takes of a head. */
+export interface RequestHead {
+  /** The request target as sent (an origin-form path, its query too). */
+  readonly target: string;
+  /** The target's path (before `?`). */
+  readonly path: string;
+  /** The headers, lower-case names, one value each (trimmed), in a null-prototype object. */
+  readonly headers: Record<string, string>;
+  /** The body's length. */
+  readonly contentLength: number;
+  /** Whether the client asked to close the connection after the answer (`Connection: close`). */
+  readonly close: boolean;
+}
+
+/** 1 for each byte a token (a header name) may hold (RFC 9110 §5.6.2). */
+const TCHAR = new Uint8Array(128);
+for (const c of "!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz") TCHAR[c.charCodeAt(0)] = 1;
+
+/** The request line's start every head taken has. */
+const START = "POST /";
+/** The request line's end. */
+const VERSION = " HTTP/1.1";
+
+/**
+ * Whether `bytes` (a head's first bytes, unfinished) could still begin a head
+ * this file takes: when not, the connection need not wait for the rest.
+ */
+export function mayBeTaken(bytes: Buffer): boolean {
+  const n = Math.min(bytes.length, START.length);
+  for (let i = 0; i < n; i++) if (bytes[i] !== START.charCodeAt(i)) return false;
+  return true;
+}
+
+/**
+ * Reads a head: `text` is its latin1 text up to (not with) the blank line
+ * that ends it. Returns null for any head outside the grammar, and for a path
+ * `takes` refuses.
+ */
+export function parseRequestHead(text: string, takes: (path: string) => boolean): RequestHead | null {
+  if (!text.startsWith(START)) return null;
+  const space = text.indexOf(" ", START.length);
+  if (space < 0) return null;
+  let lineEnd = text.indexOf("\r\n", space);
+  if (lineEnd < 0) lineEnd = text.length;
+  if (lineEnd - space !== VERSION.length || !text.startsWith(VERSION, space)) return null;
+  const from = START.length - 1;
+  let query = -1;
+  for (let i = from; i < space; i++) {
+    const c = text.charCodeAt(i);
+    if (c < 0x21 || c > 0x7e) return null; // visible ASCII only
+    if (c === 0x3f && query < 0) query = i;
+  }
+  const target = text.slice(from, space);
+  const path = query < 0 ? target : text.slice(from, query);
+  if (!takes(path)) return null;
+  const headers = Object.create(null) as Record<string, string>;
+  let count = 0;
+  let contentLength = -1;
+  let close = false;
+  for (let at = lineEnd + 2; at < text.length + 2; at = lineEnd + 2) {
+    lineEnd = text.indexOf("\r\n", at);
+    if (lineEnd < 0) lineEnd = text.length;
+    // The name: token bytes up to the colon (a line starting with a space or tab, obs-fold, has none).
+    let i = at;
+    while (i < lineEnd) {
+      const c = text.charCodeAt(i);
+      if (c >= 128 || TCHAR[c] === 0) break;
+      i++;
+    }
+    if (i === at || i === lineEnd || text.charCodeAt(i) !== 0x3a) return null;
+    // The value, without the spaces and tabs around it; inside it only visible ASCII, spaces and tabs.
+    let start = i + 1;
+    let end = lineEnd;
+    while (start < end && isBlank(text.charCodeAt(start))) start++;
+    while (end > start && isBlank(text.charCodeAt(end - 1))) end--;
+    for (let j = start; j < end; j++) {
+      const c = text.charCodeAt(j);
+      if ((c < 0x20 && c !== 0x09) || c > 0x7e) return null;
+    }
+    const name = text.slice(at, i).toLowerCase();
+    if (headers[name] !== undefined || ++count > MAX_HEADERS) return null;
+    const value = text.slice(start, end);
+    headers[name] = value;
+    switch (name) {
+      case "content-length":
+        contentLength = lengthOf(value);
+        if (contentLength < 0) return null;
+        break;
+      case "connection": {
+        const option = value.toLowerCase();
+        if (option === "close") close = true;
+        else if (option !== "keep-alive") return null; // a list, or names of headers to drop: node:http's
+        break;
+      }
+      case "transfer-encoding":
+      case "expect":
+      case "upgrade":
+        return null; // framing, a 100-continue, a protocol switch: node:http's
+    }
+  }
+  // HTTP/1.1 needs a Host (node:http answers its absence 400); a body this path reads needs its length.
+  if (contentLength < 0 || headers.host === undefined) return null;
+  return { target, path, headers, contentLength, close };
+}
+
+/** Whether `c` is a space or a tab. */
+const isBlank = (c: number) => c === 0x20 || c === 0x09;
+
+/** A Content-Length's value: 1 to 15 digits, or -1. */
+function lengthOf(value: string): number {
+  if (value.length === 0 || value.length > 15) return -1;
+  for (let i = 0; i < value.length; i++) {
+    const c = value.charCodeAt(i);
+    if (c < 0x30 || c > 0x39) return -1;
+  }
+  return Number(value);
+}

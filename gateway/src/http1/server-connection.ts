@@ -1,0 +1,301 @@
+// One client connection on the gateway's own server path: its requests read
+// in request-head.ts's narrow grammar, their bodies whole, one at a time,
+// each answered (server-response.ts) before the next is read. It exists for
+// cost: node:http's server was half of what a small proxied request cost the
+// gateway (docs/performance.md). It judges nothing it does not take: at the
+// first request outside the grammar (another path or method, Expect,
+// chunked, a head past 16 KiB, a body over the limit, ...) the connection
+// goes to node:http from that request on, its bytes unread, and node:http
+// (llhttp) answers it as before. Bounds: a head is read for at most
+// `headers_ms`, a whole request for `request_ms`, an idle connection is kept
+// `keep_alive_ms` (the edge's sweep calls check()); bytes a client sends
+// ahead (pipelining) are held up to HOLD_BYTES, then not read until the
+// answer before them is done and the client took it.
+//
+// Phases of a connection:
+//
+//   head ──► body ──► serving ──► head (keep-alive) ...
+//     │        └─────────┴──► done (closed, timed out)
+//     └──► handed to node:http
+
+import type { IncomingHttpHeaders } from "node:http";
+import type { Socket } from "node:net";
+import type { EdgeRequest } from "./edge-types.js";
+import { MAX_REQUEST_HEAD_BYTES, mayBeTaken, parseRequestHead, type RequestHead } from "./request-head.js";
+import { Http1Response, type ResponseOwner } from "./server-response.js";
+
+/** The most bytes held that a client sent ahead of its answer; past it the socket is not read until the answer is done. */
+const HOLD_BYTES = 64 * 1024;
+/** The end of a head. */
+const CRLF2 = Buffer.from("\r\n\r\n");
+
+/** What a connection needs of the server it belongs to (edge/edge.ts). */
+export interface ServerPath {
+  /** Whether requests to `path` are served here. */
+  takes(path: string): boolean;
+  /** The largest body read here (a larger one goes to node:http, which refuses it 413). */
+  readonly maxBodyBytes: number;
+  /** The `Keep-Alive: timeout=N\r\n` line answers carry (null: none). */
+  readonly keepAliveHeader: string | null;
+  /** Serves a request read whole. */
+  serve(req: Http1Request, res: Http1Response, body: Buffer): void;
+  /** A request whose head came and whose body never did (its client left, or took too long). */
+  abandoned(req: Http1Request): void;
+  /** Gives `socket` to node:http, its unread bytes back in it. */
+  handOff(socket: Socket): void;
+  /** Answers 408 and closes: a head or body not received in time. */
+  timedOut(socket: Socket): void;
+  /** The connection is no longer this path's (closed or handed off). */
+  forget(connection: ServerConnection): void;
+}
+
+/** A request read by the server path. */
+export class Http1Request implements EdgeRequest {
+  readonly method = "POST";
+  readonly complete = true;
+  readonly url: string;
+  readonly headers: IncomingHttpHeaders;
+
+  constructor(head: RequestHead) {
+    this.url = head.target;
+    this.headers = head.headers as IncomingHttpHeaders;
+  }
+}
+
+/** Where a connection is. */
+const enum Phase {
+  Head,
+  Body,
+  Serving,
+  Done,
+}
+
+/** One client socket on the server path. */
+export class ServerConnection implements ResponseOwner {
+  readonly socket: Socket;
+  readonly #path: ServerPath;
+  #phase = Phase.Head;
+  /** Bytes read and not taken yet: the head so far (Head), or what came after the request being served. */
+  #held: Buffer | null = null;
+  /** Where held bytes that came in several reads are gathered (grown by doubling: a head trickled a byte a read costs linear time). */
+  #store: Buffer | null = null;
+  /** How far `#held` was searched for a head's end. */
+  #scanned = 0;
+  /** The request whose body is being read. */
+  #head: RequestHead | null = null;
+  #body: Buffer | null = null;
+  #bodyAt = 0;
+  /** When the request being read began (its first byte; the connection's start for its first request), or the connection went idle. */
+  #since = performance.now();
+  /** Whether a byte of the next request came (else the connection is idle between requests, or new). */
+  #reading = true;
+  /** The answer in progress. */
+  #response: Http1Response | null = null;
+  /** Whether the connection closes once the answer in progress ends (the server is closing). */
+  #closing = false;
+  readonly #onData = (d: Buffer) => this.#data(d);
+  readonly #onEnd = () => this.#end();
+  readonly #onClose = () => this.#close();
+  readonly #onError = () => {}; // 'close' follows
+
+  constructor(socket: Socket, path: ServerPath) {
+    this.socket = socket;
+    this.#path = path;
+    socket.on("data", this.#onData);
+    socket.on("end", this.#onEnd);
+    socket.on("close", this.#onClose);
+    socket.on("error", this.#onError);
+  }
+
+  get keepAliveHeader(): string | null {
+    return this.#path.keepAliveHeader;
+  }
+
+  #data(d: Buffer): void {
+    switch (this.#phase) {
+      case Phase.Head:
+        if (!this.#reading) {
+          this.#reading = true;
+          this.#since = performance.now();
+        }
+        this.#hold(d);
+        this.#readHead();
+        return;
+      case Phase.Body: {
+        const body = this.#body!;
+        const n = Math.min(body.length - this.#bodyAt, d.length);
+        d.copy(body, this.#bodyAt, 0, n);
+        this.#bodyAt += n;
+        if (this.#bodyAt < body.length) return;
+        if (n < d.length) this.#hold(d.subarray(n));
+        this.#dispatch(body);
+        return;
+      }
+      case Phase.Serving:
+        // Sent ahead of its answer: held, and the socket not read past HOLD_BYTES (its 'end' or 'close' still comes).
+        this.#hold(d);
+        if (this.#held!.length > HOLD_BYTES) this.socket.pause();
+        return;
+      case Phase.Done:
+        return;
+    }
+  }
+
+  /** Appends `d` to the held bytes (the first piece is kept as it came, not copied). */
+  #hold(d: Buffer): void {
+    const held = this.#held;
+    if (held === null) {
+      this.#held = d;
+      return;
+    }
+    const n = held.length + d.length;
+    const store = this.#store;
+    if (store !== null && held.buffer === store.buffer && held.byteOffset === store.byteOffset && n <= store.length) {
+      d.copy(store, held.length);
+      this.#held = store.subarray(0, n);
+      return;
+    }
+    const grown = Buffer.allocUnsafeSlow(Math.max(n, 2 * held.length, 1024));
+    held.copy(grown, 0);
+    d.copy(grown, held.length);
+    this.#store = grown;
+    this.#held = grown.subarray(0, n);
+  }
+
+  /** Reads the head once its end came: a request taken here, or the connection handed to node:http. */
+  #readHead(): void {
+    const bytes = this.#held!;
+    const end = bytes.indexOf(CRLF2, Math.max(0, this.#scanned - 3));
+    if (end < 0) {
+      if (bytes.length > MAX_REQUEST_HEAD_BYTES || !mayBeTaken(bytes)) return this.#handOff();
+      this.#scanned = bytes.length;
+      return;
+    }
+    this.#scanned = 0;
+    this.#store = null; // what is held from here is a view of it at most, let go with the view
+    const head = end > MAX_REQUEST_HEAD_BYTES ? null : parseRequestHead(bytes.toString("latin1", 0, end), this.#path.takes);
+    if (head === null || head.contentLength > this.#path.maxBodyBytes) return this.#handOff();
+    const start = end + 4;
+    const stop = start + head.contentLength;
+    this.#head = head;
+    if (bytes.length >= stop) {
+      // The whole request came: its body is a view of what was read, no copy.
+      this.#held = stop < bytes.length ? bytes.subarray(stop) : null;
+      this.#dispatch(bytes.subarray(start, stop));
+      return;
+    }
+    const body = Buffer.allocUnsafe(head.contentLength);
+    bytes.copy(body, 0, start);
+    this.#body = body;
+    this.#bodyAt = bytes.length - start;
+    this.#held = null;
+    this.#phase = Phase.Body;
+  }
+
+  /** Serves the request read. */
+  #dispatch(body: Buffer): void {
+    const head = this.#head!;
+    this.#head = null;
+    this.#body = null;
+    this.#phase = Phase.Serving;
+    this.#reading = false;
+    const res = new Http1Response(this.socket, this, head.close || this.#closing);
+    this.#response = res;
+    this.#path.serve(new Http1Request(head), res, body);
+  }
+
+  /** An answer ended: the connection closes after it, or reads the next request. */
+  ended(response: Http1Response, close: boolean): void {
+    if (response !== this.#response) return;
+    this.#response = null;
+    if (this.#phase !== Phase.Serving) return; // closed meanwhile
+    if (close || this.#closing) {
+      this.#phase = Phase.Done;
+      this.socket.end(() => this.socket.destroy());
+      return;
+    }
+    this.#phase = Phase.Head;
+    this.#since = performance.now();
+    if (this.#held === null) {
+      if (this.socket.isPaused()) this.socket.resume();
+      return;
+    }
+    // Requests sent ahead: read once the client took this answer (a client that never reads holds one answer, not all).
+    if (this.socket.writableNeedDrain) this.socket.once("drain", () => this.#next());
+    else setImmediate(() => this.#next());
+  }
+
+  /** Reads the requests held while the last one was served. */
+  #next(): void {
+    if (this.#phase !== Phase.Head || this.#held === null) return;
+    const held = this.#held;
+    this.#held = null;
+    this.#data(held);
+    if ((this.#phase as Phase) !== Phase.Done && this.socket.isPaused()) this.socket.resume();
+  }
+
+  /** The client ended its side: a request in progress is dropped (node:http ends the socket too), an idle connection closes. */
+  #end(): void {
+    if (this.#phase === Phase.Head && !this.#reading) this.socket.end();
+    else this.socket.destroy();
+  }
+
+  #close(): void {
+    if (this.#phase === Phase.Body) this.#path.abandoned(new Http1Request(this.#head!));
+    this.#phase = Phase.Done;
+    this.#held = null;
+    this.#store = null;
+    this.#body = null;
+    this.#path.forget(this);
+    // An answer still in progress: its client hung up.
+    const res = this.#response;
+    this.#response = null;
+    res?.emitClose();
+  }
+
+  /** Gives the connection to node:http from the request being read, its bytes put back unread. */
+  #handOff(): void {
+    const socket = this.socket;
+    socket.pause();
+    socket.off("data", this.#onData);
+    socket.off("end", this.#onEnd);
+    socket.off("close", this.#onClose);
+    socket.off("error", this.#onError);
+    this.#phase = Phase.Done;
+    const held = this.#held;
+    this.#held = null;
+    if (held !== null) socket.unshift(held);
+    this.#path.forget(this);
+    this.#path.handOff(socket);
+    socket.resume();
+  }
+
+  /**
+   * Applies the time bounds at `now` (performance.now()): a head past
+   * `headersMs` or a request past `requestMs` is answered 408; a connection
+   * idle past `keepAliveMs` closes.
+   */
+  check(now: number, headersMs: number, requestMs: number, keepAliveMs: number): void {
+    const age = now - this.#since;
+    if (this.#phase === Phase.Head) {
+      if (!this.#reading) {
+        if (age > keepAliveMs) this.socket.destroy();
+      } else if (age > Math.min(headersMs, requestMs)) this.#timeOut();
+    } else if (this.#phase === Phase.Body && age > requestMs) this.#timeOut();
+  }
+
+  #timeOut(): void {
+    if (this.#phase === Phase.Body) this.#path.abandoned(new Http1Request(this.#head!));
+    this.#phase = Phase.Done;
+    this.#held = null;
+    this.#body = null;
+    this.socket.off("data", this.#onData);
+    this.#path.timedOut(this.socket);
+  }
+
+  /** The server closes: an idle connection now, a busy one once its answer ends. */
+  closeIdle(): void {
+    this.#closing = true;
+    if (this.#phase === Phase.Head && !this.#reading) this.socket.destroy();
+  }
+}

@@ -1,0 +1,281 @@
+// One answer on the gateway's own server path, written to the client's
+// socket as node:http's ServerResponse would write it (the same head: the
+// status line, the headers given, Date, Connection and Keep-Alive; a body
+// framed by its Content-Length, or chunked when it has none), with the
+// members of ServerResponse the gateway uses (edge-types.ts: EdgeResponse).
+// A whole answer's head goes out with its body in one write.
+
+import { STATUS_CODES } from "node:http";
+import type { Socket } from "node:net";
+import type { EdgeResponse } from "./edge-types.js";
+
+/** What an answer tells the connection it is written on. */
+export interface ResponseOwner {
+  /** The answer ended (its last bytes handed to the socket); `close`: the connection closes after it. */
+  ended(response: Http1Response, close: boolean): void;
+  /** The `Keep-Alive: timeout=N` an answer on a connection that stays open carries (null: none). */
+  readonly keepAliveHeader: string | null;
+}
+
+/** The `Date` header's value, made once a second (node:http's utcDate does the same). */
+let dateText = "";
+let dateUntil = 0;
+/** Now as an HTTP date. */
+function httpDate(): string {
+  const now = Date.now();
+  if (now >= dateUntil) {
+    dateText = new Date(now).toUTCString();
+    dateUntil = now - (now % 1000) + 1000;
+  }
+  return dateText;
+}
+
+/** The error node:http throws for a header name that is not a token, or a value with control characters. */
+function invalidHeader(name: string, what: "name" | "value"): TypeError {
+  const error = new TypeError(what === "name" ? `Header name must be a valid HTTP token ["${name}"]` : `Invalid character in header content ["${name}"]`);
+  (error as TypeError & { code: string }).code = what === "name" ? "ERR_INVALID_HTTP_TOKEN" : "ERR_INVALID_CHAR";
+  return error;
+}
+
+/** 1 for each byte a token may hold. */
+const TCHAR = new Uint8Array(128);
+for (const c of "!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz") TCHAR[c.charCodeAt(0)] = 1;
+
+/** Whether `name` is a token (what node:http's checkIsHttpToken takes). */
+function isToken(name: string): boolean {
+  if (name.length === 0) return false;
+  for (let i = 0; i < name.length; i++) {
+    const c = name.charCodeAt(i);
+    if (c >= 128 || TCHAR[c] === 0) return false;
+  }
+  return true;
+}
+
+/** Whether `value` holds only tabs, visible characters and latin1 text (what node:http's checkInvalidHeaderChar takes). */
+function isFieldValue(value: string): boolean {
+  for (let i = 0; i < value.length; i++) {
+    const c = value.charCodeAt(i);
+    if ((c < 0x20 && c !== 0x09) || c === 0x7f || c > 0xff) return false;
+  }
+  return true;
+}
+
+/** The line end after a chunk's size and after its data. */
+const CRLF = "\r\n";
+/** The last chunk of a chunked body. */
+const LAST_CHUNK = "0\r\n\r\n";
+
+/** An answer written to one client socket. */
+export class Http1Response implements EdgeResponse {
+  /** Whether the head was given (writeHead, or a write that implied it). */
+  headersSent = false;
+  /** Whether end() was called. */
+  writableEnded = false;
+  /** Whether its last bytes were handed to the socket. */
+  writableFinished = false;
+  readonly #socket: Socket;
+  readonly #owner: ResponseOwner;
+  /** Whether the connection closes after this answer (the client asked, or a header said so). */
+  #close: boolean;
+  /** The head, written but not sent: the status line and header lines, without the framing and the blank line. */
+  #head: string | null = null;
+  /** The status (for framing: 204 and 304 have no body). */
+  #status = 200;
+  /** Whether the head went out. */
+  #sent = false;
+  /** Whether the head carries a Content-Length. */
+  #length = false;
+  /** Whether the head carries a Date (an upstream's, passed on: not a second one). */
+  #dated = false;
+  /** Whether the body goes out chunked. */
+  #chunked = false;
+  /** Headers set before the head, as lower-case name and value pairs (writeHead's of the same name win). */
+  #set: [string, string][] | null = null;
+  /** Called once the answer ends or its connection closes first. */
+  #onClose: (() => void)[] | null = null;
+  #closed = false;
+
+  constructor(socket: Socket, owner: ResponseOwner, close: boolean) {
+    this.#socket = socket;
+    this.#owner = owner;
+    this.#close = close;
+  }
+
+  /** Whether its socket was destroyed. */
+  get destroyed(): boolean {
+    return this.#socket.destroyed;
+  }
+
+  /** Sets a header written with the head (unless writeHead gives one of the same name). */
+  setHeader(name: string, value: string): this {
+    if (this.headersSent) throw Object.assign(new Error("Cannot set headers after they are sent to the client"), { code: "ERR_HTTP_HEADERS_SENT" });
+    if (!isToken(name)) throw invalidHeader(name, "name");
+    if (!isFieldValue(value)) throw invalidHeader(name, "value");
+    const lower = name.toLowerCase();
+    const set = (this.#set ??= []);
+    const i = set.findIndex(([n]) => n === lower);
+    if (i >= 0) set[i] = [lower, value];
+    else set.push([lower, value]);
+    return this;
+  }
+
+  /** Writes the head (sent with the first body bytes, or by flushHeaders); throws as node:http does for a malformed header. */
+  writeHead(status: number, headers?: Readonly<Record<string, string | readonly string[] | number | undefined>>): this {
+    if (this.headersSent) throw Object.assign(new Error("Cannot write headers after they are sent to the client"), { code: "ERR_HTTP_HEADERS_SENT" });
+    let head = `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? "unknown"}\r\n`;
+    let length = false;
+    let dated = false;
+    let given: Set<string> | null = null;
+    if (headers !== undefined) {
+      for (const name in headers) {
+        const value = headers[name];
+        if (value === undefined) continue;
+        if (!isToken(name)) throw invalidHeader(name, "name");
+        const lower = name.toLowerCase();
+        if (this.#set !== null) (given ??= new Set()).add(lower);
+        if (lower === "content-length") length = true;
+        else if (lower === "date") dated = true;
+        else if (lower === "connection") {
+          if (/(?:^|,)\s*close\s*(?:,|$)/i.test(String(value))) this.#close = true;
+          continue; // written below, as the connection goes
+        } else if (lower === "transfer-encoding") continue; // the framing is this file's
+        if (typeof value === "string" || typeof value === "number") head += this.#line(name, String(value));
+        else for (const v of value) head += this.#line(name, v);
+      }
+    }
+    if (this.#set !== null) for (const [name, value] of this.#set) if (given === null || !given.has(name)) head += `${name}: ${value}\r\n`;
+    this.#status = status;
+    this.#length = length;
+    this.#dated = dated;
+    this.#head = head;
+    this.headersSent = true;
+    return this;
+  }
+
+  /** A header line, its value checked. */
+  #line(name: string, value: string): string {
+    if (!isFieldValue(value)) throw invalidHeader(name, "value");
+    return `${name}: ${value}\r\n`;
+  }
+
+  /** Sends the head now (a stream's: its chunks follow as they come). */
+  flushHeaders(): void {
+    if (!this.headersSent) this.writeHead(200);
+    if (!this.#sent) this.#socket.write(this.#finalHead(-1), "latin1");
+  }
+
+  /** Writes a piece of the body (the head with it, when not sent yet); false: the socket's buffer is full, wait for 'drain'. */
+  write(chunk: Buffer | string): boolean {
+    if (this.writableEnded) return false;
+    if (!this.headersSent) this.writeHead(200);
+    const socket = this.#socket;
+    const size = typeof chunk === "string" ? Buffer.byteLength(chunk) : chunk.length;
+    if (!this.#sent) {
+      const head = this.#finalHead(-1);
+      if (size === 0) return socket.write(head, "latin1");
+      socket.cork();
+      socket.write(head, "latin1");
+    } else if (size === 0) return true;
+    else socket.cork();
+    if (this.#chunked) {
+      socket.write(`${size.toString(16)}${CRLF}`, "latin1");
+      socket.write(chunk);
+      const more = socket.write(CRLF, "latin1");
+      socket.uncork();
+      return more;
+    }
+    const more = socket.write(chunk);
+    socket.uncork();
+    return more;
+  }
+
+  /** Ends the answer with `chunk` as its last bytes (a whole answer's head and body in one write). */
+  end(chunk?: Buffer | string): this {
+    if (this.writableEnded) return this;
+    if (!this.headersSent) this.writeHead(200);
+    const socket = this.#socket;
+    const size = chunk === undefined ? 0 : typeof chunk === "string" ? Buffer.byteLength(chunk) : chunk.length;
+    if (!socket.destroyed) {
+      if (!this.#sent) {
+        // Never written: its length is this chunk's (node:http does the same).
+        const head = this.#finalHead(size);
+        if (size === 0) socket.write(head, "latin1");
+        // ASCII text (its UTF-8 size is its length) goes in one string with the head.
+        else if (typeof chunk === "string" && size === chunk.length) socket.write(head + chunk, "latin1");
+        else {
+          socket.cork();
+          socket.write(head, "latin1");
+          socket.write(chunk!);
+          socket.uncork();
+        }
+      } else if (this.#chunked) {
+        if (size > 0) {
+          socket.cork();
+          socket.write(`${size.toString(16)}${CRLF}`, "latin1");
+          socket.write(chunk!);
+          socket.write(`${CRLF}${LAST_CHUNK}`, "latin1");
+          socket.uncork();
+        } else socket.write(LAST_CHUNK, "latin1");
+      } else if (size > 0) socket.write(chunk!);
+    }
+    this.writableEnded = true;
+    this.writableFinished = !socket.destroyed;
+    this.#owner.ended(this, this.#close);
+    this.emitClose();
+    return this;
+  }
+
+  /**
+   * The head as sent, with its framing: `endSize` ≥ 0 is the whole body's
+   * size (end() before any write: a Content-Length), -1 a body still to come
+   * (chunked without a Content-Length).
+   */
+  #finalHead(endSize: number): string {
+    let head = this.#head!;
+    const bodiless = this.#status === 204 || this.#status === 304 || this.#status < 200;
+    if (!this.#length && !bodiless) {
+      if (endSize >= 0) head += `Content-Length: ${endSize}\r\n`;
+      else {
+        head += "Transfer-Encoding: chunked\r\n";
+        this.#chunked = true;
+      }
+    }
+    if (!this.#dated) head += `Date: ${httpDate()}\r\n`;
+    const keepAlive = this.#owner.keepAliveHeader;
+    head += this.#close ? "Connection: close\r\n" : keepAlive === null ? "Connection: keep-alive\r\n" : `Connection: keep-alive\r\n${keepAlive}`;
+    this.#sent = true;
+    return `${head}\r\n`;
+  }
+
+  /** Closes the connection now (what ServerResponse.destroy does): the client sees it cut. */
+  destroy(): void {
+    this.#socket.destroy();
+  }
+
+  /** Listens for the answer's end or its connection's close (`close`, once); 'drain' is the socket's. */
+  on(event: "close", listener: () => void): this {
+    if (event !== "close") throw new TypeError(`Http1Response emits close only, not ${String(event)}`);
+    if (this.#closed) queueMicrotask(listener);
+    else (this.#onClose ??= []).push(listener);
+    return this;
+  }
+
+  once(event: "drain", listener: () => void): this {
+    this.#socket.once(event, listener);
+    return this;
+  }
+
+  off(event: "drain", listener: () => void): this {
+    this.#socket.off(event, listener);
+    return this;
+  }
+
+  /** Tells the close listeners, once: after end(), or when the connection closed first (then writableFinished is false). */
+  emitClose(): void {
+    if (this.#closed) return;
+    this.#closed = true;
+    const listeners = this.#onClose;
+    this.#onClose = null;
+    if (listeners !== null) for (const l of listeners) l();
+  }
+}
