@@ -123,7 +123,7 @@ export class GatewayService {
    */
   async handle(req: EdgeRequest, res: EdgeResponse, body: Buffer | null = null): Promise<void> {
     const started = performance.now();
-    const path = (req.url ?? "/").split("?")[0]!;
+    const path = pathOf(req);
     const kind = path === "/v1/chat/completions" ? "chat" : path === "/v1/completions" ? "completion" : null;
     const requestId = requestIdOf(req);
     res.setHeader("x-request-id", requestId);
@@ -140,7 +140,7 @@ export class GatewayService {
         this.edge.loops++;
         throw new HttpError(508, "the request came back to this gateway (an upstream is this gateway, or forwards to it)", "invalid_request_error", "loop_detected");
       }
-      if (kind !== null) Object.assign(served, await this.#complete(kind, req, res, body, requestId, hangup, served));
+      if (kind !== null) await this.#complete(kind, req, res, body, requestId, hangup, served);
       // The own server path takes only the completion routes: every other request is node:http's.
       else if (req instanceof IncomingMessage) Object.assign(served, await this.#serveOther(path, req, res as ServerResponse, requestId, hangup));
       else throw new HttpError(404, `no route for ${req.method} ${path.slice(0, 200)}`, "invalid_request_error", "not_found");
@@ -162,8 +162,9 @@ export class GatewayService {
       }
     } finally {
       if (kind !== null) this.#count(served);
-      const ms = Math.round((performance.now() - started) * 10) / 10;
-      this.#parts.log.info({ method: req.method, path: path.slice(0, 200), request_id: requestId, status: served.status, upstream: served.upstream, outcome: served.outcome, matched_tokens: served.matched, latency_ms: ms }, "request");
+      // The line's object is made only when it is written (below `info`, a request makes none).
+      const log = this.#parts.log;
+      if (log.isLevelEnabled("info")) log.info({ method: req.method, path: path.slice(0, 200), request_id: requestId, status: served.status, upstream: served.upstream, outcome: served.outcome, matched_tokens: served.matched, latency_ms: Math.round((performance.now() - started) * 10) / 10 }, "request");
     }
   }
 
@@ -175,7 +176,7 @@ export class GatewayService {
   abandoned(req: EdgeRequest): void {
     const served: Served = { status: 499, upstream: null, outcome: "client_closed", matched: null };
     this.#count(served);
-    const path = (req.url ?? "/").split("?")[0]!;
+    const path = pathOf(req);
     this.#parts.log.info({ method: req.method, path: path.slice(0, 200), request_id: requestIdOf(req), status: 499, upstream: null, outcome: "client_closed", matched_tokens: null, latency_ms: null }, "request");
   }
 
@@ -286,24 +287,32 @@ export class GatewayService {
     if (served.status >= 100 && served.status <= 599) codes.set(served.status, (codes.get(served.status) ?? 0) + 1);
   }
 
-  /** Serves a completion request: read (and tokenized), placed, proxied. */
-  async #complete(kind: "chat" | "completion", req: EdgeRequest, res: EdgeResponse, body: Buffer | null, requestId: string, hangup: Hangup, served: Served): Promise<Served> {
+  /** Serves a completion request: read (and tokenized), placed, proxied; what happened goes in `served`. */
+  async #complete(kind: "chat" | "completion", req: EdgeRequest, res: EdgeResponse, body: Buffer | null, requestId: string, hangup: Hangup, served: Served): Promise<void> {
     const { config, reader, scheduler } = this.#parts;
     if (req.method !== "POST") throw onlyMethod(kind === "chat" ? "/v1/chat/completions" : "/v1/completions", "POST");
     if (!this.#authorized(req)) throw unauthorized();
     const raw = body ?? (await readBody(req as IncomingMessage, config.limits.maxBodyBytes));
-    const request = await reader.read(kind, raw, req.headers, hangup);
+    const request = reader.readNow !== undefined ? reader.readNow(kind, raw, req.headers) : await reader.read(kind, raw, req.headers, hangup);
     const tokens = request.tokens.length;
     if (this.#disaggregation !== null) {
       // A failure thrown is counted in the pool its phase ran on.
       const d = await this.#disaggregation.serve({ kind, req, res, raw, tokens, requestId, hangup, request }, (pool) => (served.counters = pool.counters));
-      return { status: d.status, upstream: d.upstream, outcome: d.outcome, matched: d.matched, counters: d.pool.counters };
+      served.status = d.status;
+      served.upstream = d.upstream;
+      served.outcome = d.outcome;
+      served.matched = d.matched;
+      served.counters = d.pool.counters;
+      return;
     }
     // Only the prompt's size goes on from here, not its token ids: the scheduler hands them back once placed
     // (a token array held for the whole upstream round trip outlives the young generation; bench:serve).
     const placement = await scheduler.acquire(request, hangup);
     const r = await proxy(this.#proxying, { kind, req, res, raw, tokens, requestId, hangup }, placement.upstream, placement.rank);
-    return { status: r.status, upstream: r.upstream.name, outcome: r.outcome, matched: placement.matchedTokens };
+    served.matched = placement.matchedTokens;
+    served.status = r.status;
+    served.upstream = r.upstream.name;
+    served.outcome = r.outcome;
   }
 
   /** Serves the other endpoints. */
@@ -343,6 +352,13 @@ export class GatewayService {
       () => {},
     );
   }
+}
+
+/** A request's path: its target before any query. */
+function pathOf(req: EdgeRequest): string {
+  const url = req.url ?? "/";
+  const query = url.indexOf("?");
+  return query < 0 ? url : url.slice(0, query);
 }
 
 /** The two pools' serving when the parts have a prefill pool, else null. */

@@ -136,6 +136,21 @@ describe("prompt bounds", () => {
     expect(r.stats()).toMatchObject({ completed: 2, refused: 5 });
   });
 
+  it("flat messages are counted in one pass exactly as the walk counts them: at the bound read, one past it refused with the walk's count", () => {
+    const tok = new Utf8ByteTokenizer();
+    const at = { maxPromptChars: 100, maxPromptTokens: Infinity };
+    // [{role, content}]: 2 + 1 (the list) + 2 (the object) + 4 + 4 + 4 ("role", "user") + 7 + 4 (the key "content") + its length.
+    expect(readRequest("chat", chat("x".repeat(72)), {}, tok, new Map(), at).tokens.length).toBeGreaterThan(72);
+    expect(() => readRequest("chat", chat("x".repeat(73)), {}, tok, new Map(), at)).toThrow("the prompt is 101+ characters, over limits.max_prompt_chars (100)");
+    // Numbers, booleans and null count at their JSON length, as in the walk; a nested value is the walk's.
+    const mixed = (n: number) => body({ model: "m", messages: [{ role: "user", content: "y".repeat(n), name: null, weight: 12.5, flag: true }] });
+    // 3 + 2 + 12 (role) + 11 + n (content) + 12 (name: null) + 14 (weight: 12.5) + 12 (flag: true) = 66 + n.
+    expect(() => readRequest("chat", mixed(34), {}, tok, new Map(), at)).not.toThrow();
+    expect(() => readRequest("chat", mixed(35), {}, tok, new Map(), at)).toThrow("the prompt is 101+ characters");
+    const nestedPart = body({ model: "m", messages: [{ role: "user", content: [{ type: "text", text: "z".repeat(80) }] }] });
+    expect(() => readRequest("chat", nestedPart, {}, tok, new Map(), at)).toThrow(/the prompt is \d+\+ characters/);
+  });
+
   it("the character count stops at the bound, and a body nested deeper than any template renders is a 400", () => {
     const tok = new Utf8ByteTokenizer();
     // 10,000 messages of 100 characters (about 1.25 million counted in all): the count stops at the messages

@@ -19,7 +19,8 @@ import type { Fleet } from "./fleet.js";
 export interface CentralizedRequest {
   readonly id: number;
   readonly tokens: Uint32Array;
-  readonly route: Pick<RoutedRequest, "cacheSalt" | "loraTaskId">;
+  /** Its prompt's namespace in the prefix index. */
+  readonly namespace: Pick<RoutedRequest, "cacheSalt" | "loraTaskId">;
 }
 
 /** The centralized router's phase 1 over the fleet's upstreams (its counter kept while the fleet keeps its size). */
@@ -50,7 +51,7 @@ export class CentralizedSelection {
       requests: waiting.map((w) => ({
         id: w.id,
         numTokens: w.tokens.length,
-        instanceMatches: Array.from(fleet.state.upstreamMatches(w.tokens, { loraTaskId: w.route.loraTaskId, cacheSalt: w.route.cacheSalt }), (m) => [m]),
+        instanceMatches: Array.from(fleet.state.upstreamMatches(w.tokens, w.namespace), (m) => [m]),
       })),
     });
     const assignments = upstreams.map((): number[] => []);

@@ -5,7 +5,6 @@
 // queue with a timeout). Placing a request counts its load on its upstream and
 // teaches the prefix index where its prompt went.
 
-import { EventEmitter } from "node:events";
 import type { GatewayConfig } from "../config/config.js";
 import type { Fleet } from "./fleet.js";
 import { HttpError, type RoutedRequest } from "../requests/openai.js";
@@ -13,6 +12,7 @@ import { subagentHintAccepted } from "../requests/subagent-auth.js";
 import type { Upstream } from "./upstream.js";
 import { CentralizedSelection } from "./centralized-selection.js";
 import type { RankChoice } from "./rank-routing.js";
+import type { RouteRequest } from "adp-router";
 
 /** Gateway-wide request counters, kept by the scheduler (rendered by metrics.ts). */
 export interface GatewayCounters {
@@ -33,16 +33,40 @@ export const newCounters = (): GatewayCounters => ({ requests: new Map(), codes:
 
 /**
  * A client's hang-up, which the queue and the exchange with the upstream both
- * listen to (an EventEmitter with an `aborted` flag costs less per request
- * than an AbortController).
+ * listen to: a flag and a short list of listeners, the part of an
+ * EventEmitter they use (whose `once` wraps each listener in two more
+ * objects), for a request's every step.
  */
-export class Hangup extends EventEmitter {
+export class Hangup {
   aborted = false;
+  #listeners: (() => void)[] | null = null;
+
+  /** Calls `listener` once, at the hang-up (`event` is always "abort"). */
+  once(_event: "abort", listener: () => void): this {
+    (this.#listeners ??= []).push(listener);
+    return this;
+  }
+
+  /** Stops listening. */
+  off(_event: "abort", listener: () => void): this {
+    const listeners = this.#listeners;
+    const i = listeners === null ? -1 : listeners.lastIndexOf(listener);
+    if (i >= 0) listeners!.splice(i, 1);
+    return this;
+  }
+
+  /** How many listen now (`event` is always "abort"). */
+  listenerCount(_event: "abort"): number {
+    return this.#listeners?.length ?? 0;
+  }
+
   /** Signals the hang-up once. */
   abort(): void {
     if (this.aborted) return;
     this.aborted = true;
-    this.emit("abort");
+    const listeners = this.#listeners;
+    this.#listeners = null;
+    if (listeners !== null) for (const l of listeners) l();
   }
 }
 
@@ -54,20 +78,72 @@ export interface Placement {
   readonly rank: number | null;
 }
 
-/** A request waiting for an upstream. */
-interface Waiting {
+/**
+ * A request waiting for an upstream: what routing reads of it (not the
+ * request itself, which holds more), and how its wait ends, once (placed,
+ * refused, timed out, or its client left). One object a request: its
+ * settling and its hang-up listener are methods, not closures.
+ */
+class Waiting {
   readonly id: number;
-  /** What routing reads besides the tokens (not the request itself, which holds them too). */
-  readonly route: Pick<RoutedRequest, "conversationId" | "subagentId" | "cacheSalt" | "loraTaskId">;
+  readonly conversationId: string | null;
+  readonly subagentId: string | null;
+  /** Its prompt's namespace in the prefix index (LoRA task and cache salt). */
+  readonly namespace: { readonly loraTaskId: number | null; readonly cacheSalt: string | null };
   /** Its prompt's token ids. */
   readonly tokens: Uint32Array;
   readonly enqueuedAt: number;
-  resolve: (placement: Placement) => void;
-  reject: (error: HttpError) => void;
   /** Whether it was already answered (placed, timed out, or its client left). */
-  done: boolean;
+  done = false;
   /** Its queue timeout, armed only once it has to wait past its first batch (most never do). */
-  timer: NodeJS.Timeout | null;
+  timer: NodeJS.Timeout | null = null;
+  readonly #scheduler: Scheduler;
+  readonly #signal: Hangup;
+  #resolve: ((placement: Placement) => void) | null = null;
+  #reject: ((error: HttpError) => void) | null = null;
+  readonly #onAbort = () => this.reject(new HttpError(499, "the client closed the request"));
+
+  constructor(id: number, request: RoutedRequest, subagentId: string | null, scheduler: Scheduler, signal: Hangup) {
+    this.id = id;
+    this.conversationId = request.conversationId;
+    this.subagentId = subagentId;
+    this.namespace = { loraTaskId: request.loraTaskId, cacheSalt: request.cacheSalt };
+    this.tokens = request.tokens;
+    this.enqueuedAt = Date.now();
+    this.#scheduler = scheduler;
+    this.#signal = signal;
+  }
+
+  /** The promise it settles, listening for its client's hang-up meanwhile. */
+  wait(): Promise<Placement> {
+    this.#signal.once("abort", this.#onAbort);
+    return new Promise<Placement>((resolve, reject) => {
+      this.#resolve = resolve;
+      this.#reject = reject;
+    });
+  }
+
+  resolve(placement: Placement): void {
+    if (this.#settle()) this.#resolve!(placement);
+  }
+
+  reject(error: HttpError): void {
+    if (this.#settle()) this.#reject!(error);
+  }
+
+  /**
+   * Takes it off the queue's count once, whatever answers it, and lets go of
+   * the hang-up: the signal lives as long as the response, and a listener left
+   * on it would hold the request's tokens as long.
+   */
+  #settle(): boolean {
+    if (this.done) return false;
+    this.done = true;
+    if (this.timer !== null) clearTimeout(this.timer);
+    this.#signal.off("abort", this.#onAbort);
+    this.#scheduler.settled(this.tokens);
+    return true;
+  }
 }
 
 /** The queue of requests waiting for an upstream, and the batches that place them. */
@@ -137,18 +213,19 @@ export class Scheduler {
       this.#release(request.tokens);
       return Promise.reject(refusal);
     }
-    // Built here, not in the promise's closures, so they never hold `request`.
-    const w: Waiting = {
-      id: this.#nextId++,
-      route: { conversationId: request.conversationId, subagentId: this.#subagentOf(request), cacheSalt: request.cacheSalt, loraTaskId: request.loraTaskId },
-      tokens: request.tokens,
-      enqueuedAt: Date.now(),
-      resolve: () => {},
-      reject: () => {},
-      done: false,
-      timer: null,
-    };
-    return this.#enqueue(w, signal);
+    const w = new Waiting(this.#nextId++, request, this.#subagentOf(request), this, signal);
+    const placed = w.wait();
+    this.#counters.queued++;
+    this.#queue.push(w);
+    if (this.#perRequest) this.#flush();
+    else this.schedule();
+    return placed;
+  }
+
+  /** A waiting request was answered: off the queue's count, its token ids handed back. @internal */
+  settled(tokens: Uint32Array): void {
+    this.#counters.queued = Math.max(0, this.#counters.queued - 1);
+    this.#release(tokens);
   }
 
   /** Why a request cannot even wait (shutting down, its client gone, the queue full), or null. */
@@ -160,39 +237,6 @@ export class Scheduler {
       return new HttpError(429, "the gateway's queue is full", "rate_limit_exceeded", "queue_full", { "retry-after": "1" });
     }
     return null;
-  }
-
-  /** Queues `w` for the next batch; settles once, when placed, refused, timed out, or when its client hangs up. */
-  #enqueue(w: Waiting, signal: Hangup): Promise<Placement> {
-    const counters = this.#counters;
-    return new Promise<Placement>((resolve, reject) => {
-      const onAbort = () => w.reject(new HttpError(499, "the client closed the request"));
-      /**
-       * Takes `w` off the queue's count once, whatever answers it, and lets go
-       * of it: the hang-up signal lives as long as the response, and a
-       * listener left on it would hold the request's tokens as long.
-       */
-      const settle = (): boolean => {
-        if (w.done) return false;
-        w.done = true;
-        counters.queued = Math.max(0, counters.queued - 1);
-        if (w.timer !== null) clearTimeout(w.timer);
-        signal.off("abort", onAbort);
-        this.#release(w.tokens);
-        return true;
-      };
-      w.resolve = (u) => {
-        if (settle()) resolve(u);
-      };
-      w.reject = (e) => {
-        if (settle()) reject(e);
-      };
-      counters.queued++;
-      signal.once("abort", onAbort);
-      this.#queue.push(w);
-      if (this.#perRequest) this.#flush();
-      else this.schedule();
-    });
   }
 
   /** The available upstream with the fewest in-flight requests and room, outside `tried`. */
@@ -253,7 +297,7 @@ export class Scheduler {
    */
   #chooseRanks(u: Upstream, placed: readonly Waiting[]): void {
     const routing = u.rankRouting!;
-    const requests = placed.map((w) => ({ id: w.id, tokens: w.tokens, conversationId: w.route.conversationId, subagentId: w.route.subagentId, namespace: { loraTaskId: w.route.loraTaskId, cacheSalt: w.route.cacheSalt } }));
+    const requests = placed.map((w) => ({ id: w.id, tokens: w.tokens, conversationId: w.conversationId, subagentId: w.subagentId, namespace: w.namespace }));
     let choices: readonly RankChoice[];
     try {
       const report = u.load === null || u.loadConfig === null ? null : u.load.current(u.loadConfig.maxAgeMs);
@@ -291,14 +335,7 @@ export class Scheduler {
         return { numActiveRequests: fleet.available(u) ? Math.min(load.numActiveRequests, cap) : cap, numActiveTokens: load.numActiveTokens };
       }),
       maxNumActiveRequests: cap,
-      requests: waiting.map((w) => ({
-        id: w.id,
-        tokens: w.tokens,
-        ...(w.route.conversationId !== null ? { conversationId: w.route.conversationId } : {}),
-        ...(w.route.subagentId !== null ? { subagentAffinityId: w.route.subagentId } : {}),
-        ...(w.route.cacheSalt !== null ? { cacheSalt: w.route.cacheSalt } : {}),
-        ...(w.route.loraTaskId !== null ? { loraTaskId: w.route.loraTaskId } : {}),
-      })),
+      requests: waiting.map(routeRequest),
     });
   }
 
@@ -334,11 +371,11 @@ export class Scheduler {
    * the prompt in the same walk either way.
    */
   #record(w: Waiting, u: Upstream, rank: number | null): number {
-    const namespace = { loraTaskId: w.route.loraTaskId, cacheSalt: w.route.cacheSalt };
+    const namespace = w.namespace;
     const engineMatched = this.#fleet.state.engineMatch(u.index, w.tokens, namespace);
     const held = this.#fleet.state.learn(u.index, w.tokens, namespace, rank ?? undefined);
     // Where the conversation really went (the router's choice, unless the gateway had to place it elsewhere).
-    const key = w.route.subagentId !== null && w.route.subagentId !== "" ? w.route.subagentId : w.route.conversationId;
+    const key = w.subagentId !== null && w.subagentId !== "" ? w.subagentId : w.conversationId;
     if (key !== null) this.#fleet.state.bind(key, u.index, rank ?? undefined);
     const matchedTokens = engineMatched ?? held;
     u.matchedTokens += matchedTokens;
@@ -365,4 +402,14 @@ export class Scheduler {
   #room(): number {
     return this.#fleet.upstreams.reduce((n, u) => n + (this.#fleet.available(u) ? Math.max(0, this.#cap - u.inFlight) : 0), 0);
   }
+}
+
+/** What the router reads of a waiting request (only the fields it has: the router checks each one given). */
+function routeRequest(w: Waiting): RouteRequest {
+  const r: { id: number; tokens: Uint32Array; conversationId?: string; subagentAffinityId?: string; cacheSalt?: string; loraTaskId?: number } = { id: w.id, tokens: w.tokens };
+  if (w.conversationId !== null) r.conversationId = w.conversationId;
+  if (w.subagentId !== null) r.subagentAffinityId = w.subagentId;
+  if (w.namespace.cacheSalt !== null) r.cacheSalt = w.namespace.cacheSalt;
+  if (w.namespace.loraTaskId !== null) r.loraTaskId = w.namespace.loraTaskId;
+  return r;
 }

@@ -47,6 +47,9 @@ export class Histogram {
   }
 }
 
+/** The status classes' names, by hundreds (made once, not per answer). */
+const STATUS_CLASSES: readonly string[] = ["0xx", "1xx", "2xx", "3xx", "4xx", "5xx"];
+
 /** One upstream: its pool, load, health and counters. */
 export class Upstream {
   /** Its rank (its place in the configured list; a reload may move it): `x-adp-upstream`. */
@@ -217,7 +220,7 @@ export class Upstream {
 
   /** Counts a response's status, or a failure's reason (`timeout`, `refused`, `reset`, `aborted`, ...). */
   countStatus(status: number | string): void {
-    const key = typeof status === "number" ? `${Math.floor(status / 100)}xx` : status;
+    const key = typeof status === "number" ? (STATUS_CLASSES[Math.floor(status / 100)] ?? `${Math.floor(status / 100)}xx`) : status;
     this.byStatus.set(key, (this.byStatus.get(key) ?? 0) + 1);
     if (typeof status === "number" && Number.isInteger(status) && status >= 100 && status <= 599) this.byCode.set(status, (this.byCode.get(status) ?? 0) + 1);
   }

@@ -14,7 +14,7 @@
 //     └──► close (until the connection ends)
 
 import type { IncomingHttpHeaders } from "node:http";
-import { FIELD_VALUE, TOKEN } from "./grammar.js";
+import { isBlank, isFieldValue, TCHAR } from "./grammar.js";
 import { Http1Error } from "./http1-error.js";
 
 /** The most bytes a head (status line and headers), a chunk-size line or the trailers may take. */
@@ -42,11 +42,22 @@ export interface AnswerParts {
 
 const CRLF = Buffer.from("\r\n");
 const CRLF2 = Buffer.from("\r\n\r\n");
-const STATUS_LINE = /^HTTP\/1\.([01]) (\d{3})(?: [\t\x20-\x7e\x80-\xff]*)?$/;
 const CHUNK_SIZE = /^([0-9A-Fa-f]{1,12})[\t ]*(?:;[\t\x20-\x7e\x80-\xff]*)?$/;
 
 /** The error for a head, chunk-size line or trailers past MAX_HEAD_BYTES. */
 const tooLong = () => new Http1Error("ADP_ANSWER_INVALID", `an answer's head, chunk line or trailers exceed ${MAX_HEAD_BYTES} bytes`);
+
+/** The number `text` writes in 1 to 15 decimal digits, or -1. */
+function digitsOf(text: string): number {
+  if (text.length === 0 || text.length > 15) return -1;
+  let n = 0;
+  for (let i = 0; i < text.length; i++) {
+    const d = text.charCodeAt(i) - 0x30;
+    if (d < 0 || d > 9) return -1;
+    n = n * 10 + d;
+  }
+  return n;
+}
 
 /** One connection's answers, parsed as its bytes come. */
 export class AnswerParser {
@@ -160,26 +171,51 @@ export class AnswerParser {
     return held === null ? found + end.length : found + end.length - held.length + at;
   }
 
-  /** Reads a head: status, headers, and how its body is framed. */
+  /**
+   * Reads a head: status, headers, and how its body is framed. The status line
+   * is `HTTP/1.0` or `HTTP/1.1`, a space, three digits, and a reason after a
+   * space or none; each header line a token, a colon, and a value of visible
+   * characters, spaces, tabs and obs-text (its surrounding spaces and tabs
+   * dropped). Read a character at a time: no regular expression, no split.
+   */
   #head(text: string): void {
-    const lines = text.split("\r\n");
-    const status = STATUS_LINE.exec(lines[0]!);
-    if (status === null) throw new Http1Error("ADP_ANSWER_INVALID", "an answer's status line is not HTTP/1.x");
-    const code = Number(status[2]);
+    const lineEnd = text.indexOf("\r\n");
+    const statusEnd = lineEnd < 0 ? text.length : lineEnd;
+    const minor = text.charCodeAt(7);
+    if (statusEnd < 12 || !text.startsWith("HTTP/1.") || (minor !== 0x30 && minor !== 0x31) || text.charCodeAt(8) !== 0x20 || (statusEnd > 12 && text.charCodeAt(12) !== 0x20) || !isFieldValue(text, 12, statusEnd)) {
+      throw new Http1Error("ADP_ANSWER_INVALID", "an answer's status line is not HTTP/1.x");
+    }
+    let code = 0;
+    for (let i = 9; i < 12; i++) {
+      const d = text.charCodeAt(i) - 0x30;
+      if (d < 0 || d > 9) throw new Http1Error("ADP_ANSWER_INVALID", "an answer's status line is not HTTP/1.x");
+      code = code * 10 + d;
+    }
     // No prototype: a header named __proto__ or constructor is a header like any other.
     const headers = Object.create(null) as IncomingHttpHeaders;
-    for (let i = 1; i < lines.length; i++) {
-      const line = lines[i]!;
-      const colon = line.indexOf(":");
-      // A line starting with a space or tab (obs-fold) has no token before its colon, so it fails here too.
-      if (colon <= 0 || !TOKEN.test(line.slice(0, colon))) throw new Http1Error("ADP_ANSWER_INVALID", "an answer has a malformed header line");
-      const value = line.slice(colon + 1).replace(/^[\t ]+|[\t ]+$/g, "");
-      if (!FIELD_VALUE.test(value)) throw new Http1Error("ADP_ANSWER_INVALID", "an answer's header value has control characters");
-      const name = line.slice(0, colon).toLowerCase();
+    for (let at = statusEnd + 2; at < text.length; ) {
+      let end = text.indexOf("\r\n", at);
+      if (end < 0) end = text.length;
+      // The name: token characters up to the colon (a line starting with a space or tab, obs-fold, has none).
+      let colon = at;
+      while (colon < end) {
+        const c = text.charCodeAt(colon);
+        if (c >= 128 || TCHAR[c] === 0) break;
+        colon++;
+      }
+      if (colon === at || colon === end || text.charCodeAt(colon) !== 0x3a) throw new Http1Error("ADP_ANSWER_INVALID", "an answer has a malformed header line");
+      let start = colon + 1;
+      let stop = end;
+      while (start < stop && isBlank(text.charCodeAt(start))) start++;
+      while (stop > start && isBlank(text.charCodeAt(stop - 1))) stop--;
+      if (!isFieldValue(text, start, stop)) throw new Http1Error("ADP_ANSWER_INVALID", "an answer's header value has control characters");
+      const name = text.slice(at, colon).toLowerCase();
+      const value = text.slice(start, stop);
       const before = headers[name];
       if (before === undefined) headers[name] = value;
       else if (Array.isArray(before)) before.push(value);
       else (headers as Record<string, string | string[]>)[name] = [before, value];
+      at = end + 2;
     }
     if (code < 100) throw new Http1Error("ADP_ANSWER_INVALID", "an answer's status is below 100");
     if (code === 101) throw new Http1Error("ADP_ANSWER_INVALID", "an upstream switched protocols unasked");
@@ -187,11 +223,14 @@ export class AnswerParser {
       this.#parts.head(code, headers);
       return; // informational: the final head follows, in State.Head still
     }
-    const connection = String(headers.connection ?? "").toLowerCase();
-    this.#reusable = status[1] === "1" ? !/(?:^|,)\s*close\s*(?:,|$)/.test(connection) : /(?:^|,)\s*keep-alive\s*(?:,|$)/.test(connection);
+    const http10 = minor === 0x30;
+    const connection = headers.connection as string | string[] | undefined;
+    // The usual values compared as they are; anything else read as a list.
+    const option = typeof connection === "string" ? connection.toLowerCase() : connection === undefined ? "" : connection.join(",").toLowerCase();
+    this.#reusable = option === "" ? !http10 : option === "keep-alive" ? true : option === "close" ? false : http10 ? /(?:^|,)\s*keep-alive\s*(?:,|$)/.test(option) : !/(?:^|,)\s*close\s*(?:,|$)/.test(option);
     this.#frame(code, headers);
     // HTTP/1.0 has no chunked coding: such framing is faulty, and the connection is closed after it (RFC 9112 §6.1).
-    if (status[1] === "0" && this.#state === State.ChunkSize) this.#reusable = false;
+    if (http10 && this.#state === State.ChunkSize) this.#reusable = false;
     this.#parts.head(code, headers);
   }
 
@@ -214,6 +253,13 @@ export class AnswerParser {
       return;
     }
     if (cl !== undefined) {
+      // One plain number, as nearly every answer has it; else a list, each value the same.
+      const plain = typeof cl === "string" ? digitsOf(cl) : -1;
+      if (plain >= 0) {
+        this.#remaining = plain;
+        this.#state = plain === 0 ? State.Done : State.Length;
+        return;
+      }
       const values = (Array.isArray(cl) ? cl.join(",") : cl).split(",").map((v) => v.trim());
       if (!values.every((v) => /^\d{1,15}$/.test(v) && v === values[0])) throw new Http1Error("ADP_ANSWER_INVALID", "an answer's Content-Length is malformed");
       this.#remaining = Number(values[0]);

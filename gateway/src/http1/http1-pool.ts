@@ -16,8 +16,9 @@
 import { connect, type Socket } from "node:net";
 import type { IncomingHttpHeaders } from "node:http";
 import { AnswerParser } from "./answer-parser.js";
-import { FIELD_VALUE, TOKEN } from "./grammar.js";
+import { isFieldValue, isToken } from "./grammar.js";
 import { Http1Error } from "./http1-error.js";
+import { writeJoined } from "./joined-write.js";
 
 /** One request for {@link RequestDispatcher.dispatch}. */
 export interface RequestOptions {
@@ -64,19 +65,23 @@ const FRAMING = new Set(["host", "content-length", "transfer-encoding", "connect
 
 /** The request's head as latin1 text; throws an Http1Error for a name, value or target that would break it. */
 function requestHead(options: RequestOptions, host: string, bodyLength: number): string {
-  if (!TOKEN.test(options.method) || !TARGET.test(options.path)) throw new Http1Error("ADP_REQUEST_INVALID", "a request's method or target is malformed");
+  if (!isToken(options.method) || !TARGET.test(options.path)) throw new Http1Error("ADP_REQUEST_INVALID", "a request's method or target is malformed");
   let head = `${options.method} ${options.path} HTTP/1.1\r\nhost: ${host}\r\n`;
   const headers = options.headers;
   for (const name in headers) {
     const value = headers[name]!;
-    if (!TOKEN.test(name)) throw new Http1Error("ADP_REQUEST_INVALID", "a request header's name is malformed");
+    if (!isToken(name)) throw new Http1Error("ADP_REQUEST_INVALID", "a request header's name is malformed");
     if (FRAMING.has(name.toLowerCase())) continue; // the pool frames the request itself: one Host, one length
-    for (const v of typeof value === "string" ? [value] : value) {
-      if (!FIELD_VALUE.test(v)) throw new Http1Error("ADP_REQUEST_INVALID", `request header ${name} has control characters`);
-      head += `${name}: ${v}\r\n`;
-    }
+    if (typeof value === "string") head += headerLine(name, value);
+    else for (const v of value) head += headerLine(name, v);
   }
   return options.method === "GET" && bodyLength === 0 ? `${head}\r\n` : `${head}content-length: ${bodyLength}\r\n\r\n`;
+}
+
+/** One header line; throws an Http1Error for a value that would break the head. */
+function headerLine(name: string, value: string): string {
+  if (!isFieldValue(value)) throw new Http1Error("ADP_REQUEST_INVALID", `request header ${name} has control characters`);
+  return `${name}: ${value}\r\n`;
 }
 
 /** One request in a pool: its handler and where it is. */
@@ -138,6 +143,11 @@ class Connection {
   #resuming = false;
   /** When it last became idle (performance.now()). */
   idleSince = 0;
+  /** The call whose bytes were written last (its write's callback marks the connection flushed while it is still the current call). */
+  #writing: Call | null = null;
+  readonly #onFlushed = () => {
+    if (this.#writing === this.#call) this.#flushed = true;
+  };
 
   constructor(pool: Http1Pool, host: string, port: number, connectTimeoutMs: number) {
     this.#pool = pool;
@@ -179,16 +189,8 @@ class Connection {
     if (call.ended) return; // aborted as it started: nothing written (abort() released the connection)
     call.written = true;
     this.#flushed = false;
-    const socket = this.socket;
-    const flushed = () => {
-      if (this.#call === call) this.#flushed = true;
-    };
-    socket.cork();
-    if (call.body !== null && call.body.length > 0) {
-      socket.write(call.head, "latin1");
-      socket.write(call.body, flushed);
-    } else socket.write(call.head, "latin1", flushed);
-    socket.uncork();
+    this.#writing = call;
+    writeJoined(this.socket, call.head, call.body, this.#onFlushed);
   }
 
   #onData(d: Buffer): void {

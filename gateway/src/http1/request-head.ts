@@ -8,6 +8,8 @@
 // header, ...). So every head this file takes is one llhttp would read the
 // same way (test/gateway/http1-server.test.ts compares them on random heads).
 
+import { isBlank, TCHAR } from "./grammar.js";
+
 /** The most bytes of a head read here (node:http's default maxHeaderSize: past it the connection goes there, which answers 431). */
 export const MAX_REQUEST_HEAD_BYTES = 16 * 1024;
 
@@ -27,10 +29,6 @@ export interface RequestHead {
   /** Whether the client asked to close the connection after the answer (`Connection: close`). */
   readonly close: boolean;
 }
-
-/** 1 for each byte a token (a header name) may hold (RFC 9110 §5.6.2). */
-const TCHAR = new Uint8Array(128);
-for (const c of "!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz") TCHAR[c.charCodeAt(0)] = 1;
 
 /** The request line's start every head taken has. */
 const START = "POST /";
@@ -118,9 +116,6 @@ export function parseRequestHead(text: string, takes: (path: string) => boolean)
   if (contentLength < 0 || headers.host === undefined) return null;
   return { target, path, headers, contentLength, close };
 }
-
-/** Whether `c` is a space or a tab. */
-const isBlank = (c: number) => c === 0x20 || c === 0x09;
 
 /** A Content-Length's value: 1 to 15 digits, or -1. */
 function lengthOf(value: string): number {

@@ -8,6 +8,8 @@
 import { STATUS_CODES } from "node:http";
 import type { Socket } from "node:net";
 import type { EdgeResponse } from "./edge-types.js";
+import { isFieldValue, isToken } from "./grammar.js";
+import { writeJoined } from "./joined-write.js";
 
 /** What an answer tells the connection it is written on. */
 export interface ResponseOwner {
@@ -37,27 +39,11 @@ function invalidHeader(name: string, what: "name" | "value"): TypeError {
   return error;
 }
 
-/** 1 for each byte a token may hold. */
-const TCHAR = new Uint8Array(128);
-for (const c of "!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz") TCHAR[c.charCodeAt(0)] = 1;
-
-/** Whether `name` is a token (what node:http's checkIsHttpToken takes). */
-function isToken(name: string): boolean {
-  if (name.length === 0) return false;
-  for (let i = 0; i < name.length; i++) {
-    const c = name.charCodeAt(i);
-    if (c >= 128 || TCHAR[c] === 0) return false;
-  }
-  return true;
-}
-
-/** Whether `value` holds only tabs, visible characters and latin1 text (what node:http's checkInvalidHeaderChar takes). */
-function isFieldValue(value: string): boolean {
-  for (let i = 0; i < value.length; i++) {
-    const c = value.charCodeAt(i);
-    if ((c < 0x20 && c !== 0x09) || c === 0x7f || c > 0xff) return false;
-  }
-  return true;
+/** Whether `headers` has `lower` (a lower-case name) under any case (writeHead's win over setHeader's). */
+function hasHeader(headers: Readonly<Record<string, unknown>>, lower: string): boolean {
+  if (headers[lower] !== undefined) return true;
+  for (const name in headers) if (headers[name] !== undefined && name.length === lower.length && name.toLowerCase() === lower) return true;
+  return false;
 }
 
 /** The line end after a chunk's size and after its data. */
@@ -125,14 +111,12 @@ export class Http1Response implements EdgeResponse {
     let head = `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? "unknown"}\r\n`;
     let length = false;
     let dated = false;
-    let given: Set<string> | null = null;
     if (headers !== undefined) {
       for (const name in headers) {
         const value = headers[name];
         if (value === undefined) continue;
         if (!isToken(name)) throw invalidHeader(name, "name");
         const lower = name.toLowerCase();
-        if (this.#set !== null) (given ??= new Set()).add(lower);
         if (lower === "content-length") length = true;
         else if (lower === "date") dated = true;
         else if (lower === "connection") {
@@ -143,7 +127,7 @@ export class Http1Response implements EdgeResponse {
         else for (const v of value) head += this.#line(name, v);
       }
     }
-    if (this.#set !== null) for (const [name, value] of this.#set) if (given === null || !given.has(name)) head += `${name}: ${value}\r\n`;
+    if (this.#set !== null) for (const [name, value] of this.#set) if (headers === undefined || !hasHeader(headers, name)) head += `${name}: ${value}\r\n`;
     this.#status = status;
     this.#length = length;
     this.#dated = dated;
@@ -172,6 +156,8 @@ export class Http1Response implements EdgeResponse {
     const size = typeof chunk === "string" ? Buffer.byteLength(chunk) : chunk.length;
     if (!this.#sent) {
       const head = this.#finalHead(-1);
+      // A whole answer's first bytes go with the head, in one write.
+      if (!this.#chunked) return writeJoined(socket, head, typeof chunk === "string" ? Buffer.from(chunk) : chunk);
       if (size === 0) return socket.write(head, "latin1");
       socket.cork();
       socket.write(head, "latin1");
@@ -202,12 +188,7 @@ export class Http1Response implements EdgeResponse {
         if (size === 0) socket.write(head, "latin1");
         // ASCII text (its UTF-8 size is its length) goes in one string with the head.
         else if (typeof chunk === "string" && size === chunk.length) socket.write(head + chunk, "latin1");
-        else {
-          socket.cork();
-          socket.write(head, "latin1");
-          socket.write(chunk!);
-          socket.uncork();
-        }
+        else writeJoined(socket, head, typeof chunk === "string" ? Buffer.from(chunk) : chunk!);
       } else if (this.#chunked) {
         if (size > 0) {
           socket.cork();

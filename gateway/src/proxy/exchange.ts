@@ -8,19 +8,25 @@
 // client's body with events) used 0.73-0.78x the CPU per request of one built
 // on `request()` and async iteration.
 //
-// The exchange keeps its own timers (undici's tick once a second and fired up
-// to half a second late): the first byte (`first_byte_ms`, from sending to the
-// answer's head), idleness (`idle_ms`: no chunk from the upstream and none
-// taken by a client that stopped reading) and the whole exchange
-// (`max_stream_ms`). It also knows whether the request was provably never
-// delivered: either client starts writing a request only once a connection is
-// up, and says so (`onRequestStart`) right before its first byte, so a failure
-// before that is one the upstream never saw.
+// The exchange keeps its own deadlines (undici's timers tick once a second and
+// fired up to half a second late): the connection (`connect_ms`), the first
+// byte (`first_byte_ms`, from sending to the answer's head), idleness
+// (`idle_ms`: no chunk from the upstream and none taken by a client that
+// stopped reading) and the whole exchange (`max_stream_ms`). One sweep checks
+// every exchange in flight (deadlines.ts), as node:http checks its servers'
+// timeouts, in place of a timer or three per request. It also knows whether
+// the request was provably never delivered: either client starts writing a
+// request only once a connection is up, and says so (`onRequestStart`) right
+// before its first byte, so a failure before that is one the upstream never saw.
+//
+// One object per exchange (its handler, its deadline, its promise's settle):
+// a proxied request allocates little, which is most of what it costs.
 
 import type { IncomingHttpHeaders } from "node:http";
 import type { AnswerController, AnswerHandler, RequestDispatcher } from "../http1/http1-pool.js";
 import type { Hangup } from "../fleet/scheduler.js";
 import { ExchangeError, reasonOf, type ExchangeReason } from "../fleet/upstream-errors.js";
+import { Deadlines, type Expiring } from "./deadlines.js";
 
 /**
  * Where an answer goes: the client's response (a ServerResponse), or a
@@ -54,126 +60,164 @@ export interface ExchangeOptions {
   readonly idleMs: number;
   /** The whole exchange at most, ms; 0: no bound. */
   readonly maxMs: number;
-  /** Called once with the answer's final head (1xx heads are skipped); it writes the client's head. */
-  readonly onHead: (status: number, headers: IncomingHttpHeaders) => void;
-  /** Called with each body chunk; what it returns is written to the client in its place (SSE framing, token timing). */
-  readonly onData?: ((chunk: Buffer) => Buffer) | undefined;
-  /** Called once the answer ended: what it returns (bytes `onData` held back) is written before the end. */
-  readonly onEnd?: (() => Buffer | null) | undefined;
-  /** Called once, as the request's first byte goes out (from then on the upstream may have it). */
-  readonly onWritten?: (() => void) | undefined;
 }
 
-/** A sent request: `head` settles with the answer's status, or with the error that came before any answer; `end` once the body is through. */
-export interface Exchange {
-  /** Resolves with the status once `onHead` ran; rejects with an ExchangeError when no answer came (nothing was written to the client). */
-  readonly head: Promise<number>;
-  /** Resolves once the whole body reached the client's response; rejects with an ExchangeError saying what cut it. */
-  readonly end: Promise<void>;
+/** What an exchange tells its caller as the answer comes. */
+export interface ExchangeListener {
+  /** The request's first byte goes out (from then on the upstream may have it). */
+  written(): void;
+  /** The answer's final head (1xx heads are skipped): it writes the client's head; a throw ends the exchange (invalid_answer). */
+  head(status: number, headers: IncomingHttpHeaders): void;
+  /** A body chunk: what it returns is written to the client in its place (SSE framing, token timing). */
+  data(chunk: Buffer): Buffer;
+  /** The answer ended: what it returns (bytes `data` held back) is written before the end. */
+  end(): Buffer | null;
 }
 
-/** Sends one POST over `dispatcher` and relays its answer into `res`. */
-export function exchange(dispatcher: RequestDispatcher, res: AnswerSink, options: ExchangeOptions): Exchange {
-  let settleHead!: { resolve: (status: number) => void; reject: (error: Error) => void };
-  let settleEnd!: { resolve: () => void; reject: (error: Error) => void };
-  const head = new Promise<number>((resolve, reject) => (settleHead = { resolve, reject }));
-  const end = new Promise<void>((resolve, reject) => (settleEnd = { resolve, reject }));
-  end.catch(() => {}); // awaited only once a head came; an exchange that never had one leaves it pending, never unhandled
-  let controller: AnswerController | null = null;
+/** How an exchange ended: the answer's status (0: no answer came, nothing was written to the client) and what cut it (null: whole). */
+export interface ExchangeResult {
+  readonly status: number;
+  readonly error: ExchangeError | null;
+}
+
+/** Every exchange in flight, their deadlines checked by one sweep. */
+const deadlines = new Deadlines<UpstreamExchange>();
+
+/** One request to an upstream and its answer relayed into the sink. */
+class UpstreamExchange implements AnswerHandler, Expiring {
+  readonly #res: AnswerSink;
+  readonly #options: ExchangeOptions;
+  readonly #listener: ExchangeListener;
+  readonly #settle: (result: ExchangeResult) => void;
+  #controller: AnswerController | null = null;
   /** Whether the client began writing the request (the upstream may have it from then on). */
-  let written = false;
-  let answered = false;
-  let finished = false;
+  #written = false;
+  /** The answer's status, once its head came (0 before). */
+  #status = 0;
+  #finished = false;
   /** Whether the client's response is full and the upstream paused until it drains. */
-  let paused = false;
-  /** The reason our own abort gave (a timer or the client), read when the client reports the abort. */
-  let cut: ExchangeReason | null = null;
-  const hangup = options.hangup;
-  const abort = (reason: ExchangeReason) => {
-    cut ??= reason;
-    if (controller !== null) controller.abort(new ExchangeError(reason, written));
-    else finish(new ExchangeError(reason, false)); // still waiting for a connection: nothing was written, and onRequestStart stops it
+  #paused = false;
+  /** The reason our own abort gave (a deadline or the client), read when the client reports the abort. */
+  #cut: ExchangeReason | null = null;
+  /** When it was sent (performance.now()). */
+  readonly #sentAt: number;
+  /** The deadline now (performance.now()), and what passing it means. */
+  dueAt: number;
+  #due: "connect" | "first_byte" | "idle";
+  /** When the whole exchange must end (Infinity: no bound). */
+  readonly #maxAt: number;
+  readonly #onHangup = () => this.#abort("client_closed");
+  readonly #onDrain = () => {
+    this.#paused = false;
+    this.dueAt = performance.now() + this.#options.idleMs;
+    this.#controller?.resume();
   };
-  const onHangup = () => abort("client_closed");
-  const onDrain = () => {
-    paused = false;
-    timer?.refresh();
-    controller?.resume();
-  };
-  // One timer at a time: the connection's (until the client starts writing), then the first byte's (from sending), then
-  // (from the head on) idleness, refreshed on every chunk and drain. undici's own connect timeout ticks every
-  // half second; it is left as a backstop past this one.
-  const sentAt = performance.now();
-  let timer: NodeJS.Timeout | null = options.connectMs < options.firstByteMs ? setTimeout(() => abort("connect_timeout"), options.connectMs) : setTimeout(() => abort("first_byte_timeout"), options.firstByteMs);
-  let connecting = options.connectMs < options.firstByteMs;
-  const longest = options.maxMs > 0 ? setTimeout(() => abort("max_duration"), options.maxMs) : null;
-  const finish = (error?: Error) => {
-    if (finished) return;
-    finished = true;
-    if (timer !== null) clearTimeout(timer);
-    if (longest !== null) clearTimeout(longest);
-    hangup.off("abort", onHangup);
-    res.off("drain", onDrain);
-    if (error === undefined) settleEnd.resolve();
-    else {
-      // undici's own timers are off (the pool's are 0), so its errors are the connection's.
-      const reason = reasonOf(error);
-      const failure = error instanceof ExchangeError ? error : new ExchangeError(cut ?? (reason === "timeout" ? "error" : reason), written, { cause: error });
-      if (answered) settleEnd.reject(failure);
-      else settleHead.reject(failure);
+
+  constructor(res: AnswerSink, options: ExchangeOptions, listener: ExchangeListener, settle: (result: ExchangeResult) => void) {
+    this.#res = res;
+    this.#options = options;
+    this.#listener = listener;
+    this.#settle = settle;
+    const now = performance.now();
+    this.#sentAt = now;
+    const connecting = options.connectMs < options.firstByteMs;
+    this.#due = connecting ? "connect" : "first_byte";
+    this.dueAt = now + (connecting ? options.connectMs : options.firstByteMs);
+    this.#maxAt = options.maxMs > 0 ? now + options.maxMs : Infinity;
+    if (this.#maxAt < this.dueAt) this.dueAt = this.#maxAt;
+    options.hangup.once("abort", this.#onHangup);
+    deadlines.add(this, Math.min(options.connectMs, options.firstByteMs, options.idleMs, options.maxMs > 0 ? options.maxMs : Infinity));
+  }
+
+  /** Past a deadline at `now`: aborted with what that deadline means. */
+  expire(now: number): void {
+    if (now >= this.#maxAt) return this.#abort("max_duration");
+    if (now < this.dueAt) return;
+    this.#abort(this.#due === "connect" ? "connect_timeout" : this.#due === "first_byte" ? "first_byte_timeout" : this.#paused ? "client_stalled" : "idle_timeout");
+  }
+
+  /** Sets the next deadline, `ms` from now (never past the whole exchange's). */
+  #dueIn(ms: number, due: "first_byte" | "idle", from = performance.now()): void {
+    this.#due = due;
+    this.dueAt = Math.min(from + ms, this.#maxAt);
+  }
+
+  #abort(reason: ExchangeReason): void {
+    this.#cut ??= reason;
+    if (this.#controller !== null) this.#controller.abort(new ExchangeError(reason, this.#written));
+    else this.#finish(new ExchangeError(reason, false)); // still waiting for a connection: nothing was written, and onRequestStart stops it
+  }
+
+  #finish(error?: Error): void {
+    if (this.#finished) return;
+    this.#finished = true;
+    deadlines.delete(this);
+    this.#options.hangup.off("abort", this.#onHangup);
+    this.#res.off("drain", this.#onDrain);
+    if (error === undefined) return this.#settle({ status: this.#status, error: null });
+    // undici's own timers are off (the pool's are 0), so its errors are the connection's.
+    const reason = reasonOf(error);
+    const failure = error instanceof ExchangeError ? error : new ExchangeError(this.#cut ?? (reason === "timeout" ? "error" : reason), this.#written, { cause: error });
+    this.#settle({ status: this.#status, error: failure });
+  }
+
+  onRequestStart(c: AnswerController): void {
+    this.#controller = c;
+    // Aborted while it waited for a connection (a deadline, the client): stopped here, before its first byte.
+    if (this.#cut !== null || this.#options.hangup.aborted) {
+      c.abort(new ExchangeError(this.#cut ?? "client_closed", false));
+      return;
     }
-  };
-  hangup.once("abort", onHangup);
-  const handler: AnswerHandler = {
-    onRequestStart(c) {
-      controller = c;
-      // Aborted while it waited for a connection (a timer, the client): stopped here, before its first byte.
-      if (cut !== null || hangup.aborted) {
-        c.abort(new ExchangeError(cut ?? "client_closed", false));
-        return;
-      }
-      written = true;
-      options.onWritten?.();
-      if (connecting) {
-        connecting = false;
-        clearTimeout(timer!);
-        timer = setTimeout(() => abort("first_byte_timeout"), Math.max(0, options.firstByteMs - (performance.now() - sentAt)));
-      }
-    },
-    onResponseStart(c, status, headers) {
-      if (status < 200 || answered) return; // an informational head: the final one follows
-      // A status HTTP does not have is no answer to pass on (the client gets a 502).
-      if (status > 599) return void c.abort(new ExchangeError("invalid_answer", true));
-      try {
-        options.onHead(status, headers);
-      } catch (error) {
-        // Writing the client's head failed (a header value Node refuses): nothing went out; the exchange ends here.
-        return void c.abort(new ExchangeError("invalid_answer", true, { cause: error }));
-      }
-      answered = true;
-      clearTimeout(timer!);
-      timer = setTimeout(() => abort(paused ? "client_stalled" : "idle_timeout"), options.idleMs);
-      settleHead.resolve(status);
-    },
-    onResponseData(c, chunk) {
-      timer?.refresh();
-      const out = options.onData === undefined ? chunk : options.onData(chunk);
-      if (out.length > 0 && !res.write(out)) {
-        paused = true;
-        c.pause();
-        res.once("drain", onDrain);
-      }
-    },
-    onResponseEnd() {
-      const rest = options.onEnd?.() ?? null;
-      if (rest !== null) res.end(rest);
-      else res.end();
-      finish();
-    },
-    onResponseError(_c, error) {
-      finish(error);
-    },
-  };
-  dispatcher.dispatch({ path: options.path, method: "POST", headers: options.headers, body: options.body }, handler);
-  return { head, end };
+    this.#written = true;
+    this.#listener.written();
+    if (this.#due === "connect") this.#dueIn(this.#options.firstByteMs, "first_byte", this.#sentAt);
+  }
+
+  onResponseStart(c: AnswerController, status: number, headers: IncomingHttpHeaders): void {
+    if (status < 200 || this.#status !== 0) return; // an informational head: the final one follows
+    // A status HTTP does not have is no answer to pass on (the client gets a 502).
+    if (status > 599) return void c.abort(new ExchangeError("invalid_answer", true));
+    try {
+      this.#listener.head(status, headers);
+    } catch (error) {
+      // Writing the client's head failed (a header value Node refuses): nothing went out; the exchange ends here.
+      return void c.abort(new ExchangeError("invalid_answer", true, { cause: error }));
+    }
+    this.#status = status;
+    this.#dueIn(this.#options.idleMs, "idle");
+  }
+
+  onResponseData(c: AnswerController, chunk: Buffer): void {
+    this.#dueIn(this.#options.idleMs, "idle");
+    const out = this.#listener.data(chunk);
+    if (out.length > 0 && !this.#res.write(out)) {
+      this.#paused = true;
+      c.pause();
+      this.#res.once("drain", this.#onDrain);
+    }
+  }
+
+  onResponseEnd(): void {
+    const rest = this.#listener.end();
+    if (rest !== null) this.#res.end(rest);
+    else this.#res.end();
+    this.#finish();
+  }
+
+  onResponseError(_c: AnswerController, error: Error): void {
+    this.#finish(error);
+  }
+}
+
+/**
+ * Sends one POST over `dispatcher` and relays its answer into `res`; resolves
+ * (never rejects) once it is over: with the answer's status and null when the
+ * answer went through whole, with the ExchangeError that cut it otherwise
+ * (status 0: no answer came, nothing was written to the client).
+ */
+export function exchange(dispatcher: RequestDispatcher, res: AnswerSink, options: ExchangeOptions, listener: ExchangeListener): Promise<ExchangeResult> {
+  return new Promise<ExchangeResult>((settle) => {
+    const handler = new UpstreamExchange(res, options, listener, settle);
+    dispatcher.dispatch({ path: options.path, method: "POST", headers: options.headers, body: options.body }, handler);
+  });
 }

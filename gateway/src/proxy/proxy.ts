@@ -13,8 +13,8 @@ import type { EdgeRequest } from "../http1/edge-types.js";
 import type { Logger } from "pino";
 import type { GatewayConfig } from "../config/config.js";
 import { viaFor } from "../requests/via.js";
-import { exchange, type AnswerSink } from "./exchange.js";
-import { ExchangeError, type ExchangeReason } from "../fleet/upstream-errors.js";
+import { exchange, type AnswerSink, type ExchangeListener } from "./exchange.js";
+import type { ExchangeReason } from "../fleet/upstream-errors.js";
 import type { Fleet } from "../fleet/fleet.js";
 import { HttpError } from "../requests/openai.js";
 import type { Hangup, Scheduler } from "../fleet/scheduler.js";
@@ -70,9 +70,18 @@ export interface ProxyOutcome {
   readonly outcome: string;
 }
 
+/** The usual `Connection` values' lists, made once. */
+const KEEP_ALIVE: readonly string[] = ["keep-alive"];
+const CLOSE: readonly string[] = ["close"];
+
 /** The names a `Connection` header lists (hop-by-hop too, RFC 9110 §7.6.1), lower-case. */
-function connectionNames(value: string | string[] | undefined): string[] | null {
+function connectionNames(value: string | string[] | undefined): readonly string[] | null {
   if (value === undefined) return null;
+  if (typeof value === "string") {
+    const lower = value.toLowerCase();
+    if (lower === "keep-alive") return KEEP_ALIVE;
+    if (lower === "close") return CLOSE;
+  }
   return (Array.isArray(value) ? value.join(",") : value).toLowerCase().split(",").map((t) => t.trim());
 }
 
@@ -81,16 +90,16 @@ function upstreamHeaders(ctx: ProxyContext, call: ProxyCall, u: Upstream, rank: 
   const out: Record<string, string | string[]> = {};
   const headers = call.req.headers;
   const named = connectionNames(headers.connection);
+  // The upstream's own key replaces the client's; else, when clients authenticate to the gateway, their key is the gateway's and stays here.
+  const ownKey = u.apiKey !== null || ctx.clientKeys;
   for (const name in headers) {
     const value = headers[name];
     // The DP rank is the gateway's to choose (phase 2): a client's header never reaches the engine.
-    if (value === undefined || HOP_BY_HOP.has(name) || named?.includes(name) || name === RANK_HEADER) continue;
+    if (value === undefined || HOP_BY_HOP.has(name) || (named !== null && named.includes(name)) || name === RANK_HEADER || (ownKey && name === "authorization")) continue;
     out[name] = value;
   }
   if (rank !== null) out[RANK_HEADER] = String(rank);
-  // The upstream's own key; else, when clients authenticate to the gateway, their key is the gateway's and stays here.
   if (u.apiKey !== null) out.authorization = `Bearer ${u.apiKey}`;
-  else if (ctx.clientKeys) delete out.authorization;
   out["x-request-id"] = call.requestId;
   out.via = viaFor(call.req, ctx.via);
   if (call.headers !== undefined) {
@@ -153,53 +162,86 @@ export function proxy(ctx: ProxyContext, call: ProxyCall, first: Upstream, rank:
   return proxyTo(ctx, call, first, rank, once).finally(once);
 }
 
+/**
+ * One try of a call on one upstream, and what the exchange tells it: the
+ * client's head written from the upstream's, token timing on a stream, the
+ * first chunk reported. One object per try (the exchange's listener).
+ */
+class Attempt implements ExchangeListener {
+  readonly upstream: Upstream;
+  readonly #fleet: Fleet;
+  readonly #call: ProxyCall;
+  readonly #firstChunk: (() => void) | null;
+  /** When it was sent (performance.now()). */
+  readonly started = performance.now();
+  /** A stream's token timing (null: a whole answer). */
+  timing: TokenTiming | null = null;
+
+  constructor(fleet: Fleet, upstream: Upstream, call: ProxyCall, firstChunk: (() => void) | null) {
+    this.#fleet = fleet;
+    this.upstream = upstream;
+    this.#call = call;
+    this.#firstChunk = firstChunk;
+  }
+
+  written(): void {
+    this.#call.onSent?.(this.upstream);
+  }
+
+  head(status: number, answer: IncomingHttpHeaders): void {
+    const upstream = this.upstream;
+    upstream.firstByte.observe((performance.now() - this.started) / 1000);
+    this.#fleet.answered(upstream, status);
+    upstream.countStatus(status);
+    const res = this.#call.res;
+    res.writeHead(status, answerHeaders(answer, upstream, this.#call.requestId));
+    // A stream's head goes out at once; a whole answer's goes with its body, in one write.
+    const type = answer["content-type"];
+    if (typeof type === "string" && type.startsWith("text/event-stream")) {
+      res.flushHeaders();
+      this.timing = new TokenTiming(this.started, (gap) => upstream.itl.observe(gap));
+    }
+  }
+
+  data(chunk: Buffer): Buffer {
+    this.#firstChunk?.();
+    return this.timing === null ? chunk : this.timing.chunk(chunk);
+  }
+
+  end(): Buffer | null {
+    this.#firstChunk?.();
+    return this.timing === null ? null : this.timing.flush();
+  }
+}
+
 /** proxy()'s loop over the upstreams it may try; `firstChunk` is called at the answer's first chunk and its end. */
 async function proxyTo(ctx: ProxyContext, call: ProxyCall, first: Upstream, rank: number | null, firstChunk: (() => void) | null): Promise<ProxyOutcome> {
   const { fleet, scheduler, log } = ctx;
   const { res, hangup, tokens } = call;
-  const tried = new Set<Upstream>();
+  let tried: Set<Upstream> | null = null;
   let u = first;
   for (;;) {
-    tried.add(u);
     const upstream = u;
-    const started = performance.now();
-    let timing: TokenTiming | null = null;
-    const sent = exchange(upstream.exchanges, res, {
-      path: `${upstream.basePath}${call.req.url}`,
-      headers: upstreamHeaders(ctx, call, upstream, upstream === first ? rank : null),
-      body: call.body === undefined ? call.raw : call.body(upstream),
-      onWritten: call.onSent === undefined ? undefined : () => call.onSent!(upstream),
-      hangup,
-      connectMs: ctx.timeouts.connectMs,
-      firstByteMs: ctx.timeouts.firstByteMs,
-      idleMs: ctx.timeouts.idleMs,
-      maxMs: ctx.timeouts.maxStreamMs,
-      onHead: (status, answer) => {
-        upstream.firstByte.observe((performance.now() - started) / 1000);
-        fleet.answered(upstream, status);
-        upstream.countStatus(status);
-        res.writeHead(status, answerHeaders(answer, upstream, call.requestId));
-        // A stream's head goes out at once; a whole answer's goes with its body, in one write.
-        if (String(answer["content-type"] ?? "").startsWith("text/event-stream")) {
-          res.flushHeaders();
-          timing = new TokenTiming(started, (gap) => upstream.itl.observe(gap));
-        }
+    const attempt = new Attempt(fleet, upstream, call, firstChunk);
+    const { status, error } = await exchange(
+      upstream.exchanges,
+      res,
+      {
+        path: upstream.basePath === "" ? (call.req.url ?? "/") : `${upstream.basePath}${call.req.url}`,
+        headers: upstreamHeaders(ctx, call, upstream, upstream === first ? rank : null),
+        body: call.body === undefined ? call.raw : call.body(upstream),
+        hangup,
+        connectMs: ctx.timeouts.connectMs,
+        firstByteMs: ctx.timeouts.firstByteMs,
+        idleMs: ctx.timeouts.idleMs,
+        maxMs: ctx.timeouts.maxStreamMs,
       },
-      onData: (chunk) => {
-        firstChunk?.();
-        return timing === null ? chunk : (timing as TokenTiming).chunk(chunk);
-      },
-      onEnd: () => {
-        firstChunk?.();
-        return timing === null ? null : (timing as TokenTiming).flush();
-      },
-    });
-    let status: number;
-    try {
-      status = await sent.head;
-    } catch (error) {
-      fleet.release(upstream, tokens, upstream === first ? rank : null);
-      const failure = error instanceof ExchangeError ? error : new ExchangeError("error", true, { cause: error });
+      attempt,
+    );
+    fleet.release(upstream, tokens, upstream === first ? rank : null);
+    if (status === 0) {
+      // No answer came: nothing reached the client.
+      const failure = error!;
       if (hangup.aborted || failure.reason === "client_closed") {
         upstream.countStatus("aborted");
         return { status: 499, upstream, outcome: "client_closed" };
@@ -208,6 +250,7 @@ async function proxyTo(ctx: ProxyContext, call: ProxyCall, first: Upstream, rank
       fleet.gatewayFailure(upstream, failure.reason);
       const at = namingUpstream(upstream);
       if (!failure.delivered) {
+        (tried ??= new Set()).add(upstream);
         const next = scheduler.leastLoaded(tried);
         if (next !== null) {
           upstream.retriedAway++;
@@ -227,32 +270,33 @@ async function proxyTo(ctx: ProxyContext, call: ProxyCall, first: Upstream, rank
       if (failure.reason === "max_duration") throw new HttpError(504, `the upstream did not answer within timeouts.max_stream_ms (${ctx.timeouts.maxStreamMs} ms)`, "server_error", "stream_max_duration", at);
       throw new HttpError(502, `the upstream failed (${failure.reason})`, "server_error", "upstream_error", at);
     }
-    try {
-      await sent.end;
-    } catch (error) {
-      fleet.release(upstream, tokens, upstream === first ? rank : null);
-      const reason = error instanceof ExchangeError ? error.reason : "error";
-      upstream.e2e.observe((performance.now() - started) / 1000);
-      if (hangup.aborted || reason === "client_closed") return { status, upstream, outcome: "client_closed" };
-      upstream.countCut(reason === "reset" || reason === "closed" || reason === "error" ? "upstream_died" : reason);
-      if (reason !== "client_stalled" && UPSTREAM_FAULTS.has(reason)) fleet.gatewayFailure(upstream, reason);
-      // A stream the upstream cut (or that ran too long) ends with an error event its client can read; a client
-      // that stopped reading, or a whole answer cut midway (its JSON would be broken), loses its connection.
-      const stream = timing as TokenTiming | null;
-      if (stream !== null && reason !== "client_stalled" && !res.destroyed && !res.writableEnded) {
-        res.end(streamErrorEvent(reason, stream.atBoundary));
-        log.warn({ request_id: call.requestId, upstream: upstream.name, reason }, "stream cut short: ended with an SSE error event");
-      } else {
-        if (!res.writableEnded) res.destroy();
-        log.warn({ request_id: call.requestId, upstream: upstream.name, reason }, reason === "client_stalled" ? "the client stopped reading: its stream was cut and its upstream slot released" : "answer cut short: the client's connection was closed");
-      }
-      return { status, upstream, outcome: reason === "reset" || reason === "closed" || reason === "error" ? "stream_error" : reason };
-    }
-    fleet.release(upstream, tokens, upstream === first ? rank : null);
-    const seconds = (performance.now() - started) / 1000;
+    const seconds = (performance.now() - attempt.started) / 1000;
     upstream.e2e.observe(seconds);
+    if (error !== null) return cutShort(ctx, call, attempt, status, error.reason);
     // A whole answer's first token is its end; a stream without tokens likewise; an error answer has no tokens.
-    if (status < 300) upstream.ttft.observe((timing as TokenTiming | null)?.ttftSeconds ?? seconds);
+    if (status < 300) upstream.ttft.observe(attempt.timing?.ttftSeconds ?? seconds);
     return { status, upstream, outcome: "ok" };
   }
+}
+
+/**
+ * An answer cut after its head went out: a stream the upstream cut (or that
+ * ran too long) ends with an error event its client can read; a client that
+ * stopped reading, or a whole answer cut midway (its JSON would be broken),
+ * loses its connection.
+ */
+function cutShort(ctx: ProxyContext, call: ProxyCall, attempt: Attempt, status: number, reason: ExchangeReason): ProxyOutcome {
+  const { upstream, timing } = attempt;
+  const { res, hangup } = call;
+  if (hangup.aborted || reason === "client_closed") return { status, upstream, outcome: "client_closed" };
+  upstream.countCut(reason === "reset" || reason === "closed" || reason === "error" ? "upstream_died" : reason);
+  if (reason !== "client_stalled" && UPSTREAM_FAULTS.has(reason)) ctx.fleet.gatewayFailure(upstream, reason);
+  if (timing !== null && reason !== "client_stalled" && !res.destroyed && !res.writableEnded) {
+    res.end(streamErrorEvent(reason, timing.atBoundary));
+    ctx.log.warn({ request_id: call.requestId, upstream: upstream.name, reason }, "stream cut short: ended with an SSE error event");
+  } else {
+    if (!res.writableEnded) res.destroy();
+    ctx.log.warn({ request_id: call.requestId, upstream: upstream.name, reason }, reason === "client_stalled" ? "the client stopped reading: its stream was cut and its upstream slot released" : "answer cut short: the client's connection was closed");
+  }
+  return { status, upstream, outcome: reason === "reset" || reason === "closed" || reason === "error" ? "stream_error" : reason };
 }

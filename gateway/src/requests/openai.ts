@@ -167,9 +167,37 @@ function countChars(root: unknown, count: number, limit: number, param: string):
   return count;
 }
 
+/**
+ * countChars of a list of flat objects (each value a string, number, boolean
+ * or null: the usual chat messages) without its walk's stacks, or -1 for
+ * anything else (then the walk counts it). Stops once past `limit`.
+ */
+function flatListChars(list: unknown, limit: number): number {
+  if (!Array.isArray(list)) return -1;
+  let count = list.length + 2;
+  for (let i = 0; i < list.length && count <= limit; i++) {
+    const m = list[i] as Record<string, unknown> | null;
+    if (typeof m !== "object" || m === null || Array.isArray(m)) return -1;
+    for (const k in m) {
+      const v = m[k];
+      count += k.length + 4;
+      if (typeof v === "string") count += v.length;
+      else if (typeof v === "number" || typeof v === "boolean") count += String(v).length;
+      else if (v === null) count += 4;
+      else return -1;
+    }
+    count += 2;
+  }
+  return count;
+}
+
 /** Refuses (413) a chat whose messages, tools and documents hold more than `limit` characters; the walk stops at the limit. */
 function checkChatChars(b: Record<string, unknown>, limit: number): void {
   if (limit === Infinity) return;
+  // The usual chat (flat messages, no tools or documents) is counted in one pass; a count over the limit is
+  // counted again by the walk, which stops where its message says.
+  const flat = b.tools === undefined && b.documents === undefined ? flatListChars(b.messages, limit) : -1;
+  if (flat >= 0 && flat <= limit) return;
   let count = 0;
   for (const param of ["messages", "tools", "documents"] as const) {
     count = countChars(b[param], count, limit, param);

@@ -26,6 +26,12 @@ export interface RequestReader {
    * HttpError 499).
    */
   read(kind: "chat" | "completion", raw: Buffer, headers: Record<string, string | string[] | undefined>, signal?: ClientSignal): Promise<RoutedRequest>;
+  /**
+   * The same, at once, for a reader that tokenizes on the calling thread
+   * (throws the HttpError read() rejects with); absent on a pooled one.
+   * A request then costs no promise for its reading.
+   */
+  readonly readNow?: (kind: "chat" | "completion", raw: Buffer, headers: Record<string, string | string[] | undefined>) => RoutedRequest;
   /** Hands token ids back (pooled memory) once the caller is done. */
   release(ids: Uint32Array): void;
   /** Counters for /metrics. */
@@ -97,12 +103,20 @@ class InlineReader implements RequestReader {
   read(kind: "chat" | "completion", raw: Buffer, headers: Record<string, string | string[] | undefined>, signal?: ClientSignal): Promise<RoutedRequest> {
     if (signal?.aborted) return Promise.reject(new HttpError(499, "the client closed the request"));
     try {
+      return Promise.resolve(this.readNow(kind, raw, headers));
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  }
+
+  readNow(kind: "chat" | "completion", raw: Buffer, headers: Record<string, string | string[] | undefined>): RoutedRequest {
+    try {
       const request = readRequest(kind, raw, headers, this.#tokenizer, this.#lora, this.#limits);
       this.#completed++;
-      return Promise.resolve(request);
+      return request;
     } catch (error) {
       if (error instanceof HttpError) this.#refused++;
-      return Promise.reject(error);
+      throw error;
     }
   }
 
