@@ -56,7 +56,16 @@ describe("request heads: only what llhttp reads the same way", () => {
 
   it("a plain head is taken, its headers lower-cased and trimmed", () => {
     const head = parseRequestHead("POST /v1/chat/completions?x=1 HTTP/1.1\r\nHost: a\r\nX-Session-Id:  s1 \t\r\nContent-Length: 12\r\nConnection: close", takes);
-    expect(head).toEqual({ target: "/v1/chat/completions?x=1", path: "/v1/chat/completions", headers: Object.assign(Object.create(null), { host: "a", "x-session-id": "s1", "content-length": "12", connection: "close" }), contentLength: 12, close: true });
+    expect(head).toEqual({
+      target: "/v1/chat/completions?x=1",
+      path: "/v1/chat/completions",
+      headers: Object.assign(Object.create(null), { host: "a", "x-session-id": "s1", "content-length": "12", connection: "close" }),
+      contentLength: 12,
+      close: true,
+      names: ["host", "x-session-id", "content-length", "connection"],
+      // Each line's start and its end past its CRLF (the last one's CRLF is the blank line's first half).
+      lines: [40, 49, 49, 70, 70, 90, 90, 109],
+    });
   });
 
   it.each([
@@ -299,5 +308,132 @@ describe("the same answers whichever server path serves them", () => {
     const own = await answers("own");
     const node = await answers("node:http");
     expect(own).toEqual(node);
+  });
+});
+
+/** A raw engine: records each request's head lines and answers with `answer()`'s bytes. */
+async function rawEngine(answer: () => string): Promise<{ url: string; heads: string[] }> {
+  const { createServer } = await import("node:net");
+  const heads: string[] = [];
+  const server = createServer((socket) => {
+    socket.on("error", () => {});
+    let buf = "";
+    socket.on("data", (d) => {
+      buf += d.toString("latin1");
+      for (;;) {
+        const end = buf.indexOf("\r\n\r\n");
+        if (end < 0) return;
+        const length = Number(/\r\ncontent-length: *(\d+)/i.exec(buf.slice(0, end))?.[1] ?? 0);
+        if (buf.length < end + 4 + length) return;
+        const head = buf.slice(0, end);
+        buf = buf.slice(end + 4 + length);
+        if (!head.startsWith("POST")) {
+          socket.write("HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}");
+          continue;
+        }
+        heads.push(head);
+        socket.write(answer());
+      }
+    });
+  });
+  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+  open.push({ close: () => new Promise<void>((r) => server.close(() => r())) });
+  return { url: `http://127.0.0.1:${(server.address() as { port: number }).port}`, heads };
+}
+
+/** Header lines as a sorted list of `name: value` (lower-case names, values trimmed), less `leave`'s names. */
+function headerList(lines: string[], leave: readonly string[]): string[] {
+  return lines
+    .map((l) => [l.slice(0, l.indexOf(":")).toLowerCase(), l.slice(l.indexOf(":") + 1).trim()] as const)
+    .filter(([n]) => !leave.includes(n))
+    .map(([n, v]) => `${n}: ${v}`)
+    .sort();
+}
+
+describe("header lines passed on as they came, not rebuilt: what reaches each side is what rebuilding sends", () => {
+  const requestLines = fc.uniqueArray(
+    fc.tuple(
+      fc.constantFrom("x-session-id", "X-Custom", "authorization", "Authorization", "x-request-id", "via", "x-data-parallel-rank", "keep-alive", "proxy-authorization", "te", "trailer", "accept", "user-agent", "x-trtllm-subagent-affinity-id", "constructor", "connection"),
+      fc.constantFrom("v1", "Bearer client-key-123", "Bearer other", "1.1 upstream-proxy", "3", " spaced\t", "close", "keep-alive", "a, b", "trailers", ""),
+    ),
+    { maxLength: 7, selector: ([n]) => n.toLowerCase() },
+  );
+
+  it.each([
+    ["no keys", ""],
+    ["client keys and an upstream key", "auth: { api_keys: [client-key-123] }\n"],
+  ])("the request's headers reaching the engine (%s, random header sets)", async (_what, yaml) => {
+    const answer = () => 'HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}';
+    const engine = await rawEngine(answer);
+    const upstream = yaml === "" ? `  - ${engine.url}\n` : `  - { url: ${engine.url}, api_key: upstream-key }\n`;
+    const gateways: Gateway[] = [];
+    for (const serverPath of ["own", "node:http"] as const) {
+      const g = await createGateway(loadGatewayConfig({ file: { name: "g.yaml", text: `listen: { port: 0 }\nlogging: { level: silent }\nhealth: { interval_ms: 60000 }\nupstreams:\n${upstream}${yaml}` } }), { serverPath });
+      open.push(g);
+      gateways.push(g);
+    }
+    let compared = 0;
+    await fc.assert(
+      fc.asyncProperty(requestLines, async (lines) => {
+        const withKey = yaml === "" || lines.some(([n, v]) => n.toLowerCase() === "authorization" && v === "Bearer client-key-123") ? lines : [...lines, ["authorization", "Bearer client-key-123"] as [string, string]];
+        const body = chatBody("same");
+        const text = `POST /v1/chat/completions HTTP/1.1\r\nhost: g\r\n${withKey.map(([n, v]) => `${n}: ${v}\r\n`).join("")}content-length: ${body.length}\r\n\r\n${body}`;
+        const got: string[][] = [];
+        for (const g of gateways) {
+          const before = engine.heads.length;
+          const c = await rawConnection(g.url);
+          c.socket.write(text);
+          await c.until((t) => statuses(t).length > 0);
+          c.socket.destroy();
+          if (engine.heads.length === before) return; // refused before any engine (the same way through both: compared below)
+          got.push(engine.heads[engine.heads.length - 1]!.split("\r\n").slice(1));
+        }
+        if (got.length < 2) return;
+        compared++;
+        // Via differs by gateway (each has its own entry), and so does a request id each makes up; the rest must be the same header for header.
+        const given = withKey.find(([n]) => n.toLowerCase() === "x-request-id")?.[1].trim() ?? "";
+        const leave = /^[\x21-\x7e]{1,128}$/.test(given) ? ["via"] : ["via", "x-request-id"];
+        expect(headerList(got[0]!, leave)).toEqual(headerList(got[1]!, leave));
+        for (const lines of got) expect(lines.filter((l) => /^(via|x-request-id): /i.test(l))).toHaveLength(2);
+      }),
+      { seed: 7, numRuns: 60 },
+    );
+    expect(compared).toBeGreaterThan(30);
+  });
+
+  it("the answer's headers reaching the client: hop-by-hop ones and those its Connection names dropped, duplicates kept, the length as the upstream gave it", async () => {
+    const answers = [
+      "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: keep-alive\r\nKeep-Alive: timeout=5\r\nX-Engine: a\r\nSet-Cookie: a=1\r\nSet-Cookie: b=2\r\nContent-Length: 2\r\n\r\n{}",
+      "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nconnection: x-secret, keep-alive\r\nx-secret: s\r\nproxy-authenticate: Basic\r\ncontent-length: 5, 5\r\n\r\n{\"a\":1}".replace('{"a":1}', "{\"a\":}").slice(0, -1) + "1}",
+      "HTTP/1.1 201 Created\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\nx-a:  spaced  \r\ntrailer: x-t\r\nupgrade: h2c\r\n\r\n5\r\ndata:\r\n0\r\n\r\n",
+      "HTTP/1.1 200 OK\r\nDate: Thu, 01 Jan 2026 00:00:00 GMT\r\nServer: uvicorn\r\ncontent-length: 2\r\n\r\n{}",
+    ];
+    let next = 0;
+    const engine = await rawEngine(() => answers[Math.floor(next++ / 2) % answers.length]!);
+    const got: { status: number; headers: string[]; body: string }[][] = [[], []];
+    const gateways: Gateway[] = [];
+    for (const serverPath of ["own", "node:http"] as const) {
+      const g = await createGateway(loadGatewayConfig({ file: { name: "g.yaml", text: `listen: { port: 0 }\nlogging: { level: silent }\nhealth: { interval_ms: 60000 }\nupstreams:\n  - ${engine.url}\n` } }), { serverPath });
+      open.push(g);
+      gateways.push(g);
+    }
+    for (let i = 0; i < answers.length; i++) {
+      for (const [k, g] of gateways.entries()) {
+        const c = await rawConnection(g.url);
+        c.socket.write(chatRequest("q", "x-request-id: fixed\r\n"));
+        const text = await c.until((t) => /\r\n\r\n/.test(t) && (/\r\n0\r\n\r\n$/.test(t) || /content-length: (\d+)/i.test(t)), 3000);
+        c.socket.destroy();
+        const [head, ...rest] = text.split("\r\n\r\n");
+        const lines = head!.split("\r\n");
+        got[k]!.push({ status: Number(lines[0]!.split(" ")[1]), headers: headerList(lines.slice(1), ["date", "x-adp-upstream-name", "transfer-encoding", "content-length"]), body: rest.join("\r\n\r\n") });
+      }
+    }
+    expect(got[0]).toEqual(got[1]);
+    // What the rule drops is dropped, what it keeps is kept.
+    const own = got[0]!.map((a) => a.headers.join("\n")).join("\n");
+    expect(own).not.toMatch(/x-secret|proxy-authenticate|trailer|upgrade|keep-alive: timeout=5/);
+    expect(own).toMatch(/set-cookie: a=1\nset-cookie: b=2/);
+    expect(own).toMatch(/x-a: spaced/);
+    expect(own).toMatch(/server: uvicorn/);
   });
 });

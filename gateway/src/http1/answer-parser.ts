@@ -17,6 +17,22 @@ import type { IncomingHttpHeaders } from "node:http";
 import { isBlank, isFieldValue, TCHAR } from "./grammar.js";
 import { Http1Error } from "./http1-error.js";
 
+/**
+ * A final head's lines as they came, on its headers object under this key
+ * (a symbol: invisible to iteration): its latin1 text, each header's
+ * lower-case name, and each line's start and end with its CRLF in the text,
+ * two numbers a line. Lines a strict parser took, so a proxy may pass them
+ * on as they are.
+ */
+export const HEAD_LINES: unique symbol = Symbol("adp.headLines");
+
+/** What HEAD_LINES holds. */
+export interface HeadLines {
+  readonly text: string;
+  readonly names: readonly string[];
+  readonly lines: readonly number[];
+}
+
 /** The most bytes a head (status line and headers), a chunk-size line or the trailers may take. */
 export const MAX_HEAD_BYTES = 16 * 1024;
 
@@ -193,6 +209,8 @@ export class AnswerParser {
     }
     // No prototype: a header named __proto__ or constructor is a header like any other.
     const headers = Object.create(null) as IncomingHttpHeaders;
+    const names: string[] = [];
+    const spans: number[] = [];
     for (let at = statusEnd + 2; at < text.length; ) {
       let end = text.indexOf("\r\n", at);
       if (end < 0) end = text.length;
@@ -215,6 +233,8 @@ export class AnswerParser {
       if (before === undefined) headers[name] = value;
       else if (Array.isArray(before)) before.push(value);
       else (headers as Record<string, string | string[]>)[name] = [before, value];
+      names.push(name);
+      spans.push(at, end + 2);
       at = end + 2;
     }
     if (code < 100) throw new Http1Error("ADP_ANSWER_INVALID", "an answer's status is below 100");
@@ -223,6 +243,7 @@ export class AnswerParser {
       this.#parts.head(code, headers);
       return; // informational: the final head follows, in State.Head still
     }
+    (headers as { [HEAD_LINES]?: HeadLines })[HEAD_LINES] = { text: text.endsWith("\r\n") ? text : `${text}\r\n`, names, lines: spans };
     const http10 = minor === 0x30;
     const connection = headers.connection as string | string[] | undefined;
     // The usual values compared as they are; anything else read as a list.

@@ -18,7 +18,9 @@ import type { IncomingHttpHeaders } from "node:http";
 import { AnswerParser } from "./answer-parser.js";
 import { isFieldValue, isToken } from "./grammar.js";
 import { Http1Error } from "./http1-error.js";
-import { writeJoined } from "./joined-write.js";
+import { writeRequest, type ForwardedLines } from "./joined-write.js";
+
+export type { ForwardedLines } from "./joined-write.js";
 
 /** One request for {@link RequestDispatcher.dispatch}. */
 export interface RequestOptions {
@@ -26,6 +28,13 @@ export interface RequestOptions {
   readonly method: string;
   readonly headers: Readonly<Record<string, string | string[]>>;
   readonly body?: Buffer | null | undefined;
+  /**
+   * Header lines passed on as they came, before `headers`' (this pool only):
+   * `lines` holds each line's start and its end with its CRLF in `bytes`, two
+   * numbers a line. The caller vouches for them: lines a strict parser took
+   * (http1/request-head.ts), none of them framing.
+   */
+  readonly forward?: ForwardedLines | undefined;
 }
 
 /** What a handler may do to its request while it runs. */
@@ -75,8 +84,11 @@ function requestHead(options: RequestOptions, host: string, bodyLength: number):
     if (typeof value === "string") head += headerLine(name, value);
     else for (const v of value) head += headerLine(name, v);
   }
-  return options.method === "GET" && bodyLength === 0 ? `${head}\r\n` : `${head}content-length: ${bodyLength}\r\n\r\n`;
+  return head;
 }
+
+/** The head's end: its length (a GET without a body has none) and the blank line. */
+const headEnd = (method: string, bodyLength: number) => (method === "GET" && bodyLength === 0 ? "\r\n" : `content-length: ${bodyLength}\r\n\r\n`);
 
 /** One header line; throws an Http1Error for a value that would break the head. */
 function headerLine(name: string, value: string): string {
@@ -87,7 +99,10 @@ function headerLine(name: string, value: string): string {
 /** One request in a pool: its handler and where it is. */
 class Call implements AnswerController {
   readonly handler: AnswerHandler;
+  /** Its head up to the lines passed on, those lines, and its end. */
   readonly head: string;
+  readonly forward: ForwardedLines | null;
+  readonly end: string;
   readonly body: Buffer | null;
   connection: Connection | null = null;
   /** Whether its first byte was written. */
@@ -95,9 +110,11 @@ class Call implements AnswerController {
   /** Whether its handler heard its end, error or abort (nothing more is said to it). */
   ended = false;
 
-  constructor(handler: AnswerHandler, head: string, body: Buffer | null) {
+  constructor(handler: AnswerHandler, head: string, forward: ForwardedLines | null, end: string, body: Buffer | null) {
     this.handler = handler;
     this.head = head;
+    this.forward = forward;
+    this.end = end;
     this.body = body;
   }
 
@@ -190,7 +207,7 @@ class Connection {
     call.written = true;
     this.#flushed = false;
     this.#writing = call;
-    writeJoined(this.socket, call.head, call.body, this.#onFlushed);
+    writeRequest(this.socket, call.head, call.forward, call.end, call.body, this.#onFlushed);
   }
 
   #onData(d: Buffer): void {
@@ -336,10 +353,10 @@ export class Http1Pool implements RequestDispatcher {
       if (this.#closed) throw new Http1Error("ADP_POOL_CLOSED", "the upstream's connection pool is closed");
       head = requestHead(options, this.#hostHeader, body === null ? 0 : body.length);
     } catch (error) {
-      new Call(handler, "", null).fail(error as Error);
+      new Call(handler, "", null, "", null).fail(error as Error);
       return false;
     }
-    const call = new Call(handler, head, body);
+    const call = new Call(handler, head, options.forward ?? null, headEnd(options.method, body === null ? 0 : body.length), body);
     (this.#take() ?? this.#open()).start(call);
     return true;
   }

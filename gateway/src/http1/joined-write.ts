@@ -9,18 +9,57 @@ import type { Socket } from "node:net";
 /** Bodies up to this size are copied beside their head; larger ones are written as they are. */
 const JOIN_BYTES = 16 * 1024;
 
+/** Header lines passed on as they came: each line's start and its end with its CRLF in `bytes`, two numbers a line. */
+export interface ForwardedLines {
+  readonly bytes: Buffer;
+  readonly lines: readonly number[];
+}
+
+/** Buffer's own latin1 writer: what `buf.write(text, at, "latin1")` calls once it has read its arguments. */
+const latin1Write = (Buffer.prototype as unknown as { latin1Write(this: Buffer, text: string, offset: number, length: number): number }).latin1Write;
+
+/** Writes `text` as latin1 into `out` at `at`; returns the bytes written. */
+const putLatin1 = (out: Buffer, text: string, at: number): number => latin1Write.call(out, text, at, text.length);
+
 /** Writes `head` (latin1) then `body` on `socket`; `done` is called once both reached the kernel. Returns what `write` returned. */
 export function writeJoined(socket: Socket, head: string, body: Buffer | null, done?: () => void): boolean {
   if (body === null || body.length === 0) return socket.write(head, "latin1", done);
   if (body.length <= JOIN_BYTES) {
     const joined = Buffer.allocUnsafe(head.length + body.length);
-    joined.write(head, 0, "latin1");
+    putLatin1(joined, head, 0);
     body.copy(joined, head.length);
     return socket.write(joined, done);
   }
   socket.cork();
   socket.write(head, "latin1");
   const more = socket.write(body, done);
+  socket.uncork();
+  return more;
+}
+
+/**
+ * Writes a request: `head`, the forwarded lines copied from their bytes,
+ * `end` (the length and the blank line), then `body`; one buffer when the
+ * body is small (head and lines are always copied together: they are small).
+ */
+export function writeRequest(socket: Socket, head: string, forward: ForwardedLines | null, end: string, body: Buffer | null, done: () => void): boolean {
+  if (forward === null) return writeJoined(socket, head + end, body, done);
+  const lines = forward.lines;
+  let linesBytes = 0;
+  for (let i = 0; i < lines.length; i += 2) linesBytes += lines[i + 1]! - lines[i]!;
+  const bodyLength = body === null ? 0 : body.length;
+  const joined = bodyLength <= JOIN_BYTES;
+  const out = Buffer.allocUnsafe(head.length + linesBytes + end.length + (joined ? bodyLength : 0));
+  let at = putLatin1(out, head, 0);
+  for (let i = 0; i < lines.length; i += 2) at += forward.bytes.copy(out, at, lines[i]!, lines[i + 1]!);
+  at += putLatin1(out, end, at);
+  if (joined) {
+    if (body !== null) body.copy(out, at);
+    return socket.write(out, done);
+  }
+  socket.cork();
+  socket.write(out);
+  const more = socket.write(body!, done);
   socket.uncork();
   return more;
 }

@@ -28,6 +28,10 @@ export interface RequestHead {
   readonly contentLength: number;
   /** Whether the client asked to close the connection after the answer (`Connection: close`). */
   readonly close: boolean;
+  /** Each header's lower-case name, in the order sent. */
+  readonly names: readonly string[];
+  /** Where each header's line is in the head: its start and its end with its CRLF, two numbers a line (what is passed on as it came). */
+  readonly lines: readonly number[];
 }
 
 /** The request line's start every head taken has. */
@@ -68,6 +72,8 @@ export function parseRequestHead(text: string, takes: (path: string) => boolean)
   const path = query < 0 ? target : text.slice(from, query);
   if (!takes(path)) return null;
   const headers = Object.create(null) as Record<string, string>;
+  const names: string[] = [];
+  const lines: number[] = [];
   let count = 0;
   let contentLength = -1;
   let close = false;
@@ -95,6 +101,8 @@ export function parseRequestHead(text: string, takes: (path: string) => boolean)
     if (headers[name] !== undefined || ++count > MAX_HEADERS) return null;
     const value = text.slice(start, end);
     headers[name] = value;
+    names.push(name);
+    lines.push(at, lineEnd + 2);
     switch (name) {
       case "content-length":
         contentLength = lengthOf(value);
@@ -114,7 +122,7 @@ export function parseRequestHead(text: string, takes: (path: string) => boolean)
   }
   // HTTP/1.1 needs a Host (node:http answers its absence 400); a body this path reads needs its length.
   if (contentLength < 0 || headers.host === undefined) return null;
-  return { target, path, headers, contentLength, close };
+  return { target, path, headers, contentLength, close, names, lines };
 }
 
 /** A Content-Length's value: 1 to 15 digits, or -1. */

@@ -49,16 +49,21 @@ export interface ServerPath {
   forget(connection: ServerConnection): void;
 }
 
-/** A request read by the server path. */
+/** A request read by the server path: its head as parsed, and the head's bytes (its header lines can be passed on as they came). */
 export class Http1Request implements EdgeRequest {
   readonly method = "POST";
   readonly complete = true;
   readonly url: string;
   readonly headers: IncomingHttpHeaders;
+  readonly head: RequestHead;
+  /** The head's bytes (what `head.lines` point into). */
+  readonly headBytes: Buffer;
 
-  constructor(head: RequestHead) {
+  constructor(head: RequestHead, headBytes: Buffer) {
     this.url = head.target;
     this.headers = head.headers as IncomingHttpHeaders;
+    this.head = head;
+    this.headBytes = headBytes;
   }
 }
 
@@ -81,8 +86,9 @@ export class ServerConnection implements ResponseOwner {
   #store: Buffer | null = null;
   /** How far `#held` was searched for a head's end. */
   #scanned = 0;
-  /** The request whose body is being read. */
+  /** The request whose body is being read, and its head's bytes. */
   #head: RequestHead | null = null;
+  #headBytes: Buffer | null = null;
   #body: Buffer | null = null;
   #bodyAt = 0;
   /** When the request being read began (its first byte; the connection's start for its first request), or the connection went idle. */
@@ -178,6 +184,7 @@ export class ServerConnection implements ResponseOwner {
     const start = end + 4;
     const stop = start + head.contentLength;
     this.#head = head;
+    this.#headBytes = bytes.subarray(0, end + 2);
     if (bytes.length >= stop) {
       // The whole request came: its body is a view of what was read, no copy.
       this.#held = stop < bytes.length ? bytes.subarray(stop) : null;
@@ -195,13 +202,15 @@ export class ServerConnection implements ResponseOwner {
   /** Serves the request read. */
   #dispatch(body: Buffer): void {
     const head = this.#head!;
+    const headBytes = this.#headBytes!;
     this.#head = null;
+    this.#headBytes = null;
     this.#body = null;
     this.#phase = Phase.Serving;
     this.#reading = false;
     const res = new Http1Response(this.socket, this, head.close || this.#closing);
     this.#response = res;
-    this.#path.serve(new Http1Request(head), res, body);
+    this.#path.serve(new Http1Request(head, headBytes), res, body);
   }
 
   /** An answer ended: the connection closes after it, or reads the next request. */
@@ -241,7 +250,7 @@ export class ServerConnection implements ResponseOwner {
   }
 
   #close(): void {
-    if (this.#phase === Phase.Body) this.#path.abandoned(new Http1Request(this.#head!));
+    if (this.#phase === Phase.Body) this.#path.abandoned(new Http1Request(this.#head!, this.#headBytes!));
     this.#phase = Phase.Done;
     this.#held = null;
     this.#store = null;
@@ -285,7 +294,7 @@ export class ServerConnection implements ResponseOwner {
   }
 
   #timeOut(): void {
-    if (this.#phase === Phase.Body) this.#path.abandoned(new Http1Request(this.#head!));
+    if (this.#phase === Phase.Body) this.#path.abandoned(new Http1Request(this.#head!, this.#headBytes!));
     this.#phase = Phase.Done;
     this.#held = null;
     this.#body = null;

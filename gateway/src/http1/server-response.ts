@@ -10,6 +10,7 @@ import type { Socket } from "node:net";
 import type { EdgeResponse } from "./edge-types.js";
 import { isFieldValue, isToken } from "./grammar.js";
 import { writeJoined } from "./joined-write.js";
+import type { HeadLines } from "./answer-parser.js";
 
 /** What an answer tells the connection it is written on. */
 export interface ResponseOwner {
@@ -131,6 +132,32 @@ export class Http1Response implements EdgeResponse {
     this.#status = status;
     this.#length = length;
     this.#dated = dated;
+    this.#head = head;
+    this.headersSent = true;
+    return this;
+  }
+
+  /**
+   * Writes the head from an upstream's head lines passed on as they came
+   * (`kept`: each line's start and end in `lines.text`, two numbers a line;
+   * lines a strict parser took, not checked again), then `own`'s headers
+   * (checked). Headers set before are written unless `own` or a kept line
+   * has their name. Otherwise as writeHead.
+   */
+  writeHeadPassing(status: number, lines: HeadLines, kept: readonly number[], keptNames: readonly string[], own: Readonly<Record<string, string>>): this {
+    if (this.headersSent) throw Object.assign(new Error("Cannot write headers after they are sent to the client"), { code: "ERR_HTTP_HEADERS_SENT" });
+    let head = `HTTP/1.1 ${status} ${STATUS_CODES[status] ?? "unknown"}\r\n`;
+    const text = lines.text;
+    for (let i = 0; i < kept.length; i += 2) head += text.slice(kept[i], kept[i + 1]);
+    let length = keptNames.includes("content-length");
+    for (const name in own) {
+      if (name === "content-length") length = true;
+      head += this.#line(name, own[name]!);
+    }
+    if (this.#set !== null) for (const [name, value] of this.#set) if (own[name] === undefined && !keptNames.includes(name)) head += `${name}: ${value}\r\n`;
+    this.#status = status;
+    this.#length = length;
+    this.#dated = keptNames.includes("date");
     this.#head = head;
     this.headersSent = true;
     return this;

@@ -23,7 +23,7 @@
 // a proxied request allocates little, which is most of what it costs.
 
 import type { IncomingHttpHeaders } from "node:http";
-import type { AnswerController, AnswerHandler, RequestDispatcher } from "../http1/http1-pool.js";
+import type { AnswerController, AnswerHandler, ForwardedLines, RequestDispatcher } from "../http1/http1-pool.js";
 import type { Hangup } from "../fleet/scheduler.js";
 import { ExchangeError, reasonOf, type ExchangeReason } from "../fleet/upstream-errors.js";
 import { Deadlines, type Expiring } from "./deadlines.js";
@@ -49,6 +49,8 @@ export interface AnswerSink {
 export interface ExchangeOptions {
   readonly path: string;
   readonly headers: Record<string, string | string[]>;
+  /** The client's header lines passed on as they came, before `headers` (the own pool only); null: `headers` are all. */
+  readonly forward: ForwardedLines | null;
   readonly body: Buffer;
   /** The client's hang-up: it aborts the exchange whenever it comes. */
   readonly hangup: Hangup;
@@ -218,6 +220,7 @@ class UpstreamExchange implements AnswerHandler, Expiring {
 export function exchange(dispatcher: RequestDispatcher, res: AnswerSink, options: ExchangeOptions, listener: ExchangeListener): Promise<ExchangeResult> {
   return new Promise<ExchangeResult>((settle) => {
     const handler = new UpstreamExchange(res, options, listener, settle);
-    dispatcher.dispatch({ path: options.path, method: "POST", headers: options.headers, body: options.body }, handler);
+    const forward = options.forward;
+    dispatcher.dispatch(forward === null ? { path: options.path, method: "POST", headers: options.headers, body: options.body } : { path: options.path, method: "POST", headers: options.headers, body: options.body, forward }, handler);
   });
 }

@@ -10,6 +10,10 @@
 
 import type { IncomingHttpHeaders } from "node:http";
 import type { EdgeRequest } from "../http1/edge-types.js";
+import { Http1Pool, type ForwardedLines } from "../http1/http1-pool.js";
+import { Http1Request } from "../http1/server-connection.js";
+import { Http1Response } from "../http1/server-response.js";
+import { HEAD_LINES, type HeadLines } from "../http1/answer-parser.js";
 import type { Logger } from "pino";
 import type { GatewayConfig } from "../config/config.js";
 import { viaFor } from "../requests/via.js";
@@ -112,6 +116,38 @@ function upstreamHeaders(ctx: ProxyContext, call: ProxyCall, u: Upstream, rank: 
   return out;
 }
 
+/**
+ * The client's header lines passed on as they came (no header object to
+ * rebuild, no head to re-check): for a request the own server path read
+ * (its lines a strict parser took) going to an upstream on the own HTTP/1.1
+ * pool, with no header a disaggregated phase sets. The lines dropped are
+ * upstreamHeaders' (hop-by-hop ones, the rank, the client's key where the
+ * gateway keeps it) and those the gateway sets below (its request id, Via);
+ * test/gateway/http1-server.test.ts compares the two. Null otherwise.
+ */
+function forwardedLines(ctx: ProxyContext, call: ProxyCall, u: Upstream): ForwardedLines | null {
+  const req = call.req;
+  if (!(req instanceof Http1Request) || call.headers !== undefined || !(u.exchanges instanceof Http1Pool)) return null;
+  const { names, lines } = req.head;
+  const named = connectionNames(req.headers.connection);
+  const ownKey = u.apiKey !== null || ctx.clientKeys;
+  const kept: number[] = [];
+  for (let i = 0; i < names.length; i++) {
+    const name = names[i]!;
+    if (HOP_BY_HOP.has(name) || (named !== null && named.includes(name)) || name === RANK_HEADER || (ownKey && name === "authorization") || name === "x-request-id" || name === "via") continue;
+    kept.push(lines[2 * i]!, lines[2 * i + 1]!);
+  }
+  return { bytes: req.headBytes, lines: kept };
+}
+
+/** The headers the gateway sets beside forwarded lines: the rank, the upstream's key, the request id, this hop. */
+function gatewayHeaders(ctx: ProxyContext, call: ProxyCall, u: Upstream, rank: number | null): Record<string, string> {
+  const out: Record<string, string> = { "x-request-id": call.requestId, via: viaFor(call.req, ctx.via) };
+  if (rank !== null) out[RANK_HEADER] = String(rank);
+  if (u.apiKey !== null) out.authorization = `Bearer ${u.apiKey}`;
+  return out;
+}
+
 /** The answer's headers for the client: the upstream's, less hop-by-hop ones and those its `Connection` names, with the gateway's own. */
 function answerHeaders(answer: IncomingHttpHeaders, u: Upstream, requestId: string): Record<string, string | string[]> {
   const headers: Record<string, string | string[]> = {};
@@ -128,6 +164,30 @@ function answerHeaders(answer: IncomingHttpHeaders, u: Upstream, requestId: stri
   headers["x-adp-upstream-name"] = u.name;
   headers["x-request-id"] = requestId;
   return headers;
+}
+
+/**
+ * Writes the client's head from the upstream's lines as they came (the own
+ * pool's answer to the own server path's request): answerHeaders' choice of
+ * lines, kept as they are instead of rebuilt (test/gateway/http1-server.test.ts
+ * compares the two).
+ */
+function passHead(res: Http1Response, status: number, answer: IncomingHttpHeaders, lines: HeadLines, u: Upstream, requestId: string): void {
+  const named = connectionNames(answer.connection);
+  const kept: number[] = [];
+  const keptNames: string[] = [];
+  const { names, lines: spans } = lines;
+  for (let i = 0; i < names.length; i++) {
+    const name = names[i]!;
+    if (HOP_BY_HOP.has(name) || (named !== null && named.includes(name))) continue;
+    kept.push(spans[2 * i]!, spans[2 * i + 1]!);
+    keptNames.push(name);
+  }
+  const own: Record<string, string> = { "x-adp-upstream": String(u.index), "x-adp-upstream-name": u.name, "x-request-id": requestId };
+  // The body is passed on byte for byte, so the upstream's length stands (as answerHeaders keeps it).
+  const length = answer["content-length"];
+  if (typeof length === "string" && answer["transfer-encoding"] === undefined) own["content-length"] = length;
+  res.writeHeadPassing(status, lines, kept, keptNames, own);
 }
 
 /** The SSE error event ending a stream cut short, then `[DONE]` (what vLLM's servers send when a stream fails). */
@@ -194,7 +254,9 @@ class Attempt implements ExchangeListener {
     this.#fleet.answered(upstream, status);
     upstream.countStatus(status);
     const res = this.#call.res;
-    res.writeHead(status, answerHeaders(answer, upstream, this.#call.requestId));
+    const lines = (answer as { [HEAD_LINES]?: HeadLines })[HEAD_LINES];
+    if (lines !== undefined && res instanceof Http1Response) passHead(res, status, answer, lines, upstream, this.#call.requestId);
+    else res.writeHead(status, answerHeaders(answer, upstream, this.#call.requestId));
     // A stream's head goes out at once; a whole answer's goes with its body, in one write.
     const type = answer["content-type"];
     if (typeof type === "string" && type.startsWith("text/event-stream")) {
@@ -223,12 +285,15 @@ async function proxyTo(ctx: ProxyContext, call: ProxyCall, first: Upstream, rank
   for (;;) {
     const upstream = u;
     const attempt = new Attempt(fleet, upstream, call, firstChunk);
+    const forward = forwardedLines(ctx, call, upstream);
+    const tryRank = upstream === first ? rank : null;
     const { status, error } = await exchange(
       upstream.exchanges,
       res,
       {
         path: upstream.basePath === "" ? (call.req.url ?? "/") : `${upstream.basePath}${call.req.url}`,
-        headers: upstreamHeaders(ctx, call, upstream, upstream === first ? rank : null),
+        headers: forward === null ? upstreamHeaders(ctx, call, upstream, tryRank) : gatewayHeaders(ctx, call, upstream, tryRank),
+        forward,
         body: call.body === undefined ? call.raw : call.body(upstream),
         hangup,
         connectMs: ctx.timeouts.connectMs,
