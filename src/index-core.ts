@@ -172,15 +172,30 @@ export class IndexCore {
 
   /** Matches the first `count` block keys (safe integers, or u64 words); the result is then in `result()`. */
   matchKeys(keys: Float64Array | Uint32Array, count: number, seed: readonly [number, number]): void {
+    this.#matchPieces(count, seed, (from, n) => this.#putKeys(keys, from, n));
+  }
+
+  /** Matches the first `count` blocks given by their hashes (from blockHashes): matchTokens without hashing again. */
+  matchHashes(words: Uint32Array, count: number, seed: readonly [number, number]): void {
+    this.#matchPieces(count, seed, (from, n) => this.#putHashes(words, from, n));
+  }
+
+  /** Matches `count` blocks piece by piece, `put(from, n)` writing each piece's block hashes into the scratch. */
+  #matchPieces(count: number, seed: readonly [number, number], put: (from: number, n: number) => void): void {
     const ex = this.ex;
     const { pieceBlocks, hashesAt } = this.#layout;
     ex.indexMatchBegin(seed[0], seed[1]);
     for (let from = 0; from < count; from += pieceBlocks) {
       const n = Math.min(pieceBlocks, count - from);
-      this.#putKeys(keys, from, n);
+      put(from, n);
       if (ex.indexMatchFeed(0, this.#at + hashesAt, n) === 0) break;
     }
     ex.indexMatchEnd(this.#at);
+  }
+
+  /** Copies the hashes of blocks [from, from + n) of `words` into the scratch's hash piece. */
+  #putHashes(words: Uint32Array, from: number, n: number): void {
+    this.#u32().set(words.subarray(2 * from, 2 * (from + n)), (this.#at + this.#layout.hashesAt) >>> 2);
   }
 
   /** Inserts the full blocks of the first `length` tokens into `rank`'s view; returns the tokens of them it held before. */
@@ -227,7 +242,7 @@ export class IndexCore {
 
   /** Inserts `count` blocks given by their hashes (from blockHashes) into `rank`'s view: the same change as inserting their tokens, and the same return. */
   insertHashes(rank: number, words: Uint32Array, count: number, seed: readonly [number, number]): number {
-    this.#insertPieces(rank, count, seed, (from, n) => this.#u32().set(words.subarray(2 * from, 2 * (from + n)), (this.#at + this.#layout.hashesAt) >>> 2));
+    this.#insertPieces(rank, count, seed, (from, n) => this.#putHashes(words, from, n));
     return count && this.ex.indexInsertFound() * this.#tpb;
   }
 

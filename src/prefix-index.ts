@@ -290,6 +290,13 @@ export class PrefixIndex {
     return this.#live().blockHashes(tokens);
   }
 
+  /** @internal Like {@link matchInto} (a Uint32Array `out`) for a prompt given by its first `count` block hashes (from `blockHashes`): its tokens are not hashed again. */
+  matchHashesInto(out: Uint32Array, words: Uint32Array, count: number, ns?: PrefixNamespace | null): void {
+    const core = this.#live();
+    core.matchHashes(words, Math.min(count, words.length >>> 1), namespaceSeed(ns));
+    out.set(core.result());
+  }
+
   /** @internal Inserts blocks given by their hashes (from `blockHashes`) into `rank`'s view, in namespace `ns`; returns what {@link insert} of their tokens would. */
   insertBlockHashes(rank: number, words: Uint32Array, ns?: PrefixNamespace | null): number {
     const core = this.#live();

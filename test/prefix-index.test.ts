@@ -215,4 +215,26 @@ describe("block hashes (how gateway replicas share learned prompts)", () => {
     }
     expect(b.insertBlockHashes(0, a.blockHashes(longer))).toBe(40);
   });
+
+  it("matching by block hashes is matching by tokens: any prefix of the hashes, over pieces, in its namespace, never past the hashes given", () => {
+    for (const [tpb, n] of [[4, 37], [32, 5000], [16, 100_000]] as const) {
+      const index = createPrefixIndex({ numRanks: 3, tokensPerBlock: tpb });
+      const tokens = Uint32Array.from({ length: n }, (_, i) => (i * 2654435761) >>> 0);
+      index.insert(0, tokens.subarray(0, Math.floor(n / 2)), { loraTaskId: 7 });
+      index.insert(2, tokens, { loraTaskId: 7 });
+      index.insert(1, tokens);
+      const hashes = index.blockHashes(tokens);
+      const blocks = hashes.length / 2;
+      const out = new Uint32Array(3);
+      for (const count of [0, 1, Math.floor(blocks / 3), blocks - 1, blocks]) {
+        for (const ns of [{ loraTaskId: 7 }, null]) {
+          index.matchHashesInto(out, hashes, count, ns);
+          expect([...out]).toEqual(index.match(tokens.subarray(0, count * tpb), ns));
+        }
+      }
+      // A count past the hashes given is the hashes given.
+      index.matchHashesInto(out, hashes.subarray(0, 4), blocks);
+      expect([...out]).toEqual(index.match(tokens.subarray(0, 2 * tpb)));
+    }
+  });
 });

@@ -67,9 +67,46 @@ describe("index update sources", () => {
     live = [false, false];
     expect(state.engineMatch(1, Uint32Array.of(1, 2, 3, 4, 9), {})).toBeNull();
     state.route({ rankStates: [{ numActiveRequests: 0, numActiveTokens: 0 }, { numActiveRequests: 0, numActiveTokens: 0 }], maxNumActiveRequests: 8, requests: [{ id: 2, tokens: Uint32Array.of(1, 2, 3, 4, 9) }] });
-    expect(routeLog().input.requests[0]!.prefixMatches).toBeUndefined();
+    // (the gateway's own view, matched by the prompt's block hashes made once: what the router's own probe finds)
+    expect([...(routeLog().input.requests[0]!.prefixMatches as Uint32Array)]).toEqual(state.router.prefixIndex!.match([1, 2, 3, 4]));
     state.update(1, { kind: "cleared", dpRank: 1 });
     expect([...views.view(1)!.match([1, 2, 3, 4])]).toEqual([0, 0]);
     expect(log.map((e) => e.op)).toEqual(["kv-events", "route", "route", "clear"]);
+  });
+});
+
+describe("a prompt hashed once per batch", () => {
+  it("routes and learns as the router's own probe and an insert of its tokens do: the same decisions, the same state byte for byte (random batches, fixed seed)", () => {
+    const text = "routing: { tokens_per_block: 4 }\nupstreams:\n  - http://127.0.0.1:9\n  - http://127.0.0.1:10\n  - http://127.0.0.1:11\n";
+    const config = loadGatewayConfig({ file: { name: "g.yaml", text } });
+    const state = new RoutingState(createGatewayRouter(config));
+    const plain = createGatewayRouter(config);
+    // A small LCG: prompts share system prefixes and earlier turns, so matches are many and partial.
+    let seed = 12345;
+    const next = (n: number) => ((seed = (seed * 1103515245 + 12345) % 2147483648), seed % n);
+    const prefixes = Array.from({ length: 4 }, (_, p) => Array.from({ length: 4 * (3 + p) }, (_, i) => 1000 * p + i));
+    let id = 0;
+    let hashedOnce = 0;
+    for (let batch = 0; batch < 60; batch++) {
+      const requests = Array.from({ length: 1 + next(5) }, () => {
+        const tokens = Uint32Array.from([...prefixes[next(4)]!, ...Array.from({ length: next(30) }, () => next(50))]);
+        return { id: ++id, tokens, ...(next(4) === 0 ? { cacheSalt: "s" } : {}) };
+      });
+      const rankStates = [0, 1, 2].map(() => ({ numActiveRequests: next(3), numActiveTokens: next(200) }));
+      const input = { rankStates, maxNumActiveRequests: 8, requests };
+      const { result, hashes } = state.route(input);
+      const expected = plain.route(input);
+      expect(result.assignments).toEqual(expected.assignments);
+      result.assignments.forEach((ids, rank) => {
+        for (const rid of ids) {
+          const i = requests.findIndex((r) => r.id === rid);
+          const ns = { loraTaskId: null, cacheSalt: requests[i]!.cacheSalt ?? null };
+          if (hashes[i] !== null) hashedOnce++;
+          expect(state.learn(rank, requests[i]!.tokens, ns, undefined, hashes[i])).toBe(plain.prefixIndex!.insert(rank, requests[i]!.tokens, ns));
+        }
+      });
+    }
+    expect(hashedOnce).toBeGreaterThan(100);
+    expect(Buffer.from(state.router.snapshot()).equals(Buffer.from(plain.snapshot()))).toBe(true);
   });
 });

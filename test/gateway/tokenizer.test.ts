@@ -1,6 +1,7 @@
 // The UTF-8 byte tokenizer: its ids are exactly the UTF-8 bytes of the
 // canonical rendering (checked against TextEncoder on the rendered text),
 // whatever the scratch memory it reuses between calls.
+import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { TokenPool, Utf8ByteTokenizer } from "../../gateway/src/tokenizers/tokenizer.js";
 
@@ -21,6 +22,20 @@ describe("Utf8ByteTokenizer", () => {
     ];
     expect(Array.from(tok.encodeChat(messages))).toEqual(bytesOf(rendered(messages)));
     expect(Array.from(tok.encodePrompt("x\ud83dy"))).toEqual([0x78, 0xef, 0xbf, 0xbd, 0x79]);
+  });
+
+  it("random chats, pieces encoded one by one: the bytes of the whole rendering (roles and contents with lone and split surrogates, fixed seed)", () => {
+    const tok = new Utf8ByteTokenizer();
+    const unit = fc.oneof(fc.constantFrom("a", "é", "世", "\ud83d", "\ude00", "😀", "\u001e", "\u0000", " "), fc.string({ maxLength: 3 }));
+    const text = fc.array(unit, { maxLength: 40 }).map((xs) => xs.join(""));
+    fc.assert(
+      fc.property(fc.array(fc.record({ role: text, content: text }), { minLength: 1, maxLength: 5 }), (messages) => {
+        const ids = tok.encodeChat(messages);
+        expect(Array.from(ids)).toEqual(bytesOf(rendered(messages)));
+        tok.release(ids);
+      }),
+      { seed: 42, numRuns: 500 },
+    );
   });
 
   it("joins a content's text parts before encoding, so a surrogate pair split across parts stays one character", () => {

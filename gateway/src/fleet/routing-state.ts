@@ -96,33 +96,53 @@ export class RoutingState {
    * Routes a batch. With engine views, each request with tokens is routed on
    * its upstreams' matches (a live stream's from its engine's view, the others'
    * from the gateway's own), which the logged input carries: replaying the
-   * log makes the same decisions whatever the streams did. A batch the router
-   * refuses changes nothing and is not logged.
+   * log makes the same decisions whatever the streams did. Without them, a
+   * request's prompt is hashed once here: its matches in the gateway's own
+   * view come from its block hashes (the input carries them, as the router's
+   * own probe of the same blocks would give them), and `hashes[i]` hands
+   * request i's hashes to `learn` (null where none were made). A batch the
+   * router refuses changes nothing and is not logged.
    */
-  route(input: RouteInput): RouteResult {
-    const routed = this.#withEngineMatches(input);
+  route(input: RouteInput): { readonly result: RouteResult; readonly hashes: readonly (Uint32Array | null)[] } {
+    const hashes: (Uint32Array | null)[] = new Array<Uint32Array | null>(input.requests.length).fill(null);
+    const routed = this.#withMatches(input, hashes);
     const result = this.#router.route(routed);
     this.#append({ op: "route", input: routed });
-    return result;
+    return { result, hashes };
   }
 
-  /** `input` with each request's prefix matches filled from the engine views, when any stream is live. */
-  #withEngineMatches(input: RouteInput): RouteInput {
+  /** `input` with each request's prefix matches filled: from the engine views when any stream is live, else from the learned view by block hashes (kept in `hashes`). */
+  #withMatches(input: RouteInput, hashes: (Uint32Array | null)[]): RouteInput {
     const feeds = this.#feeds;
     const learned = this.#router.prefixIndex;
-    if (feeds === null || learned === null || !feeds.views.any) return input;
-    const live = feeds.live();
-    if (!live.includes(true)) return input; // every upstream falls back: the router probes its own view
+    if (learned === null) return input;
     const numRanks = input.rankStates.length;
-    const requests = input.requests.map((req): RouteRequest => {
+    const tpb = learned.tokensPerBlock;
+    const live = feeds === null || !feeds.views.any ? null : feeds.live();
+    if (live !== null && live.includes(true)) {
+      const requests = input.requests.map((req): RouteRequest => {
+        const tokens = req.tokens;
+        if (tokens === undefined || req.prefixMatches !== undefined || tokens.length <= tpb) return req;
+        const all = tokens instanceof Uint32Array ? tokens : Uint32Array.from(tokens);
+        const matches = new Uint32Array(numRanks);
+        feeds!.views.matchInto(matches, all.subarray(0, all.length - 1), { loraTaskId: req.loraTaskId ?? null, cacheSalt: req.cacheSalt ?? null }, learned, live);
+        return { ...req, prefixMatches: matches };
+      });
+      return { ...input, requests };
+    }
+    let requests: RouteRequest[] | null = null;
+    input.requests.forEach((req, i) => {
       const tokens = req.tokens;
-      if (tokens === undefined || req.prefixMatches !== undefined || tokens.length <= learned.tokensPerBlock) return req;
-      const all = tokens instanceof Uint32Array ? tokens : Uint32Array.from(tokens);
+      // The router's probe: the full blocks of all tokens but the last.
+      const probe = tokens instanceof Uint32Array && req.prefixMatches === undefined ? Math.floor((tokens.length - 1) / tpb) : 0;
+      if (probe <= 0) return;
+      const blocks = learned.blockHashes(tokens as Uint32Array);
       const matches = new Uint32Array(numRanks);
-      feeds.views.matchInto(matches, all.subarray(0, all.length - 1), { loraTaskId: req.loraTaskId ?? null, cacheSalt: req.cacheSalt ?? null }, learned, live);
-      return { ...req, prefixMatches: matches };
+      learned.matchHashesInto(matches, blocks, probe, { loraTaskId: req.loraTaskId ?? null, cacheSalt: req.cacheSalt ?? null });
+      hashes[i] = blocks;
+      (requests ??= input.requests.slice())[i] = { ...req, prefixMatches: matches };
     });
-    return { ...input, requests };
+    return requests === null ? input : { ...input, requests };
   }
 
   /**
@@ -158,13 +178,14 @@ export class RoutingState {
    * before. `rank`: the DP rank phase 2 placed it on (which learned it itself;
    * the entry tells the other replicas).
    */
-  learn(upstream: number, tokens: Uint32Array, namespace: PrefixNamespace, rank?: number): number {
+  learn(upstream: number, tokens: Uint32Array, namespace: PrefixNamespace, rank?: number, blocks?: Uint32Array | null): number {
     const index = this.#router.prefixIndex;
     if (index === null || tokens.length === 0) return 0;
-    if (this.#log === null || this.#quiet) return index.insert(upstream, tokens, namespace);
-    // A log's readers send the prompt on as its block hashes: made once, for the insert and for them.
-    const hashes = index.blockHashes(tokens);
+    // Hashed once: by route(), or here when a log's readers want the prompt as its block hashes (the same change as inserting its tokens).
+    if (blocks == null && (this.#log === null || this.#quiet)) return index.insert(upstream, tokens, namespace);
+    const hashes = blocks ?? index.blockHashes(tokens);
     const held = index.insertBlockHashes(upstream, hashes, namespace);
+    if (this.#log === null || this.#quiet) return held;
     this.#append({ op: "learn", upstream, tokens, hashes, namespace, ...(rank === undefined ? {} : { rank }) });
     return held;
   }
@@ -253,7 +274,7 @@ export class RoutingState {
   apply(entry: StateEntry): void {
     switch (entry.op) {
       case "route":
-        // As logged: its matches were filled (or not) when it was routed, whatever the streams say now.
+        // As logged: its matches were filled (or not) when it was routed, whatever the streams and views say now.
         this.#router.route(entry.input);
         this.#append(entry);
         break;

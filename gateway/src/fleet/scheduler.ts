@@ -97,6 +97,8 @@ class Waiting {
   done = false;
   /** Its queue timeout, armed only once it has to wait past its first batch (most never do). */
   timer: NodeJS.Timeout | null = null;
+  /** Its prompt's block hashes, when its batch's routing made them. */
+  hashes: Uint32Array | null = null;
   readonly #scheduler: Scheduler;
   readonly #signal: Hangup;
   #resolve: ((placement: Placement) => void) | null = null;
@@ -272,6 +274,8 @@ export class Scheduler {
       for (const w of waiting) w.reject(new HttpError(500, "the router could not route the request", "server_error", "routing_failed"));
       return;
     }
+    // Each prompt's block hashes, made once by the routing (its learn inserts them, not its tokens hashed again).
+    result.hashes.forEach((h, i) => (waiting[i]!.hashes = h));
     const ranked = new Map<Upstream, Waiting[]>();
     result.assignments.forEach((ids, rank) => {
       for (const id of ids) {
@@ -317,8 +321,8 @@ export class Scheduler {
     });
   }
 
-  /** Routes `waiting` over `upstreams` in one `route()` call (an unavailable upstream is reported full). */
-  #route(upstreams: readonly Upstream[], waiting: readonly Waiting[]) {
+  /** Routes `waiting` over `upstreams` in one `route()` call (an unavailable upstream is reported full): each upstream's ids, and each request's block hashes when made. */
+  #route(upstreams: readonly Upstream[], waiting: readonly Waiting[]): { readonly assignments: readonly (readonly (number | string | bigint)[])[]; readonly hashes: readonly (Uint32Array | null)[] } {
     const fleet = this.#fleet;
     const cap = this.#cap;
     let prompts = 0;
@@ -328,8 +332,8 @@ export class Scheduler {
       placed += u.placed;
     }
     const meanPrompt = placed === 0 ? 0 : prompts / placed;
-    if (this.#centralized !== null) return this.#centralized.route(fleet, waiting, cap, meanPrompt);
-    return fleet.state.route({
+    if (this.#centralized !== null) return { ...this.#centralized.route(fleet, waiting, cap, meanPrompt), hashes: [] };
+    const { result, hashes } = fleet.state.route({
       rankStates: upstreams.map((u) => {
         const load = u.rankLoad(meanPrompt);
         return { numActiveRequests: fleet.available(u) ? Math.min(load.numActiveRequests, cap) : cap, numActiveTokens: load.numActiveTokens };
@@ -337,6 +341,7 @@ export class Scheduler {
       maxNumActiveRequests: cap,
       requests: waiting.map(routeRequest),
     });
+    return { assignments: result.assignments, hashes };
   }
 
   /**
@@ -373,7 +378,7 @@ export class Scheduler {
   #record(w: Waiting, u: Upstream, rank: number | null): number {
     const namespace = w.namespace;
     const engineMatched = this.#fleet.state.engineMatch(u.index, w.tokens, namespace);
-    const held = this.#fleet.state.learn(u.index, w.tokens, namespace, rank ?? undefined);
+    const held = this.#fleet.state.learn(u.index, w.tokens, namespace, rank ?? undefined, w.hashes);
     // Where the conversation really went (the router's choice, unless the gateway had to place it elsewhere).
     const key = w.subagentId !== null && w.subagentId !== "" ? w.subagentId : w.conversationId;
     if (key !== null) this.#fleet.state.bind(key, u.index, rank ?? undefined);

@@ -72,10 +72,35 @@ export class Utf8ByteTokenizer implements Tokenizer {
   /** Where the ids go (see TokenPool). */
   readonly #pool = new TokenPool();
 
+  /**
+   * Encodes each role and content into the scratch in turn, never joined into
+   * one string: a long prompt's text is not copied into a second string of
+   * its size (which, past 128 KiB, V8 allocates in the old generation, each
+   * one a step toward a full collection). The separators are ASCII, so no
+   * surrogate pair spans two pieces: the bytes are those of the joined text.
+   */
   encodeChat(messages: readonly ChatMessage[]): Uint32Array {
-    let text = "";
-    for (const m of messages) text += `${SEPARATORS[0]}${m.role}${SEPARATORS[1]}${contentText(m.content)}`;
-    return this.#bytes(text);
+    const texts: string[] = [];
+    let most = 0;
+    for (const m of messages) {
+      const content = contentText(m.content);
+      texts.push(m.role, content);
+      most += 2 + 3 * (m.role.length + content.length); // UTF-8 takes at most 3 bytes per UTF-16 code unit
+    }
+    if (most > SCRATCH_MAX) {
+      let text = "";
+      for (let i = 0; i < texts.length; i += 2) text += `${SEPARATORS[0]}${texts[i]}${SEPARATORS[1]}${texts[i + 1]}`;
+      return this.#bytes(text);
+    }
+    const scratch = this.#scratchOf(most);
+    let at = 0;
+    for (let i = 0; i < texts.length; i += 2) {
+      scratch[at++] = ROLE_START;
+      at += this.#encoder.encodeInto(texts[i]!, scratch.subarray(at)).written;
+      scratch[at++] = CONTENT_START;
+      at += this.#encoder.encodeInto(texts[i + 1]!, scratch.subarray(at)).written;
+    }
+    return this.#widen(at);
   }
 
   encodePrompt(prompt: string | readonly number[]): Uint32Array {
@@ -95,10 +120,19 @@ export class Utf8ByteTokenizer implements Tokenizer {
   #bytes(text: string): Uint32Array {
     const most = text.length * 3; // UTF-8 takes at most 3 bytes per UTF-16 code unit
     if (most > SCRATCH_MAX) return new Uint32Array(this.#encoder.encode(text));
+    return this.#widen(this.#encoder.encodeInto(text, this.#scratchOf(most)).written);
+  }
+
+  /** The scratch, grown to hold `most` bytes (at most SCRATCH_MAX). */
+  #scratchOf(most: number): Uint8Array {
     if (most > this.#scratch.length) this.#scratch = new Uint8Array(Math.min(SCRATCH_MAX, Math.max(most, this.#scratch.length * 2)));
-    const { written } = this.#encoder.encodeInto(text, this.#scratch);
-    const ids = this.#pool.take(written);
-    ids.set(this.#scratch.subarray(0, written));
+    return this.#scratch;
+  }
+
+  /** The scratch's first `n` bytes widened into pooled token ids. */
+  #widen(n: number): Uint32Array {
+    const ids = this.#pool.take(n);
+    ids.set(this.#scratch.subarray(0, n));
     return ids;
   }
 }
