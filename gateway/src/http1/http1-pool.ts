@@ -193,6 +193,12 @@ class Connection {
     this.socket.once("close", () => this.#onClose());
   }
 
+  /** Lets go of the current call: nothing of a finished request stays reachable from its connection (an idle one would keep its whole request alive into the old generation). */
+  #clear(): void {
+    this.#call = null;
+    this.#writing = null;
+  }
+
   /** Takes `call`: writes it now when connected, else once connected. */
   start(call: Call): void {
     this.#call = call;
@@ -223,7 +229,7 @@ class Connection {
     try {
       at = this.#parser.execute(d, from);
     } catch (error) {
-      this.#call = null;
+      this.#clear();
       this.socket.destroy();
       call.fail(error as Error);
       return;
@@ -242,7 +248,7 @@ class Connection {
     // Not reused: after bytes past the answer, a close-delimited body or Connection: close, a socket that is
     // closing, or while the request's body is still queued (an early answer: its rest would read as the next request).
     const reusable = this.#parser.reusable && !extraBytes && this.#flushed && !this.#closedBehind && !this.socket.destroyed;
-    this.#call = null;
+    this.#clear();
     this.#pending = null;
     this.#parser.reset();
     if (reusable) this.#pool.release(this);
@@ -278,7 +284,7 @@ class Connection {
   /** Aborts `call`: a request never written leaves the connection clean; one written closes it. */
   abort(call: Call, reason: Error): void {
     if (this.#call !== call) return call.fail(reason);
-    this.#call = null;
+    this.#clear();
     this.#pending = null;
     if (!call.written && this.#connected && !this.socket.destroyed) {
       this.#parser.reset();
@@ -294,7 +300,7 @@ class Connection {
   #onClose(): void {
     this.#pool.forget(this);
     const call = this.#call;
-    if (call === null || call.ended) return void (this.#call = null);
+    if (call === null || call.ended) return this.#clear();
     if (this.#error === null && call.written && (this.#pending !== null || this.#parser.paused)) {
       this.#closedBehind = true; // settled once the handler resumes and the held bytes are parsed
       return;
@@ -305,7 +311,7 @@ class Connection {
   /** After the close: a close-delimited answer ends here, any other call in flight fails. */
   #settleClosed(): void {
     const call = this.#call;
-    this.#call = null;
+    this.#clear();
     if (call === null || call.ended) return;
     if (this.#error === null && call.written && this.#parser.closeDelimited) {
       call.ended = true;
