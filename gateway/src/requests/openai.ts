@@ -5,6 +5,7 @@
 import { TokenizerRequestError, type ChatMessage, type Tokenizer } from "../tokenizers/tokenizer.js";
 import { SUBAGENT_AUTH_HEADER, type SubagentClaim } from "./subagent-auth.js";
 import { parseJsonKeepingIntegers } from "../common/json-integers.js";
+import { elideLongLiterals, restoreElsewhere, type ElidedBody } from "./long-literals.js";
 
 /** The error code of a status when no more precise one is given (every error body's code is a string). */
 const CODES: Readonly<Record<number, string>> = {
@@ -91,11 +92,11 @@ function idOf(v: unknown, field: string, trim = true): string | null {
   return text;
 }
 
-/** A JSON object from a request body (bytes as received); HttpError 400 `invalid_json` or `invalid_request` (with `what` as the message) otherwise. */
-export function parseJsonObject(raw: Buffer, what = "the request body must be a JSON object"): Record<string, unknown> {
+/** A JSON object from a request body (bytes as received, or its text); HttpError 400 `invalid_json` or `invalid_request` (with `what` as the message) otherwise. */
+export function parseJsonObject(raw: Buffer | string, what = "the request body must be a JSON object"): Record<string, unknown> {
   let body: unknown;
   try {
-    body = JSON.parse(raw.toString("utf8"));
+    body = JSON.parse(typeof raw === "string" ? raw : raw.toString("utf8"));
   } catch {
     throw new HttpError(400, "the request body is not valid JSON", "invalid_request_error", "invalid_json");
   }
@@ -191,18 +192,71 @@ function flatListChars(list: unknown, limit: number): number {
   return count;
 }
 
-/** Refuses (413) a chat whose messages, tools and documents hold more than `limit` characters; the walk stops at the limit. */
-function checkChatChars(b: Record<string, unknown>, limit: number): void {
-  if (limit === Infinity) return;
+/**
+ * Refuses (413) a chat whose messages, tools and documents hold more than
+ * `limit` characters; the walk stops at the limit. `elided`: the characters
+ * the body's set-aside literals hold beyond their placeholders; a count over
+ * the limit with them returns false (the caller reads the body whole again,
+ * for the walk's own message).
+ */
+function checkChatChars(b: Record<string, unknown>, limit: number, elided = 0): boolean {
+  if (limit === Infinity) return true;
   // The usual chat (flat messages, no tools or documents) is counted in one pass; a count over the limit is
   // counted again by the walk, which stops where its message says.
-  const flat = b.tools === undefined && b.documents === undefined ? flatListChars(b.messages, limit) : -1;
-  if (flat >= 0 && flat <= limit) return;
-  let count = 0;
+  const flat = b.tools === undefined && b.documents === undefined ? flatListChars(b.messages, limit - elided) : -1;
+  if (flat >= 0 && flat + elided <= limit) return true;
+  let count = elided;
   for (const param of ["messages", "tools", "documents"] as const) {
     count = countChars(b[param], count, limit, param);
-    if (count > limit) throw tooManyChars(count, limit, "messages");
+    if (count > limit) {
+      if (elided > 0) return false;
+      throw tooManyChars(count, limit, "messages");
+    }
   }
+  return true;
+}
+
+/**
+ * Keeps the placeholders where the byte tokenizer reads a prompt's text (a
+ * message's content, a text part's text, a completion's prompt or prompts)
+ * and puts every other one back as its text; returns the characters the kept
+ * ones hold beyond their own length (what the prompt's count must add).
+ */
+function keepPromptLiterals(kind: "chat" | "completion", b: Record<string, unknown>, elided: ElidedBody): number {
+  const kept = new Map<object, string | null>();
+  let found = 0;
+  let extra = 0;
+  const note = (s: unknown): boolean => {
+    if (typeof s !== "string" || elided.indexOf(s) < 0) return false;
+    found++;
+    extra += elided.lengthOf(s) - s.length;
+    return true;
+  };
+  if (kind === "chat" && Array.isArray(b.messages)) {
+    for (const m of b.messages as unknown[]) {
+      if (typeof m !== "object" || m === null || Array.isArray(m)) continue;
+      const content = (m as Record<string, unknown>).content;
+      if (typeof content === "string") {
+        if (note(content)) kept.set(m, "content");
+      } else if (Array.isArray(content)) {
+        for (const part of content as unknown[]) {
+          const p = part as { type?: unknown; text?: unknown } | null;
+          if (p !== null && typeof p === "object" && !Array.isArray(p) && p.type === "text" && note(p.text)) kept.set(p, "text");
+        }
+      }
+    }
+  } else if (kind === "completion") {
+    const prompt = b.prompt;
+    if (typeof prompt === "string") {
+      if (note(prompt)) kept.set(b, "prompt");
+    } else if (Array.isArray(prompt) && prompt.every((x) => typeof x === "string")) {
+      let any = false;
+      for (const x of prompt) any = note(x) || any;
+      if (any) kept.set(prompt, null);
+    }
+  }
+  if (found < elided.count) restoreElsewhere(b, elided, kept);
+  return extra;
 }
 
 /**
@@ -219,8 +273,13 @@ export function readRequest(
   tokenizer: Tokenizer,
   loraAdapters: ReadonlyMap<string, number> = new Map(),
   limits: PromptLimits = NO_PROMPT_LIMITS,
+  whole = false,
 ): RoutedRequest {
-  const b = parseJsonObject(raw);
+  // A tokenizer of bytes reads a long prompt's text from the body as it came (long-literals.ts); `whole`: parse all of it.
+  const elided = !whole && tokenizer.readsLiterals === true ? elideLongLiterals(raw) : null;
+  const b = parseJsonObject(elided === null ? raw : elided.text);
+  const extra = elided === null ? 0 : keepPromptLiterals(kind, b, elided);
+  const literals = elided ?? undefined;
   if (b.model === undefined || b.model === null) throw bad("model is required", "model", "missing_field");
   if (typeof b.model !== "string" || b.model === "") throw bad("model must be a non-empty string", "model");
   if (b.stream !== undefined && b.stream !== null && typeof b.stream !== "boolean") throw bad("stream must be a boolean", "stream");
@@ -232,9 +291,9 @@ export function readRequest(
     for (const [i, m] of messages.entries()) {
       if (typeof m !== "object" || m === null || Array.isArray(m) || typeof (m as ChatMessage).role !== "string") throw bad(`messages[${i}] must be an object with a string role`, `messages[${i}]`);
     }
-    checkChatChars(b, limits.maxPromptChars);
+    if (!checkChatChars(b, limits.maxPromptChars, extra)) return readRequest(kind, raw, headers, tokenizer, loraAdapters, limits, true);
     try {
-      tokens = tokenizer.encodeChat(messages as ChatMessage[], b);
+      tokens = tokenizer.encodeChat(messages as ChatMessage[], b, literals);
     } catch (error) {
       if (error instanceof RangeError) throw bad("messages are nested too deeply", "messages"); // JSON.stringify of the parts recursed too far
       if (error instanceof TokenizerRequestError) throw bad(error.message, "messages"); // the chat template refused it, as the engine would
@@ -256,12 +315,12 @@ export function readRequest(
     const batch = Array.isArray(prompt) && prompt.length > 0 && typeof prompt[0] !== "number" ? (prompt as (string | number[])[]) : [text];
     let chars = 0;
     let given = 0;
-    for (const p of batch) if (typeof p === "string") chars += p.length;
+    for (const p of batch) if (typeof p === "string") chars += elided === null ? p.length : elided.lengthOf(p);
     else given += p.length;
     if (chars > limits.maxPromptChars) throw tooManyChars(chars, limits.maxPromptChars, "prompt");
     if (given > limits.maxPromptTokens) throw tooManyTokens(given, limits.maxPromptTokens, "prompt");
     try {
-      tokens = tokenizer.encodePrompt(text, b);
+      tokens = tokenizer.encodePrompt(text, b, literals);
     } catch (error) {
       if (error instanceof TokenizerRequestError) throw bad(error.message, "prompt");
       throw error;

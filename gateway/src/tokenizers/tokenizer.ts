@@ -18,19 +18,36 @@ export interface ChatMessage {
  */
 export type RequestFields = Readonly<Record<string, unknown>>;
 
+/**
+ * A request's long string literals a reader set aside (requests/long-literals.ts):
+ * where a prompt's text is a placeholder, its UTF-8 bytes.
+ */
+export interface LiteralSource {
+  /** The UTF-8 bytes `s` stands for, or null when it is no placeholder. */
+  bytesOf(s: string): Buffer | null;
+}
+
 /** Turns prompts into token ids. Implementations must be deterministic. */
 export interface Tokenizer {
   /** A short name for logs and metrics. */
   readonly name: string;
   /**
+   * Whether it takes a prompt's long texts as their bytes (`literals`): a
+   * reader then sets them aside instead of parsing them into strings. Only a
+   * tokenizer whose ids are a text's UTF-8 bytes can.
+   */
+  readonly readsLiterals?: boolean;
+  /**
    * Token ids of a chat request's messages, as the engine would see them;
    * `request` is the body's other fields (a tokenizer that renders a chat
    * template reads its tools and options there). Throws
-   * TokenizerRequestError for a request it cannot tokenize.
+   * TokenizerRequestError for a request it cannot tokenize. With
+   * `readsLiterals`, a message's content (or a text part's text) may be a
+   * placeholder whose bytes `literals` has.
    */
-  encodeChat(messages: readonly ChatMessage[], request?: RequestFields): Uint32Array;
-  /** Token ids of a completion request's prompt (a string, or token ids as given); `request` as for encodeChat. */
-  encodePrompt(prompt: string | readonly number[], request?: RequestFields): Uint32Array;
+  encodeChat(messages: readonly ChatMessage[], request?: RequestFields, literals?: LiteralSource): Uint32Array;
+  /** Token ids of a completion request's prompt (a string, or token ids as given); `request` and `literals` as for encodeChat. */
+  encodePrompt(prompt: string | readonly number[], request?: RequestFields, literals?: LiteralSource): Uint32Array;
   /**
    * Takes back ids this tokenizer returned, once the caller is done with them
    * (optional): it may hand their memory out again, so the caller must not
@@ -72,40 +89,53 @@ export class Utf8ByteTokenizer implements Tokenizer {
   /** Where the ids go (see TokenPool). */
   readonly #pool = new TokenPool();
 
+  readonly readsLiterals = true;
+
   /**
    * Encodes each role and content into the scratch in turn, never joined into
    * one string: a long prompt's text is not copied into a second string of
    * its size (which, past 128 KiB, V8 allocates in the old generation, each
    * one a step toward a full collection). The separators are ASCII, so no
    * surrogate pair spans two pieces: the bytes are those of the joined text.
+   * A text that is a placeholder of `literals` is its bytes, copied as they are.
    */
-  encodeChat(messages: readonly ChatMessage[]): Uint32Array {
-    const texts: string[] = [];
+  encodeChat(messages: readonly ChatMessage[], _request?: RequestFields, literals?: LiteralSource): Uint32Array {
+    // Per message: its role, then its content's pieces (texts, or literals' bytes), the message's end marked by null.
+    const pieces: (string | Buffer | null)[] = [];
     let most = 0;
     for (const m of messages) {
-      const content = contentText(m.content);
-      texts.push(m.role, content);
-      most += 2 + 3 * (m.role.length + content.length); // UTF-8 takes at most 3 bytes per UTF-16 code unit
+      pieces.push(m.role);
+      most += 2 + 3 * m.role.length; // UTF-8 takes at most 3 bytes per UTF-16 code unit
+      most += contentPieces(m.content, literals, pieces);
+      pieces.push(null);
     }
-    if (most > SCRATCH_MAX) {
-      let text = "";
-      for (let i = 0; i < texts.length; i += 2) text += `${SEPARATORS[0]}${texts[i]}${SEPARATORS[1]}${texts[i + 1]}`;
-      return this.#bytes(text);
-    }
+    if (most > SCRATCH_MAX) return this.#bytes(joinedRendering(pieces));
     const scratch = this.#scratchOf(most);
     let at = 0;
-    for (let i = 0; i < texts.length; i += 2) {
-      scratch[at++] = ROLE_START;
-      at += this.#encoder.encodeInto(texts[i]!, scratch.subarray(at)).written;
-      scratch[at++] = CONTENT_START;
-      at += this.#encoder.encodeInto(texts[i + 1]!, scratch.subarray(at)).written;
+    let role = true;
+    for (const piece of pieces) {
+      if (piece === null) {
+        role = true;
+        continue;
+      }
+      if (role) scratch[at++] = ROLE_START;
+      if (typeof piece === "string") at += this.#encoder.encodeInto(piece, scratch.subarray(at)).written;
+      else {
+        scratch.set(piece, at);
+        at += piece.length;
+      }
+      if (role) scratch[at++] = CONTENT_START;
+      role = false;
     }
     return this.#widen(at);
   }
 
-  encodePrompt(prompt: string | readonly number[]): Uint32Array {
+  encodePrompt(prompt: string | readonly number[], _request?: RequestFields, literals?: LiteralSource): Uint32Array {
     if (typeof prompt !== "string") return Uint32Array.from(prompt);
-    return this.#bytes(prompt);
+    const bytes = literals?.bytesOf(prompt) ?? null;
+    if (bytes === null || bytes.length > SCRATCH_MAX) return this.#bytes(bytes === null ? prompt : bytes.toString("latin1"));
+    this.#scratchOf(bytes.length).set(bytes);
+    return this.#widen(bytes.length);
   }
 
   release(ids: Uint32Array): void {
@@ -142,6 +172,59 @@ const SEPARATORS = [String.fromCharCode(ROLE_START), String.fromCharCode(CONTENT
 /** The largest scratch kept (a bigger text is encoded into memory of its own). */
 const SCRATCH_MAX = 1 << 20;
 
+/**
+ * Appends a message content's pieces to `pieces`: its text, or where a text
+ * is a placeholder of `literals` its bytes (the texts around one joined, as
+ * contentText joins them: a literal is ASCII, so nothing spans it). Returns
+ * the most bytes they take.
+ */
+function contentPieces(content: unknown, literals: LiteralSource | undefined, pieces: (string | Buffer | null)[]): number {
+  if (literals === undefined || (typeof content !== "string" && !Array.isArray(content))) {
+    const text = contentText(content);
+    pieces.push(text);
+    return 3 * text.length;
+  }
+  if (typeof content === "string") {
+    const bytes = literals.bytesOf(content);
+    pieces.push(bytes ?? content);
+    return bytes?.length ?? 3 * content.length;
+  }
+  let most = 0;
+  let run = "";
+  for (const part of content) {
+    const p = part as { type?: unknown; text?: unknown } | null;
+    const isText = p !== null && typeof p === "object" && p.type === "text" && typeof p.text === "string";
+    const bytes = isText ? literals.bytesOf(p.text as string) : null;
+    if (bytes === null) {
+      run += isText ? (p!.text as string) : JSON.stringify(part);
+      continue;
+    }
+    if (run !== "") pieces.push(run);
+    most += 3 * run.length + bytes.length;
+    run = "";
+    pieces.push(bytes);
+  }
+  pieces.push(run);
+  return most + 3 * run.length;
+}
+
+/** The rendering of `pieces` (as encodeChat lays them out) as one string: a literal's bytes are ASCII, their latin1 text. */
+function joinedRendering(pieces: readonly (string | Buffer | null)[]): string {
+  let text = "";
+  let role = true;
+  for (const piece of pieces) {
+    if (piece === null) {
+      role = true;
+      continue;
+    }
+    if (role) text += SEPARATORS[0];
+    text += typeof piece === "string" ? piece : piece.toString("latin1");
+    if (role) text += SEPARATORS[1];
+    role = false;
+  }
+  return text;
+}
+
 /** The text of a message's content: a string, or the parts of a multi-part content. */
 function contentText(content: unknown): string {
   if (typeof content === "string") return content;
@@ -159,8 +242,14 @@ function contentText(content: unknown): string {
 /** Smallest and largest pooled arrays, in words; bigger ones are allocated and left to the GC. */
 const POOL_MIN_WORDS = 1 << 8;
 const POOL_MAX_WORDS = 1 << 18;
-/** Most bytes the pool keeps while nobody uses them. */
-const POOL_FREE_BYTES = 16 << 20;
+/**
+ * Most bytes the pool keeps while nobody uses them. Ids go back once their
+ * request is placed (the batch it arrived in, most often), so a few arrays of
+ * each size cover a steady load; what a burst took beyond this is left to the
+ * GC (16 MiB kept had the trace's process hold that much more for nothing:
+ * docs/performance.md, footprint).
+ */
+const POOL_FREE_BYTES = 4 << 20;
 
 /**
  * Token-id arrays recycled between requests. A fresh 14 KB Uint32Array per
