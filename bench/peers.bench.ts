@@ -15,7 +15,7 @@
 // after in one run; baseline-wN with --workers N). Per peer
 // and round (ROUNDS interleaved rounds, medians printed):
 //   - CPU per 1,000 trace requests of the peer's whole process tree (/proc),
-//     its peak RSS, end-to-end p50 on the trace, the engines' prefix hit ratio
+//     its peak RSS (the tree's, and its largest process's), end-to-end p50 on the trace, the engines' prefix hit ratio
 //     and how evenly the requests spread;
 //   - saturated small requests (wrk, WRK_CONNECTIONS connections): requests/s,
 //     the share of the CPU spent in the kernel (syscalls: a floor no proxy escapes)
@@ -356,13 +356,14 @@ function cpuSeconds(root: number, part: "all" | "system" = "all"): number {
   return tree(root).reduce((sum, pid) => sum + processCpu(pid, part), 0);
 }
 
-/** Resident memory of `root`'s process tree now, MiB. */
-function rssMiB(root: number): number {
+/** Resident memory of `root`'s process tree now, MiB: all of it, or (`largest`) its largest process's. */
+function rssMiB(root: number, part: "all" | "largest" = "all"): number {
   let kb = 0;
   for (const pid of tree(root)) {
     try {
       const m = /VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, "utf8"));
-      kb += m ? Number(m[1]) : 0;
+      const own = m ? Number(m[1]) : 0;
+      kb = part === "all" ? kb + own : Math.max(kb, own);
     } catch {
       // gone
     }
@@ -385,7 +386,11 @@ async function traceRun(peer: Peer, calls: readonly TraceCall[], enginesUrl: str
   const latencies: number[] = [];
   let failed = 0;
   let peakRss = rssMiB(peer.proc.pid!);
-  const sampler = setInterval(() => (peakRss = Math.max(peakRss, rssMiB(peer.proc.pid!))), 200);
+  let peakProcess = rssMiB(peer.proc.pid!, "largest");
+  const sampler = setInterval(() => {
+    peakRss = Math.max(peakRss, rssMiB(peer.proc.pid!));
+    peakProcess = Math.max(peakProcess, rssMiB(peer.proc.pid!, "largest"));
+  }, 200);
   const cpu0 = cpuSeconds(peer.proc.pid!);
   const start = performance.now();
   await Promise.all(
@@ -413,6 +418,7 @@ async function traceRun(peer: Peer, calls: readonly TraceCall[], enginesUrl: str
   return {
     cpu_s_per_1000: (cpu / calls.length) * 1000,
     peak_rss_mib: peakRss,
+    peak_process_rss_mib: peakProcess,
     e2e_p50_ms: quantile(latencies, 0.5),
     hit_ratio: stats.reduce((t, s) => t + s.hits, 0) / Math.max(1, stats.reduce((t, s) => t + s.blocks, 0)),
     requests_max_over_mean: Math.max(...requests) / Math.max(mean, 1),
@@ -427,13 +433,15 @@ function saturatedRun(peer: Peer, dir: string) {
   const cpu0 = cpuSeconds(peer.proc.pid!);
   const sys0 = cpuSeconds(peer.proc.pid!, "system");
   let peakRss = rssMiB(peer.proc.pid!);
+  let peakProcess = rssMiB(peer.proc.pid!, "largest");
   const out = spawnSync("wrk", ["-t", "2", "-c", String(WRK_CONNECTIONS), "-d", `${WRK_SECONDS}s`, "-s", script, `${peer.url}/v1/chat/completions`], { encoding: "utf8" });
   peakRss = Math.max(peakRss, rssMiB(peer.proc.pid!));
+  peakProcess = Math.max(peakProcess, rssMiB(peer.proc.pid!, "largest"));
   const cpu = cpuSeconds(peer.proc.pid!) - cpu0;
   const sys = cpuSeconds(peer.proc.pid!, "system") - sys0;
   const requests = Number(/(\d+) requests in/.exec(out.stdout)?.[1] ?? 0);
   const non2xx = Number(/Non-2xx or 3xx responses: (\d+)/.exec(out.stdout)?.[1] ?? 0);
-  return { requests_per_s: requests / WRK_SECONDS, cpu_s_per_1000: requests === 0 ? NaN : (cpu / requests) * 1000, kernel_share: cpu === 0 ? NaN : sys / cpu, rss_mib: peakRss, non_2xx: non2xx };
+  return { requests_per_s: requests / WRK_SECONDS, cpu_s_per_1000: requests === 0 ? NaN : (cpu / requests) * 1000, kernel_share: cpu === 0 ? NaN : sys / cpu, rss_mib: peakRss, process_rss_mib: peakProcess, non_2xx: non2xx };
 }
 
 /** p50 latency of LATENCY_REQUESTS small chats one at a time to `url`. */
@@ -494,7 +502,7 @@ async function main(): Promise<void> {
 }
 
 /** The figures compared with HAProxy's, as the issue's targets name them. */
-const COMPARED = ["trace_cpu_s_per_1000", "small_cpu_s_per_1000", "small_requests_per_s", "trace_peak_rss_mib", "small_rss_mib", "trace_hit_ratio"] as const;
+const COMPARED = ["trace_cpu_s_per_1000", "small_cpu_s_per_1000", "small_requests_per_s", "trace_peak_rss_mib", "small_rss_mib", "trace_peak_process_rss_mib", "small_process_rss_mib", "trace_hit_ratio"] as const;
 
 /** Medians per peer, then each figure of the others as a ratio to each HAProxy's. */
 function summary(results: Map<string, Record<string, number>[]>, direct: number): void {

@@ -232,7 +232,7 @@ export async function createGateway(input: GatewayConfig | GatewayConfigObject, 
         prefillScheduler?.stop();
         edge.closeIdleConnections();
         const deadline = Date.now() + deadlineMs;
-        while (service.inFlight.size > 0 && Date.now() < deadline) {
+        while (service.answering > 0 && Date.now() < deadline) {
           await new Promise((r) => setTimeout(r, 20));
           edge.closeIdleConnections();
         }

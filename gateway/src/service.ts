@@ -71,8 +71,8 @@ interface Served {
 export class GatewayService {
   /** The edge's counters (the server's bounds count into them). */
   readonly edge: EdgeCounters = { connections: 0, refusedConnections: 0, readTimeouts: 0, loops: 0, malformed: 0, headersTooLarge: 0 };
-  /** Responses not yet ended (close() waits for them). */
-  readonly inFlight = new Set<EdgeResponse>();
+  /** Responses not yet ended (close() waits for them): a count, not a set (a set's table grew and shrank with every request). */
+  answering = 0;
   /** The port it listens on, once it does (the self-check compares upstreams with it). */
   port: number;
   readonly #parts: ServiceParts;
@@ -128,11 +128,11 @@ export class GatewayService {
     const requestId = requestIdOf(req);
     res.setHeader("x-request-id", requestId);
     const served: Served = { status: 0, upstream: null, outcome: "ok", matched: null };
-    this.inFlight.add(res);
+    this.answering++;
     const hangup = new Hangup();
     res.on("close", () => {
       if (!res.writableFinished) hangup.abort();
-      this.inFlight.delete(res);
+      this.answering--;
     });
     try {
       // A request that went out through this gateway and came back: one hop, then refused (never an amplification).

@@ -77,9 +77,10 @@ export class Http1Response implements EdgeResponse {
   /** Whether the body goes out chunked. */
   #chunked = false;
   /** Headers set before the head, as lower-case name and value pairs (writeHead's of the same name win). */
-  #set: [string, string][] | null = null;
-  /** Called once the answer ends or its connection closes first. */
-  #onClose: (() => void)[] | null = null;
+  #set: string[] | null = null;
+  /** Called once the answer ends or its connection closes first (the first listener held apart: there is one, the service's). */
+  #onClose: (() => void) | null = null;
+  #moreOnClose: (() => void)[] | null = null;
   #closed = false;
 
   constructor(socket: Socket, owner: ResponseOwner, close: boolean) {
@@ -99,10 +100,11 @@ export class Http1Response implements EdgeResponse {
     if (!isToken(name)) throw invalidHeader(name, "name");
     if (!isFieldValue(value)) throw invalidHeader(name, "value");
     const lower = name.toLowerCase();
-    const set = (this.#set ??= []);
-    const i = set.findIndex(([n]) => n === lower);
-    if (i >= 0) set[i] = [lower, value];
-    else set.push([lower, value]);
+    const set = (this.#set ??= []); // name, value, name, value, ...
+    let i = 0;
+    while (i < set.length && set[i] !== lower) i += 2;
+    set[i] = lower;
+    set[i + 1] = value;
     return this;
   }
 
@@ -128,7 +130,8 @@ export class Http1Response implements EdgeResponse {
         else for (const v of value) head += this.#line(name, v);
       }
     }
-    if (this.#set !== null) for (const [name, value] of this.#set) if (headers === undefined || !hasHeader(headers, name)) head += `${name}: ${value}\r\n`;
+    const set = this.#set;
+    if (set !== null) for (let i = 0; i < set.length; i += 2) if (headers === undefined || !hasHeader(headers, set[i]!)) head += `${set[i]}: ${set[i + 1]}\r\n`;
     this.#status = status;
     this.#length = length;
     this.#dated = dated;
@@ -154,7 +157,8 @@ export class Http1Response implements EdgeResponse {
       if (name === "content-length") length = true;
       head += this.#line(name, own[name]!);
     }
-    if (this.#set !== null) for (const [name, value] of this.#set) if (own[name] === undefined && !keptNames.includes(name)) head += `${name}: ${value}\r\n`;
+    const set = this.#set;
+    if (set !== null) for (let i = 0; i < set.length; i += 2) if (own[set[i]!] === undefined && !keptNames.includes(set[i]!)) head += `${set[i]}: ${set[i + 1]}\r\n`;
     this.#status = status;
     this.#length = length;
     this.#dated = keptNames.includes("date");
@@ -264,7 +268,8 @@ export class Http1Response implements EdgeResponse {
   on(event: "close", listener: () => void): this {
     if (event !== "close") throw new TypeError(`Http1Response emits close only, not ${String(event)}`);
     if (this.#closed) queueMicrotask(listener);
-    else (this.#onClose ??= []).push(listener);
+    else if (this.#onClose === null) this.#onClose = listener;
+    else (this.#moreOnClose ??= []).push(listener);
     return this;
   }
 
@@ -282,8 +287,11 @@ export class Http1Response implements EdgeResponse {
   emitClose(): void {
     if (this.#closed) return;
     this.#closed = true;
-    const listeners = this.#onClose;
+    const first = this.#onClose;
+    const more = this.#moreOnClose;
     this.#onClose = null;
-    if (listeners !== null) for (const l of listeners) l();
+    this.#moreOnClose = null;
+    first?.();
+    if (more !== null) for (const l of more) l();
   }
 }
