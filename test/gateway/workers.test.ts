@@ -8,7 +8,7 @@ import { describe, expect, it } from "vitest";
 import { startEngines, trackedForCleanup } from "../support/mock-engine.js";
 import { processParents, runCli, startServe } from "../support/processes.js";
 import { createGatewayRouter, loadGatewayConfig, RoutingState } from "../../gateway/src/index.js";
-import { Siblings, STATE_MESSAGE, type StateMessage } from "../../gateway/src/workers/sibling-log.js";
+import { hashesText, Siblings, STATE_MESSAGE, type StateMessage } from "../../gateway/src/workers/sibling-log.js";
 
 const CLI = path.resolve("gateway/dist/cli.js");
 const { children, engines } = trackedForCleanup();
@@ -121,12 +121,26 @@ describe("serve --workers N", () => {
     const before = state.router.prefixIndex!.stats().blocks;
     const ok = (entries: unknown[], loads: unknown[] = []) => ({ type: STATE_MESSAGE, from: 2, entries, loads });
     const learn = (hashes: unknown) => ({ op: "learn-blocks", url: urls[1], hashes, namespace: {} });
-    for (const bad of [null, 42, { type: "other" }, ok([learn([1, 2])]), ok([learn(new Uint32Array(3))]), ok([learn(new Uint32Array(1 << 19))]), ok([{ op: "route" }]), ok([], [{ url: urls[0], inFlight: -1, inFlightTokens: 0 }]), ok(new Array(4097).fill(learn(new Uint32Array(2)))), { ...ok([]), from: "2" }]) siblings.receive(bad);
-    expect(siblings.counters.rejected).toBe(10);
+    const bads = [
+      null,
+      42,
+      { type: "other" },
+      ok([learn([1, 2])]), // hashes as a list, not their text
+      ok([learn(new Uint32Array(2))]), // as words, not their text
+      ok([learn(hashesText(new Uint32Array(3)))]), // not whole blocks
+      ok([learn(hashesText(new Uint32Array(1 << 19)))]), // past the bound
+      ok([learn("AAAA!AAAAAAA")]), // not base64 (Node's decoder would skip the "!")
+      ok([{ op: "route" }]),
+      ok([], [{ url: urls[0], inFlight: -1, inFlightTokens: 0 }]),
+      ok(new Array(4097).fill(learn(hashesText(new Uint32Array(2))))),
+      { ...ok([]), from: "2" },
+    ];
+    for (const bad of bads) siblings.receive(bad);
+    expect(siblings.counters.rejected).toBe(bads.length);
     expect(state.router.prefixIndex!.stats().blocks).toBe(before);
     // A good batch is applied: the sibling's block is now in upstream 1's view.
     const hashes = state.router.prefixIndex!.blockHashes(new Uint32Array(config.routing.tokensPerBlock).fill(7));
-    siblings.receive({ type: STATE_MESSAGE, from: 2, entries: [{ op: "learn-blocks", url: urls[1]!, hashes, namespace: {} }], loads: [] } satisfies StateMessage);
+    siblings.receive({ type: STATE_MESSAGE, from: 2, entries: [{ op: "learn-blocks", url: urls[1]!, hashes: hashesText(hashes), namespace: {} }], loads: [] } satisfies StateMessage);
     expect(siblings.counters.applied).toBe(1);
     expect(state.router.prefixIndex!.stats().blocks).toBe(before + 1);
   });

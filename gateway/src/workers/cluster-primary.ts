@@ -52,7 +52,7 @@ export const isControl = (v: unknown): v is ControlMessage => typeof v === "obje
 
 /** Runs the primary of `n` workers, each running this process's command line; resolves with the exit status once all have exited. */
 export function runPrimary(n: number): Promise<number> {
-  cluster.setupPrimary({ exec: process.argv[1]!, args: process.argv.slice(2), serialization: "advanced" });
+  cluster.setupPrimary({ exec: process.argv[1]!, args: process.argv.slice(2), serialization: "json" });
   const say = (text: string) => process.stderr.write(`adp-router-gateway serve: ${text}\n`);
   return new Promise<number>((resolve) => {
     const slots = new Map<Worker, number>();

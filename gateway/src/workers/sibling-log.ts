@@ -7,9 +7,13 @@
 // replicas do, so those are not relayed. Entries name upstreams by URL: a
 // worker that has not yet reloaded a changed fleet skips what it lacks.
 //
-// The channel is the cluster's IPC (structured clone: typed arrays cross as
-// such), batched: a worker sends at most one message each FLUSH_MS, holding
-// what it changed meanwhile and its loads, however many requests it placed.
+// The channel is the cluster's IPC, batched: a worker sends at most one
+// message each FLUSH_MS, holding what it changed meanwhile and its loads,
+// however many requests it placed. Messages cross as JSON (block hashes as
+// base64 text): the primary parses and writes each one again for every other
+// worker, and V8's JSON costs it about half of what Node's "advanced"
+// (structured clone) serialization did (420 against 233 µs of the primary's
+// CPU per trace request, docs/performance.md).
 
 import type { PrefixNamespace } from "adp-router";
 import type { RoutingState, StateEntry, StateLog } from "../fleet/routing-state.js";
@@ -35,10 +39,24 @@ const MAX_HASH_WORDS = 1 << 18;
 /** Longest URL, conversation key or cache salt taken from a sibling. */
 const MAX_TEXT = 8192;
 
-/** One shared change, as it crosses to the siblings. */
+/** One shared change, as it crosses to the siblings: a learned prompt's block hashes as the base64 text of their little-endian u32 words. */
 export type SiblingEntry =
-  | { readonly op: "learn-blocks"; readonly url: string; readonly hashes: Uint32Array; readonly namespace: PrefixNamespace; readonly rank?: number }
+  | { readonly op: "learn-blocks"; readonly url: string; readonly hashes: string; readonly namespace: PrefixNamespace; readonly rank?: number }
   | { readonly op: "bind"; readonly url: string; readonly key: string; readonly rank?: number };
+
+/** Strict base64 (what Buffer writes): Node's decoder skips anything else, so it is checked first. */
+const BASE64 = /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/;
+
+/** Block hashes as they cross (base64 of the u32 words, little-endian as Node runs on). */
+export const hashesText = (hashes: Uint32Array): string => Buffer.from(hashes.buffer, hashes.byteOffset, hashes.byteLength).toString("base64");
+
+/** Block hashes back from their text (checked by isEntry: whole words, two a block, within the bound). */
+function hashesOf(text: string): Uint32Array {
+  const bytes = Buffer.from(text, "base64");
+  const words = new Uint32Array(bytes.length >>> 2);
+  new Uint8Array(words.buffer).set(bytes.subarray(0, words.length * 4));
+  return words;
+}
 
 /** What a worker has in flight on one upstream (the others add it to their own: one load, as one gateway sees it). */
 export interface SiblingLoad {
@@ -89,7 +107,11 @@ function isEntry(e: unknown): e is SiblingEntry {
   if (x.op !== "learn-blocks") return false;
   const ns = x.namespace as Record<string, unknown> | null;
   const nsOk = typeof ns === "object" && ns !== null && (ns.loraTaskId === undefined || ns.loraTaskId === null || Number.isSafeInteger(ns.loraTaskId)) && (ns.cacheSalt === undefined || ns.cacheSalt === null || text(ns.cacheSalt));
-  return x.hashes instanceof Uint32Array && x.hashes.length % 2 === 0 && x.hashes.length <= MAX_HASH_WORDS && nsOk;
+  // Text of whole blocks (8 bytes each: 12 base64 characters per 9 bytes, so a block count decides the length), within the bound.
+  const hashes = x.hashes;
+  if (typeof hashes !== "string" || hashes.length > Math.ceil((MAX_HASH_WORDS * 4) / 3) + 4 || !BASE64.test(hashes)) return false;
+  const bytes = (hashes.length / 4) * 3 - (hashes.endsWith("==") ? 2 : hashes.endsWith("=") ? 1 : 0);
+  return bytes % 8 === 0 && nsOk;
 }
 
 /** Counters of a worker's sharing with its siblings. */
@@ -157,9 +179,9 @@ export class Siblings {
     if (index === null) return null;
     // A learned prompt travels as its block hashes (blockHashes returns a fresh array); a sibling's own relayed
     // learn-blocks never comes back here (applied quietly), so these are this worker's.
-    const hashes = entry.op === "learn" ? (entry.hashes ?? index.blockHashes(entry.tokens)) : entry.hashes.slice();
+    const hashes = entry.op === "learn" ? (entry.hashes ?? index.blockHashes(entry.tokens)) : entry.hashes;
     if (hashes.length === 0 || hashes.length > MAX_HASH_WORDS) return null;
-    return { op: "learn-blocks", url, hashes, namespace: { loraTaskId: entry.namespace.loraTaskId ?? null, cacheSalt: entry.namespace.cacheSalt ?? null }, ...rank };
+    return { op: "learn-blocks", url, hashes: hashesText(hashes), namespace: { loraTaskId: entry.namespace.loraTaskId ?? null, cacheSalt: entry.namespace.cacheSalt ?? null }, ...rank };
   }
 
   /**
@@ -250,7 +272,7 @@ export class Siblings {
         continue;
       }
       const rank = e.rank === undefined ? {} : { rank: e.rank };
-      this.#local.applyQuietly(e.op === "bind" ? { op: "bind", upstream, key: e.key, ...rank } : { op: "learn-blocks", upstream, hashes: e.hashes, namespace: e.namespace, ...rank });
+      this.#local.applyQuietly(e.op === "bind" ? { op: "bind", upstream, key: e.key, ...rank } : { op: "learn-blocks", upstream, hashes: hashesOf(e.hashes), namespace: e.namespace, ...rank });
       this.counters.applied++;
     }
   }
