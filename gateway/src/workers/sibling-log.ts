@@ -11,9 +11,9 @@
 // message each FLUSH_MS, holding what it changed meanwhile and its loads,
 // however many requests it placed. Messages cross as JSON (block hashes as
 // base64 text): the primary parses and writes each one again for every other
-// worker, and V8's JSON costs it about half of what Node's "advanced"
-// (structured clone) serialization did (420 against 233 µs of the primary's
-// CPU per trace request, docs/performance.md).
+// worker, and V8's JSON costs it less than Node's "advanced" (structured
+// clone) serialization did: 233 and 333 against 420 and 453 µs of the
+// primary's CPU per trace request, in two runs side by side (docs/performance.md).
 
 import type { PrefixNamespace } from "adp-router";
 import type { RoutingState, StateEntry, StateLog } from "../fleet/routing-state.js";
