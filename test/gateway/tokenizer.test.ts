@@ -94,9 +94,54 @@ describe("TokenPool", () => {
 
   it("arrays past the largest size are plain (not pooled)", () => {
     const pool = new TokenPool();
-    const big = pool.take((1 << 18) + 1);
-    expect(big.buffer.byteLength).toBe(((1 << 18) + 1) * 4);
+    const big = pool.take((1 << 20) + 1);
+    expect(big.buffer.byteLength).toBe(((1 << 20) + 1) * 4);
     pool.release(big);
-    expect(pool.take((1 << 18) + 1).buffer).not.toBe(big.buffer);
+    expect(pool.take((1 << 20) + 1).buffer).not.toBe(big.buffer);
+    const pooled = pool.take(1 << 20); // a million-token prompt's ids are pooled
+    pool.release(pooled);
+    expect(pool.take(1 << 20).buffer).toBe(pooled.buffer);
+  });
+
+  it("what it keeps follows the load: a released array pushes out free arrays of other sizes, largest first, within the cap", () => {
+    const pool = new TokenPool(64 << 10); // 64 KiB: sixteen 1,024-word arrays' worth
+    const small = [pool.take(1_024), pool.take(1_024)]; // 4 KiB each
+    const large = pool.take(8_192); // 32 KiB
+    const middle = pool.take(4_096); // 16 KiB
+    for (const a of [...small, large, middle]) pool.release(a);
+    expect(pool.freeBytes).toBe(56 << 10);
+    const next = pool.take(4_000); // the middle size class: its free array again
+    expect(next.buffer).toBe(middle.buffer);
+    const other = pool.take(2_048); // 8 KiB: nothing free of its size
+    const another = pool.take(2_048);
+    pool.release(next); // 56 KiB free again
+    pool.release(other); // 64 KiB: fits exactly
+    expect(pool.freeBytes).toBe(64 << 10);
+    pool.release(another); // 8 KiB more: the largest other size (32 KiB) goes
+    expect(pool.freeBytes).toBe(40 << 10);
+    expect(pool.take(8_192).buffer).not.toBe(large.buffer);
+    expect(pool.take(2_048).buffer).toBe(another.buffer);
+    expect(pool.take(1_024).buffer).toBe(small[1]!.buffer);
+  });
+
+  it("never keeps more than its cap, whatever sizes come and go (random loads)", () => {
+    const cap = 256 << 10;
+    const pool = new TokenPool(cap);
+    let seed = 7;
+    const next = () => (seed = (seed * 1103515245 + 12345) % 2147483648);
+    const out: Uint32Array[] = [];
+    const seen = new Set<ArrayBuffer>();
+    for (let step = 0; step < 5_000; step++) {
+      if (out.length > 0 && next() % 2 === 0) pool.release(out.splice(next() % out.length, 1)[0]!);
+      else {
+        const ids = pool.take(1 + (next() % 70_000));
+        expect(seen.has(ids.buffer as ArrayBuffer)).toBe(false); // never lent twice at once
+        seen.add(ids.buffer as ArrayBuffer);
+        out.push(ids);
+      }
+      expect(pool.freeBytes).toBeLessThanOrEqual(cap);
+      seen.clear();
+      for (const o of out) seen.add(o.buffer as ArrayBuffer);
+    }
   });
 });

@@ -239,26 +239,32 @@ function contentText(content: unknown): string {
   return content === null || content === undefined ? "" : JSON.stringify(content);
 }
 
-/** Smallest and largest pooled arrays, in words; bigger ones are allocated and left to the GC. */
+/** Smallest and largest pooled arrays, in words (the largest: a 4 MiB array, a million-token prompt); bigger ones are allocated and left to the GC. */
 const POOL_MIN_WORDS = 1 << 8;
-const POOL_MAX_WORDS = 1 << 18;
+const POOL_MAX_WORDS = 1 << 20;
 /**
  * Most bytes the pool keeps while nobody uses them. Ids go back once their
  * request is placed (the batch it arrived in, most often), so a few arrays of
- * each size cover a steady load; what a burst took beyond this is left to the
- * GC (16 MiB kept had the trace's process hold that much more for nothing:
- * docs/performance.md, footprint).
+ * the sizes the load asks for cover it; an array that does not fit pushes out
+ * free arrays of other sizes, largest first, so what is kept follows the load.
+ * A first-come cap of 4 MiB with arrays up to 1 MiB kept whatever sizes came
+ * first: bench:peers' trace (prompts of 10 KB to 1.4 MB) took 359 fresh
+ * arrays, 236 MB, in 3,000 requests, and V8 counts fresh backing stores
+ * against its old-generation limit until its next mark-compact (56 of them
+ * in the run); this policy took 118, 140 MB (43 mark-compacts). Kept arrays
+ * are resident memory: 8 MiB is two of the largest pooled size.
  */
-const POOL_FREE_BYTES = 4 << 20;
+const POOL_FREE_BYTES = 8 << 20;
 
 /**
  * Token-id arrays recycled between requests. A fresh 14 KB Uint32Array per
  * request made V8 run a full mark-compact every ~900 requests (its backing
- * store counts as external memory, which V8 collects eagerly): 46 of them in
- * one bench:serve run, against 1 for the pass-through, and about a third of
- * the gateway's CPU per request. Arrays come in power-of-two sizes and are
- * handed out as views of exactly the length asked for; `release` takes one
- * back once (an array it did not lend, or lent and got back, is ignored).
+ * store counts as external memory, which V8 adds to the old generation's
+ * size since its last mark-compact): 46 of them in one bench:serve run,
+ * against 1 for the pass-through, and about a third of the gateway's CPU per
+ * request. Arrays come in power-of-two sizes and are handed out as views of
+ * exactly the length asked for; `release` takes one back once (an array it
+ * did not lend, or lent and got back, is ignored).
  */
 export class TokenPool {
   /** Free buffers by size in words. */
@@ -266,6 +272,12 @@ export class TokenPool {
   /** Buffers out on loan. */
   readonly #lent = new WeakSet<ArrayBuffer>();
   #freeBytes = 0;
+  readonly #capBytes: number;
+
+  /** A pool keeping at most `capBytes` free (tests shrink it). */
+  constructor(capBytes = POOL_FREE_BYTES) {
+    this.#capBytes = capBytes;
+  }
 
   /** An array of `n` words, its contents unspecified (the caller fills it). */
   take(n: number): Uint32Array {
@@ -283,10 +295,29 @@ export class TokenPool {
     const buffer = ids.buffer;
     if (!(buffer instanceof ArrayBuffer) || !this.#lent.has(buffer)) return;
     this.#lent.delete(buffer);
-    if (this.#freeBytes + buffer.byteLength > POOL_FREE_BYTES) return;
-    let list = this.#free.get(buffer.byteLength / 4);
-    if (list === undefined) this.#free.set(buffer.byteLength / 4, (list = []));
+    const bytes = buffer.byteLength;
+    if (bytes > this.#capBytes) return;
+    if (this.#freeBytes + bytes > this.#capBytes) this.#evictFor(bytes);
+    if (this.#freeBytes + bytes > this.#capBytes) return; // its own size fills the rest: one more of it is not kept
+    let list = this.#free.get(bytes / 4);
+    if (list === undefined) this.#free.set(bytes / 4, (list = []));
     list.push(buffer);
-    this.#freeBytes += buffer.byteLength;
+    this.#freeBytes += bytes;
+  }
+
+  /** Bytes kept free now. */
+  get freeBytes(): number {
+    return this.#freeBytes;
+  }
+
+  /** Lets go of free buffers of other sizes than `bytes`, largest first, until `bytes` more fit. */
+  #evictFor(bytes: number): void {
+    const sizes = [...this.#free.keys()].sort((a, b) => b - a);
+    for (const words of sizes) {
+      if (words * 4 === bytes) continue;
+      const list = this.#free.get(words)!;
+      while (list.length > 0 && this.#freeBytes + bytes > this.#capBytes) this.#freeBytes -= list.pop()!.byteLength;
+      if (this.#freeBytes + bytes <= this.#capBytes) return;
+    }
   }
 }
