@@ -377,6 +377,13 @@ const quantile = (xs: readonly number[], q: number) => {
   return s.length === 0 ? 0 : s[Math.min(s.length - 1, Math.floor(q * s.length))]!;
 };
 
+/** The median of the rounds' values: the middle one, or the mean of the middle two when the rounds are even (not the larger). */
+const median = (xs: readonly number[]) => {
+  const s = [...xs].sort((a, b) => a - b);
+  const mid = s.length >> 1;
+  return s.length === 0 ? NaN : s.length % 2 === 1 ? s[mid]! : (s[mid - 1]! + s[mid]!) / 2;
+};
+
 // ── Measurements ───────────────────────────────────────────────────────────
 
 /** The trace through `peer` open-loop; its CPU per 1,000, peak RSS, e2e p50, the engines' hit ratio and spread. */
@@ -506,7 +513,7 @@ const COMPARED = ["trace_cpu_s_per_1000", "small_cpu_s_per_1000", "small_request
 
 /** Medians per peer, then each figure of the others as a ratio to each HAProxy's. */
 function summary(results: Map<string, Record<string, number>[]>, direct: number): void {
-  const medians = new Map([...results].map(([name, rows]) => [name, Object.fromEntries(Object.keys(rows[0]!).map((k) => [k, quantile(rows.map((r) => r[k]!), 0.5)]))]));
+  const medians = new Map([...results].map(([name, rows]) => [name, Object.fromEntries(Object.keys(rows[0]!).map((k) => [k, median(rows.map((r) => r[k]!))]))]));
   for (const [name, m] of medians) console.log(JSON.stringify({ peer: name, medians: roundAll(m), direct_p50_ms: round(direct, 3) }));
   for (const [name, m] of medians) {
     if (name.startsWith("haproxy")) continue; // node-pass is compared too: what any Node gateway pays
