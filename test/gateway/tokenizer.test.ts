@@ -124,6 +124,27 @@ describe("TokenPool", () => {
     expect(pool.take(1_024).buffer).toBe(small[1]!.buffer);
   });
 
+  it("pushes out other sizes only, and only as many as it must", () => {
+    const pool = new TokenPool(64 << 10);
+    const keep = (words: number[]) => words.map((w) => pool.take(w)).forEach((a) => pool.release(a));
+    keep([8_192, 4_096, 1_024, 1_024, 1_024]); // 32 + 16 + 3 × 4 = 60 KiB free
+    const second = pool.take(8_192); // the 32 KiB one again, then a fresh one beside it
+    const first = pool.take(8_192);
+    pool.release(second);
+    pool.release(first); // 92 KiB: the 16 KiB and the three 4 KiB go, the other 32 KiB stays
+    expect(pool.freeBytes).toBe(64 << 10);
+    expect([pool.take(8_192).buffer, pool.take(8_192).buffer]).toEqual([first.buffer, second.buffer]);
+
+    const other = new TokenPool(64 << 10);
+    const sixteens = [other.take(4_096), other.take(4_096)];
+    const eights = [other.take(2_048), other.take(2_048)];
+    for (const a of [...sixteens, ...eights]) other.release(a); // 48 KiB free
+    other.release(other.take(8_192)); // 80 KiB: one 16 KiB array goes, not both
+    expect(other.freeBytes).toBe(64 << 10);
+    expect(other.take(4_096).buffer).toBe(sixteens[0]!.buffer);
+    expect(other.take(2_048).buffer).toBe(eights[1]!.buffer);
+  });
+
   it("never keeps more than its cap, whatever sizes come and go (random loads)", () => {
     const cap = 256 << 10;
     const pool = new TokenPool(cap);
@@ -131,17 +152,32 @@ describe("TokenPool", () => {
     const next = () => (seed = (seed * 1103515245 + 12345) % 2147483648);
     const out: Uint32Array[] = [];
     const seen = new Set<ArrayBuffer>();
+    const lentBefore = new Set<ArrayBuffer>();
     for (let step = 0; step < 5_000; step++) {
       if (out.length > 0 && next() % 2 === 0) pool.release(out.splice(next() % out.length, 1)[0]!);
       else {
         const ids = pool.take(1 + (next() % 70_000));
         expect(seen.has(ids.buffer as ArrayBuffer)).toBe(false); // never lent twice at once
+        lentBefore.add(ids.buffer as ArrayBuffer);
         seen.add(ids.buffer as ArrayBuffer);
         out.push(ids);
       }
       expect(pool.freeBytes).toBeLessThanOrEqual(cap);
+      expect(pool.freeBytes).toBeGreaterThanOrEqual(0);
       seen.clear();
       for (const o of out) seen.add(o.buffer as ArrayBuffer);
     }
+    // What it counts is what it holds: every array it hands out of each size until a fresh one comes was one given back.
+    for (const o of out) pool.release(o);
+    const counted = pool.freeBytes;
+    let held = 0;
+    for (let words = 256; words <= 1 << 17; words *= 2) {
+      for (;;) {
+        const a = pool.take(words);
+        if (!lentBefore.has(a.buffer as ArrayBuffer)) break;
+        held += a.buffer.byteLength;
+      }
+    }
+    expect(held).toBe(counted);
   });
 });

@@ -251,8 +251,9 @@ const POOL_MAX_WORDS = 1 << 20;
  * first: bench:peers' trace (prompts of 10 KB to 1.4 MB) took 359 fresh
  * arrays, 236 MB, in 3,000 requests, and V8 counts fresh backing stores
  * against its old-generation limit until its next mark-compact (56 of them
- * in the run); this policy took 118, 140 MB (43 mark-compacts). Kept arrays
- * are resident memory: 8 MiB is two of the largest pooled size.
+ * in the run); this cap, these sizes and the eviction together took 118,
+ * 140 MB (43 mark-compacts). Kept arrays are resident memory: 8 MiB is two
+ * of the largest pooled size.
  */
 const POOL_FREE_BYTES = 8 << 20;
 
@@ -296,10 +297,10 @@ export class TokenPool {
     if (!(buffer instanceof ArrayBuffer) || !this.#lent.has(buffer)) return;
     this.#lent.delete(buffer);
     const bytes = buffer.byteLength;
-    if (bytes > this.#capBytes) return;
-    if (this.#freeBytes + bytes > this.#capBytes) this.#evictFor(bytes);
-    if (this.#freeBytes + bytes > this.#capBytes) return; // its own size fills the rest: one more of it is not kept
     let list = this.#free.get(bytes / 4);
+    // Its own size's free arrays and it would pass the cap: one more of it is not kept, and nothing else is pushed out for it.
+    if ((list?.length ?? 0) * bytes + bytes > this.#capBytes) return;
+    if (this.#freeBytes + bytes > this.#capBytes) this.#evictFor(bytes);
     if (list === undefined) this.#free.set(bytes / 4, (list = []));
     list.push(buffer);
     this.#freeBytes += bytes;
