@@ -377,7 +377,7 @@ const quantile = (xs: readonly number[], q: number) => {
   return s.length === 0 ? 0 : s[Math.min(s.length - 1, Math.floor(q * s.length))]!;
 };
 
-/** The median of the rounds' values: the middle one, or the mean of the middle two when the rounds are even (not the larger). */
+/** The median of the rounds' values: the middle one, or the mean of the middle two when the rounds are even. */
 const median = (xs: readonly number[]) => {
   const s = [...xs].sort((a, b) => a - b);
   const mid = s.length >> 1;
