@@ -3,6 +3,7 @@
 // whatever the scratch memory it reuses between calls.
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
+import { HttpError, readRequest } from "../../gateway/src/requests/openai.js";
 import { TokenPool, Utf8ByteTokenizer } from "../../gateway/src/tokenizers/tokenizer.js";
 
 /** The canonical rendering, written out independently of the tokenizer. */
@@ -82,6 +83,31 @@ describe("TokenPool", () => {
     expect(b.buffer).toBe(a.buffer);
     expect(c.buffer).not.toBe(a.buffer);
     expect(b.length).toBe(3_500);
+  });
+
+  it("a request refused after its prompt was tokenized hands the ids back to the tokenizer", () => {
+    class Counting extends Utf8ByteTokenizer {
+      released = 0;
+      override release(ids: Uint32Array): void {
+        this.released++;
+        super.release(ids);
+      }
+    }
+    const body = (extra: object) => Buffer.from(JSON.stringify({ model: "m", messages: [{ role: "user", content: "a question" }], ...extra }));
+    const refusals: [object, Record<string, string>][] = [
+      [{ cache_salt: { a: 1 } }, {}],
+      [{ conversation_params: [] }, {}],
+      [{}, { "x-session-id": "s".repeat(10_000) }],
+    ];
+    for (const [extra, headers] of refusals) {
+      const tok = new Counting();
+      expect(() => readRequest("chat", body(extra), headers, tok)).toThrow(HttpError);
+      expect(tok.released).toBe(1);
+    }
+    const tok = new Counting();
+    const taken = readRequest("chat", body({ cache_salt: "a" }), {}, tok);
+    expect(tok.released).toBe(0); // a request read whole keeps its ids until it is placed
+    expect(taken.tokens.length).toBeGreaterThan(0);
   });
 
   it("a tokenizer's released ids come back filled with the next prompt's bytes, nothing left over", () => {

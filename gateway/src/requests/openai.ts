@@ -331,6 +331,19 @@ export function readRequest(
     tokenizer.release?.(tokens);
     throw tooManyTokens(n, limits.maxPromptTokens, kind === "chat" ? "messages" : "prompt");
   }
+  let who: ReturnType<typeof identityOf>;
+  try {
+    who = identityOf(b, raw, headers);
+  } catch (error) {
+    tokenizer.release?.(tokens); // refused after tokenizing: its ids go back to the tokenizer's pool, not to the GC
+    throw error;
+  }
+  const { conversationId, subagentId, subagentClaim, cacheSalt } = who;
+  return { kind, model: b.model, stream: b.stream === true, tokens, conversationId, subagentId, subagentClaim, cacheSalt, loraTaskId: loraAdapters.get(b.model) ?? null };
+}
+
+/** A request's conversation, sub-agent hint and cache salt, from its body and headers; throws HttpError 400 for a malformed one. */
+function identityOf(b: Record<string, unknown>, raw: Buffer, headers: Record<string, string | string[] | undefined>): Pick<RoutedRequest, "conversationId" | "subagentId" | "subagentClaim" | "cacheSalt"> {
   const params = b.conversation_params;
   let conversationId: string | null = null;
   if (params !== undefined && params !== null) {
@@ -348,7 +361,7 @@ export function readRequest(
   // The engines hash the salt as sent: trimmed, " a" would match the blocks of "a", which the engine keeps apart.
   const cacheSalt = idOf(b.cache_salt, "cache_salt", false);
   const subagentClaim = subagentId === null ? null : claimOf(b, raw, subagentId, header(headers, SUBAGENT_AUTH_HEADER));
-  return { kind, model: b.model, stream: b.stream === true, tokens, conversationId, subagentId, subagentClaim, cacheSalt, loraTaskId: loraAdapters.get(b.model) ?? null };
+  return { conversationId, subagentId, subagentClaim, cacheSalt };
 }
 
 /**
