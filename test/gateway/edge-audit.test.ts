@@ -22,6 +22,7 @@ import { metricsByIndex } from "../support/metrics.js";
 import { startMockEngine, type EngineBehaviour, type MockEngine } from "../support/mock-engine.js";
 import { waitFor } from "../support/wait.js";
 import { freePort } from "../support/processes.js";
+import { onRawRequests } from "../support/raw-requests.js";
 
 const QWEN = path.resolve("test/fixtures/tokenizers/qwen2.5");
 const ADMIN_KEY = "admin-key-for-edge-audit-0123";
@@ -299,19 +300,7 @@ describe("upstream answers", () => {
       sockets.add(socket);
       socket.on("close", () => sockets.delete(socket));
       socket.on("error", () => {});
-      let buf = "";
-      socket.on("data", (d: Buffer) => {
-        buf += d.toString("latin1");
-        for (;;) {
-          const at = buf.indexOf("\r\n\r\n");
-          if (at < 0) return;
-          const head = buf.slice(0, at);
-          const length = Number(/content-length:\s*(\d+)/i.exec(head)?.[1] ?? 0);
-          if (buf.length < at + 4 + length) return;
-          buf = buf.slice(at + 4 + length);
-          socket.write(head.startsWith("GET /health") ? "HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok" : "HTTP/1.1 600 Weird\r\ncontent-length: 2\r\n\r\n{}");
-        }
-      });
+      onRawRequests(socket, (head) => socket.write(head.startsWith("GET /health") ? "HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok" : "HTTP/1.1 600 Weird\r\ncontent-length: 2\r\n\r\n{}"));
     });
     await new Promise<void>((r) => raw.listen(0, "127.0.0.1", r));
     open.push({ close: () => new Promise<void>((r) => (sockets.forEach((s) => s.destroy()), raw.close(() => r()))) });

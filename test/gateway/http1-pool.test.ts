@@ -11,6 +11,7 @@ import { afterEach, describe, expect, it } from "vitest";
 import { AnswerParser, MAX_HEAD_BYTES } from "../../gateway/src/http1/answer-parser.js";
 import { Http1Pool, type AnswerController, type RequestOptions } from "../../gateway/src/http1/http1-pool.js";
 import { createGateway } from "../../gateway/src/index.js";
+import { onRawRequests } from "../support/raw-requests.js";
 
 /** A raw upstream: each request's bytes go to `answer`, which writes what it likes on the socket. */
 interface RawUpstream {
@@ -34,19 +35,9 @@ async function rawUpstream(answer: (socket: Socket, request: string, n: number) 
     sockets.add(socket);
     socket.on("close", () => sockets.delete(socket));
     socket.on("error", () => {});
-    let buf = "";
-    socket.on("data", (d) => {
-      buf += d.toString("latin1");
-      for (;;) {
-        const end = buf.indexOf("\r\n\r\n");
-        if (end < 0) return;
-        const length = Number(/\r\ncontent-length: (\d+)/i.exec(buf.slice(0, end))?.[1] ?? 0);
-        if (buf.length < end + 4 + length) return;
-        const request = buf.slice(0, end + 4 + length);
-        buf = buf.slice(end + 4 + length);
-        state.requests.push(request);
-        answer(socket, request, state.requests.length - 1);
-      }
+    onRawRequests(socket, (_head, request) => {
+      state.requests.push(request);
+      answer(socket, request, state.requests.length - 1);
     });
   });
   await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));

@@ -12,6 +12,7 @@ import { afterEach, describe, expect, it } from "vitest";
 import { createGateway, loadGatewayConfig, type Gateway } from "../../gateway/src/index.js";
 import { MAX_REQUEST_HEAD_BYTES, parseRequestHead } from "../../gateway/src/http1/request-head.js";
 import { startMockEngine, type EngineBehaviour, type MockEngine } from "../support/mock-engine.js";
+import { onRawRequests } from "../support/raw-requests.js";
 
 const open: { close(): Promise<void> }[] = [];
 afterEach(async () => {
@@ -317,23 +318,13 @@ async function rawEngine(answer: () => string): Promise<{ url: string; heads: st
   const heads: string[] = [];
   const server = createServer((socket) => {
     socket.on("error", () => {});
-    let buf = "";
-    socket.on("data", (d) => {
-      buf += d.toString("latin1");
-      for (;;) {
-        const end = buf.indexOf("\r\n\r\n");
-        if (end < 0) return;
-        const length = Number(/\r\ncontent-length: *(\d+)/i.exec(buf.slice(0, end))?.[1] ?? 0);
-        if (buf.length < end + 4 + length) return;
-        const head = buf.slice(0, end);
-        buf = buf.slice(end + 4 + length);
-        if (!head.startsWith("POST")) {
-          socket.write("HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}");
-          continue;
-        }
-        heads.push(head);
-        socket.write(answer());
+    onRawRequests(socket, (head) => {
+      if (!head.startsWith("POST")) {
+        socket.write("HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}");
+        return;
       }
+      heads.push(head);
+      socket.write(answer());
     });
   });
   await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
