@@ -129,15 +129,24 @@ function forwardedLines(ctx: ProxyContext, call: ProxyCall, u: Upstream): Forwar
   const req = call.req;
   if (!(req instanceof Http1Request) || call.headers !== undefined || !(u.exchanges instanceof Http1Pool)) return null;
   const { names, lines } = req.head;
-  const named = connectionNames(req.headers.connection);
   const ownKey = u.apiKey !== null || ctx.clientKeys;
+  return { bytes: req.headBytes, lines: passedLines(names, lines, connectionNames(req.headers.connection), ownKey ? SET_WITH_KEY : SET_BY_GATEWAY, null) };
+}
+
+/**
+ * The spans (a line's start and end, two numbers a line) of the head lines a
+ * proxy passes on: not hop-by-hop, not named by the head's `Connection`
+ * (`named`), not in `also`; their names pushed onto `keptNames` when given.
+ */
+function passedLines(names: readonly string[], spans: readonly number[], named: readonly string[] | null, also: ReadonlySet<string> | null, keptNames: string[] | null): number[] {
   const kept: number[] = [];
   for (let i = 0; i < names.length; i++) {
     const name = names[i]!;
-    if (HOP_BY_HOP.has(name) || (named !== null && named.includes(name)) || name === RANK_HEADER || (ownKey && name === "authorization") || name === "x-request-id" || name === "via") continue;
-    kept.push(lines[2 * i]!, lines[2 * i + 1]!);
+    if (HOP_BY_HOP.has(name) || (named !== null && named.includes(name)) || (also !== null && also.has(name))) continue;
+    kept.push(spans[2 * i]!, spans[2 * i + 1]!);
+    keptNames?.push(name);
   }
-  return { bytes: req.headBytes, lines: kept };
+  return kept;
 }
 
 /** The headers the gateway sets beside forwarded lines: the rank, the upstream's key, the request id, this hop. */
@@ -173,16 +182,8 @@ function answerHeaders(answer: IncomingHttpHeaders, u: Upstream, requestId: stri
  * compares the two).
  */
 function passHead(res: Http1Response, status: number, answer: IncomingHttpHeaders, lines: HeadLines, u: Upstream, requestId: string): void {
-  const named = connectionNames(answer.connection);
-  const kept: number[] = [];
   const keptNames: string[] = [];
-  const { names, lines: spans } = lines;
-  for (let i = 0; i < names.length; i++) {
-    const name = names[i]!;
-    if (HOP_BY_HOP.has(name) || (named !== null && named.includes(name))) continue;
-    kept.push(spans[2 * i]!, spans[2 * i + 1]!);
-    keptNames.push(name);
-  }
+  const kept = passedLines(lines.names, lines.lines, connectionNames(answer.connection), null, keptNames);
   const own: Record<string, string> = { "x-adp-upstream": String(u.index), "x-adp-upstream-name": u.name, "x-request-id": requestId };
   // The body is passed on byte for byte, so the upstream's length stands (as answerHeaders keeps it).
   const length = answer["content-length"];
@@ -203,6 +204,10 @@ export const namingUpstream = (u: Upstream): { "x-adp-upstream": string; "x-adp-
 
 /** The header vLLM (`_get_data_parallel_rank`) and SGLang take a request's DP rank from (case-insensitive). */
 export const RANK_HEADER = "x-data-parallel-rank";
+
+/** Request headers the gateway sets itself beside forwarded lines (gatewayHeaders), so the client's are dropped; with the key when the gateway keeps the client's. */
+const SET_BY_GATEWAY: ReadonlySet<string> = new Set([RANK_HEADER, "x-request-id", "via"]);
+const SET_WITH_KEY: ReadonlySet<string> = new Set([...SET_BY_GATEWAY, "authorization"]);
 
 /**
  * Proxies a placed request to `first` (on its DP rank `rank` when phase 2
