@@ -12,7 +12,9 @@
 // bare relay on `net` sockets with its own minimal HTTP/1.1 framing (the
 // floor of a Node gateway with its own HTTP path); baseline, another build's
 // gateway (ADP_BENCH_BASELINE_CLI=path/to/gateway/dist/cli.js: before and
-// after in one run; baseline-wN with --workers N). Per peer
+// after in one run; baseline-wN with --workers N); a `-image` suffix (gateway-image,
+// gateway-w2-image) runs that gateway with the allocator setting its container image
+// sets (gateway/Dockerfile's MALLOC_TRIM_THRESHOLD_). Per peer
 // and round (ROUNDS interleaved rounds, medians printed):
 //   - CPU per 1,000 trace requests of the peer's whole process tree (/proc),
 //     its peak RSS (the tree's, and its largest process's), end-to-end p50 on the trace, the engines' prefix hit ratio
@@ -281,20 +283,30 @@ interface Peer {
   readonly proc: ChildProcess;
 }
 
+/** The allocator setting the gateway's container image sets (read from gateway/Dockerfile, so the two agree). */
+function imageEnv(): Record<string, string> {
+  const dockerfile = readFileSync(path.join(ROOT, "gateway", "Dockerfile"), "utf8");
+  const trim = /\bMALLOC_TRIM_THRESHOLD_=(\d+)/.exec(dockerfile);
+  if (trim === null) throw new Error("gateway/Dockerfile sets no MALLOC_TRIM_THRESHOLD_ for the -image peers");
+  return { MALLOC_TRIM_THRESHOLD_: trim[1]! };
+}
+
 /** Starts peer `name` in front of `urls`; resolves once it answers. */
 async function startPeer(name: string, urls: readonly string[], dir: string): Promise<Peer> {
   const port = await freePort();
   let proc: ChildProcess;
   const node = (process.env.ADP_BENCH_GATEWAY_NODE_ARGS ?? "").split(" ").filter(Boolean);
-  if (/^(?:gateway|baseline)(?:-w\d+)?$/.test(name)) {
+  if (/^(?:gateway|baseline)(?:-w\d+)?(?:-image)?$/.test(name)) {
     const yaml = `listen: { host: 127.0.0.1, port: ${port} }\nlogging: { level: warn }\nhealth: { interval_ms: 60000 }\nlimits: { max_in_flight_per_upstream: 4096, queue_size: 8192, max_connections: 16384 }\nupstreams:\n${urls.map((u) => `  - url: ${u}\n`).join("")}`;
     const file = path.join(dir, `gateway-${port}.yaml`);
     writeFileSync(file, yaml);
     const extra = (process.env.ADP_BENCH_GATEWAY_ARGS ?? "").split(" ").filter(Boolean);
-    if (name.includes("-w")) extra.push("--workers", name.slice(name.indexOf("-w") + 2));
+    const workers = /-w(\d+)/.exec(name);
+    if (workers !== null) extra.push("--workers", workers[1]!);
     const cli = name.startsWith("baseline") ? process.env.ADP_BENCH_BASELINE_CLI : path.join(ROOT, "gateway", "dist", "cli.js");
     if (cli === undefined || !existsSync(cli)) throw new Error("peer baseline needs ADP_BENCH_BASELINE_CLI: another build's gateway/dist/cli.js");
-    proc = spawn(process.execPath, [...node, cli, "serve", "--config", file, ...extra], { stdio: ["ignore", "ignore", "inherit"] });
+    const env = name.endsWith("-image") ? { ...process.env, ...imageEnv() } : process.env;
+    proc = spawn(process.execPath, [...node, cli, "serve", "--config", file, ...extra], { stdio: ["ignore", "ignore", "inherit"], env });
   } else if (name === "net-pass") {
     proc = spawn(process.execPath, [...node, SELF, "net-pass", String(port), JSON.stringify(urls)], { stdio: ["ignore", "ignore", "inherit"] });
   } else if (name === "node-pass") {

@@ -41,6 +41,8 @@ describe("gateway/Dockerfile", () => {
     const health = final.find(([k]) => k === "HEALTHCHECK")![1];
     expect(health).toContain("ADP_HEALTH_URL");
     expect(final.find(([k]) => k === "ENV")![1]).toContain("ADP_HEALTH_URL=http://127.0.0.1:8000/health");
+    // glibc's trim threshold fixed at its default (left dynamic, it keeps large bodies' freed buffers: docs/performance.md#footprint).
+    expect(final.find(([k]) => k === "ENV")![1]).toMatch(/\bMALLOC_TRIM_THRESHOLD_=131072\b/);
     const cmd = JSON.parse(final.find(([k]) => k === "CMD")![1]) as string[];
     expect(cmd.slice(0, 3)).toEqual(["serve", "--config", "/etc/adp-router/gateway.yaml"]);
     // Nothing secret or local is copied in: the runtime stage takes only the packed tarballs.
