@@ -283,12 +283,24 @@ interface Peer {
   readonly proc: ChildProcess;
 }
 
-/** The allocator setting the gateway's container image sets (read from gateway/Dockerfile, so the two agree). */
+/** The allocator settings the gateway's container image sets: gateway/Dockerfile's ENV instructions' MALLOC_* variables (so the two agree). */
 function imageEnv(): Record<string, string> {
-  const dockerfile = readFileSync(path.join(ROOT, "gateway", "Dockerfile"), "utf8");
-  const trim = /\bMALLOC_TRIM_THRESHOLD_=(\d+)/.exec(dockerfile);
-  if (trim === null) throw new Error("gateway/Dockerfile sets no MALLOC_TRIM_THRESHOLD_ for the -image peers");
-  return { MALLOC_TRIM_THRESHOLD_: trim[1]! };
+  // ENV instructions only (continued lines joined), not comments.
+  const instructions = readFileSync(path.join(ROOT, "gateway", "Dockerfile"), "utf8").replace(/\\\n/g, " ").split("\n");
+  const env: Record<string, string> = {};
+  for (const line of instructions) {
+    if (!/^ENV\s/.test(line)) continue;
+    for (const m of line.matchAll(/\b(MALLOC_[A-Z_]+)=(\S+)/g)) env[m[1]!] = m[2]!;
+  }
+  if (env.MALLOC_TRIM_THRESHOLD_ === undefined) throw new Error("gateway/Dockerfile's ENV sets no MALLOC_TRIM_THRESHOLD_ for the -image peers");
+  return env;
+}
+
+/** This process's environment without allocator settings (a peer that is not `-image` runs with glibc's defaults, whatever the shell exported). */
+function plainEnv(): NodeJS.ProcessEnv {
+  const env = { ...process.env };
+  for (const name of Object.keys(env)) if (name.startsWith("MALLOC_") || name === "GLIBC_TUNABLES") delete env[name];
+  return env;
 }
 
 /** Starts peer `name` in front of `urls`; resolves once it answers. */
@@ -305,7 +317,7 @@ async function startPeer(name: string, urls: readonly string[], dir: string): Pr
     if (workers !== null) extra.push("--workers", workers[1]!);
     const cli = name.startsWith("baseline") ? process.env.ADP_BENCH_BASELINE_CLI : path.join(ROOT, "gateway", "dist", "cli.js");
     if (cli === undefined || !existsSync(cli)) throw new Error("peer baseline needs ADP_BENCH_BASELINE_CLI: another build's gateway/dist/cli.js");
-    const env = name.endsWith("-image") ? { ...process.env, ...imageEnv() } : process.env;
+    const env = name.endsWith("-image") ? { ...plainEnv(), ...imageEnv() } : plainEnv();
     proc = spawn(process.execPath, [...node, cli, "serve", "--config", file, ...extra], { stdio: ["ignore", "ignore", "inherit"], env });
   } else if (name === "net-pass") {
     proc = spawn(process.execPath, [...node, SELF, "net-pass", String(port), JSON.stringify(urls)], { stdio: ["ignore", "ignore", "inherit"] });

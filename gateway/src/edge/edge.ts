@@ -14,6 +14,7 @@ import type { GatewayConfig } from "../config/config.js";
 import { HttpError } from "../requests/openai.js";
 import type { EdgeRequest, EdgeResponse } from "../http1/edge-types.js";
 import { ServerConnection, type ServerPath } from "../http1/server-connection.js";
+import { SlotArray } from "../common/slot-array.js";
 
 /** The edge's counters (metrics.ts prints them). */
 export interface EdgeCounters {
@@ -251,7 +252,8 @@ function attachOwnPath(server: Server, config: GatewayConfig, counters: EdgeCoun
   const { headersMs, requestMs } = config.timeouts;
   // 0 keeps an idle connection as long as it stays open (node:http's keepAliveTimeout 0).
   const keepAliveMs = config.timeouts.keepAliveMs > 0 ? config.timeouts.keepAliveMs : Infinity;
-  const connections = new Set<ServerConnection>();
+  // A SlotArray, not a Set: a client without keep-alive brings one connection a request (common/slot-array.ts).
+  const connections = new SlotArray<ServerConnection>();
   const path: ServerPath = {
     takes: (p) => OWN_PATHS.has(p),
     maxBodyBytes: config.limits.maxBodyBytes,
@@ -265,20 +267,20 @@ function attachOwnPath(server: Server, config: GatewayConfig, counters: EdgeCoun
     },
     forget: (c) => connections.delete(c),
   };
-  server.on("connection", (socket: Socket) => connections.add(new ServerConnection(socket, path)));
+  server.on("connection", (socket: Socket) => void connections.add(new ServerConnection(socket, path)));
   // One sweep applies every connection's read and keep-alive bounds (as node:http's own check does), not a timer each.
   const sweep = setInterval(() => {
     const now = performance.now();
-    for (const c of connections) c.check(now, headersMs, requestMs, keepAliveMs);
+    connections.forEachBackward((c) => c.check(now, headersMs, requestMs, keepAliveMs));
   }, checkingInterval(headersMs));
   sweep.unref();
   server.once("close", () => clearInterval(sweep));
   return {
     closeIdle: () => {
-      for (const c of [...connections]) c.closeIdle();
+      for (const c of connections.toArray()) c.closeIdle();
     },
     closeAll: () => {
-      for (const c of [...connections]) c.socket.destroy();
+      for (const c of connections.toArray()) c.socket.destroy();
     },
   };
 }

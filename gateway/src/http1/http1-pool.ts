@@ -19,6 +19,7 @@ import { AnswerParser } from "./answer-parser.js";
 import { isFieldValue, isToken } from "./grammar.js";
 import { Http1Error } from "./http1-error.js";
 import { writeRequest, type ForwardedLines } from "./joined-write.js";
+import { SlotArray, type Slotted } from "../common/slot-array.js";
 
 export type { ForwardedLines } from "./joined-write.js";
 
@@ -141,8 +142,10 @@ class Call implements AnswerController {
 }
 
 /** One socket to the upstream, carrying one request at a time. */
-class Connection {
+class Connection implements Slotted {
   readonly #pool: Http1Pool;
+  /** Its slot among the pool's connections (SlotArray keeps it). */
+  slotIndex = -1;
   readonly socket: Socket;
   readonly #parser: AnswerParser;
   #connected = false;
@@ -335,7 +338,8 @@ export class Http1Pool implements RequestDispatcher {
   readonly #options: Http1PoolOptions;
   /** Connected and waiting, the most recently used last. */
   readonly #idle: Connection[] = [];
-  readonly #all = new Set<Connection>();
+  /** Every connection open (a SlotArray, not a Set: upstream connections that close churn it; common/slot-array.ts). */
+  readonly #all = new SlotArray<Connection>();
   #closed = false;
   /** Resolves once the last connection closed, after close(). */
   #closing: Promise<void> | null = null;
@@ -424,14 +428,14 @@ export class Http1Pool implements RequestDispatcher {
     this.#sweep = null;
     this.#closing = this.#all.size === 0 ? Promise.resolve() : new Promise((resolve) => (this.#drained = resolve));
     for (const c of this.#idle.splice(0)) c.socket.destroy();
-    for (const c of [...this.#all]) if (!c.busy) c.socket.destroy();
+    for (const c of this.#all.toArray()) if (!c.busy) c.socket.destroy();
     return this.#closing;
   }
 
   /** Closes every connection now: requests in flight fail. */
   destroy(): Promise<void> {
     const done = this.close();
-    for (const c of this.#all) c.socket.destroy(new Http1Error("ADP_POOL_CLOSED", "the upstream's connection pool was destroyed"));
+    for (const c of this.#all.toArray()) c.socket.destroy(new Http1Error("ADP_POOL_CLOSED", "the upstream's connection pool was destroyed"));
     return done;
   }
 }

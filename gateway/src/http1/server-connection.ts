@@ -23,6 +23,7 @@ import type { Socket } from "node:net";
 import type { EdgeRequest } from "./edge-types.js";
 import { MAX_REQUEST_HEAD_BYTES, mayBeTaken, parseRequestHead, type RequestHead } from "./request-head.js";
 import { Http1Response, type ResponseOwner } from "./server-response.js";
+import type { Slotted } from "../common/slot-array.js";
 
 /** The most bytes held that a client sent ahead of its answer; past it the socket is not read until the answer is done. */
 const HOLD_BYTES = 64 * 1024;
@@ -76,8 +77,10 @@ const enum Phase {
 }
 
 /** One client socket on the server path. */
-export class ServerConnection implements ResponseOwner {
+export class ServerConnection implements ResponseOwner, Slotted {
   readonly socket: Socket;
+  /** Its slot among the server path's connections (SlotArray keeps it). */
+  slotIndex = -1;
   readonly #path: ServerPath;
   #phase = Phase.Head;
   /** Bytes read and not taken yet: the head so far (Head), or what came after the request being served. */

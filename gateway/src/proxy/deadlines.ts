@@ -5,21 +5,16 @@
 // sweep costs a slot in an array and a comparison per tick. A deadline is
 // seen at most 1/8 of the shortest timeout in flight late (and within 250 ms).
 //
-// The things are kept in a plain array, each knowing its slot, and not in a
-// Set: a Set that takes and drops an entry per request rehashes every few
-// hundred requests, and each table it leaves behind points to the next one
-// (for iterators) and still to the entries it held. Once one such table was
-// old enough to be promoted, that dead table kept every later table, and each
-// exchange they named with its whole request, alive through the scavenges
-// until the next mark-compact: 2.2 MB promoted per scavenge on small requests
-// against 5 KB with the array (docs/performance.md, "Where the heap went").
+// The things are kept in a SlotArray (common/slot-array.ts), not a Set: a Set
+// that took and dropped an exchange per request kept finished requests alive
+// into the old generation through its abandoned hash tables.
 
-/** Something with a deadline. */
-export interface Expiring {
+import { SlotArray, type Slotted } from "../common/slot-array.js";
+
+/** Something with a deadline (its slot the Deadlines' to keep). */
+export interface Expiring extends Slotted {
   /** When it is due (performance.now()). */
   readonly dueAt: number;
-  /** Its slot in the Deadlines that holds it (-1: none); that set's to keep. */
-  deadlineSlot: number;
   /** Called by the sweep once `now` ≥ dueAt (it may leave the set from here, and others with it). */
   expire(now: number): void;
 }
@@ -30,17 +25,15 @@ const MAX_TICK_MS = 250;
 
 /** A set of things with deadlines, swept while it is not empty. */
 export class Deadlines<T extends Expiring> {
-  /** What is in flight, each at its `deadlineSlot`. */
-  readonly #items: T[] = [];
+  /** What is in flight. */
+  readonly #items = new SlotArray<T>();
   #timer: NodeJS.Timeout | null = null;
   /** The sweep's tick now, ms. */
   #tick = Infinity;
 
-  /** Adds `item` (once; it must not be in another Deadlines); `shortestMs` is its shortest timeout (the sweep ticks at least 8 times within it). */
+  /** Adds `item` (once); `shortestMs` is its shortest timeout (the sweep ticks at least 8 times within it). */
   add(item: T, shortestMs: number): void {
-    if (this.#has(item)) return;
-    item.deadlineSlot = this.#items.length;
-    this.#items.push(item);
+    if (!this.#items.add(item)) return;
     const tick = Math.max(MIN_TICK_MS, Math.min(MAX_TICK_MS, Math.floor(shortestMs / 8)));
     if (this.#timer !== null && tick >= this.#tick) return;
     if (this.#timer !== null) clearInterval(this.#timer);
@@ -49,47 +42,24 @@ export class Deadlines<T extends Expiring> {
     this.#timer.unref(); // in-flight exchanges hold the process open through their sockets, not through this
   }
 
-  /** Removes `item`, if it is here (the last item takes its slot; the sweep stops once none is left). */
+  /** Removes `item`, if it is here (the sweep stops once none is left). */
   delete(item: T): void {
-    if (!this.#has(item)) return;
-    const items = this.#items;
-    const slot = item.deadlineSlot;
-    const last = items.pop()!; // pop, not a hole: no array slot keeps a finished request alive
-    if (last !== item) {
-      items[slot] = last;
-      last.deadlineSlot = slot;
-    }
-    item.deadlineSlot = -1;
-    if (items.length === 0 && this.#timer !== null) {
-      clearInterval(this.#timer);
-      this.#timer = null;
-      this.#tick = Infinity;
-    }
+    if (!this.#items.delete(item) || this.#items.size > 0 || this.#timer === null) return;
+    clearInterval(this.#timer);
+    this.#timer = null;
+    this.#tick = Infinity;
   }
 
   /** How many are in flight. */
   get size(): number {
-    return this.#items.length;
+    return this.#items.size;
   }
 
-  #has(item: T): boolean {
-    const slot = item.deadlineSlot;
-    return slot >= 0 && slot < this.#items.length && this.#items[slot] === item;
-  }
-
-  /**
-   * Expires what is due. Walked from the end: an item that leaves moves the
-   * last one into its slot, which was already seen; one added meanwhile is
-   * seen at the next tick; one moved down by another's leaving may be asked
-   * twice, as it would be again at the next tick while it stays.
-   */
+  /** Expires what is due; an expire() may remove any items or add some (those may wait for the next tick). */
   #sweep(): void {
     const now = performance.now();
-    const items = this.#items;
-    for (let i = items.length - 1; i >= 0; i--) {
-      if (i >= items.length) continue; // several left at once
-      const item = items[i]!;
+    this.#items.forEachBackward((item) => {
       if (now >= item.dueAt) item.expire(now);
-    }
+    });
   }
 }

@@ -105,8 +105,8 @@ class UpstreamExchange implements AnswerHandler, Expiring {
   readonly #sentAt: number;
   /** The deadline now (performance.now()), and what passing it means. */
   dueAt: number;
-  /** Its slot in the deadlines swept (Deadlines keeps it). */
-  deadlineSlot = -1;
+  /** Its slot among the deadlines swept (Deadlines keeps it). */
+  slotIndex = -1;
   #due: "connect" | "first_byte" | "idle";
   /** When the whole exchange must end (Infinity: no bound). */
   readonly #maxAt: number;
