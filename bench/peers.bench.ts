@@ -15,7 +15,8 @@
 // after in one run; baseline-wN with --workers N); a `-image` suffix (gateway-image,
 // gateway-w2-image) runs that gateway with the allocator setting its container image
 // sets (gateway/Dockerfile's MALLOC_TRIM_THRESHOLD_). Per peer
-// and round (ROUNDS interleaved rounds, medians printed):
+// and round (ROUNDS interleaved rounds, medians printed), after WARMUP_REQUESTS
+// trace-shaped requests it serves unmeasured:
 //   - CPU per 1,000 trace requests of the peer's whole process tree (/proc),
 //     its peak RSS (the tree's, and its largest process's), end-to-end p50 on the trace, the engines' prefix hit ratio
 //     and how evenly the requests spread;
@@ -26,7 +27,7 @@
 // It installs nothing: without `haproxy` or `wrk` it says how to get them.
 // Run: npm run bench:peers (ADP_BENCH_PEERS=gateway,gateway-w2,haproxy-rr,... picks
 // peers, gateway-wN being serve --workers N;
-// ADP_BENCH_GATEWAY_ARGS adds serve flags, ADP_BENCH_GATEWAY_NODE_ARGS node flags such as --cpu-prof (for node-pass too); ADP_BENCH_PEERS_ROUNDS, _RATE, _REQUESTS resize it; _PHASES=trace,small,latency picks measurements).
+// ADP_BENCH_GATEWAY_ARGS adds serve flags, ADP_BENCH_GATEWAY_NODE_ARGS node flags such as --cpu-prof (for node-pass too); ADP_BENCH_PEERS_ROUNDS, _RATE, _REQUESTS, _WARMUP resize it; _PHASES=trace,small,latency picks measurements).
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
@@ -45,6 +46,15 @@ const ENGINE_CACHE_BLOCKS = 2_000;
 const BLOCK_BYTES = 2_048;
 const TRACE_REQUESTS = Number(process.env.ADP_BENCH_PEERS_REQUESTS ?? 3_000);
 const RATE = Number(process.env.ADP_BENCH_PEERS_RATE ?? 25);
+/**
+ * Requests each peer serves before its trace is measured: the trace's first
+ * WARMUP_REQUESTS with every prompt's first byte changed (so no block of them
+ * is a block of the measured trace), at 4× RATE. A gateway serves millions of
+ * requests in one process; without this, V8's compiling of its hot paths
+ * (about a seventh of a fresh process's CPU over the 3,000) is counted against
+ * it. HAProxy has nothing to warm, and gets the same requests.
+ */
+const WARMUP_REQUESTS = Number(process.env.ADP_BENCH_PEERS_WARMUP ?? 500);
 const ROUNDS = Number(process.env.ADP_BENCH_PEERS_ROUNDS ?? 3);
 const WRK_CONNECTIONS = 256;
 const WRK_SECONDS = 8;
@@ -76,14 +86,15 @@ interface TraceCall {
   readonly body: string;
 }
 
-/** The bundled trace's first `n` requests as chat bodies, arrivals divided by RATE. */
-function traceCalls(n: number): TraceCall[] {
+/** The bundled trace's first `n` requests as chat bodies, arrivals divided by `rate`; `marked`: each prompt's first byte a `~` (the warm-up's calls). */
+function traceCalls(n: number, rate = RATE, marked = false): TraceCall[] {
   const lines = gunzipSync(readFileSync(path.join(ROOT, "traces", "mooncake_conversation_trace.jsonl.gz"))).toString("utf8").split("\n").filter(Boolean).slice(0, n);
   const chunks = new Map<number, string>();
   return lines.map((line) => {
     const r = JSON.parse(line) as { timestamp: number; hash_ids: number[] };
-    const content = r.hash_ids.map((h) => chunks.get(h) ?? (chunks.set(h, chunk(h)), chunks.get(h)!)).join("");
-    return { atMs: r.timestamp / RATE, body: JSON.stringify({ model: "bench-model", messages: [{ role: "user", content }], max_tokens: 1 }) };
+    const text = r.hash_ids.map((h) => chunks.get(h) ?? (chunks.set(h, chunk(h)), chunks.get(h)!)).join("");
+    const content = marked ? `~${text.slice(1)}` : text;
+    return { atMs: r.timestamp / rate, body: JSON.stringify({ model: "bench-model", messages: [{ role: "user", content }], max_tokens: 1 }) };
   });
 }
 
@@ -410,19 +421,11 @@ const median = (xs: readonly number[]) => {
 
 // ── Measurements ───────────────────────────────────────────────────────────
 
-/** The trace through `peer` open-loop; its CPU per 1,000, peak RSS, e2e p50, the engines' hit ratio and spread. */
-async function traceRun(peer: Peer, calls: readonly TraceCall[], enginesUrl: string) {
-  await fetch(`${enginesUrl}/reset`, { method: "POST" }).then((r) => r.text());
-  const pool = new Pool(peer.url, { connections: 512, pipelining: 1 });
+/** Sends `calls` to `url` open-loop (each at its `atMs`); their latencies and how many failed. */
+async function openLoop(url: string, calls: readonly TraceCall[]): Promise<{ latencies: number[]; failed: number }> {
+  const pool = new Pool(url, { connections: 512, pipelining: 1 });
   const latencies: number[] = [];
   let failed = 0;
-  let peakRss = rssMiB(peer.proc.pid!);
-  let peakProcess = rssMiB(peer.proc.pid!, "largest");
-  const sampler = setInterval(() => {
-    peakRss = Math.max(peakRss, rssMiB(peer.proc.pid!));
-    peakProcess = Math.max(peakProcess, rssMiB(peer.proc.pid!, "largest"));
-  }, 200);
-  const cpu0 = cpuSeconds(peer.proc.pid!);
   const start = performance.now();
   await Promise.all(
     calls.map(async (call) => {
@@ -439,10 +442,26 @@ async function traceRun(peer: Peer, calls: readonly TraceCall[], enginesUrl: str
       latencies.push(performance.now() - t0);
     }),
   );
+  await pool.close();
+  return { latencies, failed };
+}
+
+/** The warm-up (not measured), then the trace through `peer` open-loop; its CPU per 1,000, peak RSS, e2e p50, the engines' hit ratio and spread. */
+async function traceRun(peer: Peer, warmup: readonly TraceCall[], calls: readonly TraceCall[], enginesUrl: string) {
+  const warm = await openLoop(peer.url, warmup);
+  if (warm.failed > 0) throw new Error(`${peer.name}: ${warm.failed} of ${warmup.length} warm-up requests failed`);
+  await fetch(`${enginesUrl}/reset`, { method: "POST" }).then((r) => r.text());
+  let peakRss = rssMiB(peer.proc.pid!);
+  let peakProcess = rssMiB(peer.proc.pid!, "largest");
+  const sampler = setInterval(() => {
+    peakRss = Math.max(peakRss, rssMiB(peer.proc.pid!));
+    peakProcess = Math.max(peakProcess, rssMiB(peer.proc.pid!, "largest"));
+  }, 200);
+  const cpu0 = cpuSeconds(peer.proc.pid!);
+  const { latencies, failed } = await openLoop(peer.url, calls);
   const cpu = cpuSeconds(peer.proc.pid!) - cpu0;
   if (process.env.ADP_BENCH_PEERS_PER_PROCESS) console.log(JSON.stringify({ peer: peer.name, cpu_s_per_process: Object.fromEntries(tree(peer.proc.pid!).map((pid) => [pid, processCpu(pid)])) }));
   clearInterval(sampler);
-  await pool.close();
   const stats = (await (await fetch(`${enginesUrl}/stats`)).json()) as { requests: number; hits: number; blocks: number }[];
   const requests = stats.map((s) => s.requests);
   const mean = requests.reduce((a, b) => a + b, 0) / requests.length;
@@ -504,9 +523,10 @@ async function main(): Promise<void> {
   const enginesProc = spawn(process.execPath, [SELF, "engines"], { stdio: ["ignore", "pipe", "inherit"] });
   const urls = await new Promise<string[]>((resolve) => enginesProc.stdout!.once("data", (d: Buffer) => resolve(JSON.parse(d.toString("utf8")) as string[])));
   const calls = traceCalls(TRACE_REQUESTS);
+  const warmup = traceCalls(WARMUP_REQUESTS, 4 * RATE, true);
   const bytes = calls.reduce((t, c) => t + c.body.length, 0) / calls.length;
   const { optimum, pooled } = yardsticks(calls);
-  console.log(JSON.stringify({ bench: "peers", engines: ENGINES, engine_cache_blocks: ENGINE_CACHE_BLOCKS, block_bytes: BLOCK_BYTES, trace_requests: calls.length, mean_body_bytes: Math.round(bytes), rate: RATE, rounds: ROUNDS, optimum_hit_ratio: round(optimum), pooled_lru_hit_ratio: round(pooled) }));
+  console.log(JSON.stringify({ bench: "peers", engines: ENGINES, engine_cache_blocks: ENGINE_CACHE_BLOCKS, block_bytes: BLOCK_BYTES, trace_requests: calls.length, warmup_requests: warmup.length, mean_body_bytes: Math.round(bytes), rate: RATE, rounds: ROUNDS, optimum_hit_ratio: round(optimum), pooled_lru_hit_ratio: round(pooled) }));
   const direct = await oneAtATime(urls[0]!);
   const results = new Map<string, Record<string, number>[]>();
   try {
@@ -514,7 +534,7 @@ async function main(): Promise<void> {
       for (const name of PEERS) {
         const peer = await startPeer(name, urls, dir);
         try {
-          const trace = PHASES.has("trace") ? prefix("trace_", await traceRun(peer, calls, urls[0]!)) : {};
+          const trace = PHASES.has("trace") ? prefix("trace_", await traceRun(peer, warmup, calls, urls[0]!)) : {};
           const saturated = PHASES.has("small") ? prefix("small_", saturatedRun(peer, dir)) : {};
           const added: Record<string, number> = PHASES.has("latency") ? { added_latency_p50_ms: (await oneAtATime(peer.url)) - direct } : {};
           const row = { ...trace, ...saturated, ...added };

@@ -129,6 +129,17 @@ describe("TokenPool", () => {
     expect(pool.take(1 << 20).buffer).toBe(pooled.buffer);
   });
 
+  it("by default keeps one array of every size and a second of the three largest: two long prompts at once take nothing fresh the next time", () => {
+    const pool = new TokenPool();
+    const sizes: number[] = [];
+    for (let words = 1 << 8; words <= 1 << 20; words *= 2) sizes.push(words);
+    const lent = [...sizes, 1 << 18, 1 << 19, 1 << 20].map((words) => pool.take(words));
+    for (const ids of lent) pool.release(ids);
+    expect(pool.freeBytes).toBe(lent.reduce((t, ids) => t + ids.buffer.byteLength, 0)); // 15 MiB less 1 KiB
+    const again = [...sizes, 1 << 18, 1 << 19, 1 << 20].map((words) => pool.take(words).buffer);
+    expect(new Set(again)).toEqual(new Set(lent.map((ids) => ids.buffer)));
+  });
+
   it("what it keeps follows the load: a released array pushes out free arrays of other sizes, largest first, within the cap", () => {
     const pool = new TokenPool(64 << 10); // 64 KiB: sixteen 1,024-word arrays' worth
     const small = [pool.take(1_024), pool.take(1_024)]; // 4 KiB each

@@ -247,15 +247,16 @@ const POOL_MAX_WORDS = 1 << 20;
  * request is placed (the batch it arrived in, most often), so a few arrays of
  * the sizes the load asks for cover it; an array that does not fit pushes out
  * free arrays of other sizes, largest first, so what is kept follows the load.
- * A first-come cap of 4 MiB with arrays up to 1 MiB kept whatever sizes came
- * first: bench:peers' trace (prompts of 10 KB to 1.4 MB) took 359 fresh
- * arrays, 236 MB, in 3,000 requests, and V8 counts fresh backing stores
- * against its old-generation limit until its next mark-compact (56 of them
- * in the run); this cap, these sizes and the eviction together took 118,
- * 140 MB (43 mark-compacts). Kept arrays are resident memory: 8 MiB is two
- * of the largest pooled size.
+ * One free array of each size is 8 MiB (256 words to 1 Mi words), so any cap
+ * at or under that makes the largest sizes push one another out: with 8 MiB,
+ * bench:peers' trace (prompts of 10 KB to 1.4 MB) took 101 fresh arrays,
+ * 116 MB, in 3,000 requests, and V8 counts fresh backing stores against its
+ * old-generation limit until its next mark-compact. With 16 MiB it took 33,
+ * 15 MB, all while the pool first filled (24 and 32 MiB: the same), and the
+ * gateway's CPU per trace request fell by about a quarter, its peak RSS no
+ * higher (docs/performance.md). Kept arrays are resident memory.
  */
-const POOL_FREE_BYTES = 8 << 20;
+const POOL_FREE_BYTES = 16 << 20;
 
 /**
  * Token-id arrays recycled between requests. A fresh 14 KB Uint32Array per
