@@ -51,10 +51,10 @@ const RATE = Number(process.env.ADP_BENCH_PEERS_RATE ?? 25);
  * WARMUP_REQUESTS with every prompt's first byte changed (so no block of them
  * is a block of the measured trace), at 4× RATE. A gateway serves millions of
  * requests in one process; without this, V8's compiling of its hot paths
- * (about a seventh of a fresh process's CPU over the 3,000) is counted against
+ * (a seventh to a fifth of a fresh process's CPU over the 3,000) is counted against
  * it. HAProxy has nothing to warm, and gets the same requests.
  */
-const WARMUP_REQUESTS = Number(process.env.ADP_BENCH_PEERS_WARMUP ?? 500);
+const WARMUP_REQUESTS = Number(process.env.ADP_BENCH_PEERS_WARMUP ?? 1_000);
 const ROUNDS = Number(process.env.ADP_BENCH_PEERS_ROUNDS ?? 3);
 const WRK_CONNECTIONS = 256;
 const WRK_SECONDS = 8;
