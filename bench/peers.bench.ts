@@ -47,7 +47,7 @@ const BLOCK_BYTES = 2_048;
 const TRACE_REQUESTS = Number(process.env.ADP_BENCH_PEERS_REQUESTS ?? 3_000);
 const RATE = Number(process.env.ADP_BENCH_PEERS_RATE ?? 25);
 /**
- * Requests each peer serves before its trace is measured: the trace's first
+ * Requests each peer serves before any of its phases is measured: the trace's first
  * WARMUP_REQUESTS with every prompt's first byte changed (so no block of them
  * is a block of the measured trace), at 4× RATE. A gateway serves millions of
  * requests in one process; without this, V8's compiling of its hot paths
@@ -86,14 +86,14 @@ interface TraceCall {
   readonly body: string;
 }
 
-/** The bundled trace's first `n` requests as chat bodies, arrivals divided by `rate`; `marked`: each prompt's first byte a `~` (the warm-up's calls). */
-function traceCalls(n: number, rate = RATE, marked = false): TraceCall[] {
+/** The bundled trace's first `n` requests as chat bodies, arrivals divided by `rate`; for a `warmup`, each prompt's first byte is a `~`, so none of its blocks is one of the trace's. */
+function traceCalls(n: number, rate = RATE, warmup = false): TraceCall[] {
   const lines = gunzipSync(readFileSync(path.join(ROOT, "traces", "mooncake_conversation_trace.jsonl.gz"))).toString("utf8").split("\n").filter(Boolean).slice(0, n);
   const chunks = new Map<number, string>();
   return lines.map((line) => {
     const r = JSON.parse(line) as { timestamp: number; hash_ids: number[] };
     const text = r.hash_ids.map((h) => chunks.get(h) ?? (chunks.set(h, chunk(h)), chunks.get(h)!)).join("");
-    const content = marked ? `~${text.slice(1)}` : text;
+    const content = warmup ? `~${text.slice(1)}` : text;
     return { atMs: r.timestamp / rate, body: JSON.stringify({ model: "bench-model", messages: [{ role: "user", content }], max_tokens: 1 }) };
   });
 }
@@ -446,10 +446,14 @@ async function openLoop(url: string, calls: readonly TraceCall[]): Promise<{ lat
   return { latencies, failed };
 }
 
-/** The warm-up (not measured), then the trace through `peer` open-loop; its CPU per 1,000, peak RSS, e2e p50, the engines' hit ratio and spread. */
-async function traceRun(peer: Peer, warmup: readonly TraceCall[], calls: readonly TraceCall[], enginesUrl: string) {
-  const warm = await openLoop(peer.url, warmup);
-  if (warm.failed > 0) throw new Error(`${peer.name}: ${warm.failed} of ${warmup.length} warm-up requests failed`);
+/** Serves `warmup` through `peer`, unmeasured; a peer that fails any of them is broken, and the bench stops. */
+async function warmUp(peer: Peer, warmup: readonly TraceCall[]): Promise<void> {
+  const { failed } = await openLoop(peer.url, warmup);
+  if (failed > 0) throw new Error(`${peer.name}: ${failed} of ${warmup.length} warm-up requests failed`);
+}
+
+/** The trace through `peer` open-loop; its CPU per 1,000, peak RSS, e2e p50, the engines' hit ratio and spread. */
+async function traceRun(peer: Peer, calls: readonly TraceCall[], enginesUrl: string) {
   await fetch(`${enginesUrl}/reset`, { method: "POST" }).then((r) => r.text());
   let peakRss = rssMiB(peer.proc.pid!);
   let peakProcess = rssMiB(peer.proc.pid!, "largest");
@@ -534,7 +538,8 @@ async function main(): Promise<void> {
       for (const name of PEERS) {
         const peer = await startPeer(name, urls, dir);
         try {
-          const trace = PHASES.has("trace") ? prefix("trace_", await traceRun(peer, warmup, calls, urls[0]!)) : {};
+          await warmUp(peer, warmup);
+          const trace = PHASES.has("trace") ? prefix("trace_", await traceRun(peer, calls, urls[0]!)) : {};
           const saturated = PHASES.has("small") ? prefix("small_", saturatedRun(peer, dir)) : {};
           const added: Record<string, number> = PHASES.has("latency") ? { added_latency_p50_ms: (await oneAtATime(peer.url)) - direct } : {};
           const row = { ...trace, ...saturated, ...added };

@@ -2,11 +2,17 @@
 // make (config/sync-auth-settings.ts reads them), and the words for what
 // failed when a connection cannot work.
 
-import { credsAuthenticator, nkeyAuthenticator, type ConnectionOptions } from "@nats-io/transport-node";
+import type { ConnectionOptions } from "@nats-io/transport-node";
 import type { NatsAuth, NatsTls } from "../config/sync-auth-settings.js";
 
+/** The authenticators of @nats-io/transport-node (loaded on first use: replication/nats-modules.ts). */
+export interface Authenticators {
+  nkeyAuthenticator(seed: Uint8Array): NonNullable<ConnectionOptions["authenticator"]>;
+  credsAuthenticator(creds: Uint8Array): NonNullable<ConnectionOptions["authenticator"]>;
+}
+
 /** The @nats-io connect options of `auth` and `tls` (a tls:// URL asks for TLS even without `tls`). */
-export function connectOptions(url: string, auth: NatsAuth | null, tls: NatsTls | null): Partial<ConnectionOptions> {
+export function connectOptions({ nkeyAuthenticator, credsAuthenticator }: Authenticators, url: string, auth: NatsAuth | null, tls: NatsTls | null): Partial<ConnectionOptions> {
   const encoder = new TextEncoder();
   const secure = tls !== null || url.startsWith("tls://");
   return {

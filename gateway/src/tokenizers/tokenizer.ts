@@ -250,11 +250,11 @@ const POOL_MAX_WORDS = 1 << 20;
  * One free array of each size is 8 MiB (256 words to 1 Mi words), so any cap
  * at or under that makes the largest sizes push one another out: with 8 MiB,
  * bench:peers' trace (prompts of 10 KB to 1.4 MB) took 101 fresh arrays,
- * 116 MB, in 3,000 requests, and V8 counts fresh backing stores against its
+ * 113 MiB, in 3,000 requests, and V8 counts fresh backing stores against its
  * old-generation limit until its next mark-compact. With 16 MiB it took 33,
- * 15 MB, all while the pool first filled (24 and 32 MiB: the same), and the
- * gateway's CPU per trace request fell by about a quarter, its peak RSS no
- * higher (docs/performance.md). Kept arrays are resident memory.
+ * 14 MiB (24 and 32 MiB: 36), and bench:peers put the gateway's CPU per trace
+ * request at 0.86-0.92x the 8 MiB build's, its peak RSS within the rounds'
+ * noise (docs/performance.md). Kept arrays are resident memory.
  */
 const POOL_FREE_BYTES = 16 << 20;
 
