@@ -7,7 +7,8 @@
 // small one, so both give the same slices.
 
 import { createHash } from "node:crypto";
-import { Decoder } from "@msgpack/msgpack";
+import type { Decoder } from "@msgpack/msgpack";
+import { msgpack } from "../common/optional-packages.js";
 import { sliceKvEvents } from "adp-router";
 import { overLimits, SLICE_BLOCKS, type BatchLimits } from "./event-slicing.js";
 import { parseJsonKeepingIntegers } from "../common/json-integers.js";
@@ -28,7 +29,7 @@ export type PreparedBatch =
  * tokens or blocks (`maxItems`) is allocated, whatever its header declares.
  */
 export function batchDecoder(maxItems = 1 << 24): Decoder {
-  return new Decoder({ useBigInt64: true, maxStrLength: 1 << 16, maxBinLength: 1 << 10, maxArrayLength: maxItems, maxMapLength: 1 << 10, maxExtLength: 0 });
+  return new (msgpack().Decoder)({ useBigInt64: true, maxStrLength: 1 << 16, maxBinLength: 1 << 10, maxArrayLength: maxItems, maxMapLength: 1 << 10, maxExtLength: 0 });
 }
 
 /**

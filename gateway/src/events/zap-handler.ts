@@ -6,7 +6,8 @@
 // ZAP domain of their own, and the handler runs while any is registered.
 
 import { timingSafeEqual } from "node:crypto";
-import { Router } from "zeromq";
+import type { Router } from "zeromq";
+import { zeromq } from "../common/optional-packages.js";
 
 /** Where libzmq sends its ZAP requests. */
 const ZAP_ENDPOINT = "inproc://zeromq.zap.01";
@@ -68,7 +69,7 @@ export async function registerAllowList(allowedClients: readonly string[], onRef
   const domain = `adp-kv-${++domains}`;
   registrations.set(domain, { allowed: allowedClients.map(z85Decode), onRefused });
   if (handler === null) {
-    const socket = new Router({ linger: 0 });
+    const socket = new (zeromq().Router)({ linger: 0 });
     handler = { socket, ready: socket.bind(ZAP_ENDPOINT).then(() => void serve(socket)) };
   }
   const running = handler;

@@ -13,7 +13,8 @@
 // A publisher restart (its sequence starts over) empties the view. A batch
 // that does not decode is counted and skipped.
 
-import { Dealer, Subscriber } from "zeromq";
+import type { Dealer, Subscriber } from "zeromq";
+import { zeromq } from "../common/optional-packages.js";
 import { BatchDecoder } from "./batch-decoder.js";
 import { engineStatus, EventFreshness, rankStatuses, zeroCounters, type FeedStatus } from "./event-freshness.js";
 import type { CurveConfig, KvEventsConfig } from "../config/events-config.js";
@@ -65,7 +66,7 @@ class RankStream {
     readonly curve: CurveConfig | null = null,
   ) {
     this.freshness = new EventFreshness({ staleAfterMs, now });
-    this.sub = new Subscriber({ maxMessageSize: MAX_MESSAGE_BYTES, linger: 0, ...this.#curveOptions() });
+    this.sub = new (zeromq().Subscriber)({ maxMessageSize: MAX_MESSAGE_BYTES, linger: 0, ...this.#curveOptions() });
   }
 
   /** The socket options of CURVE as a client of the engine (none without it, or as a server: set when it binds). */
@@ -92,7 +93,7 @@ class RankStream {
   /** The replay socket, connected on first use (a timed-out one is replaced: its late replies must not mix in). */
   replaySocket(timeoutMs: number): Dealer {
     if (this.#replay === null) {
-      this.#replay = new Dealer({ receiveTimeout: timeoutMs, sendTimeout: timeoutMs, maxMessageSize: MAX_MESSAGE_BYTES, linger: 0, ...this.#curveOptions() });
+      this.#replay = new (zeromq().Dealer)({ receiveTimeout: timeoutMs, sendTimeout: timeoutMs, maxMessageSize: MAX_MESSAGE_BYTES, linger: 0, ...this.#curveOptions() });
       this.#replay.connect(this.replayEndpoint!);
     }
     return this.#replay;

@@ -11,7 +11,8 @@
 // longer than those allow: a damaged or hostile message is a SyncEntryError,
 // never a half-applied change nor an allocation its header asked for.
 
-import { Decoder, Encoder } from "@msgpack/msgpack";
+import type { Decoder, Encoder } from "@msgpack/msgpack";
+import { msgpack } from "../common/optional-packages.js";
 import { MAX_KEY_LENGTH } from "adp-router";
 import { sliceKvEvents } from "adp-router";
 import type { StateEntry } from "../fleet/routing-state.js";
@@ -76,7 +77,7 @@ function decoderFor(bounds: EntryBounds): Decoder {
   let d = decoders.get(bounds);
   if (d === undefined) {
     const items = Math.max(bounds.maxFleet, bounds.maxBatchBlocks, bounds.maxBatchTokens) + 16;
-    d = new Decoder({ useBigInt64: true, maxStrLength: 1 << 16, maxBinLength: 8 * bounds.maxLearnBlocks, maxArrayLength: items, maxMapLength: 1 << 10, maxExtLength: 0 });
+    d = new (msgpack().Decoder)({ useBigInt64: true, maxStrLength: 1 << 16, maxBinLength: 8 * bounds.maxLearnBlocks, maxArrayLength: items, maxMapLength: 1 << 10, maxExtLength: 0 });
     decoders.set(bounds, d);
   }
   return d;
@@ -85,7 +86,9 @@ function decoderFor(bounds: EntryBounds): Decoder {
 /** Whether an entry is one replicas share. */
 export const isShared = (entry: StateEntry): entry is SharedEntry => entry.op === "learn-blocks" || entry.op === "bind" || entry.op === "kv-events" || entry.op === "clear";
 
-const encoder = new Encoder({ useBigInt64: true, ignoreUndefined: true });
+/** The entries' encoder (made on first use: msgpack is loaded only by a replica). */
+let encoderMade: Encoder | null = null;
+const entryEncoder = (): Encoder => (encoderMade ??= new (msgpack().Encoder)({ useBigInt64: true, ignoreUndefined: true }));
 
 /** u32 words as little-endian bytes (the same on every platform). */
 function wordBytes(words: Uint32Array): Uint8Array {
@@ -103,16 +106,16 @@ export function encodeEntry(message: SyncMessage): Uint8Array {
     switch (entry.op) {
       // A DP rank (phase 2's choice) last, where there is one: entries without stay as they were.
       case "learn-blocks":
-        return encoder.encode([VERSION, origin, counter, "learn", url, wordBytes(entry.hashes), entry.namespace.loraTaskId ?? null, entry.namespace.cacheSalt ?? null, ...(entry.rank === undefined ? [] : [entry.rank])]);
+        return entryEncoder().encode([VERSION, origin, counter, "learn", url, wordBytes(entry.hashes), entry.namespace.loraTaskId ?? null, entry.namespace.cacheSalt ?? null, ...(entry.rank === undefined ? [] : [entry.rank])]);
       case "bind":
-        return encoder.encode([VERSION, origin, counter, "bind", url, entry.key, ...(entry.rank === undefined ? [] : [entry.rank])]);
+        return entryEncoder().encode([VERSION, origin, counter, "bind", url, entry.key, ...(entry.rank === undefined ? [] : [entry.rank])]);
       case "kv-events":
-        return encoder.encode([VERSION, origin, counter, "kv-events", url, entry.dpRank ?? null, entry.events, entry.id ?? null]);
+        return entryEncoder().encode([VERSION, origin, counter, "kv-events", url, entry.dpRank ?? null, entry.events, entry.id ?? null]);
       case "clear":
-        return encoder.encode([VERSION, origin, counter, "clear", url, entry.dpRank ?? null, entry.id ?? null]);
+        return entryEncoder().encode([VERSION, origin, counter, "clear", url, entry.dpRank ?? null, entry.id ?? null]);
     }
   }
-  return encoder.encode([VERSION, origin, counter, "fleet", message.entry.urls, message.entry.dpRanks]);
+  return entryEncoder().encode([VERSION, origin, counter, "fleet", message.entry.urls, message.entry.dpRanks]);
 }
 
 /** Longest upstream URL taken. */
