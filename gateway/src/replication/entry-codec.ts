@@ -101,21 +101,22 @@ function wordBytes(words: Uint32Array): Uint8Array {
 /** Encodes one shared entry. */
 export function encodeEntry(message: SyncMessage): Uint8Array {
   const { origin, counter } = message;
+  const encoder = entryEncoder();
   if ("url" in message) {
     const { url, entry } = message;
     switch (entry.op) {
       // A DP rank (phase 2's choice) last, where there is one: entries without stay as they were.
       case "learn-blocks":
-        return entryEncoder().encode([VERSION, origin, counter, "learn", url, wordBytes(entry.hashes), entry.namespace.loraTaskId ?? null, entry.namespace.cacheSalt ?? null, ...(entry.rank === undefined ? [] : [entry.rank])]);
+        return encoder.encode([VERSION, origin, counter, "learn", url, wordBytes(entry.hashes), entry.namespace.loraTaskId ?? null, entry.namespace.cacheSalt ?? null, ...(entry.rank === undefined ? [] : [entry.rank])]);
       case "bind":
-        return entryEncoder().encode([VERSION, origin, counter, "bind", url, entry.key, ...(entry.rank === undefined ? [] : [entry.rank])]);
+        return encoder.encode([VERSION, origin, counter, "bind", url, entry.key, ...(entry.rank === undefined ? [] : [entry.rank])]);
       case "kv-events":
-        return entryEncoder().encode([VERSION, origin, counter, "kv-events", url, entry.dpRank ?? null, entry.events, entry.id ?? null]);
+        return encoder.encode([VERSION, origin, counter, "kv-events", url, entry.dpRank ?? null, entry.events, entry.id ?? null]);
       case "clear":
-        return entryEncoder().encode([VERSION, origin, counter, "clear", url, entry.dpRank ?? null, entry.id ?? null]);
+        return encoder.encode([VERSION, origin, counter, "clear", url, entry.dpRank ?? null, entry.id ?? null]);
     }
   }
-  return entryEncoder().encode([VERSION, origin, counter, "fleet", message.entry.urls, message.entry.dpRanks]);
+  return encoder.encode([VERSION, origin, counter, "fleet", message.entry.urls, message.entry.dpRanks]);
 }
 
 /** Longest upstream URL taken. */

@@ -5,7 +5,7 @@
 import type { ConnectionOptions } from "@nats-io/transport-node";
 import type { NatsAuth, NatsTls } from "../config/sync-auth-settings.js";
 
-/** The authenticators of @nats-io/transport-node (loaded on first use: replication/nats-modules.ts). */
+/** The authenticators of @nats-io/transport-node (loaded on first use: common/optional-packages.ts). */
 export interface Authenticators {
   nkeyAuthenticator(seed: Uint8Array): NonNullable<ConnectionOptions["authenticator"]>;
   credsAuthenticator(creds: Uint8Array): NonNullable<ConnectionOptions["authenticator"]>;

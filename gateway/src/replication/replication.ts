@@ -28,7 +28,7 @@ import { createHash, randomUUID } from "node:crypto";
 import type { JetStreamClient, JetStreamManager } from "@nats-io/jetstream";
 import type { ObjectStore } from "@nats-io/obj";
 import type { NatsConnection } from "@nats-io/transport-node";
-import { natsModules } from "./nats-modules.js";
+import { nats } from "../common/optional-packages.js";
 import { connectOptions, syncProblem, type SyncProblem } from "./nats-connection.js";
 import { sign, SignatureError, verify } from "./entry-signing.js";
 import type { Logger } from "pino";
@@ -304,27 +304,27 @@ export class Replication {
   async #connect(): Promise<void> {
     if (this.#closed) return;
     try {
-      const nats = await natsModules();
-      const nc = await nats.transport.connect({ ...connectOptions(nats.transport, this.#sync.url, this.#sync.auth, this.#sync.tls), reconnect: true, maxReconnectAttempts: -1, reconnectTimeWait: RETRY_MS, timeout: CONNECT_TIMEOUT_MS, name: this.origin });
+      const { transport, jetstream, objects } = nats();
+      const nc = await transport.connect({ ...connectOptions(transport, this.#sync.url, this.#sync.auth, this.#sync.tls), reconnect: true, maxReconnectAttempts: -1, reconnectTimeWait: RETRY_MS, timeout: CONNECT_TIMEOUT_MS, name: this.origin });
       if (this.#closed) {
         await nc.close();
         return;
       }
       // A server without JetStream answers nothing on its API: said as such, not as "unreachable".
-      const jsm = await nats.jetstream.jetstreamManager(nc).catch(async (error: unknown) => {
+      const jsm = await jetstream.jetstreamManager(nc).catch(async (error: unknown) => {
         await nc.close().catch(() => undefined);
         throw Object.assign(new Error(`JetStream is not enabled: ${(error as Error).message}`), { code: "JETSTREAM_NOT_ENABLED" });
       });
-      await jsm.streams.add({ name: this.#stream, subjects: [this.#subject], duplicate_window: DUPLICATE_WINDOW_NS, max_msgs: this.#sync.maxEntries, discard: nats.jetstream.DiscardPolicy.Old }).catch(async (error: unknown) => {
+      await jsm.streams.add({ name: this.#stream, subjects: [this.#subject], duplicate_window: DUPLICATE_WINDOW_NS, max_msgs: this.#sync.maxEntries, discard: jetstream.DiscardPolicy.Old }).catch(async (error: unknown) => {
         // Another replica made it first (with the same settings): use it.
         await jsm.streams.info(this.#stream).catch(() => Promise.reject(error));
       });
-      const objm = new nats.objects.Objm(nc);
+      const objm = new objects.Objm(nc);
       this.#objects = await objm.create(`adp_${this.#sync.cluster}_snapshots`);
       this.#jsm = jsm;
       this.#nc = nc;
       this.#maxPayload = nc.info?.max_payload ?? this.#maxPayload;
-      this.#js = nats.jetstream.jetstream(nc);
+      this.#js = jetstream.jetstream(nc);
       this.#setConnected(true);
       void this.#watch(nc);
       this.#consuming = this.#consume();
@@ -349,7 +349,7 @@ export class Replication {
     const timedOut = e?.name === "TimeoutError" || String(e?.message ?? "").toLowerCase().includes("timeout");
     if (!timedOut || syncProblem(error).problem !== "NATS unreachable" || this.#closed) return error;
     try {
-      const { transport } = await natsModules();
+      const { transport } = nats();
       const probe = await transport.connect({ ...connectOptions(transport, this.#sync.url, this.#sync.auth, this.#sync.tls), reconnect: false, timeout: CONNECT_TIMEOUT_MS });
       await probe.close();
       return error;
@@ -524,8 +524,7 @@ export class Replication {
     while (!this.#closed && this.#js !== null) {
       try {
         await this.#catchUp();
-        const { jetstream } = await natsModules();
-        const consumer = await this.#js.consumers.get(this.#stream, { deliver_policy: jetstream.DeliverPolicy.StartSequence, opt_start_seq: this.#appliedSeq + 1 });
+        const consumer = await this.#js.consumers.get(this.#stream, { deliver_policy: nats().jetstream.DeliverPolicy.StartSequence, opt_start_seq: this.#appliedSeq + 1 });
         const messages = await consumer.consume();
         this.#messages = messages;
         let turn = performance.now();
