@@ -13,6 +13,15 @@ export const MAX_TOKEN_IDS = 2 ** 28;
 /** Most block keys one prompt may hold. */
 export const MAX_BLOCK_KEYS = 2 ** 27;
 
+/**
+ * Token ids taken as they are: a Uint32Array, or a Uint8Array, whose elements
+ * are ids below 256 by construction (a byte-level tokenizer's: the prompt's
+ * UTF-8 bytes are its ids). Both name the same prompt for the same ids; a
+ * Uint8Array is widened only as it is copied into the core's scratch, so a
+ * byte tokenizer never holds its ids at four bytes each.
+ */
+export type TokenIds = Uint32Array | Uint8Array;
+
 /** The typed arrays' own `length` getter, which a subclass or an own property cannot shadow. */
 const typedLength = Object.getOwnPropertyDescriptor(Object.getPrototypeOf(Uint32Array.prototype) as object, "length")!.get!;
 
@@ -24,6 +33,13 @@ function genuineUint32(v: unknown): Uint32Array | null {
 /** The length of `v` when it is a genuine Uint32Array whose `length` is its true length, else -1. */
 function trueLength(v: unknown): number {
   if (!(v instanceof Uint32Array) || !ArrayBuffer.isView(v)) return -1; // a Proxy is no view
+  const n = typedLength.call(v) as number;
+  return v.length === n ? n : -1;
+}
+
+/** The length of `v` when it is a genuine Uint8Array (a Buffer is one) whose `length` is its true length, else -1. */
+function trueByteLength(v: Uint8Array): number {
+  if (!ArrayBuffer.isView(v)) return -1; // a Proxy is no view
   const n = typedLength.call(v) as number;
   return v.length === n ? n : -1;
 }
@@ -67,14 +83,14 @@ export function readTokens(v: unknown, field: string): Uint32Array {
 }
 
 /**
- * `v` itself when it is a genuine Uint32Array within the token limit, else
- * null: the common case of {@link readTokens}, which needs no field name
- * (the caller builds one only to read anything else).
+ * `v` itself when it is a genuine Uint32Array or Uint8Array (TokenIds) within
+ * the token limit, else null: the common case of {@link readTokens}, which
+ * needs no field name (the caller builds one only to read anything else).
  */
-export function typedTokens(v: unknown): Uint32Array | null {
+export function typedTokens(v: unknown): TokenIds | null {
   try {
-    const n = trueLength(v);
-    return n >= 0 && n <= MAX_TOKEN_IDS ? (v as Uint32Array) : null;
+    const n = v instanceof Uint8Array ? trueByteLength(v) : trueLength(v);
+    return n >= 0 && n <= MAX_TOKEN_IDS ? (v as TokenIds) : null;
   } catch {
     return null; // an own `length` getter threw: readTokens reads it again, and names the field
   }

@@ -4,7 +4,7 @@
 // of the caller's objects is read once into a local and checked there; the
 // routers only ever see those copies (see src/arrays.ts).
 
-import { lengthOfTyped, readCountsInto, readSafeKeys, readTokens, typedCounts, typedTokens } from "./arrays.js";
+import { lengthOfTyped, readCountsInto, readSafeKeys, readTokens, typedCounts, typedTokens, type TokenIds } from "./arrays.js";
 import { AdpInputError } from "./errors.js";
 import { namespaceKey } from "./namespace.js";
 
@@ -86,7 +86,7 @@ export interface BatchRequest {
   /** Prompt tokens (numTokens, else tokens.length). */
   readonly numTokens: number;
   /** Token ids, read once (a Uint32Array given is used as is), or null when only a count was given. */
-  readonly tokens: Uint32Array | null;
+  readonly tokens: TokenIds | null;
   /** Whether the request carries scheduling params. */
   readonly hasParams: boolean;
   /** Target rank, or null. */

@@ -23,6 +23,7 @@
 // unknown group reads as full attention: both only ever count fewer tokens
 // than the engine reuses.
 
+import { typedTokens, type TokenIds } from "./arrays.js";
 import { AdpInputError, readInput, readOptions } from "./errors.js";
 import { checkRank } from "./batch.js";
 import { boundBlocks, chain, dropBlock, holdBlock, keyOfWords, keyText, kindNamed, presenceHit, u64, type Group, type KvGroupKind, type KvGroupSpec, type PathKey, type PresenceGroup, type PrefixGroup } from "./engine-cache-groups.js";
@@ -323,11 +324,11 @@ export class EngineCacheView {
    * engine would reuse: the probe is the prompt's tokens but its last, as the
    * engines look up at most that many.
    */
-  matchInto(out: Uint32Array, probe: Uint32Array, ns?: PrefixNamespace | null): void {
+  matchInto(out: Uint32Array, probe: TokenIds, ns?: PrefixNamespace | null): void {
     this.#live();
     const n = this.#numRanks;
     if (!(out instanceof Uint32Array) || out.length < n) throw new AdpInputError("out", `must be a Uint32Array of at least ${n} slots`, out);
-    if (!(probe instanceof Uint32Array)) throw new AdpInputError("probe", "must be a Uint32Array of token ids", probe);
+    if (typedTokens(probe) === null) throw new AdpInputError("probe", "must be a Uint32Array (or Uint8Array) of token ids", probe);
     const groups = this.#groups;
     if (groups.length === 0) {
       out.fill(0, 0, n);
@@ -371,12 +372,12 @@ export class EngineCacheView {
   /** Each rank's reuse of `probe` (see {@link matchInto}), as a plain array. */
   match(probe: ArrayLike<number>, ns?: PrefixNamespace | null): number[] {
     const out = new Uint32Array(this.#numRanks);
-    this.matchInto(out, probe instanceof Uint32Array ? probe : Uint32Array.from(probe), ns);
+    this.matchInto(out, typedTokens(probe) ?? Uint32Array.from(probe), ns);
     return [...out];
   }
 
   /** The path keys of the probe's first `count` blocks in namespace `ns`. */
-  #probeKeys(probe: Uint32Array, count: number, ns: PrefixNamespace | null | undefined): PathKey[] {
+  #probeKeys(probe: TokenIds, count: number, ns: PrefixNamespace | null | undefined): PathKey[] {
     const seed = namespaceSeed(ns ?? null);
     const words = this.#hashIndex().blockHashes(probe.subarray(0, count * this.#tokensPerBlock));
     let key = u64(seed[0], seed[1]);

@@ -15,7 +15,7 @@
 // From tokensAt on, the same bytes carry snapshot records in pieces (at
 // least one record of every rank: 24 + 8 × numRanks bytes).
 
-import { keyWordsInto } from "./arrays.js";
+import { keyWordsInto, type TokenIds } from "./arrays.js";
 import { AdpInputError } from "./errors.js";
 import { instantiateCore, type CoreExports } from "./wasm.js";
 
@@ -137,8 +137,8 @@ export class IndexCore {
     return out;
   }
 
-  /** Copies tokens[from, from + n) into the scratch's token piece. */
-  #putTokens(tokens: Uint32Array, from: number, n: number): void {
+  /** Copies tokens[from, from + n) into the scratch's token piece (byte tokens widened as they are copied). */
+  #putTokens(tokens: TokenIds, from: number, n: number): void {
     const at = (this.#at + this.#layout.tokensAt) >>> 2;
     if (from === 0 && n === tokens.length) this.#u32().set(tokens, at);
     else this.#u32().set(tokens.subarray(from, from + n), at);
@@ -152,7 +152,7 @@ export class IndexCore {
   }
 
   /** Matches the first `length` tokens; the per-rank result is then in `result()`. */
-  matchTokens(tokens: Uint32Array, length: number, seed: readonly [number, number]): void {
+  matchTokens(tokens: TokenIds, length: number, seed: readonly [number, number]): void {
     const ex = this.ex;
     const { pieceTokens, tokensAt } = this.#layout;
     const usable = length - (length % this.#tpb);
@@ -199,7 +199,7 @@ export class IndexCore {
   }
 
   /** Inserts the full blocks of the first `length` tokens into `rank`'s view; returns the tokens of them it held before. */
-  insertTokens(rank: number, tokens: Uint32Array, length: number, seed: readonly [number, number]): number {
+  insertTokens(rank: number, tokens: TokenIds, length: number, seed: readonly [number, number]): number {
     const ex = this.ex;
     const { pieceTokens, tokensAt, hashesAt } = this.#layout;
     const blocks = Math.floor(length / this.#tpb);
@@ -222,8 +222,12 @@ export class IndexCore {
     return ex.indexInsertFound() * this.#tpb;
   }
 
-  /** The block hashes (two u32 words each) of the full blocks of `tokens`: what an insert chains into path keys. */
-  blockHashes(tokens: Uint32Array): Uint32Array {
+  /**
+   * The block hashes (two u32 words each) of the full blocks of `tokens`: what
+   * an insert chains into path keys. Byte ids (a Uint8Array) are widened as
+   * they are copied into the scratch, never into an array of their own.
+   */
+  blockHashes(tokens: TokenIds): Uint32Array {
     const ex = this.ex;
     const { pieceTokens, tokensAt, hashesAt } = this.#layout;
     const usable = tokens.length - (tokens.length % this.#tpb);

@@ -5,6 +5,7 @@ export { createRouter, restoreRouter, routerKindFor, bindConversation, MAX_RANKS
 export type { RouteResult, RouterKind, DecisionRecord, DecisionOutcome, ScoringExplanation } from "./routers/types.js";
 export type { PrefixHitMetrics, RouterMetrics } from "./metrics.js";
 export { MAX_KEY_LENGTH, type RankState, type RequestId, type RouteInput, type RouteRequest } from "./batch.js";
+export type { TokenIds } from "./arrays.js";
 export {
   parseAttentionDpConfig,
   isAttentionDpConfig,

@@ -4,7 +4,7 @@
 // caller block keys (engine or trace block ids); namespaces (LoRA task id, cache
 // salt) seed the block chain, so equal tokens in different namespaces never match.
 
-import { readKeyWords, readTokens } from "./arrays.js";
+import { readKeyWords, readTokens, typedTokens, type TokenIds } from "./arrays.js";
 import { checkRank, MAX_KEY_LENGTH } from "./batch.js";
 import { AdpInputError, asInputError, readInput, readOptions } from "./errors.js";
 import { IndexCore } from "./index-core.js";
@@ -208,7 +208,7 @@ export class PrefixIndex {
     const core = this.#live();
     checkRank(rank, this.#numRanks, "rank");
     const seed = namespaceSeed(ns);
-    const t = readTokens(tokens, "tokens");
+    const t = typedTokens(tokens) ?? readTokens(tokens, "tokens");
     return core.insertTokens(rank, t, t.length, seed);
   }
 
@@ -219,7 +219,7 @@ export class PrefixIndex {
   match(tokens: ArrayLike<number>, ns?: PrefixNamespace | null): number[] {
     const core = this.#live();
     const seed = namespaceSeed(ns);
-    const t = readTokens(tokens, "tokens");
+    const t = typedTokens(tokens) ?? readTokens(tokens, "tokens");
     core.matchTokens(t, t.length, seed);
     return core.resultArray();
   }
@@ -230,7 +230,7 @@ export class PrefixIndex {
     const kind = outKind(out, this.#numRanks);
     if (kind === 0) throw new AdpInputError("out", `must be a Uint32Array or array of at least ${this.#numRanks} elements`, out);
     const seed = namespaceSeed(ns);
-    const t = readTokens(tokens, "tokens");
+    const t = typedTokens(tokens) ?? readTokens(tokens, "tokens");
     core.matchTokens(t, t.length, seed);
     const result = core.result();
     if (kind === 1) (out as Uint32Array).set(result);
@@ -262,7 +262,7 @@ export class PrefixIndex {
   }
 
   /** @internal The router's probe: matches the first `length` tokens (read by the batch) into `target()` at `offset`. */
-  probeInto(tokens: Uint32Array, length: number, seed: readonly [number, number], target: () => Uint32Array, offset: number): void {
+  probeInto(tokens: TokenIds, length: number, seed: readonly [number, number], target: () => Uint32Array, offset: number): void {
     const core = this.#live();
     core.matchTokens(tokens, length, seed);
     target().set(core.result(), offset);
@@ -286,7 +286,7 @@ export class PrefixIndex {
    * `insertBlockHashes` for the same change as inserting the tokens (how
    * gateway replicas share learned prompts in 8 bytes a block).
    */
-  blockHashes(tokens: Uint32Array): Uint32Array {
+  blockHashes(tokens: TokenIds): Uint32Array {
     return this.#live().blockHashes(tokens);
   }
 
@@ -306,7 +306,7 @@ export class PrefixIndex {
   }
 
   /** @internal The router's learning: inserts tokens read by the batch. */
-  insertValidated(rank: number, tokens: Uint32Array, seed: readonly [number, number]): void {
+  insertValidated(rank: number, tokens: TokenIds, seed: readonly [number, number]): void {
     this.#live().insertTokens(rank, tokens, tokens.length, seed);
   }
 

@@ -10,7 +10,7 @@
 
 import type { Server } from "node:http";
 import { pino, type Logger } from "pino";
-import type { Router } from "adp-router";
+import type { Router, TokenIds } from "adp-router";
 import { excerpt } from "adp-router";
 import { isGatewayConfig, loadGatewayConfig, logConfigWarnings, SHORT_KEY, type GatewayConfig, type GatewayConfigObject } from "./config/config.js";
 import { refuseSelf, unreachableAtStart } from "./fleet/reachability.js";
@@ -187,7 +187,7 @@ export async function createGateway(input: GatewayConfig | GatewayConfigObject, 
   const counters = newCounters();
   const onRouterError = (error: unknown) => log.error({ err: error }, "the router refused a batch");
   // A disaggregated request is placed twice: its token ids go back to the reader once both are placed (disaggregated-serving.ts).
-  const release = prefillFleet === null ? (ids: Uint32Array) => reader.release(ids) : () => {};
+  const release = prefillFleet === null ? (ids: TokenIds) => reader.release(ids) : () => {};
   const scheduler = new Scheduler(fleet, decodeConfig, counters, onRouterError, release, options.placement === "per-request");
   const prefillCounters = newCounters();
   const prefillScheduler = prefillFleet === null ? null : new Scheduler(prefillFleet, prefillConfig!, prefillCounters, onRouterError, release, options.placement === "per-request");

@@ -15,6 +15,7 @@
 // is what a stable sort keeps.
 
 import type { BatchRequest } from "../batch.js";
+import type { TokenIds } from "../arrays.js";
 
 /** Tokens of the prompt fingerprint that groups similar requests (upstream: 64). */
 export const FINGERPRINT_TOKENS = 64;
@@ -65,7 +66,7 @@ function agreeTokens(a: Uint32Array, b: Uint32Array, from: number, stop: number)
 }
 
 /** {@link agreeTokens} where either side is block keys. */
-function agreeKeys(a: Uint32Array | Float64Array, b: Uint32Array | Float64Array, from: number, stop: number): number {
+function agreeKeys(a: TokenIds | Float64Array, b: TokenIds | Float64Array, from: number, stop: number): number {
   let k = from;
   while (k < stop && a[k] === b[k]) k++;
   return k;
@@ -77,7 +78,7 @@ function agreeKeys(a: Uint32Array | Float64Array, b: Uint32Array | Float64Array,
  */
 export class FingerprintSort {
   /** Per request (by position in the input list): its fingerprint source, or null. */
-  #source: (Uint32Array | Float64Array | null)[] = [];
+  #source: (TokenIds | Float64Array | null)[] = [];
   /** Per request: its fingerprint length (at most 64). */
   #length = new Int32Array(0);
   /** Per request: the length that orders equal fingerprints (longer first). */

@@ -68,6 +68,16 @@ describe("Utf8ByteTokenizer", () => {
   it("token-id prompts are taken as given", () => {
     expect(Array.from(new Utf8ByteTokenizer().encodePrompt([1, 2, 4_000_000_000]))).toEqual([1, 2, 4_000_000_000]);
   });
+
+  it("gives its byte ids as a Uint8Array (the library hashes them as bytes), past the scratch limit too; given ids stay u32", () => {
+    const tok = new Utf8ByteTokenizer();
+    expect(tok.encodeChat([{ role: "user", content: "hello" }])).toBeInstanceOf(Uint8Array);
+    expect(tok.encodePrompt("hello")).toBeInstanceOf(Uint8Array);
+    const huge = tok.encodePrompt("é".repeat(600_000)); // past the 1 MiB scratch
+    expect(huge).toBeInstanceOf(Uint8Array);
+    expect(huge.length).toBe(1_200_000);
+    expect(tok.encodePrompt([1, 300])).toBeInstanceOf(Uint32Array);
+  });
 });
 
 describe("TokenPool", () => {
@@ -85,10 +95,23 @@ describe("TokenPool", () => {
     expect(b.length).toBe(3_500);
   });
 
+  it("keeps a buffer by its bytes: one lent as byte ids comes back as u32 ids of the same bytes, and the other way", () => {
+    const pool = new TokenPool();
+    const bytes = pool.takeBytes(4_000);
+    expect(bytes).toBeInstanceOf(Uint8Array);
+    expect(bytes.length).toBe(4_000);
+    pool.release(bytes);
+    const words = pool.take(1_000);
+    expect(words.buffer).toBe(bytes.buffer);
+    pool.release(words);
+    expect(pool.takeBytes(3_000).buffer).toBe(bytes.buffer);
+    expect(pool.takeBytes(3_000).buffer).not.toBe(bytes.buffer);
+  });
+
   it("a request refused after its prompt was tokenized hands the ids back to the tokenizer", () => {
     class Counting extends Utf8ByteTokenizer {
       released = 0;
-      override release(ids: Uint32Array): void {
+      override release(ids: Uint32Array | Uint8Array): void {
         this.released++;
         super.release(ids);
       }

@@ -19,6 +19,7 @@
 // both placed first, the same body with one bootstrap room sent to both
 // (paired.ts). A client that leaves aborts every phase running.
 
+import type { TokenIds } from "adp-router";
 import type { DisaggregationConfig } from "../config/config-types.js";
 import { contextFirst } from "./context-first.js";
 import { paired } from "./paired.js";
@@ -33,14 +34,14 @@ export class DisaggregatedServing {
   readonly prefill: Pool;
   readonly decode: Pool;
   readonly #serving: Serving;
-  readonly #release: (tokens: Uint32Array) => void;
+  readonly #release: (tokens: TokenIds) => void;
 
   /**
    * `release` hands a request's token ids back to its reader once its last
    * placement is made; `authKey` is TensorRT-LLM's internal_request_auth_key
    * (its workers' signatures), or null.
    */
-  constructor(config: DisaggregationConfig, prefill: Pool, decode: Pool, release: (tokens: Uint32Array) => void, authKey: string | null = null) {
+  constructor(config: DisaggregationConfig, prefill: Pool, decode: Pool, release: (tokens: TokenIds) => void, authKey: string | null = null) {
     this.prefill = prefill;
     this.decode = decode;
     this.#serving = { prefill, decode, config, ids: new RequestIds(config.nodeId), authKey };

@@ -6,7 +6,7 @@
 // event stream is not live, its match comes from the gateway's own view of it
 // (what the gateway placed there), so a stale stream is never trusted silently.
 
-import type { KvEventsResult, PrefixIndex, PrefixNamespace } from "adp-router";
+import type { KvEventsResult, PrefixIndex, PrefixNamespace, TokenIds } from "adp-router";
 import { createEngineCacheView, type EngineCacheView, type KvGroupSpec } from "adp-router/engine-cache";
 import type { GatewayConfig } from "../config/config.js";
 
@@ -97,13 +97,13 @@ export class EngineViews {
    * its KV-cache groups for upstreams whose stream is live, else what
    * `learned` (the gateway's own view) holds.
    */
-  matchInto(out: Uint32Array, probe: Uint32Array, ns: PrefixNamespace, learned: PrefixIndex, live: readonly boolean[]): void {
+  matchInto(out: Uint32Array, probe: TokenIds, ns: PrefixNamespace, learned: PrefixIndex, live: readonly boolean[]): void {
     learned.matchInto(out, probe, ns);
     for (let u = 0; u < out.length; u++) if (live[u] === true && this.view(u) !== null) out[u] = this.bestMatch(u, probe, ns);
   }
 
   /** `upstream`'s best DP rank's match for a probe (0 without a view). */
-  bestMatch(upstream: number, probe: Uint32Array, ns: PrefixNamespace): number {
+  bestMatch(upstream: number, probe: TokenIds, ns: PrefixNamespace): number {
     const view = this.view(upstream);
     if (view === null) return 0;
     if (this.#scratch.length < view.numRanks) this.#scratch = new Uint32Array(view.numRanks);

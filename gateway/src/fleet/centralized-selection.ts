@@ -11,14 +11,14 @@
 // the rest of a batch too, once the batch fills it), and the conversation
 // map is not consulted (the centralized router has none).
 
-import { createInstanceRouter, type InstanceRouter } from "adp-router";
+import { createInstanceRouter, type InstanceRouter, type TokenIds } from "adp-router";
 import type { RoutedRequest } from "../requests/openai.js";
 import type { Fleet } from "./fleet.js";
 
 /** What phase 1 needs of a waiting request. */
 export interface CentralizedRequest {
   readonly id: number;
-  readonly tokens: Uint32Array;
+  readonly tokens: TokenIds;
   /** Its prompt's namespace in the prefix index. */
   readonly namespace: Pick<RoutedRequest, "cacheSalt" | "loraTaskId">;
 }

@@ -17,7 +17,7 @@
 //     requests in flight, the best taken, ties in turn (a counter per upstream).
 
 import { bindConversation, createRouter, type PrefixNamespace, type Router } from "adp-router";
-import type { AttentionDpConfig } from "adp-router";
+import type { AttentionDpConfig, TokenIds } from "adp-router";
 import type { RankRoutingKind } from "../config/config-types.js";
 import { dpRankStateFromLoad } from "../load/engine-load-combine.js";
 import type { EngineLoadReport } from "../load/engine-load-parse.js";
@@ -25,7 +25,7 @@ import type { EngineLoadReport } from "../load/engine-load-parse.js";
 /** What phase 2 needs of one request placed on the upstream. */
 export interface RankRequest {
   readonly id: number;
-  readonly tokens: Uint32Array;
+  readonly tokens: TokenIds;
   readonly conversationId: string | null;
   readonly subagentId: string | null;
   readonly namespace: PrefixNamespace;

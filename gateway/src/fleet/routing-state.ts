@@ -7,7 +7,7 @@
 // cache holds comes from the gateway's own placements or, through an index
 // update source, from the engine itself (its KV-cache events).
 
-import type { RouteInput, RouteRequest } from "adp-router";
+import type { RouteInput, RouteRequest, TokenIds } from "adp-router";
 import type { KvEventsResult, PrefixNamespace } from "adp-router";
 import { bindConversation, restoreRouter, type Router } from "adp-router";
 import type { RouteResult } from "adp-router";
@@ -27,7 +27,7 @@ export type StateEntry =
   | { readonly op: "learn-blocks"; readonly upstream: number; readonly hashes: Uint32Array; readonly namespace: PrefixNamespace; readonly rank?: number }
   /** An upstream was given a prompt: its cache view now holds it (and, with `rank`, that DP rank's view in phase 2). */
   /** (`hashes`: its block hashes, made once for the index and the log's readers, when a log listens.) */
-  | { readonly op: "learn"; readonly upstream: number; readonly tokens: Uint32Array; readonly namespace: PrefixNamespace; readonly rank?: number; readonly hashes?: Uint32Array }
+  | { readonly op: "learn"; readonly upstream: number; readonly tokens: TokenIds; readonly namespace: PrefixNamespace; readonly rank?: number; readonly hashes?: Uint32Array }
   /** An engine's own KV-cache events for an upstream (TensorRT-LLM's or vLLM's, see PrefixIndex.applyKvEvents), from one DP rank's stream or naming their ranks. */
   | { readonly op: "kv-events"; readonly upstream: number; readonly events: unknown; readonly dpRank?: number; readonly id?: string }
   /** An upstream's engine view emptied, one DP rank or all (its engine restarted, or its events cannot be trusted). */
@@ -123,7 +123,7 @@ export class RoutingState {
       const requests = input.requests.map((req): RouteRequest => {
         const tokens = req.tokens;
         if (tokens === undefined || req.prefixMatches !== undefined || tokens.length <= tpb) return req;
-        const all = tokens instanceof Uint32Array ? tokens : Uint32Array.from(tokens);
+        const all = tokens instanceof Uint32Array || tokens instanceof Uint8Array ? tokens : Uint32Array.from(tokens);
         const matches = new Uint32Array(numRanks);
         feeds!.views.matchInto(matches, all.subarray(0, all.length - 1), { loraTaskId: req.loraTaskId ?? null, cacheSalt: req.cacheSalt ?? null }, learned, live);
         return { ...req, prefixMatches: matches };
@@ -134,9 +134,9 @@ export class RoutingState {
     input.requests.forEach((req, i) => {
       const tokens = req.tokens;
       // The router's probe: the full blocks of all tokens but the last.
-      const probe = tokens instanceof Uint32Array && req.prefixMatches === undefined ? Math.floor((tokens.length - 1) / tpb) : 0;
+      const probe = (tokens instanceof Uint32Array || tokens instanceof Uint8Array) && req.prefixMatches === undefined ? Math.floor((tokens.length - 1) / tpb) : 0;
       if (probe <= 0) return;
-      const blocks = learned.blockHashes(tokens as Uint32Array);
+      const blocks = learned.blockHashes(tokens as TokenIds);
       const matches = new Uint32Array(numRanks);
       learned.matchHashesInto(matches, blocks, probe, { loraTaskId: req.loraTaskId ?? null, cacheSalt: req.cacheSalt ?? null });
       hashes[i] = blocks;
@@ -150,7 +150,7 @@ export class RoutingState {
    * routing sees it: a live stream's by its engine's view (its best DP rank),
    * the others' by the gateway's own placements.
    */
-  upstreamMatches(tokens: Uint32Array, namespace: PrefixNamespace): Uint32Array {
+  upstreamMatches(tokens: TokenIds, namespace: PrefixNamespace): Uint32Array {
     const learned = this.#router.prefixIndex;
     const out = new Uint32Array(this.#router.numRanks);
     if (learned === null) return out;
@@ -178,7 +178,7 @@ export class RoutingState {
    * before. `rank`: the DP rank phase 2 placed it on (which learned it itself;
    * the entry tells the other replicas).
    */
-  learn(upstream: number, tokens: Uint32Array, namespace: PrefixNamespace, rank?: number, blocks?: Uint32Array | null): number {
+  learn(upstream: number, tokens: TokenIds, namespace: PrefixNamespace, rank?: number, blocks?: Uint32Array | null): number {
     const index = this.#router.prefixIndex;
     if (index === null || tokens.length === 0) return 0;
     // Hashed once: by route(), or here when a log's readers want the prompt as its block hashes (the same change as inserting its tokens).
@@ -195,7 +195,7 @@ export class RoutingState {
    * DP rank's match of all tokens but the last), or null when its event
    * stream is not live (the caller then counts the gateway's own view).
    */
-  engineMatch(upstream: number, tokens: Uint32Array, namespace: PrefixNamespace): number | null {
+  engineMatch(upstream: number, tokens: TokenIds, namespace: PrefixNamespace): number | null {
     const feeds = this.#feeds;
     if (feeds === null || feeds.views.view(upstream) === null || feeds.live()[upstream] !== true) return null;
     return feeds.views.bestMatch(upstream, tokens.subarray(0, Math.max(tokens.length - 1, 0)), namespace);
@@ -206,7 +206,7 @@ export class RoutingState {
    * view (all tokens but the last), as a function of the prompt, or null when
    * its event stream is not live or its view is not one rank per DP rank (`ranks`).
    */
-  engineRankMatcher(upstream: number, ranks: number): ((tokens: Uint32Array, namespace: PrefixNamespace) => Uint32Array) | null {
+  engineRankMatcher(upstream: number, ranks: number): ((tokens: TokenIds, namespace: PrefixNamespace) => Uint32Array) | null {
     // Asked once a batch: whether the stream is live is the same for all its requests.
     const feeds = this.#feeds;
     const view = feeds?.views.view(upstream) ?? null;

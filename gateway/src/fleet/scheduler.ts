@@ -12,7 +12,7 @@ import { subagentHintAccepted } from "../requests/subagent-auth.js";
 import type { Upstream } from "./upstream.js";
 import { CentralizedSelection } from "./centralized-selection.js";
 import type { RankChoice } from "./rank-routing.js";
-import type { RouteRequest } from "adp-router";
+import type { RouteRequest, TokenIds } from "adp-router";
 
 /** Gateway-wide request counters, kept by the scheduler (rendered by metrics.ts). */
 export interface GatewayCounters {
@@ -91,7 +91,7 @@ class Waiting {
   /** Its prompt's namespace in the prefix index (LoRA task and cache salt). */
   readonly namespace: { readonly loraTaskId: number | null; readonly cacheSalt: string | null };
   /** Its prompt's token ids. */
-  readonly tokens: Uint32Array;
+  readonly tokens: TokenIds;
   readonly enqueuedAt: number;
   /** Whether it was already answered (placed, timed out, or its client left). */
   done = false;
@@ -162,13 +162,13 @@ export class Scheduler {
   /** Where a batch the router refuses is logged. */
   readonly #onRouterError: (error: unknown) => void;
   /** Hands a request's token ids back to its tokenizer once it is placed or refused (nothing here reads them after). */
-  readonly #release: (tokens: Uint32Array) => void;
+  readonly #release: (tokens: TokenIds) => void;
   /** Routes each request alone as it arrives (no batching window: for measuring what the window costs). */
   readonly #perRequest: boolean;
   /** Phase 1 as TensorRT-LLM's centralized router (policy centralized), or null: the router the config selects. */
   readonly #centralized: CentralizedSelection | null;
 
-  constructor(fleet: Fleet, config: GatewayConfig, counters: GatewayCounters, onRouterError: (error: unknown) => void, release: (tokens: Uint32Array) => void = () => {}, perRequest = false) {
+  constructor(fleet: Fleet, config: GatewayConfig, counters: GatewayCounters, onRouterError: (error: unknown) => void, release: (tokens: TokenIds) => void = () => {}, perRequest = false) {
     this.#perRequest = perRequest;
     this.#centralized = config.centralized ? new CentralizedSelection(config.routing.loadWeight, config.routing.tokensPerBlock) : null;
     this.#fleet = fleet;
@@ -225,7 +225,7 @@ export class Scheduler {
   }
 
   /** A waiting request was answered: off the queue's count, its token ids handed back. @internal */
-  settled(tokens: Uint32Array): void {
+  settled(tokens: TokenIds): void {
     this.#counters.queued = Math.max(0, this.#counters.queued - 1);
     this.#release(tokens);
   }
@@ -411,7 +411,7 @@ export class Scheduler {
 
 /** What the router reads of a waiting request (only the fields it has: the router checks each one given). */
 function routeRequest(w: Waiting): RouteRequest {
-  const r: { id: number; tokens: Uint32Array; conversationId?: string; subagentAffinityId?: string; cacheSalt?: string; loraTaskId?: number } = { id: w.id, tokens: w.tokens };
+  const r: { id: number; tokens: TokenIds; conversationId?: string; subagentAffinityId?: string; cacheSalt?: string; loraTaskId?: number } = { id: w.id, tokens: w.tokens };
   if (w.conversationId !== null) r.conversationId = w.conversationId;
   if (w.subagentId !== null) r.subagentAffinityId = w.subagentId;
   if (w.namespace.cacheSalt !== null) r.cacheSalt = w.namespace.cacheSalt;

@@ -2,6 +2,7 @@
 // body and its headers to route it, and OpenAI-style error bodies. The body is
 // parsed once (the prompt is needed); it is forwarded as the bytes received.
 
+import type { TokenIds } from "adp-router";
 import { TokenizerRequestError, type ChatMessage, type Tokenizer } from "../tokenizers/tokenizer.js";
 import { SUBAGENT_AUTH_HEADER, type SubagentClaim } from "./subagent-auth.js";
 import { parseJsonKeepingIntegers } from "../common/json-integers.js";
@@ -65,7 +66,7 @@ export interface RoutedRequest {
   readonly kind: "chat" | "completion";
   readonly model: string;
   readonly stream: boolean;
-  readonly tokens: Uint32Array;
+  readonly tokens: TokenIds;
   readonly conversationId: string | null;
   readonly subagentId: string | null;
   /** What a signature of the sub-agent hint binds, and the signature sent (null: no hint); checked where the key is (scheduler.ts). */
@@ -283,7 +284,7 @@ export function readRequest(
   if (b.model === undefined || b.model === null) throw bad("model is required", "model", "missing_field");
   if (typeof b.model !== "string" || b.model === "") throw bad("model must be a non-empty string", "model");
   if (b.stream !== undefined && b.stream !== null && typeof b.stream !== "boolean") throw bad("stream must be a boolean", "stream");
-  let tokens: Uint32Array;
+  let tokens: TokenIds;
   if (kind === "chat") {
     const messages = b.messages;
     if (messages === undefined || messages === null) throw bad("messages is required", "messages", "missing_field");

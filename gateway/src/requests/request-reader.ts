@@ -5,6 +5,7 @@
 // cost too much for the event loop. Both check the prompt bounds (readRequest)
 // and count what came of each request for /metrics.
 
+import type { TokenIds } from "adp-router";
 import { builtScript } from "../common/built-script.js";
 import { HttpError, readRequest, type PromptLimits, type RoutedRequest } from "./openai.js";
 import { TokenizePool, type ClientSignal, type TokenizeStats } from "./tokenize-pool.js";
@@ -33,7 +34,7 @@ export interface RequestReader {
    */
   readonly readNow?: (kind: "chat" | "completion", raw: Buffer, headers: Record<string, string | string[] | undefined>) => RoutedRequest;
   /** Hands token ids back (pooled memory) once the caller is done. */
-  release(ids: Uint32Array): void;
+  release(ids: TokenIds): void;
   /** Counters for /metrics. */
   stats(): TokenizeStats;
   /** Prometheus lines of those counters, metric names prefixed `prefix` (e.g. "adp_gateway_"), # HELP/# TYPE included. */
@@ -120,7 +121,7 @@ class InlineReader implements RequestReader {
     }
   }
 
-  release(ids: Uint32Array): void {
+  release(ids: TokenIds): void {
     this.#tokenizer.release?.(ids);
   }
 

@@ -4,6 +4,8 @@
 // canonical rendering of the request, which gives equal token prefixes to
 // equal prompt prefixes: all prefix affinity needs.
 
+import type { TokenIds } from "adp-router";
+
 /** A chat message as OpenAI's API carries it. */
 export interface ChatMessage {
   readonly role: string;
@@ -45,15 +47,15 @@ export interface Tokenizer {
    * `readsLiterals`, a message's content (or a text part's text) may be a
    * placeholder whose bytes `literals` has.
    */
-  encodeChat(messages: readonly ChatMessage[], request?: RequestFields, literals?: LiteralSource): Uint32Array;
+  encodeChat(messages: readonly ChatMessage[], request?: RequestFields, literals?: LiteralSource): TokenIds;
   /** Token ids of a completion request's prompt (a string, or token ids as given); `request` and `literals` as for encodeChat. */
-  encodePrompt(prompt: string | readonly number[], request?: RequestFields, literals?: LiteralSource): Uint32Array;
+  encodePrompt(prompt: string | readonly number[], request?: RequestFields, literals?: LiteralSource): TokenIds;
   /**
    * Takes back ids this tokenizer returned, once the caller is done with them
    * (optional): it may hand their memory out again, so the caller must not
    * read them afterwards.
    */
-  release?(ids: Uint32Array): void;
+  release?(ids: TokenIds): void;
 }
 
 /**
@@ -84,7 +86,7 @@ const CONTENT_START = 0x1f;
 export class Utf8ByteTokenizer implements Tokenizer {
   readonly name = "utf8-bytes";
   readonly #encoder = new TextEncoder();
-  /** Where a text is encoded before it is widened to token ids (reused; grown up to SCRATCH_MAX). */
+  /** Where a text is encoded before its bytes are copied out as token ids (reused; grown up to SCRATCH_MAX). */
   #scratch = new Uint8Array(1 << 14);
   /** Where the ids go (see TokenPool). */
   readonly #pool = new TokenPool();
@@ -99,7 +101,7 @@ export class Utf8ByteTokenizer implements Tokenizer {
    * surrogate pair spans two pieces: the bytes are those of the joined text.
    * A text that is a placeholder of `literals` is its bytes, copied as they are.
    */
-  encodeChat(messages: readonly ChatMessage[], _request?: RequestFields, literals?: LiteralSource): Uint32Array {
+  encodeChat(messages: readonly ChatMessage[], _request?: RequestFields, literals?: LiteralSource): TokenIds {
     // Per message: its role, then its content's pieces (texts, or literals' bytes), the message's end marked by null.
     const pieces: (string | Buffer | null)[] = [];
     let most = 0;
@@ -127,30 +129,30 @@ export class Utf8ByteTokenizer implements Tokenizer {
       if (role) scratch[at++] = CONTENT_START;
       role = false;
     }
-    return this.#widen(at);
+    return this.#lend(at);
   }
 
-  encodePrompt(prompt: string | readonly number[], _request?: RequestFields, literals?: LiteralSource): Uint32Array {
-    if (typeof prompt !== "string") return Uint32Array.from(prompt);
+  encodePrompt(prompt: string | readonly number[], _request?: RequestFields, literals?: LiteralSource): TokenIds {
+    if (typeof prompt !== "string") return Uint32Array.from(prompt); // ids as given: any below 2^32
     const bytes = literals?.bytesOf(prompt) ?? null;
     if (bytes === null || bytes.length > SCRATCH_MAX) return this.#bytes(bytes === null ? prompt : bytes.toString("latin1"));
     this.#scratchOf(bytes.length).set(bytes);
-    return this.#widen(bytes.length);
+    return this.#lend(bytes.length);
   }
 
-  release(ids: Uint32Array): void {
+  release(ids: TokenIds): void {
     this.#pool.release(ids);
   }
 
   /**
-   * The UTF-8 bytes of `text` widened to token ids. The whole text is encoded
-   * in one call (so a surrogate pair is never split) into reused scratch
-   * memory, then widened into pooled memory.
+   * The UTF-8 bytes of `text` as token ids. The whole text is encoded in one
+   * call (so a surrogate pair is never split) into reused scratch memory, then
+   * copied into pooled memory.
    */
-  #bytes(text: string): Uint32Array {
+  #bytes(text: string): Uint8Array {
     const most = text.length * 3; // UTF-8 takes at most 3 bytes per UTF-16 code unit
-    if (most > SCRATCH_MAX) return new Uint32Array(this.#encoder.encode(text));
-    return this.#widen(this.#encoder.encodeInto(text, this.#scratchOf(most)).written);
+    if (most > SCRATCH_MAX) return this.#encoder.encode(text);
+    return this.#lend(this.#encoder.encodeInto(text, this.#scratchOf(most)).written);
   }
 
   /** The scratch, grown to hold `most` bytes (at most SCRATCH_MAX). */
@@ -159,9 +161,9 @@ export class Utf8ByteTokenizer implements Tokenizer {
     return this.#scratch;
   }
 
-  /** The scratch's first `n` bytes widened into pooled token ids. */
-  #widen(n: number): Uint32Array {
-    const ids = this.#pool.take(n);
+  /** The scratch's first `n` bytes copied into pooled memory: the ids, one byte each (the library hashes them as bytes). */
+  #lend(n: number): Uint8Array {
+    const ids = this.#pool.takeBytes(n);
     ids.set(this.#scratch.subarray(0, n));
     return ids;
   }
@@ -239,22 +241,23 @@ function contentText(content: unknown): string {
   return content === null || content === undefined ? "" : JSON.stringify(content);
 }
 
-/** Smallest and largest pooled arrays, in words (the largest: a 4 MiB array, a million-token prompt); bigger ones are allocated and left to the GC. */
-const POOL_MIN_WORDS = 1 << 8;
-const POOL_MAX_WORDS = 1 << 20;
+/** Smallest and largest pooled buffers, in bytes (the largest: 4 MiB, a million-token prompt's u32 ids); bigger ones are allocated and left to the GC. */
+const POOL_MIN_BYTES = 1 << 10;
+const POOL_MAX_BYTES = 1 << 22;
 /**
  * Most bytes the pool keeps while nobody uses them. Ids go back once their
  * request is placed (the batch it arrived in, most often), so a few arrays of
  * the sizes the load asks for cover it; an array that does not fit pushes out
  * free arrays of other sizes, largest first, so what is kept follows the load.
- * One free array of each size is 8 MiB (256 words to 1 Mi words), so any cap
+ * One free array of each size is 8 MiB (1 KiB to 4 MiB), so any cap
  * at or under that makes the largest sizes push one another out: with 8 MiB,
  * bench:peers' trace (prompts of 10 KB to 1.4 MB) took 101 fresh arrays,
  * 113 MiB, in 3,000 requests, and V8 counts fresh backing stores against its
  * old-generation limit until its next mark-compact. With 16 MiB it took 33,
  * 14 MiB (24 and 32 MiB: 36), and bench:peers put the gateway's CPU per trace
  * request at 0.86-0.92x the 8 MiB build's, its peak RSS within the rounds'
- * noise (docs/performance.md). Kept arrays are resident memory.
+ * noise (docs/performance.md); those were u32 ids, four times the bytes of
+ * the byte tokenizer's ids now. Kept arrays are resident memory.
  */
 const POOL_FREE_BYTES = 16 << 20;
 
@@ -264,12 +267,13 @@ const POOL_FREE_BYTES = 16 << 20;
  * store counts as external memory, which V8 adds to the old generation's
  * size since its last mark-compact): 46 of them in one bench:serve run,
  * against 1 for the pass-through, and about a third of the gateway's CPU per
- * request. Arrays come in power-of-two sizes and are handed out as views of
- * exactly the length asked for; `release` takes one back once (an array it
- * did not lend, or lent and got back, is ignored).
+ * request. Buffers come in power-of-two sizes, kept by their bytes whichever
+ * array they were lent as, and are handed out as views of exactly the length
+ * asked for (u32 ids with `take`, byte ids with `takeBytes`); `release` takes
+ * one back once (an array it did not lend, or lent and got back, is ignored).
  */
 export class TokenPool {
-  /** Free buffers by size in words. */
+  /** Free buffers by size in bytes. */
   readonly #free = new Map<number, ArrayBuffer[]>();
   /** Buffers out on loan. */
   readonly #lent = new WeakSet<ArrayBuffer>();
@@ -281,28 +285,29 @@ export class TokenPool {
     this.#capBytes = capBytes;
   }
 
-  /** An array of `n` words, its contents unspecified (the caller fills it). */
+  /** An array of `n` u32 ids, its contents unspecified (the caller fills it). */
   take(n: number): Uint32Array {
-    if (n > POOL_MAX_WORDS) return new Uint32Array(n);
-    const words = n <= POOL_MIN_WORDS ? POOL_MIN_WORDS : 2 ** (32 - Math.clz32(n - 1));
-    let buffer = this.#free.get(words)?.pop();
-    if (buffer === undefined) buffer = new ArrayBuffer(words * 4);
-    else this.#freeBytes -= buffer.byteLength;
-    this.#lent.add(buffer);
-    return new Uint32Array(buffer, 0, n);
+    const buffer = this.#lendBuffer(n * 4);
+    return buffer === null ? new Uint32Array(n) : new Uint32Array(buffer, 0, n);
   }
 
-  /** Takes back an array `take` lent, for reuse. */
-  release(ids: Uint32Array): void {
+  /** An array of `n` byte ids, its contents unspecified (the caller fills it). */
+  takeBytes(n: number): Uint8Array {
+    const buffer = this.#lendBuffer(n);
+    return buffer === null ? new Uint8Array(n) : new Uint8Array(buffer, 0, n);
+  }
+
+  /** Takes back an array `take` or `takeBytes` lent, for reuse. */
+  release(ids: TokenIds): void {
     const buffer = ids.buffer;
     if (!(buffer instanceof ArrayBuffer) || !this.#lent.has(buffer)) return;
     this.#lent.delete(buffer);
     const bytes = buffer.byteLength;
-    let list = this.#free.get(bytes / 4);
+    let list = this.#free.get(bytes);
     // Its own size's free arrays and it would pass the cap: one more of it is not kept, and nothing else is pushed out for it.
     if ((list?.length ?? 0) * bytes + bytes > this.#capBytes) return;
     if (this.#freeBytes + bytes > this.#capBytes) this.#evictFor(bytes);
-    if (list === undefined) this.#free.set(bytes / 4, (list = []));
+    if (list === undefined) this.#free.set(bytes, (list = []));
     list.push(buffer);
     this.#freeBytes += bytes;
   }
@@ -312,12 +317,23 @@ export class TokenPool {
     return this.#freeBytes;
   }
 
+  /** A buffer of at least `bytes` bytes (a free one when the pool has one), now on loan; null past the largest pooled size. */
+  #lendBuffer(bytes: number): ArrayBuffer | null {
+    if (bytes > POOL_MAX_BYTES) return null;
+    const size = bytes <= POOL_MIN_BYTES ? POOL_MIN_BYTES : 2 ** (32 - Math.clz32(bytes - 1));
+    let buffer = this.#free.get(size)?.pop();
+    if (buffer === undefined) buffer = new ArrayBuffer(size);
+    else this.#freeBytes -= size;
+    this.#lent.add(buffer);
+    return buffer;
+  }
+
   /** Lets go of free buffers of other sizes than `bytes`, largest first, until `bytes` more fit. */
   #evictFor(bytes: number): void {
     const sizes = [...this.#free.keys()].sort((a, b) => b - a);
-    for (const words of sizes) {
-      if (words * 4 === bytes) continue;
-      const list = this.#free.get(words)!;
+    for (const size of sizes) {
+      if (size === bytes) continue;
+      const list = this.#free.get(size)!;
       while (list.length > 0 && this.#freeBytes + bytes > this.#capBytes) this.#freeBytes -= list.pop()!.byteLength;
       if (this.#freeBytes + bytes <= this.#capBytes) return;
     }
