@@ -2,6 +2,7 @@
 // worker processes sharing one port) on loopback in front of mock engines.
 // Each request goes on a connection of its own, so the cluster hands them to
 // the workers in turn: what one worker placed, the other must know.
+import { readFileSync } from "node:fs";
 import { request } from "node:http";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
@@ -9,6 +10,7 @@ import { startEngines, trackedForCleanup } from "../support/mock-engine.js";
 import { processParents, runCli, startServe } from "../support/processes.js";
 import { createGatewayRouter, loadGatewayConfig, RoutingState } from "../../gateway/src/index.js";
 import { hashesText, Siblings, STATE_MESSAGE, type StateMessage } from "../../gateway/src/workers/sibling-log.js";
+import { WORKER_ENV, workerEnv } from "../../gateway/src/workers/cluster-primary.js";
 
 const CLI = path.resolve("gateway/dist/cli.js");
 const { children, engines } = trackedForCleanup();
@@ -90,6 +92,25 @@ describe("serve --workers N", () => {
     child.kill("SIGTERM");
     expect(await exited).toBe(0);
   }, 30_000);
+
+  it("starts its workers with glibc's trim threshold fixed at its default, unless the environment tunes the allocator; the primary keeps its own", async () => {
+    const fleet = await startEngines(1, engines);
+    const environ = (pid: number) => readFileSync(`/proc/${pid}/environ`, "latin1").split("\0");
+    const base: NodeJS.ProcessEnv = { ...process.env };
+    delete base.MALLOC_TRIM_THRESHOLD_;
+    delete base.GLIBC_TUNABLES;
+    for (const [env, expected] of [[base, "131072"], [{ ...base, MALLOC_TRIM_THRESHOLD_: "262144" }, "262144"]] as const) {
+      const { child, exited } = await startServe(CLI, ["--port", "0", "--workers", "2", "--log-level", "silent", "--upstream", fleet[0]!.url], children, env);
+      const workers = workerPids(child.pid!);
+      expect(workers).toHaveLength(2);
+      for (const pid of workers) expect(environ(pid)).toContain(`MALLOC_TRIM_THRESHOLD_=${expected}`);
+      expect(environ(child.pid!).filter((v) => v.startsWith("MALLOC_TRIM_THRESHOLD_="))).toEqual(env.MALLOC_TRIM_THRESHOLD_ === undefined ? [] : [`MALLOC_TRIM_THRESHOLD_=${expected}`]);
+      child.kill("SIGTERM");
+      expect(await exited).toBe(0);
+    }
+    expect(workerEnv(3, { GLIBC_TUNABLES: "glibc.malloc.trim_threshold=65536" })).toEqual({ [WORKER_ENV]: "3" });
+    expect(workerEnv(1, {})).toEqual({ [WORKER_ENV]: "1", MALLOC_TRIM_THRESHOLD_: "131072" });
+  });
 
   it("refuses what it cannot keep one state for, and a bad count, before starting anything (exit 2)", async () => {
     const [engine] = await startEngines(1, engines);

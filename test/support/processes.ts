@@ -31,10 +31,10 @@ export interface StartedServe {
   readonly stderr: () => string;
 }
 
-/** Starts `node CLI serve ...args` (tracked in `children`) and resolves once it prints its URL; rejects with its stderr when it exits first. */
-export function startServe(cli: string, args: string[], children: ChildProcess[]): Promise<StartedServe> {
+/** Starts `node CLI serve ...args` in `env` (tracked in `children`) and resolves once it prints its URL; rejects with its stderr when it exits first. */
+export function startServe(cli: string, args: string[], children: ChildProcess[], env: NodeJS.ProcessEnv = process.env): Promise<StartedServe> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [cli, "serve", ...args], { stdio: ["ignore", "pipe", "pipe"] });
+    const child = spawn(process.execPath, [cli, "serve", ...args], { stdio: ["ignore", "pipe", "pipe"], env });
     children.push(child);
     let stdout = "";
     let stderr = "";

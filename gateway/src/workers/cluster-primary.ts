@@ -25,6 +25,8 @@ export const LISTENING_MESSAGE = "adp-gateway-listening";
 export const CONTROL_MESSAGE = "adp-gateway-control";
 /** The environment variable a worker finds its number in (1-based). */
 export const WORKER_ENV = "ADP_GATEWAY_WORKER";
+/** glibc's own default trim threshold (bytes), which a worker starts with fixed (see workerEnv). */
+const GLIBC_TRIM_THRESHOLD = "131072";
 /** Shortest time between two restarts of one worker slot. */
 const RESTART_MS = 1_000;
 
@@ -43,6 +45,20 @@ export interface ControlMessage {
 const post = (w: Worker, message: object): void => {
   if (w.isConnected()) w.send(message, undefined, () => undefined);
 };
+
+/**
+ * What worker `slot`'s environment adds to the primary's `env`: its number,
+ * and glibc's trim threshold fixed at its default (as the container image
+ * sets it) unless `env` already tunes the allocator. Left dynamic, glibc
+ * raises the threshold to twice the largest chunk it ever unmapped and then
+ * keeps the freed buffers of large bodies (docs/performance.md#footprint).
+ * glibc reads it when a process starts, so a worker can be given it and a
+ * process already running cannot; musl ignores it.
+ */
+export function workerEnv(slot: number, env: NodeJS.ProcessEnv = process.env): Record<string, string> {
+  const tuned = env.MALLOC_TRIM_THRESHOLD_ !== undefined || /glibc\.malloc\./.test(env.GLIBC_TUNABLES ?? "");
+  return { [WORKER_ENV]: String(slot), ...(tuned ? {} : { MALLOC_TRIM_THRESHOLD_: GLIBC_TRIM_THRESHOLD }) };
+}
 
 /** Whether this process is a worker of `serve --workers N` (forked by runPrimary). */
 export const isGatewayWorker = (): boolean => cluster.isWorker && process.env[WORKER_ENV] !== undefined;
@@ -79,7 +95,7 @@ export function runPrimary(n: number): Promise<number> {
     };
     const fork = (slot: number) => {
       lastStart.set(slot, Date.now());
-      const w = cluster.fork({ [WORKER_ENV]: String(slot) });
+      const w = cluster.fork(workerEnv(slot));
       slots.set(w, slot);
       w.on("message", (m: unknown) => {
         const type = typeof m === "object" && m !== null ? (m as { type?: unknown }).type : undefined;
