@@ -22,13 +22,13 @@ export const MAX_BLOCK_KEYS = 2 ** 27;
  */
 export type TokenIds = Uint32Array | Uint8Array;
 
-/** The typed arrays' own `length` getter, which a subclass or an own property cannot shadow. */
-const typedLength = Object.getOwnPropertyDescriptor(Object.getPrototypeOf(Uint32Array.prototype) as object, "length")!.get!;
-
-/** `v` itself when it is a genuine Uint32Array whose `length` is its true length, else null. */
-function genuineUint32(v: unknown): Uint32Array | null {
-  return trueLength(v) >= 0 ? (v as Uint32Array) : null;
-}
+/** A getter of the typed arrays' own prototype: it reads internal slots, which no subclass, prototype or own property can shadow. */
+const typedGetter = (key: string | symbol) => Object.getOwnPropertyDescriptor(Object.getPrototypeOf(Uint32Array.prototype) as object, key)!.get!;
+/** A typed array's true length, type name, memory and offset. */
+const typedLength = typedGetter("length");
+const typedTag = typedGetter(Symbol.toStringTag);
+const typedBuffer = typedGetter("buffer");
+const typedByteOffset = typedGetter("byteOffset");
 
 /** The length of `v` when it is a genuine Uint32Array whose `length` is its true length, else -1. */
 function trueLength(v: unknown): number {
@@ -37,11 +37,22 @@ function trueLength(v: unknown): number {
   return v.length === n ? n : -1;
 }
 
-/** The length of `v` when it is a genuine Uint8Array (a Buffer is one) whose `length` is its true length, else -1. */
-function trueByteLength(v: Uint8Array): number {
-  if (!ArrayBuffer.isView(v)) return -1; // a Proxy is no view
+/**
+ * A plain view of `v`'s memory when `v` is truly a Uint32Array or a Uint8Array
+ * (by its internal type, whatever its prototype: a subclass or a Buffer too)
+ * whose `length` is its true length, else null. The view is made here from
+ * the internal slots, so nothing the caller's object carries (an own
+ * `subarray` or `buffer`, a species constructor) is read or called after
+ * this; the ids are not copied.
+ */
+function tokenView(v: unknown): TokenIds | null {
+  const tag = typedTag.call(v) as string | undefined; // undefined for anything but a typed array (a Proxy, a primitive too)
+  if (tag !== "Uint32Array" && tag !== "Uint8Array") return null;
+  const buffer = typedBuffer.call(v) as ArrayBufferLike;
+  const offset = typedByteOffset.call(v) as number;
   const n = typedLength.call(v) as number;
-  return v.length === n ? n : -1;
+  if ((v as TokenIds).length !== n) return null; // a length that lies: read as the array-like it claims to be
+  return tag === "Uint8Array" ? new Uint8Array(buffer, offset, n) : new Uint32Array(buffer, offset, n);
 }
 
 /** Reads an array-like's `length` once and checks it is a safe non-negative integer at most `max`. */
@@ -69,10 +80,11 @@ function u32At(src: ArrayLike<unknown>, i: number, field: string, rule: string):
 }
 
 /**
- * Token ids as a Uint32Array: a Uint32Array as is, any other array-like read
- * once and checked (integers in [0, 2^32)). The copy grows as elements pass,
- * so a huge `length` with nothing behind it fails at its first element
- * without allocating for the length.
+ * Token ids as a Uint32Array: an array-like read once and checked (integers
+ * in [0, 2^32)); callers try {@link typedTokens} first, which takes a typed
+ * array of ids without copying. The copy grows as elements pass, so a huge
+ * `length` with nothing behind it fails at its first element without
+ * allocating for the length.
  */
 export function readTokens(v: unknown, field: string): Uint32Array {
   try {
@@ -83,16 +95,17 @@ export function readTokens(v: unknown, field: string): Uint32Array {
 }
 
 /**
- * `v` itself when it is a genuine Uint32Array or Uint8Array (TokenIds) within
- * the token limit, else null: the common case of {@link readTokens}, which
- * needs no field name (the caller builds one only to read anything else).
+ * A plain view of `v` when it is a Uint32Array or a Uint8Array (TokenIds,
+ * see tokenView) within the token limit, else null: the common case of
+ * {@link readTokens}, which needs no field name (the caller builds one only
+ * to read anything else).
  */
 export function typedTokens(v: unknown): TokenIds | null {
   try {
-    const n = v instanceof Uint8Array ? trueByteLength(v) : trueLength(v);
-    return n >= 0 && n <= MAX_TOKEN_IDS ? (v as TokenIds) : null;
+    const view = tokenView(v);
+    return view !== null && view.length <= MAX_TOKEN_IDS ? view : null;
   } catch {
-    return null; // an own `length` getter threw: readTokens reads it again, and names the field
+    return null; // a detached buffer: readTokens reads it again, and names the field
   }
 }
 
@@ -114,12 +127,6 @@ export const lengthOfTyped = (v: Uint32Array): number => typedLength.call(v) as 
 
 /** {@link readTokens} without the guard that types what the caller's getters throw. */
 function copyTokens(v: unknown, field: string): Uint32Array {
-  const typed = genuineUint32(v);
-  if (typed !== null) {
-    const n = typedLength.call(typed) as number; // its true length: an own `length` getter is not read again
-    if (n > MAX_TOKEN_IDS) throw new AdpInputError(`${field}.length`, `must be at most ${MAX_TOKEN_IDS}`, n);
-    return typed;
-  }
   const length = lengthOf(v, field, "an array of token ids or a Uint32Array", MAX_TOKEN_IDS);
   const src = v as ArrayLike<unknown>;
   let out = new Uint32Array(Math.min(length, 1 << 16));

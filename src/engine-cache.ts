@@ -324,11 +324,12 @@ export class EngineCacheView {
    * engine would reuse: the probe is the prompt's tokens but its last, as the
    * engines look up at most that many.
    */
-  matchInto(out: Uint32Array, probe: TokenIds, ns?: PrefixNamespace | null): void {
+  matchInto(out: Uint32Array, given: TokenIds, ns?: PrefixNamespace | null): void {
     this.#live();
     const n = this.#numRanks;
     if (!(out instanceof Uint32Array) || out.length < n) throw new AdpInputError("out", `must be a Uint32Array of at least ${n} slots`, out);
-    if (typedTokens(probe) === null) throw new AdpInputError("probe", "must be a Uint32Array (or Uint8Array) of token ids", probe);
+    const probe = typedTokens(given);
+    if (probe === null) throw new AdpInputError("probe", "must be a Uint32Array or Uint8Array", given);
     const groups = this.#groups;
     if (groups.length === 0) {
       out.fill(0, 0, n);

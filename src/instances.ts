@@ -25,6 +25,7 @@
 // caller keeps its views however it likes (engine events, a prefix index, a
 // simulator's true caches).
 
+import { typedTokens } from "./arrays.js";
 import { validateBatch, type RankState, type RouteRequest } from "./batch.js";
 import type { AttentionDpConfig, AttentionDpConfigInput } from "./config.js";
 import { AdpInputError, readInput, readOptions } from "./errors.js";
@@ -251,10 +252,11 @@ export class InstanceRouter {
       if (prefixMatches !== undefined || blockKeys !== undefined) throw new AdpInputError(`requests[${k}]`, "takes its matches as instanceMatches (per instance, per rank)", raw);
       // A copy of the token ids (the routers read them after this check); anything else goes on for the check to refuse.
       const given: unknown = fields.tokens;
-      const tokens = given instanceof Uint32Array || given instanceof Uint8Array || Array.isArray(given) ? given.slice() : given;
+      const typed = typedTokens(given);
+      const tokens = typed !== null ? typed.slice() : Array.isArray(given) ? given.slice() : given;
       const request = { ...fields, ...(tokens === undefined ? {} : { tokens }) } as RouteRequest;
       const matches = sizes.map((n, i) => readMatches(instanceMatches, sizes.length, i, n, k));
-      const length = tokens instanceof Uint32Array || tokens instanceof Uint8Array || Array.isArray(tokens) ? tokens.length : 0;
+      const length = typed !== null || Array.isArray(tokens) ? (tokens as ArrayLike<number>).length : 0;
       return { request, matches, numTokens: typeof fields.numTokens === "number" ? fields.numTokens : length };
     });
     // Every request checked as the routers check them (ids unique across the whole batch, explicit ranks within the smallest instance).

@@ -287,7 +287,8 @@ export class PrefixIndex {
    * gateway replicas share learned prompts in 8 bytes a block).
    */
   blockHashes(tokens: TokenIds): Uint32Array {
-    return this.#live().blockHashes(tokens);
+    const core = this.#live();
+    return core.blockHashes(typedTokens(tokens) ?? readTokens(tokens, "tokens"));
   }
 
   /** @internal Like {@link matchInto} (a Uint32Array `out`) for a prompt given by its first `count` block hashes (from `blockHashes`): its tokens are not hashed again. */

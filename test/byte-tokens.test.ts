@@ -1,10 +1,11 @@
-// Byte token ids (a Uint8Array, a byte-level tokenizer's ids): hashed as bytes
-// by the core, they must name exactly the blocks their ids widened to u32 name,
-// so every index, view and router answers and changes as it would for the
-// widened ids.
+// Byte token ids (a Uint8Array, a byte-level tokenizer's ids): widened only as
+// they are copied into the core, they must name exactly the blocks their ids
+// as a Uint32Array name, so every index, view and router answers and changes
+// as it would for those; and a disguised or subclassed array is read by what
+// it truly is, never by what it says of itself.
 import fc from "fast-check";
 import { beforeAll, describe, expect, it } from "vitest";
-import { createPrefixIndex, createRouter, init, type RouteRequest } from "../src/index.js";
+import { AdpInputError, createPrefixIndex, createRouter, init, type RouteRequest } from "../src/index.js";
 import { createEngineCacheView } from "../src/engine-cache-entry.js";
 
 beforeAll(async () => {
@@ -115,5 +116,37 @@ describe("byte token ids", () => {
     expect(Array.from(out)).toEqual(view.match(words));
     expect(out[1]).toBeGreaterThan(0);
     expect(out[1]).toBeLessThan(32);
+  });
+
+  it("a disguised or subclassed array is read by what it truly is: the same answers as a plain one, or a typed error", () => {
+    const index = createPrefixIndex({ numRanks: 2, tokensPerBlock: 16 });
+    const plain = bytesOf(100_000, 5); // past one scratch piece
+    // A Float64Array dressed as a Uint8Array: its values are read as numbers and refused.
+    const float = new Float64Array([1.5, -1, Number.NaN, 1e12]);
+    Object.setPrototypeOf(float, Uint8Array.prototype);
+    expect(() => index.insert(0, float as unknown as Uint8Array)).toThrow(AdpInputError);
+    // A subclass whose subarray hands back more than asked, an own subarray and buffer, a Buffer: read by their memory.
+    class Longer extends Uint8Array {}
+    Object.defineProperty(Longer.prototype, "subarray", { value: () => new Uint8Array(1 << 20).fill(7) });
+    const longer = new Longer(plain);
+    const ownProps = Uint8Array.from(plain);
+    Object.defineProperty(ownProps, "subarray", { value: () => new Uint8Array(1 << 20).fill(7) });
+    Object.defineProperty(ownProps, "buffer", { value: new ArrayBuffer(8) });
+    for (const disguised of [longer, ownProps, Buffer.from(plain)]) {
+      expect(index.match(disguised)).toEqual(index.match(plain));
+      expect(index.blockHashes(disguised)).toEqual(index.blockHashes(plain));
+    }
+    // A length that lies is the array-like it claims to be: its first 40 ids.
+    const lying = Uint8Array.from(plain);
+    Object.defineProperty(lying, "length", { value: 40 });
+    index.insert(0, lying);
+    expect(index.match(plain)).toEqual([32, 0]);
+    index.clearRank(0);
+    expect(index.insert(1, longer)).toBe(0);
+    expect(index.match(plain)).toEqual([0, Math.floor(plain.length / 16) * 16]);
+    class LongerWords extends Uint32Array {}
+    Object.defineProperty(LongerWords.prototype, "subarray", { value: () => new Uint32Array(1 << 20) });
+    const words = Uint32Array.from(plain);
+    expect(index.match(new LongerWords(words))).toEqual(index.match(words));
   });
 });

@@ -97,8 +97,7 @@ describe("serve --workers N", () => {
     const fleet = await startEngines(1, engines);
     const environ = (pid: number) => readFileSync(`/proc/${pid}/environ`, "latin1").split("\0");
     const base: NodeJS.ProcessEnv = { ...process.env };
-    delete base.MALLOC_TRIM_THRESHOLD_;
-    delete base.GLIBC_TUNABLES;
+    for (const k of Object.keys(base)) if (k.startsWith("MALLOC_") || k === "GLIBC_TUNABLES") delete base[k];
     for (const [env, expected] of [[base, "131072"], [{ ...base, MALLOC_TRIM_THRESHOLD_: "262144" }, "262144"]] as const) {
       const { child, exited } = await startServe(CLI, ["--port", "0", "--workers", "2", "--log-level", "silent", "--upstream", fleet[0]!.url], children, env);
       const workers = workerPids(child.pid!);
@@ -109,6 +108,7 @@ describe("serve --workers N", () => {
       expect(await exited).toBe(0);
     }
     expect(workerEnv(3, { GLIBC_TUNABLES: "glibc.malloc.trim_threshold=65536" })).toEqual({ [WORKER_ENV]: "3" });
+    expect(workerEnv(2, { MALLOC_ARENA_MAX: "2" })).toEqual({ [WORKER_ENV]: "2" });
     expect(workerEnv(1, {})).toEqual({ [WORKER_ENV]: "1", MALLOC_TRIM_THRESHOLD_: "131072" });
   });
 

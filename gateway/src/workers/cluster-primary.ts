@@ -49,14 +49,16 @@ const post = (w: Worker, message: object): void => {
 /**
  * What worker `slot`'s environment adds to the primary's `env`: its number,
  * and glibc's trim threshold fixed at its default (as the container image
- * sets it) unless `env` already tunes the allocator. Left dynamic, glibc
+ * sets it) unless `env` already tunes the allocator (any `MALLOC_*`
+ * variable, or `glibc.malloc` tunables). Left dynamic, glibc
  * raises the threshold to twice the largest chunk it ever unmapped and then
  * keeps the freed buffers of large bodies (docs/performance.md#footprint).
  * glibc reads it when a process starts, so a worker can be given it and a
  * process already running cannot; musl ignores it.
  */
 export function workerEnv(slot: number, env: NodeJS.ProcessEnv = process.env): Record<string, string> {
-  const tuned = env.MALLOC_TRIM_THRESHOLD_ !== undefined || /glibc\.malloc\./.test(env.GLIBC_TUNABLES ?? "");
+  // Any allocator setting is the operator's choice, left whole: a MALLOC_* variable, or glibc.malloc tunables.
+  const tuned = Object.keys(env).some((k) => k.startsWith("MALLOC_")) || /glibc\.malloc\./.test(env.GLIBC_TUNABLES ?? "");
   return { [WORKER_ENV]: String(slot), ...(tuned ? {} : { MALLOC_TRIM_THRESHOLD_: GLIBC_TRIM_THRESHOLD }) };
 }
 
