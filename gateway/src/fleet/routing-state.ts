@@ -70,6 +70,8 @@ export class RoutingState {
   rankPlacements: ((upstream: number) => RankPlacements | null) | null = null;
   /** While set, changes are not logged (another replica's entries, which came from the log). */
   #quiet = false;
+  /** The last batch routed, kept only so that its objects' hidden classes outlive mark-compacts (see lastBody in requests/openai.ts). */
+  #lastBatch: readonly unknown[] | null = null;
 
   constructor(router: Router, log: StateLog | null = null, feeds: EngineFeeds | null = null) {
     this.#router = router;
@@ -107,6 +109,7 @@ export class RoutingState {
     const hashes: (Uint32Array | null)[] = new Array<Uint32Array | null>(input.requests.length).fill(null);
     const routed = this.#withMatches(input, hashes);
     const result = this.#router.route(routed);
+    this.#lastBatch = [input, routed, result]; // their maps outlive mark-compacts (see lastBody in requests/openai.ts)
     this.#append({ op: "route", input: routed });
     return { result, hashes };
   }

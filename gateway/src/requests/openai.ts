@@ -261,6 +261,16 @@ function keepPromptLiterals(kind: "chat" | "completion", b: Record<string, unkno
 }
 
 /**
+ * The last body parsed, kept only so that the hidden classes ("maps") of its
+ * objects outlive V8's mark-compacts. A map whose every object has died is
+ * collected, and each inline cache that named it is cleared, which resets the
+ * tier-up count of the functions reading bodies: over 3,000 trace requests
+ * `readRequest` was reset 25 times, always just after a mark-compact, and
+ * never optimized; with this, never reset (docs/performance.md).
+ */
+let lastBody: object | null = null;
+
+/**
  * Parses and checks a chat or completion request body (bytes as received)
  * and reads its routing fields; throws HttpError 400 for anything malformed,
  * 413 for a prompt over `limits.maxPromptChars` (counted before any
@@ -279,6 +289,7 @@ export function readRequest(
   // A tokenizer of bytes reads a long prompt's text from the body as it came (long-literals.ts); `whole`: parse all of it.
   const elided = !whole && tokenizer.readsLiterals === true ? elideLongLiterals(raw) : null;
   const b = parseJsonObject(elided === null ? raw : elided.text);
+  lastBody = b;
   const extra = elided === null ? 0 : keepPromptLiterals(kind, b, elided);
   const literals = elided ?? undefined;
   if (b.model === undefined || b.model === null) throw bad("model is required", "model", "missing_field");
