@@ -80,13 +80,15 @@ function u32At(src: ArrayLike<unknown>, i: number, field: string, rule: string):
 }
 
 /**
- * Token ids as a Uint32Array: an array-like read once and checked (integers
- * in [0, 2^32)); callers try {@link typedTokens} first, which takes a typed
- * array of ids without copying. The copy grows as elements pass, so a huge
+ * Token ids: a Uint32Array or a Uint8Array as a plain view of its memory
+ * ({@link typedTokens}), any other array-like read once and checked (integers
+ * in [0, 2^32)) into a Uint32Array. The copy grows as elements pass, so a huge
  * `length` with nothing behind it fails at its first element without
  * allocating for the length.
  */
-export function readTokens(v: unknown, field: string): Uint32Array {
+export function readTokens(v: unknown, field: string): TokenIds {
+  const typed = typedTokens(v);
+  if (typed !== null) return typed;
   try {
     return copyTokens(v, field);
   } catch (error) {

@@ -85,7 +85,7 @@ export interface BatchRequest {
   readonly idHi: number;
   /** Prompt tokens (numTokens, else tokens.length). */
   readonly numTokens: number;
-  /** Token ids, read once (a Uint32Array given is used as is), or null when only a count was given. */
+  /** Token ids, read once (a Uint32Array or Uint8Array given is used as a view of its memory), or null when only a count was given. */
   readonly tokens: TokenIds | null;
   /** Whether the request carries scheduling params. */
   readonly hasParams: boolean;

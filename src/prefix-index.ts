@@ -4,7 +4,7 @@
 // caller block keys (engine or trace block ids); namespaces (LoRA task id, cache
 // salt) seed the block chain, so equal tokens in different namespaces never match.
 
-import { readKeyWords, readTokens, typedTokens, type TokenIds } from "./arrays.js";
+import { readKeyWords, readTokens, type TokenIds } from "./arrays.js";
 import { checkRank, MAX_KEY_LENGTH } from "./batch.js";
 import { AdpInputError, asInputError, readInput, readOptions } from "./errors.js";
 import { IndexCore } from "./index-core.js";
@@ -208,7 +208,7 @@ export class PrefixIndex {
     const core = this.#live();
     checkRank(rank, this.#numRanks, "rank");
     const seed = namespaceSeed(ns);
-    const t = typedTokens(tokens) ?? readTokens(tokens, "tokens");
+    const t = readTokens(tokens, "tokens");
     return core.insertTokens(rank, t, t.length, seed);
   }
 
@@ -219,7 +219,7 @@ export class PrefixIndex {
   match(tokens: ArrayLike<number>, ns?: PrefixNamespace | null): number[] {
     const core = this.#live();
     const seed = namespaceSeed(ns);
-    const t = typedTokens(tokens) ?? readTokens(tokens, "tokens");
+    const t = readTokens(tokens, "tokens");
     core.matchTokens(t, t.length, seed);
     return core.resultArray();
   }
@@ -230,7 +230,7 @@ export class PrefixIndex {
     const kind = outKind(out, this.#numRanks);
     if (kind === 0) throw new AdpInputError("out", `must be a Uint32Array or array of at least ${this.#numRanks} elements`, out);
     const seed = namespaceSeed(ns);
-    const t = typedTokens(tokens) ?? readTokens(tokens, "tokens");
+    const t = readTokens(tokens, "tokens");
     core.matchTokens(t, t.length, seed);
     const result = core.result();
     if (kind === 1) (out as Uint32Array).set(result);
@@ -288,7 +288,7 @@ export class PrefixIndex {
    */
   blockHashes(tokens: TokenIds): Uint32Array {
     const core = this.#live();
-    return core.blockHashes(typedTokens(tokens) ?? readTokens(tokens, "tokens"));
+    return core.blockHashes(readTokens(tokens, "tokens"));
   }
 
   /** @internal Like {@link matchInto} (a Uint32Array `out`) for a prompt given by its first `count` block hashes (from `blockHashes`): its tokens are not hashed again. */

@@ -58,6 +58,9 @@ export interface RankPlacements {
   bind(key: string, rank: number): void;
 }
 
+/** Whether a request's token ids are a typed array the index takes as they are (TokenIds), not a plain array. */
+const isTokenIds = (tokens: unknown): tokens is TokenIds => tokens instanceof Uint32Array || tokens instanceof Uint8Array;
+
 /** The router, changed only through entries of the state log. */
 export class RoutingState {
   #router: Router;
@@ -126,7 +129,7 @@ export class RoutingState {
       const requests = input.requests.map((req): RouteRequest => {
         const tokens = req.tokens;
         if (tokens === undefined || req.prefixMatches !== undefined || tokens.length <= tpb) return req;
-        const all = tokens instanceof Uint32Array || tokens instanceof Uint8Array ? tokens : Uint32Array.from(tokens);
+        const all = isTokenIds(tokens) ? tokens : Uint32Array.from(tokens);
         const matches = new Uint32Array(numRanks);
         feeds!.views.matchInto(matches, all.subarray(0, all.length - 1), { loraTaskId: req.loraTaskId ?? null, cacheSalt: req.cacheSalt ?? null }, learned, live);
         return { ...req, prefixMatches: matches };
@@ -137,7 +140,7 @@ export class RoutingState {
     input.requests.forEach((req, i) => {
       const tokens = req.tokens;
       // The router's probe: the full blocks of all tokens but the last.
-      const probe = (tokens instanceof Uint32Array || tokens instanceof Uint8Array) && req.prefixMatches === undefined ? Math.floor((tokens.length - 1) / tpb) : 0;
+      const probe = isTokenIds(tokens) && req.prefixMatches === undefined ? Math.floor((tokens.length - 1) / tpb) : 0;
       if (probe <= 0) return;
       const blocks = learned.blockHashes(tokens as TokenIds);
       const matches = new Uint32Array(numRanks);
