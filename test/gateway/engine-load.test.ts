@@ -679,10 +679,10 @@ describe("EngineLoadScraper", () => {
         console.log(JSON.stringify({ ok: s.counts.ok, left }));
       })();
     `;
-    const out = await build({ stdin: { contents: child, resolveDir: root, sourcefile: "child.ts", loader: "ts" }, bundle: true, platform: "node", format: "cjs", target: "node20", write: false, logLevel: "silent" });
+    const out = await build({ stdin: { contents: child, resolveDir: root, sourcefile: "child.ts", loader: "ts" }, bundle: true, platform: "node", format: "esm", target: "node20", write: false, logLevel: "silent" });
     const dir = mkdtempSync(path.join(tmpdir(), "engine-load-"));
     try {
-      const file = path.join(dir, "child.cjs");
+      const file = path.join(dir, "child.mjs");
       writeFileSync(file, out.outputFiles[0]!.text);
       const proc = spawn(process.execPath, [file], { stdio: ["ignore", "pipe", "pipe"] });
       let stdout = "";

@@ -5,61 +5,21 @@
 // whose header would split its head refused before any byte goes out, delivery
 // (onRequestStart before the first byte; an abort before it leaves the
 // connection clean), backpressure, and closing.
-import { createServer, type AddressInfo, type Server, type Socket } from "node:net";
+import { createServer, type AddressInfo, type Socket } from "node:net";
 import fc from "fast-check";
 import { afterEach, describe, expect, it } from "vitest";
 import { AnswerParser, MAX_HEAD_BYTES } from "../../gateway/src/http1/answer-parser.js";
 import { Http1Pool, type AnswerController, type RequestOptions } from "../../gateway/src/http1/http1-pool.js";
 import { createGateway } from "../../gateway/src/index.js";
-import { onRawRequests } from "../support/raw-requests.js";
-
-/** A raw upstream: each request's bytes go to `answer`, which writes what it likes on the socket. */
-interface RawUpstream {
-  readonly origin: string;
-  readonly requests: string[];
-  connections: number;
-  close(): Promise<void>;
-}
+import { startRawUpstream, type RawUpstream } from "../support/raw-requests.js";
 
 const open: { close(): Promise<void> }[] = [];
 afterEach(async () => {
   await Promise.all(open.splice(0).map((o) => o.close()));
 });
 
-/** Starts a raw upstream; `answer(socket, request, n)` answers the n-th request (0-based) of the whole server. */
-async function rawUpstream(answer: (socket: Socket, request: string, n: number) => void): Promise<RawUpstream> {
-  const sockets = new Set<Socket>();
-  const state = { requests: [] as string[], connections: 0 };
-  const server: Server = createServer((socket) => {
-    state.connections++;
-    sockets.add(socket);
-    socket.on("close", () => sockets.delete(socket));
-    socket.on("error", () => {});
-    onRawRequests(socket, (_head, request) => {
-      state.requests.push(request);
-      answer(socket, request, state.requests.length - 1);
-    });
-  });
-  await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
-  const upstream = {
-    origin: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
-    get requests() {
-      return state.requests;
-    },
-    get connections() {
-      return state.connections;
-    },
-    set connections(n: number) {
-      state.connections = n;
-    },
-    close: () => {
-      for (const s of sockets) s.destroy();
-      return new Promise<void>((r) => server.close(() => r()));
-    },
-  };
-  open.push(upstream);
-  return upstream;
-}
+/** A raw upstream closed after the test. */
+const rawUpstream = (answer: (socket: Socket, request: string, n: number) => void): Promise<RawUpstream> => startRawUpstream(answer, open);
 
 /** A pool to `origin`, closed after the test. */
 function poolTo(origin: string, keepAliveMs = 4_000): Http1Pool {

@@ -10,6 +10,7 @@ import { HttpError } from "../requests/openai.js";
 import type { Hangup } from "../fleet/scheduler.js";
 import type { Upstream } from "../fleet/upstream.js";
 import { namingUpstream } from "../proxy/proxy.js";
+import { AnswerTooLargeError, controlRequest } from "../http1/control-request.js";
 
 /** How long `/v1/models` answers are reused. */
 const MODELS_TTL_MS = 5_000;
@@ -80,14 +81,13 @@ export class ModelsEndpoint {
         const left = new AbortController();
         const onHangup = () => left.abort(new HttpError(499, "the client closed the request"));
         hangup.once("abort", onHangup);
-        let body: Buffer;
         let response;
         try {
-          response = await u.pool.request({ path: `${u.basePath}/v1/models`, method: "GET", headers, signal: AbortSignal.any([left.signal, AbortSignal.timeout(this.#timeoutMs)]) });
-          body = await bounded(response.body, MODELS_MAX_BYTES);
+          response = await controlRequest(u.control, { path: `${u.basePath}/v1/models`, method: "GET", headers, signal: AbortSignal.any([left.signal, AbortSignal.timeout(this.#timeoutMs)]), maxBytes: MODELS_MAX_BYTES });
         } finally {
           hangup.off("abort", onHangup);
         }
+        const body = response.body;
         const type = String(response.headers["content-type"] ?? "application/json");
         if (response.statusCode < 400) this.#keep(clientAuth === undefined ? "" : credential, { at: this.#now(), status: response.statusCode, body, type, upstream: u });
         res.writeHead(response.statusCode, this.#headers(type, u, requestId)).end(body);
@@ -95,6 +95,7 @@ export class ModelsEndpoint {
       } catch (error) {
         if (hangup.aborted) throw new HttpError(499, "the client closed the request");
         if (error instanceof HttpError) throw error;
+        if (error instanceof AnswerTooLargeError) throw new HttpError(502, `the upstream's model list is over ${MODELS_MAX_BYTES} bytes`, "server_error", "upstream_error");
         const reason = reasonOf(error);
         this.#fleet.gatewayFailure(u, reason);
         const at = namingUpstream(u);
@@ -118,19 +119,4 @@ export class ModelsEndpoint {
     if (this.#cache.size >= MODELS_CACHE_ENTRIES) this.#cache.delete(this.#cache.keys().next().value!);
     this.#cache.set(key, entry);
   }
-}
-
-/** A body read whole up to `limit` bytes; past it the read is abandoned and a 502 thrown. */
-async function bounded(body: AsyncIterable<Buffer> & { destroy(): unknown }, limit: number): Promise<Buffer> {
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of body) {
-    size += chunk.length;
-    if (size > limit) {
-      body.destroy();
-      throw new HttpError(502, `the upstream's model list is over ${limit} bytes`, "server_error", "upstream_error");
-    }
-    chunks.push(chunk);
-  }
-  return Buffer.concat(chunks, size);
 }

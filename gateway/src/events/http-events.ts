@@ -8,19 +8,19 @@
 // emptied). Ids that start over mean the engine restarted: its view is emptied. A poll that fails leaves the
 // stream to go stale; a body that is not a JSON list is counted and skipped.
 
-import type { Readable } from "node:stream";
-import type { Pool } from "undici";
 import { engineStatus, EventFreshness, rankStatuses, zeroCounters, type FeedStatus } from "./event-freshness.js";
 import { BatchDecoder } from "./batch-decoder.js";
 import type { EventRun } from "./batch-preparation.js";
 import type { KvEventsConfig } from "../config/events-config.js";
 import type { IndexUpdate, IndexUpdateSource } from "./index-update.js";
+import type { RequestDispatcher } from "../http1/http1-pool.js";
+import { AnswerTooLargeError, controlRequest } from "../http1/control-request.js";
 
 
 /** What the source needs of its upstream. */
 export interface PolledEngine {
-  /** The upstream's connection pool. */
-  readonly pool: Pool;
+  /** The upstream's control connections. */
+  readonly control: RequestDispatcher;
   /** The upstream URL's path, which `path` is joined to. */
   readonly basePath: string;
   /** The upstream's API key now (a reload may change it), or null. */
@@ -33,31 +33,6 @@ export interface HttpEventSourceOptions {
   readonly now?: () => number;
   /** Called with what went wrong or changed, for logs. */
   readonly onNotice?: (notice: { readonly rank: number; readonly what: string; readonly detail?: string }) => void;
-}
-
-/**
- * A body read whole into memory of its own (decoded whole: a character may
- * straddle two chunks), or null when it runs past `max` bytes (then
- * destroyed). A declared length sizes the buffer up front, so each chunk is
- * copied as it arrives rather than all at the end (16 MB at once: 9 ms here).
- */
-async function readBounded(body: Readable, declared: number, max: number): Promise<Uint8Array | null> {
-  let buffer = new Uint8Array(declared > 0 ? declared : 1 << 16);
-  let size = 0;
-  for await (const chunk of body as AsyncIterable<Buffer>) {
-    if (size + chunk.length > max) {
-      body.destroy();
-      return null;
-    }
-    if (size + chunk.length > buffer.length) {
-      const grown = new Uint8Array(Math.min(max, Math.max(2 * buffer.length, size + chunk.length)));
-      grown.set(buffer.subarray(0, size));
-      buffer = grown;
-    }
-    buffer.set(chunk, size);
-    size += chunk.length;
-  }
-  return size === buffer.length ? buffer : buffer.slice(0, size);
 }
 
 /** The DP rank an event names, or null (the index's parser decides what to do with it). */
@@ -144,26 +119,23 @@ export class TrtllmHttpEventSource implements IndexUpdateSource {
     let body: Uint8Array;
     try {
       const key = this.#engine.apiKey();
-      const response = await this.#engine.pool.request({
+      const response = await controlRequest(this.#engine.control, {
         path: `${this.#engine.basePath}${this.#config.path}`,
         method: "POST",
         headers: key === null ? {} : { authorization: `Bearer ${key}` },
         signal: AbortSignal.any([this.#abort.signal, AbortSignal.timeout(Math.max(this.#config.staleAfterMs, 1_000))]),
+        maxBytes: this.#config.maxBatchBytes,
       });
-      const declared = Number(response.headers["content-length"] ?? 0);
       if (response.statusCode >= 400) {
-        await response.body.dump();
         this.#onNotice({ rank: -1, what: "poll failed", detail: `HTTP ${response.statusCode}` });
         return;
       }
-      if (declared > this.#config.maxBatchBytes) {
-        await response.body.dump({ limit: 0 }).catch(() => undefined);
-        return this.#refuse(`${declared} bytes declared, over kv_events.max_batch_bytes (${this.#config.maxBatchBytes})`);
-      }
-      const read = await readBounded(response.body, declared, this.#config.maxBatchBytes);
-      if (read === null) return this.#refuse(`over ${this.#config.maxBatchBytes} bytes, kv_events.max_batch_bytes`);
-      body = read;
+      body = response.body;
     } catch (error) {
+      if (error instanceof AnswerTooLargeError) {
+        const max = this.#config.maxBatchBytes;
+        return this.#refuse(error.declared === null ? `over ${max} bytes, kv_events.max_batch_bytes` : `${error.declared} bytes declared, over kv_events.max_batch_bytes (${max})`);
+      }
       if (!this.#closed) this.#onNotice({ rank: -1, what: "poll failed", detail: (error as { code?: string }).code ?? (error as Error).message });
       return;
     }

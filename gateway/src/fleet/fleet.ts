@@ -18,12 +18,15 @@ import { EngineLoadScraper } from "../load/engine-load.js";
 import { TrtllmHttpEventSource } from "../events/http-events.js";
 import { Upstream, type EventSource } from "./upstream.js";
 import { reasonOf } from "./upstream-errors.js";
+import { controlRequest } from "../http1/control-request.js";
 import { viaEntry } from "../requests/via.js";
 import type { TrafficVerdict } from "./outlier.js";
 import { ZmqEventSource } from "../events/zmq-events.js";
 
 /** How often event streams' statuses are checked for transitions to log. */
 const STATUS_CHECK_MS = 1_000;
+/** The largest health answer read: only its status counts, and a longer one fails the check (no health endpoint says that much). */
+const HEALTH_MAX_BYTES = 64 * 1024;
 
 /** What a reload changed. */
 export interface FleetChange {
@@ -244,7 +247,7 @@ export class Fleet {
     const onNotice = (n: { rank: number; what: string; detail?: string }) =>
       this.#log.warn({ upstream: u.name, index: u.index, ...(n.rank >= 0 ? { dpRank: n.rank } : {}), ...(n.detail === undefined ? {} : { detail: n.detail }) }, `KV events: ${n.what}`);
     const source: EventSource =
-      config.kind === "zmq" ? new ZmqEventSource(config, { onNotice }) : new TrtllmHttpEventSource(config, { pool: u.pool, basePath: u.basePath, apiKey: () => u.apiKey }, { onNotice });
+      config.kind === "zmq" ? new ZmqEventSource(config, { onNotice }) : new TrtllmHttpEventSource(config, { control: u.control, basePath: u.basePath, apiKey: () => u.apiKey }, { onNotice });
     u.events = source;
     source.start((update: IndexUpdate) => {
       if (this.upstreams[u.index] !== u) return;
@@ -343,8 +346,7 @@ export class Fleet {
     const check = async () => {
       try {
         const headers = { via: this.#via, ...(u.apiKey ? { authorization: `Bearer ${u.apiKey}` } : {}) };
-        const response = await u.pool.request({ path: `${u.basePath}${health.path}`, method: "GET", headers, signal: AbortSignal.timeout(health.timeoutMs) });
-        await response.body.dump();
+        const response = await controlRequest(u.control, { path: `${u.basePath}${health.path}`, method: "GET", headers, signal: AbortSignal.timeout(health.timeoutMs), maxBytes: HEALTH_MAX_BYTES });
         if (response.statusCode < 400) {
           if (u.health.checkPassed()) log.info({ upstream: u.name, index: u.index }, "upstream healthy again");
           this.#onRoom();

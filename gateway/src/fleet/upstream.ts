@@ -4,8 +4,8 @@
 // (outlier.ts: active checks, outlier ejection on 5xx answers and gateway
 // failures) and its counters and latency histograms.
 
-import { Pool } from "undici";
-import { Http1Pool, type RequestDispatcher } from "../http1/http1-pool.js";
+import { Http1Pool, type OwnedDispatcher } from "../http1/http1-pool.js";
+import { undici } from "../common/optional-packages.js";
 import { rankStateFromLoad } from "../load/engine-load-combine.js";
 import type { GatewayConfig, UpstreamConfig } from "../config/config.js";
 import type { EventSourceCounters, FeedStatus } from "../events/event-freshness.js";
@@ -62,11 +62,15 @@ export class Upstream {
   apiKey: string | null;
   /** The URL's path, which API paths are joined to (`""` for none). */
   readonly basePath: string;
-  /** Its control connections (health checks, /v1/models, KV events over HTTP): undici's pool. */
-  readonly pool: Pool;
+  /**
+   * Its control connections (health checks, /v1/models, KV events over HTTP,
+   * sent with http1/control-request.ts): for an http:// upstream a pool of the
+   * gateway's own apart from the proxied requests' (a check never waits behind
+   * a completion), for https:// undici's, shared with them.
+   */
+  readonly control: OwnedDispatcher;
   /** Where proxied requests go: the gateway's own HTTP/1.1 pool for an http:// upstream (its cost is the point), undici's for https://. */
-  readonly exchanges: RequestDispatcher;
-  readonly #ownPool: Http1Pool | null;
+  readonly exchanges: OwnedDispatcher;
   /** Requests routed here and not yet ended. */
   inFlight = 0;
   /** Their prompt tokens. */
@@ -146,19 +150,23 @@ export class Upstream {
     this.loadConfig = config.load;
     const url = new URL(config.url);
     this.basePath = url.pathname === "/" ? "" : url.pathname;
-    this.pool = new Pool(url.origin, {
-      // The exchange times connecting itself (exchange.ts); undici's timer, on a half-second tick, is a backstop behind it.
-      connect: { timeout: gateway.timeouts.connectMs + 1_000 },
-      // The exchange times the first byte and idleness itself (exchange.ts): undici's timers
-      // for them tick every second and fired up to half a second late.
-      headersTimeout: 0,
-      bodyTimeout: 0,
-      // Under the engines' own idle timeout (uvicorn's, vLLM's and trtllm-serve's server, is 5 s): a connection the
-      // engine has closed is not reused, so a stale keep-alive does not read as a failed request (nor count toward ejection).
-      keepAliveTimeout: 4_000,
-    });
-    this.#ownPool = url.protocol === "http:" ? new Http1Pool(url.origin, { connectTimeoutMs: gateway.timeouts.connectMs + 1_000, keepAliveMs: 4_000 }) : null;
-    this.exchanges = this.#ownPool ?? this.pool;
+    if (url.protocol === "http:") {
+      const pool = { connectTimeoutMs: gateway.timeouts.connectMs + 1_000, keepAliveMs: 4_000 };
+      this.exchanges = new Http1Pool(url.origin, pool);
+      this.control = new Http1Pool(url.origin, pool);
+    } else {
+      this.exchanges = this.control = new (undici().Pool)(url.origin, {
+        // The exchange times connecting itself (exchange.ts); undici's timer, on a half-second tick, is a backstop behind it.
+        connect: { timeout: gateway.timeouts.connectMs + 1_000 },
+        // The exchange times the first byte and idleness itself (exchange.ts): undici's timers
+        // for them tick every second and fired up to half a second late.
+        headersTimeout: 0,
+        bodyTimeout: 0,
+        // Under the engines' own idle timeout (uvicorn's, vLLM's and trtllm-serve's server, is 5 s): a connection the
+        // engine has closed is not reused, so a stale keep-alive does not read as a failed request (nor count toward ejection).
+        keepAliveTimeout: 4_000,
+      });
+    }
     this.health = new UpstreamHealth(gateway.health);
     this.dpRanks = config.dpRanks;
     this.bootstrapPort = config.bootstrapPort;
@@ -172,12 +180,17 @@ export class Upstream {
 
   /** Closes its connections once their requests end (destroys them if that fails). */
   async closeConnections(): Promise<void> {
-    await Promise.all([this.pool.close().catch(() => this.pool.destroy()), this.#ownPool?.close()]);
+    await Promise.all(this.#dispatchers().map((d) => d.close().catch(() => d.destroy())));
   }
 
   /** Closes its connections now, failing requests in flight. */
   async destroyConnections(): Promise<void> {
-    await Promise.all([this.pool.destroy(), this.#ownPool?.destroy()]);
+    await Promise.all(this.#dispatchers().map((d) => d.destroy()));
+  }
+
+  /** Its dispatchers, each once (an https:// upstream has one for both uses). */
+  #dispatchers(): OwnedDispatcher[] {
+    return this.control === this.exchanges ? [this.control] : [this.control, this.exchanges];
   }
 
   /** Whether it takes requests (its health checks and outlier detection decide). */

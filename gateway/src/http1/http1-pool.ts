@@ -59,6 +59,14 @@ export interface RequestDispatcher {
   dispatch(options: RequestOptions, handler: AnswerHandler): unknown;
 }
 
+/** A dispatcher its holder closes: this pool, or undici's. */
+export interface OwnedDispatcher extends RequestDispatcher {
+  /** Takes no new requests; resolves once those in flight ended. */
+  close(): Promise<void>;
+  /** Fails the requests in flight and closes now. */
+  destroy(): Promise<void>;
+}
+
 /** How a pool connects and keeps connections. */
 export interface Http1PoolOptions {
   /** Connecting at most, ms (a backstop: the exchange times connecting itself). */

@@ -11,7 +11,9 @@
 // `rankStateFromLoad` (engine-load-combine.ts) does the combining. Formats:
 // engine-load-parse.ts and engine-load-prometheus.ts.
 
-import { Client, type Dispatcher } from "undici";
+import { Http1Pool, type OwnedDispatcher, type RequestDispatcher } from "../http1/http1-pool.js";
+import { AnswerTooLargeError, controlRequest } from "../http1/control-request.js";
+import { undici } from "../common/optional-packages.js";
 import { parseEngineLoad, type EngineKind, type EngineLoadReport, type LoadProblem } from "./engine-load-parse.js";
 
 export { parseEngineLoad, parseSglangMetrics, parseTrtllmMetrics, parseVllmMetrics, type EngineKind, type EngineLoad, type EngineLoadReport, type LoadParse, type LoadProblem, type LoadProblemKind, type RankLoad, type VllmParseOptions } from "./engine-load-parse.js";
@@ -42,8 +44,14 @@ export interface EngineLoadScraperOptions {
   readonly model?: string;
   /** The clock (ms); injectable for tests. */
   readonly now?: () => number;
-  /** A dispatcher to send through (the scraper then neither owns nor closes it); by default a one-connection client of its own, so scrapes never wait behind long completions. */
-  readonly dispatcher?: Dispatcher;
+  /**
+   * A dispatcher to send through (the scraper then neither owns nor closes it):
+   * anything with undici's `dispatch(options, handler)` (an undici `Client`,
+   * `Pool` or `Agent`). By default connections of its own, so scrapes never
+   * wait behind long completions: the gateway's own HTTP/1.1 client for an
+   * http:// URL, an undici `Client` for https://.
+   */
+  readonly dispatcher?: RequestDispatcher;
   /** Called after every scrape with its outcome (what it throws is ignored: it must not stop the polling). */
   readonly onScrape?: (outcome: ScrapeOutcome) => void;
 }
@@ -109,9 +117,10 @@ export class EngineLoadScraper {
   readonly #model: string | undefined;
   readonly #now: () => number;
   /** What the GET goes through: its own client, or the one given. */
-  readonly #dispatcher: Dispatcher;
+  readonly #dispatcher: RequestDispatcher;
+  /** The dispatcher when it is the scraper's own (closed with it), else null. */
+  readonly #ownDispatcher: OwnedDispatcher | null;
   /** Whether the dispatcher is ours to close. */
-  readonly #ownsDispatcher: boolean;
   readonly #onScrape: ((outcome: ScrapeOutcome) => void) | null;
   /** The last report, and when it came (the injected clock). */
   #report: EngineLoadReport | null = null;
@@ -161,9 +170,14 @@ export class EngineLoadScraper {
     this.#model = options.model;
     this.#now = options.now ?? Date.now;
     this.#onScrape = options.onScrape ?? null;
-    this.#ownsDispatcher = options.dispatcher === undefined;
-    // undici's default keep-alive (4 s) stays under uvicorn's 5 s, so a scrape never meets a socket the engine just closed.
-    this.#dispatcher = options.dispatcher ?? new Client(url.origin, { connect: { timeout: this.#timeoutMs } });
+    // Kept alive 4 s, under uvicorn's 5 s, so a scrape never meets a socket the engine just closed.
+    this.#ownDispatcher =
+      options.dispatcher !== undefined
+        ? null
+        : url.protocol === "http:"
+          ? new Http1Pool(url.origin, { connectTimeoutMs: this.#timeoutMs, keepAliveMs: 4_000 })
+          : new (undici().Client)(url.origin, { connect: { timeout: this.#timeoutMs } });
+    this.#dispatcher = options.dispatcher ?? this.#ownDispatcher!;
   }
 
   /** The URL scraped, as messages show it (no userinfo, no query). */
@@ -244,7 +258,8 @@ export class EngineLoadScraper {
     const inFlight = this.#inFlight;
     this.#closing = (async () => {
       if (inFlight !== null) await inFlight;
-      if (this.#ownsDispatcher) await this.#dispatcher.close().catch(() => this.#dispatcher.destroy());
+      const own = this.#ownDispatcher;
+      if (own !== null) await own.close().catch(() => own.destroy());
     })();
     return this.#closing;
   }
@@ -287,28 +302,17 @@ export class EngineLoadScraper {
     const headers: Record<string, string> = { accept: this.#engine === "trtllm" ? "application/json" : "text/plain;version=0.0.4", "user-agent": "adp-router" };
     const apiKey = this.#apiKey();
     if (apiKey !== null && apiKey !== "") headers.authorization = `Bearer ${apiKey}`;
-    const response = await this.#dispatcher.request({ origin: this.#origin, path: this.#path, method: "GET", headers, signal, headersTimeout: this.#timeoutMs, bodyTimeout: this.#timeoutMs });
-    if (response.statusCode < 200 || response.statusCode > 299) {
-      await response.body.dump({ limit: 64 * 1024 }).catch(() => {});
-      return this.#failure("status", `HTTP ${response.statusCode}`);
-    }
-    const declared = Number(response.headers["content-length"]);
-    if (Number.isFinite(declared) && declared > this.#maxBodyBytes) {
-      discard(response.body);
-      return this.#failure("too_large", `a body of ${declared} bytes, over the ${this.#maxBodyBytes}-byte cap`);
-    }
-    const chunks: Buffer[] = [];
-    let size = 0;
-    for await (const chunk of response.body) {
-      size += (chunk as Buffer).length;
+    let response;
+    try {
+      response = await controlRequest(this.#dispatcher, { origin: this.#origin, path: this.#path, method: "GET", headers, signal, maxBytes: this.#maxBodyBytes });
+    } catch (error) {
+      if (!(error instanceof AnswerTooLargeError)) throw error;
+      if (error.statusCode < 200 || error.statusCode > 299) return this.#failure("status", `HTTP ${error.statusCode}`);
       // A body that does not say its length is cut off at the cap, not read to its end.
-      if (size > this.#maxBodyBytes) {
-        discard(response.body);
-        return this.#failure("too_large", `a body over the ${this.#maxBodyBytes}-byte cap`);
-      }
-      chunks.push(chunk as Buffer);
+      return this.#failure("too_large", error.declared === null ? `a body over the ${this.#maxBodyBytes}-byte cap` : `a body of ${error.declared} bytes, over the ${this.#maxBodyBytes}-byte cap`);
     }
-    const text = new TextDecoder("utf-8").decode(Buffer.concat(chunks, size));
+    if (response.statusCode < 200 || response.statusCode > 299) return this.#failure("status", `HTTP ${response.statusCode}`);
+    const text = new TextDecoder("utf-8").decode(response.body);
     const parsed = parseEngineLoad(this.#engine, text, this.#model === undefined ? {} : { model: this.#model });
     const at = this.#now();
     return parsed.ok ? { kind: "ok", report: parsed.report, at } : { kind: "unparseable", problem: parsed.problem, at };
@@ -359,10 +363,4 @@ export class EngineLoadScraper {
     if (apiKey !== null && apiKey.length >= 4) out = out.split(apiKey).join("***");
     return out.length > MAX_MESSAGE ? `${out.slice(0, MAX_MESSAGE - 3)}...` : out;
   }
-}
-
-/** Drops a body unread: destroying it makes undici emit an abort error, which must find a listener or crash the process. */
-function discard(body: Dispatcher.ResponseData["body"]): void {
-  body.on("error", () => {});
-  body.destroy();
 }

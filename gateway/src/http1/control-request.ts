@@ -1,0 +1,152 @@
+// A control request (a health check, a model list, a load scrape, a KV-event
+// poll) sent over any dispatcher, the gateway's own pool or undici's, its
+// answer read whole into memory under a bound. It exists so that a gateway
+// whose upstreams are all http:// never loads undici (19.7 MiB of a bare
+// process's RSS, 6 MiB of V8 heap for every mark-compact to walk), and so the
+// gateway has one bounded reader of answers rather than one per caller. An
+// answer is untrusted: a declared length past the bound is refused before a
+// byte of its body is read, a body that runs past it is cut at the bound, and
+// either way the request is aborted, so its connection is never reused.
+
+import type { IncomingHttpHeaders } from "node:http";
+import type { AnswerController, AnswerHandler, RequestDispatcher } from "./http1-pool.js";
+
+/** One control request. */
+export interface ControlRequestOptions {
+  /** The upstream's origin (undici's Agent needs it; a pool ignores it). */
+  readonly origin?: string;
+  readonly path: string;
+  readonly method: "GET" | "POST";
+  readonly headers: Readonly<Record<string, string>>;
+  /** Aborting it fails the request with the signal's reason (a timeout's is a `TimeoutError`). */
+  readonly signal?: AbortSignal;
+  /** The most bytes of body read; past it the request fails with {@link AnswerTooLargeError}. */
+  readonly maxBytes: number;
+}
+
+/** A control request's answer, read whole. */
+export interface ControlAnswer {
+  readonly statusCode: number;
+  readonly headers: IncomingHttpHeaders;
+  /** The body's bytes, in memory of their own (never Buffer's shared slab nor a socket's read: a caller may transfer them to a worker). */
+  readonly body: Buffer;
+}
+
+/** An answer whose body is over the bound: `declared` is its Content-Length when that said so, else null (it ran past while read). */
+export class AnswerTooLargeError extends Error {
+  readonly code = "ADP_ANSWER_TOO_LARGE";
+  constructor(
+    /** The answer's status. */
+    readonly statusCode: number,
+    readonly limit: number,
+    readonly declared: number | null,
+  ) {
+    super(declared === null ? `the answer's body runs past ${limit} bytes` : `the answer declares ${declared} bytes, over ${limit}`);
+    this.name = "AnswerTooLargeError";
+  }
+}
+
+/** Sends `options` over `dispatcher` and reads its answer whole; rejects with the transport's error, the signal's reason or an AnswerTooLargeError. */
+export function controlRequest(dispatcher: RequestDispatcher, options: ControlRequestOptions): Promise<ControlAnswer> {
+  return new Promise<ControlAnswer>((resolve, reject) => {
+    const call = new ControlCall(options.maxBytes, options.signal ?? null, resolve, reject);
+    if (call.settled) return;
+    try {
+      const request = { path: options.path, method: options.method, headers: options.headers, ...(options.origin === undefined ? {} : { origin: options.origin }) };
+      dispatcher.dispatch(request, call);
+    } catch (error) {
+      call.onResponseError(null, error as Error);
+    }
+  });
+}
+
+/** One control request's handler: gathers the body under the bound and settles once. */
+class ControlCall implements AnswerHandler {
+  readonly #maxBytes: number;
+  readonly #signal: AbortSignal | null;
+  readonly #resolve: (answer: ControlAnswer) => void;
+  readonly #reject: (error: unknown) => void;
+  /** The request's controller, once the dispatcher started it. */
+  #controller: AnswerController | null = null;
+  #statusCode = 0;
+  #headers: IncomingHttpHeaders = {};
+  /** The body so far: `#size` bytes of `#buffer` (sized by a declared length, else grown by doubling up to the bound). */
+  #buffer: Buffer | null = null;
+  #size = 0;
+  settled = false;
+  readonly #onAbort = () => this.#fail(this.#signal!.reason);
+
+  constructor(maxBytes: number, signal: AbortSignal | null, resolve: (answer: ControlAnswer) => void, reject: (error: unknown) => void) {
+    this.#maxBytes = maxBytes;
+    this.#signal = signal;
+    this.#resolve = resolve;
+    this.#reject = reject;
+    if (signal === null) return;
+    if (signal.aborted) this.#fail(signal.reason);
+    else signal.addEventListener("abort", this.#onAbort, { once: true });
+  }
+
+  onRequestStart(controller: AnswerController): void {
+    this.#controller = controller;
+    // Failed before it started (aborted while connecting): it is not sent.
+    if (this.settled) controller.abort(new Error("the control request was abandoned"));
+  }
+
+  onResponseStart(controller: AnswerController, statusCode: number, headers: IncomingHttpHeaders): void {
+    this.#controller = controller;
+    this.#statusCode = statusCode;
+    this.#headers = headers;
+    const declared = declaredLength(headers["content-length"]);
+    if (declared !== null && declared > this.#maxBytes) return this.#fail(new AnswerTooLargeError(this.#statusCode, this.#maxBytes, declared));
+    this.#buffer = Buffer.allocUnsafeSlow(declared ?? Math.min(this.#maxBytes, 16 * 1024));
+  }
+
+  onResponseData(_controller: AnswerController, chunk: Buffer): void {
+    if (this.settled) return;
+    const size = this.#size + chunk.length;
+    if (size > this.#maxBytes) return this.#fail(new AnswerTooLargeError(this.#statusCode, this.#maxBytes, null));
+    let buffer = this.#buffer ?? Buffer.allocUnsafeSlow(0);
+    if (size > buffer.length) {
+      const grown = Buffer.allocUnsafeSlow(Math.min(this.#maxBytes, Math.max(2 * buffer.length, size)));
+      buffer.copy(grown, 0, 0, this.#size);
+      buffer = grown;
+    }
+    chunk.copy(buffer, this.#size);
+    this.#buffer = buffer;
+    this.#size = size;
+  }
+
+  onResponseEnd(): void {
+    if (this.settled) return;
+    this.#settle();
+    const buffer = this.#buffer;
+    const body = buffer === null ? Buffer.alloc(0) : this.#size === buffer.length ? buffer : buffer.subarray(0, this.#size);
+    this.#resolve({ statusCode: this.#statusCode, headers: this.#headers, body });
+  }
+
+  onResponseError(_controller: AnswerController | null, error: Error): void {
+    if (this.settled) return;
+    this.#settle();
+    this.#reject(error);
+  }
+
+  /** Fails the request with `error`: aborts it (its connection is then not reused) and rejects. */
+  #fail(error: unknown): void {
+    if (this.settled) return;
+    this.#settle();
+    this.#reject(error);
+    this.#controller?.abort(error instanceof Error ? error : new Error(String(error)));
+  }
+
+  #settle(): void {
+    this.settled = true;
+    this.#signal?.removeEventListener("abort", this.#onAbort);
+  }
+}
+
+/** A Content-Length's value as a number, or null when absent or not one plain decimal (the answer's parser judged the framing). */
+function declaredLength(value: string | string[] | undefined): number | null {
+  const text = Array.isArray(value) ? value[0] : value;
+  if (text === undefined || !/^\d{1,15}$/.test(text)) return null;
+  return Number(text);
+}
