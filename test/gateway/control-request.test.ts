@@ -4,19 +4,28 @@
 // into memory of its own, a body over the bound refused (before reading when
 // its length says so, at the bound when it does not) with the connection
 // never reused, a signal's reason as the error and nothing sent when it came
-// first. Then the gateway as a process: with http:// upstreams it never loads
+// first, and no listener left on it. Through a gateway: a long health answer
+// judged by its status, a long model list a 502, a long error page to a KV-event
+// poll a failed poll. Then the gateway as a process: with http:// upstreams it never loads
 // undici, with an https:// one it does, and both proxy, check health and list models.
 import { execFileSync } from "node:child_process";
 import type { ChildProcess } from "node:child_process";
 import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { getEventListeners } from "node:events";
+import { createServer as createHttpServer } from "node:http";
 import { createServer as createHttpsServer } from "node:https";
+import pino from "pino";
 import type { AddressInfo, Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Pool } from "undici";
 import { afterEach, describe, expect, it } from "vitest";
 import { AnswerTooLargeError, controlRequest, type ControlRequestOptions } from "../../gateway/src/http1/control-request.js";
-import { Http1Pool, type OwnedDispatcher } from "../../gateway/src/http1/http1-pool.js";
+import { Http1Pool, type AnswerHandler, type OwnedDispatcher } from "../../gateway/src/http1/http1-pool.js";
+import { createGateway, loadGatewayConfig } from "../../gateway/src/index.js";
+import { TrtllmHttpEventSource } from "../../gateway/src/events/http-events.js";
+import type { KvEventsConfig } from "../../gateway/src/config/events-config.js";
+import { waitFor } from "../support/wait.js";
 import { startRawUpstream, type RawUpstream } from "../support/raw-requests.js";
 import { startServe } from "../support/processes.js";
 import { startMockEngine } from "../support/mock-engine.js";
@@ -79,13 +88,27 @@ describe.each(DISPATCHERS)("a control request over %s", (_name, make, exactConne
     const declared = await controlRequest(d, GET).catch((e: unknown) => e);
     expect(declared).toBeInstanceOf(AnswerTooLargeError);
     expect(declared).toMatchObject({ statusCode: 200, limit: 1024, declared: 5000, code: "ADP_ANSWER_TOO_LARGE" });
+    await waitFor(() => upstream.closed === 1); // aborted: its connection closed, not left busy
     const ran = await controlRequest(d, GET).catch((e: unknown) => e);
     expect(ran).toMatchObject({ statusCode: 200, limit: 1024, declared: null });
+    await waitFor(() => upstream.closed === 2);
     // Read whole: had a refused answer's connection been reused, its stray bytes would be read as this answer.
     const after = await controlRequest(d, GET);
     expect(after.body.toString()).toBe("ok");
     expect(upstream.connections).toBeGreaterThanOrEqual(3);
     if (exactConnections) expect(upstream.connections).toBe(3);
+  });
+
+  it("stops reading an endless chunked body at the bound and closes its connection", async () => {
+    let timer: NodeJS.Timeout | undefined;
+    const upstream = await rawUpstream((socket) => {
+      socket.write(answer("200 OK", "transfer-encoding: chunked\r\n", ""));
+      timer = setInterval(() => socket.writable && socket.write("100\r\n" + "y".repeat(256) + "\r\n"), 1);
+      socket.on("close", () => clearInterval(timer));
+    });
+    const d = dispatcherTo(make, upstream.origin);
+    await expect(controlRequest(d, { ...GET, maxBytes: 4096 })).rejects.toMatchObject({ declared: null, limit: 4096 });
+    await waitFor(() => upstream.closed === 1);
   });
 
   it("fails with the signal's reason when it aborts mid-answer (the connection then closed), and sends nothing when it aborted first", async () => {
@@ -94,11 +117,108 @@ describe.each(DISPATCHERS)("a control request over %s", (_name, make, exactConne
     const timedOut = await controlRequest(d, { ...GET, signal: AbortSignal.timeout(100) }).catch((e: unknown) => e);
     expect((timedOut as Error).name).toBe("TimeoutError");
     expect(upstream.requests).toHaveLength(1);
+    await waitFor(() => upstream.closed === 1);
     const gone = new AbortController();
     gone.abort(new Error("left"));
     await expect(controlRequest(d, { ...GET, signal: gone.signal })).rejects.toThrow("left");
     await new Promise((r) => setTimeout(r, 100));
     expect(upstream.requests).toHaveLength(1);
+  });
+});
+
+describe("a control request's handler", () => {
+  it("aborts a request the dispatcher starts after its signal fired (it was still connecting), and rejects at once", async () => {
+    const aborted: Error[] = [];
+    let start: (() => void) | null = null;
+    const late = {
+      dispatch(_options: unknown, handler: AnswerHandler) {
+        start = () => handler.onRequestStart!({ abort: (e) => void aborted.push(e), pause() {}, resume() {} }, null);
+      },
+    };
+    const gone = new AbortController();
+    const pending = controlRequest(late, { ...GET, signal: gone.signal });
+    gone.abort(new Error("left"));
+    await expect(pending).rejects.toThrow("left");
+    start!();
+    expect(aborted).toHaveLength(1);
+  });
+
+  it("leaves no listener on a long-lived signal, whether the request succeeds, fails or is refused", async () => {
+    const upstream = await rawUpstream((socket, _request, n) =>
+      n === 0 ? socket.write(answer("200 OK", "content-length: 2\r\n", "ok")) : n === 1 ? socket.destroy() : socket.write(answer("200 OK", "content-length: 5000\r\n", "")),
+    );
+    const d = dispatcherTo(DISPATCHERS[0]![1], upstream.origin);
+    const signal = new AbortController().signal;
+    await controlRequest(d, { ...GET, signal });
+    await controlRequest(d, { ...GET, signal }).catch(() => undefined);
+    await controlRequest(d, { ...GET, signal }).catch(() => undefined);
+    expect(upstream.requests).toHaveLength(3);
+    expect(getEventListeners(signal, "abort")).toHaveLength(0);
+  });
+});
+
+/** A gateway on raw node:http upstreams answering `/health`, `/v1/models` and chats as `answer` says; its log lines kept. */
+async function gatewayOn(answers: ((path: string) => { status: number; body: string })[], health: Record<string, unknown> = {}) {
+  const urls: string[] = [];
+  for (const answerOf of answers) {
+    const server = createHttpServer((req, res) => {
+      req.resume();
+      req.on("end", () => {
+        const { status, body } = answerOf(req.url ?? "");
+        res.writeHead(status, { "content-type": "application/json" }).end(body);
+      });
+    });
+    await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
+    server.on("connection", (c) => open.push({ close: async () => void c.destroy() }));
+    open.push({ close: () => new Promise<void>((r) => server.close(() => r())) });
+    urls.push(`http://127.0.0.1:${(server.address() as AddressInfo).port}`);
+  }
+  const logs: Record<string, unknown>[] = [];
+  const logger = pino({ level: "info" }, { write: (line: string) => void logs.push(JSON.parse(line) as Record<string, unknown>) });
+  const g = await createGateway({ listen: { port: 0 }, upstreams: urls, health: { interval_ms: 100, unhealthy_threshold: 1, on_start: "warn", ...health } }, { logger });
+  open.push(g);
+  return { g, logs };
+}
+
+const CHAT_ANSWER = '{"id":"c","object":"chat.completion","created":0,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}]}';
+
+describe("the gateway's control requests, answered at length", () => {
+  it("a health answer past its 64 KiB is judged by its status: 200 stays in, 503 is ejected with 'status 503'", async () => {
+    const long = "x".repeat(100 * 1024);
+    const { g, logs } = await gatewayOn([
+      (p) => (p === "/health" ? { status: 200, body: long } : { status: 200, body: CHAT_ANSWER }),
+      (p) => (p === "/health" ? { status: 503, body: long } : { status: 200, body: CHAT_ANSWER }),
+    ]);
+    await waitFor(() => logs.some((l) => l.msg === "upstream ejected by its health check"));
+    await new Promise((r) => setTimeout(r, 300)); // a few more checks
+    const health = (await (await fetch(`${g.url}/health`)).json()) as { upstreams: { healthy: boolean }[] };
+    expect(health.upstreams.map((u) => u.healthy)).toEqual([true, false]);
+    const ejected = logs.filter((l) => l.msg === "upstream ejected by its health check");
+    expect(ejected.map((l) => [l.index, l.reason])).toEqual([[1, "status 503"]]);
+  });
+
+  it("a model list over 1 MiB is a 502 upstream_error, and never counts against the upstream", async () => {
+    const { g } = await gatewayOn([(p) => (p === "/v1/models" ? { status: 200, body: `{"data":"${"m".repeat(1 << 20)}"}` } : { status: 200, body: CHAT_ANSWER })], { consecutive_gateway_failures: 1 });
+    for (let i = 0; i < 3; i++) {
+      const r = await fetch(`${g.url}/v1/models`);
+      expect(r.status).toBe(502);
+      expect(((await r.json()) as { error: { code: string; message: string } }).error).toMatchObject({ code: "upstream_error", message: expect.stringContaining("model list is over") });
+    }
+    const health = (await (await fetch(`${g.url}/health`)).json()) as { upstreams: { healthy: boolean }[] };
+    expect(health.upstreams.map((u) => u.healthy)).toEqual([true]);
+  });
+
+  it("a KV-event poll answered by a long error page is a failed poll, not an oversized batch that gaps the streams", async () => {
+    const upstream = await rawUpstream((socket) => socket.write(answer("503 Busy", "content-length: 5000\r\n", "e".repeat(5000))));
+    const config = loadGatewayConfig({ file: { name: "g.yaml", text: `upstreams:\n  - url: ${upstream.origin}\n    kv_events: { kind: http, max_batch_bytes: 1024 }\n` } });
+    const events = config.upstreams[0]!.kvEvents as Extract<KvEventsConfig, { kind: "http" }>;
+    const notices: string[] = [];
+    const control = dispatcherTo(DISPATCHERS[0]![1], upstream.origin);
+    const source = new TrtllmHttpEventSource(events, { control, basePath: "", apiKey: () => null }, { onNotice: (n) => void notices.push(`${n.what}: ${n.detail ?? ""}`) });
+    open.push(source);
+    await source.poll(() => {});
+    expect(notices).toEqual(["poll failed: HTTP 503"]);
+    expect(source.counters.oversized).toBe(0);
   });
 });
 

@@ -28,17 +28,22 @@ export interface RawUpstream {
   readonly origin: string;
   readonly requests: string[];
   connections: number;
+  /** Connections closed so far (by either side). */
+  readonly closed: number;
   close(): Promise<void>;
 }
 
 /** Starts a raw upstream (pushed onto `open` for the caller's cleanup); `answer(socket, request, n)` answers the n-th request (0-based) of the whole server. */
 export async function startRawUpstream(answer: (socket: Socket, request: string, n: number) => void, open: { close(): Promise<void> }[]): Promise<RawUpstream> {
   const sockets = new Set<Socket>();
-  const state = { requests: [] as string[], connections: 0 };
+  const state = { requests: [] as string[], connections: 0, closed: 0 };
   const server = createServer((socket) => {
     state.connections++;
     sockets.add(socket);
-    socket.on("close", () => sockets.delete(socket));
+    socket.on("close", () => {
+      sockets.delete(socket);
+      state.closed++;
+    });
     socket.on("error", () => {});
     onRawRequests(socket, (_head, request) => {
       state.requests.push(request);
@@ -56,6 +61,9 @@ export async function startRawUpstream(answer: (socket: Socket, request: string,
     },
     set connections(n: number) {
       state.connections = n;
+    },
+    get closed() {
+      return state.closed;
     },
     close: () => {
       for (const s of sockets) s.destroy();

@@ -132,6 +132,11 @@ export class TrtllmHttpEventSource implements IndexUpdateSource {
       }
       body = response.body;
     } catch (error) {
+      if (error instanceof AnswerTooLargeError && error.statusCode >= 400) {
+        // An error page, however long: the engine drained no events.
+        this.#onNotice({ rank: -1, what: "poll failed", detail: `HTTP ${error.statusCode}` });
+        return;
+      }
       if (error instanceof AnswerTooLargeError) {
         const max = this.#config.maxBatchBytes;
         return this.#refuse(error.declared === null ? `over ${max} bytes, kv_events.max_batch_bytes` : `${error.declared} bytes declared, over kv_events.max_batch_bytes (${max})`);

@@ -18,14 +18,14 @@ import { EngineLoadScraper } from "../load/engine-load.js";
 import { TrtllmHttpEventSource } from "../events/http-events.js";
 import { Upstream, type EventSource } from "./upstream.js";
 import { reasonOf } from "./upstream-errors.js";
-import { controlRequest } from "../http1/control-request.js";
+import { AnswerTooLargeError, controlRequest } from "../http1/control-request.js";
 import { viaEntry } from "../requests/via.js";
 import type { TrafficVerdict } from "./outlier.js";
 import { ZmqEventSource } from "../events/zmq-events.js";
 
 /** How often event streams' statuses are checked for transitions to log. */
 const STATUS_CHECK_MS = 1_000;
-/** The largest health answer read: only its status counts, and a longer one fails the check (no health endpoint says that much). */
+/** The most of a health answer read (only its status counts; a longer answer is cut there). */
 const HEALTH_MAX_BYTES = 64 * 1024;
 
 /** What a reload changed. */
@@ -346,11 +346,18 @@ export class Fleet {
     const check = async () => {
       try {
         const headers = { via: this.#via, ...(u.apiKey ? { authorization: `Bearer ${u.apiKey}` } : {}) };
-        const response = await controlRequest(u.control, { path: `${u.basePath}${health.path}`, method: "GET", headers, signal: AbortSignal.timeout(health.timeoutMs), maxBytes: HEALTH_MAX_BYTES });
-        if (response.statusCode < 400) {
+        // Only the status counts: an answer longer than HEALTH_MAX_BYTES is cut there and judged by its status.
+        const statusCode = await controlRequest(u.control, { path: `${u.basePath}${health.path}`, method: "GET", headers, signal: AbortSignal.timeout(health.timeoutMs), maxBytes: HEALTH_MAX_BYTES }).then(
+          (answer) => answer.statusCode,
+          (error: unknown) => {
+            if (error instanceof AnswerTooLargeError) return error.statusCode;
+            throw error;
+          },
+        );
+        if (statusCode < 400) {
           if (u.health.checkPassed()) log.info({ upstream: u.name, index: u.index }, "upstream healthy again");
           this.#onRoom();
-        } else if (u.health.checkFailed()) log.warn({ upstream: u.name, index: u.index, reason: `status ${response.statusCode}` }, "upstream ejected by its health check");
+        } else if (u.health.checkFailed()) log.warn({ upstream: u.name, index: u.index, reason: `status ${statusCode}` }, "upstream ejected by its health check");
       } catch (error) {
         if (u.health.checkFailed()) log.warn({ upstream: u.name, index: u.index, reason: reasonOf(error) }, "upstream ejected by its health check");
       }

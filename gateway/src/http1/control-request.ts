@@ -11,6 +11,9 @@
 import type { IncomingHttpHeaders } from "node:http";
 import type { AnswerController, AnswerHandler, RequestDispatcher } from "./http1-pool.js";
 
+/** A body's first buffer, at most (then doubled as more arrives). */
+const FIRST_BYTES = 64 * 1024;
+
 /** One control request. */
 export interface ControlRequestOptions {
   /** The upstream's origin (undici's Agent needs it; a pool ignores it). */
@@ -70,9 +73,11 @@ class ControlCall implements AnswerHandler {
   #controller: AnswerController | null = null;
   #statusCode = 0;
   #headers: IncomingHttpHeaders = {};
-  /** The body so far: `#size` bytes of `#buffer` (sized by a declared length, else grown by doubling up to the bound). */
+  /** The body so far: `#size` bytes of `#buffer` (grown by doubling as bytes arrive, up to `#cap`). */
   #buffer: Buffer | null = null;
   #size = 0;
+  /** The most the body may take: its declared length, else the bound. */
+  #cap = 0;
   settled = false;
   readonly #onAbort = () => this.#fail(this.#signal!.reason);
 
@@ -98,17 +103,20 @@ class ControlCall implements AnswerHandler {
     this.#headers = headers;
     const declared = declaredLength(headers["content-length"]);
     if (declared !== null && declared > this.#maxBytes) return this.#fail(new AnswerTooLargeError(this.#statusCode, this.#maxBytes, declared));
-    this.#buffer = Buffer.allocUnsafeSlow(declared ?? Math.min(this.#maxBytes, 16 * 1024));
+    // What the body may grow to: its declared length, else the bound. Memory is taken as bytes
+    // arrive (a declared length is the upstream's word, not bytes it sent).
+    this.#cap = declared ?? this.#maxBytes;
   }
 
   onResponseData(_controller: AnswerController, chunk: Buffer): void {
     if (this.settled) return;
     const size = this.#size + chunk.length;
     if (size > this.#maxBytes) return this.#fail(new AnswerTooLargeError(this.#statusCode, this.#maxBytes, null));
-    let buffer = this.#buffer ?? Buffer.allocUnsafeSlow(0);
-    if (size > buffer.length) {
-      const grown = Buffer.allocUnsafeSlow(Math.min(this.#maxBytes, Math.max(2 * buffer.length, size)));
-      buffer.copy(grown, 0, 0, this.#size);
+    let buffer = this.#buffer;
+    if (buffer === null || size > buffer.length) {
+      // Doubling from FIRST_BYTES, never past the cap, so a body of its declared length fills its buffer exactly.
+      const grown = Buffer.allocUnsafeSlow(Math.max(size, Math.min(this.#cap, Math.max(FIRST_BYTES, 2 * (buffer?.length ?? 0)))));
+      buffer?.copy(grown, 0, 0, this.#size);
       buffer = grown;
     }
     chunk.copy(buffer, this.#size);
@@ -120,7 +128,10 @@ class ControlCall implements AnswerHandler {
     if (this.settled) return;
     this.#settle();
     const buffer = this.#buffer;
-    const body = buffer === null ? Buffer.alloc(0) : this.#size === buffer.length ? buffer : buffer.subarray(0, this.#size);
+    const size = this.#size;
+    // Exact memory: a buffer the body fills is the body; else its bytes are copied (an answer kept in a cache keeps no slack).
+    const body = buffer !== null && size === buffer.length ? buffer : Buffer.allocUnsafeSlow(size);
+    if (body !== buffer && size > 0) buffer!.copy(body, 0, 0, size);
     this.#resolve({ statusCode: this.#statusCode, headers: this.#headers, body });
   }
 

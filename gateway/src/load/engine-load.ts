@@ -46,7 +46,7 @@ export interface EngineLoadScraperOptions {
   readonly now?: () => number;
   /**
    * A dispatcher to send through (the scraper then neither owns nor closes it):
-   * anything with undici's `dispatch(options, handler)` (an undici `Client`,
+   * anything with undici 7's `dispatch(options, handler)` (an undici `Client`,
    * `Pool` or `Agent`). By default connections of its own, so scrapes never
    * wait behind long completions: the gateway's own HTTP/1.1 client for an
    * http:// URL, an undici `Client` for https://.
@@ -120,7 +120,7 @@ export class EngineLoadScraper {
   readonly #dispatcher: RequestDispatcher;
   /** The dispatcher when it is the scraper's own (closed with it), else null. */
   readonly #ownDispatcher: OwnedDispatcher | null;
-  /** Whether the dispatcher is ours to close. */
+  /** Told of every scrape's outcome. */
   readonly #onScrape: ((outcome: ScrapeOutcome) => void) | null;
   /** The last report, and when it came (the injected clock). */
   #report: EngineLoadReport | null = null;
