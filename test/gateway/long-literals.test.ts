@@ -48,6 +48,27 @@ describe("long literals", () => {
     expect(elideLongLiterals(raw)).toBeNull();
   });
 
+  it("finds a raw control character at any place of a literal, whatever its alignment in memory (every byte value, every position mod 16)", () => {
+    const text = long("abcdefg", LONG_LITERAL_BYTES + 37);
+    for (let shift = 0; shift < 4; shift++) {
+      const body = Buffer.from(`${" ".repeat(shift)}{"model":"m","prompt":"${text}"}`);
+      const at = body.indexOf(text);
+      // In an unshared buffer at an offset, so the literal starts at every alignment.
+      const placed = (b: Buffer) => Buffer.concat([Buffer.alloc(shift + 1), b]).subarray(shift + 1);
+      expect(elideLongLiterals(placed(body))?.count).toBe(1);
+      for (const position of [0, 1, 2, 3, 5, 8, 15, 16, 17, 31, 4096, text.length - 17, text.length - 5, text.length - 2, text.length - 1]) {
+        for (const control of [0x00, 0x01, 0x09, 0x0a, 0x0d, 0x1f]) {
+          const damaged = Buffer.from(body);
+          damaged[at + position] = control;
+          expect(elideLongLiterals(placed(damaged)), `byte ${control} at ${position}, shift ${shift}`).toBeNull();
+        }
+        const space = Buffer.from(body);
+        space[at + position] = 0x20; // the first byte that is no control character
+        expect(elideLongLiterals(placed(space))?.count).toBe(1);
+      }
+    }
+  });
+
   it("random bodies with long texts anywhere: the same routed request or the same refusal as reading whole (fixed seed)", () => {
     const text = fc.oneof(
       { weight: 3, arbitrary: fc.constantFrom("hi", "a question") },
