@@ -123,6 +123,25 @@ describe("the gateway's HTTP/1.1 client", () => {
     expect(heard.headers["x-a"]).toEqual(["1", "2"]);
   });
 
+  it("hands each handler bytes of its own: chunks kept across later reads of any connection keep their bytes", async () => {
+    const body = (n: number) => String.fromCharCode(97 + (n % 26)).repeat(3000 + n);
+    const upstream = await rawUpstream((socket, _request, n) => socket.write(ok(body(n))));
+    const pools = [poolTo(upstream.origin), poolTo(upstream.origin)];
+    const kept: { n: number; chunks: Buffer[] }[] = [];
+    // Answers on two pools at once, their chunks kept as handed over (no copy), then compared once all are read.
+    await Promise.all(
+      Array.from({ length: 40 }, (_, i) =>
+        new Promise<void>((resolve) => {
+          const chunks: Buffer[] = [];
+          pools[i % 2]!.dispatch(POST, { onResponseData: (_c, chunk) => void chunks.push(chunk), onResponseEnd: () => (kept.push({ n: i, chunks }), resolve()), onResponseError: () => resolve() });
+        }),
+      ),
+    );
+    expect(kept).toHaveLength(40);
+    const bodies = new Set(kept.map((k) => Buffer.concat(k.chunks).toString()));
+    expect([...bodies].sort()).toEqual(Array.from({ length: 40 }, (_, n) => body(n)).sort());
+  });
+
   it.each([
     ["a head over the bound", `HTTP/1.1 200 OK\r\nx-big: ${"a".repeat(MAX_HEAD_BYTES)}\r\ncontent-length: 0\r\n\r\n`],
     ["trailers over the bound together", `HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n0\r\n${`x-t: ${"a".repeat(1000)}\r\n`.repeat(17)}\r\n`],
