@@ -52,7 +52,8 @@ const RATE = Number(process.env.ADP_BENCH_PEERS_RATE ?? 25);
  * is a block of the measured trace), at 4× RATE. A gateway serves millions of
  * requests in one process; without this, V8's compiling of its hot paths
  * (a seventh to a fifth of a fresh process's CPU over the 3,000) is counted against
- * it. HAProxy has nothing to warm, and gets the same requests.
+ * it. HAProxy has nothing to warm, and gets the same requests. A peer of N
+ * worker processes gets N times as many, so each process is as warm as one gateway.
  */
 const WARMUP_REQUESTS = Number(process.env.ADP_BENCH_PEERS_WARMUP ?? 1_000);
 const ROUNDS = Number(process.env.ADP_BENCH_PEERS_ROUNDS ?? 3);
@@ -292,6 +293,8 @@ interface Peer {
   readonly name: string;
   readonly url: string;
   readonly proc: ChildProcess;
+  /** Its processes that serve requests (a `-wN` gateway's workers; else 1). */
+  readonly processes: number;
 }
 
 /** The allocator settings the gateway's container image sets: gateway/Dockerfile's ENV instructions' MALLOC_* variables (so the two agree). */
@@ -346,7 +349,7 @@ async function startPeer(name: string, urls: readonly string[], dir: string): Pr
     try {
       const r = await fetch(`${url}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: '{"model":"m","messages":[{"role":"user","content":"up?"}]}' });
       await r.text();
-      if (r.status === 200) return { name, url, proc };
+      if (r.status === 200) return { name, url, proc, processes: Number(/-w(\d+)/.exec(name)?.[1] ?? 1) };
     } catch {
       // not listening yet
     }
@@ -528,6 +531,9 @@ async function main(): Promise<void> {
   const urls = await new Promise<string[]>((resolve) => enginesProc.stdout!.once("data", (d: Buffer) => resolve(JSON.parse(d.toString("utf8")) as string[])));
   const calls = traceCalls(TRACE_REQUESTS);
   const warmup = traceCalls(WARMUP_REQUESTS, 4 * RATE, true);
+  /** The warm-up of a peer of `n` processes, made once per count. */
+  const warmups = new Map<number, TraceCall[]>([[1, warmup]]);
+  const warmupOf = (n: number) => warmups.get(n) ?? warmups.set(n, traceCalls(WARMUP_REQUESTS * n, 4 * RATE, true)).get(n)!;
   const bytes = calls.reduce((t, c) => t + c.body.length, 0) / calls.length;
   const { optimum, pooled } = yardsticks(calls);
   console.log(JSON.stringify({ bench: "peers", engines: ENGINES, engine_cache_blocks: ENGINE_CACHE_BLOCKS, block_bytes: BLOCK_BYTES, trace_requests: calls.length, warmup_requests: warmup.length, mean_body_bytes: Math.round(bytes), rate: RATE, rounds: ROUNDS, optimum_hit_ratio: round(optimum), pooled_lru_hit_ratio: round(pooled) }));
@@ -538,7 +544,7 @@ async function main(): Promise<void> {
       for (const name of PEERS) {
         const peer = await startPeer(name, urls, dir);
         try {
-          await warmUp(peer, warmup);
+          await warmUp(peer, warmupOf(peer.processes));
           const trace = PHASES.has("trace") ? prefix("trace_", await traceRun(peer, calls, urls[0]!)) : {};
           const saturated = PHASES.has("small") ? prefix("small_", saturatedRun(peer, dir)) : {};
           const added: Record<string, number> = PHASES.has("latency") ? { added_latency_p50_ms: (await oneAtATime(peer.url)) - direct } : {};
