@@ -14,7 +14,7 @@
 //     └──► close (until the connection ends)
 
 import type { IncomingHttpHeaders } from "node:http";
-import { isBlank, isFieldValue, TCHAR } from "./grammar.js";
+import { isBlank, isFieldValue, lengthOf, TCHAR } from "./grammar.js";
 import { Http1Error } from "./http1-error.js";
 
 /**
@@ -62,18 +62,6 @@ const CHUNK_SIZE = /^([0-9A-Fa-f]{1,12})[\t ]*(?:;[\t\x20-\x7e\x80-\xff]*)?$/;
 
 /** The error for a head, chunk-size line or trailers past MAX_HEAD_BYTES. */
 const tooLong = () => new Http1Error("ADP_ANSWER_INVALID", `an answer's head, chunk line or trailers exceed ${MAX_HEAD_BYTES} bytes`);
-
-/** The number `text` writes in 1 to 15 decimal digits, or -1. */
-function digitsOf(text: string): number {
-  if (text.length === 0 || text.length > 15) return -1;
-  let n = 0;
-  for (let i = 0; i < text.length; i++) {
-    const d = text.charCodeAt(i) - 0x30;
-    if (d < 0 || d > 9) return -1;
-    n = n * 10 + d;
-  }
-  return n;
-}
 
 /** One connection's answers, parsed as its bytes come. */
 export class AnswerParser {
@@ -275,7 +263,7 @@ export class AnswerParser {
     }
     if (cl !== undefined) {
       // One plain number, as nearly every answer has it; else a list, each value the same.
-      const plain = typeof cl === "string" ? digitsOf(cl) : -1;
+      const plain = typeof cl === "string" ? lengthOf(cl) : -1;
       if (plain >= 0) {
         this.#remaining = plain;
         this.#state = plain === 0 ? State.Done : State.Length;

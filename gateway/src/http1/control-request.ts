@@ -10,6 +10,7 @@
 
 import type { IncomingHttpHeaders } from "node:http";
 import type { AnswerController, AnswerHandler, RequestDispatcher } from "./http1-pool.js";
+import { lengthOf } from "./grammar.js";
 
 /** A body's first buffer, at most (then doubled as more arrives). */
 const FIRST_BYTES = 64 * 1024;
@@ -101,7 +102,11 @@ class ControlCall implements AnswerHandler {
     this.#controller = controller;
     this.#statusCode = statusCode;
     this.#headers = headers;
-    const declared = declaredLength(headers["content-length"]);
+    // Its first value (absent, or not 1 to 15 digits: no length declared).
+    const value = headers["content-length"];
+    const text = Array.isArray(value) ? value[0] : value;
+    const length = text === undefined ? -1 : lengthOf(text);
+    const declared = length < 0 ? null : length;
     if (declared !== null && declared > this.#maxBytes) return this.#fail(new AnswerTooLargeError(this.#statusCode, this.#maxBytes, declared));
     // What the body may grow to: its declared length, else the bound. Memory is taken as bytes
     // arrive (a declared length is the upstream's word, not bytes it sent).
@@ -153,11 +158,4 @@ class ControlCall implements AnswerHandler {
     this.settled = true;
     this.#signal?.removeEventListener("abort", this.#onAbort);
   }
-}
-
-/** A Content-Length's value as a number, or null when absent or not one plain decimal (the answer's parser judged the framing). */
-function declaredLength(value: string | string[] | undefined): number | null {
-  const text = Array.isArray(value) ? value[0] : value;
-  if (text === undefined || !/^\d{1,15}$/.test(text)) return null;
-  return Number(text);
 }

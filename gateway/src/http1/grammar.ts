@@ -28,3 +28,15 @@ export function isFieldValue(text: string, start = 0, end = text.length): boolea
 
 /** Whether `c` is a space or a tab (optional whitespace around a field value). */
 export const isBlank = (c: number): boolean => c === 0x20 || c === 0x09;
+
+/** A Content-Length's value: the number `text` writes in 1 to 15 decimal digits, or -1. */
+export function lengthOf(text: string): number {
+  if (text.length === 0 || text.length > 15) return -1;
+  let n = 0;
+  for (let i = 0; i < text.length; i++) {
+    const d = text.charCodeAt(i) - 0x30;
+    if (d < 0 || d > 9) return -1;
+    n = n * 10 + d;
+  }
+  return n;
+}

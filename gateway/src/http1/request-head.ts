@@ -8,7 +8,7 @@
 // header, ...). So every head this file takes is one llhttp would read the
 // same way (test/gateway/http1-server.test.ts compares them on random heads).
 
-import { isBlank, TCHAR } from "./grammar.js";
+import { isBlank, lengthOf, TCHAR } from "./grammar.js";
 
 /** The most bytes of a head read here (node:http's default maxHeaderSize: past it the connection goes there, which answers 431). */
 export const MAX_REQUEST_HEAD_BYTES = 16 * 1024;
@@ -123,14 +123,4 @@ export function parseRequestHead(text: string, takes: (path: string) => boolean)
   // HTTP/1.1 needs a Host (node:http answers its absence 400); a body this path reads needs its length.
   if (contentLength < 0 || headers.host === undefined) return null;
   return { target, path, headers, contentLength, close, names, lines };
-}
-
-/** A Content-Length's value: 1 to 15 digits, or -1. */
-function lengthOf(value: string): number {
-  if (value.length === 0 || value.length > 15) return -1;
-  for (let i = 0; i < value.length; i++) {
-    const c = value.charCodeAt(i);
-    if (c < 0x30 || c > 0x39) return -1;
-  }
-  return Number(value);
 }
