@@ -3,7 +3,7 @@
 // undici's, against raw upstreams writing exact bytes: an answer read whole
 // into memory of its own, a body over the bound refused (before reading when
 // its length says so, at the bound when it does not) with the connection
-// never reused, a signal's reason as the error and nothing sent when it came
+// never reused, a body the caller does not read not kept, a signal's reason as the error and nothing sent when it came
 // first, and no listener left on it. Through a gateway: a long health answer
 // judged by its status, a long model list a 502, a long error page to a KV-event
 // poll a failed poll. Then the gateway as a process: with http:// upstreams it never loads
@@ -96,6 +96,28 @@ describe.each(DISPATCHERS)("a control request over %s", (_name, make, exactConne
     const after = await controlRequest(d, GET);
     expect(after.body.toString()).toBe("ok");
     expect(upstream.connections).toBeGreaterThanOrEqual(3);
+    if (exactConnections) expect(upstream.connections).toBe(3);
+  });
+
+  it("an answer whose body the caller does not read resolves with its status and no body: within the bound its connection is reused, past it closed", async () => {
+    const upstream = await rawUpstream((socket, _request, n) => {
+      if (n === 0) socket.write(answer("503 Busy", "content-length: 9\r\n", "not ready"));
+      else if (n === 1) socket.write(answer("503 Busy", "content-length: 5000\r\n", "")); // past the bound: never read
+      else if (n === 2) socket.write(answer("500 Oops", "transfer-encoding: chunked\r\n", "800\r\n" + "e".repeat(2048) + "\r\n"));
+      else socket.write(answer("200 OK", "content-length: 2\r\n", "ok"));
+    });
+    const d = dispatcherTo(make, upstream.origin);
+    const errorsOnly = { ...GET, readsBody: (status: number) => status < 400 };
+    const within = await controlRequest(d, errorsOnly);
+    expect([within.statusCode, within.body.length]).toEqual([503, 0]);
+    const declared = await controlRequest(d, errorsOnly);
+    expect([declared.statusCode, declared.body.length]).toEqual([503, 0]);
+    await waitFor(() => upstream.closed === 1);
+    const ran = await controlRequest(d, errorsOnly);
+    expect([ran.statusCode, ran.body.length]).toEqual([500, 0]);
+    await waitFor(() => upstream.closed === 2);
+    const read = await controlRequest(d, errorsOnly);
+    expect([read.statusCode, read.body.toString()]).toEqual([200, "ok"]);
     if (exactConnections) expect(upstream.connections).toBe(3);
   });
 

@@ -125,6 +125,8 @@ export class TrtllmHttpEventSource implements IndexUpdateSource {
         headers: key === null ? {} : { authorization: `Bearer ${key}` },
         signal: AbortSignal.any([this.#abort.signal, AbortSignal.timeout(Math.max(this.#config.staleAfterMs, 1_000))]),
         maxBytes: this.#config.maxBatchBytes,
+        // An error page, however long, is no batch: the engine drained no events.
+        readsBody: (status) => status < 400,
       });
       if (response.statusCode >= 400) {
         this.#onNotice({ rank: -1, what: "poll failed", detail: `HTTP ${response.statusCode}` });
@@ -132,11 +134,6 @@ export class TrtllmHttpEventSource implements IndexUpdateSource {
       }
       body = response.body;
     } catch (error) {
-      if (error instanceof AnswerTooLargeError && error.statusCode >= 400) {
-        // An error page, however long: the engine drained no events.
-        this.#onNotice({ rank: -1, what: "poll failed", detail: `HTTP ${error.statusCode}` });
-        return;
-      }
       if (error instanceof AnswerTooLargeError) {
         const max = this.#config.maxBatchBytes;
         return this.#refuse(error.declared === null ? `over ${max} bytes, kv_events.max_batch_bytes` : `${error.declared} bytes declared, over kv_events.max_batch_bytes (${max})`);

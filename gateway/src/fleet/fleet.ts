@@ -18,7 +18,7 @@ import { EngineLoadScraper } from "../load/engine-load.js";
 import { TrtllmHttpEventSource } from "../events/http-events.js";
 import { Upstream, type EventSource } from "./upstream.js";
 import { reasonOf } from "./upstream-errors.js";
-import { AnswerTooLargeError, controlRequest } from "../http1/control-request.js";
+import { controlRequest } from "../http1/control-request.js";
 import { viaEntry } from "../requests/via.js";
 import type { TrafficVerdict } from "./outlier.js";
 import { ZmqEventSource } from "../events/zmq-events.js";
@@ -346,14 +346,8 @@ export class Fleet {
     const check = async () => {
       try {
         const headers = { via: this.#via, ...(u.apiKey ? { authorization: `Bearer ${u.apiKey}` } : {}) };
-        // Only the status counts: an answer longer than HEALTH_MAX_BYTES is cut there and judged by its status.
-        const statusCode = await controlRequest(u.control, { path: `${u.basePath}${health.path}`, method: "GET", headers, signal: AbortSignal.timeout(health.timeoutMs), maxBytes: HEALTH_MAX_BYTES }).then(
-          (answer) => answer.statusCode,
-          (error: unknown) => {
-            if (error instanceof AnswerTooLargeError) return error.statusCode;
-            throw error;
-          },
-        );
+        // Only the status counts: the body is not kept, and one longer than HEALTH_MAX_BYTES is cut there.
+        const { statusCode } = await controlRequest(u.control, { path: `${u.basePath}${health.path}`, method: "GET", headers, signal: AbortSignal.timeout(health.timeoutMs), maxBytes: HEALTH_MAX_BYTES, readsBody: () => false });
         if (statusCode < 400) {
           if (u.health.checkPassed()) log.info({ upstream: u.name, index: u.index }, "upstream healthy again");
           this.#onRoom();

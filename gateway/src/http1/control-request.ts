@@ -26,6 +26,12 @@ export interface ControlRequestOptions {
   readonly signal?: AbortSignal;
   /** The most bytes of body read; past it the request fails with {@link AnswerTooLargeError}. */
   readonly maxBytes: number;
+  /**
+   * Whether the caller reads the body of an answer with this status (default:
+   * always). One it does not read resolves with an empty body whatever its
+   * length: its bytes are not kept, and past `maxBytes` its connection is closed.
+   */
+  readonly readsBody?: (statusCode: number) => boolean;
 }
 
 /** A control request's answer, read whole. */
@@ -53,7 +59,7 @@ export class AnswerTooLargeError extends Error {
 /** Sends `options` over `dispatcher` and reads its answer whole; rejects with the transport's error, the signal's reason or an AnswerTooLargeError. */
 export function controlRequest(dispatcher: RequestDispatcher, options: ControlRequestOptions): Promise<ControlAnswer> {
   return new Promise<ControlAnswer>((resolve, reject) => {
-    const call = new ControlCall(options.maxBytes, options.signal ?? null, resolve, reject);
+    const call = new ControlCall(options.maxBytes, options.readsBody ?? null, options.signal ?? null, resolve, reject);
     if (call.settled) return;
     try {
       const request = { path: options.path, method: options.method, headers: options.headers, ...(options.origin === undefined ? {} : { origin: options.origin }) };
@@ -67,6 +73,7 @@ export function controlRequest(dispatcher: RequestDispatcher, options: ControlRe
 /** One control request's handler: gathers the body under the bound and settles once. */
 class ControlCall implements AnswerHandler {
   readonly #maxBytes: number;
+  readonly #readsBody: ((statusCode: number) => boolean) | null;
   readonly #signal: AbortSignal | null;
   readonly #resolve: (answer: ControlAnswer) => void;
   readonly #reject: (error: unknown) => void;
@@ -79,11 +86,14 @@ class ControlCall implements AnswerHandler {
   #size = 0;
   /** The most the body may take: its declared length, else the bound. */
   #cap = 0;
+  /** Whether the body is kept (else only counted, and the answer resolves without it). */
+  #keep = true;
   settled = false;
   readonly #onAbort = () => this.#fail(this.#signal!.reason);
 
-  constructor(maxBytes: number, signal: AbortSignal | null, resolve: (answer: ControlAnswer) => void, reject: (error: unknown) => void) {
+  constructor(maxBytes: number, readsBody: ((statusCode: number) => boolean) | null, signal: AbortSignal | null, resolve: (answer: ControlAnswer) => void, reject: (error: unknown) => void) {
     this.#maxBytes = maxBytes;
+    this.#readsBody = readsBody;
     this.#signal = signal;
     this.#resolve = resolve;
     this.#reject = reject;
@@ -107,7 +117,8 @@ class ControlCall implements AnswerHandler {
     const text = Array.isArray(value) ? value[0] : value;
     const length = text === undefined ? -1 : lengthOf(text);
     const declared = length < 0 ? null : length;
-    if (declared !== null && declared > this.#maxBytes) return this.#fail(new AnswerTooLargeError(this.#statusCode, this.#maxBytes, declared));
+    this.#keep = this.#readsBody === null || this.#readsBody(statusCode);
+    if (declared !== null && declared > this.#maxBytes) return this.#overBound(declared);
     // What the body may grow to: its declared length, else the bound. Memory is taken as bytes
     // arrive (a declared length is the upstream's word, not bytes it sent).
     this.#cap = declared ?? this.#maxBytes;
@@ -116,7 +127,11 @@ class ControlCall implements AnswerHandler {
   onResponseData(_controller: AnswerController, chunk: Buffer): void {
     if (this.settled) return;
     const size = this.#size + chunk.length;
-    if (size > this.#maxBytes) return this.#fail(new AnswerTooLargeError(this.#statusCode, this.#maxBytes, null));
+    if (size > this.#maxBytes) return this.#overBound(null);
+    if (!this.#keep) {
+      this.#size = size;
+      return;
+    }
     let buffer = this.#buffer;
     if (buffer === null || size > buffer.length) {
       // Doubling from FIRST_BYTES, never past the cap, so a body of its declared length fills its buffer exactly.
@@ -133,7 +148,7 @@ class ControlCall implements AnswerHandler {
     if (this.settled) return;
     this.#settle();
     const buffer = this.#buffer;
-    const size = this.#size;
+    const size = this.#keep ? this.#size : 0;
     // Exact memory: a buffer the body fills is the body; else its bytes are copied (an answer kept in a cache keeps no slack).
     const body = buffer !== null && size === buffer.length ? buffer : Buffer.allocUnsafeSlow(size);
     if (body !== buffer && size > 0) buffer!.copy(body, 0, 0, size);
@@ -144,6 +159,19 @@ class ControlCall implements AnswerHandler {
     if (this.settled) return;
     this.#settle();
     this.#reject(error);
+  }
+
+  /**
+   * A body past the bound (`declared` long, or null: it ran past while read):
+   * one the caller reads fails the request; one it does not resolves it as it
+   * is, without its body. Either way the request is aborted, so its connection
+   * is not reused.
+   */
+  #overBound(declared: number | null): void {
+    if (this.#keep) return this.#fail(new AnswerTooLargeError(this.#statusCode, this.#maxBytes, declared));
+    this.#settle();
+    this.#resolve({ statusCode: this.#statusCode, headers: this.#headers, body: Buffer.alloc(0) });
+    this.#controller?.abort(new Error("the answer's unread body runs past the bound"));
   }
 
   /** Fails the request with `error`: aborts it (its connection is then not reused) and rejects. */

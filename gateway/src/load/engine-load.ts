@@ -92,6 +92,8 @@ const DEFAULT_MAX_BODY = 8 * 1024 * 1024;
 const MAX_MESSAGE = 200;
 /** Error codes of a connection that could not be made. */
 const CONNECT_CODES = new Set(["ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN", "EHOSTUNREACH", "ENETUNREACH", "UND_ERR_CONNECT_TIMEOUT", "ECONNABORTED"]);
+/** Whether a scrape's status is a success (only then is its body read). */
+const isSuccess = (statusCode: number): boolean => statusCode >= 200 && statusCode <= 299;
 /** Error codes of a deadline undici enforced. */
 const TIMEOUT_CODES = new Set(["UND_ERR_HEADERS_TIMEOUT", "UND_ERR_BODY_TIMEOUT", "ETIMEDOUT"]);
 
@@ -304,14 +306,13 @@ export class EngineLoadScraper {
     if (apiKey !== null && apiKey !== "") headers.authorization = `Bearer ${apiKey}`;
     let response;
     try {
-      response = await controlRequest(this.#dispatcher, { origin: this.#origin, path: this.#path, method: "GET", headers, signal, maxBytes: this.#maxBodyBytes });
+      response = await controlRequest(this.#dispatcher, { origin: this.#origin, path: this.#path, method: "GET", headers, signal, maxBytes: this.#maxBodyBytes, readsBody: isSuccess });
     } catch (error) {
       if (!(error instanceof AnswerTooLargeError)) throw error;
-      if (error.statusCode < 200 || error.statusCode > 299) return this.#failure("status", `HTTP ${error.statusCode}`);
       // A body that does not say its length is cut off at the cap, not read to its end.
       return this.#failure("too_large", error.declared === null ? `a body over the ${this.#maxBodyBytes}-byte cap` : `a body of ${error.declared} bytes, over the ${this.#maxBodyBytes}-byte cap`);
     }
-    if (response.statusCode < 200 || response.statusCode > 299) return this.#failure("status", `HTTP ${response.statusCode}`);
+    if (!isSuccess(response.statusCode)) return this.#failure("status", `HTTP ${response.statusCode}`);
     const text = new TextDecoder("utf-8").decode(response.body);
     const parsed = parseEngineLoad(this.#engine, text, this.#model === undefined ? {} : { model: this.#model });
     const at = this.#now();
