@@ -322,13 +322,14 @@ async function startPeer(name: string, urls: readonly string[], dir: string): Pr
   const port = await freePort();
   let proc: ChildProcess;
   const node = (process.env.ADP_BENCH_GATEWAY_NODE_ARGS ?? "").split(" ").filter(Boolean);
+  /** A `-wN` gateway's worker count, or null. */
+  const workers = /-w(\d+)/.exec(name)?.[1] ?? null;
   if (/^(?:gateway|baseline)(?:-w\d+)?(?:-image)?$/.test(name)) {
     const yaml = `listen: { host: 127.0.0.1, port: ${port} }\nlogging: { level: warn }\nhealth: { interval_ms: 60000 }\nlimits: { max_in_flight_per_upstream: 4096, queue_size: 8192, max_connections: 16384 }\nupstreams:\n${urls.map((u) => `  - url: ${u}\n`).join("")}`;
     const file = path.join(dir, `gateway-${port}.yaml`);
     writeFileSync(file, yaml);
     const extra = (process.env.ADP_BENCH_GATEWAY_ARGS ?? "").split(" ").filter(Boolean);
-    const workers = /-w(\d+)/.exec(name);
-    if (workers !== null) extra.push("--workers", workers[1]!);
+    if (workers !== null) extra.push("--workers", workers);
     const cli = name.startsWith("baseline") ? process.env.ADP_BENCH_BASELINE_CLI : path.join(ROOT, "gateway", "dist", "cli.js");
     if (cli === undefined || !existsSync(cli)) throw new Error("peer baseline needs ADP_BENCH_BASELINE_CLI: another build's gateway/dist/cli.js");
     const env = name.endsWith("-image") ? { ...plainEnv(), ...imageEnv() } : plainEnv();
@@ -349,7 +350,7 @@ async function startPeer(name: string, urls: readonly string[], dir: string): Pr
     try {
       const r = await fetch(`${url}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: '{"model":"m","messages":[{"role":"user","content":"up?"}]}' });
       await r.text();
-      if (r.status === 200) return { name, url, proc, processes: Number(/-w(\d+)/.exec(name)?.[1] ?? 1) };
+      if (r.status === 200) return { name, url, proc, processes: Number(workers ?? 1) };
     } catch {
       // not listening yet
     }
