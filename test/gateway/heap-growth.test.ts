@@ -2,7 +2,7 @@
 // V8's own trace of the limit it sets at a full collection shows the factor
 // in force, in a real serve process and with an operator's flag that wins.
 import { spawn, type ChildProcess } from "node:child_process";
-import { mkdtempSync, writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path, { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
@@ -13,8 +13,10 @@ const GATEWAY_CLI = path.resolve("gateway/dist/cli.js");
 
 const open: { close(): Promise<void> }[] = [];
 const children: ChildProcess[] = [];
+const dirs: string[] = [];
 afterEach(async () => {
   for (const c of children.splice(0)) c.kill("SIGKILL");
+  for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
   await Promise.all(open.splice(0).map((o) => o.close()));
 });
 
@@ -27,6 +29,7 @@ async function factorAfterFullCollection(nodeFlags: string[]): Promise<number> {
   const engine = await startMockEngine("e0");
   open.push(engine);
   const dir = mkdtempSync(join(tmpdir(), "adp-heap-"));
+  dirs.push(dir);
   const config = join(dir, "gateway.yaml");
   writeFileSync(config, `listen: { host: 127.0.0.1, port: 0 }\nlogging: { level: warn }\nupstreams:\n  - url: ${engine.url}\n`);
   const preload = join(dir, "collect.cjs");
@@ -36,6 +39,7 @@ async function factorAfterFullCollection(nodeFlags: string[]): Promise<number> {
   let stdout = "";
   let listening = -1;
   return new Promise((resolve, reject) => {
+    child.on("error", reject);
     child.on("exit", (code) => reject(new Error(`serve exited ${code} before a full collection`)));
     child.stdout!.on("data", (d) => {
       stdout += d;
@@ -59,9 +63,10 @@ describe("the old generation's growing factor of a serve process", () => {
     expect(await factorAfterFullCollection(["--heap-growing-percent=50"])).toBe(1.5);
   });
 
-  it("reads an operator's flag in both of V8's spellings, and 0 as V8's own factor", () => {
+  it("reads an operator's flag in V8's spellings, and 0 as V8's own factor", () => {
     expect(setHeapGrowth(["--heap-growing-percent=50"])).toBe(50);
-    expect(setHeapGrowth(["--heap_growing_percent", "75", "--other"])).toBe(75);
+    expect(setHeapGrowth(["--heap_growing_percent=75", "--other"])).toBe(75);
+    expect(setHeapGrowth(["-heap-growing-percent=60"])).toBe(60);
     expect(setHeapGrowth(["--heap-growing-percent=0"])).toBeNull();
     expect(setHeapGrowth(["--heap-growing-percent=10", "--heap-growing-percent=20"])).toBe(20);
   });
