@@ -27,9 +27,13 @@
 // It installs nothing: without `haproxy` or `wrk` it says how to get them.
 // Run: npm run bench:peers (ADP_BENCH_PEERS=gateway,gateway-w2,haproxy-rr,... picks
 // peers, gateway-wN being serve --workers N;
-// ADP_BENCH_GATEWAY_ARGS adds serve flags, ADP_BENCH_GATEWAY_NODE_ARGS node flags such as --cpu-prof (for node-pass too); ADP_BENCH_PEERS_ROUNDS, _RATE, _REQUESTS, _WARMUP resize it; _PHASES=trace,small,latency picks measurements).
+// ADP_BENCH_GATEWAY_ARGS adds serve flags, ADP_BENCH_GATEWAY_NODE_ARGS node flags such as --cpu-prof (for node-pass too); ADP_BENCH_PEERS_ROUNDS, _RATE, _REQUESTS, _WARMUP resize it; _PHASES=trace,small,latency picks measurements;
+// ADP_BENCH_PEERS_TRACE_PROFILER runs a command over the measured trace alone, its {pid}
+// replaced by the peer's pid and sent SIGINT when the trace ends, e.g.
+// "perf record -e cpu-clock -p {pid} -o /tmp/trace.perf" with ADP_BENCH_GATEWAY_NODE_ARGS=--perf-basic-prof;
+// ADP_BENCH_GATEWAY_STDOUT appends a gateway's stdout to a file, where V8's --trace-gc writes).
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, openSync, readFileSync, writeFileSync } from "node:fs";
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import { connect, createServer as createNetServer, type AddressInfo, type Socket } from "node:net";
 import { tmpdir } from "node:os";
@@ -333,7 +337,8 @@ async function startPeer(name: string, urls: readonly string[], dir: string): Pr
     const cli = name.startsWith("baseline") ? process.env.ADP_BENCH_BASELINE_CLI : path.join(ROOT, "gateway", "dist", "cli.js");
     if (cli === undefined || !existsSync(cli)) throw new Error("peer baseline needs ADP_BENCH_BASELINE_CLI: another build's gateway/dist/cli.js");
     const env = name.endsWith("-image") ? { ...plainEnv(), ...imageEnv() } : plainEnv();
-    proc = spawn(process.execPath, [...node, cli, "serve", "--config", file, ...extra], { stdio: ["ignore", "ignore", "inherit"], env });
+    const stdout = process.env.ADP_BENCH_GATEWAY_STDOUT ? openSync(process.env.ADP_BENCH_GATEWAY_STDOUT, "a") : "ignore";
+    proc = spawn(process.execPath, [...node, cli, "serve", "--config", file, ...extra], { stdio: ["ignore", stdout, "inherit"], env });
   } else if (name === "net-pass") {
     proc = spawn(process.execPath, [...node, SELF, "net-pass", String(port), JSON.stringify(urls)], { stdio: ["ignore", "ignore", "inherit"] });
   } else if (name === "node-pass") {
@@ -465,9 +470,11 @@ async function traceRun(peer: Peer, calls: readonly TraceCall[], enginesUrl: str
     peakRss = Math.max(peakRss, rssMiB(peer.proc.pid!));
     peakProcess = Math.max(peakProcess, rssMiB(peer.proc.pid!, "largest"));
   }, 200);
+  const profiler = await startProfiler(peer.proc.pid!);
   const cpu0 = cpuSeconds(peer.proc.pid!);
   const { latencies, failed } = await openLoop(peer.url, calls);
   const cpu = cpuSeconds(peer.proc.pid!) - cpu0;
+  await stopProfiler(profiler);
   if (process.env.ADP_BENCH_PEERS_PER_PROCESS) console.log(JSON.stringify({ peer: peer.name, cpu_s_per_process: Object.fromEntries(tree(peer.proc.pid!).map((pid) => [pid, processCpu(pid)])) }));
   clearInterval(sampler);
   const stats = (await (await fetch(`${enginesUrl}/stats`)).json()) as { requests: number; hits: number; blocks: number }[];
@@ -482,6 +489,24 @@ async function traceRun(peer: Peer, calls: readonly TraceCall[], enginesUrl: str
     requests_max_over_mean: Math.max(...requests) / Math.max(mean, 1),
     failed,
   };
+}
+
+/** ADP_BENCH_PEERS_TRACE_PROFILER's command started on `pid` (after a second for it to attach), or null when unset. */
+async function startProfiler(pid: number): Promise<ChildProcess | null> {
+  const command = process.env.ADP_BENCH_PEERS_TRACE_PROFILER;
+  if (!command) return null;
+  const [file, ...args] = command.replaceAll("{pid}", String(pid)).split(" ").filter(Boolean);
+  const child = spawn(file!, args, { stdio: ["ignore", "ignore", "inherit"] });
+  await sleep(1000);
+  return child;
+}
+
+/** Stops a profiler with SIGINT (perf writes its data then) and waits for it to exit. */
+async function stopProfiler(child: ChildProcess | null): Promise<void> {
+  if (child === null || child.exitCode !== null) return;
+  const exited = new Promise((resolve) => child.once("exit", resolve));
+  child.kill("SIGINT");
+  await exited;
 }
 
 /** `wrk` saturating `peer` with small chats: requests/s and CPU per 1,000. */

@@ -1,12 +1,14 @@
-// The old generation's growing factor a `serve` process sets (heap-growth.ts):
-// V8's own trace of the limit it sets at a full collection shows the factor
-// in force, in a real serve process and with an operator's flag that wins.
+// How far a `serve` process lets V8's heap grow (heap-growth.ts): V8's own
+// trace of the limit it sets at a full collection shows the old generation's
+// factor in force, and a burst of surviving allocations in the serve process
+// how far its young generation grows, in a real serve process and with an
+// operator's flags that win.
 import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path, { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
-import { HEAP_GROWING_PERCENT, setHeapGrowth } from "../../gateway/src/common/heap-growth.js";
+import { capYoungGeneration, HEAP_GROWING_PERCENT, SEMI_SPACE_CAP_MIB, setHeapGrowth } from "../../gateway/src/common/heap-growth.js";
 import { startMockEngine } from "../support/mock-engine.js";
 
 const GATEWAY_CLI = path.resolve("gateway/dist/cli.js");
@@ -21,37 +23,65 @@ afterEach(async () => {
 });
 
 /**
- * Starts `serve` with node flags `nodeFlags` and V8's heap-limit trace on,
- * has it collect its whole heap once it listens (SIGUSR2 to a preload that
- * calls gc), and returns the growing factor of the limit V8 then set.
+ * Starts `serve` in front of a mock engine with node flags `nodeFlags`, `env`
+ * added to its environment and a preload `onSignal` script that runs on
+ * SIGUSR2, which the serve process gets once it listens; resolves with the
+ * first match of `pattern` in what it prints after that.
  */
-async function factorAfterFullCollection(nodeFlags: string[]): Promise<number> {
+async function serveUntil(nodeFlags: string[], onSignal: string, pattern: RegExp, env: NodeJS.ProcessEnv = {}): Promise<RegExpExecArray> {
   const engine = await startMockEngine("e0");
   open.push(engine);
   const dir = mkdtempSync(join(tmpdir(), "adp-heap-"));
   dirs.push(dir);
   const config = join(dir, "gateway.yaml");
   writeFileSync(config, `listen: { host: 127.0.0.1, port: 0 }\nlogging: { level: warn }\nupstreams:\n  - url: ${engine.url}\n`);
-  const preload = join(dir, "collect.cjs");
-  writeFileSync(preload, `process.on("SIGUSR2", () => globalThis.gc());`);
-  const child = spawn(process.execPath, ["--expose-gc", "--trace-gc-verbose", ...nodeFlags, "--require", preload, GATEWAY_CLI, "serve", "--config", config], { stdio: ["ignore", "pipe", "pipe"] });
+  const preload = join(dir, "preload.cjs");
+  writeFileSync(preload, `process.on("SIGUSR2", ${onSignal});`);
+  const child = spawn(process.execPath, [...nodeFlags, "--require", preload, GATEWAY_CLI, "serve", "--config", config], { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, ...env } });
   children.push(child);
   let stdout = "";
   let listening = -1;
   return new Promise((resolve, reject) => {
     child.on("error", reject);
-    child.on("exit", (code) => reject(new Error(`serve exited ${code} before a full collection`)));
+    child.on("exit", (code) => reject(new Error(`serve exited ${code} before printing ${pattern}`)));
     child.stdout!.on("data", (d) => {
       stdout += d;
       if (listening < 0 && /^http:\/\/\S+$/m.test(stdout)) {
         listening = stdout.length;
         child.kill("SIGUSR2");
       }
-      // V8 prints "[HeapController] Limit: old size: N KB, new limit: M KB (factor)" at each full collection.
-      const limit = listening < 0 ? null : /\[HeapController\] Limit: [^\n]*\((\d+\.\d)\)\n/.exec(stdout.slice(listening));
-      if (limit) resolve(Number(limit[1]));
+      const match = listening < 0 ? null : pattern.exec(stdout.slice(listening));
+      if (match) resolve(match);
     });
   });
+}
+
+/** The growing factor of the limit V8 sets at a full collection of a serve process run with node flags `nodeFlags`. */
+async function factorAfterFullCollection(nodeFlags: string[]): Promise<number> {
+  // V8 prints "[HeapController] Limit: old size: N KB, new limit: M KB (factor)" at each full collection.
+  const limit = await serveUntil(["--expose-gc", "--trace-gc-verbose", ...nodeFlags], "() => globalThis.gc()", /\[HeapController\] Limit: [^\n]*\((\d+\.\d)\)\n/);
+  return Number(limit[1]);
+}
+
+/**
+ * The most a serve process's young generation commits (both semi-spaces, MiB)
+ * while it keeps 100,000-200,000 small objects alive over 3 million
+ * allocations, yielding to the event loop every 10,000 (as requests do).
+ */
+async function youngGenerationPeak(nodeFlags: string[], env: NodeJS.ProcessEnv = {}): Promise<number> {
+  const churn = `async () => {
+  const v8 = require("v8");
+  const young = () => v8.getHeapSpaceStatistics().find((s) => s.space_name === "new_space").space_size;
+  let keep = [], peak = 0;
+  for (let k = 0; k < 300; k++) {
+    for (let i = 0; i < 10000; i++) { keep.push({ a: i, b: [i] }); if (keep.length > 200000) keep = keep.slice(100000); }
+    peak = Math.max(peak, young());
+    await new Promise((r) => setImmediate(r));
+  }
+  process.stdout.write("young-peak " + peak / 1048576 + "\\n");
+}`;
+  const peak = await serveUntil(nodeFlags, churn, /^young-peak (\d+(?:\.\d+)?)$/m, env);
+  return Number(peak[1]);
 }
 
 describe("the old generation's growing factor of a serve process", () => {
@@ -69,5 +99,27 @@ describe("the old generation's growing factor of a serve process", () => {
     expect(setHeapGrowth(["-heap-growing-percent=60"])).toBe(60);
     expect(setHeapGrowth(["--heap-growing-percent=0"])).toBeNull();
     expect(setHeapGrowth(["--heap-growing-percent=10", "--heap-growing-percent=20"])).toBe(20);
+  });
+});
+
+describe("the young generation of a serve process", () => {
+  it(`stops at ${SEMI_SPACE_CAP_MIB} MiB semi-spaces`, async () => {
+    expect(await youngGenerationPeak([])).toBe(2 * SEMI_SPACE_CAP_MIB);
+  });
+
+  it("grows as the operator's flag says, on node's command line or in NODE_OPTIONS", async () => {
+    // V8's own maximum on 64-bit is 16 MiB semi-spaces: the same churn takes it past the cap.
+    expect(await youngGenerationPeak(["--max-semi-space-size=32"])).toBeGreaterThan(2 * SEMI_SPACE_CAP_MIB);
+    expect(await youngGenerationPeak([], { NODE_OPTIONS: "--max-semi-space-size=32" })).toBeGreaterThan(2 * SEMI_SPACE_CAP_MIB);
+  });
+
+  it("keeps an operator's semi-space flags in V8's spellings", () => {
+    for (const flag of ["--max-semi-space-size=4", "--max_semi_space_size=4", "-max-semi-space-size=4", "--semi-space-growth-factor=4", "--min-semi-space-size=2"]) {
+      expect(capYoungGeneration([flag], "")).toBeNull();
+      expect(capYoungGeneration([], `--expose-gc ${flag}`)).toBeNull();
+    }
+    const watch = capYoungGeneration(["--max-old-space-size=512"], "--max-old-space-size=512");
+    expect(watch).not.toBeNull();
+    watch!.close();
   });
 });
