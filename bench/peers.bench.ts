@@ -33,7 +33,7 @@
 // "perf record -e cpu-clock -p {pid} -o /tmp/trace.perf" with ADP_BENCH_GATEWAY_NODE_ARGS=--perf-basic-prof;
 // ADP_BENCH_GATEWAY_STDOUT appends a gateway's stdout to a file, where V8's --trace-gc writes).
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
-import { existsSync, mkdtempSync, openSync, readFileSync, writeFileSync } from "node:fs";
+import { closeSync, existsSync, mkdtempSync, openSync, readFileSync, writeFileSync, writeSync } from "node:fs";
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import { connect, createServer as createNetServer, type AddressInfo, type Socket } from "node:net";
 import { tmpdir } from "node:os";
@@ -337,8 +337,11 @@ async function startPeer(name: string, urls: readonly string[], dir: string): Pr
     const cli = name.startsWith("baseline") ? process.env.ADP_BENCH_BASELINE_CLI : path.join(ROOT, "gateway", "dist", "cli.js");
     if (cli === undefined || !existsSync(cli)) throw new Error("peer baseline needs ADP_BENCH_BASELINE_CLI: another build's gateway/dist/cli.js");
     const env = name.endsWith("-image") ? { ...plainEnv(), ...imageEnv() } : plainEnv();
+    // Appended to, each peer's output after a line naming it.
     const stdout = process.env.ADP_BENCH_GATEWAY_STDOUT ? openSync(process.env.ADP_BENCH_GATEWAY_STDOUT, "a") : "ignore";
+    if (stdout !== "ignore") writeSync(stdout, `# ${name}\n`);
     proc = spawn(process.execPath, [...node, cli, "serve", "--config", file, ...extra], { stdio: ["ignore", stdout, "inherit"], env });
+    if (stdout !== "ignore") closeSync(stdout); // the child has its own copy
   } else if (name === "net-pass") {
     proc = spawn(process.execPath, [...node, SELF, "net-pass", String(port), JSON.stringify(urls)], { stdio: ["ignore", "ignore", "inherit"] });
   } else if (name === "node-pass") {
@@ -497,16 +500,19 @@ async function startProfiler(pid: number): Promise<ChildProcess | null> {
   if (!command) return null;
   const [file, ...args] = command.replaceAll("{pid}", String(pid)).split(" ").filter(Boolean);
   const child = spawn(file!, args, { stdio: ["ignore", "ignore", "inherit"] });
-  await sleep(1000);
+  const started = await Promise.race([new Promise<Error>((resolve) => child.once("error", resolve)), sleep(1000).then(() => null)]);
+  if (started !== null) throw new Error(`ADP_BENCH_PEERS_TRACE_PROFILER did not start: ${started.message}`);
   return child;
 }
 
-/** Stops a profiler with SIGINT (perf writes its data then) and waits for it to exit. */
+/** Stops a profiler with SIGINT (perf writes its data then), SIGKILL after 30 s; resolves once it exited. */
 async function stopProfiler(child: ChildProcess | null): Promise<void> {
-  if (child === null || child.exitCode !== null) return;
+  if (child === null || child.exitCode !== null || child.signalCode !== null) return;
   const exited = new Promise((resolve) => child.once("exit", resolve));
   child.kill("SIGINT");
+  const killer = setTimeout(() => child.kill("SIGKILL"), 30_000);
   await exited;
+  clearTimeout(killer);
 }
 
 /** `wrk` saturating `peer` with small chats: requests/s and CPU per 1,000. */

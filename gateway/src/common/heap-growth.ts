@@ -10,29 +10,32 @@
 // about the same under saturation:
 //
 //   - the old generation may grow to 3 times its live size, which alone ends
-//     them but held more memory under load (soak:serve's peak RSS 143 against
-//     123 MiB with V8's own factor);
-//   - the young generation stops at 8 MiB semi-spaces (V8's default is 16 MiB
-//     on 64-bit), which gives that back (128 against 129 MiB with factor 2)
-//     at the same CPU per small request (docs/performance.md#footprint).
+//     them but held more memory under 256 saturating connections (135-136
+//     against 128-133 MiB with a factor of 2);
+//   - the young generation stops at 8 MiB semi-spaces (V8's own maximum is 16
+//     MiB with 4 GiB of memory or more), which gives that back (124 MiB) at
+//     the same CPU per small request (docs/performance.md#footprint).
 //
 // V8 reads the growing factor each time it sets the next limit and the
 // semi-space growth factor each time it grows the young generation, so both
-// take effect in a running process (Node runs V8 with its flags unfrozen). The
-// young generation's maximum is fixed when the heap is made, so the cap is a
-// growth factor of 1 while the young generation is at the cap (2, V8's own,
-// below it: an idle process's young generation shrinks and must grow again),
-// checked after each collection. An operator's own flag on node's command
-// line, or the semi-space flags in NODE_OPTIONS, is kept.
+// take effect in a running process (Node runs V8 with its flags unfrozen).
+// The young generation's maximum is fixed when the heap is made, so the cap
+// is the growth factor, chosen after each collection: V8's own 2 while
+// doubling stays within the cap, else 1 (V8 then grows to the size it has).
+// An idle process's young generation shrinks to an uneven size, and grows
+// again from there, so it may settle between half the cap and the cap. An
+// operator's own settings are kept: the growing factor and the semi-space
+// flags on node's command line, `--max-semi-space-size` in NODE_OPTIONS (the
+// only one of them Node takes there).
 
 import { PerformanceObserver } from "node:perf_hooks";
 import { getHeapSpaceStatistics, setFlagsFromString } from "node:v8";
 
 /** The old generation may grow to (1 + this / 100) times its live size before V8 marks it. */
 export const HEAP_GROWING_PERCENT = 200;
-/** The young generation's semi-space stops growing at this size, MiB. */
+/** The young generation's semi-space grows no further than this, MiB. */
 export const SEMI_SPACE_CAP_MIB = 8;
-/** V8's own semi-space growth factor, in force below the cap. */
+/** V8's own semi-space growth factor: each growth doubles the semi-space. */
 const V8_SEMI_SPACE_GROWTH = 2;
 
 /**
@@ -41,6 +44,7 @@ const V8_SEMI_SPACE_GROWTH = 2;
  * dynamic factor, which an operator's `--heap-growing-percent=0` keeps).
  */
 export function setHeapGrowth(execArgv: readonly string[] = process.execArgv): number | null {
+  // V8 takes one dash or two; Node refuses the flag without `=value` (and in NODE_OPTIONS), so a value always follows it here.
   const flag = lastFlag(execArgv, /^--?heap[-_]growing[-_]percent=(.*)$/);
   if (flag !== null) {
     const percent = Number(flag);
@@ -50,31 +54,41 @@ export function setHeapGrowth(execArgv: readonly string[] = process.execArgv): n
   return HEAP_GROWING_PERCENT;
 }
 
+/** The semi-space growth factor for a young generation of `semiSpaceBytes` semi-spaces: V8's own while its doubling stays within `capBytes`, else 1. */
+export function semiSpaceGrowth(semiSpaceBytes: number, capBytes: number): number {
+  return semiSpaceBytes * V8_SEMI_SPACE_GROWTH <= capBytes ? V8_SEMI_SPACE_GROWTH : 1;
+}
+
 /**
- * Stops this process's young generation growing past SEMI_SPACE_CAP_MIB
+ * Keeps this process's young generation within SEMI_SPACE_CAP_MIB
  * semi-spaces unless the operator sizes it (a semi-space flag on node's
  * command line or in NODE_OPTIONS); returns a `close()` that stops watching,
  * or null when the operator's setting is kept.
  */
 export function capYoungGeneration(execArgv: readonly string[] = process.execArgv, nodeOptions = process.env.NODE_OPTIONS ?? ""): { close(): void } | null {
-  const semiSpaceFlag = /^--?(?:max|min)[-_]semi[-_]space[-_]size(?:=|$)|^--?semi[-_]space[-_]growth[-_]factor(?:=|$)/;
-  if (lastFlag([...execArgv, ...nodeOptions.split(/\s+/)], semiSpaceFlag) !== null) return null;
-  /** Committed bytes of the young generation (both semi-spaces) at the cap. */
-  const capBytes = 2 * SEMI_SPACE_CAP_MIB * 1024 * 1024;
-  let atCap = false;
+  // V8 takes one dash or two and `-` or `_` in names, and its flags need `=value`; NODE_OPTIONS may quote a flag.
+  const semiSpaceFlag = /^--?(?:(?:max|min)[-_]semi[-_]space[-_]size|semi[-_]space[-_]growth[-_]factor)=/;
+  const optionFlags = nodeOptions.split(/\s+/).map((token) => token.replace(/^["']|["']$/g, ""));
+  if (lastFlag([...execArgv, ...optionFlags], semiSpaceFlag) !== null) return null;
+  const capBytes = SEMI_SPACE_CAP_MIB * 1024 * 1024;
+  let factor = V8_SEMI_SPACE_GROWTH;
   const observer = new PerformanceObserver(() => {
-    const now = youngGenerationBytes() >= capBytes;
-    if (now === atCap) return;
-    atCap = now;
-    setFlagsFromString(`--semi-space-growth-factor=${now ? 1 : V8_SEMI_SPACE_GROWTH}`);
+    const next = semiSpaceGrowth(semiSpaceBytes(), capBytes);
+    if (next === factor) return;
+    factor = next;
+    setFlagsFromString(`--semi-space-growth-factor=${next}`);
   });
   observer.observe({ entryTypes: ["gc"] });
   return { close: () => observer.disconnect() };
 }
 
-/** The young generation's committed bytes (its two semi-spaces). */
-function youngGenerationBytes(): number {
-  for (const space of getHeapSpaceStatistics()) if (space.space_name === "new_space") return space.space_size;
+/**
+ * One semi-space's capacity, bytes: what the young generation holds and can
+ * still take (its committed size counts the other semi-space only while V8
+ * keeps that committed).
+ */
+function semiSpaceBytes(): number {
+  for (const space of getHeapSpaceStatistics()) if (space.space_name === "new_space") return space.space_used_size + space.space_available_size;
   return 0;
 }
 
