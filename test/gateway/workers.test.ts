@@ -151,6 +151,9 @@ describe("serve --workers N", () => {
       ok([learn(hashesText(new Uint32Array(3)))]), // not whole blocks
       ok([learn(hashesText(new Uint32Array(1 << 19)))]), // past the bound
       ok([learn("AAAA!AAAAAAA")]), // not base64 (Node's decoder would skip the "!")
+      ok([learn("AAAA AAAAAA=")]), // a space Node's decoder would skip
+      ok([learn("AAAAAAAAAAé=")]), // a character past ASCII
+      ok([learn("AAAAAAAAAAB=")]), // 8 bytes, but not as Buffer writes them (its unused bits set)
       ok([{ op: "route" }]),
       ok([], [{ url: urls[0], inFlight: -1, inFlightTokens: 0 }]),
       ok(new Array(4097).fill(learn(hashesText(new Uint32Array(2))))),

