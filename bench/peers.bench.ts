@@ -54,12 +54,15 @@ const RATE = Number(process.env.ADP_BENCH_PEERS_RATE ?? 25);
  * Requests each peer serves before any of its phases is measured: the trace's first
  * WARMUP_REQUESTS with every prompt's first byte changed (so no block of them
  * is a block of the measured trace), at 4× RATE. A gateway serves millions of
- * requests in one process; without this, V8's compiling of its hot paths
- * (a seventh to a fifth of a fresh process's CPU over the 3,000) is counted against
- * it. HAProxy has nothing to warm, and gets the same requests. A peer of N
- * worker processes gets N times as many, so each process is as warm as one gateway.
+ * requests in one process; without this, V8's compiling of its hot paths is
+ * counted against it: TurboFan optimizes a function called once a request only
+ * after several thousand calls, and after 1,000 requests it still compiled 111-113
+ * functions over the 3,000 measured (13% of the gateway's CPU there), after 5,000
+ * 38 (`--trace-opt`). HAProxy has nothing to warm, and gets the same requests. A
+ * peer of N worker processes gets N times as many, so each process is as warm as
+ * one gateway.
  */
-const WARMUP_REQUESTS = Number(process.env.ADP_BENCH_PEERS_WARMUP ?? 1_000);
+const WARMUP_REQUESTS = Number(process.env.ADP_BENCH_PEERS_WARMUP ?? 5_000);
 const ROUNDS = Number(process.env.ADP_BENCH_PEERS_ROUNDS ?? 3);
 const WRK_CONNECTIONS = 256;
 const WRK_SECONDS = 8;
