@@ -56,9 +56,9 @@ const RATE = Number(process.env.ADP_BENCH_PEERS_RATE ?? 25);
  * is a block of the measured trace), at 4× RATE. A gateway serves millions of
  * requests in one process; without this, V8's compiling of its hot paths is
  * counted against it: TurboFan optimizes a function called once a request only
- * after several thousand calls, and after 1,000 requests it still compiled 111-113
- * functions over the 3,000 measured (13% of the gateway's CPU there), after 5,000
- * 38 (`--trace-opt`). HAProxy has nothing to warm, and gets the same requests. A
+ * after several thousand calls, and after 1,000 requests it still made 111-113
+ * compilations over the 3,000 measured (`--trace-opt`; 13% of the gateway's CPU
+ * there by perf), after 5,000 38. HAProxy has nothing to warm, and gets the same requests. A
  * peer of N worker processes gets N times as many, so each process is as warm as
  * one gateway.
  */
