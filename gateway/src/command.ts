@@ -12,6 +12,7 @@ import { refuseSelf, unreachableAtStart } from "./fleet/reachability.js";
 import { TokenizerLoadError } from "./tokenizers/tokenizer-loading.js";
 import { availableParallelism } from "node:os";
 import { capYoungGeneration, setHeapGrowth } from "./common/heap-growth.js";
+import { collectYoungBuffers } from "./common/young-buffers.js";
 import { isControl, isGatewayWorker, LISTENING_MESSAGE, runPrimary, WORKER_ENV } from "./workers/cluster-primary.js";
 import { Siblings } from "./workers/sibling-log.js";
 import { MetricsRelay } from "./workers/metrics-relay.js";
@@ -136,9 +137,11 @@ async function serve(args: string[]): Promise<number> {
     if (config.auth.adminApiKey !== null) return fail("--workers above 1 cannot be combined with the admin endpoints (auth.admin_api_key): an admin change would reach one worker only");
     return runPrimary(workers);
   }
-  // This process serves requests (the one gateway, or a worker): fewer full collections of its small heap, a smaller young generation.
+  // This process serves requests (the one gateway, or a worker): fewer full collections of its small heap, a smaller
+  // young generation, and the buffers its reads leave collected young.
   setHeapGrowth();
   capYoungGeneration();
+  collectYoungBuffers();
   // The tokenizer first: a folder that cannot load is a configuration problem (exit 2), whatever the upstreams do.
   let reader;
   try {

@@ -14,7 +14,7 @@
 //     └──► close (until the connection ends)
 
 import type { IncomingHttpHeaders } from "node:http";
-import { isBlank, isFieldValue, lengthOf, TCHAR } from "./grammar.js";
+import { HeaderRecord, isBlank, isFieldValue, lengthOf, TCHAR } from "./grammar.js";
 import { Http1Error } from "./http1-error.js";
 
 /**
@@ -115,7 +115,7 @@ export class AnswerParser {
     while (at < buf.length && this.#state !== State.Done && !this.#paused) {
       switch (this.#state) {
         case State.Head:
-          at = this.#line(buf, at, CRLF2, (head) => this.#head(head));
+          at = this.#line(buf, at, CRLF2, 2, (head) => this.#head(head));
           break;
         case State.Length:
           at = this.#counted(buf, at, State.Done);
@@ -125,7 +125,7 @@ export class AnswerParser {
           at = buf.length;
           break;
         case State.ChunkSize:
-          at = this.#line(buf, at, CRLF, (line) => this.#chunkSize(line));
+          at = this.#line(buf, at, CRLF, 0, (line) => this.#chunkSize(line));
           break;
         case State.ChunkData:
           at = this.#counted(buf, at, State.ChunkEnd);
@@ -137,7 +137,7 @@ export class AnswerParser {
           if (++this.#remaining === 2) this.#state = State.ChunkSize;
           break;
         case State.Trailers:
-          at = this.#line(buf, at, CRLF, (line) => this.#trailer(line));
+          at = this.#line(buf, at, CRLF, 0, (line) => this.#trailer(line));
           break;
       }
     }
@@ -155,9 +155,11 @@ export class AnswerParser {
 
   /**
    * Gathers bytes (held across reads, bounded) up to `end`; calls `take`
-   * with them, `end` left out, and returns where the bytes after `end` start.
+   * with them and the first `keep` bytes of `end` (a head keeps its last
+   * line's CRLF: its lines are passed on as they came), and returns where
+   * the bytes after `end` start.
    */
-  #line(buf: Buffer, at: number, end: Buffer, take: (text: string) => void): number {
+  #line(buf: Buffer, at: number, end: Buffer, keep: number, take: (text: string) => void): number {
     const held = this.#held;
     const start = held === null ? at : 0;
     const bytes = held === null ? buf : Buffer.concat([held, buf.subarray(at)]);
@@ -170,7 +172,7 @@ export class AnswerParser {
     }
     if (found - start > MAX_HEAD_BYTES) throw tooLong();
     this.#held = null;
-    take(bytes.toString("latin1", start, found));
+    take(bytes.toString("latin1", start, found + keep));
     // Where the rest starts in `buf`: past the terminator, less what was held before this read.
     return held === null ? found + end.length : found + end.length - held.length + at;
   }
@@ -183,8 +185,8 @@ export class AnswerParser {
    * dropped). Read a character at a time: no regular expression, no split.
    */
   #head(text: string): void {
-    const lineEnd = text.indexOf("\r\n");
-    const statusEnd = lineEnd < 0 ? text.length : lineEnd;
+    // `text` ends with its last line's CRLF.
+    const statusEnd = text.indexOf("\r\n");
     const minor = text.charCodeAt(7);
     if (statusEnd < 12 || !text.startsWith("HTTP/1.") || (minor !== 0x30 && minor !== 0x31) || text.charCodeAt(8) !== 0x20 || (statusEnd > 12 && text.charCodeAt(12) !== 0x20) || !isFieldValue(text, 12, statusEnd)) {
       throw new Http1Error("ADP_ANSWER_INVALID", "an answer's status line is not HTTP/1.x");
@@ -195,13 +197,12 @@ export class AnswerParser {
       if (d < 0 || d > 9) throw new Http1Error("ADP_ANSWER_INVALID", "an answer's status line is not HTTP/1.x");
       code = code * 10 + d;
     }
-    // No prototype: a header named __proto__ or constructor is a header like any other.
-    const headers = Object.create(null) as IncomingHttpHeaders;
+    // Inheriting nothing: a header named __proto__ or constructor is a header like any other.
+    const headers = new HeaderRecord() as IncomingHttpHeaders;
     const names: string[] = [];
     const spans: number[] = [];
     for (let at = statusEnd + 2; at < text.length; ) {
-      let end = text.indexOf("\r\n", at);
-      if (end < 0) end = text.length;
+      const end = text.indexOf("\r\n", at);
       // The name: token characters up to the colon (a line starting with a space or tab, obs-fold, has none).
       let colon = at;
       while (colon < end) {
@@ -231,7 +232,7 @@ export class AnswerParser {
       this.#parts.head(code, headers);
       return; // informational: the final head follows, in State.Head still
     }
-    (headers as { [HEAD_LINES]?: HeadLines })[HEAD_LINES] = { text: text.endsWith("\r\n") ? text : `${text}\r\n`, names, lines: spans };
+    (headers as { [HEAD_LINES]?: HeadLines })[HEAD_LINES] = { text, names, lines: spans };
     const http10 = minor === 0x30;
     const connection = headers.connection as string | string[] | undefined;
     // The usual values compared as they are; anything else read as a list.

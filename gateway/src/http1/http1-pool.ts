@@ -22,6 +22,7 @@ import { isFieldValue, isToken } from "./grammar.js";
 import { Http1Error } from "./http1-error.js";
 import { writeRequest, type ForwardedLines } from "./joined-write.js";
 import { SlotArray, type Slotted } from "../common/slot-array.js";
+import { noteReceived } from "../common/young-buffers.js";
 
 export type { ForwardedLines } from "./joined-write.js";
 
@@ -239,6 +240,7 @@ class Connection implements Slotted {
 
   /** `onread`'s callback: the `n` bytes read into READ_BUFFER, copied before anything else can read into it (true: go on reading). */
   readonly #onRead = (n: number): boolean => {
+    noteReceived(n);
     this.#onData(Buffer.from(READ_BUFFER.subarray(0, n)));
     return true;
   };

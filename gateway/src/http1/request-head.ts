@@ -8,7 +8,7 @@
 // header, ...). So every head this file takes is one llhttp would read the
 // same way (test/gateway/http1-server.test.ts compares them on random heads).
 
-import { isBlank, lengthOf, TCHAR } from "./grammar.js";
+import { HeaderRecord, isBlank, lengthOf, TCHAR } from "./grammar.js";
 
 /** The most bytes of a head read here (node:http's default maxHeaderSize: past it the connection goes there, which answers 431). */
 export const MAX_REQUEST_HEAD_BYTES = 16 * 1024;
@@ -71,7 +71,7 @@ export function parseRequestHead(text: string, takes: (path: string) => boolean)
   const target = text.slice(from, space);
   const path = query < 0 ? target : text.slice(from, query);
   if (!takes(path)) return null;
-  const headers = Object.create(null) as Record<string, string>;
+  const headers = new HeaderRecord() as Record<string, string>;
   const names: string[] = [];
   const lines: number[] = [];
   let count = 0;

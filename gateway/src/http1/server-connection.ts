@@ -24,6 +24,7 @@ import type { EdgeRequest } from "./edge-types.js";
 import { MAX_REQUEST_HEAD_BYTES, mayBeTaken, parseRequestHead, type RequestHead } from "./request-head.js";
 import { Http1Response, type ResponseOwner } from "./server-response.js";
 import type { Slotted } from "../common/slot-array.js";
+import { noteReceived } from "../common/young-buffers.js";
 
 /** The most bytes held that a client sent ahead of its answer; past it the socket is not read until the answer is done. */
 const HOLD_BYTES = 64 * 1024;
@@ -121,6 +122,7 @@ export class ServerConnection implements ResponseOwner, Slotted {
   }
 
   #data(d: Buffer): void {
+    noteReceived(d.length);
     switch (this.#phase) {
       case Phase.Head:
         if (!this.#reading) {
@@ -195,6 +197,7 @@ export class ServerConnection implements ResponseOwner, Slotted {
       return;
     }
     const body = Buffer.allocUnsafe(head.contentLength);
+    noteReceived(body.length);
     bytes.copy(body, 0, start);
     this.#body = body;
     this.#bodyAt = bytes.length - start;

@@ -1,0 +1,94 @@
+// The buffers a serve process's reads leave, collected young (young-buffers.ts):
+// V8 runs a young collection once the bytes received reach COLLECT_BYTES,
+// no other context gets a `gc` global, and a real serve process asks for
+// such collections while long prompts stream through it (V8's own trace
+// names a collection asked for so "testing").
+import { spawn, type ChildProcess } from "node:child_process";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path, { join } from "node:path";
+import { PerformanceObserver, constants } from "node:perf_hooks";
+import { runInNewContext } from "node:vm";
+import { afterEach, describe, expect, it } from "vitest";
+import { COLLECT_BYTES, collectYoungBuffers, noteReceived } from "../../gateway/src/common/young-buffers.js";
+import { startMockEngine, urlFrom } from "../support/mock-engine.js";
+
+const GATEWAY_CLI = path.resolve("gateway/dist/cli.js");
+
+const open: { close(): Promise<void> }[] = [];
+const children: ChildProcess[] = [];
+const dirs: string[] = [];
+afterEach(async () => {
+  for (const c of children.splice(0)) c.kill("SIGKILL");
+  for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
+  await Promise.all(open.splice(0).map((o) => o.close()));
+});
+
+/** The young collections V8 reports from now on, as they come (startTime, ms). */
+function youngCollections(): { readonly times: number[]; close(): void } {
+  const times: number[] = [];
+  const observer = new PerformanceObserver((list) => {
+    for (const e of list.getEntries()) if ((e as { detail?: { kind?: number } }).detail?.kind === constants.NODE_PERFORMANCE_GC_MINOR) times.push(e.startTime);
+  });
+  observer.observe({ entryTypes: ["gc"] });
+  return { times, close: () => observer.disconnect() };
+}
+
+describe("young collections asked for by the bytes received", () => {
+  it(`runs one once ${COLLECT_BYTES} bytes came, and leaves no gc global in another context`, async () => {
+    const collecting = collectYoungBuffers();
+    const seen = youngCollections();
+    try {
+      expect(runInNewContext("typeof gc")).toBe("undefined");
+      noteReceived(COLLECT_BYTES - 1);
+      const before = performance.now();
+      noteReceived(1);
+      // The observer hears of it on a later turn.
+      await new Promise((r) => setTimeout(r, 50));
+      expect(seen.times.some((t) => t >= before)).toBe(true);
+    } finally {
+      seen.close();
+      collecting.close();
+    }
+  });
+
+  it("asks for none once stopped (counting only)", async () => {
+    collectYoungBuffers().close();
+    const seen = youngCollections();
+    try {
+      const before = performance.now();
+      // Nothing here allocates enough for V8 to collect on its own in this short a time.
+      noteReceived(4 * COLLECT_BYTES);
+      await new Promise((r) => setTimeout(r, 50));
+      expect(seen.times.filter((t) => t >= before)).toEqual([]);
+    } finally {
+      seen.close();
+    }
+  });
+});
+
+describe("a serve process with long prompts", () => {
+  it("asks V8 for young collections as their bytes come", async () => {
+    const engine = await startMockEngine("e0");
+    open.push(engine);
+    const dir = mkdtempSync(join(tmpdir(), "adp-young-"));
+    dirs.push(dir);
+    const config = join(dir, "gateway.yaml");
+    writeFileSync(config, `listen: { host: 127.0.0.1, port: 0 }\nlogging: { level: warn }\nupstreams:\n  - url: ${engine.url}\n`);
+    const child = spawn(process.execPath, ["--trace-gc", GATEWAY_CLI, "serve", "--config", config], { stdio: ["ignore", "pipe", "pipe"] });
+    children.push(child);
+    const url = await urlFrom(child);
+    let trace = "";
+    child.stdout!.on("data", (d) => (trace += d));
+    // 2.5 times COLLECT_BYTES of prompts, 100 KB each, each a fresh text (no block of one is another's).
+    const requests = Math.ceil((2.5 * COLLECT_BYTES) / 100_000);
+    for (let i = 0; i < requests; i++) {
+      const content = `${i} `.padEnd(100_000, "long prompt text ");
+      const r = await fetch(`${url}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ model: "m", messages: [{ role: "user", content }], max_tokens: 1 }) });
+      expect(r.status).toBe(200);
+      await r.text();
+    }
+    // V8 names a collection asked for through its gc function "testing"; its own young collections reset the count.
+    expect(trace).toMatch(/Scavenge[^\n]*testing/);
+  }, 60_000);
+});
