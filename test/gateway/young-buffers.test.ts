@@ -1,13 +1,16 @@
 // The buffers a serve process's reads leave, collected young (young-buffers.ts):
 // V8 runs a young collection once the bytes received reach COLLECT_BYTES,
-// no other context gets a `gc` global, and a real serve process asks for
-// such collections while long prompts stream through it (V8's own trace
-// names a collection asked for so "testing").
+// once each COLLECT_BYTES and again only after V8's own collection, no other
+// context gets a `gc` global, a real serve process asks for such
+// collections while long prompts stream through it (V8's own trace names a
+// collection asked for so "testing"), and one whose operator renamed V8's
+// gc function serves as before.
 import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path, { join } from "node:path";
 import { PerformanceObserver, constants } from "node:perf_hooks";
+import { setFlagsFromString } from "node:v8";
 import { runInNewContext } from "node:vm";
 import { afterEach, describe, expect, it } from "vitest";
 import { COLLECT_BYTES, collectYoungBuffers, noteReceived } from "../../gateway/src/common/young-buffers.js";
@@ -52,6 +55,31 @@ describe("young collections asked for by the bytes received", () => {
     }
   });
 
+  it(`asks once each ${COLLECT_BYTES} bytes, and counts again after any young collection V8 makes`, async () => {
+    let asked = 0;
+    const collecting = collectYoungBuffers(() => asked++);
+    try {
+      noteReceived(COLLECT_BYTES - 1);
+      expect(asked).toBe(0);
+      noteReceived(1);
+      expect(asked).toBe(1);
+      noteReceived(COLLECT_BYTES - 1);
+      expect(asked).toBe(1);
+      // A young collection of V8's own (taken here as serve takes it) frees what came so far: the count starts again.
+      setFlagsFromString("--expose-gc");
+      const gc = runInNewContext("gc") as (o: { type: string }) => void;
+      setFlagsFromString("--no-expose-gc");
+      gc({ type: "minor" });
+      await new Promise((r) => setTimeout(r, 50));
+      noteReceived(COLLECT_BYTES - 1);
+      expect(asked).toBe(1);
+      noteReceived(1);
+      expect(asked).toBe(2);
+    } finally {
+      collecting.close();
+    }
+  });
+
   it("asks for none once stopped (counting only)", async () => {
     collectYoungBuffers().close();
     const seen = youngCollections();
@@ -67,28 +95,44 @@ describe("young collections asked for by the bytes received", () => {
   });
 });
 
+/** Starts `serve` with node flags `nodeFlags` in front of a mock engine; resolves with its URL and the child. */
+async function serve(nodeFlags: string[]): Promise<{ url: string; child: ChildProcess }> {
+  const engine = await startMockEngine("e0");
+  open.push(engine);
+  const dir = mkdtempSync(join(tmpdir(), "adp-young-"));
+  dirs.push(dir);
+  const config = join(dir, "gateway.yaml");
+  writeFileSync(config, `listen: { host: 127.0.0.1, port: 0 }\nlogging: { level: warn }\nupstreams:\n  - url: ${engine.url}\n`);
+  const child = spawn(process.execPath, [...nodeFlags, GATEWAY_CLI, "serve", "--config", config], { stdio: ["ignore", "pipe", "pipe"] });
+  children.push(child);
+  return { url: await urlFrom(child), child };
+}
+
+/** A chat body of about `bytes` bytes whose prompt starts with `i` (no block of one is another's). */
+const longChat = (i: number, bytes: number) => JSON.stringify({ model: "m", messages: [{ role: "user", content: `${i} `.padEnd(bytes, "long prompt text ") }], max_tokens: 1 });
+
 describe("a serve process with long prompts", () => {
   it("asks V8 for young collections as their bytes come", async () => {
-    const engine = await startMockEngine("e0");
-    open.push(engine);
-    const dir = mkdtempSync(join(tmpdir(), "adp-young-"));
-    dirs.push(dir);
-    const config = join(dir, "gateway.yaml");
-    writeFileSync(config, `listen: { host: 127.0.0.1, port: 0 }\nlogging: { level: warn }\nupstreams:\n  - url: ${engine.url}\n`);
-    const child = spawn(process.execPath, ["--trace-gc", GATEWAY_CLI, "serve", "--config", config], { stdio: ["ignore", "pipe", "pipe"] });
-    children.push(child);
-    const url = await urlFrom(child);
+    const { url, child } = await serve(["--trace-gc"]);
     let trace = "";
     child.stdout!.on("data", (d) => (trace += d));
     // 2.5 times COLLECT_BYTES of prompts, 100 KB each, each a fresh text (no block of one is another's).
     const requests = Math.ceil((2.5 * COLLECT_BYTES) / 100_000);
     for (let i = 0; i < requests; i++) {
-      const content = `${i} `.padEnd(100_000, "long prompt text ");
-      const r = await fetch(`${url}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ model: "m", messages: [{ role: "user", content }], max_tokens: 1 }) });
+      const r = await fetch(`${url}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: longChat(i, 100_000) });
       expect(r.status).toBe(200);
       await r.text();
     }
     // V8 names a collection asked for through its gc function "testing"; its own young collections reset the count.
     expect(trace).toMatch(/Scavenge[^\n]*testing/);
   }, 60_000);
+
+  it("serves as before when the operator names V8's gc function otherwise (--expose-gc-as)", async () => {
+    const { url } = await serve(["--expose-gc-as=collect"]);
+    for (let i = 0; i < 3; i++) {
+      const r = await fetch(`${url}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: longChat(i, 100_000) });
+      expect(r.status).toBe(200);
+      await r.text();
+    }
+  });
 });

@@ -1,17 +1,15 @@
 // How far V8 lets a `serve` process's heap grow, set for that process. A
 // gateway's live V8 heap is small (its prefix index lives in wasm memory)
-// while its young generation grows under load. V8 marks the old generation
-// again and again when its headroom is small against the young generation,
-// and each mark-compact costs concurrent marking on a helper thread and the
-// re-optimization of what it deoptimized: with a factor of 2, 24-27
-// mark-compacts in bench:peers' 3,000 long-prompt requests. Two settings end
-// most of them (3-4 left, 16% less CPU a request), for 10-19 MiB more peak
-// RSS on long prompts (the bodies' buffers wait longer for a collection) and
-// about the same under saturation:
+// while the buffers its reads bring are large and live outside the heap. V8
+// counts what was allocated outside the heap since its last full collection
+// against the old generation's headroom, and marks the whole heap again when
+// little is left, so a small live heap got a mark-compact every ~100 long
+// prompts with a factor of 2 (24-27 in bench:peers' 3,000). Two settings, and
+// the young collections young-buffers.ts asks for, end most of them:
 //
-//   - the old generation may grow to 3 times its live size, which alone ends
-//     them but held more memory under 256 saturating connections (135-136
-//     against 128-133 MiB with a factor of 2);
+//   - the old generation may grow to 3 times its live size, which alone ended
+//     most of them but held more memory under 256 saturating connections
+//     (135-136 against 128-133 MiB with a factor of 2);
 //   - the young generation stops at 8 MiB semi-spaces (V8's own maximum is 16
 //     MiB with 4 GiB of memory or more), which gives that back (124 MiB) at
 //     the same CPU per small request (docs/performance.md#footprint).

@@ -7,22 +7,23 @@
 // itself fills too slowly for a young collection to come: the buffers pile
 // up until what was allocated outside the heap since the last full
 // collection eats the old generation's headroom (V8 counts it there), and
-// V8 marks the whole heap again (a mark-compact every ~215 requests of
-// bench:peers' trace, ~13% of the gateway's CPU there by perf, on helper
-// threads mostly).
+// V8 marks the whole heap again: 13 mark-compacts over bench:peers' 3,000
+// measured trace requests, ~13% of the gateway's CPU there by perf (helper
+// threads' marking mostly); with these collections 1, and 31 young
+// collections asked for (`--trace-gc`, 2026-12-05).
 //
 // So `serve` counts the bytes its reads bring (noteReceived) and asks V8 for
 // a young collection each COLLECT_BYTES of them: it costs about half a
 // millisecond when little is live, and frees every buffer that died. Any
-// young collection V8 makes on its own starts the count again, so under
-// many small requests, whose young generation fills first, none is asked
-// for.
+// collection V8 makes on its own starts the count again, so under many
+// small requests, whose young generation fills first, none is asked for
+// (none in 8 s of bench:peers' saturated small chats).
 
 import { PerformanceObserver, constants } from "node:perf_hooks";
 import { setFlagsFromString } from "node:v8";
 import { runInNewContext } from "node:vm";
 
-/** Bytes received between two young collections at most (well within the headroom V8 leaves a small heap: about 12 MiB). */
+/** Bytes received between two young collections at most (within the headroom V8 leaves a small heap: about 12 MiB with an old generation of 10 MiB at three times its size, less 8 MiB of young generation). */
 export const COLLECT_BYTES = 8 * 1024 * 1024;
 
 /** V8's collection function (`--expose-gc`'s), with the options it takes. */
@@ -41,21 +42,39 @@ export function noteReceived(bytes: number): void {
   collectYoung();
 }
 
+/** V8's kind of a young collection by mark-sweep (`--minor-ms`; Node names no constant for it). */
+const GC_MINOR_MARK_SWEEP = 2;
+/** The collection kinds that free dead young buffers: a young collection, either way, or a full one. */
+const FREEING_KINDS = constants.NODE_PERFORMANCE_GC_MINOR | GC_MINOR_MARK_SWEEP | constants.NODE_PERFORMANCE_GC_MAJOR;
+
 /**
- * Starts asking for young collections in this process (`serve`'s, once);
- * returns a `close()` that stops (tests). V8's collection function is taken
- * from a context made while `--expose-gc` is on (it is set back off at
- * once: no other context gets a `gc` global).
+ * V8's collection function, taken from a context made while `--expose-gc` is
+ * on (set back off at once: no other context gets a `gc` global), or null
+ * when it cannot be had. An operator's own `--expose-gc` or
+ * `--expose-gc-as=NAME` is left as it is (with the latter no context has a
+ * `gc`: counting only).
  */
-export function collectYoungBuffers(): { close(): void } {
-  const exposed = typeof (globalThis as { gc?: unknown }).gc === "function";
-  if (!exposed) setFlagsFromString("--expose-gc");
-  const gc = runInNewContext("gc") as Collect;
-  if (!exposed) setFlagsFromString("--no-expose-gc");
-  collectYoung = () => gc({ type: "minor" });
-  // V8's own young collections free them too: the count starts again.
+function collectFunction(execArgv: readonly string[], nodeOptions: string): Collect | null {
+  const operators = /(?:^|\s)["']?--?expose[-_]gc/.test(`${execArgv.join(" ")} ${nodeOptions}`);
+  if (!operators) setFlagsFromString("--expose-gc");
+  try {
+    const gc = runInNewContext("typeof gc === 'function' ? gc : null") as Collect | null;
+    return typeof gc === "function" ? gc : null;
+  } finally {
+    if (!operators) setFlagsFromString("--no-expose-gc");
+  }
+}
+
+/**
+ * Starts asking for young collections in this process (`serve`'s, once):
+ * `collect` runs one (V8's own by default; null when V8's cannot be had,
+ * and then the bytes are only counted). Returns a `close()` that stops.
+ */
+export function collectYoungBuffers(collect: (() => void) | null = youngCollection(process.execArgv, process.env.NODE_OPTIONS ?? "")): { close(): void } {
+  collectYoung = collect;
+  // Any collection V8 makes on its own frees them too: the count starts again.
   const observer = new PerformanceObserver((list) => {
-    for (const entry of list.getEntries()) if (((entry as { detail?: { kind?: number } }).detail)?.kind === constants.NODE_PERFORMANCE_GC_MINOR) received = 0;
+    for (const entry of list.getEntries()) if ((((entry as { detail?: { kind?: number } }).detail?.kind ?? 0) & FREEING_KINDS) !== 0) received = 0;
   });
   observer.observe({ entryTypes: ["gc"] });
   received = 0;
@@ -65,4 +84,10 @@ export function collectYoungBuffers(): { close(): void } {
       collectYoung = null;
     },
   };
+}
+
+/** A young collection by V8's collection function, or null when it cannot be had. */
+function youngCollection(execArgv: readonly string[], nodeOptions: string): (() => void) | null {
+  const gc = collectFunction(execArgv, nodeOptions);
+  return gc === null ? null : () => gc({ type: "minor" });
 }

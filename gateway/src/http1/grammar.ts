@@ -50,4 +50,4 @@ export function lengthOf(text: string): number {
  * dictionary's rehashing.
  */
 export const HeaderRecord = function HeaderRecord() {} as unknown as new () => Record<string, string | string[] | undefined>;
-HeaderRecord.prototype = Object.create(null);
+HeaderRecord.prototype = Object.freeze(Object.create(null));
