@@ -613,6 +613,11 @@ function summary(results: Map<string, Record<string, number>[]>, direct: number)
       const ratios = Object.fromEntries(COMPARED.filter((k) => m[k] !== undefined && b[k] !== undefined).map((k) => [k, round(m[k]! / b[k]!, 2)]));
       console.log(JSON.stringify({ peer: name, vs: base, ratios }));
     }
+    // Workers should route as one gateway: their hit ratio against the one process's.
+    const one = medians.get(name.replace(/-w\d+/, ""));
+    if (/-w\d+/.test(name) && one !== undefined && m.trace_hit_ratio !== undefined && one.trace_hit_ratio !== undefined) {
+      console.log(JSON.stringify({ peer: name, vs: name.replace(/-w\d+/, ""), ratios: { trace_hit_ratio: round(m.trace_hit_ratio / one.trace_hit_ratio, 3) } }));
+    }
   }
 }
 
