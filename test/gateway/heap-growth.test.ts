@@ -3,25 +3,17 @@
 // factor in force, and a burst of surviving allocations in the serve process
 // how far its young generation grows, in a real serve process and with an
 // operator's flags that win.
-import { spawn, type ChildProcess } from "node:child_process";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { spawn } from "node:child_process";
+import { writeFileSync } from "node:fs";
 import path, { join } from "node:path";
-import { afterEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import fc from "fast-check";
 import { capYoungGeneration, HEAP_GROWING_PERCENT, SEMI_SPACE_CAP_MIB, semiSpaceGrowth, setHeapGrowth } from "../../gateway/src/common/heap-growth.js";
-import { startMockEngine } from "../support/mock-engine.js";
+import { oneEngineServeConfig, trackedForCleanup } from "../support/mock-engine.js";
 
 const GATEWAY_CLI = path.resolve("gateway/dist/cli.js");
 
-const open: { close(): Promise<void> }[] = [];
-const children: ChildProcess[] = [];
-const dirs: string[] = [];
-afterEach(async () => {
-  for (const c of children.splice(0)) c.kill("SIGKILL");
-  for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
-  await Promise.all(open.splice(0).map((o) => o.close()));
-});
+const tracked = trackedForCleanup();
 
 /**
  * Starts `serve` in front of a mock engine with node flags `nodeFlags`, `env`
@@ -30,16 +22,11 @@ afterEach(async () => {
  * first match of `pattern` in what it prints after that.
  */
 async function serveUntil(nodeFlags: string[], onSignal: string, pattern: RegExp, env: NodeJS.ProcessEnv = {}): Promise<RegExpExecArray> {
-  const engine = await startMockEngine("e0");
-  open.push(engine);
-  const dir = mkdtempSync(join(tmpdir(), "adp-heap-"));
-  dirs.push(dir);
-  const config = join(dir, "gateway.yaml");
-  writeFileSync(config, `listen: { host: 127.0.0.1, port: 0 }\nlogging: { level: warn }\nupstreams:\n  - url: ${engine.url}\n`);
+  const { dir, config } = await oneEngineServeConfig(tracked);
   const preload = join(dir, "preload.cjs");
   writeFileSync(preload, `process.on("SIGUSR2", ${onSignal});`);
   const child = spawn(process.execPath, [...nodeFlags, "--require", preload, GATEWAY_CLI, "serve", "--config", config], { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, ...env } });
-  children.push(child);
+  tracked.children.push(child);
   let stdout = "";
   let listening = -1;
   return new Promise((resolve, reject) => {

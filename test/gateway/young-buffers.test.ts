@@ -6,26 +6,17 @@
 // collection asked for so "testing"), and one whose operator renamed V8's
 // gc function serves as before.
 import { spawn, type ChildProcess } from "node:child_process";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
-import path, { join } from "node:path";
+import path from "node:path";
 import { PerformanceObserver, constants } from "node:perf_hooks";
 import { setFlagsFromString } from "node:v8";
 import { runInNewContext } from "node:vm";
-import { afterEach, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { COLLECT_BYTES, collectYoungBuffers, noteReceived } from "../../gateway/src/common/young-buffers.js";
-import { startMockEngine, urlFrom } from "../support/mock-engine.js";
+import { oneEngineServeConfig, trackedForCleanup, urlFrom } from "../support/mock-engine.js";
 
 const GATEWAY_CLI = path.resolve("gateway/dist/cli.js");
 
-const open: { close(): Promise<void> }[] = [];
-const children: ChildProcess[] = [];
-const dirs: string[] = [];
-afterEach(async () => {
-  for (const c of children.splice(0)) c.kill("SIGKILL");
-  for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
-  await Promise.all(open.splice(0).map((o) => o.close()));
-});
+const tracked = trackedForCleanup();
 
 /** The young collections V8 reports from now on, as they come (startTime, ms). */
 function youngCollections(): { readonly times: number[]; close(): void } {
@@ -97,14 +88,9 @@ describe("young collections asked for by the bytes received", () => {
 
 /** Starts `serve` with node flags `nodeFlags` in front of a mock engine; resolves with its URL and the child. */
 async function serve(nodeFlags: string[]): Promise<{ url: string; child: ChildProcess }> {
-  const engine = await startMockEngine("e0");
-  open.push(engine);
-  const dir = mkdtempSync(join(tmpdir(), "adp-young-"));
-  dirs.push(dir);
-  const config = join(dir, "gateway.yaml");
-  writeFileSync(config, `listen: { host: 127.0.0.1, port: 0 }\nlogging: { level: warn }\nupstreams:\n  - url: ${engine.url}\n`);
+  const { config } = await oneEngineServeConfig(tracked);
   const child = spawn(process.execPath, [...nodeFlags, GATEWAY_CLI, "serve", "--config", config], { stdio: ["ignore", "pipe", "pipe"] });
-  children.push(child);
+  tracked.children.push(child);
   return { url: await urlFrom(child), child };
 }
 

@@ -4,8 +4,11 @@
 // it received, and can be made slow, failing or key-protected.
 
 import type { ChildProcess } from "node:child_process";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { createServer, type IncomingMessage, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { afterEach } from "vitest";
 import { prefillAnswer, type PrefillRole } from "./mock-prefill.js";
 
@@ -186,18 +189,43 @@ export function urlFrom(child: { stdout: NodeJS.ReadableStream | null }): Promis
   });
 }
 
+/** What a suite's tests start, cleaned up after each test. */
+export interface Tracked {
+  readonly children: ChildProcess[];
+  readonly engines: MockEngine[];
+  /** Folders removed with what they hold. */
+  readonly dirs: string[];
+}
+
 /**
- * Child processes and mock engines a test starts, killed and closed after
- * each test (registers the afterEach in the calling suite).
+ * Child processes, mock engines and folders a test starts or makes, killed,
+ * closed and removed after each test (registers the afterEach in the calling
+ * suite).
  */
-export function trackedForCleanup(): { readonly children: ChildProcess[]; readonly engines: MockEngine[] } {
+export function trackedForCleanup(): Tracked {
   const children: ChildProcess[] = [];
   const engines: MockEngine[] = [];
+  const dirs: string[] = [];
   afterEach(async () => {
     for (const c of children.splice(0)) if (c.exitCode === null) c.kill("SIGKILL");
     for (const e of engines.splice(0)) await e.close();
+    for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
   });
-  return { children, engines };
+  return { children, engines, dirs };
+}
+
+/**
+ * A mock engine and, in a fresh folder, a `serve` configuration in front of
+ * it alone (loopback, port 0, warn-level logs); all cleaned up after the test.
+ */
+export async function oneEngineServeConfig(tracked: Tracked): Promise<{ engine: MockEngine; dir: string; config: string }> {
+  const engine = await startMockEngine("e0");
+  tracked.engines.push(engine);
+  const dir = mkdtempSync(join(tmpdir(), "adp-serve-"));
+  tracked.dirs.push(dir);
+  const config = join(dir, "gateway.yaml");
+  writeFileSync(config, `listen: { host: 127.0.0.1, port: 0 }\nlogging: { level: warn }\nupstreams:\n  - url: ${engine.url}\n`);
+  return { engine, dir, config };
 }
 
 /** Starts `n` mock engines named e0, e1, … with `behaviour`, each pushed onto `open` (closed by the caller's cleanup) as it starts. */

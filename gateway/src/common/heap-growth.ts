@@ -64,10 +64,9 @@ export function semiSpaceGrowth(semiSpaceBytes: number, capBytes: number): numbe
  * or null when the operator's setting is kept.
  */
 export function capYoungGeneration(execArgv: readonly string[] = process.execArgv, nodeOptions = process.env.NODE_OPTIONS ?? ""): { close(): void } | null {
-  // V8 takes one dash or two and `-` or `_` in names, and its flags need `=value`; NODE_OPTIONS may quote a flag.
+  // V8 takes one dash or two and `-` or `_` in names, and its flags need `=value`.
   const semiSpaceFlag = /^--?(?:(?:max|min)[-_]semi[-_]space[-_]size|semi[-_]space[-_]growth[-_]factor)=/;
-  const optionFlags = nodeOptions.split(/\s+/).map((token) => token.replace(/^["']|["']$/g, ""));
-  if (lastFlag([...execArgv, ...optionFlags], semiSpaceFlag) !== null) return null;
+  if (operatorFlag(semiSpaceFlag, execArgv, nodeOptions) !== null) return null;
   const capBytes = SEMI_SPACE_CAP_MIB * 1024 * 1024;
   let factor = V8_SEMI_SPACE_GROWTH;
   const observer = new PerformanceObserver(() => {
@@ -88,6 +87,16 @@ export function capYoungGeneration(execArgv: readonly string[] = process.execArg
 function semiSpaceBytes(): number {
   for (const space of getHeapSpaceStatistics()) if (space.space_name === "new_space") return space.space_used_size + space.space_available_size;
   return 0;
+}
+
+/**
+ * The first capture group of the last flag `pattern` matches on node's
+ * command line (`execArgv`) or in NODE_OPTIONS, which may quote a flag ("" when
+ * it has none), or null: an operator's own setting.
+ */
+export function operatorFlag(pattern: RegExp, execArgv: readonly string[], nodeOptions: string): string | null {
+  const optionFlags = nodeOptions.split(/\s+/).map((token) => token.replace(/^["']|["']$/g, ""));
+  return lastFlag([...execArgv, ...optionFlags], pattern);
 }
 
 /** The first capture group of the last of `args` that `pattern` matches ("" when it has none), or null. */

@@ -22,6 +22,7 @@
 import { PerformanceObserver, constants } from "node:perf_hooks";
 import { setFlagsFromString } from "node:v8";
 import { runInNewContext } from "node:vm";
+import { operatorFlag } from "./heap-growth.js";
 
 /** Bytes received between two young collections at most (within the headroom V8 leaves a small heap: about 12 MiB with an old generation of 10 MiB at three times its size, less 8 MiB of young generation). */
 export const COLLECT_BYTES = 8 * 1024 * 1024;
@@ -55,7 +56,7 @@ const FREEING_KINDS = constants.NODE_PERFORMANCE_GC_MINOR | GC_MINOR_MARK_SWEEP 
  * `gc`: counting only).
  */
 function collectFunction(execArgv: readonly string[], nodeOptions: string): Collect | null {
-  const operators = /(?:^|\s)["']?--?expose[-_]gc/.test(`${execArgv.join(" ")} ${nodeOptions}`);
+  const operators = operatorFlag(/^--?expose[-_]gc/, execArgv, nodeOptions) !== null;
   if (!operators) setFlagsFromString("--expose-gc");
   try {
     const gc = runInNewContext("typeof gc === 'function' ? gc : null") as Collect | null;
