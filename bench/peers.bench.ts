@@ -614,9 +614,10 @@ function summary(results: Map<string, Record<string, number>[]>, direct: number)
       console.log(JSON.stringify({ peer: name, vs: base, ratios }));
     }
     // Workers should route as one gateway: their hit ratio against the one process's.
-    const one = medians.get(name.replace(/-w\d+/, ""));
-    if (/-w\d+/.test(name) && one !== undefined && m.trace_hit_ratio !== undefined && one.trace_hit_ratio !== undefined) {
-      console.log(JSON.stringify({ peer: name, vs: name.replace(/-w\d+/, ""), ratios: { trace_hit_ratio: round(m.trace_hit_ratio / one.trace_hit_ratio, 3) } }));
+    const single = name.replace(/-w\d+/, "");
+    const one = single === name ? undefined : medians.get(single);
+    if (one?.trace_hit_ratio !== undefined && m.trace_hit_ratio !== undefined) {
+      console.log(JSON.stringify({ peer: name, vs: single, ratios: { trace_hit_ratio: round(m.trace_hit_ratio / one.trace_hit_ratio, 3) } }));
     }
   }
 }
