@@ -2,6 +2,7 @@
 // importable and require()-able on Node ≥ 20.19, bundleable for a browser, no
 // node: imports in the library, publint-clean, inside its size budget.
 import { execFileSync, spawnSync } from "node:child_process";
+import { createHash } from "node:crypto";
 import { mkdtempSync, readFileSync, readdirSync, writeFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
@@ -44,6 +45,15 @@ describe("library bundle", () => {
     const { measureSize, BUDGET_BYTES } = await import("../scripts/size.mjs");
     const size = await measureSize();
     expect(size.library_min_gzip_bytes).toBeLessThanOrEqual(BUDGET_BYTES);
+  });
+
+  it("inlines the release wasm core byte for byte (its escaped text decodes to build/release.wasm)", async () => {
+    const { WASM_TEXT, WASM_SHA256 } = await import("../src/generated/wasm-bytes.js");
+    const wasm = readFileSync(path.join(root, "build", "release.wasm"));
+    const decoded = Uint8Array.from(WASM_TEXT, (c) => c.charCodeAt(0));
+    expect(Buffer.from(decoded).equals(wasm)).toBe(true);
+    expect(createHash("sha256").update(decoded).digest("hex")).toBe(WASM_SHA256);
+    expect(/^[\x20-\x7e]*$/.test(readFileSync(path.join(root, "src", "generated", "wasm-bytes.ts"), "latin1").replaceAll("\n", ""))).toBe(true);
   });
 
   it("is publint-clean", () => {

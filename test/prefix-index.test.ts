@@ -1,7 +1,7 @@
 // The prefix index's API contract beyond the replayed cases: bad input, the
 // memory budget, namespaces, block keys, and routing with an index.
 import { describe, expect, it } from "vitest";
-import { AdpInputError, createPrefixIndex, createRouter } from "../src/index.js";
+import { AdpInputError, createPrefixIndex, createRouter, restorePrefixIndex } from "../src/index.js";
 import { idle } from "./support/build.js";
 
 const range = (n: number, from = 0) => Array.from({ length: n }, (_, i) => from + i);
@@ -114,6 +114,28 @@ describe("prefix index semantics", () => {
     // Large arrays are whole pages grown an eighth at a time; the fixed part is the
     // module's first pages and one 64 KiB slab per small size class.
     expect(stats.wasmMemoryBytes).toBeLessThanOrEqual(budget * 1.125 + (1 << 20));
+  });
+
+  it("an insert that evicts thousands of blocks at once (the table's removals batched) leaves every view exact", () => {
+    const budget = 1 << 20;
+    const index = createPrefixIndex({ numRanks: 4, tokensPerBlock: 1, maxMemoryBytes: budget });
+    const prompt = (i: number, length: number) => Array.from({ length }, (_, t) => (t < 8 ? t : i * 100_000 + t));
+    for (let i = 0; i < 120; i++) {
+      // Every 3,000-block prompt shares its first 8 blocks and evicts about as many as it adds.
+      index.insert(i % 4, prompt(i, 3_000));
+      expect(index.stats().bytesInUse).toBeLessThanOrEqual(budget);
+      expect(index.match(prompt(i, 3_000))[i % 4]).toBe(3_000);
+    }
+    const stats = index.stats();
+    expect(stats.evictions).toBeGreaterThan(100 * 3_000);
+    expect(index.match(prompt(0, 3_000))).toEqual([8, 8, 8, 8]); // long gone but for the shared blocks
+    // Freed nodes are reused for new keys while the table holds only live ones:
+    // a snapshot round trip sees the same views, and the index goes on taking inserts.
+    const copy = restorePrefixIndex(index.snapshot());
+    for (const i of [116, 117, 118, 119]) expect(copy.match(prompt(i, 3_000))).toEqual(index.match(prompt(i, 3_000)));
+    for (let i = 120; i < 160; i++) index.insert(i % 4, prompt(i, 3_000));
+    expect(index.match(prompt(159, 3_000))[3]).toBe(3_000);
+    expect(index.stats().blocks).toBeLessThan(budget / 32);
   });
 
   it("supports 1,024 ranks and beyond in one walk", () => {
