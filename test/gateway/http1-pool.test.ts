@@ -8,7 +8,7 @@
 import { createServer, type AddressInfo, type Socket } from "node:net";
 import fc from "fast-check";
 import { afterEach, describe, expect, it } from "vitest";
-import { AnswerParser, MAX_HEAD_BYTES } from "../../gateway/src/http1/answer-parser.js";
+import { AnswerParser, HEAD_LINES, MAX_HEAD_BYTES } from "../../gateway/src/http1/answer-parser.js";
 import { Http1Pool, type AnswerController, type RequestOptions } from "../../gateway/src/http1/http1-pool.js";
 import { createGateway } from "../../gateway/src/index.js";
 import { startRawUpstream, type RawUpstream } from "../support/raw-requests.js";
@@ -121,6 +121,34 @@ describe("the gateway's HTTP/1.1 client", () => {
     const heard = await send(poolTo(up.origin));
     expect(heard.body.toString("latin1")).toBe(body);
     expect(heard.headers["x-a"]).toEqual(["1", "2"]);
+  });
+
+  it("reads a connection's every answer as a fresh parser would, whatever names, case and order the one before had", () => {
+    // The parser takes a name it read in the last head again without scanning it: names that
+    // are prefixes of others, other casing, other order, repeats and fewer or more lines must
+    // still give exactly the headers and lines a parser new to the connection gives.
+    const name = fc.constantFrom("Content-Type", "content-type", "X-LENGTH", "Date", "Date-X", "x-a", "x-ab", "X-A", "Connection", "__proto__");
+    const line = fc.tuple(name, fc.constantFrom("1", "keep-alive", " two words ", "")).map(([n, v]) => `${n}:${v}\r\n`);
+    const head = fc.array(line, { maxLength: 7 }).map((lines) => `HTTP/1.1 200 OK\r\n${lines.join("")}content-length: 0\r\n\r\n`);
+    fc.assert(
+      fc.property(fc.array(head, { minLength: 2, maxLength: 6 }), (heads) => {
+        const seen: Record<string, unknown>[] = [];
+        const shared = new AnswerParser({ head: (_s, h) => seen.push(snapshot(h)), data: () => {} });
+        for (const text of heads) {
+          const fresh: Record<string, unknown>[] = [];
+          new AnswerParser({ head: (_s, h) => fresh.push(snapshot(h)), data: () => {} }).execute(Buffer.from(text, "latin1"));
+          shared.execute(Buffer.from(text, "latin1"));
+          shared.reset();
+          expect(seen.at(-1)).toEqual(fresh[0]);
+        }
+      }),
+      { seed: 27, numRuns: 400 },
+    );
+    /** A head's headers as plain data: own entries in order, and the lines it passes on. */
+    function snapshot(h: object): Record<string, unknown> {
+      const lines = (h as Record<symbol, { names: string[]; lines: number[] }>)[HEAD_LINES];
+      return { entries: Object.entries(h), names: lines?.names, lines: lines?.lines };
+    }
   });
 
   it("hands each handler bytes of its own: chunks kept across later reads of any connection keep their bytes", async () => {

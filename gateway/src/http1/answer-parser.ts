@@ -74,6 +74,12 @@ export class AnswerParser {
   /** Whether the connection may carry another request once this answer is done. */
   #reusable = true;
   #paused = false;
+  /**
+   * The last head's header names as they came, and lowercased: a connection's
+   * answers repeat them in order, and a name read again is taken from here,
+   * not scanned, sliced, lowercased and looked up as a property key anew.
+   */
+  #seen: { readonly raw: readonly string[]; readonly names: readonly string[] } = { raw: [], names: [] };
 
   constructor(parts: AnswerParts) {
     this.#parts = parts;
@@ -201,22 +207,34 @@ export class AnswerParser {
     const headers = new HeaderRecord() as IncomingHttpHeaders;
     const names: string[] = [];
     const spans: number[] = [];
+    const seen = this.#seen;
+    let same = true;
     for (let at = statusEnd + 2; at < text.length; ) {
       const end = text.indexOf("\r\n", at);
-      // The name: token characters up to the colon (a line starting with a space or tab, obs-fold, has none).
-      let colon = at;
-      while (colon < end) {
-        const c = text.charCodeAt(colon);
-        if (c >= 128 || TCHAR[c] === 0) break;
-        colon++;
+      // The name: the last head's name at this line when it is followed by the colon (it
+      // holds token characters only, so it cannot run past the line), else token characters
+      // up to the colon (a line starting with a space or tab, obs-fold, has none).
+      const known = names.length < seen.raw.length ? seen.raw[names.length]! : "";
+      let colon = at + known.length;
+      let name: string;
+      if (known !== "" && text.charCodeAt(colon) === 0x3a && text.startsWith(known, at)) {
+        name = seen.names[names.length]!;
+      } else {
+        same = false;
+        colon = at;
+        while (colon < end) {
+          const c = text.charCodeAt(colon);
+          if (c >= 128 || TCHAR[c] === 0) break;
+          colon++;
+        }
+        if (colon === at || colon === end || text.charCodeAt(colon) !== 0x3a) throw new Http1Error("ADP_ANSWER_INVALID", "an answer has a malformed header line");
+        name = text.slice(at, colon).toLowerCase();
       }
-      if (colon === at || colon === end || text.charCodeAt(colon) !== 0x3a) throw new Http1Error("ADP_ANSWER_INVALID", "an answer has a malformed header line");
       let start = colon + 1;
       let stop = end;
       while (start < stop && isBlank(text.charCodeAt(start))) start++;
       while (stop > start && isBlank(text.charCodeAt(stop - 1))) stop--;
       if (!isFieldValue(text, start, stop)) throw new Http1Error("ADP_ANSWER_INVALID", "an answer's header value has control characters");
-      const name = text.slice(at, colon).toLowerCase();
       const value = text.slice(start, stop);
       const before = headers[name];
       if (before === undefined) headers[name] = value;
@@ -226,6 +244,7 @@ export class AnswerParser {
       spans.push(at, end + 2);
       at = end + 2;
     }
+    if (!same || names.length !== seen.raw.length) this.#seen = { raw: names.map((n, i) => text.slice(spans[2 * i]!, spans[2 * i]! + n.length)), names: names.slice() };
     if (code < 100) throw new Http1Error("ADP_ANSWER_INVALID", "an answer's status is below 100");
     if (code === 101) throw new Http1Error("ADP_ANSWER_INVALID", "an upstream switched protocols unasked");
     if (code < 200) {
