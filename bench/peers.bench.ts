@@ -58,9 +58,10 @@ const RATE = Number(process.env.ADP_BENCH_PEERS_RATE ?? 25);
  * counted against it: TurboFan optimizes a function called once a request only
  * after several thousand calls, and after 1,000 requests it still made 111-113
  * compilations over the 3,000 measured (`--trace-opt`; 13% of the gateway's CPU
- * there by perf), after 5,000 38. HAProxy has nothing to warm, and gets the same requests. A
- * peer of N worker processes gets N times as many, so each process is as warm as
- * one gateway.
+ * there by perf), after 5,000 24-26 (57-91 ms of compiling, about 5%), and 26
+ * after 12,000. HAProxy has nothing to warm, and gets the same requests. A peer
+ * of N worker processes gets N times as many, so each process is as warm as one
+ * gateway.
  */
 const WARMUP_REQUESTS = Number(process.env.ADP_BENCH_PEERS_WARMUP ?? 5_000);
 const ROUNDS = Number(process.env.ADP_BENCH_PEERS_ROUNDS ?? 3);
@@ -617,7 +618,10 @@ function summary(results: Map<string, Record<string, number>[]>, direct: number)
     const single = name.replace(/-w\d+/, "");
     const one = single === name ? undefined : medians.get(single);
     if (one?.trace_hit_ratio !== undefined && m.trace_hit_ratio !== undefined) {
-      console.log(JSON.stringify({ peer: name, vs: single, ratios: { trace_hit_ratio: round(m.trace_hit_ratio / one.trace_hit_ratio, 3) } }));
+      // The one process's own rounds, against their median: how far noise alone moves the ratio.
+      const rounds = results.get(single)!.map((r) => r.trace_hit_ratio! / one.trace_hit_ratio!);
+      const noise = { one_process_rounds_min: round(Math.min(...rounds), 3), one_process_rounds_max: round(Math.max(...rounds), 3) };
+      console.log(JSON.stringify({ peer: name, vs: single, ratios: { trace_hit_ratio: round(m.trace_hit_ratio / one.trace_hit_ratio, 3) }, noise }));
     }
   }
 }
