@@ -1,5 +1,5 @@
 // Builds both packages: asc (release + debug wasm) → src/generated/wasm-bytes.ts
-// (the release module inlined as base64) → esbuild bundles (library: neutral
+// (the release module inlined as escaped text) → esbuild bundles (library: neutral
 // ESM; CLI: node; the gateway in gateway/dist) → tsc declarations and
 // typecheck → dist/config.schema.json, gateway/dist/gateway.schema.json.
 import { chmod, mkdir, readFile, writeFile, rm } from "node:fs/promises";

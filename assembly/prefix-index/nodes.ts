@@ -169,7 +169,7 @@ export function freeNodeId(id: u32): void {
   if (parent != 0) countChild(parent, id, false);
   const cls = resClass(id);
   if (cls != 0xff) freeBlock(resStart(id), cls);
-  // The key stays until the node is reused: a deferred removal finds its entry by it.
+  // The key stays until the node is reused: a deferred removal starts its search at the key's home slot.
   store<u16>(at, 0, 12);
   store<u8>(at, 0xff, 14);
   store<u8>(at, 0, 15);

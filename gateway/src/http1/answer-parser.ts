@@ -63,6 +63,12 @@ const CHUNK_SIZE = /^([0-9A-Fa-f]{1,12})[\t ]*(?:;[\t\x20-\x7e\x80-\xff]*)?$/;
 /** The error for a head, chunk-size line or trailers past MAX_HEAD_BYTES. */
 const tooLong = () => new Http1Error("ADP_ANSWER_INVALID", `an answer's head, chunk line or trailers exceed ${MAX_HEAD_BYTES} bytes`);
 
+/**
+ * A string of its own: V8 makes a slice of 13 characters or more a view of the
+ * whole string it came from, which would keep a head's text alive with it.
+ */
+const copied = (s: string): string => Buffer.from(s, "latin1").toString("latin1");
+
 /** One connection's answers, parsed as its bytes come. */
 export class AnswerParser {
   readonly #parts: AnswerParts;
@@ -244,7 +250,7 @@ export class AnswerParser {
       spans.push(at, end + 2);
       at = end + 2;
     }
-    if (!same || names.length !== seen.raw.length) this.#seen = { raw: names.map((n, i) => text.slice(spans[2 * i]!, spans[2 * i]! + n.length)), names: names.slice() };
+    if (!same || names.length !== seen.raw.length) this.#seen = { raw: names.map((n, i) => copied(text.slice(spans[2 * i]!, spans[2 * i]! + n.length))), names: names.map(copied) };
     if (code < 100) throw new Http1Error("ADP_ANSWER_INVALID", "an answer's status is below 100");
     if (code === 101) throw new Http1Error("ADP_ANSWER_INVALID", "an upstream switched protocols unasked");
     if (code < 200) {
