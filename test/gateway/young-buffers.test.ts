@@ -8,10 +8,9 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import path from "node:path";
 import { PerformanceObserver, constants } from "node:perf_hooks";
-import { setFlagsFromString } from "node:v8";
 import { runInNewContext } from "node:vm";
 import { describe, expect, it } from "vitest";
-import { COLLECT_BYTES, collectYoungBuffers, noteReceived } from "../../gateway/src/common/young-buffers.js";
+import { COLLECT_BYTES, collectFunction, collectYoungBuffers, noteReceived } from "../../gateway/src/common/young-buffers.js";
 import { oneEngineServeConfig, trackedForCleanup, urlFrom } from "../support/mock-engine.js";
 
 const GATEWAY_CLI = path.resolve("gateway/dist/cli.js");
@@ -57,10 +56,7 @@ describe("young collections asked for by the bytes received", () => {
       noteReceived(COLLECT_BYTES - 1);
       expect(asked).toBe(1);
       // A young collection of V8's own (taken here as serve takes it) frees what came so far: the count starts again.
-      setFlagsFromString("--expose-gc");
-      const gc = runInNewContext("gc") as (o: { type: string }) => void;
-      setFlagsFromString("--no-expose-gc");
-      gc({ type: "minor" });
+      collectFunction()!({ type: "minor" });
       await new Promise((r) => setTimeout(r, 50));
       noteReceived(COLLECT_BYTES - 1);
       expect(asked).toBe(1);

@@ -28,7 +28,7 @@ import { operatorFlag } from "./heap-growth.js";
 export const COLLECT_BYTES = 8 * 1024 * 1024;
 
 /** V8's collection function (`--expose-gc`'s), with the options it takes. */
-type Collect = (options: { type: "minor" | "major" }) => void;
+export type Collect = (options: { type: "minor" | "major" }) => void;
 
 /** Bytes received since the last young collection. */
 let received = 0;
@@ -55,7 +55,7 @@ const FREEING_KINDS = constants.NODE_PERFORMANCE_GC_MINOR | GC_MINOR_MARK_SWEEP 
  * `--expose-gc-as=NAME` is left as it is (with the latter no context has a
  * `gc`: counting only).
  */
-function collectFunction(execArgv: readonly string[], nodeOptions: string): Collect | null {
+export function collectFunction(execArgv: readonly string[] = process.execArgv, nodeOptions = process.env.NODE_OPTIONS ?? ""): Collect | null {
   const operators = operatorFlag(/^--?expose[-_]gc/, execArgv, nodeOptions) !== null;
   if (!operators) setFlagsFromString("--expose-gc");
   try {
@@ -71,7 +71,7 @@ function collectFunction(execArgv: readonly string[], nodeOptions: string): Coll
  * `collect` runs one (V8's own by default; null when V8's cannot be had,
  * and then the bytes are only counted). Returns a `close()` that stops.
  */
-export function collectYoungBuffers(collect: (() => void) | null = youngCollection(process.execArgv, process.env.NODE_OPTIONS ?? "")): { close(): void } {
+export function collectYoungBuffers(collect: (() => void) | null = youngCollection()): { close(): void } {
   collectYoung = collect;
   // Any collection V8 makes on its own frees them too: the count starts again.
   const observer = new PerformanceObserver((list) => {
@@ -88,7 +88,7 @@ export function collectYoungBuffers(collect: (() => void) | null = youngCollecti
 }
 
 /** A young collection by V8's collection function, or null when it cannot be had. */
-function youngCollection(execArgv: readonly string[], nodeOptions: string): (() => void) | null {
-  const gc = collectFunction(execArgv, nodeOptions);
+function youngCollection(): (() => void) | null {
+  const gc = collectFunction();
   return gc === null ? null : () => gc({ type: "minor" });
 }
