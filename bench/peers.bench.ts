@@ -21,8 +21,9 @@
 //     its peak RSS (the tree's, and its largest process's), end-to-end p50 on the trace, the engines' prefix hit ratio
 //     and how evenly the requests spread;
 //   - saturated small requests (wrk, WRK_CONNECTIONS connections): requests/s,
-//     the share of the CPU spent in the kernel (syscalls: a floor no proxy escapes)
-//     and CPU per 1,000;
+//     the share of the CPU spent in the kernel (syscalls: a floor no proxy escapes),
+//     CPU per 1,000, and the engines' and the whole machine's CPU per 1,000 (what
+//     two cores' requests/s divides: the peer's, the engines', wrk's and the kernel's);
 //   - added latency, one small request at a time: p50 through it minus direct.
 // It installs nothing: without `haproxy` or `wrk` it says how to get them.
 // Run: npm run bench:peers (ADP_BENCH_PEERS=gateway,gateway-w2,haproxy-rr,... picks
@@ -519,12 +520,25 @@ async function stopProfiler(child: ChildProcess | null): Promise<void> {
   clearTimeout(killer);
 }
 
-/** `wrk` saturating `peer` with small chats: requests/s and CPU per 1,000. */
-function saturatedRun(peer: Peer, dir: string) {
+/** Busy CPU seconds of the whole machine now (every core, from /proc/stat: all but idle and iowait). */
+function machineCpu(): number {
+  const stat = readFileSync("/proc/stat", "utf8");
+  const fields = stat.slice(4, stat.indexOf("\n")).trim().split(/\s+/).map(Number);
+  return fields.reduce((t, v, i) => (i === 3 || i === 4 ? t : t + v), 0) / 100; // USER_HZ
+}
+
+/**
+ * `wrk` saturating `peer` with small chats: requests/s and CPU per 1,000, also
+ * the engines' and the whole machine's (their sum with the peer's is what
+ * requests/s divides two cores by).
+ */
+function saturatedRun(peer: Peer, dir: string, engines: number) {
   const script = path.join(dir, "small.lua");
   writeFileSync(script, `wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\nwrk.body = '{"model":"bench-model","messages":[{"role":"user","content":"a small question"}],"max_tokens":1}'\n`);
   const cpu0 = cpuSeconds(peer.proc.pid!);
   const sys0 = cpuSeconds(peer.proc.pid!, "system");
+  const engines0 = cpuSeconds(engines);
+  const machine0 = machineCpu();
   let peakRss = rssMiB(peer.proc.pid!);
   let peakProcess = rssMiB(peer.proc.pid!, "largest");
   const out = spawnSync("wrk", ["-t", "2", "-c", String(WRK_CONNECTIONS), "-d", `${WRK_SECONDS}s`, "-s", script, `${peer.url}/v1/chat/completions`], { encoding: "utf8" });
@@ -532,9 +546,11 @@ function saturatedRun(peer: Peer, dir: string) {
   peakProcess = Math.max(peakProcess, rssMiB(peer.proc.pid!, "largest"));
   const cpu = cpuSeconds(peer.proc.pid!) - cpu0;
   const sys = cpuSeconds(peer.proc.pid!, "system") - sys0;
+  const engineCpu = cpuSeconds(engines) - engines0;
+  const machine = machineCpu() - machine0;
   const requests = Number(/(\d+) requests in/.exec(out.stdout)?.[1] ?? 0);
   const non2xx = Number(/Non-2xx or 3xx responses: (\d+)/.exec(out.stdout)?.[1] ?? 0);
-  return { requests_per_s: requests / WRK_SECONDS, cpu_s_per_1000: requests === 0 ? NaN : (cpu / requests) * 1000, kernel_share: cpu === 0 ? NaN : sys / cpu, rss_mib: peakRss, process_rss_mib: peakProcess, non_2xx: non2xx };
+  return { requests_per_s: requests / WRK_SECONDS, cpu_s_per_1000: requests === 0 ? NaN : (cpu / requests) * 1000, engines_cpu_s_per_1000: requests === 0 ? NaN : (engineCpu / requests) * 1000, machine_cpu_s_per_1000: requests === 0 ? NaN : (machine / requests) * 1000, kernel_share: cpu === 0 ? NaN : sys / cpu, rss_mib: peakRss, process_rss_mib: peakProcess, non_2xx: non2xx };
 }
 
 /** p50 latency of LATENCY_REQUESTS small chats one at a time to `url`. */
@@ -582,7 +598,7 @@ async function main(): Promise<void> {
         try {
           await warmUp(peer, warmupOf(peer.processes));
           const trace = PHASES.has("trace") ? prefix("trace_", await traceRun(peer, calls, urls[0]!)) : {};
-          const saturated = PHASES.has("small") ? prefix("small_", saturatedRun(peer, dir)) : {};
+          const saturated = PHASES.has("small") ? prefix("small_", saturatedRun(peer, dir, enginesProc.pid!)) : {};
           const added: Record<string, number> = PHASES.has("latency") ? { added_latency_p50_ms: (await oneAtATime(peer.url)) - direct } : {};
           const row = { ...trace, ...saturated, ...added };
           console.log(JSON.stringify({ round, peer: name, ...roundAll(row) }));

@@ -10,7 +10,7 @@ import { startEngines, trackedForCleanup } from "../support/mock-engine.js";
 import { processParents, runCli, startServe } from "../support/processes.js";
 import { createGatewayRouter, loadGatewayConfig, RoutingState } from "../../gateway/src/index.js";
 import { hashesText, Siblings, STATE_MESSAGE, type StateMessage } from "../../gateway/src/workers/sibling-log.js";
-import { WORKER_ENV, workerEnv } from "../../gateway/src/workers/cluster-primary.js";
+import { WORKER_ENV, workerEnv, workerExecArgv } from "../../gateway/src/workers/cluster-primary.js";
 
 const CLI = path.resolve("gateway/dist/cli.js");
 const { children, engines } = trackedForCleanup();
@@ -111,6 +111,26 @@ describe("serve --workers N", () => {
     expect(workerEnv(2, { MALLOC_ARENA_MAX: "2" })).toEqual({ [WORKER_ENV]: "2" });
     expect(workerEnv(1, {})).toEqual({ [WORKER_ENV]: "1", MALLOC_TRIM_THRESHOLD_: "131072" });
   });
+
+  it("starts its workers with the collector on their main thread (--single-threaded-gc) unless node's flags say how it uses threads; the primary keeps its own flags", async () => {
+    const fleet = await startEngines(1, engines);
+    const commandLine = (pid: number) => readFileSync(`/proc/${pid}/cmdline`, "latin1").split("\0").filter(Boolean);
+    const { child, exited } = await start(["--port", "0", "--workers", "2", "--log-level", "silent", "--upstream", fleet[0]!.url]);
+    const workers = workerPids(child.pid!);
+    expect(workers).toHaveLength(2);
+    for (const pid of workers) expect(commandLine(pid).slice(1, 2)).toEqual(["--single-threaded-gc"]);
+    expect(commandLine(child.pid!)).not.toContain("--single-threaded-gc");
+    child.kill("SIGTERM");
+    expect(await exited).toBe(0);
+    expect(workerExecArgv([])).toEqual(["--single-threaded-gc"]);
+    expect(workerExecArgv(["--max-old-space-size=512"])).toEqual(["--max-old-space-size=512", "--single-threaded-gc"]);
+    // The operator's choice, either way and in V8's spellings, is kept as it is.
+    for (const own of ["--single-threaded-gc", "--single-threaded", "--parallel-scavenge", "--no-parallel_scavenge", "-concurrent-marking", "--no-concurrent-sweeping", "--parallel-compaction"]) {
+      expect(workerExecArgv(["--inspect=0", own])).toEqual(["--inspect=0", own]);
+    }
+    // A flag that only starts the same way is not one of them.
+    expect(workerExecArgv(["--single-threaded-gc-foo"])).toEqual(["--single-threaded-gc-foo", "--single-threaded-gc"]);
+  }, 30_000);
 
   it("refuses what it cannot keep one state for, and a bad count, before starting anything (exit 2)", async () => {
     const [engine] = await startEngines(1, engines);

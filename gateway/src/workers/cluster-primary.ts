@@ -62,6 +62,21 @@ export function workerEnv(slot: number, env: NodeJS.ProcessEnv = process.env): R
   return { [WORKER_ENV]: String(slot), ...(tuned ? {} : { MALLOC_TRIM_THRESHOLD_: GLIBC_TRIM_THRESHOLD }) };
 }
 
+/** A V8 flag that sets how the garbage collector uses threads (an operator's choice, kept). */
+const GC_THREADS_FLAG = /^--?(?:no[-_])?(?:single[-_]threaded(?:[-_]gc)?|parallel[-_](?:scavenge|marking|compaction|pointer[-_]update)|concurrent[-_](?:marking|sweeping))(?:=|$)/;
+
+/**
+ * The node flags a worker starts with: the primary's (`execArgv`), and
+ * `--single-threaded-gc` unless they already say how the collector uses
+ * threads. A worker is one of one a core: helper threads that mark or
+ * scavenge beside its main thread take a core from a sibling (or from the
+ * engines and clients on the same machine) for no gain (bench:peers,
+ * docs/performance.md). V8 takes the flag at start only, hence here.
+ */
+export function workerExecArgv(execArgv: readonly string[] = process.execArgv): string[] {
+  return execArgv.some((a) => GC_THREADS_FLAG.test(a)) ? [...execArgv] : [...execArgv, "--single-threaded-gc"];
+}
+
 /** Whether this process is a worker of `serve --workers N` (forked by runPrimary). */
 export const isGatewayWorker = (): boolean => cluster.isWorker && process.env[WORKER_ENV] !== undefined;
 
@@ -70,7 +85,7 @@ export const isControl = (v: unknown): v is ControlMessage => typeof v === "obje
 
 /** Runs the primary of `n` workers, each running this process's command line; resolves with the exit status once all have exited. */
 export function runPrimary(n: number): Promise<number> {
-  cluster.setupPrimary({ exec: process.argv[1]!, args: process.argv.slice(2), serialization: "json" });
+  cluster.setupPrimary({ exec: process.argv[1]!, args: process.argv.slice(2), execArgv: workerExecArgv(), serialization: "json" });
   const say = (text: string) => process.stderr.write(`adp-router-gateway serve: ${text}\n`);
   return new Promise<number>((resolve) => {
     const slots = new Map<Worker, number>();
