@@ -11,6 +11,8 @@ import fc from "fast-check";
 import { afterEach, describe, expect, it } from "vitest";
 import { createGateway, loadGatewayConfig, type Gateway } from "../../gateway/src/index.js";
 import { MAX_REQUEST_HEAD_BYTES, parseRequestHead } from "../../gateway/src/http1/request-head.js";
+import { Http1Response } from "../../gateway/src/http1/server-response.js";
+import { createServer as createNetServer } from "node:net";
 import { startMockEngine, type EngineBehaviour, type MockEngine } from "../support/mock-engine.js";
 import { onRawRequests } from "../support/raw-requests.js";
 
@@ -280,6 +282,69 @@ describe("the own server path on a connection", () => {
     // Each answer is ~200 KB the client never takes: the gateway must not have read the whole pipeline into answers.
     const served = engines[0]!.received.filter((r) => r.path === "/v1/chat/completions").length;
     expect(served).toBeLessThan(50);
+  });
+});
+
+describe("whole answers leave in the check phase, together", () => {
+  // Http1Response corks a whole answer's socket until the event loop's check phase (server-response.ts).
+  /** `n` loopback connections: the server's sockets, and what each client received so far. */
+  async function pairs(n: number): Promise<{ server: Socket; received: () => string }[]> {
+    const accepted: Socket[] = [];
+    const listening = createNetServer((s) => accepted.push(s));
+    await new Promise<void>((r) => listening.listen(0, "127.0.0.1", r));
+    const port = (listening.address() as { port: number }).port;
+    const clients = await Promise.all(Array.from({ length: n }, () => new Promise<Socket>((r) => { const c = connect(port, "127.0.0.1", () => r(c)); })));
+    while (accepted.length < n) await new Promise((r) => setTimeout(r, 5));
+    open.push({ close: async () => { for (const c of clients) c.destroy(); for (const a of accepted) a.destroy(); await new Promise((r) => listening.close(r)); } });
+    return clients.map((c, i) => {
+      let text = "";
+      c.on("data", (d: Buffer) => (text += d.toString("latin1")));
+      return { server: accepted[i]!, received: () => text };
+    });
+  }
+  const owner = { ended: () => {}, keepAliveHeader: null };
+
+  it("a whole answer's head and body are held until the poll phase's reads are done, then every connection's go out, in order; a stream's head goes at once", async () => {
+    const conns = await pairs(3);
+    const bodies = conns.map((_, i) => `{"answer":${i}}`);
+    for (const [i, c] of conns.entries()) {
+      const res = new Http1Response(c.server, owner, false);
+      res.writeHead(200, { "content-type": "application/json", "content-length": String(bodies[i]!.length) });
+      res.write(Buffer.from(bodies[i]!.slice(0, 5)));
+      res.end(Buffer.from(bodies[i]!.slice(5)));
+      // Held: nothing has reached the kernel yet.
+      expect(c.server.writableLength).toBeGreaterThan(bodies[i]!.length);
+    }
+    const stream = new Http1Response(conns[0]!.server, owner, false);
+    await new Promise((r) => setImmediate(r));
+    for (const c of conns) expect(c.server.writableLength).toBe(0);
+    await new Promise((r) => setTimeout(r, 50));
+    for (const [i, c] of conns.entries()) {
+      expect(c.received()).toMatch(/^HTTP\/1\.1 200 OK\r\n/);
+      expect(c.received().endsWith(`\r\n\r\n${bodies[i]}`)).toBe(true);
+    }
+    // A stream's head is not held (its first token's time is the client's).
+    stream.writeHead(200, { "content-type": "text/event-stream" });
+    stream.flushHeaders();
+    expect(conns[0]!.server.writableLength).toBe(0);
+  });
+
+  it("a held answer whose connection ends or breaks before the check phase: ended, it still goes out whole; destroyed, no error and never a part", async () => {
+    const [ends, breaks] = await pairs(2);
+    const errors: Error[] = [];
+    for (const c of [ends!, breaks!]) {
+      c.server.on("error", (e) => errors.push(e));
+      const res = new Http1Response(c.server, owner, false);
+      res.writeHead(200, { "content-length": "2" });
+      res.end(Buffer.from("ok"));
+    }
+    ends!.server.end();
+    breaks!.server.destroy();
+    await new Promise((r) => setImmediate(r));
+    await new Promise((r) => setTimeout(r, 50));
+    expect(ends!.received().endsWith("\r\n\r\nok")).toBe(true);
+    expect(breaks!.received() === "" || breaks!.received().endsWith("\r\n\r\nok")).toBe(true);
+    expect(errors).toEqual([]);
   });
 });
 

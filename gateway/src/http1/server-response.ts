@@ -47,6 +47,33 @@ function hasHeader(headers: Readonly<Record<string, unknown>>, lower: string): b
   return false;
 }
 
+/** Client sockets corked until the event loop's check phase, and whether that phase's uncorking is scheduled. */
+let corked: Socket[] = [];
+let uncorkScheduled = false;
+
+/** Uncorks every socket corkUntilCheck corked (the check phase, after the poll phase's reads). */
+function uncorkAll(): void {
+  uncorkScheduled = false;
+  const sockets = corked;
+  corked = [];
+  for (const socket of sockets) socket.uncork();
+}
+
+/**
+ * Corks `socket` until the event loop's check phase: the answers to the
+ * upstream reads of one poll phase then reach their clients together, after
+ * it, and a client process woken by the first finds the others waiting
+ * instead of sleeping again between them (a wake-up of another process is
+ * most of a loopback write's cost, docs/performance.md).
+ */
+function corkUntilCheck(socket: Socket): void {
+  socket.cork();
+  corked.push(socket);
+  if (uncorkScheduled) return;
+  uncorkScheduled = true;
+  setImmediate(uncorkAll);
+}
+
 /** The line end after a chunk's size and after its data. */
 const CRLF = "\r\n";
 /** The last chunk of a chunked body. */
@@ -188,7 +215,10 @@ export class Http1Response implements EdgeResponse {
     if (!this.#sent) {
       const head = this.#finalHead(-1);
       // A whole answer's first bytes go with the head, in one write.
-      if (!this.#chunked) return writeJoined(socket, head, typeof chunk === "string" ? Buffer.from(chunk) : chunk);
+      if (!this.#chunked) {
+        corkUntilCheck(socket);
+        return writeJoined(socket, head, typeof chunk === "string" ? Buffer.from(chunk) : chunk);
+      }
       if (size === 0) return socket.write(head, "latin1");
       socket.cork();
       socket.write(head, "latin1");
