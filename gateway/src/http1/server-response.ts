@@ -3,7 +3,8 @@
 // status line, the headers given, Date, Connection and Keep-Alive; a body
 // framed by its Content-Length, or chunked when it has none), with the
 // members of ServerResponse the gateway uses (edge-types.ts: EdgeResponse).
-// A whole answer's head goes out with its body in one write.
+// A whole answer's head goes out with its body in one write, once the event
+// loop's poll phase is over (corkUntilCheck).
 
 import { STATUS_CODES } from "node:http";
 import type { Socket } from "node:net";
@@ -246,6 +247,7 @@ export class Http1Response implements EdgeResponse {
       if (!this.#sent) {
         // Never written: its length is this chunk's (node:http does the same).
         const head = this.#finalHead(size);
+        corkUntilCheck(socket);
         if (size === 0) socket.write(head, "latin1");
         // ASCII text (its UTF-8 size is its length) goes in one string with the head.
         else if (typeof chunk === "string" && size === chunk.length) socket.write(head + chunk, "latin1");
