@@ -12,6 +12,7 @@ import { afterEach, describe, expect, it } from "vitest";
 import { createGateway, loadGatewayConfig, type Gateway } from "../../gateway/src/index.js";
 import { MAX_REQUEST_HEAD_BYTES, parseRequestHead } from "../../gateway/src/http1/request-head.js";
 import { Http1Response } from "../../gateway/src/http1/server-response.js";
+import { ServerConnection, type ServerPath } from "../../gateway/src/http1/server-connection.js";
 import { createServer as createNetServer } from "node:net";
 import { startMockEngine, type EngineBehaviour, type MockEngine } from "../support/mock-engine.js";
 import { onRawRequests } from "../support/raw-requests.js";
@@ -349,6 +350,31 @@ describe("whole answers leave in the check phase, together", () => {
     expect(ends!.received().endsWith("\r\n\r\nok")).toBe(true);
     expect(breaks!.received() === "" || breaks!.received().endsWith("\r\n\r\nok")).toBe(true);
     expect(errors).toEqual([]);
+  });
+
+  it("the server closing in the turn an answer was held sends it before the connection ends", async () => {
+    const [c] = await pairs(1);
+    let connection: ServerConnection | null = null;
+    const path: ServerPath = {
+      takes: () => true,
+      maxBodyBytes: 1 << 20,
+      keepAliveHeader: null,
+      // Answered at once, then the server closes within the same turn (gateway.close() from a signal does so).
+      serve: (_req, res) => {
+        res.writeHead(200, { "content-type": "text/plain" }).end("done");
+        process.nextTick(() => connection!.closeIdle());
+      },
+      abandoned: () => {},
+      handOff: () => {},
+      timedOut: () => {},
+      forget: () => {},
+    };
+    connection = new ServerConnection(c!.server, path);
+    // The request, as a read of the accepted socket brings it.
+    c!.server.emit("data", Buffer.from("POST /v1/x HTTP/1.1\r\nhost: a\r\ncontent-length: 0\r\n\r\n"));
+    await new Promise((r) => setTimeout(r, 100));
+    expect(c!.received()).toMatch(/^HTTP\/1\.1 200 OK\r\n[^]*\r\n\r\ndone$/);
+    expect(c!.server.destroyed).toBe(true);
   });
 });
 

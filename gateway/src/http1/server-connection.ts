@@ -308,9 +308,13 @@ export class ServerConnection implements ResponseOwner, Slotted {
     this.#path.timedOut(this.socket);
   }
 
-  /** The server closes: an idle connection now, a busy one once its answer ends. */
+  /**
+   * The server closes: an idle connection now, a busy one once its answer ends.
+   * An idle one is ended, not destroyed: the answer it just gave may still be
+   * held until the check phase (server-response.ts), and ending sends it first.
+   */
   closeIdle(): void {
     this.#closing = true;
-    if (this.#phase === Phase.Head && !this.#reading) this.socket.destroy();
+    if (this.#phase === Phase.Head && !this.#reading) this.socket.end(() => this.socket.destroy());
   }
 }

@@ -57,7 +57,13 @@ function uncorkAll(): void {
   uncorkScheduled = false;
   const sockets = corked;
   corked = [];
-  for (const socket of sockets) socket.uncork();
+  for (const socket of sockets) {
+    try {
+      socket.uncork();
+    } catch {
+      socket.destroy(); // never left corked: the others are uncorked all the same
+    }
+  }
 }
 
 /**
