@@ -11,6 +11,7 @@ import fc from "fast-check";
 import { afterEach, describe, expect, it } from "vitest";
 import { createGateway, loadGatewayConfig, type Gateway } from "../../gateway/src/index.js";
 import { MAX_REQUEST_HEAD_BYTES, parseRequestHead } from "../../gateway/src/http1/request-head.js";
+import type { SeenNames } from "../../gateway/src/http1/grammar.js";
 import { Http1Response } from "../../gateway/src/http1/server-response.js";
 import { ServerConnection, type ServerPath } from "../../gateway/src/http1/server-connection.js";
 import { createServer as createNetServer } from "node:net";
@@ -69,7 +70,31 @@ describe("request heads: only what llhttp reads the same way", () => {
       names: ["host", "x-session-id", "content-length", "connection"],
       // Each line's start and its end past its CRLF (the last one's CRLF is the blank line's first half).
       lines: [40, 49, 49, 70, 70, 90, 90, 109],
+      // What the connection's next head is read against: the names as sent, and lower-cased.
+      namesSeen: { raw: ["Host", "X-Session-Id", "Content-Length", "Connection"], names: ["host", "x-session-id", "content-length", "connection"] },
     });
+  });
+
+  it("a head read against the last one's names is read as a fresh one: names found again are taken, others read; names sent alike are shared", () => {
+    const first = parseRequestHead("POST /v1/completions HTTP/1.1\r\nHost: a\r\nX-Stainless-Runtime-Version: v20\r\nContent-Length: 2", takes)!;
+    const heads = [
+      "POST /v1/completions HTTP/1.1\r\nHost: b\r\nX-Stainless-Runtime-Version: v22\r\nContent-Length: 3",
+      "POST /v1/completions HTTP/1.1\r\nhost: b\r\nX-Stainless-Runtime-Versions: v22\r\nContent-Length: 3", // another case, a longer name
+      "POST /v1/completions HTTP/1.1\r\nHost: b\r\nX-Stainless-Runtime: v22\r\nContent-Length: 3", // a shorter name
+      "POST /v1/completions HTTP/1.1\r\nHost: b\r\nContent-Length: 3", // fewer
+      "POST /v1/completions HTTP/1.1\r\nHost: b\r\nX-Stainless-Runtime-Version: v22\r\nContent-Length: 3\r\nX-A: 1", // more
+      "POST /v1/completions HTTP/1.1\r\nHost: b\r\nX-Stainless-Runtime-Version : v22\r\nContent-Length: 3", // a space before the colon: refused
+    ];
+    for (const text of heads) {
+      const again = parseRequestHead(text, takes, first.namesSeen);
+      const fresh = parseRequestHead(text, takes);
+      expect(again === null ? null : { ...again, namesSeen: null }, text).toEqual(fresh === null ? null : { ...fresh, namesSeen: null });
+      expect(again?.namesSeen, text).toEqual(fresh?.namesSeen);
+    }
+    // The same names again: the same object, no copies.
+    expect(parseRequestHead(heads[0]!, takes, first.namesSeen)!.namesSeen).toBe(first.namesSeen);
+    // Names another connection's client sent alike are shared, not copied again.
+    expect(parseRequestHead(heads[0]!, takes)!.namesSeen).toBe(parseRequestHead(heads[0]!, takes)!.namesSeen);
   });
 
   it.each([
@@ -96,7 +121,7 @@ describe("request heads: only what llhttp reads the same way", () => {
     expect(parseRequestHead(text, takes)).toBeNull();
   });
 
-  it("random heads: every one taken is read by llhttp with the same target, headers and length (fixed seed)", () => {
+  it("random heads: every one taken is read by llhttp with the same target, headers and length, and read alike against the last head's names (fixed seed)", () => {
     // Mostly well-formed, with rare hostile parts: every part has its own odd variants.
     const rare = <T,>(usual: fc.Arbitrary<T>, odd: fc.Arbitrary<T>) => fc.oneof({ weight: 40, arbitrary: usual }, { weight: 1, arbitrary: odd });
     const name = rare(fc.constantFrom("x-session-id", "authorization", "x-request-id", "via", "X-Custom", "accept", "user-agent", "__proto__", "constructor", "toString"), fc.constantFrom("connection", "Connection", "transfer-encoding", "expect", "upgrade", "content-length", "host", "x a", "x\ta", "x:a", "", "x\u00e9", "x\u0000", "(x)", "x/y"));
@@ -114,6 +139,7 @@ describe("request heads: only what llhttp reads the same way", () => {
     const present = rare(fc.constant(true), fc.constant(false));
     const head = fc.tuple(requestLine, lines, present, present, fc.nat({ max: 40 }));
     let taken = 0;
+    let previous: SeenNames | undefined;
     fc.assert(
       fc.property(head, ([first, lines, withHost, withLength, length]) => {
         const all = [...(withHost ? ["host: h\r\n"] : []), ...lines, ...(withLength ? [`content-length: ${length}\r\n`] : [])];
@@ -121,7 +147,13 @@ describe("request heads: only what llhttp reads the same way", () => {
         const end = text.endsWith("\r\n") ? text.slice(0, -2) : text;
         if (end.includes("\r\n\r\n")) return; // a head ends at its first blank line
         const ours = parseRequestHead(end, takes);
+        // Read against the names of the last head (another random one) and of itself, it reads the same.
+        for (const seen of [previous, ours?.namesSeen]) {
+          const again = seen === undefined ? ours : parseRequestHead(end, takes, seen);
+          expect(again === null ? null : { ...again, namesSeen: null }).toEqual(ours === null ? null : { ...ours, namesSeen: null });
+        }
         if (ours === null) return;
+        previous = ours.namesSeen;
         taken++;
         const body = "x".repeat(ours.contentLength);
         const theirs = llhttpRead(Buffer.from(`${end}\r\n\r\n${body}`, "latin1"));

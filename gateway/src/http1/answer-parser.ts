@@ -14,7 +14,7 @@
 //     └──► close (until the connection ends)
 
 import type { IncomingHttpHeaders } from "node:http";
-import { HeaderRecord, isBlank, isFieldValue, lengthOf, TCHAR } from "./grammar.js";
+import { HeaderRecord, isBlank, isFieldValue, lengthOf, namesAfter, NO_NAMES, seenName, TCHAR, type SeenNames } from "./grammar.js";
 import { Http1Error } from "./http1-error.js";
 
 /**
@@ -63,12 +63,6 @@ const CHUNK_SIZE = /^([0-9A-Fa-f]{1,12})[\t ]*(?:;[\t\x20-\x7e\x80-\xff]*)?$/;
 /** The error for a head, chunk-size line or trailers past MAX_HEAD_BYTES. */
 const tooLong = () => new Http1Error("ADP_ANSWER_INVALID", `an answer's head, chunk line or trailers exceed ${MAX_HEAD_BYTES} bytes`);
 
-/**
- * A string of its own: V8 makes a slice of 13 characters or more a view of the
- * whole string it came from, which would keep a head's text alive with it.
- */
-const copied = (s: string): string => Buffer.from(s, "latin1").toString("latin1");
-
 /** One connection's answers, parsed as its bytes come. */
 export class AnswerParser {
   readonly #parts: AnswerParts;
@@ -85,7 +79,7 @@ export class AnswerParser {
    * answers repeat them in order, and a name read again is taken from here,
    * not scanned, sliced, lowercased and looked up as a property key anew.
    */
-  #seen: { readonly raw: readonly string[]; readonly names: readonly string[] } = { raw: [], names: [] };
+  #seen: SeenNames = NO_NAMES;
 
   constructor(parts: AnswerParts) {
     this.#parts = parts;
@@ -220,11 +214,10 @@ export class AnswerParser {
       // The name: the last head's name at this line when it is followed by the colon (it
       // holds token characters only, so it cannot run past the line), else token characters
       // up to the colon (a line starting with a space or tab, obs-fold, has none).
-      const known = names.length < seen.raw.length ? seen.raw[names.length]! : "";
-      let colon = at + known.length;
-      let name: string;
-      if (known !== "" && text.charCodeAt(colon) === 0x3a && text.startsWith(known, at)) {
-        name = seen.names[names.length]!;
+      let name = seenName(seen, names.length, text, at);
+      let colon: number;
+      if (name !== null) {
+        colon = at + name.length;
       } else {
         same = false;
         colon = at;
@@ -250,7 +243,7 @@ export class AnswerParser {
       spans.push(at, end + 2);
       at = end + 2;
     }
-    if (!same || names.length !== seen.raw.length) this.#seen = { raw: names.map((n, i) => copied(text.slice(spans[2 * i]!, spans[2 * i]! + n.length))), names: names.map(copied) };
+    this.#seen = namesAfter(seen, same, text, names, spans);
     if (code < 100) throw new Http1Error("ADP_ANSWER_INVALID", "an answer's status is below 100");
     if (code === 101) throw new Http1Error("ADP_ANSWER_INVALID", "an upstream switched protocols unasked");
     if (code < 200) {

@@ -51,3 +51,58 @@ export function lengthOf(text: string): number {
  */
 export const HeaderRecord = function HeaderRecord() {} as unknown as new () => Record<string, string | string[] | undefined>;
 HeaderRecord.prototype = Object.freeze(Object.create(null));
+
+/**
+ * A head's header names as sent and lower-cased, each a string of its own:
+ * the next head on a connection is read against them (clients and engines
+ * send the same names in the same order on every request), a name found again
+ * taken from here instead of scanned, sliced and lower-cased anew.
+ */
+export interface SeenNames {
+  readonly raw: readonly string[];
+  readonly names: readonly string[];
+}
+
+/** No head seen yet. */
+export const NO_NAMES: SeenNames = { raw: [], names: [] };
+
+/**
+ * A string of its own: V8 makes a slice of 13 characters or more a view of the
+ * whole string it came from, which would keep a head's text alive with it.
+ */
+export const ownString = (s: string): string => Buffer.from(s, "latin1").toString("latin1");
+
+/**
+ * The lower-cased name of the header line at `at` in `text` when it is
+ * `seen`'s `index`th name followed by its colon, else null. A seen name holds
+ * token characters only, so a match cannot run past its line.
+ */
+export function seenName(seen: SeenNames, index: number, text: string, at: number): string | null {
+  const known = index < seen.raw.length ? seen.raw[index]! : "";
+  return known !== "" && text.charCodeAt(at + known.length) === 0x3a && text.startsWith(known, at) ? seen.names[index]! : null;
+}
+
+/** Whether `seen` holds exactly the names of a head of `text` whose lower-cased names are `names`, each line starting at `spans[2i]`. */
+function holds(seen: SeenNames, text: string, names: readonly string[], spans: readonly number[]): boolean {
+  if (seen.raw.length !== names.length) return false;
+  for (let i = 0; i < names.length; i++) {
+    if (seenName(seen, i, text, spans[2 * i]!) !== names[i]) return false;
+  }
+  return true;
+}
+
+/**
+ * The names to read the next head against, after a head of `text` whose
+ * lower-cased names are `names` (each line starting at `spans[2i]`): `seen`
+ * when every one came from it (`same`) and there were no more; else
+ * `shared.last` when it holds them (many connections' clients send the same,
+ * and then hold one copy between them, not one each); else copies, which
+ * become `shared.last`.
+ */
+export function namesAfter(seen: SeenNames, same: boolean, text: string, names: readonly string[], spans: readonly number[], shared: { last: SeenNames } | null = null): SeenNames {
+  if (same && names.length === seen.raw.length) return seen;
+  if (shared !== null && holds(shared.last, text, names, spans)) return shared.last;
+  const made = { raw: names.map((n, i) => ownString(text.slice(spans[2 * i]!, spans[2 * i]! + n.length))), names: names.map(ownString) };
+  if (shared !== null) shared.last = made;
+  return made;
+}

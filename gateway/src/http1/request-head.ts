@@ -8,7 +8,7 @@
 // header, ...). So every head this file takes is one llhttp would read the
 // same way (test/gateway/http1-server.test.ts compares them on random heads).
 
-import { HeaderRecord, isBlank, lengthOf, TCHAR } from "./grammar.js";
+import { HeaderRecord, isBlank, lengthOf, namesAfter, NO_NAMES, seenName, TCHAR, type SeenNames } from "./grammar.js";
 
 /** The most bytes of a head read here (node:http's default maxHeaderSize: past it the connection goes there, which answers 431). */
 export const MAX_REQUEST_HEAD_BYTES = 16 * 1024;
@@ -32,7 +32,12 @@ export interface RequestHead {
   readonly names: readonly string[];
   /** Where each header's line is in the head: its start and its end with its CRLF, two numbers a line (what is passed on as it came). */
   readonly lines: readonly number[];
+  /** The names the connection's next head is read against (grammar.ts). */
+  readonly namesSeen: SeenNames;
 }
+
+/** The header names made last, which a connection whose client sends the same shares (grammar.ts: namesAfter). */
+const lastNames: { last: SeenNames } = { last: NO_NAMES };
 
 /** The request line's start every head taken has. */
 const START = "POST /";
@@ -51,10 +56,10 @@ export function mayBeTaken(bytes: Buffer): boolean {
 
 /**
  * Reads a head: `text` is its latin1 text up to (not with) the blank line
- * that ends it. Returns null for any head outside the grammar, and for a path
- * `takes` refuses.
+ * that ends it; `seen`, the names of the last head on its connection. Returns
+ * null for any head outside the grammar, and for a path `takes` refuses.
  */
-export function parseRequestHead(text: string, takes: (path: string) => boolean): RequestHead | null {
+export function parseRequestHead(text: string, takes: (path: string) => boolean, seen: SeenNames = NO_NAMES): RequestHead | null {
   if (!text.startsWith(START)) return null;
   const space = text.indexOf(" ", START.length);
   if (space < 0) return null;
@@ -77,17 +82,23 @@ export function parseRequestHead(text: string, takes: (path: string) => boolean)
   let count = 0;
   let contentLength = -1;
   let close = false;
+  let same = true;
   for (let at = lineEnd + 2; at < text.length + 2; at = lineEnd + 2) {
     lineEnd = text.indexOf("\r\n", at);
     if (lineEnd < 0) lineEnd = text.length;
-    // The name: token bytes up to the colon (a line starting with a space or tab, obs-fold, has none).
-    let i = at;
-    while (i < lineEnd) {
-      const c = text.charCodeAt(i);
-      if (c >= 128 || TCHAR[c] === 0) break;
-      i++;
+    // The name: the last head's at this line, else token bytes up to the colon (a line starting with a space or tab, obs-fold, has none).
+    let name = seenName(seen, count, text, at);
+    let i = name === null ? at : at + name.length;
+    if (name === null) {
+      same = false;
+      while (i < lineEnd) {
+        const c = text.charCodeAt(i);
+        if (c >= 128 || TCHAR[c] === 0) break;
+        i++;
+      }
+      if (i === at || i === lineEnd || text.charCodeAt(i) !== 0x3a) return null;
+      name = text.slice(at, i).toLowerCase();
     }
-    if (i === at || i === lineEnd || text.charCodeAt(i) !== 0x3a) return null;
     // The value, without the spaces and tabs around it; inside it only visible ASCII, spaces and tabs.
     let start = i + 1;
     let end = lineEnd;
@@ -97,7 +108,6 @@ export function parseRequestHead(text: string, takes: (path: string) => boolean)
       const c = text.charCodeAt(j);
       if ((c < 0x20 && c !== 0x09) || c > 0x7e) return null;
     }
-    const name = text.slice(at, i).toLowerCase();
     if (headers[name] !== undefined || ++count > MAX_HEADERS) return null;
     const value = text.slice(start, end);
     headers[name] = value;
@@ -122,5 +132,5 @@ export function parseRequestHead(text: string, takes: (path: string) => boolean)
   }
   // HTTP/1.1 needs a Host (node:http answers its absence 400); a body this path reads needs its length.
   if (contentLength < 0 || headers.host === undefined) return null;
-  return { target, path, headers, contentLength, close, names, lines };
+  return { target, path, headers, contentLength, close, names, lines, namesSeen: namesAfter(seen, same, text, names, lines, lastNames) };
 }

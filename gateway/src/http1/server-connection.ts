@@ -21,6 +21,7 @@
 import type { IncomingHttpHeaders } from "node:http";
 import type { Socket } from "node:net";
 import type { EdgeRequest } from "./edge-types.js";
+import { NO_NAMES, type SeenNames } from "./grammar.js";
 import { MAX_REQUEST_HEAD_BYTES, mayBeTaken, parseRequestHead, type RequestHead } from "./request-head.js";
 import { Http1Response, type ResponseOwner } from "./server-response.js";
 import type { Slotted } from "../common/slot-array.js";
@@ -95,6 +96,8 @@ export class ServerConnection implements ResponseOwner, Slotted {
   #headBytes: Buffer | null = null;
   #body: Buffer | null = null;
   #bodyAt = 0;
+  /** The last head's header names, which the next is read against. */
+  #names: SeenNames = NO_NAMES;
   /** When the request being read began (its first byte; the connection's start for its first request), or the connection went idle. */
   #since = performance.now();
   /** Whether a byte of the next request came (else the connection is idle between requests, or new). */
@@ -184,8 +187,9 @@ export class ServerConnection implements ResponseOwner, Slotted {
     }
     this.#scanned = 0;
     this.#store = null; // what is held from here is a view of it at most, let go with the view
-    const head = end > MAX_REQUEST_HEAD_BYTES ? null : parseRequestHead(bytes.toString("latin1", 0, end), this.#path.takes);
+    const head = end > MAX_REQUEST_HEAD_BYTES ? null : parseRequestHead(bytes.toString("latin1", 0, end), this.#path.takes, this.#names);
     if (head === null || head.contentLength > this.#path.maxBodyBytes) return this.#handOff();
+    this.#names = head.namesSeen;
     const start = end + 4;
     const stop = start + head.contentLength;
     this.#head = head;
