@@ -95,6 +95,17 @@ describe("request heads: only what llhttp reads the same way", () => {
     expect(parseRequestHead(heads[0]!, takes, first.namesSeen)!.namesSeen).toBe(first.namesSeen);
     // Names another connection's client sent alike are shared, not copied again.
     expect(parseRequestHead(heads[0]!, takes)!.namesSeen).toBe(parseRequestHead(heads[0]!, takes)!.namesSeen);
+    // A name sent lower-case is kept once; what is kept cannot be changed.
+    const kept = parseRequestHead("POST /v1/completions HTTP/1.1\r\nhost: a\r\nX-Custom-Header-Name: 1\r\ncontent-length: 2", takes)!.namesSeen;
+    expect(kept.raw[0]).toBe(kept.names[0]);
+    expect(kept.raw[1]).toBe("X-Custom-Header-Name");
+    expect(Object.isFrozen(kept) && Object.isFrozen(kept.raw) && Object.isFrozen(kept.names)).toBe(true);
+    // Names a client makes long (an idle connection would hold them) are not kept, and the next head reads the same.
+    const long = `POST /v1/completions HTTP/1.1\r\nhost: a\r\n${Array.from({ length: 5 }, (_, i) => `x-${String(i).repeat(240)}: 1\r\n`).join("")}content-length: 2`;
+    const head = parseRequestHead(long, takes)!;
+    expect(head.names).toHaveLength(7);
+    expect(head.namesSeen.raw).toHaveLength(0);
+    expect({ ...parseRequestHead(long, takes, head.namesSeen)! }).toEqual({ ...head });
   });
 
   it.each([

@@ -64,7 +64,10 @@ export interface SeenNames {
 }
 
 /** No head seen yet. */
-export const NO_NAMES: SeenNames = { raw: [], names: [] };
+export const NO_NAMES: SeenNames = Object.freeze({ raw: Object.freeze([]), names: Object.freeze([]) });
+
+/** The most characters of header names kept to read the next head against (the 14 an `openai` client sends are about 250). */
+export const MAX_SEEN_CHARS = 1024;
 
 /**
  * A string of its own: V8 makes a slice of 13 characters or more a view of the
@@ -75,7 +78,8 @@ export const ownString = (s: string): string => Buffer.from(s, "latin1").toStrin
 /**
  * The lower-cased name of the header line at `at` in `text` when it is
  * `seen`'s `index`th name followed by its colon, else null. A seen name holds
- * token characters only, so a match cannot run past its line.
+ * token characters only, so a match cannot run past its line, and is ASCII,
+ * so its colon is at `at` plus the returned name's length.
  */
 export function seenName(seen: SeenNames, index: number, text: string, at: number): string | null {
   const known = index < seen.raw.length ? seen.raw[index]! : "";
@@ -102,7 +106,16 @@ function holds(seen: SeenNames, text: string, names: readonly string[], spans: r
 export function namesAfter(seen: SeenNames, same: boolean, text: string, names: readonly string[], spans: readonly number[], shared: { last: SeenNames } | null = null): SeenNames {
   if (same && names.length === seen.raw.length) return seen;
   if (shared !== null && holds(shared.last, text, names, spans)) return shared.last;
-  const made = { raw: names.map((n, i) => ownString(text.slice(spans[2 * i]!, spans[2 * i]! + n.length))), names: names.map(ownString) };
+  let chars = 0;
+  for (const n of names) chars += n.length;
+  // Names a client makes long are not kept: an idle connection holds at most this much of its last head.
+  if (chars > MAX_SEEN_CHARS) return NO_NAMES;
+  const lower = Object.freeze(names.map(ownString));
+  const raw = Object.freeze(names.map((n, i) => {
+    const sent = text.slice(spans[2 * i]!, spans[2 * i]! + n.length);
+    return sent === n ? lower[i]! : ownString(sent); // a name sent lower-case is kept once
+  }));
+  const made: SeenNames = Object.freeze({ raw, names: lower });
   if (shared !== null) shared.last = made;
   return made;
 }
