@@ -6,7 +6,7 @@
 // (head and body time, keep-alive, held bytes) hold; and the same requests
 // get the same answers whichever server path serves them.
 import { createRequire } from "node:module";
-import { connect, type Socket } from "node:net";
+import { connect, createServer as createNetServer, type Socket } from "node:net";
 import fc from "fast-check";
 import { afterEach, describe, expect, it } from "vitest";
 import { createGateway, loadGatewayConfig, type Gateway } from "../../gateway/src/index.js";
@@ -14,7 +14,6 @@ import { MAX_REQUEST_HEAD_BYTES, parseRequestHead } from "../../gateway/src/http
 import type { SeenNames } from "../../gateway/src/http1/grammar.js";
 import { Http1Response } from "../../gateway/src/http1/server-response.js";
 import { ServerConnection, type ServerPath } from "../../gateway/src/http1/server-connection.js";
-import { createServer as createNetServer } from "node:net";
 import { startMockEngine, type EngineBehaviour, type MockEngine } from "../support/mock-engine.js";
 import { onRawRequests } from "../support/raw-requests.js";
 

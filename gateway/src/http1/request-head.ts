@@ -88,9 +88,12 @@ export function parseRequestHead(text: string, takes: (path: string) => boolean,
     if (lineEnd < 0) lineEnd = text.length;
     // The name: the last head's at this line, else token bytes up to the colon (a line starting with a space or tab, obs-fold, has none).
     let name = seenName(seen, count, text, at);
-    let i = name === null ? at : at + name.length;
-    if (name === null) {
+    let i: number;
+    if (name !== null) {
+      i = at + name.length;
+    } else {
       same = false;
+      i = at;
       while (i < lineEnd) {
         const c = text.charCodeAt(i);
         if (c >= 128 || TCHAR[c] === 0) break;
