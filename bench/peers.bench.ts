@@ -463,9 +463,20 @@ async function openLoop(url: string, calls: readonly TraceCall[]): Promise<{ lat
   return { latencies, failed };
 }
 
-/** Serves `warmup` through `peer`, unmeasured; a peer that fails any of them is broken, and the bench stops. */
+/**
+ * Serves `warmup` through `peer`, unmeasured, in two halves over two client
+ * pools, so that the peer has seen its clients' connections close (every
+ * measured phase begins with the warm-up's connections closing) and has served
+ * thousands of requests since; a peer that fails any of them is broken, and the
+ * bench stops.
+ */
 async function warmUp(peer: Peer, warmup: readonly TraceCall[]): Promise<void> {
-  const { failed } = await openLoop(peer.url, warmup);
+  const half = Math.ceil(warmup.length / 2);
+  let failed = 0;
+  for (const part of [warmup.slice(0, half), warmup.slice(half)]) {
+    const t0 = part[0]?.atMs ?? 0;
+    failed += (await openLoop(peer.url, part.map((c) => ({ ...c, atMs: c.atMs - t0 })))).failed;
+  }
   if (failed > 0) throw new Error(`${peer.name}: ${failed} of ${warmup.length} warm-up requests failed`);
 }
 

@@ -74,7 +74,11 @@ export class Placements {
 
   /** The decision: unplaced requests are listed as unassigned, in input order. */
   decide(router: RouterKind, expected: number, requests: readonly BatchRequest[]): Decision {
-    const unassigned = requests.filter((r) => this.rankOf[r.index] === -1).map((r) => r.id);
+    // A loop, not filter().map(): TurboFan's inlined array builtins make arrays of
+    // another elements kind than the builtins themselves, and optimized code that
+    // saw only one kind is deoptimized when the other comes.
+    const unassigned: RequestId[] = [];
+    for (const r of requests) if (this.rankOf[r.index] === -1) unassigned.push(r.id);
     return {
       result: { router, assignments: this.assignments, expectedNumActiveRequests: expected, unassigned },
       rankOf: this.rankOf,

@@ -3,6 +3,7 @@
 // an index update source (an engine's KV events) feeds an upstream's cache view.
 import { afterEach, describe, expect, it } from "vitest";
 import { createGateway, createGatewayRouter, EngineViews, loadGatewayConfig, RoutingState, type StateEntry } from "../../gateway/src/index.js";
+import { withPrefixMatches } from "../../gateway/src/fleet/routing-state.js";
 import { startMockEngine, type MockEngine } from "../support/mock-engine.js";
 
 const open: { close(): Promise<void> }[] = [];
@@ -108,5 +109,17 @@ describe("a prompt hashed once per batch", () => {
     }
     expect(hashedOnce).toBeGreaterThan(100);
     expect(Buffer.from(state.router.snapshot()).equals(Buffer.from(plain.snapshot()))).toBe(true);
+  });
+
+  it("a request given its matches keeps every other field as it was", () => {
+    const req = {
+      id: 7n, tokens: Uint32Array.of(1, 2, 3), numTokens: 3, schedulingParams: true, attentionDpRank: 1, attentionDpRelax: false,
+      subagentAffinityId: "a", conversationId: "c", loraTaskId: 4, cacheSalt: "s", prefixMatches: [9], blockKeys: [5],
+    };
+    const matches = Uint32Array.of(3, 0);
+    const out = withPrefixMatches(req, matches);
+    expect(out).toEqual({ ...req, prefixMatches: matches });
+    expect(Object.keys(out).sort()).toEqual(Object.keys(req).sort());
+    expect(withPrefixMatches({ id: 1 }, matches)).toMatchObject({ id: 1, prefixMatches: matches, tokens: undefined, conversationId: undefined });
   });
 });

@@ -12,7 +12,7 @@ import { subagentHintAccepted } from "../requests/subagent-auth.js";
 import type { Upstream } from "./upstream.js";
 import { CentralizedSelection } from "./centralized-selection.js";
 import type { RankChoice } from "./rank-routing.js";
-import type { RouteRequest, TokenIds } from "adp-router";
+import type { RankState, RouteRequest, TokenIds } from "adp-router";
 
 /** Gateway-wide request counters, kept by the scheduler (rendered by metrics.ts). */
 export interface GatewayCounters {
@@ -333,14 +333,17 @@ export class Scheduler {
     }
     const meanPrompt = placed === 0 ? 0 : prompts / placed;
     if (this.#centralized !== null) return { ...this.#centralized.route(fleet, waiting, cap, meanPrompt), hashes: [] };
-    const { result, hashes } = fleet.state.route({
-      rankStates: upstreams.map((u) => {
-        const load = u.rankLoad(meanPrompt);
-        return { numActiveRequests: fleet.available(u) ? Math.min(load.numActiveRequests, cap) : cap, numActiveTokens: load.numActiveTokens };
-      }),
-      maxNumActiveRequests: cap,
-      requests: waiting.map(routeRequest),
-    });
+    // Pushed one by one, not made by map(): TurboFan's inlined map() makes a holey array
+    // where the built-in made a packed one, and the router's optimized code, which had
+    // seen packed ones only, was deoptimized when this function was optimized.
+    const rankStates: RankState[] = [];
+    for (const u of upstreams) {
+      const load = u.rankLoad(meanPrompt);
+      rankStates.push({ numActiveRequests: fleet.available(u) ? Math.min(load.numActiveRequests, cap) : cap, numActiveTokens: load.numActiveTokens });
+    }
+    const requests: RouteRequest[] = [];
+    for (const w of waiting) requests.push(routeRequest(w));
+    const { result, hashes } = fleet.state.route({ rankStates, maxNumActiveRequests: cap, requests });
     return { assignments: result.assignments, hashes };
   }
 
