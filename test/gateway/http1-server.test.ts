@@ -14,6 +14,7 @@ import { MAX_REQUEST_HEAD_BYTES, parseRequestHead } from "../../gateway/src/http
 import type { SeenNames } from "../../gateway/src/http1/grammar.js";
 import { Http1Response } from "../../gateway/src/http1/server-response.js";
 import { ServerConnection, type ServerPath } from "../../gateway/src/http1/server-connection.js";
+import { SERVER_READS_INTO_BUFFER } from "../../gateway/src/http1/read-buffer.js";
 import { startMockEngine, type EngineBehaviour, type MockEngine } from "../support/mock-engine.js";
 import { onRawRequests } from "../support/raw-requests.js";
 
@@ -331,7 +332,7 @@ describe("the own server path on a connection", () => {
 describe("whole answers leave in the check phase, together", () => {
   // Http1Response corks a whole answer's socket until the event loop's check phase (server-response.ts).
   /** `n` loopback connections: the server's sockets, and what each client received so far. */
-  async function pairs(n: number): Promise<{ server: Socket; received: () => string }[]> {
+  async function pairs(n: number): Promise<{ server: Socket; client: Socket; received: () => string }[]> {
     const accepted: Socket[] = [];
     const listening = createNetServer((s) => accepted.push(s));
     await new Promise<void>((r) => listening.listen(0, "127.0.0.1", r));
@@ -342,10 +343,18 @@ describe("whole answers leave in the check phase, together", () => {
     return clients.map((c, i) => {
       let text = "";
       c.on("data", (d: Buffer) => (text += d.toString("latin1")));
-      return { server: accepted[i]!, received: () => text };
+      return { server: accepted[i]!, client: c, received: () => text };
     });
   }
   const owner = { ended: () => {}, keepAliveHeader: null };
+  /** Resolves once `test()` holds (polled), or fails after 3 s. */
+  async function until(test: () => boolean): Promise<void> {
+    const deadline = Date.now() + 3000;
+    while (!test()) {
+      if (Date.now() > deadline) throw new Error("timed out waiting");
+      await new Promise((r) => setTimeout(r, 5));
+    }
+  }
 
   it("a whole answer's head and body are held until the poll phase's reads are done, then every connection's go out, in order; a stream's head goes at once", async () => {
     const conns = await pairs(3);
@@ -394,6 +403,42 @@ describe("whole answers leave in the check phase, together", () => {
     expect(errors).toEqual([]);
   });
 
+  it("a connection reads into the process's read buffer (on this Node), and what it keeps of a read is its own: bodies of many reads, and requests held across later reads, arrive intact", async () => {
+    // The fast path, not a silent fallback to 'data' events.
+    expect(SERVER_READS_INTO_BUFFER).toBe(true);
+    const [c] = await pairs(1);
+    const served: Buffer[] = [];
+    const path: ServerPath = {
+      takes: () => true,
+      maxBodyBytes: 1 << 22,
+      keepAliveHeader: null,
+      serve: (_req, res, body) => {
+        served.push(body);
+        setTimeout(() => res.writeHead(200, { "content-length": "2" }).end("ok"), 30);
+      },
+      abandoned: () => {},
+      handOff: () => {},
+      timedOut: () => {},
+      forget: () => {},
+    };
+    new ServerConnection(c!.server, path);
+    expect(c!.server.listenerCount("data")).toBe(0);
+    const head = (n: number) => Buffer.from(`POST /v1/x HTTP/1.1\r\nhost: a\r\ncontent-length: ${n}\r\n\r\n`);
+    const big = Buffer.alloc(300 * 1024);
+    for (let i = 0; i < big.length; i++) big[i] = (i * 7 + (i >> 9)) & 0xff;
+    const second = Buffer.from('{"second":true}');
+    // A body of many reads with the next request right behind it (held while the first is served) ...
+    c!.client.write(Buffer.concat([head(big.length), big, head(second.length), second]));
+    await until(() => served.length === 2);
+    // ... then more reads into the same buffer while both bodies are still held here.
+    const third = Buffer.alloc(70 * 1024, 0x5a);
+    c!.client.write(Buffer.concat([head(third.length), third]));
+    await until(() => served.length === 3);
+    expect(served[0]!.equals(big)).toBe(true);
+    expect(served[1]!.equals(second)).toBe(true);
+    expect(served[2]!.equals(third)).toBe(true);
+  });
+
   it("the server closing in the turn an answer was held sends it before the connection ends", async () => {
     const [c] = await pairs(1);
     let connection: ServerConnection | null = null;
@@ -412,8 +457,8 @@ describe("whole answers leave in the check phase, together", () => {
       forget: () => {},
     };
     connection = new ServerConnection(c!.server, path);
-    // The request, as a read of the accepted socket brings it.
-    c!.server.emit("data", Buffer.from("POST /v1/x HTTP/1.1\r\nhost: a\r\ncontent-length: 0\r\n\r\n"));
+    // The request, read by the accepted socket in a poll phase of its own.
+    c!.client.write("POST /v1/x HTTP/1.1\r\nhost: a\r\ncontent-length: 0\r\n\r\n");
     await new Promise((r) => setTimeout(r, 100));
     expect(c!.received()).toMatch(/^HTTP\/1\.1 200 OK\r\n[^]*\r\n\r\ndone$/);
     expect(c!.server.destroyed).toBe(true);

@@ -10,7 +10,9 @@
 // `headers_ms`, a whole request for `request_ms`, an idle connection is kept
 // `keep_alive_ms` (the edge's sweep calls check()); bytes a client sends
 // ahead (pipelining) are held up to HOLD_BYTES, then not read until the
-// answer before them is done and the client took it.
+// answer before them is done and the client took it. Its socket reads into
+// the process's read buffer (read-buffer.ts), and what is kept of a read is
+// copied out of it.
 //
 // Phases of a connection:
 //
@@ -26,6 +28,7 @@ import { MAX_REQUEST_HEAD_BYTES, mayBeTaken, parseRequestHead, type RequestHead 
 import { Http1Response, type ResponseOwner } from "./server-response.js";
 import type { Slotted } from "../common/slot-array.js";
 import { noteReceived } from "../common/young-buffers.js";
+import { readIntoBuffer } from "./read-buffer.js";
 
 /** The most bytes held that a client sent ahead of its answer; past it the socket is not read until the answer is done. */
 const HOLD_BYTES = 64 * 1024;
@@ -100,13 +103,22 @@ export class ServerConnection implements ResponseOwner, Slotted {
   #names: SeenNames = NO_NAMES;
   /** When the request being read began (its first byte; the connection's start for its first request), or the connection went idle. */
   #since = performance.now();
+  /** Whether the socket reads into the process's read buffer (read-buffer.ts; else its 'data' events are read). */
+  readonly #buffered: boolean;
+  /** Whether the connection went to node:http (a read into the buffer then goes into the socket's stream, for node:http to read). */
+  #handedOff = false;
   /** Whether a byte of the next request came (else the connection is idle between requests, or new). */
   #reading = true;
   /** The answer in progress. */
   #response: Http1Response | null = null;
   /** Whether the connection closes once the answer in progress ends (the server is closing). */
   #closing = false;
-  readonly #onData = (d: Buffer) => this.#data(d);
+  readonly #onData = (d: Buffer) => this.#data(d, false);
+  /** A read into the process's read buffer: `view` is valid only during the call. */
+  readonly #onRead = (view: Buffer) => {
+    if (this.#handedOff) this.socket.push(Buffer.from(view));
+    else this.#data(view, true);
+  };
   readonly #onEnd = () => this.#end();
   readonly #onClose = () => this.#close();
   readonly #onError = () => {}; // 'close' follows
@@ -114,7 +126,8 @@ export class ServerConnection implements ResponseOwner, Slotted {
   constructor(socket: Socket, path: ServerPath) {
     this.socket = socket;
     this.#path = path;
-    socket.on("data", this.#onData);
+    this.#buffered = readIntoBuffer(socket, this.#onRead);
+    if (!this.#buffered) socket.on("data", this.#onData);
     socket.on("end", this.#onEnd);
     socket.on("close", this.#onClose);
     socket.on("error", this.#onError);
@@ -124,7 +137,8 @@ export class ServerConnection implements ResponseOwner, Slotted {
     return this.#path.keepAliveHeader;
   }
 
-  #data(d: Buffer): void {
+  /** Bytes read; `transient`: a view of the read buffer, valid only during the call (what is kept is copied). */
+  #data(d: Buffer, transient: boolean): void {
     noteReceived(d.length);
     switch (this.#phase) {
       case Phase.Head:
@@ -132,7 +146,7 @@ export class ServerConnection implements ResponseOwner, Slotted {
           this.#reading = true;
           this.#since = performance.now();
         }
-        this.#hold(d);
+        this.#hold(d, transient);
         this.#readHead();
         return;
       case Phase.Body: {
@@ -141,13 +155,13 @@ export class ServerConnection implements ResponseOwner, Slotted {
         d.copy(body, this.#bodyAt, 0, n);
         this.#bodyAt += n;
         if (this.#bodyAt < body.length) return;
-        if (n < d.length) this.#hold(d.subarray(n));
+        if (n < d.length) this.#hold(d.subarray(n), transient);
         this.#dispatch(body);
         return;
       }
       case Phase.Serving:
         // Sent ahead of its answer: held, and the socket not read past HOLD_BYTES (its 'end' or 'close' still comes).
-        this.#hold(d);
+        this.#hold(d, transient);
         if (this.#held!.length > HOLD_BYTES) this.socket.pause();
         return;
       case Phase.Done:
@@ -155,11 +169,11 @@ export class ServerConnection implements ResponseOwner, Slotted {
     }
   }
 
-  /** Appends `d` to the held bytes (the first piece is kept as it came, not copied). */
-  #hold(d: Buffer): void {
+  /** Appends `d` to the held bytes (the first piece is kept as it came, not copied, unless `transient`: a view of the read buffer). */
+  #hold(d: Buffer, transient: boolean): void {
     const held = this.#held;
     if (held === null) {
-      this.#held = d;
+      this.#held = transient ? Buffer.from(d) : d;
       return;
     }
     const n = held.length + d.length;
@@ -249,7 +263,7 @@ export class ServerConnection implements ResponseOwner, Slotted {
     if (this.#phase !== Phase.Head || this.#held === null) return;
     const held = this.#held;
     this.#held = null;
-    this.#data(held);
+    this.#data(held, false);
     if ((this.#phase as Phase) !== Phase.Done && this.socket.isPaused()) this.socket.resume();
   }
 
@@ -276,7 +290,8 @@ export class ServerConnection implements ResponseOwner, Slotted {
   #handOff(): void {
     const socket = this.socket;
     socket.pause();
-    socket.off("data", this.#onData);
+    this.#handedOff = true;
+    if (!this.#buffered) socket.off("data", this.#onData);
     socket.off("end", this.#onEnd);
     socket.off("close", this.#onClose);
     socket.off("error", this.#onError);
