@@ -146,8 +146,10 @@ export class ServerConnection implements ResponseOwner, Slotted {
           this.#reading = true;
           this.#since = performance.now();
         }
+        // A read that starts a head is read where it lies, and only what is kept of it copied.
+        if (this.#held === null) return this.#readHead(d, transient);
         this.#hold(d, transient);
-        this.#readHead();
+        this.#readHead(this.#held!, false);
         return;
       case Phase.Body: {
         const body = this.#body!;
@@ -190,11 +192,17 @@ export class ServerConnection implements ResponseOwner, Slotted {
     this.#held = grown.subarray(0, n);
   }
 
-  /** Reads the head once its end came: a request taken here, or the connection handed to node:http. */
-  #readHead(): void {
-    const bytes = this.#held!;
+  /**
+   * Reads the head once its end came: a request taken here, or the connection
+   * handed to node:http. `bytes` are the held bytes, or a read's (`transient`:
+   * a view of the read buffer, nothing held before it), of which what is kept is
+   * copied, once: a head and body that came whole as one copy, else the head
+   * apart and the body into its own buffer.
+   */
+  #readHead(bytes: Buffer, transient: boolean): void {
     const end = bytes.indexOf(CRLF2, Math.max(0, this.#scanned - 3));
     if (end < 0) {
+      this.#held = transient ? Buffer.from(bytes) : bytes;
       if (bytes.length > MAX_REQUEST_HEAD_BYTES || !mayBeTaken(bytes)) return this.#handOff();
       this.#scanned = bytes.length;
       return;
@@ -202,18 +210,23 @@ export class ServerConnection implements ResponseOwner, Slotted {
     this.#scanned = 0;
     this.#store = null; // what is held from here is a view of it at most, let go with the view
     const head = end > MAX_REQUEST_HEAD_BYTES ? null : parseRequestHead(bytes.toString("latin1", 0, end), this.#path.takes, this.#names);
-    if (head === null || head.contentLength > this.#path.maxBodyBytes) return this.#handOff();
+    if (head === null || head.contentLength > this.#path.maxBodyBytes) {
+      this.#held = transient ? Buffer.from(bytes) : bytes;
+      return this.#handOff();
+    }
     this.#names = head.namesSeen;
     const start = end + 4;
     const stop = start + head.contentLength;
     this.#head = head;
-    this.#headBytes = bytes.subarray(0, end + 2);
     if (bytes.length >= stop) {
-      // The whole request came: its body is a view of what was read, no copy.
-      this.#held = stop < bytes.length ? bytes.subarray(stop) : null;
-      this.#dispatch(bytes.subarray(start, stop));
+      // The whole request came: its head and body are views of what was read (copied once when transient).
+      const own = transient ? Buffer.from(bytes.subarray(0, stop)) : bytes;
+      this.#headBytes = own.subarray(0, end + 2);
+      this.#held = stop === bytes.length ? null : transient ? Buffer.from(bytes.subarray(stop)) : bytes.subarray(stop);
+      this.#dispatch(own.subarray(start, stop));
       return;
     }
+    this.#headBytes = transient ? Buffer.from(bytes.subarray(0, end + 2)) : bytes.subarray(0, end + 2);
     const body = Buffer.allocUnsafe(head.contentLength);
     noteReceived(body.length);
     bytes.copy(body, 0, start);
