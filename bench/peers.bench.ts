@@ -60,7 +60,9 @@ const RATE = Number(process.env.ADP_BENCH_PEERS_RATE ?? 25);
  * after several thousand calls, and after 1,000 requests it still made 111-113
  * compilations over the 3,000 measured (`--trace-opt`; 13% of the gateway's CPU
  * there by perf), after 5,000 24-26 (57-91 ms of compiling, about 5%), and 26
- * after 12,000. HAProxy has nothing to warm, and gets the same requests. A peer
+ * after 12,000; 5 once the warm-up was split over two client pools (warmUp) and
+ * routing stopped making a hidden class per request. HAProxy has nothing to warm,
+ * and gets the same requests. A peer
  * of N worker processes gets N times as many, so each process is as warm as one
  * gateway.
  */
