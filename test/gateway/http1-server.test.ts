@@ -441,6 +441,35 @@ describe("whole answers leave in the check phase, together", () => {
     expect(served[2]!.equals(third)).toBe(true);
   });
 
+  it("a client pipelining far past HOLD_BYTES and reading its answers is read one request's room an answer, not a read an answer", async () => {
+    const [c] = await pairs(1);
+    const pending: (() => void)[] = [];
+    const path: ServerPath = {
+      takes: () => true,
+      maxBodyBytes: 1 << 20,
+      keepAliveHeader: null,
+      serve: (_req, res) => void pending.push(() => res.writeHead(200, { "content-length": "1" }).end("k")),
+      abandoned: () => {},
+      handOff: () => {},
+      timedOut: () => {},
+      forget: () => {},
+    };
+    new ServerConnection(c!.server, path);
+    const one = Buffer.from(`POST /v1/x HTTP/1.1\r\nhost: a\r\ncontent-length: 40\r\n\r\n${"x".repeat(40)}`);
+    const flood = Buffer.concat(Array.from({ length: 40_000 }, () => one)); // ~4 MB of small requests
+    c!.client.write(flood);
+    await new Promise((r) => setTimeout(r, 300));
+    // The first request is being served: what was read is what is held (64 KiB) and the reads that brought it.
+    expect(c!.server.bytesRead).toBeLessThan(256 * 1024);
+    for (let i = 0; i < 200; i++) {
+      await until(() => pending.length > 0);
+      pending.shift()!();
+      await new Promise((r) => setTimeout(r, 1));
+    }
+    // 200 answers took 200 requests (~20 KB) from what is held: reading may have resumed once, never once an answer.
+    expect(c!.server.bytesRead).toBeLessThan(512 * 1024);
+  });
+
   it("the server closing in the turn an answer was held sends it before the connection ends", async () => {
     const [c] = await pairs(1);
     let connection: ServerConnection | null = null;

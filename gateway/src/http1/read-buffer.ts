@@ -37,19 +37,18 @@ export const SERVER_READS_INTO_BUFFER = SYMBOLS !== null;
 /**
  * Makes `socket` (reading, with a stream handle) read into the process's read
  * buffer, each read's bytes given to `take` as a view of it that is valid only
- * during the call (`take` copies what it keeps); returns false, changing
- * nothing, when it cannot (then read its 'data' events).
+ * during the call (`take` copies what it keeps; false: stop reading until the
+ * socket is resumed); returns false, changing nothing, when it cannot (then
+ * read its 'data' events).
  */
-export function readIntoBuffer(socket: Socket, take: (bytes: Buffer) => void): boolean {
+export function readIntoBuffer(socket: Socket, take: (bytes: Buffer) => boolean): boolean {
   const handle = (socket as unknown as { _handle?: { useUserBuffer?: (buffer: Uint8Array) => void } | null })._handle;
   if (SYMBOLS === null || typeof handle?.useUserBuffer !== "function") return false;
   const own = socket as unknown as Record<symbol, unknown>;
   own[SYMBOLS.buffer] = READ_BUFFER;
   own[SYMBOLS.generator] = null;
-  own[SYMBOLS.callback] = (n: number): boolean => {
-    take(READ_BUFFER.subarray(0, n));
-    return true; // go on reading (pause() stops the handle itself)
-  };
+  // Its answer is net's: false stops the handle's reads (so does pause()), resume() starts them.
+  own[SYMBOLS.callback] = (n: number): boolean => take(READ_BUFFER.subarray(0, n));
   handle.useUserBuffer(READ_BUFFER);
   return true;
 }

@@ -105,7 +105,7 @@ export class ServerConnection implements ResponseOwner, Slotted {
   #since = performance.now();
   /** Whether the socket reads into the process's read buffer (read-buffer.ts; else its 'data' events are read). */
   readonly #buffered: boolean;
-  /** Whether the connection went to node:http (a read into the buffer then goes into the socket's stream, for node:http to read). */
+  /** Whether the connection went to node:http (see #onRead). */
   #handedOff = false;
   /** Whether a byte of the next request came (else the connection is idle between requests, or new). */
   #reading = true;
@@ -114,10 +114,16 @@ export class ServerConnection implements ResponseOwner, Slotted {
   /** Whether the connection closes once the answer in progress ends (the server is closing). */
   #closing = false;
   readonly #onData = (d: Buffer) => this.#data(d, false);
-  /** A read into the process's read buffer: `view` is valid only during the call. */
-  readonly #onRead = (view: Buffer) => {
-    if (this.#handedOff) this.socket.push(Buffer.from(view));
-    else this.#data(view, true);
+  /**
+   * A read into the process's read buffer: `view` is valid only during the
+   * call. After a hand-off node:http reads the socket's handle itself (its
+   * parser consumes it); should it stop, reads go into the socket's stream for
+   * it, reading paused while that is full (false).
+   */
+  readonly #onRead = (view: Buffer): boolean => {
+    if (this.#handedOff) return this.socket.push(Buffer.from(view));
+    this.#data(view, true);
+    return true;
   };
   readonly #onEnd = () => this.#end();
   readonly #onClose = () => this.#close();
@@ -162,7 +168,7 @@ export class ServerConnection implements ResponseOwner, Slotted {
         return;
       }
       case Phase.Serving:
-        // Sent ahead of its answer: held, and the socket not read past HOLD_BYTES (its 'end' or 'close' still comes).
+        // Sent ahead of its answer: held, and the socket not read past HOLD_BYTES (its end or reset is seen once reading resumes).
         this.#hold(d, transient);
         if (this.#held!.length > HOLD_BYTES) this.socket.pause();
         return;
@@ -277,7 +283,9 @@ export class ServerConnection implements ResponseOwner, Slotted {
     const held = this.#held;
     this.#held = null;
     this.#data(held, false);
-    if ((this.#phase as Phase) !== Phase.Done && this.socket.isPaused()) this.socket.resume();
+    // Read on only once what is held is within HOLD_BYTES again: a client pipelining more gets one request's room an answer, not a read.
+    const left = this.#held as Buffer | null;
+    if ((this.#phase as Phase) !== Phase.Done && this.socket.isPaused() && (left === null || left.length <= HOLD_BYTES)) this.socket.resume();
   }
 
   /** The client ended its side: a request in progress is dropped (node:http ends the socket too), an idle connection closes. */
