@@ -1,9 +1,9 @@
 // The memory of buffers that die young, given back at a young collection
-// rather than a full one. Every socket read of a client's request is a
-// fresh buffer outside V8's heap (Node takes none of the caller's for an
-// accepted socket), and a long prompt's body is tens of KiB of them. They
-// die with their request, but V8 frees a buffer's memory only when it
-// collects the small object that holds it, and on long prompts the heap
+// rather than a full one. A client's request is kept in fresh memory outside
+// V8's heap (copies out of the read buffer, or each read's own buffer where
+// sockets read into none: http1/server-connection.ts), tens of KiB for a long
+// prompt. It dies with its request, but V8 frees a buffer's memory only when
+// it collects the small object that holds it, and on long prompts the heap
 // itself fills too slowly for a young collection to come: the buffers pile
 // up until what was allocated outside the heap since the last full
 // collection eats the old generation's headroom (V8 counts it there), and
@@ -12,12 +12,15 @@
 // threads' marking mostly); with these collections 1, and 31 young
 // collections asked for (`--trace-gc`, 2026-12-05).
 //
-// So `serve` counts the bytes its reads bring (noteReceived) and asks V8 for
-// a young collection each COLLECT_BYTES of them: it costs about half a
-// millisecond when little is live, and frees every buffer that died. Any
-// collection V8 makes on its own starts the count again, so under many
-// small requests, whose young generation fills first, none is asked for
-// (none in 8 s of bench:peers' saturated small chats).
+// So `serve` counts the bytes its reads bring (noteReceived; a body gathered
+// from several reads is counted again as its own buffer, which keeps the count
+// above what was allocated: counting only the copies, bench:peers' trace took
+// 0.98 of the CPU and 3-6 MiB more peak RSS) and asks V8 for a young
+// collection each COLLECT_BYTES of them: it costs about half a millisecond
+// when little is live, and frees every buffer that died. Any collection V8
+// makes on its own starts the count again, so under many small requests, whose
+// young generation fills first, none is asked for (none in 8 s of
+// bench:peers' saturated small chats).
 
 import { PerformanceObserver, constants } from "node:perf_hooks";
 import { setFlagsFromString } from "node:v8";
@@ -35,7 +38,7 @@ let received = 0;
 /** Asks for a young collection, once started (null: counting only). */
 let collectYoung: (() => void) | null = null;
 
-/** That `bytes` arrived in fresh buffers (a client socket's read, a body gathered from several). */
+/** That `bytes` arrived (a client socket's read, copied out of the read buffer or in a buffer of its own; a body gathered from several). */
 export function noteReceived(bytes: number): void {
   received += bytes;
   if (received < COLLECT_BYTES || collectYoung === null) return;
