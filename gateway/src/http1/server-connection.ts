@@ -32,6 +32,8 @@ import { readIntoBuffer } from "./read-buffer.js";
 
 /** The most bytes held that a client sent ahead of its answer; past it the socket is not read until the answer is done. */
 const HOLD_BYTES = 64 * 1024;
+/** What a body that did not come with its head is first given (it grows by doubling to its declared length as its bytes come). */
+const BODY_START_BYTES = 64 * 1024;
 /** The end of a head. */
 const CRLF2 = Buffer.from("\r\n\r\n");
 
@@ -99,6 +101,8 @@ export class ServerConnection implements ResponseOwner, Slotted {
   #headBytes: Buffer | null = null;
   #body: Buffer | null = null;
   #bodyAt = 0;
+  /** The body's declared length (what `#body` grows to as its bytes come, not what a head alone makes it take). */
+  #bodyLength = 0;
   /** The last head's header names, which the next is read against. */
   #names: SeenNames = NO_NAMES;
   /** When the request being read began (its first byte; the connection's start for its first request), or the connection went idle. */
@@ -158,11 +162,12 @@ export class ServerConnection implements ResponseOwner, Slotted {
         this.#readHead(this.#held!, false);
         return;
       case Phase.Body: {
-        const body = this.#body!;
-        const n = Math.min(body.length - this.#bodyAt, d.length);
+        const length = this.#bodyLength;
+        const n = Math.min(length - this.#bodyAt, d.length);
+        const body = this.#bodyAt + n <= this.#body!.length ? this.#body! : this.#growBody(this.#bodyAt + n);
         d.copy(body, this.#bodyAt, 0, n);
         this.#bodyAt += n;
-        if (this.#bodyAt < body.length) return;
+        if (this.#bodyAt < length) return;
         if (n < d.length) this.#hold(d.subarray(n), transient);
         this.#dispatch(body);
         return;
@@ -233,13 +238,26 @@ export class ServerConnection implements ResponseOwner, Slotted {
       return;
     }
     this.#headBytes = transient ? Buffer.from(bytes.subarray(0, end + 2)) : bytes.subarray(0, end + 2);
-    const body = Buffer.allocUnsafe(head.contentLength);
+    // Sized by what came, not by what the head declares: a head alone does not take a body's worth of memory.
+    const have = bytes.length - start;
+    const body = Buffer.allocUnsafe(Math.min(head.contentLength, Math.max(BODY_START_BYTES, 2 * have)));
     noteReceived(body.length);
     bytes.copy(body, 0, start);
     this.#body = body;
-    this.#bodyAt = bytes.length - start;
+    this.#bodyAt = have;
+    this.#bodyLength = head.contentLength;
     this.#held = null;
     this.#phase = Phase.Body;
+  }
+
+  /** The body moved into a buffer of at least `needed` bytes: twice its size, at most its declared length. */
+  #growBody(needed: number): Buffer {
+    const body = this.#body!;
+    const grown = Buffer.allocUnsafe(Math.min(this.#bodyLength, Math.max(needed, 2 * body.length)));
+    noteReceived(grown.length);
+    body.copy(grown, 0, 0, this.#bodyAt);
+    this.#body = grown;
+    return grown;
   }
 
   /** Serves the request read. */
