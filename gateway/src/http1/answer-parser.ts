@@ -14,7 +14,7 @@
 //     └──► close (until the connection ends)
 
 import type { IncomingHttpHeaders } from "node:http";
-import { HeaderRecord, isBlank, isFieldValue, lengthOf, namesAfter, NO_NAMES, seenName, TCHAR, type SeenNames } from "./grammar.js";
+import { HeaderRecord, isBlank, isFieldValue, lengthOf, nameColon, namesAfter, NO_NAMES, seenName, type SeenNames } from "./grammar.js";
 import { Http1Error } from "./http1-error.js";
 
 /**
@@ -220,13 +220,8 @@ export class AnswerParser {
         colon = at + name.length;
       } else {
         same = false;
-        colon = at;
-        while (colon < end) {
-          const c = text.charCodeAt(colon);
-          if (c >= 128 || TCHAR[c] === 0) break;
-          colon++;
-        }
-        if (colon === at || colon === end || text.charCodeAt(colon) !== 0x3a) throw new Http1Error("ADP_ANSWER_INVALID", "an answer has a malformed header line");
+        colon = nameColon(text, at, end);
+        if (colon < 0) throw new Http1Error("ADP_ANSWER_INVALID", "an answer has a malformed header line");
         name = text.slice(at, colon).toLowerCase();
       }
       let start = colon + 1;

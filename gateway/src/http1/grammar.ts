@@ -17,6 +17,21 @@ export function isToken(text: string, start = 0, end = text.length): boolean {
   return true;
 }
 
+/**
+ * Where the field name opening the header line at `at` (which ends at `end`)
+ * ends: the index of its colon, or -1 when the line does not open with a token
+ * and a colon (obs-fold, a character outside tokens, no colon).
+ */
+export function nameColon(text: string, at: number, end: number): number {
+  let i = at;
+  while (i < end) {
+    const c = text.charCodeAt(i);
+    if (c >= 128 || TCHAR[c] === 0) break;
+    i++;
+  }
+  return i === at || i === end || text.charCodeAt(i) !== 0x3a ? -1 : i;
+}
+
 /** Whether `text` from `start` to `end` is a field value's latin1 text: visible characters, spaces and tabs, obs-text; no CR, LF, DEL or other control. */
 export function isFieldValue(text: string, start = 0, end = text.length): boolean {
   for (let i = start; i < end; i++) {

@@ -8,7 +8,7 @@
 // header, ...). So every head this file takes is one llhttp would read the
 // same way (test/gateway/http1-server.test.ts compares them on random heads).
 
-import { HeaderRecord, isBlank, lengthOf, namesAfter, NO_NAMES, seenName, TCHAR, type SeenNames } from "./grammar.js";
+import { HeaderRecord, isBlank, lengthOf, nameColon, namesAfter, NO_NAMES, seenName, type SeenNames } from "./grammar.js";
 
 /** The most bytes of a head read here (node:http's default maxHeaderSize: past it the connection goes there, which answers 431). */
 export const MAX_REQUEST_HEAD_BYTES = 16 * 1024;
@@ -93,13 +93,8 @@ export function parseRequestHead(text: string, takes: (path: string) => boolean,
       i = at + name.length;
     } else {
       same = false;
-      i = at;
-      while (i < lineEnd) {
-        const c = text.charCodeAt(i);
-        if (c >= 128 || TCHAR[c] === 0) break;
-        i++;
-      }
-      if (i === at || i === lineEnd || text.charCodeAt(i) !== 0x3a) return null;
+      i = nameColon(text, at, lineEnd);
+      if (i < 0) return null;
       name = text.slice(at, i).toLowerCase();
     }
     // The value, without the spaces and tabs around it; inside it only visible ASCII, spaces and tabs.
