@@ -23,6 +23,7 @@ import { Http1Error } from "./http1-error.js";
 import { writeRequest, type ForwardedLines } from "./joined-write.js";
 import { SlotArray, type Slotted } from "../common/slot-array.js";
 import { noteReceived } from "../common/young-buffers.js";
+import { READ_BUFFER } from "./read-buffer.js";
 
 export type { ForwardedLines } from "./joined-write.js";
 
@@ -78,12 +79,6 @@ export interface Http1PoolOptions {
   readonly keepAliveMs: number;
 }
 
-/**
- * Where every upstream connection's socket reads land (one buffer: reads run one at a time on
- * the event loop, and each is copied out in its callback). Measured with wrk against bench:peers'
- * engines, 3 pairs: 67-72 against 70-88 µs of CPU per small request.
- */
-const READ_BUFFER = Buffer.allocUnsafeSlow(64 * 1024);
 
 /** A request target: visible bytes only. */
 const TARGET = /^[\x21-\x7e\x80-\xff]+$/;
@@ -199,8 +194,9 @@ class Connection implements Slotted {
         call.handler.onResponseData?.(call, chunk);
       },
     });
-    // Read into the process's one read buffer and copied out at once (`onread`): a small answer's
-    // bytes then come from Buffer's shared slab, not a 64 KiB allocation shrunk to size per read.
+    // Read into the process's one read buffer (read-buffer.ts) and copied out at once (`onread`): a small
+    // answer's bytes then come from Buffer's shared slab, not a 64 KiB allocation shrunk to size per read
+    // (wrk against bench:peers' engines, 3 pairs: 67-72 against 70-88 µs of CPU per small request).
     this.socket = connect({ host, port, noDelay: true, onread: { buffer: READ_BUFFER, callback: this.#onRead } });
     this.socket.setTimeout(connectTimeoutMs, () => {
       if (!this.#connected) this.socket.destroy(new Http1Error("UND_ERR_CONNECT_TIMEOUT", `connecting took over ${connectTimeoutMs} ms`));

@@ -14,8 +14,13 @@
 
 import { Socket } from "node:net";
 
-/** The buffer server sockets read into: each read's bytes are taken (copied or consumed) before the next read can come. */
-const READ_BUFFER = Buffer.allocUnsafeSlow(64 * 1024);
+/**
+ * The one buffer the process's sockets read into, server sockets here and the
+ * pool's upstream sockets through `onread` (http1-pool.ts): reads run one at a
+ * time on the event loop, and each read's bytes are taken (copied or consumed)
+ * in its callback, before the next read can come.
+ */
+export const READ_BUFFER = Buffer.allocUnsafeSlow(64 * 1024);
 
 /** net's symbols for a socket that reads into a buffer of its own, or null when this Node has none by those names. */
 const SYMBOLS = ((): { readonly buffer: symbol; readonly callback: symbol; readonly generator: symbol } | null => {

@@ -37,6 +37,9 @@ const BODY_START_BYTES = 64 * 1024;
 /** The end of a head. */
 const CRLF2 = Buffer.from("\r\n\r\n");
 
+/** `bytes` to keep past the read that brought them: copied when `transient` (a view of the read buffer), else as they are. */
+const kept = (bytes: Buffer, transient: boolean): Buffer => (transient ? Buffer.from(bytes) : bytes);
+
 /** What a connection needs of the server it belongs to (edge/edge.ts). */
 export interface ServerPath {
   /** Whether requests to `path` are served here. */
@@ -107,8 +110,6 @@ export class ServerConnection implements ResponseOwner, Slotted {
   #names: SeenNames = NO_NAMES;
   /** When the request being read began (its first byte; the connection's start for its first request), or the connection went idle. */
   #since = performance.now();
-  /** Whether the socket reads into the process's read buffer (read-buffer.ts; else its 'data' events are read). */
-  readonly #buffered: boolean;
   /** Whether the connection went to node:http (see #onRead). */
   #handedOff = false;
   /** Whether a byte of the next request came (else the connection is idle between requests, or new). */
@@ -136,8 +137,8 @@ export class ServerConnection implements ResponseOwner, Slotted {
   constructor(socket: Socket, path: ServerPath) {
     this.socket = socket;
     this.#path = path;
-    this.#buffered = readIntoBuffer(socket, this.#onRead);
-    if (!this.#buffered) socket.on("data", this.#onData);
+    // Into the process's read buffer (read-buffer.ts), else from 'data' events.
+    if (!readIntoBuffer(socket, this.#onRead)) socket.on("data", this.#onData);
     socket.on("end", this.#onEnd);
     socket.on("close", this.#onClose);
     socket.on("error", this.#onError);
@@ -186,7 +187,7 @@ export class ServerConnection implements ResponseOwner, Slotted {
   #hold(d: Buffer, transient: boolean): void {
     const held = this.#held;
     if (held === null) {
-      this.#held = transient ? Buffer.from(d) : d;
+      this.#held = kept(d, transient);
       return;
     }
     const n = held.length + d.length;
@@ -213,7 +214,7 @@ export class ServerConnection implements ResponseOwner, Slotted {
   #readHead(bytes: Buffer, transient: boolean): void {
     const end = bytes.indexOf(CRLF2, Math.max(0, this.#scanned - 3));
     if (end < 0) {
-      this.#held = transient ? Buffer.from(bytes) : bytes;
+      this.#held = kept(bytes, transient);
       if (bytes.length > MAX_REQUEST_HEAD_BYTES || !mayBeTaken(bytes)) return this.#handOff();
       this.#scanned = bytes.length;
       return;
@@ -222,7 +223,7 @@ export class ServerConnection implements ResponseOwner, Slotted {
     this.#store = null; // what is held from here is a view of it at most, let go with the view
     const head = end > MAX_REQUEST_HEAD_BYTES ? null : parseRequestHead(bytes.toString("latin1", 0, end), this.#path.takes, this.#names);
     if (head === null || head.contentLength > this.#path.maxBodyBytes) {
-      this.#held = transient ? Buffer.from(bytes) : bytes;
+      this.#held = kept(bytes, transient);
       return this.#handOff();
     }
     this.#names = head.namesSeen;
@@ -231,13 +232,13 @@ export class ServerConnection implements ResponseOwner, Slotted {
     this.#head = head;
     if (bytes.length >= stop) {
       // The whole request came: its head and body are views of what was read (copied once when transient).
-      const own = transient ? Buffer.from(bytes.subarray(0, stop)) : bytes;
+      const own = kept(bytes.subarray(0, stop), transient);
       this.#headBytes = own.subarray(0, end + 2);
-      this.#held = stop === bytes.length ? null : transient ? Buffer.from(bytes.subarray(stop)) : bytes.subarray(stop);
+      this.#held = stop === bytes.length ? null : kept(bytes.subarray(stop), transient);
       this.#dispatch(own.subarray(start, stop));
       return;
     }
-    this.#headBytes = transient ? Buffer.from(bytes.subarray(0, end + 2)) : bytes.subarray(0, end + 2);
+    this.#headBytes = kept(bytes.subarray(0, end + 2), transient);
     // Sized by what came, not by what the head declares: a head alone does not take a body's worth of memory.
     const have = bytes.length - start;
     const body = Buffer.allocUnsafe(Math.min(head.contentLength, Math.max(BODY_START_BYTES, 2 * have)));
@@ -330,7 +331,7 @@ export class ServerConnection implements ResponseOwner, Slotted {
     const socket = this.socket;
     socket.pause();
     this.#handedOff = true;
-    if (!this.#buffered) socket.off("data", this.#onData);
+    socket.off("data", this.#onData); // nothing when reading into the buffer
     socket.off("end", this.#onEnd);
     socket.off("close", this.#onClose);
     socket.off("error", this.#onError);
