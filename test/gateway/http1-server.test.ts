@@ -347,6 +347,17 @@ describe("whole answers leave in the check phase, together", () => {
     });
   }
   const owner = { ended: () => {}, keepAliveHeader: null };
+  /** A server path taking every request, serving each with `serve`, with bodies up to `maxBodyBytes` (the rest of it does nothing). */
+  const servingPath = (serve: ServerPath["serve"], maxBodyBytes = 1 << 20): ServerPath => ({
+    takes: () => true,
+    maxBodyBytes,
+    keepAliveHeader: null,
+    serve,
+    abandoned: () => {},
+    handOff: () => {},
+    timedOut: () => {},
+    forget: () => {},
+  });
   /** Resolves once `test()` holds (polled), or fails after 3 s. */
   async function until(test: () => boolean): Promise<void> {
     const deadline = Date.now() + 3000;
@@ -410,19 +421,10 @@ describe("whole answers leave in the check phase, together", () => {
     const handle = (c!.server as unknown as { _handle: object })._handle;
     if (mode !== "the read buffer") Object.defineProperty(handle, "useUserBuffer", { value: undefined });
     const served: Buffer[] = [];
-    const path: ServerPath = {
-      takes: () => true,
-      maxBodyBytes: 1 << 22,
-      keepAliveHeader: null,
-      serve: (_req, res, body) => {
-        served.push(body);
-        setTimeout(() => res.writeHead(200, { "content-length": "2" }).end("ok"), 30);
-      },
-      abandoned: () => {},
-      handOff: () => {},
-      timedOut: () => {},
-      forget: () => {},
-    };
+    const path = servingPath((_req, res, body) => {
+      served.push(body);
+      setTimeout(() => res.writeHead(200, { "content-length": "2" }).end("ok"), 30);
+    }, 1 << 22);
     new ServerConnection(c!.server, path);
     expect(c!.server.listenerCount("data")).toBe(mode === "the read buffer" ? 0 : 1);
     const head = (n: number) => Buffer.from(`POST /v1/x HTTP/1.1\r\nhost: a\r\ncontent-length: ${n}\r\n\r\n`);
@@ -444,19 +446,10 @@ describe("whole answers leave in the check phase, together", () => {
   it("a head declaring a large body does not take its memory before the body comes: the body grows as its bytes do, and arrives whole", async () => {
     const conns = await pairs(40);
     const served: Buffer[] = [];
-    const path: ServerPath = {
-      takes: () => true,
-      maxBodyBytes: 8 << 20,
-      keepAliveHeader: null,
-      serve: (_req, res, body) => {
-        served.push(body);
-        res.writeHead(200, { "content-length": "2" }).end("ok");
-      },
-      abandoned: () => {},
-      handOff: () => {},
-      timedOut: () => {},
-      forget: () => {},
-    };
+    const path = servingPath((_req, res, body) => {
+      served.push(body);
+      res.writeHead(200, { "content-length": "2" }).end("ok");
+    }, 8 << 20);
     for (const c of conns) new ServerConnection(c.server, path);
     const declared = 4 << 20;
     const before = process.memoryUsage().arrayBuffers;
@@ -477,16 +470,7 @@ describe("whole answers leave in the check phase, together", () => {
   it("a client pipelining far past HOLD_BYTES and reading its answers is read one request's room an answer, not a read an answer", async () => {
     const [c] = await pairs(1);
     const pending: (() => void)[] = [];
-    const path: ServerPath = {
-      takes: () => true,
-      maxBodyBytes: 1 << 20,
-      keepAliveHeader: null,
-      serve: (_req, res) => void pending.push(() => res.writeHead(200, { "content-length": "1" }).end("k")),
-      abandoned: () => {},
-      handOff: () => {},
-      timedOut: () => {},
-      forget: () => {},
-    };
+    const path = servingPath((_req, res) => void pending.push(() => res.writeHead(200, { "content-length": "1" }).end("k")));
     new ServerConnection(c!.server, path);
     const one = Buffer.from(`POST /v1/x HTTP/1.1\r\nhost: a\r\ncontent-length: 40\r\n\r\n${"x".repeat(40)}`);
     const flood = Buffer.concat(Array.from({ length: 40_000 }, () => one)); // ~4 MB of small requests
@@ -506,20 +490,11 @@ describe("whole answers leave in the check phase, together", () => {
   it("the server closing in the turn an answer was held sends it before the connection ends", async () => {
     const [c] = await pairs(1);
     let connection: ServerConnection | null = null;
-    const path: ServerPath = {
-      takes: () => true,
-      maxBodyBytes: 1 << 20,
-      keepAliveHeader: null,
-      // Answered at once, then the server closes within the same turn (gateway.close() from a signal does so).
-      serve: (_req, res) => {
-        res.writeHead(200, { "content-type": "text/plain" }).end("done");
-        process.nextTick(() => connection!.closeIdle());
-      },
-      abandoned: () => {},
-      handOff: () => {},
-      timedOut: () => {},
-      forget: () => {},
-    };
+    // Answered at once, then the server closes within the same turn (gateway.close() from a signal does so).
+    const path = servingPath((_req, res) => {
+      res.writeHead(200, { "content-type": "text/plain" }).end("done");
+      process.nextTick(() => connection!.closeIdle());
+    });
     connection = new ServerConnection(c!.server, path);
     // The request, read by the accepted socket in a poll phase of its own.
     c!.client.write("POST /v1/x HTTP/1.1\r\nhost: a\r\ncontent-length: 0\r\n\r\n");
