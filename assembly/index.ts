@@ -32,7 +32,7 @@ export { seed, nextUint32, randBelow, shuffleWords } from "./mt19937";
 export { balanceDefault } from "./default-balance";
 export { scoreKvAware, kvWorkBytes, kvTrailer } from "./kv-score";
 export {
-  indexInit, hashBlocks, hashBlockKeys, indexMatch, indexMatchTokens, indexMatchBegin, indexMatchFeed, indexMatchEnd,
+  indexInit, hashBlocks, hashByteBlocks, hashBlockKeys, indexMatch, indexMatchTokens, indexMatchBegin, indexMatchFeed, indexMatchEnd,
   indexInsert, indexInsertBegin, indexInsertBelowBegin, indexInsertFeed, indexInsertEnd, indexInsertFound, indexClearRank,
   indexBlockCount, indexNodeCount, indexResidencyCount, indexEvictions, indexBytes, indexRemovePath, indexHolds, indexStampResets,
   indexExportBytes, indexExportBegin, indexExportPiece, indexImportBegin, indexImportPiece, indexImportEnd, indexStamp,

@@ -16,8 +16,9 @@
 //                     · 14 class u8 · 15 kids u8 (bit 7: node id+1 is a child; bits 0-6:
 //                     children, saturating at 127, after which they are never counted down)
 //                cold 0 parent · 4 nextSibling · 8 prevSibling · 12 firstChild
-//   table      open addressing, linear probing, backward-shift deletion:
-//                per slot u32 tag (low bits of the key's hash), u32 node (0 = empty); load ≤ 1/2
+//   table      buckets of one cache line: 7 u32 tags (low bits of the key's hash) · u32
+//                overflow count · 7 u32 nodes (0 = empty) · 0; an entry in the first bucket
+//                from its home with room, counted in each full one it passed; ≤ 4 a bucket
 //   residency  7-byte slots {0 rank u16 · 2 stamp u32 · 6 children in rank u8, 255 =
 //                see the overflow table}; a node's residencies are one block of
 //                1, 2, 3, 4, 6, 8, 12, 16, … slots (the class), unsorted, never
@@ -49,7 +50,7 @@ import {
   slotChunkShift, slotChunks, slotIn, slotIsLeaf, slotRank, stamp, table, tableCap, tokensPerBlock,
   u32At,
 } from "./prefix-index/state";
-import { chain, hashBlockKey, hashTokens, lookup, tableAlloc } from "./prefix-index/table";
+import { chain, hashBlockKey, hashByteTokens, hashTokens, lookup, tableAlloc } from "./prefix-index/table";
 import { appendChunk, findResidency } from "./prefix-index/residency";
 import { heapBase, heapPop, heapPush, heapTop, maybeCompact, shrinkHeap } from "./prefix-index/heaps";
 import {
@@ -101,6 +102,15 @@ export function hashBlocks(tokens: usize, numTokens: i32, out: usize): i32 {
   const n = numTokens / tokensPerBlock;
   for (let b = 0; b < n; b++) {
     store<u64>(out + (<usize>b << 3), hashTokens(tokens + (<usize>(b * tokensPerBlock) << 2), tokensPerBlock));
+  }
+  return n;
+}
+
+/** `hashBlocks` of `numTokens` byte tokens at `tokens` (each byte a token id): the same hashes. */
+export function hashByteBlocks(tokens: usize, numTokens: i32, out: usize): i32 {
+  const n = numTokens / tokensPerBlock;
+  for (let b = 0; b < n; b++) {
+    store<u64>(out + (<usize>b << 3), hashByteTokens(tokens + <usize>(b * tokensPerBlock), tokensPerBlock));
   }
   return n;
 }

@@ -17,8 +17,8 @@ export const MAX_BLOCK_KEYS = 2 ** 27;
  * Token ids taken as they are: a Uint32Array, or a Uint8Array, whose elements
  * are ids below 256 by construction (a byte-level tokenizer's: the prompt's
  * UTF-8 bytes are its ids). Both name the same prompt for the same ids; a
- * Uint8Array is widened only as it is copied into the core's scratch, so a
- * byte tokenizer never holds its ids at four bytes each.
+ * Uint8Array is copied into the core's scratch as bytes and hashed there as
+ * the ids they are, so a byte tokenizer never holds its ids at four bytes each.
  */
 export type TokenIds = Uint32Array | Uint8Array;
 

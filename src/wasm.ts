@@ -28,6 +28,7 @@ export interface CoreExports {
   ): number;
   indexInit(numRanks: number, tokensPerBlock: number, capacityPerRank: number, maxBytes: number): number;
   hashBlocks(tokens: number, numTokens: number, out: number): number;
+  hashByteBlocks(tokens: number, numTokens: number, out: number): number;
   hashBlockKeys(keys: number, count: number): void;
   indexMatch(seedLo: number, seedHi: number, blocks: number, count: number, out: number): void;
   indexMatchTokens(seedLo: number, seedHi: number, tokens: number, numTokens: number, out: number): void;

@@ -55,6 +55,33 @@ export function hashTokens(ptr: usize, count: i32): u64 {
 }
 
 /**
+ * `hashTokens` of `count` byte tokens at `ptr`, each byte standing for the u32
+ * token of its value: the same hash, read without widening the bytes into an
+ * array first (a vector load widens each lane step's eight bytes to four u64
+ * words of two tokens). The byte tokenizer's ids are bytes, so a prompt's
+ * block hashes are those of its ids however they are held.
+ */
+export function hashByteTokens(ptr: usize, count: i32): u64 {
+  let a: u64 = P1 + <u64>count;
+  let b: u64 = P2;
+  let c: u64 = P3;
+  let d: u64 = 0 - P1;
+  let i = 0;
+  for (; i + 8 <= count; i += 8) {
+    const words = v128.load8x8_u(ptr + <usize>i);
+    const low = i32x4.extend_low_i16x8_u(words);
+    const high = i32x4.extend_high_i16x8_u(words);
+    a = round(a, <u64>i64x2.extract_lane(low, 0));
+    b = round(b, <u64>i64x2.extract_lane(low, 1));
+    c = round(c, <u64>i64x2.extract_lane(high, 0));
+    d = round(d, <u64>i64x2.extract_lane(high, 1));
+  }
+  for (; i + 2 <= count; i += 2) a = round(a, <u64>load<u8>(ptr + <usize>i) | (<u64>load<u8>(ptr + <usize>i, 1) << 32));
+  if (i < count) b = round(b, <u64>load<u8>(ptr + <usize>i) | 0x100000000);
+  return fmix(a + rotl<u64>(b, 17) + rotl<u64>(c, 31) + rotl<u64>(d, 47));
+}
+
+/**
  * The path key of a child block: a bijection of the parent's key xor the block's
  * hash. Keys are only compared for equality (the table mixes them again), and a
  * block hash is already well mixed, so one multiply per block keeps the walk's
@@ -73,53 +100,96 @@ export function hashTokens(ptr: usize, count: i32): u64 {
 }
 
 // ---- hash table -------------------------------------------------------------------------
+//
+// Buckets of one cache line (64 bytes): words 0-6 the tags of seven entries
+// (the low 32 bits of fmix(key), whose low bits also give the home bucket),
+// word 7 the bucket's overflow count, words 8-14 their node ids (0 = empty),
+// word 15 unused (0). A key goes into the first bucket from its home with an
+// empty slot, and each full bucket it passes counts it: a search ends at the
+// first bucket whose count is 0, and a removal counts the entry out of the
+// buckets it passed, so nothing ever moves (F14's scheme). A bucket is searched
+// with two vector compares, not slot by slot: linear probing's branch per
+// slot and backward shift were about a third of an insert into a full index
+// (each new block evicts one). `tableCap` counts 8-byte words, 8 a bucket, so
+// the table's bytes and the load bound (entries ≤ tableCap / 2, four of seven
+// slots a bucket) read as they did with 8-byte slots.
 
-// Each slot holds the low 32 bits of fmix(key) (the "tag", which also gives the
-// home slot) and the node id, so removal and growth never touch the nodes.
+/** log2 of a bucket's bytes. */
+// @ts-ignore: decorator
+@inline const BUCKET_SHIFT: u32 = 6;
+/** Slots of a bucket. */
+// @ts-ignore: decorator
+@inline const BUCKET_SLOTS: u32 = 7;
+/** Byte offset of a bucket's overflow count. */
+// @ts-ignore: decorator
+@inline const COUNT_AT: usize = 28;
+/** Byte offset of a bucket's node ids. */
+// @ts-ignore: decorator
+@inline const IDS_AT: usize = 32;
+
+/** Address of the home bucket of `tag` in a table of `cap` words at `at`. */
+// @ts-ignore: decorator
+@inline export function homeBucket(at: usize, cap: u32, tag: u32): usize {
+  return at + (<usize>(tag & ((cap >> 3) - 1)) << BUCKET_SHIFT);
+}
+
+/** The bucket after the one at `at` (the last wraps to the first). */
+// @ts-ignore: decorator
+@inline function nextBucket(at: usize): usize {
+  const next = at + (1 << BUCKET_SHIFT);
+  return next == table + (<usize>tableCap << 3) ? table : next;
+}
+
+/** Bits 0-6: the slots of the bucket at `at` whose word at `offset` (0: tags, IDS_AT: ids) is `value`. */
+// @ts-ignore: decorator
+@inline function slotsWith(at: usize, offset: usize, value: u32): u32 {
+  const v = i32x4.splat(value);
+  const low = i32x4.bitmask(i32x4.eq(v128.load(at + offset), v));
+  const high = i32x4.bitmask(i32x4.eq(v128.load(at + offset, 16), v));
+  return (low | (high << 4)) & 0x7f;
+}
 
 /** The node with path key `key`, or 0. */
 export function lookup(key: u64): u32 {
   const lo = <u32>key;
   const hi = <u32>(key >> 32);
   const tag = <u32>fmix(key);
-  const mask = tableCap - 1;
-  let i = tag & mask;
+  let at = homeBucket(table, tableCap, tag);
   while (true) {
-    const slot = table + (<usize>i << 3);
-    const id = load<u32>(slot, 4);
-    if (id == 0) return 0;
-    if (load<u32>(slot) == tag && keyLo(id) == lo && keyHi(id) == hi) return id;
-    i = (i + 1) & mask;
+    let m = slotsWith(at, 0, tag);
+    while (m != 0) {
+      const id = load<u32>(at + IDS_AT + (<usize>ctz(m) << 2));
+      if (id != 0 && keyLo(id) == lo && keyHi(id) == hi) return id;
+      m &= m - 1;
+    }
+    if (load<u32>(at + COUNT_AT) == 0) return 0;
+    at = nextBucket(at);
   }
 }
 
-/** Puts (tag, id) in the first free slot from the tag's home. */
+/** Puts (tag, id) in the first empty slot from the tag's home bucket, counting it in each full bucket it passes. */
 export function tablePut(tag: u32, id: u32): void {
-  const mask = tableCap - 1;
-  let i = tag & mask;
-  while (load<u32>(table + (<usize>i << 3), 4) != 0) i = (i + 1) & mask;
-  store<u32>(table + (<usize>i << 3), tag);
-  store<u32>(table + (<usize>i << 3), id, 4);
+  let at = homeBucket(table, tableCap, tag);
+  while (true) {
+    const empty = slotsWith(at, IDS_AT, 0);
+    if (empty != 0) {
+      const k = <usize>ctz(empty) << 2;
+      store<u32>(at + k, tag);
+      store<u32>(at + IDS_AT + k, id);
+      return;
+    }
+    store<u32>(at + COUNT_AT, load<u32>(at + COUNT_AT) + 1);
+    at = nextBucket(at);
+  }
 }
 
 /** Inserts node `id` (its key already set) unless the table holds its key; whether it did. */
 export function tableInsertUnique(id: u32): bool {
   const lo = keyLo(id);
   const hi = keyHi(id);
-  const tag = <u32>fmix((<u64>hi << 32) | <u64>lo);
-  const mask = tableCap - 1;
-  let i = tag & mask;
-  while (true) {
-    const slot = table + (<usize>i << 3);
-    const other = load<u32>(slot, 4);
-    if (other == 0) {
-      store<u32>(slot, tag);
-      store<u32>(slot, id, 4);
-      return true;
-    }
-    if (load<u32>(slot) == tag && keyLo(other) == lo && keyHi(other) == hi) return false;
-    i = (i + 1) & mask;
-  }
+  if (lookup((<u64>hi << 32) | <u64>lo) != 0) return false;
+  tablePut(<u32>fmix((<u64>hi << 32) | <u64>lo), id);
+  return true;
 }
 
 /** Inserts node `id` (its key already set) into the table. */
@@ -131,31 +201,31 @@ export function tableInsert(id: u32): void {
  * Whether an entry with home slot `home`, found at slot j while backward-shift
  * deletion holds a hole at slot i, must stay: its home lies cyclically in (i, j].
  * Otherwise it moves back into the hole, which keeps its probe chain intact.
+ * (The residency overflow table's deletion; the key table's buckets need none.)
  */
 // @ts-ignore: decorator
 @inline export function homeBetween(home: u32, i: u32, j: u32): bool {
   return i <= j ? (home > i && home <= j) : (home > i || home <= j);
 }
 
-/** Removes node `id` from the table (backward-shift deletion keeps probe chains intact). */
+/** Removes node `id` (in the table) from the table, counting it out of the buckets it passed. */
 export function tableRemove(id: u32): void {
-  const mask = tableCap - 1;
-  let i = <u32>fmix((<u64>keyHi(id) << 32) | <u64>keyLo(id)) & mask;
-  while (load<u32>(table + (<usize>i << 3), 4) != id) i = (i + 1) & mask;
-  let j = i;
-  while (true) {
-    j = (j + 1) & mask;
-    const slot = table + (<usize>j << 3);
-    if (load<u32>(slot, 4) == 0) break;
-    if (!homeBetween(load<u32>(slot) & mask, i, j)) {
-      store<u64>(table + (<usize>i << 3), load<u64>(slot));
-      i = j;
-    }
+  const home = homeBucket(table, tableCap, <u32>fmix((<u64>keyHi(id) << 32) | <u64>keyLo(id)));
+  let at = home;
+  let m = slotsWith(at, IDS_AT, id);
+  while (m == 0) {
+    at = nextBucket(at);
+    m = slotsWith(at, IDS_AT, id);
   }
-  store<u64>(table + (<usize>i << 3), 0);
+  const k = <usize>ctz(m) << 2;
+  store<u32>(at + k, 0);
+  store<u32>(at + IDS_AT + k, 0);
+  for (let passed = home; passed != at; passed = nextBucket(passed)) {
+    store<u32>(passed + COUNT_AT, load<u32>(passed + COUNT_AT) - 1);
+  }
 }
 
-/** Zeroed storage for a table of `cap` slots. */
+/** Zeroed storage for a table of `cap` words (cap / 8 buckets). */
 export function tableAlloc(cap: u32): usize {
   const bytes = <usize>cap << 3;
   const at = storageAlloc(bytes);
@@ -169,9 +239,11 @@ export function growTable(): void {
   const oldCap = tableCap;
   tableCap = oldCap << 1;
   table = tableAlloc(tableCap);
-  for (let i: u32 = 0; i < oldCap; i++) {
-    const id = load<u32>(old + (<usize>i << 3), 4);
-    if (id != 0) tablePut(load<u32>(old + (<usize>i << 3)), id);
+  for (let at = old; at < old + (<usize>oldCap << 3); at += 1 << BUCKET_SHIFT) {
+    for (let k: usize = 0; k < BUCKET_SLOTS; k++) {
+      const id = load<u32>(at + IDS_AT + (k << 2));
+      if (id != 0) tablePut(load<u32>(at + (k << 2)), id);
+    }
   }
   storageFree(old, <usize>oldCap << 3);
 }

@@ -161,7 +161,7 @@ export class Utf8ByteTokenizer implements Tokenizer {
     return this.#scratch;
   }
 
-  /** The scratch's first `n` bytes copied into pooled memory: the ids, one byte each (the library widens them only as it copies them into its core). */
+  /** The scratch's first `n` bytes copied into pooled memory: the ids, one byte each (the library hashes them as bytes in its core). */
   #lend(n: number): Uint8Array {
     const ids = this.#pool.takeBytes(n);
     ids.set(this.#scratch.subarray(0, n));

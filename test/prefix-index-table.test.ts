@@ -1,0 +1,80 @@
+// The core's key table (assembly/prefix-index/table.ts) keeps seven entries a
+// bucket and counts in each full bucket the entries that passed it. Random
+// prompts rarely fill a bucket, so these tests choose block keys whose path
+// keys all have the table's last bucket as their home: they overflow it, wrap
+// around to the first buckets, and are evicted and replaced there, while
+// every lookup must still find exactly the blocks the index holds. A count
+// left too low ends a search early (a held block reads as missing), one never
+// taken back only makes searches longer; either way against a model of the
+// index's least-recently-used order, the answers must agree.
+import { beforeAll, describe, expect, it } from "vitest";
+import { createPrefixIndex, init } from "../src/index.js";
+import { namespaceKey } from "../src/namespace.js";
+
+beforeAll(async () => {
+  await init();
+});
+
+const MASK = (1n << 64n) - 1n;
+
+/** The core's 64-bit finalizer (murmur3 fmix64). */
+function fmix(h: bigint): bigint {
+  h ^= h >> 33n;
+  h = (h * 0xff51afd7ed558ccdn) & MASK;
+  h ^= h >> 33n;
+  h = (h * 0xc4ceb9fe1a85ec53n) & MASK;
+  return h ^ (h >> 33n);
+}
+
+/** The core's path key of a one-block path: the namespace seed chained with the caller key's hash. */
+function pathKey(key: number): bigint {
+  const [lo, hi] = namespaceKey(null, null);
+  const seed = (BigInt(hi) << 32n) | BigInt(lo);
+  const block = fmix(BigInt(key) ^ 0xd6e8feb86659fd93n) ^ 0x2545f4914f6cdd1dn;
+  const rotated = ((seed << 23n) | (seed >> 41n)) & MASK;
+  return ((rotated * 0x9e3779b97f4a7c15n) & MASK) ^ block;
+}
+
+/** The first `n` block keys from `from` whose home is bucket `bucket` of a table of `buckets`. */
+function keysHomedAt(bucket: number, buckets: number, n: number, from = 1): number[] {
+  const keys: number[] = [];
+  for (let k = from; keys.length < n; k++) {
+    if (Number(fmix(pathKey(k)) & BigInt(buckets - 1)) === bucket) keys.push(k);
+  }
+  return keys;
+}
+
+describe("the prefix index's key table", () => {
+  it("finds every held block when many share the last bucket, overflow past it, wrap around and are evicted in turn", () => {
+    // A new index's table has 16 buckets and grows past 64 blocks: 24 held blocks keep it at 16.
+    const held = 24;
+    const index = createPrefixIndex({ numRanks: 2, tokensPerBlock: 1, capacityBlocksPerRank: held });
+    const crowded = keysHomedAt(15, 16, 200);
+    const elsewhere = keysHomedAt(0, 16, 40, 1_000_000);
+    const order: number[] = []; // rank 0's blocks, least recent first
+    const check = (asked: readonly number[]): void => {
+      for (const k of asked) expect(index.matchBlocks([k])[0], `block key ${k}`).toBe(order.includes(k) ? 1 : 0);
+    };
+    for (let i = 0; i < crowded.length; i++) {
+      const k = i % 5 === 4 ? elsewhere[i % elsewhere.length]! : crowded[i]!;
+      index.insertBlocks(0, [k]);
+      const at = order.indexOf(k);
+      if (at >= 0) order.splice(at, 1);
+      order.push(k);
+      if (order.length > held) order.shift();
+      expect(index.blockCount(0)).toBe(order.length);
+      check(crowded.slice(Math.max(0, i - 40), i + 1));
+    }
+    check(crowded);
+    check(elsewhere);
+  });
+
+  it("keeps finding blocks after growing several times with crowded buckets", () => {
+    const index = createPrefixIndex({ numRanks: 1, tokensPerBlock: 1 });
+    const keys = keysHomedAt(3, 16, 300);
+    for (const k of keys) index.insertBlocks(0, [k]);
+    expect(index.blockCount(0)).toBe(keys.length);
+    for (const k of keys) expect(index.matchBlocks([k])).toEqual([1]);
+    expect(index.matchBlocks([keysHomedAt(3, 16, 1, keys.at(-1)! + 1)[0]!])).toEqual([0]);
+  });
+});
