@@ -52,6 +52,14 @@ describe("Utf8ByteTokenizer", () => {
     tok.encodePrompt("second, longer prompt ".repeat(2_000)); // grows the scratch
     tok.encodePrompt("x");
     expect(Array.from(first)).toEqual(copy);
+    // Chats of short texts are rendered straight into pooled memory: one not given back is never lent again.
+    const chat = tok.encodeChat([{ role: "user", content: "a short chat é" }]);
+    const chatCopy = Array.from(chat);
+    const released = tok.encodeChat([{ role: "user", content: "released" }]);
+    tok.release(released);
+    for (let i = 0; i < 8; i++) tok.encodeChat([{ role: "system", content: `later chat ${i} `.repeat(i * 10) }]);
+    expect(Array.from(chat)).toEqual(chatCopy);
+    expect(chat.length).toBe(chatCopy.length);
   });
 
   it("a prompt past the scratch limit is encoded whole, the same bytes", () => {
