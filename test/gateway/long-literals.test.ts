@@ -69,6 +69,28 @@ describe("long literals", () => {
     }
   });
 
+  it("sets a literal aside exactly when every byte is 0x20 to 0x7F and none a backslash: each byte value, at places across the scan's 64-byte steps, at any length", () => {
+    const text = long("abcdefg", LONG_LITERAL_BYTES + 70);
+    const body = Buffer.from(`{"model":"m","prompt":"${text}"}`);
+    const at = body.indexOf(text);
+    const plain = (b: number) => b >= 0x20 && b <= 0x7f && b !== 0x5c;
+    for (let b = 0; b < 256; b++) {
+      if (b === 0x22) continue; // a quote ends the literal
+      for (const position of [0, 1, 15, 16, 47, 63, 64, 65, 4095, text.length - 64, text.length - 2, text.length - 1]) {
+        const changed = Buffer.from(body);
+        changed[at + position] = b;
+        expect(elideLongLiterals(changed)?.count ?? 0, `byte ${b} at ${position}`).toBe(plain(b) ? 1 : 0);
+      }
+    }
+    // Every length mod 64, the last byte bad or not: the padding never hides the end.
+    for (let extra = 0; extra < 64; extra++) {
+      const t = long("xyz", LONG_LITERAL_BYTES + extra);
+      expect(elideLongLiterals(Buffer.from(`{"prompt":"${t}"}`))?.count).toBe(1);
+      expect(elideLongLiterals(Buffer.from(`{"prompt":"${t.slice(0, -1)}\u0001"}`))).toBeNull();
+      expect(elideLongLiterals(Buffer.from(`{"prompt":"${t.slice(0, -1)}\u007f"}`))?.count).toBe(1);
+    }
+  });
+
   it("random bodies with long texts anywhere: the same routed request or the same refusal as reading whole (fixed seed)", () => {
     const text = fc.oneof(
       { weight: 3, arbitrary: fc.constantFrom("hi", "a question") },

@@ -19,7 +19,7 @@
 // else the placeholder is put back as the literal's text (restoreElsewhere).
 
 import { randomBytes } from "node:crypto";
-import { isAscii } from "node:buffer";
+import { isPlainText } from "./plain-text.js";
 
 /** Literals at least this many bytes long are set aside. */
 export const LONG_LITERAL_BYTES = 8 * 1024;
@@ -89,7 +89,7 @@ export function elideLongLiterals(raw: Buffer): ElidedBody | null {
     const start = at + 1;
     const end = literalEnd(raw, start);
     if (end < 0) return null;
-    if (end - start >= LONG_LITERAL_BYTES && isPlain(raw, start, end) && !isKey(raw, end + 1)) spans.push(start, end);
+    if (end - start >= LONG_LITERAL_BYTES && isPlainText(raw, start, end) && !isKey(raw, end + 1)) spans.push(start, end);
     at = raw.indexOf(QUOTE, end + 1);
   }
   if (spans.length === 0) return null;
@@ -113,44 +113,6 @@ function literalEnd(raw: Buffer, start: number): number {
     if (backslashes % 2 === 0) return quote;
     from = quote + 1;
   }
-}
-
-/** Whether bytes [start, end) are plain ASCII text: no escape, no control character (their bytes are then their UTF-8 text). */
-function isPlain(raw: Buffer, start: number, end: number): boolean {
-  const bytes = raw.subarray(start, end);
-  if (!isAscii(bytes) || bytes.indexOf(BACKSLASH) >= 0) return false;
-  return !hasControl(bytes);
-}
-
-/** Whether ASCII `bytes` hold a byte below 0x20: sixteen at a time where they are aligned. */
-function hasControl(bytes: Buffer): boolean {
-  const length = bytes.length;
-  let i = 0;
-  // Up to a 4-byte boundary of the underlying memory, a byte at a time.
-  const lead = Math.min(length, (4 - (bytes.byteOffset & 3)) & 3);
-  for (; i < lead; i++) if (bytes[i]! < 0x20) return true;
-  const words = (length - i) >>> 2;
-  if (words > 0) {
-    // Int32 words (every ASCII word fits one) keep V8 on 32-bit integers. A word has a byte below
-    // 0x20 when (x - 0x20202020) & ~x has a high bit set (its bytes are all below 0x80: ASCII);
-    // four words are or-ed together before the one branch (57 KB: 9-12 against 17 µs a branch a word).
-    const view = new Int32Array(bytes.buffer, bytes.byteOffset + i, words);
-    let w = 0;
-    for (; w + 4 <= words; w += 4) {
-      const a = view[w]!;
-      const b = view[w + 1]!;
-      const c = view[w + 2]!;
-      const d = view[w + 3]!;
-      if (((((a - 0x20202020) & ~a) | ((b - 0x20202020) & ~b) | ((c - 0x20202020) & ~c) | ((d - 0x20202020) & ~d)) & 0x80808080) !== 0) return true;
-    }
-    for (; w < words; w++) {
-      const x = view[w]!;
-      if (((x - 0x20202020) & ~x & 0x80808080) !== 0) return true;
-    }
-    i += words * 4;
-  }
-  for (; i < length; i++) if (bytes[i]! < 0x20) return true;
-  return false;
 }
 
 /** Whether the literal ending before `at` is an object's key (a colon follows it, past whitespace). */
