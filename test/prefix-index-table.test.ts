@@ -7,6 +7,9 @@
 // left too low ends a search early (a held block reads as missing), one never
 // taken back only makes searches longer; either way against a model of the
 // index's least-recently-used order, the answers must agree.
+import { Worker } from "node:worker_threads";
+import path from "node:path";
+import { pathToFileURL } from "node:url";
 import { beforeAll, describe, expect, it } from "vitest";
 import { createPrefixIndex, init } from "../src/index.js";
 import { namespaceKey } from "../src/namespace.js";
@@ -67,6 +70,38 @@ describe("the prefix index's key table", () => {
     }
     check(crowded);
     check(elsewhere);
+  });
+
+  it("ends a search when every bucket's count is above 0 (it looped forever before): checked in a worker, so a hang fails instead of stalling the run", async () => {
+    // 57 blocks homed at bucket 0 fill buckets 0-7 and put the 57th in bucket 8, counted in 0-7; it is
+    // used again, then 56 blocks homed at bucket 8 evict the others and wrap into bucket 0, counted
+    // in 8-15: 57 blocks held, every count above 0. A search for any other key then finds no bucket
+    // whose count ends it.
+    const first = keysHomedAt(0, 16, 57);
+    const second = keysHomedAt(8, 16, 56, 1_000_000);
+    const absent = keysHomedAt(5, 16, 1, 2_000_000)[0]!;
+    const dist = pathToFileURL(path.resolve("dist/index.js")).href;
+    const code = `
+      const { parentPort, workerData: w } = require("node:worker_threads");
+      import(w.dist).then(async ({ init, createPrefixIndex }) => {
+        await init();
+        const index = createPrefixIndex({ numRanks: 1, tokensPerBlock: 1, capacityBlocksPerRank: 58 });
+        for (const k of w.first) index.insertBlocks(0, [k]);
+        index.insertBlocks(0, [w.first[56]]);
+        for (const k of w.second) index.insertBlocks(0, [k]);
+        const held = [w.first[56], ...w.second].map((k) => index.matchBlocks([k])[0]);
+        const missing = index.matchBlocks([w.absent])[0];
+        index.insertBlocks(0, [w.absent]);
+        parentPort.postMessage({ count: index.blockCount(0), held, missing, added: index.matchBlocks([w.absent])[0], evicted: index.matchBlocks([w.first[0]])[0] });
+      });`;
+    const worker = new Worker(code, { eval: true, workerData: { dist, first, second, absent } });
+    const outcome = await new Promise<unknown>((resolve, reject) => {
+      const timer = setTimeout(() => resolve("hung"), 10_000);
+      worker.once("message", (m) => (clearTimeout(timer), resolve(m)));
+      worker.once("error", (e) => (clearTimeout(timer), reject(e)));
+    });
+    await worker.terminate();
+    expect(outcome).toEqual({ count: 58, held: Array(57).fill(1), missing: 0, added: 1, evicted: 0 });
   });
 
   it("keeps finding blocks after growing several times with crowded buckets", () => {

@@ -149,12 +149,18 @@ export function hashByteTokens(ptr: usize, count: i32): u64 {
   return (low | (high << 4)) & 0x7f;
 }
 
-/** The node with path key `key`, or 0. */
+/**
+ * The node with path key `key`, or 0. A search ends at the first bucket no
+ * entry passed, or back at its home: counts above 0 in every bucket are
+ * possible (entries that overflowed long ago keep theirs up while the
+ * buckets between empty out), and then no bucket would end it.
+ */
 export function lookup(key: u64): u32 {
   const lo = <u32>key;
   const hi = <u32>(key >> 32);
   const tag = <u32>fmix(key);
-  let at = homeBucket(table, tableCap, tag);
+  const home = homeBucket(table, tableCap, tag);
+  let at = home;
   while (true) {
     let m = slotsWith(at, 0, tag);
     while (m != 0) {
@@ -164,6 +170,7 @@ export function lookup(key: u64): u32 {
     }
     if (load<u32>(at + COUNT_AT) == 0) return 0;
     at = nextBucket(at);
+    if (at == home) return 0;
   }
 }
 
@@ -215,6 +222,7 @@ export function tableRemove(id: u32): void {
   let m = slotsWith(at, IDS_AT, id);
   while (m == 0) {
     at = nextBucket(at);
+    if (at == home) return; // not in the table (never by contract): nothing to remove
     m = slotsWith(at, IDS_AT, id);
   }
   const k = <usize>ctz(m) << 2;
