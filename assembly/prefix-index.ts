@@ -47,7 +47,7 @@ import {
   capacity, classSize, drops, evictions, heapEntries, heaps, keyHi, keyLo, liveNodes, nodeAt,
   nodeCap, nodeChunkCount, nodeChunks, numRanks, parentOf, path, pathCap, rankBlocks, rankLeaves,
   resClass, resCount, resStart, residencies, setSlotStamp, slotAt, slotCap, slotChunkCount,
-  slotChunkShift, slotChunks, slotIn, slotIsLeaf, slotRank, stamp, table, tableCap, tokensPerBlock,
+  slotChunkShift, slotChunks, slotIn, slotIsLeaf, slotRank, stamp, table, tableCap, tableSalt, tokensPerBlock,
   u32At,
 } from "./prefix-index/state";
 import { chain, hashBlockKey, hashByteTokens, hashTokens, lookup, tableAlloc } from "./prefix-index/table";
@@ -60,9 +60,10 @@ import {
 
 // ---- public ABI -----------------------------------------------------------------------
 
-/** Sets the index up; returns 0, or -1 when the budget cannot hold one block. */
-export function indexInit(ranks: i32, blockTokens: i32, capacityPerRank: u32, maxBytes: f64): i32 {
+/** Sets the index up, its table salted with (saltLo, saltHi); returns 0, or -1 when the budget cannot hold one block. */
+export function indexInit(ranks: i32, blockTokens: i32, capacityPerRank: u32, maxBytes: f64, saltLo: u32, saltHi: u32): i32 {
   numRanks = ranks;
+  tableSalt = (<u64>saltHi << 32) | <u64>saltLo;
   tokensPerBlock = blockTokens;
   capacity = capacityPerRank;
   budget = maxBytes;

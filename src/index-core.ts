@@ -77,6 +77,30 @@ const IMPORT_ERRORS: Record<number, string> = {
   [-12]: "the core ran out of memory",
 };
 
+/**
+ * Two random words for an index's table salt: its key table's homes are then
+ * unknown outside the process, so crafted prompts cannot crowd its buckets
+ * (keys follow from token ids anyone can send). The salt changes where
+ * entries sit, never what a lookup finds: no decision, snapshot or figure
+ * depends on it.
+ */
+function randomSalt(): readonly [number, number] {
+  const words = globalThis.crypto.getRandomValues(new Uint32Array(2));
+  return [words[0]!, words[1]!];
+}
+
+/** Where new indexes take their salt (see setTableSaltForTests). */
+let saltSource: () => readonly [number, number] = randomSalt;
+
+/**
+ * Makes every index created after it salt its table with `salt` (tests that
+ * craft blocks crowding one bucket need the homes known), or with random words
+ * again when `salt` is null. Not part of the public API.
+ */
+export function setTableSaltForTests(salt: readonly [number, number] | null): void {
+  saltSource = salt === null ? randomSalt : () => salt;
+}
+
 /** A wasm instance of the core with its fixed scratch. */
 export class IndexCore {
   readonly ex: CoreExports;
@@ -100,7 +124,8 @@ export class IndexCore {
     const layout = scratchLayout(numRanks, tokensPerBlock, budget);
     const ex = instantiateCore();
     const at = ex.allocate(layout.takes - ALLOC_HEADER) >>> 0;
-    if (at === 0 || ex.indexInit(numRanks, tokensPerBlock, capacity, budget - layout.takes) !== 0) {
+    const [saltLo, saltHi] = saltSource();
+    if (at === 0 || ex.indexInit(numRanks, tokensPerBlock, capacity, budget - layout.takes, saltLo, saltHi) !== 0) {
       throw new AdpInputError(budgetField, `must hold at least one block and the index's ${layout.takes}-byte scratch (${layout.takes + numRanks * 32 + 1080} bytes for ${numRanks} ranks)`, budget);
     }
     this.ex = ex;

@@ -26,7 +26,7 @@ export interface CoreExports {
     numRequests: number, requests: number, matches: number, out: number,
     cap: number, beta: number, threshold: number, work: number,
   ): number;
-  indexInit(numRanks: number, tokensPerBlock: number, capacityPerRank: number, maxBytes: number): number;
+  indexInit(numRanks: number, tokensPerBlock: number, capacityPerRank: number, maxBytes: number, saltLo: number, saltHi: number): number;
   hashBlocks(tokens: number, numTokens: number, out: number): number;
   hashByteBlocks(tokens: number, numTokens: number, out: number): number;
   hashBlockKeys(keys: number, count: number): void;

@@ -7,15 +7,26 @@
 // left too low ends a search early (a held block reads as missing), one never
 // taken back only makes searches longer; either way against a model of the
 // index's least-recently-used order, the answers must agree.
-import { Worker } from "node:worker_threads";
+import { mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import path from "node:path";
 import { pathToFileURL } from "node:url";
-import { beforeAll, describe, expect, it } from "vitest";
+import { Worker } from "node:worker_threads";
+import { buildSync } from "esbuild";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createPrefixIndex, init } from "../src/index.js";
+import { setTableSaltForTests } from "../src/index-core.js";
 import { namespaceKey } from "../src/namespace.js";
 
+// Each index salts its table's homes with random words, so that nobody can
+// compute them; these tests craft homes, so their indexes are salted with 0.
 beforeAll(async () => {
   await init();
+  setTableSaltForTests([0, 0]);
+});
+
+afterAll(() => {
+  setTableSaltForTests(null);
 });
 
 const MASK = (1n << 64n) - 1n;
@@ -80,11 +91,19 @@ describe("the prefix index's key table", () => {
     const first = keysHomedAt(0, 16, 57);
     const second = keysHomedAt(8, 16, 56, 1_000_000);
     const absent = keysHomedAt(5, 16, 1, 2_000_000)[0]!;
-    const dist = pathToFileURL(path.resolve("dist/index.js")).href;
+    // The worker loads the library with its test hook, bundled from the sources.
+    const bundle = buildSync({
+      stdin: { contents: 'export { init, createPrefixIndex } from "./src/index.ts";\nexport { setTableSaltForTests } from "./src/index-core.ts";', resolveDir: path.resolve("."), loader: "ts" },
+      bundle: true, format: "esm", platform: "neutral", target: "es2022", write: false, logLevel: "silent",
+    });
+    const file = path.join(mkdtempSync(path.join(tmpdir(), "adp-table-")), "index.mjs");
+    writeFileSync(file, bundle.outputFiles[0]!.contents);
+    const dist = pathToFileURL(file).href;
     const code = `
       const { parentPort, workerData: w } = require("node:worker_threads");
-      import(w.dist).then(async ({ init, createPrefixIndex }) => {
+      import(w.dist).then(async ({ init, createPrefixIndex, setTableSaltForTests }) => {
         await init();
+        setTableSaltForTests([0, 0]);
         const index = createPrefixIndex({ numRanks: 1, tokensPerBlock: 1, capacityBlocksPerRank: 58 });
         for (const k of w.first) index.insertBlocks(0, [k]);
         index.insertBlocks(0, [w.first[56]]);
@@ -102,6 +121,26 @@ describe("the prefix index's key table", () => {
     });
     await worker.terminate();
     expect(outcome).toEqual({ count: 58, held: Array(57).fill(1), missing: 0, added: 1, evicted: 0 });
+  });
+
+  it("finds, holds and exports the same under any salt: two randomly salted indexes and an unsalted one agree", () => {
+    const unsalted = createPrefixIndex({ numRanks: 1, tokensPerBlock: 1 });
+    setTableSaltForTests(null);
+    try {
+      // Blocks crafted to share bucket 0 of an unsalted table (under a random salt they spread).
+      const crafted = keysHomedAt(0, 16, 60);
+      const a = createPrefixIndex({ numRanks: 1, tokensPerBlock: 1 });
+      const b = createPrefixIndex({ numRanks: 1, tokensPerBlock: 1 });
+      for (const k of crafted) for (const index of [a, b, unsalted]) index.insertBlocks(0, [k]);
+      for (const k of [...crafted, 7, 8]) {
+        const want = crafted.includes(k) ? 1 : 0;
+        expect([a, b, unsalted].map((index) => index.matchBlocks([k])[0])).toEqual([want, want, want]);
+      }
+      expect(a.snapshot()).toEqual(unsalted.snapshot());
+      expect(b.snapshot()).toEqual(unsalted.snapshot());
+    } finally {
+      setTableSaltForTests([0, 0]);
+    }
   });
 
   it("keeps finding blocks after growing several times with crowded buckets", () => {

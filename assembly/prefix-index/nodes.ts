@@ -9,7 +9,7 @@ import {
   rankLeaves, resClass, resCount, resStart, residencies, setSlotStamp, slotAt, slotChunkCount,
   slotChunkShift, slotStamp, slotsInUse, stamp, table, tableCap, u32At,
 } from "./state";
-import { chain, fmix, growTable, homeBucket, tableInsert, tableInsertUnique, tableRemove } from "./table";
+import { chain, growTable, homeBucket, tableInsert, tableInsertUnique, tableRemove, tagOf } from "./table";
 import { allocBlock, appendChunk, childAdded, childRemoved, findResidency, freeBlock, overflowCap } from "./residency";
 import {
   heapBase, heapPop, heapPush, heapTop, maybeCompact, topStamp, tops, topsCap, topsCompact,
@@ -140,7 +140,7 @@ function fetchHomes(ids: usize, count: u32): void {
   const cap = tableCap;
   let sum = fetched;
   for (let i: u32 = 0; i < count; i++) {
-    sum += load<u32>(homeBucket(table, cap, <u32>fmix(load<u64>(nodeAt(load<u32>(ids + (<usize>i << 2)))))), 28);
+    sum += load<u32>(homeBucket(table, cap, tagOf(load<u64>(nodeAt(load<u32>(ids + (<usize>i << 2)))))), 28);
   }
   fetched = sum;
 }

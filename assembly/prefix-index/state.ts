@@ -53,6 +53,12 @@ export let liveNodes: u32 = 0;
 
 /** Hash table. */
 export let table: usize = 0;
+/**
+ * This index's secret for the table's homes (`tagOf`), set by `indexInit` from
+ * the caller's random words: keys follow from prompts anyone can write, and
+ * homes they could compute would let them crowd a few buckets on purpose.
+ */
+export let tableSalt: u64 = 0;
 /** Table slots (power of two). */
 export let tableCap: u32 = 0;
 

@@ -2,7 +2,7 @@
 // node.
 
 import { storageAlloc, storageFree } from "../pages";
-import { keyHi, keyLo, path, table, tableCap } from "./state";
+import { keyHi, keyLo, path, table, tableCap, tableSalt } from "./state";
 import { step } from "../prefix-index";
 
 // ---- hashing ----------------------------------------------------------------------------
@@ -102,7 +102,7 @@ export function hashByteTokens(ptr: usize, count: i32): u64 {
 // ---- hash table -------------------------------------------------------------------------
 //
 // Buckets of one cache line (64 bytes): words 0-6 the tags of seven entries
-// (the low 32 bits of fmix(key), whose low bits also give the home bucket),
+// (`tagOf`: the low 32 bits of the salted key's hash; their low bits give the home bucket),
 // word 7 the bucket's overflow count, words 8-14 their node ids (0 = empty),
 // word 15 unused (0). A key goes into the first bucket from its home with an
 // empty slot, and each full bucket it passes counts it: a search ends at the
@@ -126,6 +126,12 @@ export function hashByteTokens(ptr: usize, count: i32): u64 {
 /** Byte offset of a bucket's node ids. */
 // @ts-ignore: decorator
 @inline const IDS_AT: usize = 32;
+
+/** The table's tag of path key `key`: its home bucket's index in its low bits, salted (see `tableSalt`). */
+// @ts-ignore: decorator
+@inline export function tagOf(key: u64): u32 {
+  return <u32>fmix(key ^ tableSalt);
+}
 
 /** Address of the home bucket of `tag` in a table of `cap` words at `at`. */
 // @ts-ignore: decorator
@@ -158,7 +164,7 @@ export function hashByteTokens(ptr: usize, count: i32): u64 {
 export function lookup(key: u64): u32 {
   const lo = <u32>key;
   const hi = <u32>(key >> 32);
-  const tag = <u32>fmix(key);
+  const tag = tagOf(key);
   const home = homeBucket(table, tableCap, tag);
   let at = home;
   while (true) {
@@ -195,13 +201,13 @@ export function tableInsertUnique(id: u32): bool {
   const lo = keyLo(id);
   const hi = keyHi(id);
   if (lookup((<u64>hi << 32) | <u64>lo) != 0) return false;
-  tablePut(<u32>fmix((<u64>hi << 32) | <u64>lo), id);
+  tablePut(tagOf((<u64>hi << 32) | <u64>lo), id);
   return true;
 }
 
 /** Inserts node `id` (its key already set) into the table. */
 export function tableInsert(id: u32): void {
-  tablePut(<u32>fmix((<u64>keyHi(id) << 32) | <u64>keyLo(id)), id);
+  tablePut(tagOf((<u64>keyHi(id) << 32) | <u64>keyLo(id)), id);
 }
 
 /**
@@ -217,7 +223,7 @@ export function tableInsert(id: u32): void {
 
 /** Removes node `id` (in the table) from the table, counting it out of the buckets it passed. */
 export function tableRemove(id: u32): void {
-  const home = homeBucket(table, tableCap, <u32>fmix((<u64>keyHi(id) << 32) | <u64>keyLo(id)));
+  const home = homeBucket(table, tableCap, tagOf((<u64>keyHi(id) << 32) | <u64>keyLo(id)));
   let at = home;
   let m = slotsWith(at, IDS_AT, id);
   while (m == 0) {
