@@ -21,6 +21,8 @@ import { instantiateCore, type CoreExports } from "./wasm.js";
 
 /** Most bytes a scratch takes beyond its per-rank result (a piece of 16,384 tokens of 32-token blocks fits). */
 const PIECE_BYTES = 1 << 17;
+/** Blocks of byte ids a match hashes at a time (see matchTokens). */
+const BYTE_PIECE_BLOCKS = 64;
 /** The core's `allocate` header, part of what a scratch takes. */
 const ALLOC_HEADER = 16;
 
@@ -213,9 +215,11 @@ export class IndexCore {
       return;
     }
     ex.indexMatchBegin(seed[0], seed[1]);
-    for (let from = 0; from < usable; from += pieceTokens) {
-      const n = Math.min(pieceTokens, usable - from);
-      // u32 ids are hashed by the walk as it goes (nothing past the first unknown block); byte ids a piece at a time.
+    // u32 ids are hashed by the walk as it goes (nothing past the first unknown block); byte ids are
+    // hashed before it, BYTE_PIECE_BLOCKS blocks a piece, so a walk that ends early hashes little more.
+    const piece = bytes ? Math.min(pieceTokens, BYTE_PIECE_BLOCKS * this.#tpb) : pieceTokens;
+    for (let from = 0; from < usable; from += piece) {
+      const n = Math.min(piece, usable - from);
       if (bytes) {
         if (ex.indexMatchFeed(0, this.#at + this.#layout.hashesAt, this.#hashPiece(tokens, from, n)) === 0) break;
       } else {

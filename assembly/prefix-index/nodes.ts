@@ -140,7 +140,7 @@ function fetchHomes(ids: usize, count: u32): void {
   const cap = tableCap;
   let sum = fetched;
   for (let i: u32 = 0; i < count; i++) {
-    sum += load<u32>(homeBucket(table, cap, tagOf(load<u64>(nodeAt(load<u32>(ids + (<usize>i << 2)))))), 28);
+    sum += load<u32>(homeBucket(table, cap, tagOf(load<u64>(nodeAt(load<u32>(ids + (<usize>i << 2)))))));
   }
   fetched = sum;
 }
