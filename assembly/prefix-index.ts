@@ -50,7 +50,7 @@ import {
   slotChunkShift, slotChunks, slotIn, slotIsLeaf, slotRank, stamp, table, tableCap, tableSalt, tokensPerBlock,
   u32At,
 } from "./prefix-index/state";
-import { chain, hashBlockKey, hashByteTokens, hashTokens, lookup, tableAlloc } from "./prefix-index/table";
+import { chain, hashBlockKey, hashIds, hashTokens, lookup, tableAlloc } from "./prefix-index/table";
 import { appendChunk, findResidency } from "./prefix-index/residency";
 import { heapBase, heapPop, heapPush, heapTop, maybeCompact, shrinkHeap } from "./prefix-index/heaps";
 import {
@@ -98,22 +98,24 @@ export function indexInit(ranks: i32, blockTokens: i32, capacityPerRank: u32, ma
   return 0;
 }
 
-/** Hashes `numTokens` tokens at `tokens` into the block hashes of its full blocks at `out`; returns the block count. */
-export function hashBlocks(tokens: usize, numTokens: i32, out: usize): i32 {
+/** Hashes `numTokens` ids of type `T` at `tokens` into the block hashes of their full blocks at `out`; returns the block count. */
+// @ts-ignore: decorator
+@inline function hashBlocksOf<T>(tokens: usize, numTokens: i32, out: usize): i32 {
   const n = numTokens / tokensPerBlock;
   for (let b = 0; b < n; b++) {
-    store<u64>(out + (<usize>b << 3), hashTokens(tokens + (<usize>(b * tokensPerBlock) << 2), tokensPerBlock));
+    store<u64>(out + (<usize>b << 3), hashIds<T>(tokens + (<usize>(b * tokensPerBlock) << alignof<T>()), tokensPerBlock));
   }
   return n;
 }
 
-/** `hashBlocks` of `numTokens` byte tokens at `tokens` (each byte a token id): the same hashes. */
+/** Hashes `numTokens` u32 token ids at `tokens` into the block hashes of their full blocks at `out`; returns the block count. */
+export function hashBlocks(tokens: usize, numTokens: i32, out: usize): i32 {
+  return hashBlocksOf<u32>(tokens, numTokens, out);
+}
+
+/** `hashBlocks` of `numTokens` byte token ids at `tokens` (each byte the id of its value): the same hashes. */
 export function hashByteBlocks(tokens: usize, numTokens: i32, out: usize): i32 {
-  const n = numTokens / tokensPerBlock;
-  for (let b = 0; b < n; b++) {
-    store<u64>(out + (<usize>b << 3), hashByteTokens(tokens + <usize>(b * tokensPerBlock), tokensPerBlock));
-  }
-  return n;
+  return hashBlocksOf<u8>(tokens, numTokens, out);
 }
 
 /** Turns `count` caller block keys (u64 at `keys`) into block hashes in place. */

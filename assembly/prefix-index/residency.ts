@@ -7,7 +7,7 @@ import {
   slotAt, slotCap, slotChunkCount, slotChunkShift, slotChunks, slotIn, slotRank, slotTop,
   slotsInUse, table, u32At,
 } from "./state";
-import { chain, fmix, homeBetween } from "./table";
+import { chain, fmix } from "./table";
 
 // ---- residency blocks ---------------------------------------------------------------
 
@@ -123,6 +123,16 @@ export function overflowPut(key: u64, count: u32): void {
   store<u64>(overflow + (<usize>i << 4), key);
   store<u32>(overflow + (<usize>i << 4), count, 8);
   overflowUsed++;
+}
+
+/**
+ * Whether an entry with home slot `home`, found at slot j while backward-shift
+ * deletion holds a hole at slot i, must stay: its home lies cyclically in (i, j].
+ * Otherwise it moves back into the hole, which keeps its probe chain intact.
+ */
+// @ts-ignore: decorator
+@inline function homeBetween(home: u32, i: u32, j: u32): bool {
+  return i <= j ? (home > i && home <= j) : (home > i || home <= j);
 }
 
 /** Removes `key` (present by contract), backward-shifting its probe chain. */

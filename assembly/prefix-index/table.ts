@@ -31,54 +31,51 @@ import { step } from "../prefix-index";
 @inline export function round(acc: u64, v: u64): u64 { return rotl<u64>(acc ^ v, 29) * P1; }
 
 /**
- * Hash of `count` u32 tokens at `ptr`: four independent lanes, two tokens per
- * lane step and one multiply per step, so the CPU overlaps the four chains. A
- * block that differs in one lane's input differs in that lane's state (every
- * step is a bijection), hence in the combined hash.
+ * Hash of `count` token ids at `ptr`, each a `T` (u32, or u8 for a byte
+ * tokenizer's ids, hashed as the u32 ids they are: the same hash either way):
+ * four independent lanes, two ids per lane step and one multiply per step, so
+ * the CPU overlaps the four chains. A block that differs in one lane's input
+ * differs in that lane's state (every step is a bijection), hence in the
+ * combined hash. Bytes are widened as they are read, eight a step (a vector
+ * load widens them to four u64 words of two ids), never into an array.
  */
-export function hashTokens(ptr: usize, count: i32): u64 {
+export function hashIds<T>(ptr: usize, count: i32): u64 {
   let a: u64 = P1 + <u64>count;
   let b: u64 = P2;
   let c: u64 = P3;
   let d: u64 = 0 - P1;
   let i = 0;
   for (; i + 8 <= count; i += 8) {
-    const at = ptr + (<usize>i << 2);
-    a = round(a, load<u64>(at));
-    b = round(b, load<u64>(at, 8));
-    c = round(c, load<u64>(at, 16));
-    d = round(d, load<u64>(at, 24));
+    if (sizeof<T>() == 4) {
+      const at = ptr + (<usize>i << 2);
+      a = round(a, load<u64>(at));
+      b = round(b, load<u64>(at, 8));
+      c = round(c, load<u64>(at, 16));
+      d = round(d, load<u64>(at, 24));
+    } else {
+      const words = v128.load8x8_u(ptr + <usize>i);
+      const low = i32x4.extend_low_i16x8_u(words);
+      const high = i32x4.extend_high_i16x8_u(words);
+      a = round(a, <u64>i64x2.extract_lane(low, 0));
+      b = round(b, <u64>i64x2.extract_lane(low, 1));
+      c = round(c, <u64>i64x2.extract_lane(high, 0));
+      d = round(d, <u64>i64x2.extract_lane(high, 1));
+    }
   }
-  for (; i + 2 <= count; i += 2) a = round(a, load<u64>(ptr + (<usize>i << 2)));
-  if (i < count) b = round(b, <u64>load<u32>(ptr + (<usize>i << 2)) | 0x100000000);
+  for (; i + 2 <= count; i += 2) a = round(a, <u64>idAt<T>(ptr, i) | (<u64>idAt<T>(ptr, i + 1) << 32));
+  if (i < count) b = round(b, <u64>idAt<T>(ptr, i) | 0x100000000);
   return fmix(a + rotl<u64>(b, 17) + rotl<u64>(c, 31) + rotl<u64>(d, 47));
 }
 
-/**
- * `hashTokens` of `count` byte tokens at `ptr`, each byte standing for the u32
- * token of its value: the same hash, read without widening the bytes into an
- * array first (a vector load widens each lane step's eight bytes to four u64
- * words of two tokens). The byte tokenizer's ids are bytes, so a prompt's
- * block hashes are those of its ids however they are held.
- */
-export function hashByteTokens(ptr: usize, count: i32): u64 {
-  let a: u64 = P1 + <u64>count;
-  let b: u64 = P2;
-  let c: u64 = P3;
-  let d: u64 = 0 - P1;
-  let i = 0;
-  for (; i + 8 <= count; i += 8) {
-    const words = v128.load8x8_u(ptr + <usize>i);
-    const low = i32x4.extend_low_i16x8_u(words);
-    const high = i32x4.extend_high_i16x8_u(words);
-    a = round(a, <u64>i64x2.extract_lane(low, 0));
-    b = round(b, <u64>i64x2.extract_lane(low, 1));
-    c = round(c, <u64>i64x2.extract_lane(high, 0));
-    d = round(d, <u64>i64x2.extract_lane(high, 1));
-  }
-  for (; i + 2 <= count; i += 2) a = round(a, <u64>load<u8>(ptr + <usize>i) | (<u64>load<u8>(ptr + <usize>i, 1) << 32));
-  if (i < count) b = round(b, <u64>load<u8>(ptr + <usize>i) | 0x100000000);
-  return fmix(a + rotl<u64>(b, 17) + rotl<u64>(c, 31) + rotl<u64>(d, 47));
+/** Id `i` of the `T` ids at `ptr`. */
+// @ts-ignore: decorator
+@inline function idAt<T>(ptr: usize, i: i32): u32 {
+  return <u32>load<T>(ptr + (<usize>i << alignof<T>()));
+}
+
+/** Hash of `count` u32 token ids at `ptr` (see hashIds). */
+export function hashTokens(ptr: usize, count: i32): u64 {
+  return hashIds<u32>(ptr, count);
 }
 
 /**
@@ -208,17 +205,6 @@ export function tableInsertUnique(id: u32): bool {
 /** Inserts node `id` (its key already set) into the table. */
 export function tableInsert(id: u32): void {
   tablePut(tagOf((<u64>keyHi(id) << 32) | <u64>keyLo(id)), id);
-}
-
-/**
- * Whether an entry with home slot `home`, found at slot j while backward-shift
- * deletion holds a hole at slot i, must stay: its home lies cyclically in (i, j].
- * Otherwise it moves back into the hole, which keeps its probe chain intact.
- * (The residency overflow table's deletion; the key table's buckets need none.)
- */
-// @ts-ignore: decorator
-@inline export function homeBetween(home: u32, i: u32, j: u32): bool {
-  return i <= j ? (home > i && home <= j) : (home > i || home <= j);
 }
 
 /** Removes node `id` (in the table) from the table, counting it out of the buckets it passed. */
