@@ -24,6 +24,16 @@ export const MAX_ALLOC: usize = 1 << 30;
 /** Most pages linear memory may hold: one page short of 4 GiB keeps every address and end in u32. */
 // @ts-ignore: decorator
 @inline const MAX_PAGES: i32 = 65535;
+/** Most pages this instance grows to: MAX_PAGES, or less to make a host that refuses growth (tests). */
+let pageLimit: i32 = MAX_PAGES;
+
+/**
+ * Caps linear memory at `pages` pages (at most MAX_PAGES), as a host that
+ * refuses to grow memory would: how tests reach the out-of-memory paths.
+ */
+export function setPageLimit(pages: i32): void {
+  pageLimit = min(max(pages, 0), MAX_PAGES);
+}
 
 /** Free runs kept at most. */
 // @ts-ignore: decorator
@@ -73,9 +83,9 @@ export function takePages(bytes: usize): usize {
     // remap, and a sixteenth bounds the pages held ahead of need (an eighth
     // left too little of the budget's 1.125 × bound for fragmentation at
     // thousands of ranks). Never past
-    // MAX_PAGES, and a failed grow changes nothing.
+    // the page limit, and a failed grow changes nothing.
     const need = <i32>((bytes + 0xffff) >> 16);
-    const room = MAX_PAGES - memory.size();
+    const room = pageLimit - memory.size();
     if (need > room) return 0;
     const pages = min(max(need, memory.size() >> 4), room);
     const before = memory.grow(pages);
@@ -86,6 +96,18 @@ export function takePages(bytes: usize): usize {
   }
   const at = bumpAt;
   bumpAt += bytes;
+  return at;
+}
+
+/**
+ * `takePages(bytes)` where the core has no way to fail: it traps when memory
+ * cannot grow (a host's refusal: the budget's bound keeps memory under
+ * MAX_PAGES), never hands out address 0 to be written over. The trap ends
+ * the change half made; the shell retires the instance (src/index-core.ts).
+ */
+export function mustTakePages(bytes: usize): usize {
+  const at = takePages(bytes);
+  if (at == 0) unreachable();
   return at;
 }
 
@@ -168,6 +190,13 @@ export function storageAlloc(bytes: usize): usize {
   }
   store<u32>(head, load<u32>(at));
   smallFreeBytes -= <f64>size;
+  return at;
+}
+
+/** `storageAlloc(bytes)` where the core has no way to fail: traps instead of returning 0 (see mustTakePages). */
+export function mustAlloc(bytes: usize): usize {
+  const at = storageAlloc(bytes);
+  if (at == 0) unreachable();
   return at;
 }
 

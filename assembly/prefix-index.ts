@@ -41,7 +41,7 @@
 // only shrinks along a path, so ranks are written only from the nodes where the
 // count drops. Eviction takes a leaf, then the rest of its insert's path upward.
 
-import { storageAlloc, takePages } from "./pages";
+import { mustAlloc, mustTakePages } from "./pages";
 import {
   INITIAL_TABLE, KIDS_MASK, NEXT_IS_CHILD, NODE_BYTES, NODE_CHUNK_SHIFT, SLOT_BYTES, budget,
   capacity, classSize, drops, evictions, heapEntries, heaps, keyHi, keyLo, liveNodes, nodeAt,
@@ -68,7 +68,7 @@ export function indexInit(ranks: i32, blockTokens: i32, capacityPerRank: u32, ma
   capacity = capacityPerRank;
   budget = maxBytes;
   if (budget != 0 && budget < <f64>numRanks * 32 + <f64>INITIAL_TABLE * 8 + <f64>NODE_BYTES + 16 + 8) return -1;
-  nodeChunks = appendChunk(0, 0, takePages(<usize>NODE_BYTES << NODE_CHUNK_SHIFT));
+  nodeChunks = appendChunk(0, 0, mustTakePages(<usize>NODE_BYTES << NODE_CHUNK_SHIFT));
   nodeChunkCount = 1;
   nodeCap = 1 << NODE_CHUNK_SHIFT;
   tableCap = INITIAL_TABLE;
@@ -82,19 +82,19 @@ export function indexInit(ranks: i32, blockTokens: i32, capacityPerRank: u32, ma
   }
   blockCostBound = max<f64>(<f64>NODE_BYTES + <f64>SLOT_BYTES, <f64>growth * <f64>SLOT_BYTES);
   slotChunkShift = max<u32>(14, 32 - clz<u32>(classSize(top) - 1));
-  slotChunks = appendChunk(0, 0, takePages(<usize>SLOT_BYTES << slotChunkShift));
+  slotChunks = appendChunk(0, 0, mustTakePages(<usize>SLOT_BYTES << slotChunkShift));
   slotChunkCount = 1;
   slotCap = <u32>1 << slotChunkShift;
   const perRank = <usize>ranks << 2;
-  rankBlocks = storageAlloc(perRank);
+  rankBlocks = mustAlloc(perRank);
   memory.fill(rankBlocks, 0, perRank);
-  rankLeaves = storageAlloc(perRank);
+  rankLeaves = mustAlloc(perRank);
   memory.fill(rankLeaves, 0, perRank);
-  drops = storageAlloc(<usize>(ranks + 1) << 3);
-  heaps = storageAlloc(<usize>ranks * 12);
+  drops = mustAlloc(<usize>(ranks + 1) << 3);
+  heaps = mustAlloc(<usize>ranks * 12);
   memory.fill(heaps, 0, <usize>ranks * 12);
   pathCap = 64;
-  path = storageAlloc(<usize>pathCap << 2);
+  path = mustAlloc(<usize>pathCap << 2);
   return 0;
 }
 

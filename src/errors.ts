@@ -106,12 +106,35 @@ export class AdpHookError extends Error {
 }
 
 /**
+ * The wasm core could not grow its memory in the middle of a change: the host
+ * refused (a browser tab's limit, an address-space limit), below the index's
+ * budget. The change was cut short, so the index is retired rather than read
+ * in a half-changed state: every later call on it, and every `route()` of a
+ * router that learns into it, throws this error again. A snapshot taken
+ * before restores it, in a process with memory to spare.
+ */
+export class AdpMemoryError extends RangeError {
+  /** Stable error code. */
+  readonly code = "ERR_ADP_MEMORY";
+  /**
+   * The committed result of the batch when `route()` had routed it before its
+   * learning failed (do not route the batch again), else undefined.
+   */
+  readonly result: unknown;
+  constructor(cause: unknown, result?: unknown) {
+    super(`the prefix index's wasm memory could not grow (the host refused); an index whose change this cut short is retired: restore it from a snapshot or create a new one${result === undefined ? "" : " (the batch was routed before its learning failed: the result is on error.result; do not route it again)"}`, { cause });
+    this.name = "AdpMemoryError";
+    this.result = result;
+  }
+}
+
+/**
  * `error` as a typed error: a typed error as is; anything else, thrown while a
  * caller's value was read (a getter, a Proxy trap, a revoked Proxy), becomes
  * AdpInputError naming `field`, with the original as its `cause`.
  */
 export function asInputError(error: unknown, field: string): Error {
-  if (error instanceof AdpInputError || error instanceof AttentionDpConfigError) return error;
+  if (error instanceof AdpInputError || error instanceof AttentionDpConfigError || error instanceof AdpMemoryError) return error;
   return new AdpInputError(field, "threw while it was read (a getter or Proxy trap of the caller's value)", error, { cause: error });
 }
 

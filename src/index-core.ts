@@ -16,8 +16,8 @@
 // least one record of every rank: 24 + 8 × numRanks bytes).
 
 import { keyWordsInto, type TokenIds } from "./arrays.js";
-import { AdpInputError } from "./errors.js";
-import { instantiateCore, type CoreExports } from "./wasm.js";
+import { AdpInputError, AdpMemoryError } from "./errors.js";
+import { instantiateCore, isTrap, type CoreExports } from "./wasm.js";
 
 /** Most bytes a scratch takes beyond its per-rank result (a piece of 16,384 tokens of 32-token blocks fits). */
 const PIECE_BYTES = 1 << 17;
@@ -103,6 +103,18 @@ export function setTableSaltForTests(salt: readonly [number, number] | null): vo
   saltSource = salt === null ? randomSalt : () => salt;
 }
 
+/** Pages new cores may grow to (see setPageLimitForTests), or null: the core's own limit. */
+let pageLimit: number | null = null;
+
+/**
+ * Caps the wasm memory of every index created after it at `pages` 64 KiB
+ * pages (null: no cap), as a host that refuses to grow memory would: how
+ * tests reach the out-of-memory paths. Not part of the public API.
+ */
+export function setPageLimitForTests(pages: number | null): void {
+  pageLimit = pages;
+}
+
 /** A wasm instance of the core with its fixed scratch. */
 export class IndexCore {
   readonly ex: CoreExports;
@@ -120,14 +132,23 @@ export class IndexCore {
 
   /**
    * @param budget bytes the index may take in all, scratch included.
-   * @throws AdpInputError when the budget cannot hold the scratch and one block.
+   * @throws AdpInputError when the budget cannot hold the scratch and one block;
+   *   AdpMemoryError when memory cannot grow to hold them.
    */
   constructor(numRanks: number, tokensPerBlock: number, capacity: number, budget: number, budgetField: string) {
     const layout = scratchLayout(numRanks, tokensPerBlock, budget);
     const ex = instantiateCore();
+    if (pageLimit !== null) ex.setPageLimit(pageLimit);
     const at = ex.allocate(layout.takes - ALLOC_HEADER) >>> 0;
     const [saltLo, saltHi] = saltSource();
-    if (at === 0 || ex.indexInit(numRanks, tokensPerBlock, capacity, budget - layout.takes, saltLo, saltHi) !== 0) {
+    if (at === 0) throw new AdpMemoryError(null); // the scratch: memory cannot grow that far
+    let init: number;
+    try {
+      init = ex.indexInit(numRanks, tokensPerBlock, capacity, budget - layout.takes, saltLo, saltHi);
+    } catch (error) {
+      throw isTrap(error) ? new AdpMemoryError(error) : error; // this instance is dropped
+    }
+    if (init !== 0) {
       throw new AdpInputError(budgetField, `must hold at least one block and the index's ${layout.takes}-byte scratch (${layout.takes + numRanks * 32 + 1080} bytes for ${numRanks} ranks)`, budget);
     }
     this.ex = ex;

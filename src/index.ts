@@ -30,7 +30,7 @@ export {
 } from "./prefix-index.js";
 export { ConversationMap } from "./conversation-map.js";
 export { sliceKvEvents, type KvEventSlices } from "./kv-event-slices.js";
-export { AttentionDpConfigError, AdpInputError, AdpHookError, describeValue, excerpt, type InputIssue } from "./errors.js";
+export { AttentionDpConfigError, AdpInputError, AdpHookError, AdpMemoryError, describeValue, excerpt, type InputIssue } from "./errors.js";
 export {
   createInstanceRouter,
   InstanceRouter,

@@ -6,8 +6,9 @@
 
 import { readKeyWords, readTokens, type TokenIds } from "./arrays.js";
 import { checkRank, MAX_KEY_LENGTH } from "./batch.js";
-import { AdpInputError, asInputError, readInput, readOptions } from "./errors.js";
+import { AdpInputError, AdpMemoryError, asInputError, readInput, readOptions } from "./errors.js";
 import { IndexCore } from "./index-core.js";
+import { isTrap } from "./wasm.js";
 import { parseKvEvents, type EngineHash, type KvEvent } from "./kv-events.js";
 import { namespaceKey } from "./namespace.js";
 import { readIndexState, type IndexState } from "./prefix-index-state.js";
@@ -140,6 +141,8 @@ function outKind(out: unknown, numRanks: number): 0 | 1 | 2 {
 /** A multi-rank prefix index. Create with {@link createPrefixIndex}. */
 export class PrefixIndex {
   #core: IndexCore | null;
+  /** Why the core was retired (see #retire), or null. */
+  #fault: AdpMemoryError | null = null;
   readonly #numRanks: number;
   readonly #tokensPerBlock: number;
   readonly #options: PrefixIndexOptions;
@@ -179,10 +182,27 @@ export class PrefixIndex {
     return this.#tokensPerBlock;
   }
 
-  /** The core, or a typed error once disposed. */
+  /** The core, or a typed error once disposed or retired. */
   #live(): IndexCore {
-    if (this.#core === null) throw new AdpInputError("PrefixIndex", "has been disposed", "a disposed index");
+    if (this.#core === null) throw this.#fault ?? new AdpInputError("PrefixIndex", "has been disposed", "a disposed index");
     return this.#core;
+  }
+
+  /**
+   * What to throw for `error`, which escaped a call that changes the core: a
+   * trap (memory that could not grow, see assembly/pages.ts's mustAlloc) cut
+   * the change short, so the core is retired and never read again.
+   */
+  #retire(error: unknown): unknown {
+    if (!isTrap(error)) return error;
+    this.#core = null;
+    this.#fault = new AdpMemoryError(error);
+    return this.#fault;
+  }
+
+  /** @internal Why the index was retired (AdpMemoryError), or null: what a router throws for it. */
+  get fault(): AdpMemoryError | null {
+    return this.#fault;
   }
 
   /**
@@ -209,7 +229,11 @@ export class PrefixIndex {
     checkRank(rank, this.#numRanks, "rank");
     const seed = namespaceSeed(ns);
     const t = readTokens(tokens, "tokens");
-    return core.insertTokens(rank, t, t.length, seed);
+    try {
+      return core.insertTokens(rank, t, t.length, seed);
+    } catch (error) {
+      throw this.#retire(error);
+    }
   }
 
   /**
@@ -249,7 +273,11 @@ export class PrefixIndex {
     checkRank(rank, this.#numRanks, "rank");
     const seed = namespaceSeed(ns);
     const words = readKeyWords(blockKeys, "blockKeys");
-    core.insertKeys(rank, words, words.length / 2, seed);
+    try {
+      core.insertKeys(rank, words, words.length / 2, seed);
+    } catch (error) {
+      throw this.#retire(error);
+    }
   }
 
   /** Like {@link match} for a prompt given as caller block keys. */
@@ -277,7 +305,12 @@ export class PrefixIndex {
 
   /** @internal The router's learning by block keys (read by the batch). */
   insertBlocksValidated(rank: number, keys: Float64Array, seed: readonly [number, number]): void {
-    this.#live().insertKeys(rank, keys, keys.length, seed);
+    const core = this.#live();
+    try {
+      core.insertKeys(rank, keys, keys.length, seed);
+    } catch (error) {
+      throw this.#retire(error);
+    }
   }
 
   /**
@@ -303,19 +336,33 @@ export class PrefixIndex {
     const core = this.#live();
     checkRank(rank, this.#numRanks, "rank");
     if (!(words instanceof Uint32Array) || words.length % 2 !== 0) throw new AdpInputError("words", "must be a Uint32Array of two words per block", words);
-    return core.insertHashes(rank, words, words.length / 2, namespaceSeed(ns));
+    const seed = namespaceSeed(ns);
+    try {
+      return core.insertHashes(rank, words, words.length / 2, seed);
+    } catch (error) {
+      throw this.#retire(error);
+    }
   }
 
   /** @internal The router's learning: inserts tokens read by the batch. */
   insertValidated(rank: number, tokens: TokenIds, seed: readonly [number, number]): void {
-    this.#live().insertTokens(rank, tokens, tokens.length, seed);
+    const core = this.#live();
+    try {
+      core.insertTokens(rank, tokens, tokens.length, seed);
+    } catch (error) {
+      throw this.#retire(error);
+    }
   }
 
   /** Empties one rank's view. */
   clearRank(rank: number): void {
     const core = this.#live();
     checkRank(rank, this.#numRanks, "rank");
-    core.ex.indexClearRank(rank);
+    try {
+      core.ex.indexClearRank(rank);
+    } catch (error) {
+      throw this.#retire(error);
+    }
     this.#engineBlocks[rank]!.clear();
   }
 
@@ -348,6 +395,15 @@ export class PrefixIndex {
    */
   applyParsed(parsed: readonly KvEvent[], result: KvEventsResult): void {
     const core = this.#live();
+    try {
+      this.#applyEvents(core, parsed, result);
+    } catch (error) {
+      throw this.#retire(error);
+    }
+  }
+
+  /** applyParsed's work, on the live core. */
+  #applyEvents(core: IndexCore, parsed: readonly KvEvent[], result: KvEventsResult): void {
     const ex = core.ex;
     const before = { ...result };
     for (const e of parsed) {
@@ -479,7 +535,12 @@ export class PrefixIndex {
   /** @internal Loads checked snapshot state into this freshly created index. */
   loadSnapshot(state: IndexState, records: Uint8Array): void {
     const core = this.#live();
-    const nodes = core.importRecords(records, state.stamp, state.evictions, state.stampResets);
+    let nodes: number;
+    try {
+      nodes = core.importRecords(records, state.stamp, state.evictions, state.stampResets);
+    } catch (error) {
+      throw this.#retire(error);
+    }
     if (nodes !== state.nodes) throw new AdpInputError("snapshot", `is not a valid snapshot (prefix index: ${nodes} nodes where its state says ${state.nodes})`, `${records.length} bytes of index records`);
     this.#engineBlocks = state.engineBlocks.map((entries) => new Map(entries));
     this.#lastEventId = state.lastEventId.map((v) => v ?? -Infinity);

@@ -5,7 +5,7 @@
 import { ArrayRowStore, checkRank, MAX_KEY_LENGTH, validateBatch, type Batch, type RouteInput, type RowStore } from "./batch.js";
 import { parseAttentionDpConfig, toAttentionDpConfigInput, type AttentionDpConfig, type AttentionDpConfigInput } from "./config.js";
 import { RoutingCore } from "./core.js";
-import { AdpHookError, AdpInputError, asInputError, readOptions } from "./errors.js";
+import { AdpHookError, AdpInputError, AdpMemoryError, asInputError, readOptions } from "./errors.js";
 import { ConversationRouter } from "./routers/conversation.js";
 import { DefaultRouter } from "./routers/default.js";
 import { OPTION_KEYS as INDEX_OPTION_KEYS, PrefixIndex, restoreIndexFrom, type PrefixIndexOptions } from "./prefix-index.js";
@@ -228,7 +228,7 @@ export function createRouter(input: RouterOptions): Router {
       reading = true;
       try {
         batch = validateBatch(input, numRanks, rowStore);
-        if (index !== null && !index.usable) throw new AdpInputError("prefixIndex", "has been disposed (setPrefixIndex(null) or a new index first)", "a disposed index");
+        if (index !== null && !index.usable) throw index.fault ?? new AdpInputError("prefixIndex", "has been disposed (setPrefixIndex(null) or a new index first)", "a disposed index");
       } catch (error) {
         counters.rejectedBatches++;
         throw asInputError(error, "route() input");
@@ -236,7 +236,16 @@ export function createRouter(input: RouterOptions): Router {
         reading = false;
       }
       const decision = policy.route(batch, onDecision !== undefined);
-      if (index !== null && learnFromRouting) learn(index, batch, decision);
+      if (index !== null && learnFromRouting) {
+        try {
+          learn(index, batch, decision);
+        } catch (error) {
+          // The batch is routed and the policy's state has it; the index retired itself (AdpMemoryError).
+          counters.count(decision.outcomes, decision.rankOf);
+          if (decision.matched) counters.countMatches(decision.matched, batch.requests);
+          throw error instanceof AdpMemoryError ? new AdpMemoryError(error.cause, decision.result) : error;
+        }
+      }
       counters.count(decision.outcomes, decision.rankOf);
       if (decision.matched) counters.countMatches(decision.matched, batch.requests);
       if (onDecision !== undefined) report(onDecision, onHookError, kind, batch, decision);
@@ -244,7 +253,7 @@ export function createRouter(input: RouterOptions): Router {
     },
     metrics(): RouterMetrics {
       const conv = policy instanceof ConversationRouter ? policy.conversations : null;
-      const stats = index?.stats();
+      const stats = index?.usable ? index.stats() : undefined; // a disposed or retired index has none
       return {
         router: kind,
         numRanks,

@@ -26,6 +26,7 @@ export interface CoreExports {
     numRequests: number, requests: number, matches: number, out: number,
     cap: number, beta: number, threshold: number, work: number,
   ): number;
+  setPageLimit(pages: number): void;
   indexInit(numRanks: number, tokensPerBlock: number, capacityPerRank: number, maxBytes: number, saltLo: number, saltHi: number): number;
   hashBlocks(tokens: number, numTokens: number, out: number): number;
   hashByteBlocks(tokens: number, numTokens: number, out: number): number;
@@ -88,6 +89,11 @@ export function init(): Promise<void> {
     },
   );
   return compiling.then(() => undefined);
+}
+
+/** Whether `error` is a trap of the core (a WebAssembly.RuntimeError): a change it was making was cut short. */
+export function isTrap(error: unknown): boolean {
+  return error instanceof WebAssembly.RuntimeError;
 }
 
 /** A fresh instance of the core with its own memory. */

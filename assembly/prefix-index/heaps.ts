@@ -133,6 +133,7 @@ export function shrinkHeap(rank: i32): void {
   const half = cap >> 1;
   const data = <usize>load<u32>(h);
   const fresh = storageAlloc(<usize>half << 3);
+  if (fresh == 0) return; // memory cannot grow: keep the larger storage, accounted as it is
   memory.copy(fresh, data, <usize>size << 3);
   storageFree(data, <usize>cap << 3);
   store<u32>(h, <u32>fresh);

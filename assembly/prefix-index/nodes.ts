@@ -1,7 +1,7 @@
 // Nodes: creating and freeing them, adding and removing residencies, eviction by
 // capacity and by budget, and the budget's accounting.
 
-import { idlePageBytes, storageAlloc, takePages } from "../pages";
+import { idlePageBytes, mustAlloc, mustTakePages } from "../pages";
 import {
   KIDS_MASK, NEXT_IS_CHILD, NODE_BYTES, NODE_CHUNK_SHIFT, SLOT_BYTES, budget, capacity, classSize,
   coldAt, evictions, firstChild, freeNode, grow, heapSlots, heaps, liveNodes, nextSibling, nodeAt,
@@ -39,7 +39,7 @@ export function newNode(key: u64, parent: u32, deferTable: bool): u32 {
     freeNode = nextSibling(id);
   } else {
     if (nodeTop == nodeCap) {
-      nodeChunks = appendChunk(nodeChunks, nodeChunkCount++, takePages(<usize>NODE_BYTES << NODE_CHUNK_SHIFT));
+      nodeChunks = appendChunk(nodeChunks, nodeChunkCount++, mustTakePages(<usize>NODE_BYTES << NODE_CHUNK_SHIFT));
       nodeCap += 1 << NODE_CHUNK_SHIFT;
     }
     id = nodeTop++;
@@ -162,7 +162,7 @@ function flushRemovals(): void {
 /** Frees node `id`, which holds no residency and so has no live child. */
 export function freeNodeId(id: u32): void {
   if (deferRemovals) {
-    if (removals == 0) removals = storageAlloc(<usize>FETCH_BATCH << 2);
+    if (removals == 0) removals = mustAlloc(<usize>FETCH_BATCH << 2);
     else if (removalCount == FETCH_BATCH) flushRemovals();
     store<u32>(removals + (<usize>removalCount << 2), id);
     removalCount++;

@@ -1,7 +1,7 @@
 // Residency blocks (which ranks hold a node, with their stamps) and the children counts
 // of a residency past 254.
 
-import { storageAlloc, storageFree, takePages } from "../pages";
+import { mustAlloc, mustTakePages, storageFree } from "../pages";
 import {
   CLASSES, KIDS_OVERFLOW, SLOT_BYTES, budget, classSize, freeBlocks, grow, resCount, resStart,
   slotAt, slotCap, slotChunkCount, slotChunkShift, slotChunks, slotIn, slotRank, slotTop,
@@ -67,7 +67,7 @@ export function allocBlock(cls: u32): u32 {
     slotTop += chunkSlots - offset;
   }
   while (slotTop + size > slotCap) {
-    slotChunks = appendChunk(slotChunks, slotChunkCount++, takePages(<usize>chunkSlots * SLOT_BYTES));
+    slotChunks = appendChunk(slotChunks, slotChunkCount++, mustTakePages(<usize>chunkSlots * SLOT_BYTES));
     slotCap += chunkSlots;
   }
   const s = slotTop;
@@ -108,7 +108,7 @@ export function overflowPut(key: u64, count: u32): void {
     const old = overflow;
     const oldCap = overflowCap;
     overflowCap = max<u32>(oldCap << 1, 16);
-    overflow = storageAlloc(<usize>overflowCap << 4);
+    overflow = mustAlloc(<usize>overflowCap << 4);
     memory.fill(overflow, 0, <usize>overflowCap << 4);
     overflowUsed = 0;
     for (let i: u32 = 0; i < oldCap; i++) {

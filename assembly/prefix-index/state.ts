@@ -2,7 +2,7 @@
 // accessors of a node's hot and cold halves and of residency slots (layout:
 // assembly/prefix-index.ts).
 
-import { storageAlloc, storageFree } from "../pages";
+import { mustAlloc, storageFree } from "../pages";
 import { overflow } from "./residency";
 
 /** Bytes of one node. */
@@ -165,7 +165,7 @@ export let evictions: f64 = 0;
 
 /** Grows a full buffer of `used` bytes to `bytes`, copying it; returns the new address. */
 export function grow(old: usize, used: usize, bytes: usize): usize {
-  const fresh = storageAlloc(bytes);
+  const fresh = mustAlloc(bytes);
   if (old != 0) {
     memory.copy(fresh, old, used);
     storageFree(old, used);

@@ -1,7 +1,7 @@
 // Hashing blocks and chaining path keys, and the open-addressing table from path key to
 // node.
 
-import { storageAlloc, storageFree } from "../pages";
+import { mustAlloc, storageFree } from "../pages";
 import { keyHi, keyLo, path, table, tableCap, tableSalt } from "./state";
 import { step } from "../prefix-index";
 
@@ -228,7 +228,7 @@ export function tableRemove(id: u32): void {
 /** Zeroed storage for a table of `cap` words (cap / 8 buckets). */
 export function tableAlloc(cap: u32): usize {
   const bytes = <usize>cap << 3;
-  const at = storageAlloc(bytes);
+  const at = mustAlloc(bytes);
   memory.fill(at, 0, bytes);
   return at;
 }
