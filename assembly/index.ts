@@ -4,7 +4,7 @@
 // batch and reads the results back through the same views.
 
 import { MAX_ALLOC, storageAlloc, storageFree } from "./pages";
-export { setPageLimit } from "./pages";
+export { memoryRefused, setPageLimit } from "./pages";
 
 /** Bytes before each `allocate`d region: its size, for `release`. */
 // @ts-ignore: decorator

@@ -24,6 +24,14 @@ export const MAX_ALLOC: usize = 1 << 30;
 /** Most pages linear memory may hold: one page short of 4 GiB keeps every address and end in u32. */
 // @ts-ignore: decorator
 @inline const MAX_PAGES: i32 = 65535;
+/** Whether a `mustTakePages` or `mustAlloc` trapped: memory could not grow (the shell tells this trap from a bug's). */
+let refused = false;
+
+/** 1 once memory could not grow for storage the core cannot do without (its trap followed), else 0. */
+export function memoryRefused(): i32 {
+  return refused ? 1 : 0;
+}
+
 /** Most pages this instance grows to: MAX_PAGES, or less to make a host that refuses growth (tests). */
 let pageLimit: i32 = MAX_PAGES;
 
@@ -107,7 +115,10 @@ export function takePages(bytes: usize): usize {
  */
 export function mustTakePages(bytes: usize): usize {
   const at = takePages(bytes);
-  if (at == 0) unreachable();
+  if (at == 0) {
+    refused = true;
+    unreachable();
+  }
   return at;
 }
 
@@ -196,7 +207,10 @@ export function storageAlloc(bytes: usize): usize {
 /** `storageAlloc(bytes)` where the core has no way to fail: traps instead of returning 0 (see mustTakePages). */
 export function mustAlloc(bytes: usize): usize {
   const at = storageAlloc(bytes);
-  if (at == 0) unreachable();
+  if (at == 0) {
+    refused = true;
+    unreachable();
+  }
   return at;
 }
 

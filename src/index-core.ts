@@ -17,7 +17,7 @@
 
 import { keyWordsInto, type TokenIds } from "./arrays.js";
 import { AdpInputError, AdpMemoryError } from "./errors.js";
-import { instantiateCore, isTrap, type CoreExports } from "./wasm.js";
+import { instantiateCore, isTrap, trapError, type CoreExports } from "./wasm.js";
 
 /** Most bytes a scratch takes beyond its per-rank result (a piece of 16,384 tokens of 32-token blocks fits). */
 const PIECE_BYTES = 1 << 17;
@@ -62,6 +62,9 @@ export function scratchLayout(numRanks: number, tokensPerBlock: number, budget: 
   const dataBytes = takes - ALLOC_HEADER - tokensAt;
   return { pieceBlocks, pieceTokens, tokensAt, hashesAt, keysAt, dataBytes, takes };
 }
+
+/** The import result for memory that could not grow (assembly/prefix-index/snapshot.ts). */
+const OUT_OF_MEMORY = -12;
 
 /** Why the core refused a snapshot's index records (its negative import results). */
 const IMPORT_ERRORS: Record<number, string> = {
@@ -146,7 +149,7 @@ export class IndexCore {
     try {
       init = ex.indexInit(numRanks, tokensPerBlock, capacity, budget - layout.takes, saltLo, saltHi);
     } catch (error) {
-      throw isTrap(error) ? new AdpMemoryError(error) : error; // this instance is dropped
+      throw isTrap(error) ? trapError(ex, error) : error; // this instance is dropped
     }
     if (init !== 0) {
       throw new AdpInputError(budgetField, `must hold at least one block and the index's ${layout.takes}-byte scratch (${layout.takes + numRanks * 32 + 1080} bytes for ${numRanks} ranks)`, budget);
@@ -405,6 +408,7 @@ export class IndexCore {
     const ex = this.ex;
     const { tokensAt, dataBytes } = this.#layout;
     const refuse = (code: number): never => {
+      if (code === OUT_OF_MEMORY) throw new AdpMemoryError(null); // the snapshot may be good: this host cannot hold it
       throw new AdpInputError("snapshot", `is not a valid snapshot (prefix index: ${IMPORT_ERRORS[code] ?? `error ${code}`})`, `${records.length} bytes of index records`);
     };
     const begun = ex.indexImportBegin(stamp);

@@ -6,9 +6,9 @@
 
 import { readKeyWords, readTokens, type TokenIds } from "./arrays.js";
 import { checkRank, MAX_KEY_LENGTH } from "./batch.js";
-import { AdpInputError, AdpMemoryError, asInputError, readInput, readOptions } from "./errors.js";
+import { AdpInputError, asInputError, readInput, readOptions } from "./errors.js";
 import { IndexCore } from "./index-core.js";
-import { isTrap } from "./wasm.js";
+import { isTrap, trapError } from "./wasm.js";
 import { parseKvEvents, type EngineHash, type KvEvent } from "./kv-events.js";
 import { namespaceKey } from "./namespace.js";
 import { readIndexState, type IndexState } from "./prefix-index-state.js";
@@ -142,7 +142,7 @@ function outKind(out: unknown, numRanks: number): 0 | 1 | 2 {
 export class PrefixIndex {
   #core: IndexCore | null;
   /** Why the core was retired (see #retire), or null. */
-  #fault: AdpMemoryError | null = null;
+  #fault: Error | null = null;
   readonly #numRanks: number;
   readonly #tokensPerBlock: number;
   readonly #options: PrefixIndexOptions;
@@ -194,14 +194,14 @@ export class PrefixIndex {
    * the change short, so the core is retired and never read again.
    */
   #retire(error: unknown): unknown {
-    if (!isTrap(error)) return error;
+    if (!isTrap(error) || this.#core === null) return error;
+    this.#fault = trapError(this.#core.ex, error);
     this.#core = null;
-    this.#fault = new AdpMemoryError(error);
     return this.#fault;
   }
 
-  /** @internal Why the index was retired (AdpMemoryError), or null: what a router throws for it. */
-  get fault(): AdpMemoryError | null {
+  /** @internal Why the index was retired (AdpMemoryError, or the core's own fault), or null: what a router throws for it. */
+  get fault(): Error | null {
     return this.#fault;
   }
 
@@ -479,7 +479,7 @@ export class PrefixIndex {
    * other groups' parents through it), else undefined.
    */
   pathKeyOf(rank: number, hash: EngineHash): readonly [number, number] | undefined {
-    return this.#engineBlocks[rank]?.get(hash);
+    return this.#core === null ? undefined : this.#engineBlocks[rank]?.get(hash);
   }
 
   /** Blocks (paths) in one rank's view. */

@@ -224,11 +224,12 @@ export function createRouter(input: RouterOptions): Router {
       // (which copies every input it keeps), the index's liveness, and the
       // routers' own scratch checks, which come before their first write.
       if (reading) throw new AdpInputError("route()", "was called on this router while it was reading a batch (from a getter or Proxy of that batch)", input);
+      if (index !== null && index.fault !== null) throw index.fault; // retired: its memory could not grow, or its core trapped
       let batch;
       reading = true;
       try {
         batch = validateBatch(input, numRanks, rowStore);
-        if (index !== null && !index.usable) throw index.fault ?? new AdpInputError("prefixIndex", "has been disposed (setPrefixIndex(null) or a new index first)", "a disposed index");
+        if (index !== null && !index.usable) throw new AdpInputError("prefixIndex", "has been disposed (setPrefixIndex(null) or a new index first)", "a disposed index");
       } catch (error) {
         counters.rejectedBatches++;
         throw asInputError(error, "route() input");
@@ -243,6 +244,11 @@ export function createRouter(input: RouterOptions): Router {
           // The batch is routed and the policy's state has it; the index retired itself (AdpMemoryError).
           counters.count(decision.outcomes, decision.rankOf);
           if (decision.matched) counters.countMatches(decision.matched, batch.requests);
+          try {
+            if (onDecision !== undefined) report(onDecision, onHookError, kind, batch, decision);
+          } catch {
+            // Every record was delivered; the index's error is the one to throw (the batch's result rides on it).
+          }
           throw error instanceof AdpMemoryError ? new AdpMemoryError(error.cause, decision.result) : error;
         }
       }

@@ -4,6 +4,7 @@
 // first use and cached; every router and prefix index gets its own Instance,
 // and so its own linear memory, which the garbage collector frees with it.
 
+import { AdpMemoryError } from "./errors.js";
 import { WASM_TEXT } from "./generated/wasm-bytes.js";
 
 /** The core's exports (assembly/index.ts); pointers are i32, read them `>>> 0`. */
@@ -27,6 +28,7 @@ export interface CoreExports {
     cap: number, beta: number, threshold: number, work: number,
   ): number;
   setPageLimit(pages: number): void;
+  memoryRefused(): number;
   indexInit(numRanks: number, tokensPerBlock: number, capacityPerRank: number, maxBytes: number, saltLo: number, saltHi: number): number;
   hashBlocks(tokens: number, numTokens: number, out: number): number;
   hashByteBlocks(tokens: number, numTokens: number, out: number): number;
@@ -94,6 +96,16 @@ export function init(): Promise<void> {
 /** Whether `error` is a trap of the core (a WebAssembly.RuntimeError): a change it was making was cut short. */
 export function isTrap(error: unknown): boolean {
   return error instanceof WebAssembly.RuntimeError;
+}
+
+/**
+ * The error to throw for a trap `error` of core `ex`: AdpMemoryError when the
+ * core trapped because memory could not grow, else an Error naming the trap
+ * as the core's own fault (a bug, never the caller's input).
+ */
+export function trapError(ex: CoreExports, error: unknown): Error {
+  if (ex.memoryRefused() === 1) return new AdpMemoryError(error);
+  return new Error("adp-router: the prefix index's wasm core trapped (a bug in adp-router; please report it), so the index is retired", { cause: error });
 }
 
 /** A fresh instance of the core with its own memory. */

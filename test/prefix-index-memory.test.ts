@@ -6,7 +6,7 @@
 // with a typed error rather than read its half-changed state again. These
 // tests make such a host by capping the instance's pages (setPageLimitForTests).
 import { afterEach, beforeAll, describe, expect, it } from "vitest";
-import { AdpMemoryError, createPrefixIndex, createRouter, init, type PrefixIndex } from "../src/index.js";
+import { AdpMemoryError, createPrefixIndex, createRouter, init, restorePrefixIndex, type DecisionRecord, type PrefixIndex } from "../src/index.js";
 import { setPageLimitForTests } from "../src/index-core.js";
 import { idle } from "./support/build.js";
 
@@ -49,18 +49,29 @@ function fill(index: PrefixIndex, twin: PrefixIndex, limit: number): { inserted:
 }
 
 describe("an index whose memory cannot grow", () => {
-  it("is retired with AdpMemoryError once an insert needs more memory, and stays retired", () => {
+  // Where the limit falls moves which allocation is refused (a node chunk, the
+  // table, a residency chunk, a heap): each cap must end in AdpMemoryError,
+  // never in a wrong answer first or in another trap (an access out of bounds
+  // after address 0 was handed out, which is what the core did before).
+  it.each([0, 1, 2, 3, 5, 8, 12, 16, 24, 32])("with %i pages to spare: every answer right until AdpMemoryError", (spare) => {
     const twin = createPrefixIndex({ numRanks: 2, tokensPerBlock: 4 });
-    setPageLimitForTests(startPages() + 16);
+    setPageLimitForTests(startPages() + spare);
     const index = createPrefixIndex({ numRanks: 2, tokensPerBlock: 4 });
     const { inserted, error } = fill(index, twin, 20_000);
     expect(error).toBeInstanceOf(AdpMemoryError);
     expect((error as AdpMemoryError).code).toBe("ERR_ADP_MEMORY");
     expect((error as AdpMemoryError).cause).toBeInstanceOf(WebAssembly.RuntimeError);
+    expect(String((error as AdpMemoryError).cause)).toMatch(/unreachable/);
     expect((error as AdpMemoryError).result).toBeUndefined();
-    // 16 pages (1 MiB) hold thousands of blocks before the limit: the error
-    // comes from the limit, not from the first insert.
-    expect(inserted).toBeGreaterThan(50);
+    if (spare >= 16) expect(inserted).toBeGreaterThan(50); // the limit, not the first insert
+  });
+
+  it("stays retired: every later call throws the same error", () => {
+    setPageLimitForTests(startPages() + 16);
+    const index = createPrefixIndex({ numRanks: 2, tokensPerBlock: 4 });
+    setPageLimitForTests(null);
+    const { error } = fill(index, createPrefixIndex({ numRanks: 2, tokensPerBlock: 4 }), 20_000);
+    expect(error).toBeInstanceOf(AdpMemoryError);
     // Every later call, reading or changing, refuses with the same error.
     expect(() => index.match(prompt(0))).toThrow(error as Error);
     expect(() => index.insert(0, prompt(0))).toThrow(error as Error);
@@ -84,14 +95,36 @@ describe("an index whose memory cannot grow", () => {
     expect(capped.snapshot()).toEqual(free.snapshot());
   });
 
-  it("refuses creation with AdpMemoryError when even its first pages cannot be had", () => {
-    setPageLimitForTests(2);
-    expect(() => createPrefixIndex({ numRanks: 2 })).toThrow(AdpMemoryError);
+  it("refuses creation with AdpMemoryError while its first pages cannot be had (the scratch's, then the core's own)", () => {
+    const causes: unknown[] = [];
+    for (let pages = 1; ; pages++) {
+      setPageLimitForTests(pages);
+      try {
+        createPrefixIndex({ numRanks: 2 });
+        break;
+      } catch (error) {
+        expect(error).toBeInstanceOf(AdpMemoryError);
+        causes.push((error as AdpMemoryError).cause);
+      }
+    }
+    expect(causes.some((c) => c === null)).toBe(true); // the scratch
+    expect(causes.some((c) => c instanceof WebAssembly.RuntimeError)).toBe(true); // the core's first chunks, a trap in indexInit
+  });
+
+  it("refuses to restore a good snapshot it has no memory for with AdpMemoryError, not as an invalid snapshot", () => {
+    const full = createPrefixIndex({ numRanks: 2, tokensPerBlock: 4 });
+    for (let i = 0; i < 400; i++) full.insert(i % 2, prompt(i));
+    const bytes = full.snapshot();
+    setPageLimitForTests(startPages() + 2);
+    expect(() => restorePrefixIndex(bytes)).toThrow(AdpMemoryError);
+    setPageLimitForTests(null);
+    expect(restorePrefixIndex(bytes).snapshot()).toEqual(bytes);
   });
 
   it("makes a router that learns into it throw AdpMemoryError carrying the routed batch, then refuse", () => {
     setPageLimitForTests(startPages() + 16);
-    const router = createRouter({ numRanks: 2, attentionDp: { enable_kv_cache_aware_routing: true }, prefixIndex: { tokensPerBlock: 4 } });
+    const records: DecisionRecord[] = [];
+    const router = createRouter({ numRanks: 2, attentionDp: { enable_kv_cache_aware_routing: true }, prefixIndex: { tokensPerBlock: 4 }, onDecision: (r) => records.push(r) });
     let failure: AdpMemoryError | null = null;
     let routed = 0;
     for (let i = 0; i < 20_000 && failure === null; i++) {
@@ -107,6 +140,8 @@ describe("an index whose memory cannot grow", () => {
     // The batch was routed before its learning ran out of memory: its result comes with the error.
     const result = failure!.result as { assignments: number[][] };
     expect(result.assignments.flat()).toEqual([routed]);
+    // Its record reached the hook, as every committed batch's does.
+    expect(records.map((r) => r.requestId)).toEqual(Array.from({ length: routed + 1 }, (_, i) => i));
     expect(() => router.route({ rankStates: idle(2), maxNumActiveRequests: 8, requests: [{ id: -1, tokens: prompt(0) }] })).toThrow(AdpMemoryError);
     // Its metrics still answer (the batch that failed to learn counts as routed), without the retired index's figures.
     expect(router.metrics().batches).toBe(routed + 1);

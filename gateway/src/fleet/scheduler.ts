@@ -381,7 +381,14 @@ export class Scheduler {
   #record(w: Waiting, u: Upstream, rank: number | null): number {
     const namespace = w.namespace;
     const engineMatched = this.#fleet.state.engineMatch(u.index, w.tokens, namespace);
-    const held = this.#fleet.state.learn(u.index, w.tokens, namespace, rank ?? undefined, w.hashes);
+    let held = 0;
+    try {
+      held = this.#fleet.state.learn(u.index, w.tokens, namespace, rank ?? undefined, w.hashes);
+    } catch (error) {
+      // The prefix index retired itself (AdpMemoryError: the host refused it memory): this request is placed all
+      // the same, never lost in the flush, and from the next batch on routing answers 500 and logs why.
+      this.#onRouterError(error);
+    }
     // Where the conversation really went (the router's choice, unless the gateway had to place it elsewhere).
     const key = w.subagentId !== null && w.subagentId !== "" ? w.subagentId : w.conversationId;
     if (key !== null) this.#fleet.state.bind(key, u.index, rank ?? undefined);
