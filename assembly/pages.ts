@@ -114,7 +114,12 @@ export function takePages(bytes: usize): usize {
  * the change half made; the shell retires the instance (src/index-core.ts).
  */
 export function mustTakePages(bytes: usize): usize {
-  const at = takePages(bytes);
+  return orTrap(takePages(bytes));
+}
+
+/** `at`, unless it is 0 (memory could not grow): then the refusal is noted and the core traps. */
+// @ts-ignore: decorator
+@inline function orTrap(at: usize): usize {
   if (at == 0) {
     refused = true;
     unreachable();
@@ -206,12 +211,7 @@ export function storageAlloc(bytes: usize): usize {
 
 /** `storageAlloc(bytes)` where the core has no way to fail: traps instead of returning 0 (see mustTakePages). */
 export function mustAlloc(bytes: usize): usize {
-  const at = storageAlloc(bytes);
-  if (at == 0) {
-    refused = true;
-    unreachable();
-  }
-  return at;
+  return orTrap(storageAlloc(bytes));
 }
 
 /** Frees storage from `storageAlloc(bytes)`, given the same `bytes`. */

@@ -66,7 +66,7 @@ export function scratchLayout(numRanks: number, tokensPerBlock: number, budget: 
 /** The import result for memory that could not grow (assembly/prefix-index/snapshot.ts). */
 const OUT_OF_MEMORY = -12;
 
-/** Why the core refused a snapshot's index records (its negative import results). */
+/** Why the core refused a snapshot's index records (its negative import results; OUT_OF_MEMORY is AdpMemoryError). */
 const IMPORT_ERRORS: Record<number, string> = {
   [-1]: "its stamp counter is out of range",
   [-2]: "a node holds no residency or more than one per rank",
@@ -79,7 +79,6 @@ const IMPORT_ERRORS: Record<number, string> = {
   [-9]: "a rank holds a block without its parent (views must be prefix-closed)",
   [-10]: "it holds more than the index's memory budget",
   [-11]: "a rank holds more blocks than its capacity",
-  [-12]: "the core ran out of memory",
 };
 
 /**

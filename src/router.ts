@@ -237,23 +237,24 @@ export function createRouter(input: RouterOptions): Router {
         reading = false;
       }
       const decision = policy.route(batch, onDecision !== undefined);
-      if (index !== null && learnFromRouting) {
-        try {
-          learn(index, batch, decision);
-        } catch (error) {
-          // The batch is routed and the policy's state has it; the index retired itself (AdpMemoryError).
-          counters.count(decision.outcomes, decision.rankOf);
-          if (decision.matched) counters.countMatches(decision.matched, batch.requests);
-          try {
-            if (onDecision !== undefined) report(onDecision, onHookError, kind, batch, decision);
-          } catch {
-            // Every record was delivered; the index's error is the one to throw (the batch's result rides on it).
-          }
-          throw error instanceof AdpMemoryError ? new AdpMemoryError(error.cause, decision.result) : error;
-        }
+      // The batch is routed and the policy's state has it, whatever its learning does: it is counted and reported.
+      let learning: { error: unknown } | null = null;
+      try {
+        if (index !== null && learnFromRouting) learn(index, batch, decision);
+      } catch (error) {
+        learning = { error }; // the index retired itself (AdpMemoryError, or its core's own fault)
       }
       counters.count(decision.outcomes, decision.rankOf);
       if (decision.matched) counters.countMatches(decision.matched, batch.requests);
+      if (learning !== null) {
+        try {
+          if (onDecision !== undefined) report(onDecision, onHookError, kind, batch, decision);
+        } catch {
+          // Every record was delivered; the index's error is the one to throw (the batch's result rides on it).
+        }
+        const { error } = learning;
+        throw error instanceof AdpMemoryError ? new AdpMemoryError(error.cause, decision.result) : error;
+      }
       if (onDecision !== undefined) report(onDecision, onHookError, kind, batch, decision);
       return decision.result;
     },
