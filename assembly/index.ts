@@ -37,5 +37,5 @@ export {
   indexInsert, indexInsertBegin, indexInsertBelowBegin, indexInsertFeed, indexInsertEnd, indexInsertFound, indexClearRank,
   indexBlockCount, indexNodeCount, indexResidencyCount, indexEvictions, indexBytes, indexRemovePath, indexHolds, indexStampResets,
   indexExportBytes, indexExportBegin, indexExportPiece, indexImportBegin, indexImportPiece, indexImportEnd, indexStamp,
-  indexReservedBytes, indexTableBytes,
+  indexReservedBytes, indexTableBytes, indexKeyAll,
 } from "./prefix-index";

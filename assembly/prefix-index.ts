@@ -44,7 +44,7 @@
 import { mustAlloc, mustTakePages } from "./pages";
 import {
   INITIAL_TABLE, KIDS_MASK, NEXT_IS_CHILD, NODE_BYTES, NODE_CHUNK_SHIFT, SLOT_BYTES, budget,
-  capacity, classSize, drops, evictions, heapEntries, heaps, keyHi, keyLo, liveNodes, nodeAt,
+  capacity, classSize, drops, evictions, heapEntries, heaps, keyHi, keyLo, keyedAll, liveNodes, nodeAt,
   nodeCap, nodeChunkCount, nodeChunks, numRanks, parentOf, path, pathCap, rankBlocks, rankLeaves,
   resClass, resCount, resStart, residencies, setSlotStamp, slotAt, slotCap, slotChunkCount,
   slotChunkShift, slotChunks, slotIn, slotIsLeaf, slotRank, stamp, table, tableCap, tableSalt, tokensPerBlock,
@@ -54,7 +54,7 @@ import { chain, hashBlockKey, hashIds, hashTokens, lookup, tableAlloc } from "./
 import { appendChunk, findResidency } from "./prefix-index/residency";
 import { heapBase, heapPop, heapPush, heapTop, maybeCompact, shrinkHeap } from "./prefix-index/heaps";
 import {
-  addResidency, evictFrom, fitBudget, flushPending, indexBytes, newNode, removeLeafResidency,
+  addResidency, evictFrom, fitBudget, flushPending, indexBytes, keyAll, newNode, removeLeafResidency,
   removeSubtree, tableGrowth, undoneParent,
 } from "./prefix-index/nodes";
 
@@ -498,6 +498,7 @@ export function indexEvictions(): f64 { return evictions; }
  * descendants in that rank; returns how many were removed (0 if not held).
  */
 export function indexRemovePath(rank: i32, lo: u32, hi: u32): u32 {
+  if (!keyedAll) keyAll(true);
   const id = lookup((<u64>hi << 32) | <u64>lo);
   if (id == 0 || findResidency(id, rank) < 0) return 0;
   return removeSubtree(id, rank);
@@ -513,6 +514,7 @@ export function indexRemovePath(rank: i32, lo: u32, hi: u32): u32 {
  */
 export function indexInsertBelowBegin(rank: i32, parentLo: u32, parentHi: u32, count: i32): i32 {
   const parentKey = (<u64>parentHi << 32) | <u64>parentLo;
+  if (!keyedAll) keyAll(true);
   const parent = lookup(parentKey);
   if (parent == 0 || stamp >= LAST_STAMP) return -1;
   const slot = findResidency(parent, rank);
@@ -525,8 +527,14 @@ export function indexInsertBelowBegin(rank: i32, parentLo: u32, parentHi: u32, c
   return 0;
 }
 
+/** Enters every node into the table, now and from now on, as a lookup by key does (for tests' twins). */
+export function indexKeyAll(): void {
+  keyAll(true);
+}
+
 /** Whether `rank` holds the node with path key (lo, hi). */
 export function indexHolds(rank: i32, lo: u32, hi: u32): bool {
+  if (!keyedAll) keyAll(true);
   const id = lookup((<u64>hi << 32) | <u64>lo);
   return id != 0 && findResidency(id, rank) >= 0;
 }

@@ -117,6 +117,18 @@ export function setPageLimitForTests(pages: number | null): void {
   pageLimit = pages;
 }
 
+/** Whether new cores enter every node into their table from the start (see setKeyAllForTests). */
+let keyAllNodes = false;
+
+/**
+ * Makes every index created after it keep every node in its key table, as
+ * one does once a caller names a node by key (`on`), or not (the default):
+ * a twin that tests compare the keyless table against. Not part of the public API.
+ */
+export function setKeyAllForTests(on: boolean): void {
+  keyAllNodes = on;
+}
+
 /** A wasm instance of the core with its fixed scratch. */
 export class IndexCore {
   readonly ex: CoreExports;
@@ -147,6 +159,7 @@ export class IndexCore {
     let init: number;
     try {
       init = ex.indexInit(numRanks, tokensPerBlock, capacity, budget - layout.takes, saltLo, saltHi);
+      if (keyAllNodes && init === 0) ex.indexKeyAll();
     } catch (error) {
       throw isTrap(error) ? trapError(ex, error) : error; // this instance is dropped
     }
@@ -385,8 +398,8 @@ export class IndexCore {
   exportRecords(): Uint8Array {
     const ex = this.ex;
     const { tokensAt, dataBytes } = this.#layout;
+    ex.indexExportBegin(); // first: it may drop nodes whose keys collide (see the core)
     const out = new Uint8Array(ex.indexExportBytes());
-    ex.indexExportBegin();
     let at = 0;
     for (;;) {
       const n = ex.indexExportPiece(this.#at + tokensAt, dataBytes) >>> 0;

@@ -28,6 +28,7 @@ export interface CoreExports {
     cap: number, beta: number, threshold: number, work: number,
   ): number;
   setPageLimit(pages: number): void;
+  indexKeyAll(): void;
   memoryRefused(): number;
   indexInit(numRanks: number, tokensPerBlock: number, capacityPerRank: number, maxBytes: number, saltLo: number, saltHi: number): number;
   hashBlocks(tokens: number, numTokens: number, out: number): number;

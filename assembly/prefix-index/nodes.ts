@@ -7,7 +7,8 @@ import {
   coldAt, evictions, firstChild, freeNode, grow, heapSlots, heaps, liveNodes, nextSibling, nodeAt,
   nodeCap, nodeChunkCount, nodeChunks, nodeTop, numRanks, parentOf, path, pathCap, rankBlocks,
   rankLeaves, resClass, resCount, resStart, residencies, setSlotStamp, slotAt, slotChunkCount,
-  slotChunkShift, slotStamp, slotsInUse, stamp, table, tableCap, u32At,
+  slotChunkShift, slotStamp, slotsInUse, stamp, table, tableCap, u32At, isTabled, keyedAll, keyless, slotRank,
+  setTabled,
 } from "./state";
 import { chain, growTable, homeBucket, tableInsert, tableInsertUnique, tableRemove, tagOf } from "./table";
 import { allocBlock, appendChunk, childAdded, childRemoved, findResidency, freeBlock, overflowCap } from "./residency";
@@ -19,8 +20,15 @@ import { pathRank, step } from "../prefix-index";
 
 // ---- nodes ------------------------------------------------------------------------------
 
-/** Nodes created by the insert in progress whose table entries are still to be made. */
+/**
+ * Nodes created by the insert in progress, in order, whose table entries are
+ * still to be made; an entry with the KEYLESS bit gets none (see `keyless`)
+ * but is listed, so that `flushPending` can undo any of them.
+ */
 export let pending: usize = 0;
+/** The bit of a pending entry that says its node stays out of the table. */
+// @ts-ignore: decorator
+@inline const KEYLESS: u32 = 0x80000000;
 /** Pending node ids. */
 export let pendingCount: u32 = 0;
 /** Pending capacity. */
@@ -31,7 +39,7 @@ export let pendingCap: u32 = 0;
  * table entry waits for `flushPending`: an insert's new blocks are never looked
  * up while it runs (a new node has no next blocks, so the walk below it never
  * probes), and entering them together lets their random table slots be fetched
- * at once instead of one miss at a time.
+ * at once instead of one miss at a time. A keyless node gets no entry.
  */
 export function newNode(key: u64, parent: u32, deferTable: bool): u32 {
   let id = freeNode;
@@ -63,17 +71,20 @@ export function newNode(key: u64, parent: u32, deferTable: bool): u32 {
     countChild(parent, id, true);
   }
   liveNodes++;
+  // The table is sized by live nodes, entered or not, so the budget's accounting does not depend on which are.
   if (liveNodes * 2 > tableCap) growTable();
+  const bare = keyless(id, parent);
   if (deferTable) {
     if (pendingCount == pendingCap) {
       const cap = max<u32>(pendingCap << 1, 64);
       pending = grow(pending, <usize>pendingCap << 2, <usize>cap << 2);
       pendingCap = cap;
     }
-    store<u32>(pending + (<usize>pendingCount << 2), id);
+    store<u32>(pending + (<usize>pendingCount << 2), bare ? id | KEYLESS : id);
     pendingCount++;
-  } else {
+  } else if (!bare) {
     tableInsert(id);
+    setTabled(id, true);
   }
   return id;
 }
@@ -81,20 +92,49 @@ export function newNode(key: u64, parent: u32, deferTable: bool): u32 {
 /**
  * Counts child `id` into (`added`) or out of `parent`'s kids byte: the count
  * saturates at KIDS_MASK and then stays "many", and the flag says whether
- * id = parent + 1 is the child.
+ * id = parent + 1 is the child. A third child takes `step` off the child at
+ * parent + 1, which then needs its table entry if it is keyless.
  */
 export function countChild(parent: u32, id: u32, added: bool): void {
   const pa = nodeAt(parent);
   let kids = <u32>load<u8>(pa, 15);
-  if ((kids & KIDS_MASK) < KIDS_MASK) kids = added ? kids + 1 : kids - 1;
+  const before = kids & KIDS_MASK;
+  if (before < KIDS_MASK) kids = added ? kids + 1 : kids - 1;
   if (id == parent + 1) kids = added ? kids | NEXT_IS_CHILD : kids & ~NEXT_IS_CHILD;
   store<u8>(pa, <u8>kids, 15);
+  if (added && before == 2 && (kids & NEXT_IS_CHILD) != 0 && id != parent + 1) enterKeyless(parent + 1);
+}
+
+/**
+ * Enters keyless node `id` into the table. A key the table already holds
+ * belongs to another node (only crafted block hashes collide on 64 bits):
+ * `id` then stays out of it, found by no lookup, and goes when it is evicted
+ * or at the next `keyAll`.
+ */
+function enterKeyless(id: u32): void {
+  if (!isTabled(id) && tableInsertUnique(id)) setTabled(id, true);
+}
+
+/**
+ * Enters every live node not in the table, oldest id first; one whose key
+ * another node holds (crafted block hashes: see `enterKeyless`) is removed
+ * with its subtree in every rank, so that keys are unique again, as lookups
+ * by key and snapshots need. With `forGood`, every later node is entered too.
+ */
+export function keyAll(forGood: bool): void {
+  if (forGood) keyedAll = true;
+  for (let id: u32 = 1; id < nodeTop; id++) {
+    if (resCount(id) == 0 || isTabled(id)) continue;
+    if (tableInsertUnique(id)) {
+      setTabled(id, true);
+      continue;
+    }
+    while (resCount(id) != 0) removeSubtree(id, slotRank(slotAt(resStart(id))));
+  }
 }
 
 /** Parent of the first node the last `flushPending` undid (0: the root). */
 export let undoneParent: u32 = 0;
-/** Whether the node being freed was never entered into the table (an undone pending node). */
-export let freeingPending = false;
 
 /**
  * Enters the nodes `newNode` deferred into the table, in creation order: the
@@ -112,11 +152,15 @@ export function flushPending(): u32 {
   pendingCount = 0;
   for (let i: u32 = 0; i < count; i++) {
     if (i % FETCH_BATCH == 0) fetchHomes(pending + (<usize>i << 2), min<u32>(FETCH_BATCH, count - i));
-    if (tableInsertUnique(load<u32>(pending + (<usize>i << 2)))) continue;
-    undoneParent = parentOf(load<u32>(pending + (<usize>i << 2)));
-    freeingPending = true;
-    for (let k = count; k > i; k--) removeLeafResidency(load<u32>(pending + (<usize>(k - 1) << 2)), pathRank, 0);
-    freeingPending = false;
+    const entry = load<u32>(pending + (<usize>i << 2));
+    if ((entry & KEYLESS) != 0) continue;
+    if (tableInsertUnique(entry)) {
+      setTabled(entry, true);
+      continue;
+    }
+    // Nodes from `i` on are in no table (not yet entered, or keyless).
+    undoneParent = parentOf(entry);
+    for (let k = count; k > i; k--) removeLeafResidency(load<u32>(pending + (<usize>(k - 1) << 2)) & ~KEYLESS, pathRank, 0);
     return count - i;
   }
   return 0;
@@ -130,7 +174,7 @@ let fetched: u32 = 0;
 
 /**
  * Loads the home buckets of the `count` nodes whose ids are at `ids` (keys
- * set). Their entries lie anywhere in the table, and entering or removing
+ * set; pending entries marked keyless are skipped: they get no entry). Their entries lie anywhere in the table, and entering or removing
  * them one at a time waits for each one's cache miss in turn; this loop's
  * loads are independent, so the CPU fetches their lines together first
  * (bench:peers' trace: entering an insert's new blocks 30 µs a request
@@ -140,7 +184,8 @@ function fetchHomes(ids: usize, count: u32): void {
   const cap = tableCap;
   let sum = fetched;
   for (let i: u32 = 0; i < count; i++) {
-    sum += load<u32>(homeBucket(table, cap, tagOf(load<u64>(nodeAt(load<u32>(ids + (<usize>i << 2)))))));
+    const entry = load<u32>(ids + (<usize>i << 2));
+    if ((entry & KEYLESS) == 0) sum += load<u32>(homeBucket(table, cap, tagOf(load<u64>(nodeAt(entry)))));
   }
   fetched = sum;
 }
@@ -161,15 +206,18 @@ function flushRemovals(): void {
 
 /** Frees node `id`, which holds no residency and so has no live child. */
 export function freeNodeId(id: u32): void {
-  if (deferRemovals) {
+  if (!isTabled(id)) {
+    // keyless, or an undone pending node: nothing to remove from the table
+  } else if (deferRemovals) {
     if (removals == 0) removals = mustAlloc(<usize>FETCH_BATCH << 2);
     else if (removalCount == FETCH_BATCH) flushRemovals();
     store<u32>(removals + (<usize>removalCount << 2), id);
     removalCount++;
-  } else if (!freeingPending) tableRemove(id);
+  } else tableRemove(id);
   const at = nodeAt(id);
   const cold = coldAt(id);
   const parent = parentOf(id);
+  store<u32>(cold, parent); // out of the table now, or once the deferred removals are flushed
   const next = load<u32>(cold, 4);
   const prev = load<u32>(cold, 8);
   if (prev != 0) store<u32>(coldAt(prev), next, 4);

@@ -6,12 +6,12 @@ import {
   NODE_BYTES, SLOT_BYTES, budget, capacity, classSize, drops, evictions, firstChild, heaps, keyHi,
   keyLo, liveNodes, nextSibling, nodeAt, nodeTop, numRanks, parentOf, prevSibling, rankBlocks,
   rankLeaves, resCount, resStart, residencies, setSlotStamp, slotAt, slotIn, slotIsLeaf, slotRank,
-  slotStamp, stamp, table, u32At,
+  slotStamp, stamp, table, u32At, keyedAll,
 } from "./state";
 import { lookup } from "./table";
 import { allocBlock, childAdded } from "./residency";
 import { heapPush } from "./heaps";
-import { indexBytes, newNode, tableGrowth } from "./nodes";
+import { indexBytes, keyAll, newNode, tableGrowth } from "./nodes";
 import { LAST_STAMP, stampResets } from "../prefix-index";
 
 // ---- snapshot -----------------------------------------------------------------------
@@ -29,7 +29,7 @@ import { LAST_STAMP, stampResets } from "../prefix-index";
 // @ts-ignore: decorator
 @inline export const RECORD_BYTES: u32 = 24;
 
-/** Bytes `indexExport` writes in all. */
+/** Bytes the export started by `indexExportBegin` writes in all. */
 export function indexExportBytes(): f64 {
   return <f64>liveNodes * <f64>RECORD_BYTES + <f64>residencies * 8;
 }
@@ -68,8 +68,13 @@ export function exportAfter(id: u32): u32 {
   return 0;
 }
 
-/** Starts an export. */
+/**
+ * Starts an export. Records name their parent by key, so every node enters
+ * the table first, and one whose key another node holds is dropped (see
+ * `keyAll`): a restored index then has exactly this one's nodes.
+ */
 export function indexExportBegin(): void {
+  keyAll(false);
   exportScan = 1;
   exportRoot = 0;
   exportNext = exportAfter(0);
@@ -130,6 +135,8 @@ export function indexExportPiece(out: usize, room: u32): u32 {
 
 /** Per rank, while importing: [node that last added the rank, node whose slot is noted, that slot]. */
 export let importMarks: usize = 0;
+/** `keyedAll` before the import (which enters every node: records name their parents by key). */
+let keyedBefore = false;
 
 /** Starts an import into this freshly initialised index whose stamp counter is `stampNow`; 0, or a negative reason. */
 export function indexImportBegin(stampNow: u32): i32 {
@@ -139,6 +146,8 @@ export function indexImportBegin(stampNow: u32): i32 {
   if (importMarks == 0) return OUT_OF_MEMORY;
   memory.fill(importMarks, 0, bytes);
   stamp = stampNow;
+  keyedBefore = keyedAll;
+  keyedAll = true;
   return 0;
 }
 
@@ -226,6 +235,7 @@ export function indexImportPiece(data: usize, bytes: u32): i32 {
 export function indexImportEnd(evicted: f64, resets: u32): i32 {
   storageFree(importMarks, <usize>numRanks * 12);
   importMarks = 0;
+  keyedAll = keyedBefore;
   for (let id: u32 = 1; id < nodeTop; id++) {
     const n = resCount(id);
     if (n == 0) continue;

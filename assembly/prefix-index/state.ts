@@ -61,6 +61,13 @@ export let table: usize = 0;
 export let tableSalt: u64 = 0;
 /** Table slots (power of two). */
 export let tableCap: u32 = 0;
+/**
+ * Whether every node must be in the table: set for good once a caller names a
+ * node by its key (KV events, `holds`, removing a path) and while a snapshot
+ * is imported. Until then the table holds only the nodes `step` cannot reach
+ * from their parent without it (see `keyless`).
+ */
+export let keyedAll = false;
 
 /** log2 of the slots in one residency chunk (at least the largest residency block, and 14 so a chunk is whole 16 KiB pages). */
 export let slotChunkShift: u32 = 14;
@@ -109,6 +116,9 @@ export let evictions: f64 = 0;
 /** The kids-byte flag: node id+1 is a child of this node. */
 // @ts-ignore: decorator
 @inline export const NEXT_IS_CHILD: u32 = 0x80;
+/** The bit of a node's parent word that says the node is in the table (node ids stay below 2^27). */
+// @ts-ignore: decorator
+@inline export const TABLED: u32 = 0x80000000;
 /** Bytes of one half (hot or cold) of a node. */
 // @ts-ignore: decorator
 @inline export const HALF: usize = NODE_BYTES / 2;
@@ -148,7 +158,27 @@ export let evictions: f64 = 0;
 // @ts-ignore: decorator
 @inline export function keyHi(id: u32): u32 { return load<u32>(nodeAt(id), 4); }
 // @ts-ignore: decorator
-@inline export function parentOf(id: u32): u32 { return load<u32>(coldAt(id)); }
+@inline export function parentOf(id: u32): u32 { return load<u32>(coldAt(id)) & ~TABLED; }
+/** Whether node `id` is in the table. */
+// @ts-ignore: decorator
+@inline export function isTabled(id: u32): bool { return (load<u32>(coldAt(id)) & TABLED) != 0; }
+/** Notes whether node `id` is in the table. */
+// @ts-ignore: decorator
+@inline export function setTabled(id: u32, on: bool): void {
+  const cold = coldAt(id);
+  store<u32>(cold, on ? load<u32>(cold) | TABLED : load<u32>(cold) & ~TABLED);
+}
+/**
+ * Whether node `id`, new under `parent`, can stay out of the table: a child
+ * at `parent + 1` of a parent with at most two children, which `step` checks
+ * before it looks in the table, while not every node must be in it. A path
+ * inserted in one go has consecutive ids, so most blocks are such, and an
+ * insert's new blocks and the ones it evicts skip a table miss each.
+ */
+// @ts-ignore: decorator
+@inline export function keyless(id: u32, parent: u32): bool {
+  return !keyedAll && parent != 0 && id == parent + 1 && (<u32>load<u8>(nodeAt(parent), 15) & KIDS_MASK) <= 2;
+}
 // @ts-ignore: decorator
 @inline export function firstChild(id: u32): u32 { return load<u32>(coldAt(id), 12); }
 // @ts-ignore: decorator
