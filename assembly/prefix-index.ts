@@ -15,10 +15,14 @@
 //                hot  0 keyLo u32 · 4 keyHi u32 · 8 residencies (slot index) · 12 count u16
 //                     · 14 class u8 · 15 kids u8 (bit 7: node id+1 is a child; bits 0-6:
 //                     children, saturating at 127, after which they are never counted down)
-//                cold 0 parent · 4 nextSibling · 8 prevSibling · 12 firstChild
+//                cold 0 parent (bit 31: the node is in the table) · 4 nextSibling
+//                     · 8 prevSibling · 12 firstChild
 //   table      buckets of one cache line: 7 u32 tags (low bits of the key's hash) · u32
 //                overflow count · 7 u32 nodes (0 = empty) · 0; an entry in the first bucket
-//                from its home with room, counted in each full one it passed; ≤ 4 a bucket
+//                from its home with room, counted in each full one it passed; ≤ 4 a bucket.
+//                It holds every node `step` cannot reach from its parent without it; the
+//                rest (`keyless`) enter it once a caller names a node by key, and before
+//                a snapshot. Its size follows the live nodes, entered or not
 //   residency  7-byte slots {0 rank u16 · 2 stamp u32 · 6 children in rank u8, 255 =
 //                see the overflow table}; a node's residencies are one block of
 //                1, 2, 3, 4, 6, 8, 12, 16, … slots (the class), unsorted, never

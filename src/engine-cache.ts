@@ -72,6 +72,8 @@ export class EngineCacheView {
   #hasher: PrefixIndex | null = null;
   readonly #counts = emptyResult();
   #disposed = false;
+  /** Why the view was retired (a group's index retired: AdpMemoryError, or the core's own fault), or null. */
+  #fault: Error | null = null;
 
   /** @internal Use {@link createEngineCacheView}. */
   constructor(input: EngineCacheViewOptions) {
@@ -112,9 +114,26 @@ export class EngineCacheView {
     return this.#groups.map((g) => ({ key: g.key, kind: g.kind, slidingWindow: g.kind === "full_attention" ? null : g.window }));
   }
 
-  /** A typed error once disposed. */
+  /**
+   * A typed error once disposed, or the error that retired it: once one
+   * group's index retires (its memory could not grow), the view's groups no
+   * longer describe one cache, so the whole view retires with it.
+   */
   #live(): void {
+    if (this.#fault !== null) throw this.#fault;
     if (this.#disposed) throw new AdpInputError("EngineCacheView", "has been disposed", "a disposed view");
+    const retired = this.#groups.find((g) => g.kind === "full_attention" && g.index.fault !== null) as (Group & PrefixGroup) | undefined;
+    const fault = retired?.index.fault ?? this.#hasher?.fault ?? null;
+    if (fault !== null) {
+      this.dispose();
+      this.#fault = fault;
+      throw fault;
+    }
+  }
+
+  /** @internal Whether the view can still be used (neither disposed nor retired). */
+  get usable(): boolean {
+    return this.#fault === null && !this.#disposed && !this.#groups.some((g) => g.kind === "full_attention" && g.index.fault !== null) && (this.#hasher?.fault ?? null) === null;
   }
 
   /**
@@ -187,6 +206,18 @@ export class EngineCacheView {
     if (rank !== undefined) checkRank(rank, this.#numRanks, "options.rank");
     if (loraIds !== undefined && !(loraIds instanceof Map)) throw new AdpInputError("options.loraIds", "must be a Map of adapter names to LoRA task ids", loraIds);
     const result = emptyResult();
+    try {
+      this.#applyAll(events, rank, loraIds, result);
+    } catch (error) {
+      this.#live(); // a group's index that retired retires the view, and its error is thrown
+      throw error;
+    }
+    for (const k of COUNTED) this.#counts[k] += result[k];
+    return result;
+  }
+
+  /** Applies the parsed events to their groups, counting into `result`. */
+  #applyAll(events: unknown, rank: number | undefined, loraIds: ReadonlyMap<string, number> | undefined, result: KvEventsResult): void {
     // Consecutive events of one full-attention group go to its index in one call (a plain model: the whole batch).
     let run: KvEvent[] = [];
     let runIndex: PrefixIndex | null = null;
@@ -219,8 +250,6 @@ export class EngineCacheView {
       }
     }
     flush();
-    for (const k of COUNTED) this.#counts[k] += result[k];
-    return result;
   }
 
   /** Counts an event that names no group (malformed, ignored) or empties its rank (cleared). */

@@ -8,6 +8,8 @@
 import { afterEach, beforeAll, describe, expect, it } from "vitest";
 import { AdpMemoryError, createPrefixIndex, createRouter, init, restorePrefixIndex, type DecisionRecord, type PrefixIndex } from "../src/index.js";
 import { setPageLimitForTests } from "../src/index-core.js";
+import { createEngineCacheView } from "../src/engine-cache-entry.js";
+import { indexBound } from "../gateway/src/common/bounds.js";
 import { idle } from "./support/build.js";
 
 beforeAll(async () => {
@@ -146,5 +148,32 @@ describe("an index whose memory cannot grow", () => {
     // Its metrics still answer (the batch that failed to learn counts as routed), without the retired index's figures.
     expect(router.metrics().batches).toBe(routed + 1);
     expect(router.metrics().prefixIndex).toBeUndefined();
+  });
+
+  it("retires an engine cache view whose group's index runs out: every later call throws that error, and it reports as unusable", () => {
+    setPageLimitForTests(startPages() + 16);
+    const view = createEngineCacheView({ numRanks: 2, tokensPerBlock: 4, groups: [{ kind: "full_attention" }] });
+    setPageLimitForTests(null);
+    /** A vLLM BlockStored of prompt `i`'s 64 blocks, no parent. */
+    const stored = (i: number) => ({ type: "BlockStored", block_hashes: Array.from({ length: 64 }, (_, b) => i * 64 + b + 1), parent_block_hash: null, token_ids: prompt(i), block_size: 4, lora_id: null, medium: "GPU", lora_name: null, group_idx: 0 });
+    let failure: unknown = null;
+    let applied = 0;
+    for (let i = 0; i < 20_000 && failure === null; i++) {
+      try {
+        view.applyKvEvents({ ts: 1, events: [stored(i)], data_parallel_rank: i % 2 });
+        applied++;
+      } catch (error) {
+        failure = error;
+      }
+    }
+    expect(failure).toBeInstanceOf(AdpMemoryError);
+    expect(applied).toBeGreaterThan(50);
+    expect(view.usable).toBe(false);
+    // The gateway's bounds page still answers for it (it holds nothing now) instead of throwing.
+    expect(indexBound("engine_view_bytes", view, 1 << 20)).toMatchObject({ limit: 1 << 20, used: 0 });
+    for (const call of [() => view.stats(), () => view.blockCount(0), () => view.snapshot(), () => view.matchInto(new Uint32Array(2), Uint32Array.from(prompt(0))), () => view.applyKvEvents({ ts: 1, events: [stored(0)] })]) {
+      expect(call).toThrow(failure as Error);
+    }
+    view.dispose(); // still safe
   });
 });

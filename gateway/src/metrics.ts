@@ -73,7 +73,7 @@ function eventLines(p: string, upstreams: readonly Upstream[], views: EngineView
   const blocks = [`# HELP ${p}upstream_engine_view_blocks Blocks the upstream's engine view holds, over its DP ranks.`, `# TYPE ${p}upstream_engine_view_blocks gauge`];
   for (const u of fed) {
     const view = views.view(u.index);
-    if (view === null) continue;
+    if (view === null || !view.usable) continue; // retired: its memory could not grow (logged where it happened)
     const k = view.stats().kvEvents;
     for (const [outcome, n] of [["applied", k.applied], ["unknown_parent", k.unknownParent], ["unknown_block", k.unknownBlock], ["malformed", k.malformed], ["ignored", k.ignored]] as const) lines.push(`${p}upstream_kv_events_total{upstream="${label(u)}",outcome="${outcome}"} ${n}`);
     let held = 0;

@@ -267,7 +267,7 @@ export class GatewayService {
     for (const u of fleet.upstreams) {
       const view = fleet.state.views?.view(u.index) ?? null;
       // Each KV-cache group of a hybrid model has the budget of its own.
-      if (view !== null) bounds.push(indexBound("engine_view_bytes", view, budget * Math.max(1, view.stats().groups), `upstream="${label(u)}"`));
+      if (view !== null) bounds.push(indexBound("engine_view_bytes", view, budget * Math.max(1, view.groups.length), `upstream="${label(u)}"`));
     }
     const conversations = fleet.state.router.metrics().conversations;
     if (conversations !== undefined) bounds.push({ bound: "conversations", limit: conversations.maxSessions, used: conversations.tracked });

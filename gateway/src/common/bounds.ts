@@ -17,9 +17,13 @@ export interface Bound {
   readonly used: number;
 }
 
-/** A prefix index's memory bound (`budget`, the bytes it was given) and use. */
-export function indexBound(bound: string, index: Pick<PrefixIndex, "stats">, budget: number, labels?: string): Bound {
-  return { bound, ...(labels === undefined ? {} : { labels }), limit: budget, used: index.stats().bytesInUse };
+/**
+ * A prefix index's (or engine view's) memory bound (`budget`, the bytes it was
+ * given) and use; one retired because its memory could not grow holds nothing,
+ * and the page that lists it still answers.
+ */
+export function indexBound(bound: string, index: Pick<PrefixIndex, "stats" | "usable">, budget: number, labels?: string): Bound {
+  return { bound, ...(labels === undefined ? {} : { labels }), limit: budget, used: index.usable ? index.stats().bytesInUse : 0 };
 }
 
 /** Prometheus text of `bounds`. */

@@ -267,7 +267,7 @@ export class Replication {
       { bound: "sync_pending_entries", limit: this.#sync.maxBufferedEntries, used: this.pending },
       { bound: "replicated_fleet_upstreams", limit: this.#sync.maxFleet, used: this.#mirrorUrls.length },
       ...(index === null ? [] : [indexBound("replicated_index_bytes", index, budget)]),
-      { bound: "replicated_engine_view_bytes", limit: views.length * budget, used: views.reduce((n, v) => n + v.stats().bytesInUse, 0) },
+      { bound: "replicated_engine_view_bytes", limit: views.length * budget, used: views.reduce((n, v) => n + (v.usable ? v.stats().bytesInUse : 0), 0) },
     ];
   }
 
@@ -484,7 +484,7 @@ export class Replication {
     // A routing state that has learned nothing yet starts from the cluster's (its own engines' events it ingests itself).
     const local = this.#local;
     const sameFleet = JSON.stringify(this.#localUrls()) === JSON.stringify(parts.urls);
-    if (local !== null && sameFleet && local.router.prefixIndex !== null && local.router.prefixIndex.stats().blocks === 0) local.restore(parts.router.snapshot());
+    if (local !== null && sameFleet && local.router.prefixIndex !== null && local.router.prefixIndex.usable && local.router.prefixIndex.stats().blocks === 0) local.restore(parts.router.snapshot());
     this.#log.info({ replica: this.#sync.replicaId, seq }, "sync: started from the stored snapshot");
   }
 
