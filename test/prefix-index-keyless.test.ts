@@ -124,6 +124,22 @@ describe("the keyless table against a twin that keys every node", () => {
   }
 });
 
+describe("the keyless table's own storage", () => {
+  it("reserves what the twin does when a budget's first evictions free keyless blocks only", () => {
+    // One long path, then one-block prompts: the budget first evicts the path's bottom blocks,
+    // all keyless; the list of deferred table removals must be made then all the same.
+    const [lazy, keyed] = twins({ numRanks: 1, tokensPerBlock: 2, maxMemoryBytes: 40_000 });
+    let token = 1;
+    for (let step = 0; step < 400; step++) {
+      const p = Array.from({ length: step === 0 ? 400 : 2 }, () => token++);
+      expect(lazy.insert(0, p)).toBe(keyed.insert(0, p));
+      expect(lazy.stats(), `step ${step}`).toEqual(keyed.stats());
+    }
+    lazy.dispose();
+    keyed.dispose();
+  });
+});
+
 describe("a crafted collision of path keys", () => {
   const MASK = (1n << 64n) - 1n;
   /** The core's path key of a block under `parent` (assembly/prefix-index/table.ts: chain). */

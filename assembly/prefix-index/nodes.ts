@@ -206,11 +206,13 @@ function flushRemovals(): void {
 
 /** Frees node `id`, which holds no residency and so has no live child. */
 export function freeNodeId(id: u32): void {
+  // The list is made at the first deferred free, entered or not, so the index's reserved bytes
+  // do not depend on which nodes are in the table.
+  if (deferRemovals && removals == 0) removals = mustAlloc(<usize>FETCH_BATCH << 2);
   if (!isTabled(id)) {
     // keyless, or an undone pending node: nothing to remove from the table
   } else if (deferRemovals) {
-    if (removals == 0) removals = mustAlloc(<usize>FETCH_BATCH << 2);
-    else if (removalCount == FETCH_BATCH) flushRemovals();
+    if (removalCount == FETCH_BATCH) flushRemovals();
     store<u32>(removals + (<usize>removalCount << 2), id);
     removalCount++;
   } else tableRemove(id);
