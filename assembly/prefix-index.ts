@@ -531,7 +531,7 @@ export function indexInsertBelowBegin(rank: i32, parentLo: u32, parentHi: u32, c
   return 0;
 }
 
-/** Enters every node into the table, now and from now on, as a lookup by key does (for tests' twins). */
+/** Enters every node into the table, now and from now on, as a lookup by key does (an index fed KV events; tests' twins). */
 export function indexKeyAll(): void {
   keyAll(true);
 }

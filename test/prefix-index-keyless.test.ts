@@ -124,6 +124,44 @@ describe("the keyless table against a twin that keys every node", () => {
   }
 });
 
+describe("an index fed KV events beside its learned prompts", () => {
+  it("answers as its twin: stores with and without a parent, removals, learned inserts", () => {
+    const rand = prng(99);
+    const [lazy, keyed] = twins({ numRanks: 2, tokensPerBlock: 4, capacityBlocksPerRank: 80 });
+    const probes: number[][] = [];
+    let hash = 1;
+    const held: number[][] = [[], []];
+    for (let op = 0; op < 1500; op++) {
+      const rank = Math.floor(rand() * 2);
+      const p = prompt(rand, 4, 12, 5);
+      if (probes.length < 48) probes.push(p);
+      const r = rand();
+      if (r < 0.4) {
+        expect(lazy.insert(rank, p)).toBe(keyed.insert(rank, p));
+      } else if (r < 0.8) {
+        // A vLLM BlockStored of the prompt's whole blocks, below the last block this rank stored or at the root.
+        const blocks = Math.floor(p.length / 4);
+        if (blocks === 0) continue;
+        const parent = rand() < 0.5 && held[rank]!.length > 0 ? held[rank]![held[rank]!.length - 1]! : null;
+        const hashes = Array.from({ length: blocks }, () => hash++);
+        const event = { ts: op, events: [{ type: "BlockStored", block_hashes: hashes, parent_block_hash: parent, token_ids: p.slice(0, blocks * 4), block_size: 4, lora_id: null, medium: "GPU" }], data_parallel_rank: rank };
+        expect(lazy.applyKvEvents(event)).toEqual(keyed.applyKvEvents(event));
+        held[rank]!.push(...hashes);
+      } else if (held[rank]!.length > 0) {
+        const gone = held[rank]!.splice(Math.floor(rand() * held[rank]!.length), 1);
+        const event = { ts: op, events: [{ type: "BlockRemoved", block_hashes: gone, medium: "GPU" }], data_parallel_rank: rank };
+        expect(lazy.applyKvEvents(event)).toEqual(keyed.applyKvEvents(event));
+      }
+      if (op % 300 === 299) expectAlike(lazy, keyed, probes, `op ${op}`);
+    }
+    const events = lazy.stats().kvEvents;
+    expect(events.applied).toBeGreaterThan(300);
+    expect(events.malformed).toBe(0);
+    lazy.dispose();
+    keyed.dispose();
+  });
+});
+
 describe("the keyless table's own storage", () => {
   it("reserves what the twin does when a budget's first evictions free keyless blocks only", () => {
     // One long path, then one-block prompts: the budget first evicts the path's bottom blocks,
