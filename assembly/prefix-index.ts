@@ -48,7 +48,7 @@
 import { mustAlloc, mustTakePages } from "./pages";
 import {
   INITIAL_TABLE, KIDS_MASK, NEXT_IS_CHILD, NODE_BYTES, NODE_CHUNK_SHIFT, SLOT_BYTES, budget,
-  capacity, classSize, drops, evictions, heapEntries, heaps, keyHi, keyLo, keyedAll, liveNodes, nodeAt,
+  capacity, classSize, drops, evictions, heapEntries, heaps, keyHi, keyLo, liveNodes, nodeAt,
   nodeCap, nodeChunkCount, nodeChunks, numRanks, parentOf, path, pathCap, rankBlocks, rankLeaves,
   resClass, resCount, resStart, residencies, setSlotStamp, slotAt, slotCap, slotChunkCount,
   slotChunkShift, slotChunks, slotIn, slotIsLeaf, slotRank, stamp, table, tableCap, tableSalt, tokensPerBlock,
@@ -502,7 +502,7 @@ export function indexEvictions(): f64 { return evictions; }
  * descendants in that rank; returns how many were removed (0 if not held).
  */
 export function indexRemovePath(rank: i32, lo: u32, hi: u32): u32 {
-  if (!keyedAll) keyAll(true);
+  keyAll(true);
   const id = lookup((<u64>hi << 32) | <u64>lo);
   if (id == 0 || findResidency(id, rank) < 0) return 0;
   return removeSubtree(id, rank);
@@ -518,7 +518,7 @@ export function indexRemovePath(rank: i32, lo: u32, hi: u32): u32 {
  */
 export function indexInsertBelowBegin(rank: i32, parentLo: u32, parentHi: u32, count: i32): i32 {
   const parentKey = (<u64>parentHi << 32) | <u64>parentLo;
-  if (!keyedAll) keyAll(true);
+  keyAll(true);
   const parent = lookup(parentKey);
   if (parent == 0 || stamp >= LAST_STAMP) return -1;
   const slot = findResidency(parent, rank);
@@ -538,7 +538,7 @@ export function indexKeyAll(): void {
 
 /** Whether `rank` holds the node with path key (lo, hi). */
 export function indexHolds(rank: i32, lo: u32, hi: u32): bool {
-  if (!keyedAll) keyAll(true);
+  keyAll(true);
   const id = lookup((<u64>hi << 32) | <u64>lo);
   return id != 0 && findResidency(id, rank) >= 0;
 }

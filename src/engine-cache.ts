@@ -122,8 +122,7 @@ export class EngineCacheView {
   #live(): void {
     if (this.#fault !== null) throw this.#fault;
     if (this.#disposed) throw new AdpInputError("EngineCacheView", "has been disposed", "a disposed view");
-    const retired = this.#groups.find((g) => g.kind === "full_attention" && g.index.fault !== null) as (Group & PrefixGroup) | undefined;
-    const fault = retired?.index.fault ?? this.#hasher?.fault ?? null;
+    const fault = this.#groupFault();
     if (fault !== null) {
       this.dispose();
       this.#fault = fault;
@@ -131,9 +130,15 @@ export class EngineCacheView {
     }
   }
 
+  /** The error that retired one of its indexes (a group's, or the hasher), or null. */
+  #groupFault(): Error | null {
+    for (const g of this.#groups) if (g.kind === "full_attention" && g.index.fault !== null) return g.index.fault;
+    return this.#hasher?.fault ?? null;
+  }
+
   /** @internal Whether the view can still be used (neither disposed nor retired). */
   get usable(): boolean {
-    return this.#fault === null && !this.#disposed && !this.#groups.some((g) => g.kind === "full_attention" && g.index.fault !== null) && (this.#hasher?.fault ?? null) === null;
+    return this.#fault === null && !this.#disposed && this.#groupFault() === null;
   }
 
   /**

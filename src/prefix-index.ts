@@ -151,13 +151,6 @@ export class PrefixIndex {
   /** Per rank: the last event_id seen. */
   #lastEventId: number[];
   readonly #eventCounts: KvEventCounts = { applied: 0, unknownParent: 0, unknownBlock: 0, malformed: 0, ignored: 0, outOfOrder: 0 };
-  /**
-   * Whether the core keeps every node in its key table. Events name blocks by
-   * key (removals, stores below a parent), so an index fed them keys every
-   * node from its first batch, while an engine view's index is still empty,
-   * rather than at its first lookup by key, when it may hold millions.
-   */
-  #keyed = false;
 
   /** @internal Use {@link createPrefixIndex}. */
   constructor(input: PrefixIndexOptions) {
@@ -412,10 +405,10 @@ export class PrefixIndex {
   /** applyParsed's work, on the live core. */
   #applyEvents(core: IndexCore, parsed: readonly KvEvent[], result: KvEventsResult): void {
     const ex = core.ex;
-    if (!this.#keyed) {
-      ex.indexKeyAll();
-      this.#keyed = true;
-    }
+    // Events name blocks by key (removals, stores below a parent), so an index fed them keys every
+    // node from its first batch, while an engine view's index is still empty, rather than at its
+    // first lookup by key, when it may hold millions (a no-op once keyed).
+    ex.indexKeyAll();
     const before = { ...result };
     for (const e of parsed) {
       if (e.kind === "malformed") {
@@ -555,10 +548,7 @@ export class PrefixIndex {
     if (nodes !== state.nodes) throw new AdpInputError("snapshot", `is not a valid snapshot (prefix index: ${nodes} nodes where its state says ${state.nodes})`, `${records.length} bytes of index records`);
     this.#engineBlocks = state.engineBlocks.map((entries) => new Map(entries));
     // A view's index goes on keyed (its records all entered the table as they were imported).
-    if (this.#engineBlocks.some((m) => m.size > 0)) {
-      core.ex.indexKeyAll();
-      this.#keyed = true;
-    }
+    if (this.#engineBlocks.some((m) => m.size > 0)) core.ex.indexKeyAll();
     this.#lastEventId = state.lastEventId.map((v) => v ?? -Infinity);
     Object.assign(this.#eventCounts, state.eventCounts);
   }

@@ -11,6 +11,7 @@ import { afterEach, beforeAll, describe, expect, it } from "vitest";
 import { createPrefixIndex, init, restorePrefixIndex, type PrefixIndex } from "../src/index.js";
 import { setKeyAllForTests } from "../src/index-core.js";
 import { namespaceKey } from "../src/namespace.js";
+import { mulberry32 as prng } from "../src/simulate/workload.js";
 
 beforeAll(async () => {
   await init();
@@ -19,18 +20,6 @@ beforeAll(async () => {
 afterEach(() => {
   setKeyAllForTests(false);
 });
-
-/** A seeded generator (mulberry32): the same workload every run. */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 type Options = Parameters<typeof createPrefixIndex>[0];
 

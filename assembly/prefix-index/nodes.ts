@@ -7,8 +7,8 @@ import {
   coldAt, evictions, firstChild, freeNode, grow, heapSlots, heaps, liveNodes, nextSibling, nodeAt,
   nodeCap, nodeChunkCount, nodeChunks, nodeTop, numRanks, parentOf, path, pathCap, rankBlocks,
   rankLeaves, resClass, resCount, resStart, residencies, setSlotStamp, slotAt, slotChunkCount,
-  slotChunkShift, slotStamp, slotsInUse, stamp, table, tableCap, u32At, isTabled, keyedAll, keyless, slotRank,
-  setTabled,
+  slotChunkShift, slotStamp, slotsInUse, stamp, table, tableCap, u32At, isTabled, keyedAll, keyless, markTabled,
+  slotRank,
 } from "./state";
 import { chain, growTable, homeBucket, tableInsert, tableInsertUnique, tableRemove, tagOf } from "./table";
 import { allocBlock, appendChunk, childAdded, childRemoved, findResidency, freeBlock, overflowCap } from "./residency";
@@ -84,7 +84,7 @@ export function newNode(key: u64, parent: u32, deferTable: bool): u32 {
     pendingCount++;
   } else if (!bare) {
     tableInsert(id);
-    setTabled(id, true);
+    markTabled(id);
   }
   return id;
 }
@@ -112,7 +112,7 @@ export function countChild(parent: u32, id: u32, added: bool): void {
  * or at the next `keyAll`.
  */
 function enterKeyless(id: u32): void {
-  if (!isTabled(id) && tableInsertUnique(id)) setTabled(id, true);
+  if (!isTabled(id)) enter(id);
 }
 
 /**
@@ -120,17 +120,22 @@ function enterKeyless(id: u32): void {
  * another node holds (crafted block hashes: see `enterKeyless`) is removed
  * with its subtree in every rank, so that keys are unique again, as lookups
  * by key and snapshots need. With `forGood`, every later node is entered too.
+ * Once every node is (`keyedAll`), there is nothing to do.
  */
 export function keyAll(forGood: bool): void {
+  if (keyedAll) return;
   if (forGood) keyedAll = true;
   for (let id: u32 = 1; id < nodeTop; id++) {
-    if (resCount(id) == 0 || isTabled(id)) continue;
-    if (tableInsertUnique(id)) {
-      setTabled(id, true);
-      continue;
-    }
+    if (resCount(id) == 0 || isTabled(id) || enter(id)) continue;
     while (resCount(id) != 0) removeSubtree(id, slotRank(slotAt(resStart(id))));
   }
+}
+
+/** Enters node `id` into the table unless the table holds its key (another node's); whether it did. */
+function enter(id: u32): bool {
+  if (!tableInsertUnique(id)) return false;
+  markTabled(id);
+  return true;
 }
 
 /** Parent of the first node the last `flushPending` undid (0: the root). */
@@ -153,11 +158,7 @@ export function flushPending(): u32 {
   for (let i: u32 = 0; i < count; i++) {
     if (i % FETCH_BATCH == 0) fetchHomes(pending + (<usize>i << 2), min<u32>(FETCH_BATCH, count - i));
     const entry = load<u32>(pending + (<usize>i << 2));
-    if ((entry & KEYLESS) != 0) continue;
-    if (tableInsertUnique(entry)) {
-      setTabled(entry, true);
-      continue;
-    }
+    if ((entry & KEYLESS) != 0 || enter(entry)) continue;
     // Nodes from `i` on are in no table (not yet entered, or keyless).
     undoneParent = parentOf(entry);
     for (let k = count; k > i; k--) removeLeafResidency(load<u32>(pending + (<usize>(k - 1) << 2)) & ~KEYLESS, pathRank, 0);
@@ -174,8 +175,9 @@ let fetched: u32 = 0;
 
 /**
  * Loads the home buckets of the `count` nodes whose ids are at `ids` (keys
- * set; pending entries marked keyless are skipped: they get no entry). Their entries lie anywhere in the table, and entering or removing
- * them one at a time waits for each one's cache miss in turn; this loop's
+ * set; pending entries marked keyless are skipped: they get no entry). Their
+ * entries lie anywhere in the table, and entering or removing them one at a
+ * time waits for each one's cache miss in turn; this loop's
  * loads are independent, so the CPU fetches their lines together first
  * (bench:peers' trace: entering an insert's new blocks 30 µs a request
  * without it, removing evicted ones 23 µs).

@@ -162,11 +162,11 @@ export let evictions: f64 = 0;
 /** Whether node `id` is in the table. */
 // @ts-ignore: decorator
 @inline export function isTabled(id: u32): bool { return (load<u32>(coldAt(id)) & TABLED) != 0; }
-/** Notes whether node `id` is in the table. */
+/** Notes that node `id` is in the table (freeNodeId clears it, with the parent word). */
 // @ts-ignore: decorator
-@inline export function setTabled(id: u32, on: bool): void {
+@inline export function markTabled(id: u32): void {
   const cold = coldAt(id);
-  store<u32>(cold, on ? load<u32>(cold) | TABLED : load<u32>(cold) & ~TABLED);
+  store<u32>(cold, load<u32>(cold) | TABLED);
 }
 /**
  * Whether node `id`, new under `parent`, can stay out of the table: a child

@@ -17,6 +17,7 @@ import { routerKindFor } from "../router.js";
 import type { EngineOptions } from "./engine.js";
 import { CONFIG_POLICY, simulate, type PolicyResult } from "./run.js";
 import { optimumHitRatio, type Trace } from "./trace.js";
+import { mulberry32 } from "./workload.js";
 import { TUNE_OBJECTIVES, type TuneConstraints, type TunedConfig, type TuneMetrics, type TuneObjective, type TunePoint, type TuneResult } from "./tune-types.js";
 
 /**
@@ -156,21 +157,6 @@ const ANCHORS: readonly AttentionDpConfigInput[] = [
 ];
 
 // ── Sampling ───────────────────────────────────────────────────────────────
-
-/**
- * Mulberry32: a small, fast, well-mixed 32-bit generator. The search's only
- * source of randomness, seeded by the user, so a run repeats exactly.
- */
-function generator(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 /** A random permutation of 0..n-1 (Fisher–Yates). */
 function permutation(n: number, random: () => number): number[] {
@@ -360,7 +346,7 @@ export async function tune(trace: Trace, options: TuneOptions = {}, evaluate: Tu
   const { objective, budget, seed, constraints, direction } = readTuneOptions(options);
   if (options.current !== undefined) parseAttentionDpConfig(options.current); // an AttentionDpConfigError before anything runs
   if (options.strategy !== undefined && options.strategy !== "coarse-to-fine" && options.strategy !== "random") throw new AdpInputError("strategy", 'must be "coarse-to-fine" or "random"', options.strategy);
-  const random = generator(seed);
+  const random = mulberry32(seed); // the search's only source of randomness, seeded by the user
   const points: TunePoint[] = [];
   const seen = new Set<string>();
   const order = compareTunePoints(objective, direction);
