@@ -10,7 +10,8 @@
 // ADP_BENCH_PEERS naming it) node-pass, a bare node:http + undici relay: the
 // floor of any gateway written in Node on node:http and undici; net-pass, a
 // bare relay on `net` sockets with its own minimal HTTP/1.1 framing (the
-// floor of a Node gateway with its own HTTP path); baseline, another build's
+// floor of a Node gateway with its own HTTP path; net-pass-wN, the same in N
+// processes sharing the port as `serve --workers N` does); baseline, another build's
 // gateway (ADP_BENCH_BASELINE_CLI=path/to/gateway/dist/cli.js: before and
 // after in one run; baseline-wN with --workers N); a `-image` suffix (gateway-image,
 // gateway-w2-image) runs that gateway with the allocator setting its container image
@@ -34,6 +35,7 @@
 // "perf record -e cpu-clock -p {pid} -o /tmp/trace.perf" with ADP_BENCH_GATEWAY_NODE_ARGS=--perf-basic-prof;
 // ADP_BENCH_GATEWAY_STDOUT appends a gateway's stdout to a file, where V8's --trace-gc writes).
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
+import cluster from "node:cluster";
 import { closeSync, existsSync, mkdtempSync, openSync, readFileSync, writeFileSync, writeSync } from "node:fs";
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import { connect, createServer as createNetServer, type AddressInfo, type Socket } from "node:net";
@@ -297,6 +299,24 @@ async function netPass(port: number, urls: readonly string[]): Promise<void> {
   await new Promise<void>((r) => server.listen(port, "127.0.0.1", r));
 }
 
+/**
+ * net-pass in `workers` processes sharing the port (node:cluster, as `serve
+ * --workers` shares it): what a Node relay with no routing state pays for a
+ * second process on the same cores. One process is netPass itself.
+ */
+async function netPassProcesses(port: number, urls: readonly string[], workers: number): Promise<void> {
+  if (workers <= 1 || cluster.isWorker) return netPass(port, urls);
+  for (let i = 0; i < workers; i++) cluster.fork();
+  // A worker that dies ends the peer (the bench then sees it fail), as the gateway's primary would not hide it.
+  cluster.on("exit", () => process.exit(1));
+  await new Promise<void>((resolve) => {
+    let listening = 0;
+    cluster.on("listening", () => {
+      if (++listening === workers) resolve();
+    });
+  });
+}
+
 // ── Peers ──────────────────────────────────────────────────────────────────
 
 /** A running peer: its URL and the process to measure (its tree). */
@@ -349,8 +369,8 @@ async function startPeer(name: string, urls: readonly string[], dir: string): Pr
     if (stdout !== "ignore") writeSync(stdout, `# ${name}\n`);
     proc = spawn(process.execPath, [...node, cli, "serve", "--config", file, ...extra], { stdio: ["ignore", stdout, "inherit"], env });
     if (stdout !== "ignore") closeSync(stdout); // the child has its own copy
-  } else if (name === "net-pass") {
-    proc = spawn(process.execPath, [...node, SELF, "net-pass", String(port), JSON.stringify(urls)], { stdio: ["ignore", "ignore", "inherit"] });
+  } else if (/^net-pass(?:-w\d+)?$/.test(name)) {
+    proc = spawn(process.execPath, [...node, SELF, "net-pass", String(port), JSON.stringify(urls), workers ?? "1"], { stdio: ["ignore", "ignore", "inherit"] });
   } else if (name === "node-pass") {
     proc = spawn(process.execPath, [...node, SELF, "pass", String(port), JSON.stringify(urls)], { stdio: ["ignore", "ignore", "inherit"] });
   } else {
@@ -660,6 +680,6 @@ const roundAll = (o: Record<string, number>) => Object.fromEntries(Object.entrie
 const prefix = (p: string, o: Record<string, number>) => Object.fromEntries(Object.entries(o).map(([k, v]) => [`${p}${k}`, v]));
 
 if (process.argv[2] === "engines") await engines();
-else if (process.argv[2] === "net-pass") await netPass(Number(process.argv[3]), JSON.parse(process.argv[4]!) as string[]);
+else if (process.argv[2] === "net-pass") await netPassProcesses(Number(process.argv[3]), JSON.parse(process.argv[4]!) as string[], Number(process.argv[5] ?? 1));
 else if (process.argv[2] === "pass") await passThrough(Number(process.argv[3]), JSON.parse(process.argv[4]!) as string[]);
 else await main();

@@ -15,6 +15,7 @@ import { capYoungGeneration, setHeapGrowth } from "./common/heap-growth.js";
 import { collectYoungBuffers } from "./common/young-buffers.js";
 import { isControl, isGatewayWorker, LISTENING_MESSAGE, runPrimary, WORKER_ENV } from "./workers/cluster-primary.js";
 import { Siblings } from "./workers/sibling-log.js";
+import { SiblingLinks } from "./workers/sibling-links.js";
 import { MetricsRelay } from "./workers/metrics-relay.js";
 
 /** The help text of `adp-router-gateway serve`. */
@@ -127,8 +128,16 @@ async function serve(args: string[]): Promise<number> {
     if (error instanceof GatewayConfigError) return fail(error.message);
     throw error;
   }
-  // This process a worker of `--workers N`: its share of the routing state goes through the primary.
-  const siblings = isGatewayWorker() ? new Siblings((m) => toPrimary(m), Number(process.env[WORKER_ENV])) : undefined;
+  // This process a worker of `--workers N`: its share of the routing state goes to its siblings on the links the
+  // primary makes, and through the primary while it has none (or the primary says links cannot be made).
+  let links: SiblingLinks | undefined;
+  const siblings = isGatewayWorker()
+    ? new Siblings((m) => {
+        links!.send(m);
+        if (links!.relay) toPrimary({ ...m, linked: links!.slots() });
+      }, Number(process.env[WORKER_ENV]))
+    : undefined;
+  if (siblings !== undefined) siblings.links = links = new SiblingLinks((m) => siblings.receive(m), (slot) => siblings.gone(slot));
   const workerMetrics = isGatewayWorker() ? new MetricsRelay((m) => toPrimary(m), Number(process.env[WORKER_ENV])) : undefined;
   if (workers > 1 && siblings === undefined) {
     // Replication and the admin endpoints change one process's state: with several workers they would split it.
@@ -216,9 +225,9 @@ async function serve(args: string[]): Promise<number> {
     };
     process.on("SIGHUP", reload);
     if (siblings !== undefined) {
-      // A worker: the primary relays the siblings' changes and its signals; it prints the URL once all listen.
-      process.on("message", (m: unknown) => {
-        if (workerMetrics?.receive(m) === true) return;
+      // A worker: the primary sends links to the siblings (or relays their changes) and its signals; it prints the URL once all listen.
+      process.on("message", (m: unknown, handle: unknown) => {
+        if (workerMetrics?.receive(m) === true || links!.receive(m, handle)) return;
         if (!isControl(m)) siblings.receive(m);
         else if (m.action === "reload") reload();
         else if (!stopping) stop("SIGTERM");

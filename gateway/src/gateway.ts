@@ -192,7 +192,7 @@ export async function createGateway(input: GatewayConfig | GatewayConfigObject, 
   const prefillCounters = newCounters();
   const prefillScheduler = prefillFleet === null ? null : new Scheduler(prefillFleet, prefillConfig!, prefillCounters, onRouterError, release, options.placement === "per-request");
   const prefill = prefillFleet === null ? null : { fleet: prefillFleet, scheduler: prefillScheduler!, counters: prefillCounters };
-  const service = new GatewayService({ config, log, reader, fleet, scheduler, counters, replication, via, prefill, workerMetrics: options.workerMetrics ?? null });
+  const service = new GatewayService({ config, log, reader, fleet, scheduler, counters, replication, via, prefill, workerMetrics: options.workerMetrics ?? null, siblings: options.siblings ?? null });
   options.workerMetrics?.renderWith(() => service.metrics());
   const edge = createEdgeServer(config, service.edge, { serve: (req, res, body) => void service.handle(req, res, body), abandoned: (req) => service.abandoned(req) }, options.serverPath !== "node:http");
   const server = edge.server;

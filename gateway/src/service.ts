@@ -22,6 +22,8 @@ import type { RequestReader } from "./requests/request-reader.js";
 import { Hangup, type Scheduler } from "./fleet/scheduler.js";
 import type { Replication } from "./replication/replication.js";
 import { formatSyncMetrics } from "./replication/sync-metrics.js";
+import { formatSiblingMetrics } from "./workers/sibling-metrics.js";
+import type { Siblings } from "./workers/sibling-log.js";
 import type { Upstream } from "./fleet/upstream.js";
 import { poolConfig } from "./config/disaggregation-config.js";
 import { DisaggregatedServing } from "./disaggregation/disaggregated-serving.js";
@@ -55,6 +57,8 @@ export interface ServiceParts {
   readonly prefill: { readonly fleet: Fleet; readonly scheduler: Scheduler; readonly counters: GatewayCounters } | null;
   /** With `serve --workers N`: every worker's page for `/metrics`, each sample labelled worker="N"; null: this process's own. */
   readonly workerMetrics: MetricsRelay | null;
+  /** A worker's share of the one routing state (null: not a worker of `--workers N`). */
+  readonly siblings: Siblings | null;
 }
 
 /** What one request's log line says besides its method, path and time. */
@@ -230,9 +234,9 @@ export class GatewayService {
 
   /** The router's metrics, then the gateway's, as Prometheus text. */
   metrics(): string {
-    const { config, fleet, scheduler, counters, reader, replication, prefill } = this.#parts;
+    const { config, fleet, scheduler, counters, reader, replication, prefill, siblings } = this.#parts;
     const pool = (f: Fleet, s: Scheduler, c: GatewayCounters) => formatPrometheus(f.routerMetrics()) + formatGatewayMetrics(f.upstreams, c, s.waiting(), f.state.views);
-    const edge = formatEdgeMetrics(this.edge, config.limits.maxConnections, reader.metricLines("adp_gateway_")) + (replication === null ? "" : formatSyncMetrics(replication));
+    const edge = formatEdgeMetrics(this.edge, config.limits.maxConnections, reader.metricLines("adp_gateway_")) + (replication === null ? "" : formatSyncMetrics(replication)) + (siblings === null ? "" : formatSiblingMetrics(siblings));
     if (prefill === null) return pool(fleet, scheduler, counters) + edge + formatBounds([...this.#poolBounds(fleet, scheduler), ...this.#edgeBounds()]);
     // Two pools: each sample labelled with its pool, each family's HELP and TYPE once.
     return mergeLabelled([

@@ -37,31 +37,60 @@ const workerPids = (primary: number): number[] => [...processParents()].filter((
 /** A prompt of its own, long enough for many blocks. */
 const prompt = (i: number) => `conversation ${i}: ${"the routing state is one across the workers; ".repeat(40)}`;
 
+/**
+ * Six conversations, each opened on a connection of its own and then given
+ * four more turns on four connections (two reach each worker): every turn
+ * must reach the upstream its conversation's first turn went to.
+ */
+async function expectRoutedAsOne(url: string): Promise<void> {
+  const first: number[] = [];
+  for (let i = 0; i < 6; i++) {
+    const r = await chatAlone(url, prompt(i));
+    expect(r.status).toBe(200);
+    first.push(r.upstream);
+    await new Promise((r) => setTimeout(r, 25));
+  }
+  // Spread over the fleet (the balance term), so agreeing below is not luck.
+  expect(new Set(first).size).toBeGreaterThan(1);
+  await new Promise((r) => setTimeout(r, 100)); // the siblings' batches (every 10 ms) have crossed
+  for (let i = 0; i < 6; i++) {
+    // Four more turns on four connections: two reach each worker.
+    const turns: number[] = [];
+    for (let turn = 0; turn < 4; turn++) {
+      turns.push((await chatAlone(url, `${prompt(i)} and turn ${turn}`)).upstream);
+      // A sibling learns of a placement and of its end within FLUSH_MS (10 ms) and one hop (their link, or
+      // the primary): what "as one" promises. A next request faster than that can find the other worker a message behind.
+      await new Promise((r) => setTimeout(r, 25));
+    }
+    expect({ i, turns }).toEqual({ i, turns: turns.map(() => first[i]) });
+  }
+}
+
+/** Each worker's sibling samples on a `/metrics` page, by worker number. */
+function siblingSamples(page: string): Map<string, Record<string, number>> {
+  const out = new Map<string, Record<string, number>>();
+  for (const m of page.matchAll(/^adp_gateway_siblings_(\w+)\{worker="(\d+)"(?:,outcome="(\w+)")?\} (\d+)$/gm)) {
+    const row = out.get(m[2]!) ?? {};
+    row[m[3] === undefined ? m[1]! : `${m[1]}:${m[3]}`] = Number(m[4]);
+    out.set(m[2]!, row);
+  }
+  return out;
+}
+
 describe("serve --workers N", () => {
   it("two workers route as one gateway: each conversation's next turns reach the upstream its first turn went to, whichever worker takes them", async () => {
     const fleet = await startEngines(4, engines);
     const { url, child, exited } = await start(["--port", "0", "--workers", "2", "--log-level", "silent", ...fleet.flatMap((e) => ["--upstream", e.url])]);
     expect(workerPids(child.pid!)).toHaveLength(2);
-    const first: number[] = [];
-    for (let i = 0; i < 6; i++) {
-      const r = await chatAlone(url, prompt(i));
-      expect(r.status).toBe(200);
-      first.push(r.upstream);
-      await new Promise((r) => setTimeout(r, 25));
-    }
-    // Spread over the fleet (the balance term), so agreeing below is not luck.
-    expect(new Set(first).size).toBeGreaterThan(1);
-    await new Promise((r) => setTimeout(r, 100)); // the siblings' batches (every 10 ms) have crossed
-    for (let i = 0; i < 6; i++) {
-      // Four more turns on four connections: two reach each worker.
-      const turns: number[] = [];
-      for (let turn = 0; turn < 4; turn++) {
-        turns.push((await chatAlone(url, `${prompt(i)} and turn ${turn}`)).upstream);
-        // A sibling learns of a placement and of its end within FLUSH_MS (10 ms) and one IPC hop: what
-        // "as one" promises. A next request faster than that can find the other worker a message behind.
-        await new Promise((r) => setTimeout(r, 25));
-      }
-      expect({ i, turns }).toEqual({ i, turns: turns.map(() => first[i]) });
+    await expectRoutedAsOne(url);
+    // Over their direct link, not through the primary: each entry one worker sent, the other applied once.
+    const siblings = siblingSamples(await (await fetch(`${url}/metrics`)).text());
+    expect([...siblings.keys()].sort()).toEqual(["1", "2"]);
+    for (const [worker, row] of siblings) {
+      const other = siblings.get(worker === "1" ? "2" : "1")!;
+      expect({ worker, links: row.links, relayed: row.relayed, rejected: row["batches_total:rejected"], broken: row["batches_total:link_broken"] }).toEqual({ worker, links: 1, relayed: 0, rejected: 0, broken: 0 });
+      expect(row["entries_total:sent"]).toBeGreaterThan(0);
+      expect(row["entries_total:applied"]).toBe(other["entries_total:sent"]);
     }
     // Whichever worker takes the scrape answers for both: each sample labelled with its worker, each family's HELP once.
     for (let scrape = 0; scrape < 2; scrape++) {
@@ -71,6 +100,23 @@ describe("serve --workers N", () => {
       expect(ok.reduce((t, m) => t + Number(m[2]), 0)).toBe(30);
       const help = page.split("\n").filter((l) => l.startsWith("# HELP "));
       expect(new Set(help).size).toBe(help.length);
+    }
+    child.kill("SIGTERM");
+    expect(await exited).toBe(0);
+  }, 30_000);
+
+  it("where the workers cannot be linked (no temporary directory for the primary's socket), the primary relays their changes: still one gateway", async () => {
+    const fleet = await startEngines(4, engines);
+    const args = ["--port", "0", "--workers", "2", "--log-level", "silent", ...fleet.flatMap((e) => ["--upstream", e.url])];
+    const { url, child, exited, stderr } = await startServe(CLI, args, children, { ...process.env, TMPDIR: "/nonexistent/adp-router-test" });
+    await expectRoutedAsOne(url);
+    expect(stderr()).toContain("the workers cannot be linked directly");
+    const siblings = siblingSamples(await (await fetch(`${url}/metrics`)).text());
+    expect([...siblings.keys()].sort()).toEqual(["1", "2"]);
+    for (const [worker, row] of siblings) {
+      const other = siblings.get(worker === "1" ? "2" : "1")!;
+      expect({ worker, links: row.links, relayed: row.relayed }).toEqual({ worker, links: 0, relayed: 1 });
+      expect(row["entries_total:applied"]).toBe(other["entries_total:sent"]);
     }
     child.kill("SIGTERM");
     expect(await exited).toBe(0);
@@ -89,6 +135,14 @@ describe("serve --workers N", () => {
     for (let i = 0; i < 50 && workerPids(child.pid!).length < 2; i++) await new Promise((r) => setTimeout(r, 100));
     expect(workerPids(child.pid!)).toHaveLength(2);
     expect(workerPids(child.pid!)).not.toContain(victim);
+    // The new worker is linked to the other once it listens (the old link ended with the dead one).
+    let links: number[] = [];
+    for (let i = 0; i < 50; i++) {
+      links = [...siblingSamples(await (await fetch(`${url}/metrics`)).text()).values()].map((row) => row.links!);
+      if (links.length === 2 && links.every((n) => n === 1)) break;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    expect(links).toEqual([1, 1]);
     child.kill("SIGTERM");
     expect(await exited).toBe(0);
   }, 30_000);

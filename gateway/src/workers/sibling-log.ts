@@ -7,16 +7,17 @@
 // replicas do, so those are not relayed. Entries name upstreams by URL: a
 // worker that has not yet reloaded a changed fleet skips what it lacks.
 //
-// The channel is the cluster's IPC, batched: a worker sends at most one
-// message each FLUSH_MS, holding what it changed meanwhile and its loads,
-// however many requests it placed. Messages cross as JSON (block hashes as
-// base64 text): the primary parses and writes each one again for every other
-// worker, and V8's JSON costs it less than Node's "advanced" (structured
-// clone) serialization did: 233 and 333 against 420 and 453 µs of the
-// primary's CPU per trace request, in two runs side by side (docs/performance.md).
+// The channel is batched: a worker sends at most one message each FLUSH_MS,
+// holding what it changed meanwhile and its loads, however many requests it
+// placed. Messages cross as JSON (block hashes as base64 text) on a direct
+// link to each sibling (sibling-links.ts), or through the primary where no
+// link could be made. Each carries its sender's sequence number: a load
+// report older than one already taken (a batch relayed by the primary may
+// arrive after a later one on a link) is not taken.
 
 import type { PrefixNamespace } from "adp-router";
 import type { RoutingState, StateEntry, StateLog } from "../fleet/routing-state.js";
+import { MAX_LINE_CHARS, type SiblingLinks } from "./sibling-links.js";
 
 /** The message kind a worker's batch of shared entries travels as (both ways). */
 export const STATE_MESSAGE = "adp-gateway-state";
@@ -38,6 +39,8 @@ const FLUSH_MS = 10;
 const MAX_HASH_WORDS = 1 << 18;
 /** Longest URL, conversation key or cache salt taken from a sibling. */
 const MAX_TEXT = 8192;
+/** A batch whose entries' text reaches this many characters goes at once (a message stays well within a link's line). */
+const MAX_BATCH_CHARS = MAX_LINE_CHARS / 4;
 
 /** One shared change, as it crosses to the siblings: a learned prompt's block hashes as the base64 text of their little-endian u32 words. */
 export type SiblingEntry =
@@ -75,6 +78,8 @@ export interface StateMessage {
   readonly type: typeof STATE_MESSAGE;
   /** The sending worker's number. */
   readonly from: number;
+  /** Its sequence number (1, 2, ... from its start); absent on the primary's notice that a worker is gone. */
+  readonly seq?: number;
   readonly entries: readonly SiblingEntry[];
   /** Its in-flight requests per upstream now (all of them: a worker's earlier report is replaced). */
   readonly loads: readonly SiblingLoad[];
@@ -89,8 +94,8 @@ export type Send = (message: StateMessage) => void;
 /** Whether `v` is a batch as a sibling sends it, every entry within the bounds (anything else is dropped, counted). */
 export function isStateMessage(v: unknown): v is StateMessage {
   if (typeof v !== "object" || v === null || (v as StateMessage).type !== STATE_MESSAGE) return false;
-  const { entries, loads, from } = v as StateMessage;
-  if (!Number.isSafeInteger(from) || !Array.isArray(loads) || loads.length > MAX_LOADS || !loads.every(isLoad)) return false;
+  const { entries, loads, from, seq } = v as StateMessage;
+  if (!Number.isSafeInteger(from) || (seq !== undefined && !Number.isSafeInteger(seq)) || !Array.isArray(loads) || loads.length > MAX_LOADS || !loads.every(isLoad)) return false;
   return Array.isArray(entries) && entries.length <= MAX_BATCH_ENTRIES && entries.every(isEntry);
 }
 
@@ -144,6 +149,12 @@ export class Siblings {
   #sink: LoadSink = () => {};
   /** Each sibling's last load report, by worker number. */
   readonly #reports = new Map<number, readonly SiblingLoad[]>();
+  /** The sequence number of each sibling's last load report taken. */
+  readonly #seqs = new Map<number, number>();
+  /** This worker's last message's sequence number. */
+  #seq = 0;
+  /** Characters of the hashes and keys in `#batch`. */
+  #batchChars = 0;
   /** The last loads sent, as text (a report goes out only when they changed). */
   #sentLoads = "";
   /** Cancels the pending send, if one is due. */
@@ -155,6 +166,8 @@ export class Siblings {
   #local: RoutingState | null = null;
   #urls: () => readonly string[] = () => [];
   #closed = false;
+  /** The links to the siblings this worker's batches go on (null: none, all through the primary). */
+  links: SiblingLinks | null = null;
 
   constructor(send: Send, self: number) {
     this.#send = send;
@@ -168,7 +181,8 @@ export class Siblings {
       const shared = this.#shared(entry);
       if (shared === null) return;
       this.#batch.push(shared);
-      if (this.#batch.length >= MAX_BATCH_ENTRIES) this.#flush();
+      this.#batchChars += shared.url.length + (shared.op === "bind" ? shared.key.length : shared.hashes.length);
+      if (this.#batch.length >= MAX_BATCH_ENTRIES || this.#batchChars >= MAX_BATCH_CHARS) this.#flush();
       else this.#soon();
     },
   };
@@ -198,8 +212,9 @@ export class Siblings {
   loadsChanged(): void {
     if (this.#closed || this.#local === null) return;
     if (this.#loads().every((l) => l.inFlight === 0)) {
-      // Now, not this turn: the primary hands the client's next connection to a sibling over the same
-      // channel it relays this on, so a message sent before that connection arrives is read first.
+      // Now, not this turn: written before the answer leaves (answers wait for the check phase), the message is
+      // in the sibling's link (or the primary's channel, which also hands it the client's next connection)
+      // before the client can open that connection.
       this.#timer?.();
       this.#flush();
     } else this.#soon();
@@ -227,10 +242,11 @@ export class Siblings {
     if (this.#batch.length === 0 && text === this.#sentLoads) return;
     const entries = this.#batch;
     this.#batch = [];
+    this.#batchChars = 0;
     this.#sentLoads = text;
     this.#lastSent = performance.now();
     this.counters.sent += entries.length;
-    this.#send({ type: STATE_MESSAGE, from: this.#self, entries, loads });
+    this.#send({ type: STATE_MESSAGE, from: this.#self, seq: ++this.#seq, entries, loads });
   }
 
   /**
@@ -257,7 +273,12 @@ export class Siblings {
     sums.forEach(([n, tokens], i) => this.#sink(i, n, tokens));
   }
 
-  /** Applies a sibling's batch (as relayed by the primary) to the routing state, quietly: it is not sent on again. */
+  /** Sibling `slot` is gone (its link ended): its loads are dropped, and its next report is taken whatever its number. */
+  gone(slot: number): void {
+    this.receive({ type: STATE_MESSAGE, from: slot, entries: [], loads: [] });
+  }
+
+  /** Applies a sibling's batch (from its link, or relayed by the primary) to the routing state, quietly: it is not sent on again. */
   receive(message: unknown): void {
     if (this.#closed || this.#local === null) return;
     if (!isStateMessage(message)) {
@@ -266,8 +287,12 @@ export class Siblings {
     }
     // Each upstream's index by URL, once for the batch (loads and entries name upstreams by URL).
     const at = new Map(this.#urls().map((url, i) => [url, i]));
-    if (message.from !== this.#self) {
-      this.#reports.set(message.from, message.loads);
+    const { from, seq } = message;
+    // A report older than the one taken stays out; a notice without a number (the sender is gone) resets it.
+    if (from !== this.#self && (seq === undefined || seq > (this.#seqs.get(from) ?? 0))) {
+      if (seq === undefined) this.#seqs.delete(from);
+      else this.#seqs.set(from, seq);
+      this.#reports.set(from, message.loads);
       this.#sumLoads(at);
     }
     for (const e of message.entries) {
