@@ -15,7 +15,8 @@ import { capYoungGeneration, setHeapGrowth } from "./common/heap-growth.js";
 import { collectYoungBuffers } from "./common/young-buffers.js";
 import { isControl, isGatewayWorker, LISTENING_MESSAGE, runPrimary, WORKER_ENV } from "./workers/cluster-primary.js";
 import { Siblings } from "./workers/sibling-log.js";
-import { SiblingLinks } from "./workers/sibling-links.js";
+import { LINK_MESSAGE, SiblingLinks, type LinkMessage } from "./workers/sibling-links.js";
+import { Socket } from "node:net";
 import { MetricsRelay } from "./workers/metrics-relay.js";
 
 /** The help text of `adp-router-gateway serve`. */
@@ -68,6 +69,32 @@ export async function serveCommand(args: string[]): Promise<number> {
   // A worker's IPC channel would keep it alive: it exits, and the primary sees its status.
   if (isGatewayWorker()) process.exit(status);
   return status;
+}
+
+/**
+ * A worker's share of the one routing state: its batches on its links to the
+ * `count` siblings, and through the primary (naming the siblings it has links
+ * to) while a sibling has none; a link that ends is reported to the primary,
+ * which makes it again.
+ */
+function workerSiblings(count: number, self: number): Siblings {
+  const links: SiblingLinks = new SiblingLinks(count, {
+    deliver: (m) => siblings.receive(m),
+    added: () => siblings.resend(),
+    ended: (slot) => {
+      siblings.gone(slot);
+      toPrimary({ type: LINK_MESSAGE, lost: slot } satisfies LinkMessage);
+    },
+  });
+  const siblings: Siblings = new Siblings(
+    (m) => {
+      links.send(m);
+      if (links.relay) toPrimary({ ...m, linked: links.slots() });
+    },
+    self,
+    links,
+  );
+  return siblings;
 }
 
 /** Sends a worker's message to its primary; one the closing channel cannot carry is dropped (with no callback, the EPIPE would be an unhandled "error"). */
@@ -129,15 +156,8 @@ async function serve(args: string[]): Promise<number> {
     throw error;
   }
   // This process a worker of `--workers N`: its share of the routing state goes to its siblings on the links the
-  // primary makes, and through the primary while it has none (or the primary says links cannot be made).
-  let links: SiblingLinks | undefined;
-  const siblings = isGatewayWorker()
-    ? new Siblings((m) => {
-        links!.send(m);
-        if (links!.relay) toPrimary({ ...m, linked: links!.slots() });
-      }, Number(process.env[WORKER_ENV]))
-    : undefined;
-  if (siblings !== undefined) siblings.links = links = new SiblingLinks((m) => siblings.receive(m), (slot) => siblings.gone(slot));
+  // primary makes, and through the primary to those it has no link to.
+  const siblings = isGatewayWorker() ? workerSiblings(workers - 1, Number(process.env[WORKER_ENV])) : undefined;
   const workerMetrics = isGatewayWorker() ? new MetricsRelay((m) => toPrimary(m), Number(process.env[WORKER_ENV])) : undefined;
   if (workers > 1 && siblings === undefined) {
     // Replication and the admin endpoints change one process's state: with several workers they would split it.
@@ -227,7 +247,9 @@ async function serve(args: string[]): Promise<number> {
     if (siblings !== undefined) {
       // A worker: the primary sends links to the siblings (or relays their changes) and its signals; it prints the URL once all listen.
       process.on("message", (m: unknown, handle: unknown) => {
-        if (workerMetrics?.receive(m) === true || links!.receive(m, handle)) return;
+        if (siblings.links!.receive(m, handle)) return;
+        if (handle instanceof Socket) handle.destroy(); // only a link comes with a handle
+        if (workerMetrics?.receive(m) === true) return;
         if (!isControl(m)) siblings.receive(m);
         else if (m.action === "reload") reload();
         else if (!stopping) stop("SIGTERM");

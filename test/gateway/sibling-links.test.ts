@@ -18,13 +18,16 @@ async function linkedPair() {
   open.push(a, b);
   const got = { 1: [] as unknown[], 2: [] as unknown[] };
   const gone = { 1: [] as number[], 2: [] as number[] };
-  const one = new SiblingLinks((m) => got[1].push(m), (s) => gone[1].push(s));
-  const two = new SiblingLinks((m) => got[2].push(m), (s) => gone[2].push(s));
+  const added = { 1: [] as number[], 2: [] as number[] };
+  const events = (w: 1 | 2) => ({ deliver: (m: unknown) => got[w].push(m), added: (s: number) => added[w].push(s), ended: (s: number) => gone[w].push(s) });
+  const one = new SiblingLinks(1, events(1));
+  const two = new SiblingLinks(1, events(2));
   expect(one.relay).toBe(true); // no link yet: through the primary
   expect(one.receive({ type: LINK_MESSAGE, slot: 2 }, a)).toBe(true);
   expect(two.receive({ type: LINK_MESSAGE, slot: 1 }, b)).toBe(true);
   expect(one.relay).toBe(false);
   expect(one.slots()).toEqual([2]);
+  expect(added).toEqual({ 1: [2], 2: [1] });
   return { one, two, got, gone, a, b };
 }
 
@@ -37,7 +40,7 @@ async function until(check: () => boolean, ms = 5000): Promise<void> {
   }
 }
 
-const batch = (seq: number, hashes: string): StateMessage => ({ type: STATE_MESSAGE, from: 1, seq, entries: [{ op: "learn-blocks", url: "http://127.0.0.1:1", hashes, namespace: { loraTaskId: null, cacheSalt: null } }], loads: [] });
+const batch = (seq: number, hashes: string, from = 1): StateMessage => ({ type: STATE_MESSAGE, from, epoch: 100, seq, entries: [{ op: "learn-blocks", url: "http://127.0.0.1:1", hashes, namespace: { loraTaskId: null, cacheSalt: null } }], loads: [] });
 
 describe("worker links", () => {
   it("carry every batch whole and in order, lines split across reads included", async () => {
@@ -49,7 +52,7 @@ describe("worker links", () => {
     expect(got[2]).toEqual(sent);
   });
 
-  it("end at a line that is not JSON, or one longer than the bound, and say the sibling is gone", async () => {
+  it("end at a line that is not JSON, one under another worker's number, or one longer than the bound, and say the sibling is gone", async () => {
     const bad = await linkedPair();
     bad.a.write("{not json\n");
     await until(() => bad.gone[2].length === 1);
@@ -58,6 +61,12 @@ describe("worker links", () => {
     expect(bad.two.size).toBe(0);
     expect(bad.two.relay).toBe(true); // its batches go through the primary again
 
+    const posing = await linkedPair();
+    posing.one.send(batch(1, hashesText(new Uint32Array(2)), 3)); // worker 1's link carrying worker 3's batch
+    await until(() => posing.gone[2].length === 1);
+    expect(posing.two.counters.broken).toBe(1);
+    expect(posing.got[2]).toEqual([]);
+
     const long = await linkedPair();
     const piece = "x".repeat(1 << 20);
     for (let n = 0; n <= MAX_LINE_CHARS; n += piece.length) long.a.write(piece);
@@ -65,6 +74,35 @@ describe("worker links", () => {
     expect(long.two.counters.broken).toBe(1);
     expect(long.got[2]).toEqual([]);
   }, 30_000);
+
+  it("end when a sibling leaves 64 MiB unread (its batches then go through the primary), never holding more", async () => {
+    const { one, two, gone, b } = await linkedPair();
+    b.pause(); // sibling 2 stops reading
+    const big = batch(1, hashesText(new Uint32Array(2 * 100_000))); // ~1 MB a line
+    let sent = 0;
+    while (one.size === 1 && sent < 200) {
+      one.send(big);
+      sent++;
+    }
+    expect(one.counters.overflowed).toBe(1);
+    expect(sent).toBeGreaterThan(50); // 64 MiB of ~1 MB lines, less what the kernel took
+    expect(sent).toBeLessThan(80);
+    expect(one.relay).toBe(true);
+    await until(() => gone[1].length === 1);
+    expect(two.size === 0 || two.size === 1).toBe(true);
+  });
+
+  it("the primary's pair reads nothing itself: what a worker writes first waits for the sibling that takes the other end", async () => {
+    const [a, b] = await socketPair();
+    open.push(a, b);
+    expect((b as unknown as { server: unknown }).server).toBe(null); // not tracked as a server's connection
+    a.write(`${JSON.stringify(batch(1, hashesText(new Uint32Array(2))))}\n`);
+    await new Promise((r) => setTimeout(r, 100));
+    expect(b.bytesRead).toBe(0);
+    const got: unknown[] = [];
+    new SiblingLinks(1, { deliver: (m) => got.push(m), added: () => {}, ended: () => {} }).receive({ type: LINK_MESSAGE, slot: 1 }, b);
+    await until(() => got.length === 1);
+  });
 
   it("a sibling's link that closes says it is gone; a link replaced by a newer one to the same sibling does not", async () => {
     const { two, gone } = await linkedPair();
@@ -80,41 +118,48 @@ describe("worker links", () => {
   });
 
   it("take only the primary's link messages: a bad slot is not one, a handle that is not a socket makes no link", () => {
-    const links = new SiblingLinks(() => {}, () => {});
-    for (const bad of [null, { type: LINK_MESSAGE, slot: 0 }, { type: LINK_MESSAGE, slot: 1.5 }, { type: LINK_MESSAGE, slot: "2" }, { type: LINK_MESSAGE, relay: "yes" }, { type: "other", slot: 2 }]) {
+    const links = new SiblingLinks(2, { deliver: () => {}, added: () => {}, ended: () => {} });
+    for (const bad of [null, { type: LINK_MESSAGE }, { type: LINK_MESSAGE, slot: 0 }, { type: LINK_MESSAGE, slot: 1.5 }, { type: LINK_MESSAGE, slot: "2" }, { type: LINK_MESSAGE, slot: 2, lost: 3 }, { type: "other", slot: 2 }]) {
       expect(isLinkMessage(bad)).toBe(false);
       expect(links.receive(bad, undefined)).toBe(false);
     }
+    expect(isLinkMessage({ type: LINK_MESSAGE, lost: 3 })).toBe(true); // a worker's, to the primary: not taken here
+    expect(links.receive({ type: LINK_MESSAGE, lost: 3 }, undefined)).toBe(false);
     expect(links.receive({ type: LINK_MESSAGE, slot: 2 }, { not: "a socket" })).toBe(true);
     expect(links.size).toBe(0);
-    expect(links.receive({ type: LINK_MESSAGE, relay: true }, undefined)).toBe(true);
     expect(links.relay).toBe(true);
   });
 });
 
 describe("a worker's siblings' load reports", () => {
-  it("an older report (a relayed batch arriving after a newer one on a link) is not taken; its entries are; a sibling gone starts again", () => {
+  it("an older report (a relayed batch arriving after a newer one on a link) is not taken, nor one of a process gone; their entries are", () => {
     const config = loadGatewayConfig({ flags: { upstreams: ["http://127.0.0.1:1", "http://127.0.0.1:2"] } });
     const state = new RoutingState(createGatewayRouter(config));
     const siblings = new Siblings(() => {}, 1);
     const urls = config.upstreams.map((u) => u.url);
     const sums = new Map<number, number>();
     siblings.start(state, () => urls, () => [], (i, n) => sums.set(i, n));
-    const report = (seq: number | undefined, inFlight: number, entries: StateMessage["entries"] = []): StateMessage => ({ type: STATE_MESSAGE, from: 2, ...(seq === undefined ? {} : { seq }), entries, loads: [{ url: urls[0]!, inFlight, inFlightTokens: 0 }] });
+    const report = (epoch: number, seq: number, inFlight: number, entries: StateMessage["entries"] = []): StateMessage => ({ type: STATE_MESSAGE, from: 2, epoch, seq, entries, loads: [{ url: urls[0]!, inFlight, inFlightTokens: 0 }] });
     const hashes = state.router.prefixIndex!.blockHashes(new Uint32Array(config.routing.tokensPerBlock).fill(3));
-    siblings.receive(report(5, 4));
+    siblings.receive(report(100, 5, 4));
     expect(sums.get(0)).toBe(4);
-    siblings.receive(report(3, 9, [{ op: "learn-blocks", url: urls[1]!, hashes: hashesText(hashes), namespace: {} }]));
+    siblings.receive(report(100, 3, 9, [{ op: "learn-blocks", url: urls[1]!, hashes: hashesText(hashes), namespace: {} }]));
     expect(sums.get(0)).toBe(4); // older: its load not taken
     expect(siblings.counters.applied).toBe(1); // its entry is
-    siblings.receive(report(6, 0));
+    siblings.receive(report(100, 6, 3));
+    expect(sums.get(0)).toBe(3);
+    siblings.gone(2); // its link ended: process 100 is taken as gone
     expect(sums.get(0)).toBe(0);
-    siblings.gone(2);
+    siblings.receive(report(100, 7, 5)); // a late batch of it (relayed): not taken for its loads
     expect(sums.get(0)).toBe(0);
-    siblings.receive(report(1, 2)); // a restarted sibling numbers from 1 again
+    siblings.receive(report(200, 1, 2)); // its restart numbers from 1 again, under a new process id
     expect(sums.get(0)).toBe(2);
-    siblings.receive(report(undefined, 0)); // the primary's notice that it is gone
-    siblings.receive(report(1, 7));
+    siblings.receive({ type: STATE_MESSAGE, from: 2, epoch: 200, seq: 0, ended: true, entries: [], loads: [] }); // the primary: it exited
+    expect(sums.get(0)).toBe(0);
+    siblings.receive(report(200, 9, 6));
+    expect(sums.get(0)).toBe(0);
+    siblings.receive(report(300, 1, 7));
     expect(sums.get(0)).toBe(7);
+    expect(siblings.counters.rejected).toBe(0);
   });
 });

@@ -66,10 +66,22 @@ async function expectRoutedAsOne(url: string): Promise<void> {
   }
 }
 
+/** That `n` workers are each linked to every other, none relayed, and each applied every entry the others sent, once. */
+function expectLinked(siblings: Map<string, Record<string, number>>, n: number): void {
+  expect(siblings.size).toBe(n);
+  let sent = 0;
+  for (const row of siblings.values()) sent += row["entries_total:sent"]!;
+  for (const [worker, row] of siblings) {
+    expect({ worker, links: row.links, relayed: row.relayed, rejected: row.rejected_batches_total, ended: row["links_ended_total:broken"]! + row["links_ended_total:overflowed"]! }).toEqual({ worker, links: n - 1, relayed: 0, rejected: 0, ended: 0 });
+    expect(row["entries_total:sent"]).toBeGreaterThan(0);
+    expect({ worker, applied: row["entries_total:applied"] }).toEqual({ worker, applied: sent - row["entries_total:sent"]! });
+  }
+}
+
 /** Each worker's sibling samples on a `/metrics` page, by worker number. */
 function siblingSamples(page: string): Map<string, Record<string, number>> {
   const out = new Map<string, Record<string, number>>();
-  for (const m of page.matchAll(/^adp_gateway_siblings_(\w+)\{worker="(\d+)"(?:,outcome="(\w+)")?\} (\d+)$/gm)) {
+  for (const m of page.matchAll(/^adp_gateway_siblings_(\w+)\{worker="(\d+)"(?:,\w+="(\w+)")?\} (\d+)$/gm)) {
     const row = out.get(m[2]!) ?? {};
     row[m[3] === undefined ? m[1]! : `${m[1]}:${m[3]}`] = Number(m[4]);
     out.set(m[2]!, row);
@@ -84,14 +96,7 @@ describe("serve --workers N", () => {
     expect(workerPids(child.pid!)).toHaveLength(2);
     await expectRoutedAsOne(url);
     // Over their direct link, not through the primary: each entry one worker sent, the other applied once.
-    const siblings = siblingSamples(await (await fetch(`${url}/metrics`)).text());
-    expect([...siblings.keys()].sort()).toEqual(["1", "2"]);
-    for (const [worker, row] of siblings) {
-      const other = siblings.get(worker === "1" ? "2" : "1")!;
-      expect({ worker, links: row.links, relayed: row.relayed, rejected: row["batches_total:rejected"], broken: row["batches_total:link_broken"] }).toEqual({ worker, links: 1, relayed: 0, rejected: 0, broken: 0 });
-      expect(row["entries_total:sent"]).toBeGreaterThan(0);
-      expect(row["entries_total:applied"]).toBe(other["entries_total:sent"]);
-    }
+    expectLinked(siblingSamples(await (await fetch(`${url}/metrics`)).text()), 2);
     // Whichever worker takes the scrape answers for both: each sample labelled with its worker, each family's HELP once.
     for (let scrape = 0; scrape < 2; scrape++) {
       const page = await (await fetch(`${url}/metrics`)).text();
@@ -101,6 +106,16 @@ describe("serve --workers N", () => {
       const help = page.split("\n").filter((l) => l.startsWith("# HELP "));
       expect(new Set(help).size).toBe(help.length);
     }
+    child.kill("SIGTERM");
+    expect(await exited).toBe(0);
+  }, 30_000);
+
+  it("three workers are linked in pairs and route as one gateway", async () => {
+    const fleet = await startEngines(4, engines);
+    const { url, child, exited } = await start(["--port", "0", "--workers", "3", "--log-level", "silent", ...fleet.flatMap((e) => ["--upstream", e.url])]);
+    expect(workerPids(child.pid!)).toHaveLength(3);
+    await expectRoutedAsOne(url);
+    expectLinked(siblingSamples(await (await fetch(`${url}/metrics`)).text()), 3);
     child.kill("SIGTERM");
     expect(await exited).toBe(0);
   }, 30_000);
@@ -143,6 +158,8 @@ describe("serve --workers N", () => {
       await new Promise((r) => setTimeout(r, 100));
     }
     expect(links).toEqual([1, 1]);
+    // And the new link carries what each learns: new conversations still route as one.
+    await expectRoutedAsOne(url);
     child.kill("SIGTERM");
     expect(await exited).toBe(0);
   }, 30_000);
@@ -214,7 +231,7 @@ describe("serve --workers N", () => {
     const urls = config.upstreams.map((u) => u.url);
     siblings.start(state, () => urls);
     const before = state.router.prefixIndex!.stats().blocks;
-    const ok = (entries: unknown[], loads: unknown[] = []) => ({ type: STATE_MESSAGE, from: 2, entries, loads });
+    const ok = (entries: unknown[], loads: unknown[] = []) => ({ type: STATE_MESSAGE, from: 2, epoch: 7, seq: 1, entries, loads });
     const learn = (hashes: unknown) => ({ op: "learn-blocks", url: urls[1], hashes, namespace: {} });
     const bads = [
       null,
@@ -232,13 +249,16 @@ describe("serve --workers N", () => {
       ok([], [{ url: urls[0], inFlight: -1, inFlightTokens: 0 }]),
       ok(new Array(4097).fill(learn(hashesText(new Uint32Array(2))))),
       { ...ok([]), from: "2" },
+      { ...ok([]), epoch: undefined }, // no process id
+      { ...ok([]), seq: 1.5 },
+      { ...ok([]), ended: false },
     ];
     for (const bad of bads) siblings.receive(bad);
     expect(siblings.counters.rejected).toBe(bads.length);
     expect(state.router.prefixIndex!.stats().blocks).toBe(before);
     // A good batch is applied: the sibling's block is now in upstream 1's view.
     const hashes = state.router.prefixIndex!.blockHashes(new Uint32Array(config.routing.tokensPerBlock).fill(7));
-    siblings.receive({ type: STATE_MESSAGE, from: 2, entries: [{ op: "learn-blocks", url: urls[1]!, hashes: hashesText(hashes), namespace: {} }], loads: [] } satisfies StateMessage);
+    siblings.receive({ type: STATE_MESSAGE, from: 2, epoch: 7, seq: 2, entries: [{ op: "learn-blocks", url: urls[1]!, hashes: hashesText(hashes), namespace: {} }], loads: [] } satisfies StateMessage);
     expect(siblings.counters.applied).toBe(1);
     expect(state.router.prefixIndex!.stats().blocks).toBe(before + 1);
   });

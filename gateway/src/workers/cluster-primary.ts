@@ -18,9 +18,8 @@
 // The primary itself serves nothing and holds no routing state.
 
 import cluster, { type Worker } from "node:cluster";
-import type { Socket } from "node:net";
 import { STATE_MESSAGE } from "./sibling-log.js";
-import { LINK_MESSAGE, socketPair, type LinkMessage } from "./sibling-links.js";
+import { isLinkMessage, LINK_MESSAGE, WorkerLinks } from "./sibling-links.js";
 import { isMetricsMessage, METRICS_MESSAGE, MetricsGather } from "./metrics-relay.js";
 
 /** A worker's message to the primary that it listens (with the URL). */
@@ -48,14 +47,6 @@ export interface ControlMessage {
  */
 const post = (w: Worker, message: object): void => {
   if (w.isConnected()) w.send(message, undefined, () => undefined);
-};
-
-/** Sends a link's end to worker `w`, which then owns it (the primary's copy is closed once sent); false when `w` is gone. */
-const postLink = (w: Worker, slot: number, end: Socket): boolean => {
-  if (!w.isConnected()) return false;
-  // Not sent (the worker went meanwhile): the primary's copy is closed here rather than kept.
-  w.send({ type: LINK_MESSAGE, slot } satisfies LinkMessage, end, { keepOpen: false }, (error) => error && end.destroy());
-  return true;
 };
 
 /**
@@ -107,36 +98,7 @@ export function runPrimary(n: number): Promise<number> {
     let stopping = false;
     let status = 0;
     const gather = new MetricsGather();
-    /** Pairs of worker slots linked directly, or being linked ("a:b", a < b): each pair is linked once. */
-    const linked = new Set<string>();
-    const pair = (a: number, b: number) => (a < b ? `${a}:${b}` : `${b}:${a}`);
-    /** Why links cannot be made here (null: they can); said once, and every worker then also sends through the primary. */
-    let noLinks: string | null = null;
-    /** Links worker `w` (slot `slot`, now listening) with every other started worker. */
-    const link = async (w: Worker, slot: number) => {
-      for (const [other, otherSlot] of [...slots]) {
-        const key = pair(slot, otherSlot);
-        // The other's own link() may have made this pair meanwhile (both started while a pair was being made).
-        if (other === w || !started.has(otherSlot) || noLinks !== null || linked.has(key)) continue;
-        linked.add(key);
-        let ends;
-        try {
-          ends = await socketPair();
-        } catch (error) {
-          linked.delete(key);
-          noLinks = (error as Error).message;
-          say(`the workers cannot be linked directly (${noLinks}): their routing changes go through the primary`);
-          for (const [any, anySlot] of slots) if (started.has(anySlot)) post(any, { type: LINK_MESSAGE, relay: true } satisfies LinkMessage);
-          return;
-        }
-        // Either may have gone meanwhile: a link with one end sent closes at once, and that worker drops it.
-        const sent = slots.get(w) === slot && slots.get(other) === otherSlot && postLink(w, otherSlot, ends[0]) && postLink(other, slot, ends[1]);
-        if (!sent) {
-          linked.delete(key);
-          for (const end of ends) if (!end.destroyed) end.destroy();
-        }
-      }
-    };
+    const links = new WorkerLinks(slots, started, say);
     const control = (action: ControlMessage["action"]) => {
       for (const [w, slot] of slots) {
         // One still starting reads no message yet (and has no signal handler: SIGTERM ends it, as it had served nothing).
@@ -159,11 +121,14 @@ export function runPrimary(n: number): Promise<number> {
       w.on("message", (m: unknown) => {
         const type = typeof m === "object" && m !== null ? (m as { type?: unknown }).type : undefined;
         if (type === STATE_MESSAGE) {
-          // Relayed as received, in this order, to the workers its sender has no link to (it names those it has);
-          // each receiver checks it whole (Siblings.receive).
+          // Relayed in the order received, under its sender's number, to the workers it has no link to (it names
+          // those it has); each receiver checks it whole (Siblings.receive).
           const sentOn = (m as { linked?: unknown }).linked;
           const skip = Array.isArray(sentOn) ? sentOn : [];
-          for (const [other, otherSlot] of slots) if (other !== w && !skip.includes(otherSlot)) post(other, m as object);
+          const relayed = { ...(m as object), from: slot, linked: undefined };
+          for (const [other, otherSlot] of slots) if (other !== w && !skip.includes(otherSlot)) post(other, relayed);
+        } else if (type === LINK_MESSAGE) {
+          if (isLinkMessage(m) && m.lost !== undefined) links.lost(slot, m.lost);
         } else if (type === METRICS_MESSAGE) {
           if (!isMetricsMessage(m)) return;
           // Each page under the number of the worker that sent it (the primary's slot, not the message's).
@@ -171,8 +136,7 @@ export function runPrimary(n: number): Promise<number> {
           else if (m.op === "page") gather.page(m.id, { worker: slot, text: m.text });
         } else if (type === LISTENING_MESSAGE) {
           started.add(slot);
-          if (noLinks !== null) post(w, { type: LINK_MESSAGE, relay: true } satisfies LinkMessage);
-          else void link(w, slot);
+          links.started(slot);
           if (url === null && started.size === n) {
             url = String((m as { url?: unknown }).url);
             process.stdout.write(`${url}\n`);
@@ -181,9 +145,10 @@ export function runPrimary(n: number): Promise<number> {
       });
       w.on("exit", (code, signal) => {
         slots.delete(w);
-        for (const other of slots.values()) linked.delete(pair(slot, other));
-        // Its requests are gone with it: the others drop its load report.
-        for (const other of slots.keys()) post(other, { type: STATE_MESSAGE, from: slot, entries: [], loads: [] });
+        links.exited(w, slot);
+        // Its requests are gone with it: the others drop its load report (and take none from a late batch of it).
+        const pid = w.process.pid ?? 0;
+        for (const other of slots.keys()) post(other, { type: STATE_MESSAGE, from: slot, epoch: pid, seq: 0, ended: true, entries: [], loads: [] });
         if (!stopping && !started.has(slot)) stop(`worker ${slot} could not start (exit ${code ?? signal}): stopping the others`, code === 0 || code === null ? 1 : code);
         else if (!stopping) {
           say(`worker ${slot} exited (${code ?? signal}): starting it again`);

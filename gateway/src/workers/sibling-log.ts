@@ -10,10 +10,11 @@
 // The channel is batched: a worker sends at most one message each FLUSH_MS,
 // holding what it changed meanwhile and its loads, however many requests it
 // placed. Messages cross as JSON (block hashes as base64 text) on a direct
-// link to each sibling (sibling-links.ts), or through the primary where no
-// link could be made. Each carries its sender's sequence number: a load
-// report older than one already taken (a batch relayed by the primary may
-// arrive after a later one on a link) is not taken.
+// link to each sibling (sibling-links.ts), and through the primary to those it
+// has no link to. Each carries its sender's process id and sequence number: a
+// load report older than one already taken (a batch relayed by the primary may
+// arrive after a later one on a link), or from a process known to be gone
+// (its link ended, or the primary said it exited), is not taken.
 
 import type { PrefixNamespace } from "adp-router";
 import type { RoutingState, StateEntry, StateLog } from "../fleet/routing-state.js";
@@ -78,8 +79,12 @@ export interface StateMessage {
   readonly type: typeof STATE_MESSAGE;
   /** The sending worker's number. */
   readonly from: number;
-  /** Its sequence number (1, 2, ... from its start); absent on the primary's notice that a worker is gone. */
-  readonly seq?: number;
+  /** The sending process's id (a restarted worker has the same number and a new id). */
+  readonly epoch: number;
+  /** Its sequence number (1, 2, ... from its start); 0 on the primary's notice that the process exited. */
+  readonly seq: number;
+  /** Set on the primary's notice that the process `epoch` exited (its loads are dropped). */
+  readonly ended?: true;
   readonly entries: readonly SiblingEntry[];
   /** Its in-flight requests per upstream now (all of them: a worker's earlier report is replaced). */
   readonly loads: readonly SiblingLoad[];
@@ -94,8 +99,8 @@ export type Send = (message: StateMessage) => void;
 /** Whether `v` is a batch as a sibling sends it, every entry within the bounds (anything else is dropped, counted). */
 export function isStateMessage(v: unknown): v is StateMessage {
   if (typeof v !== "object" || v === null || (v as StateMessage).type !== STATE_MESSAGE) return false;
-  const { entries, loads, from, seq } = v as StateMessage;
-  if (!Number.isSafeInteger(from) || (seq !== undefined && !Number.isSafeInteger(seq)) || !Array.isArray(loads) || loads.length > MAX_LOADS || !loads.every(isLoad)) return false;
+  const { entries, loads, from, seq, epoch, ended } = v as StateMessage;
+  if (!Number.isSafeInteger(from) || !Number.isSafeInteger(seq) || !Number.isSafeInteger(epoch) || (ended !== undefined && ended !== true) || !Array.isArray(loads) || loads.length > MAX_LOADS || !loads.every(isLoad)) return false;
   return Array.isArray(entries) && entries.length <= MAX_BATCH_ENTRIES && entries.every(isEntry);
 }
 
@@ -149,8 +154,12 @@ export class Siblings {
   #sink: LoadSink = () => {};
   /** Each sibling's last load report, by worker number. */
   readonly #reports = new Map<number, readonly SiblingLoad[]>();
-  /** The sequence number of each sibling's last load report taken. */
-  readonly #seqs = new Map<number, number>();
+  /** The process and sequence number of each sibling's last load report taken. */
+  readonly #taken = new Map<number, { readonly epoch: number; readonly seq: number }>();
+  /** Processes known to be gone, by worker number (the last few: a late batch of one is not taken for its loads). */
+  readonly #ended = new Map<number, number[]>();
+  /** This process's id, sent with each message. */
+  readonly #epoch: number;
   /** This worker's last message's sequence number. */
   #seq = 0;
   /** Characters of the hashes and keys in `#batch`. */
@@ -166,12 +175,14 @@ export class Siblings {
   #local: RoutingState | null = null;
   #urls: () => readonly string[] = () => [];
   #closed = false;
-  /** The links to the siblings this worker's batches go on (null: none, all through the primary). */
-  links: SiblingLinks | null = null;
+  /** The links to the siblings this worker's batches go on (null: none, all through the primary), for metrics. */
+  readonly links: SiblingLinks | null;
 
-  constructor(send: Send, self: number) {
+  constructor(send: Send, self: number, links: SiblingLinks | null = null, epoch: number = process.pid) {
     this.#send = send;
     this.#self = self;
+    this.links = links;
+    this.#epoch = epoch;
   }
 
   /** The state log the routing state appends to: learned prompts and bindings go to the siblings. */
@@ -214,7 +225,7 @@ export class Siblings {
     if (this.#loads().every((l) => l.inFlight === 0)) {
       // Now, not this turn: written before the answer leaves (answers wait for the check phase), the message is
       // in the sibling's link (or the primary's channel, which also hands it the client's next connection)
-      // before the client can open that connection.
+      // before the client can open that connection, unless an earlier batch still queues on that link.
       this.#timer?.();
       this.#flush();
     } else this.#soon();
@@ -246,7 +257,7 @@ export class Siblings {
     this.#sentLoads = text;
     this.#lastSent = performance.now();
     this.counters.sent += entries.length;
-    this.#send({ type: STATE_MESSAGE, from: this.#self, seq: ++this.#seq, entries, loads });
+    this.#send({ type: STATE_MESSAGE, from: this.#self, epoch: this.#epoch, seq: ++this.#seq, entries, loads });
   }
 
   /**
@@ -273,9 +284,36 @@ export class Siblings {
     sums.forEach(([n, tokens], i) => this.#sink(i, n, tokens));
   }
 
-  /** Sibling `slot` is gone (its link ended): its loads are dropped, and its next report is taken whatever its number. */
+  /** The link to sibling `slot` ended: the process last heard there is taken as gone (its loads dropped until it, or its restart, reports again). */
   gone(slot: number): void {
-    this.receive({ type: STATE_MESSAGE, from: slot, entries: [], loads: [] });
+    const last = this.#taken.get(slot);
+    if (last !== undefined) this.#end(slot, last.epoch);
+  }
+
+  /** A new link to a sibling: it has none of this worker's loads yet, so the next message carries them. */
+  resend(): void {
+    this.#sentLoads = "";
+    if (this.#local !== null && !this.#closed) this.#soon();
+  }
+
+  /** Process `epoch` of worker `slot` is gone: its loads are dropped, and a late batch of it is not taken for them. */
+  #end(slot: number, epoch: number): void {
+    const ended = this.#ended.get(slot) ?? [];
+    if (!ended.includes(epoch)) ended.push(epoch);
+    if (ended.length > 8) ended.shift();
+    this.#ended.set(slot, ended);
+    if (this.#taken.get(slot)?.epoch === epoch) {
+      this.#taken.delete(slot);
+      this.#reports.delete(slot);
+      this.#sumLoads(new Map(this.#urls().map((url, i) => [url, i])));
+    }
+  }
+
+  /** Whether a report of worker `from`'s process `epoch` numbered `seq` is newer than the one taken (and its process not gone). */
+  #newer(from: number, epoch: number, seq: number): boolean {
+    if (this.#ended.get(from)?.includes(epoch) === true) return false;
+    const last = this.#taken.get(from);
+    return last === undefined || last.epoch !== epoch || seq > last.seq;
   }
 
   /** Applies a sibling's batch (from its link, or relayed by the primary) to the routing state, quietly: it is not sent on again. */
@@ -287,11 +325,11 @@ export class Siblings {
     }
     // Each upstream's index by URL, once for the batch (loads and entries name upstreams by URL).
     const at = new Map(this.#urls().map((url, i) => [url, i]));
-    const { from, seq } = message;
-    // A report older than the one taken stays out; a notice without a number (the sender is gone) resets it.
-    if (from !== this.#self && (seq === undefined || seq > (this.#seqs.get(from) ?? 0))) {
-      if (seq === undefined) this.#seqs.delete(from);
-      else this.#seqs.set(from, seq);
+    const { from, seq, epoch } = message;
+    // A worker's own number on a batch is never its own (those never come back): its loads are not taken.
+    if (from !== this.#self && message.ended === true) this.#end(from, epoch);
+    else if (from !== this.#self && this.#newer(from, epoch, seq)) {
+      this.#taken.set(from, { epoch, seq });
       this.#reports.set(from, message.loads);
       this.#sumLoads(at);
     }
@@ -307,10 +345,11 @@ export class Siblings {
     }
   }
 
-  /** Sends what is pending, then stops. */
+  /** Sends what is pending, then stops (its links end once that is written). */
   close(): void {
     this.#timer?.();
     this.#flush();
     this.#closed = true;
+    this.links?.close();
   }
 }
