@@ -13,7 +13,7 @@ import { TokenizerLoadError } from "./tokenizers/tokenizer-loading.js";
 import { availableParallelism } from "node:os";
 import { capYoungGeneration, setHeapGrowth } from "./common/heap-growth.js";
 import { collectYoungBuffers } from "./common/young-buffers.js";
-import { isControl, isGatewayWorker, LISTENING_MESSAGE, runPrimary, WORKER_ENV } from "./workers/cluster-primary.js";
+import { isControl, isGatewayWorker, LISTENING_MESSAGE, RESTARTED_ENV, runPrimary, WORKER_ENV } from "./workers/cluster-primary.js";
 import { Siblings } from "./workers/sibling-log.js";
 import { LINK_MESSAGE, SiblingLinks, type LinkMessage } from "./workers/sibling-links.js";
 import { Socket } from "node:net";
@@ -194,7 +194,8 @@ async function serve(args: string[]): Promise<number> {
   const unreachable = await unreachableAtStart(config);
   if (unreachable.length > 0) {
     const list = unreachable.map((u) => `  upstream ${u.index} (${u.url}): ${u.reason}`).join("\n");
-    if (config.health.onStart === "require") {
+    // A worker started again joins a gateway that serves already: an upstream down now starts unhealthy in it, as in its siblings.
+    if (config.health.onStart === "require" && !(isGatewayWorker() && process.env[RESTARTED_ENV] !== undefined)) {
       await reader.close();
       return fail(`${unreachable.length === 1 ? "an upstream cannot" : `${unreachable.length} upstreams cannot`} be reached:\n${list}\nStart ${unreachable.length === 1 ? "it" : "them"} first, or pass --allow-unreachable (health.on_start: warn) to start without ${unreachable.length === 1 ? "it" : "them"}.`, 1);
     }
@@ -252,7 +253,7 @@ async function serve(args: string[]): Promise<number> {
         if (workerMetrics?.receive(m) === true) return;
         if (!isControl(m)) siblings.receive(m);
         else if (m.action === "reload") reload();
-        else if (!stopping) stop("SIGTERM");
+        else if (!stopping) stop("the primary's stop");
       });
       toPrimary({ type: LISTENING_MESSAGE, url: gateway.url });
       return;

@@ -44,12 +44,16 @@ const batch = (seq: number, hashes: string, from = 1): StateMessage => ({ type: 
 
 describe("worker links", () => {
   it("carry every batch whole and in order, lines split across reads included", async () => {
-    const { one, got } = await linkedPair();
-    // 200 batches of up to ~340 KB each: many cross a read's boundary.
+    const { one, got, a } = await linkedPair();
+    // 200 batches of up to ~430 KB each (34 MB in all, paced to stay within what a link holds unread): many cross a read's boundary.
     const sent = Array.from({ length: 200 }, (_, i) => batch(i + 1, hashesText(new Uint32Array(2 * (1 + ((i * 7919) % 40_000))).fill(i))));
-    for (const m of sent) one.send(m);
+    for (const m of sent) {
+      one.send(m);
+      while (a.writableLength > 4 * 1024 * 1024) await new Promise((r) => setTimeout(r, 1));
+    }
     await until(() => got[2].length === sent.length);
     expect(got[2]).toEqual(sent);
+    expect(one.counters).toEqual({ overflowed: 0, broken: 0, closed: 0 });
   });
 
   it("end at a line that is not JSON, one under another worker's number, or one longer than the bound, and say the sibling is gone", async () => {
@@ -75,7 +79,7 @@ describe("worker links", () => {
     expect(long.got[2]).toEqual([]);
   }, 30_000);
 
-  it("end when a sibling leaves 64 MiB unread (its batches then go through the primary), never holding more", async () => {
+  it("end when a sibling leaves 16 MiB unread (its batches then go through the primary), never holding more", async () => {
     const { one, two, gone, b } = await linkedPair();
     b.pause(); // sibling 2 stops reading
     const big = batch(1, hashesText(new Uint32Array(2 * 100_000))); // ~1 MB a line
@@ -85,8 +89,8 @@ describe("worker links", () => {
       sent++;
     }
     expect(one.counters.overflowed).toBe(1);
-    expect(sent).toBeGreaterThan(50); // 64 MiB of ~1 MB lines, less what the kernel took
-    expect(sent).toBeLessThan(80);
+    expect(sent).toBeGreaterThan(10); // 16 MiB of ~1 MB lines, less what the kernel took
+    expect(sent).toBeLessThan(24);
     expect(one.relay).toBe(true);
     await until(() => gone[1].length === 1);
     expect(two.size === 0 || two.size === 1).toBe(true);
@@ -115,6 +119,7 @@ describe("worker links", () => {
     c.destroy();
     await until(() => gone[2].length === 1);
     expect(gone[2]).toEqual([1]);
+    expect(two.counters).toEqual({ overflowed: 0, broken: 0, closed: 1 }); // the replaced link's close is not counted
   });
 
   it("take only the primary's link messages: a bad slot is not one, a handle that is not a socket makes no link", () => {

@@ -2,7 +2,8 @@
 // worker processes sharing one port) on loopback in front of mock engines.
 // Each request goes on a connection of its own, so the cluster hands them to
 // the workers in turn: what one worker placed, the other must know.
-import { readFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { request } from "node:http";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
@@ -72,10 +73,23 @@ function expectLinked(siblings: Map<string, Record<string, number>>, n: number):
   let sent = 0;
   for (const row of siblings.values()) sent += row["entries_total:sent"]!;
   for (const [worker, row] of siblings) {
-    expect({ worker, links: row.links, relayed: row.relayed, rejected: row.rejected_batches_total, ended: row["links_ended_total:broken"]! + row["links_ended_total:overflowed"]! }).toEqual({ worker, links: n - 1, relayed: 0, rejected: 0, ended: 0 });
+    expect({ worker, links: row.links, relayed: row.relayed, rejected: row.rejected_batches_total, ended: row["links_ended_total:broken"]! + row["links_ended_total:overflowed"]! + row["links_ended_total:closed"]! }).toEqual({ worker, links: n - 1, relayed: 0, rejected: 0, ended: 0 });
     expect(row["entries_total:sent"]).toBeGreaterThan(0);
     expect({ worker, applied: row["entries_total:applied"] }).toEqual({ worker, applied: sent - row["entries_total:sent"]! });
   }
+}
+
+/** Waits until `primary` has `n` workers, none of them `gone`, each listening (linked to the others on `url`'s /metrics). */
+async function untilWorkers(primary: number, n: number, url: string, gone: number): Promise<void> {
+  for (let i = 0; i < 100; i++) {
+    const pids = workerPids(primary);
+    if (pids.length === n && !pids.includes(gone)) {
+      const links = [...siblingSamples(await (await fetch(`${url}/metrics`)).text()).values()].map((row) => row.links);
+      if (links.length === n && links.every((l) => l === n - 1)) return;
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`no ${n} listening workers in 10 s`);
 }
 
 /** Each worker's sibling samples on a `/metrics` page, by worker number. */
@@ -160,6 +174,39 @@ describe("serve --workers N", () => {
     expect(links).toEqual([1, 1]);
     // And the new link carries what each learns: new conversations still route as one.
     await expectRoutedAsOne(url);
+    child.kill("SIGTERM");
+    expect(await exited).toBe(0);
+  }, 30_000);
+
+  it("a worker started again while an upstream is down starts with it unhealthy: the gateway stays up", async () => {
+    const fleet = await startEngines(2, engines);
+    const { url, child, exited, stderr } = await start(["--port", "0", "--workers", "2", "--log-level", "silent", ...fleet.flatMap((e) => ["--upstream", e.url])]);
+    await fleet[1]!.close(); // the second engine goes down after the gateway started
+    const [victim] = workerPids(child.pid!);
+    process.kill(victim!, "SIGKILL");
+    await untilWorkers(child.pid!, 2, url, victim!);
+    expect(stderr()).toMatch(/worker [12] exited \(SIGKILL\): starting it again/);
+    expect(stderr()).not.toContain("stopping the others");
+    for (let i = 0; i < 6; i++) expect((await chatAlone(url, `with one engine down ${i}`)).status).toBe(200);
+    child.kill("SIGTERM");
+    expect(await exited).toBe(0);
+  }, 30_000);
+
+  it("a worker whose restart fails (its configuration file broken since) is tried again, less often, while the other serves", async () => {
+    const fleet = await startEngines(2, engines);
+    const file = path.join(mkdtempSync(path.join(tmpdir(), "adp-workers-")), "gateway.yaml");
+    const good = `upstreams:\n${fleet.map((e) => `  - url: ${e.url}\n`).join("")}`;
+    writeFileSync(file, good);
+    const { url, child, exited, stderr } = await start(["--config", file, "--port", "0", "--workers", "2", "--log-level", "silent"]);
+    writeFileSync(file, "upstreams: [{ url: notaurl }]\n");
+    const [victim] = workerPids(child.pid!);
+    process.kill(victim!, "SIGKILL");
+    for (let i = 0; i < 60 && !/could not start again \(exit 2\): trying again in 2 s/.test(stderr()); i++) await new Promise((r) => setTimeout(r, 100));
+    expect(stderr()).toMatch(/could not start again \(exit 2\): trying again in 2 s/);
+    for (let i = 0; i < 4; i++) expect((await chatAlone(url, `while a restart fails ${i}`)).status).toBe(200);
+    writeFileSync(file, good);
+    await untilWorkers(child.pid!, 2, url, victim!);
+    expect(stderr()).not.toContain("stopping the others");
     child.kill("SIGTERM");
     expect(await exited).toBe(0);
   }, 30_000);

@@ -28,9 +28,17 @@ export const LISTENING_MESSAGE = "adp-gateway-listening";
 export const CONTROL_MESSAGE = "adp-gateway-control";
 /** The environment variable a worker finds its number in (1-based). */
 export const WORKER_ENV = "ADP_GATEWAY_WORKER";
+/**
+ * Set for a worker started again after one in its slot served: the gateway is
+ * serving already, so an upstream it cannot reach starts unhealthy (as
+ * `--allow-unreachable`) rather than stopping the worker.
+ */
+export const RESTARTED_ENV = "ADP_GATEWAY_RESTARTED";
+/** Longest wait between two tries to start a worker slot again whose restarts fail (doubling from RESTART_MS). */
+const MAX_RESTART_MS = 30_000;
 /** glibc's own default trim threshold (bytes), which a worker starts with fixed (see workerEnv). */
 const GLIBC_TRIM_THRESHOLD = "131072";
-/** Shortest time between two restarts of one worker slot. */
+/** Shortest time between two restarts of one worker slot (doubling, to MAX_RESTART_MS, while its restarts fail to start). */
 const RESTART_MS = 1_000;
 
 /** A control message from the primary. */
@@ -94,6 +102,10 @@ export function runPrimary(n: number): Promise<number> {
     const slots = new Map<Worker, number>();
     const started = new Set<number>();
     const lastStart = new Map<number, number>();
+    /** Slots whose worker served (listened) at least once: one that fails to start again is retried, not fatal. */
+    const served = new Set<number>();
+    /** Each slot's restarts in a row that did not reach listening. */
+    const failedRestarts = new Map<number, number>();
     let url: string | null = null;
     let stopping = false;
     let status = 0;
@@ -116,7 +128,7 @@ export function runPrimary(n: number): Promise<number> {
     };
     const fork = (slot: number) => {
       lastStart.set(slot, Date.now());
-      const w = cluster.fork(workerEnv(slot));
+      const w = cluster.fork({ ...workerEnv(slot), ...(served.has(slot) ? { [RESTARTED_ENV]: "1" } : {}) });
       slots.set(w, slot);
       w.on("message", (m: unknown) => {
         const type = typeof m === "object" && m !== null ? (m as { type?: unknown }).type : undefined;
@@ -136,6 +148,8 @@ export function runPrimary(n: number): Promise<number> {
           else if (m.op === "page") gather.page(m.id, { worker: slot, text: m.text });
         } else if (type === LISTENING_MESSAGE) {
           started.add(slot);
+          served.add(slot);
+          failedRestarts.delete(slot);
           links.started(slot);
           if (url === null && started.size === n) {
             url = String((m as { url?: unknown }).url);
@@ -149,11 +163,15 @@ export function runPrimary(n: number): Promise<number> {
         // Its requests are gone with it: the others drop its load report (and take none from a late batch of it).
         const pid = w.process.pid ?? 0;
         for (const other of slots.keys()) post(other, { type: STATE_MESSAGE, from: slot, epoch: pid, seq: 0, ended: true, entries: [], loads: [] });
-        if (!stopping && !started.has(slot)) stop(`worker ${slot} could not start (exit ${code ?? signal}): stopping the others`, code === 0 || code === null ? 1 : code);
+        if (!stopping && !served.has(slot)) stop(`worker ${slot} could not start (exit ${code ?? signal}): stopping the others`, code === 0 || code === null ? 1 : code);
         else if (!stopping) {
-          say(`worker ${slot} exited (${code ?? signal}): starting it again`);
+          // The others serve meanwhile: a restart that fails (a configuration file broken since, ...) is tried again, less often.
+          const failed = started.has(slot) ? 0 : (failedRestarts.get(slot) ?? 0) + 1;
+          failedRestarts.set(slot, failed);
+          const wait = Math.min(MAX_RESTART_MS, RESTART_MS * 2 ** failed);
+          say(failed === 0 ? `worker ${slot} exited (${code ?? signal}): starting it again` : `worker ${slot} could not start again (exit ${code ?? signal}): trying again in ${wait / 1000} s`);
           started.delete(slot);
-          setTimeout(() => stopping || fork(slot), Math.max(0, RESTART_MS - (Date.now() - (lastStart.get(slot) ?? 0))));
+          setTimeout(() => stopping || fork(slot), Math.max(0, wait - (Date.now() - (lastStart.get(slot) ?? 0))));
         }
         if (slots.size === 0 && stopping) resolve(status);
       });

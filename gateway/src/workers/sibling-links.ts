@@ -20,7 +20,7 @@
 // On a link, a batch is one line of JSON (JSON escapes every line break in a
 // string) sent under its sender's number. A line longer than MAX_LINE_CHARS,
 // one that is not JSON, or one under another number ends the link (counted),
-// as does more than MAX_PENDING_BYTES queued for a sibling that does not read:
+// as does more than MAX_PENDING_BYTES (16 MiB) queued for a sibling that does not read:
 // its batches then go through the primary until the link is made again.
 
 import type { Worker } from "node:cluster";
@@ -33,10 +33,10 @@ import type { StateMessage } from "./sibling-log.js";
 /** The primary's message to a worker that comes with a link's end (`slot`: the worker at its other end); a worker's to the primary that its link to `lost` ended. */
 export const LINK_MESSAGE = "adp-gateway-link";
 
-/** Longest line a link takes (a batch is flushed at a quarter of this: sibling-log.ts). */
-export const MAX_LINE_CHARS = 64 * 1024 * 1024;
-/** Most bytes queued on a link for a sibling that is not reading; past it the link ends. */
-const MAX_PENDING_BYTES = 64 * 1024 * 1024;
+/** Longest line a link takes (a batch is flushed at a quarter of this: sibling-log.ts; one prompt's entry is at most ~1.4 MB). */
+export const MAX_LINE_CHARS = 16 * 1024 * 1024;
+/** Most bytes queued on a link for a sibling that is not reading (what a stopped sibling costs each sender); past it the link ends. */
+const MAX_PENDING_BYTES = 16 * 1024 * 1024;
 /** How long after a link ended, or could not be made, the primary makes it again, ms. */
 export const RELINK_MS = 1_000;
 
@@ -182,12 +182,14 @@ export class WorkerLinks {
   }
 }
 
-/** Counters of a worker's links. */
+/** Counters of a worker's links that ended. */
 export interface LinkCounters {
-  /** Links ended for a sibling that did not read (MAX_PENDING_BYTES queued). */
+  /** Ended here for a sibling that did not read (MAX_PENDING_BYTES queued). */
   overflowed: number;
-  /** Links ended for a line too long, not JSON, or under another worker's number. */
+  /** Ended here for a line too long, not JSON, or under another worker's number. */
   broken: number;
+  /** Closed from the other end (the sibling exited, or ended the link). */
+  closed: number;
 }
 
 /** What a worker's links tell it. */
@@ -202,7 +204,7 @@ export interface LinkEvents {
 
 /** In a worker: its links to its siblings, by their worker numbers. */
 export class SiblingLinks {
-  readonly counters: LinkCounters = { overflowed: 0, broken: 0 };
+  readonly counters: LinkCounters = { overflowed: 0, broken: 0, closed: 0 };
   /** The links, by the sibling's worker number. */
   readonly #links = new Map<number, Socket>();
   /** How many siblings this worker has (`--workers` less one). */
@@ -281,7 +283,10 @@ export class SiblingLinks {
       if (held.length > MAX_LINE_CHARS) this.#break(slot, socket);
     });
     socket.on("error", () => {}); // 'close' follows
-    socket.on("close", () => this.#end(slot, socket));
+    socket.on("close", () => {
+      if (this.#links.get(slot) === socket) this.counters.closed++; // not ended here first
+      this.#end(slot, socket);
+    });
     socket.resume();
     this.#events.added(slot);
   }
