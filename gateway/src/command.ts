@@ -102,10 +102,13 @@ const toPrimary = (message: object): void => {
   if (process.connected) process.send?.(message, undefined, undefined, () => undefined);
 };
 
+/** The name this process's lines on standard error start with (a worker's with its number: each worker says its own). */
+const said = (): string => (isGatewayWorker() ? `adp-router-gateway serve (worker ${process.env[WORKER_ENV]})` : "adp-router-gateway serve");
+
 /** serveCommand's work, in this process (a primary of workers, a worker, or the one gateway). */
 async function serve(args: string[]): Promise<number> {
   const fail = (message: string, status = 2): number => {
-    process.stderr.write(`adp-router-gateway serve: ${message}\n`);
+    process.stderr.write(`${said()}: ${message}\n`);
     return status;
   };
   let values: ReturnType<typeof parse>["values"];
@@ -199,7 +202,7 @@ async function serve(args: string[]): Promise<number> {
       await reader.close();
       return fail(`${unreachable.length === 1 ? "an upstream cannot" : `${unreachable.length} upstreams cannot`} be reached:\n${list}\nStart ${unreachable.length === 1 ? "it" : "them"} first, or pass --allow-unreachable (health.on_start: warn) to start without ${unreachable.length === 1 ? "it" : "them"}.`, 1);
     }
-    process.stderr.write(`adp-router-gateway serve: warning: starting with unreachable upstreams; they start unhealthy (no request tries them, /health shows them) until ${config.health.healthyThreshold} health check${config.health.healthyThreshold === 1 ? "" : "s"} in a row pass${config.health.healthyThreshold === 1 ? "es" : ""}:\n${list}\n`);
+    process.stderr.write(`${said()}: warning: starting with unreachable upstreams; they start unhealthy (no request tries them, /health shows them) until ${config.health.healthyThreshold} health check${config.health.healthyThreshold === 1 ? "" : "s"} in a row pass${config.health.healthyThreshold === 1 ? "es" : ""}:\n${list}\n`);
   }
   let gateway;
   try {
@@ -214,12 +217,12 @@ async function serve(args: string[]): Promise<number> {
     let stopping = false;
     const stop = (signal: string) => {
       if (stopping) {
-        process.stderr.write(`adp-router-gateway serve: ${signal} again, exiting now\n`);
+        process.stderr.write(`${said()}: ${signal} again, exiting now\n`);
         resolve(1);
         process.exit(1);
       }
       stopping = true;
-      process.stderr.write(`adp-router-gateway serve: ${signal}: finishing in-flight requests (up to ${deadline} s)\n`);
+      process.stderr.write(`${said()}: ${signal}: finishing in-flight requests (up to ${deadline} s)\n`);
       void gateway.close(deadline * 1000).then(() => resolve(0));
     };
     process.on("SIGTERM", () => stop("SIGTERM"));
@@ -228,7 +231,7 @@ async function serve(args: string[]): Promise<number> {
     const reload = () => {
       if (stopping) return; // shutting down: nothing to reload into
       if (file === undefined) {
-        process.stderr.write("adp-router-gateway serve: SIGHUP: no --config file to reload\n");
+        process.stderr.write(`${said()}: SIGHUP: no --config file to reload\n`);
         return;
       }
       void (async () => {
@@ -239,9 +242,9 @@ async function serve(args: string[]): Promise<number> {
           flags.upstreams || flags.prefill || flags.decode ? "the upstreams come from the flags, not the file" : "",
           change.needRestart.length > 0 ? `changed but needing a restart: ${change.needRestart.join(", ")}` : "",
         ].filter((n) => n !== "");
-        process.stderr.write(`adp-router-gateway serve: SIGHUP: upstreams reloaded (${change.added.length} added, ${change.removed.length} removed, ${change.kept.length} kept)${notes.length > 0 ? `; ${notes.join("; ")}` : ""}\n`);
+        process.stderr.write(`${said()}: SIGHUP: upstreams reloaded (${change.added.length} added, ${change.removed.length} removed, ${change.kept.length} kept)${notes.length > 0 ? `; ${notes.join("; ")}` : ""}\n`);
       })().catch((error: unknown) => {
-        process.stderr.write(`adp-router-gateway serve: SIGHUP: the configuration was not reloaded: ${error instanceof GatewayConfigError ? error.message : (error as Error).message}\n`);
+        process.stderr.write(`${said()}: SIGHUP: the configuration was not reloaded: ${error instanceof GatewayConfigError ? error.message : (error as Error).message}\n`);
       });
     };
     process.on("SIGHUP", reload);

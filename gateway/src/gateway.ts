@@ -155,7 +155,8 @@ function listen(server: Server, config: GatewayConfig): Promise<void> {
  */
 export async function createGateway(input: GatewayConfig | GatewayConfigObject, options: GatewayOptions = {}): Promise<Gateway> {
   const config = checked(input);
-  const log = options.logger ?? pino({ level: config.logging.level, base: undefined });
+  // A worker of `--workers N` names itself on each line (its siblings log the same events).
+  const log = options.logger ?? pino({ level: config.logging.level, base: options.siblings === undefined ? undefined : { worker: options.siblings.self } });
   warnAtStart(config, log);
   const startUnhealthy = options.startUnhealthy ?? (await unreachableToStartOut(config, log));
   // Tokenizing: the configured tokenizer (a Hugging Face one on worker threads; a TokenizerLoadError names the file), or the one given.

@@ -106,7 +106,7 @@ function siblingSamples(page: string): Map<string, Record<string, number>> {
 describe("serve --workers N", () => {
   it("two workers route as one gateway: each conversation's next turns reach the upstream its first turn went to, whichever worker takes them", async () => {
     const fleet = await startEngines(4, engines);
-    const { url, child, exited } = await start(["--port", "0", "--workers", "2", "--log-level", "silent", ...fleet.flatMap((e) => ["--upstream", e.url])]);
+    const { url, child, exited, stderr } = await start(["--port", "0", "--workers", "2", "--log-level", "silent", ...fleet.flatMap((e) => ["--upstream", e.url])]);
     expect(workerPids(child.pid!)).toHaveLength(2);
     await expectRoutedAsOne(url);
     // Over their direct link, not through the primary: each entry one worker sent, the other applied once.
@@ -122,6 +122,8 @@ describe("serve --workers N", () => {
     }
     child.kill("SIGTERM");
     expect(await exited).toBe(0);
+    // Each worker names itself on standard error, and says who stopped it.
+    for (const n of [1, 2]) expect(stderr()).toContain(`adp-router-gateway serve (worker ${n}): the primary's stop: finishing in-flight requests`);
   }, 30_000);
 
   it("three workers are linked in pairs and route as one gateway", async () => {

@@ -147,7 +147,7 @@ export class Siblings {
   readonly counters: SiblingCounters = { sent: 0, applied: 0, skipped: 0, rejected: 0 };
   readonly #send: Send;
   /** This worker's number. */
-  readonly #self: number;
+  readonly self: number;
   /** This worker's loads now. */
   #loads: () => readonly SiblingLoad[] = () => [];
   /** Where the siblings' summed loads go. */
@@ -180,7 +180,7 @@ export class Siblings {
 
   constructor(send: Send, self: number, links: SiblingLinks | null = null, epoch: number = process.pid) {
     this.#send = send;
-    this.#self = self;
+    this.self = self;
     this.links = links;
     this.#epoch = epoch;
   }
@@ -257,7 +257,7 @@ export class Siblings {
     this.#sentLoads = text;
     this.#lastSent = performance.now();
     this.counters.sent += entries.length;
-    this.#send({ type: STATE_MESSAGE, from: this.#self, epoch: this.#epoch, seq: ++this.#seq, entries, loads });
+    this.#send({ type: STATE_MESSAGE, from: this.self, epoch: this.#epoch, seq: ++this.#seq, entries, loads });
   }
 
   /**
@@ -327,8 +327,8 @@ export class Siblings {
     const at = new Map(this.#urls().map((url, i) => [url, i]));
     const { from, seq, epoch } = message;
     // A worker's own number on a batch is never its own (those never come back): its loads are not taken.
-    if (from !== this.#self && message.ended === true) this.#end(from, epoch);
-    else if (from !== this.#self && this.#newer(from, epoch, seq)) {
+    if (from !== this.self && message.ended === true) this.#end(from, epoch);
+    else if (from !== this.self && this.#newer(from, epoch, seq)) {
       this.#taken.set(from, { epoch, seq });
       this.#reports.set(from, message.loads);
       this.#sumLoads(at);
