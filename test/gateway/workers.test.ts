@@ -67,13 +67,17 @@ async function expectRoutedAsOne(url: string): Promise<void> {
   }
 }
 
-/** That `n` workers are each linked to every other, none relayed, and each applied every entry the others sent, once. */
-function expectLinked(siblings: Map<string, Record<string, number>>, n: number): void {
+/**
+ * That `n` workers each applied every entry the others sent, once, with none
+ * rejected and no link ended: each linked to every other and none relayed
+ * (`linked`), or none linked and all relayed.
+ */
+function expectShared(siblings: Map<string, Record<string, number>>, n: number, linked = true): void {
   expect(siblings.size).toBe(n);
   let sent = 0;
   for (const row of siblings.values()) sent += row["entries_total:sent"]!;
   for (const [worker, row] of siblings) {
-    expect({ worker, links: row.links, relayed: row.relayed, rejected: row.rejected_batches_total, ended: row["links_ended_total:broken"]! + row["links_ended_total:overflowed"]! + row["links_ended_total:closed"]! }).toEqual({ worker, links: n - 1, relayed: 0, rejected: 0, ended: 0 });
+    expect({ worker, links: row.links, relayed: row.relayed, rejected: row.rejected_batches_total, ended: row["links_ended_total:broken"]! + row["links_ended_total:overflowed"]! + row["links_ended_total:closed"]! }).toEqual({ worker, links: linked ? n - 1 : 0, relayed: linked ? 0 : 1, rejected: 0, ended: 0 });
     expect(row["entries_total:sent"]).toBeGreaterThan(0);
     expect({ worker, applied: row["entries_total:applied"] }).toEqual({ worker, applied: sent - row["entries_total:sent"]! });
   }
@@ -110,7 +114,7 @@ describe("serve --workers N", () => {
     expect(workerPids(child.pid!)).toHaveLength(2);
     await expectRoutedAsOne(url);
     // Over their direct link, not through the primary: each entry one worker sent, the other applied once.
-    expectLinked(siblingSamples(await (await fetch(`${url}/metrics`)).text()), 2);
+    expectShared(siblingSamples(await (await fetch(`${url}/metrics`)).text()), 2);
     // Whichever worker takes the scrape answers for both: each sample labelled with its worker, each family's HELP once.
     for (let scrape = 0; scrape < 2; scrape++) {
       const page = await (await fetch(`${url}/metrics`)).text();
@@ -131,7 +135,7 @@ describe("serve --workers N", () => {
     const { url, child, exited } = await start(["--port", "0", "--workers", "3", "--log-level", "silent", ...fleet.flatMap((e) => ["--upstream", e.url])]);
     expect(workerPids(child.pid!)).toHaveLength(3);
     await expectRoutedAsOne(url);
-    expectLinked(siblingSamples(await (await fetch(`${url}/metrics`)).text()), 3);
+    expectShared(siblingSamples(await (await fetch(`${url}/metrics`)).text()), 3);
     child.kill("SIGTERM");
     expect(await exited).toBe(0);
   }, 30_000);
@@ -142,13 +146,7 @@ describe("serve --workers N", () => {
     const { url, child, exited, stderr } = await startServe(CLI, args, children, { ...process.env, TMPDIR: "/nonexistent/adp-router-test" });
     await expectRoutedAsOne(url);
     expect(stderr()).toContain("the workers cannot be linked directly");
-    const siblings = siblingSamples(await (await fetch(`${url}/metrics`)).text());
-    expect([...siblings.keys()].sort()).toEqual(["1", "2"]);
-    for (const [worker, row] of siblings) {
-      const other = siblings.get(worker === "1" ? "2" : "1")!;
-      expect({ worker, links: row.links, relayed: row.relayed }).toEqual({ worker, links: 0, relayed: 1 });
-      expect(row["entries_total:applied"]).toBe(other["entries_total:sent"]);
-    }
+    expectShared(siblingSamples(await (await fetch(`${url}/metrics`)).text()), 2, false);
     child.kill("SIGTERM");
     expect(await exited).toBe(0);
   }, 30_000);
@@ -163,17 +161,8 @@ describe("serve --workers N", () => {
     expect(stderr()).toMatch(/worker [12] exited \(SIGKILL\): starting it again/);
     await new Promise((r) => setTimeout(r, 300)); // its channel's end, after which the primary hands it no connection
     for (let i = 0; i < 10; i++) expect((await chatAlone(url, `after the crash ${i}`)).status).toBe(200);
-    for (let i = 0; i < 50 && workerPids(child.pid!).length < 2; i++) await new Promise((r) => setTimeout(r, 100));
-    expect(workerPids(child.pid!)).toHaveLength(2);
-    expect(workerPids(child.pid!)).not.toContain(victim);
-    // The new worker is linked to the other once it listens (the old link ended with the dead one).
-    let links: number[] = [];
-    for (let i = 0; i < 50; i++) {
-      links = [...siblingSamples(await (await fetch(`${url}/metrics`)).text()).values()].map((row) => row.links!);
-      if (links.length === 2 && links.every((n) => n === 1)) break;
-      await new Promise((r) => setTimeout(r, 100));
-    }
-    expect(links).toEqual([1, 1]);
+    // A new worker in its place, linked to the other once it listens (the old link ended with the dead one).
+    await untilWorkers(child.pid!, 2, url, victim!);
     // And the new link carries what each learns: new conversations still route as one.
     await expectRoutedAsOne(url);
     child.kill("SIGTERM");

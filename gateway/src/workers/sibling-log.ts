@@ -272,6 +272,11 @@ export class Siblings {
     this.#sink = sink;
   }
 
+  /** Each upstream's index in the fleet, by URL (siblings name upstreams by URL). */
+  #urlIndex(): Map<string, number> {
+    return new Map(this.#urls().map((url, i) => [url, i]));
+  }
+
   /** Sums the siblings' last reports per upstream into the sink (every upstream, so one no sibling names is zero); `at` gives each URL's index. */
   #sumLoads(at: ReadonlyMap<string, number>): void {
     const sums = Array.from({ length: at.size }, () => [0, 0] as [number, number]);
@@ -305,7 +310,7 @@ export class Siblings {
     if (this.#taken.get(slot)?.epoch === epoch) {
       this.#taken.delete(slot);
       this.#reports.delete(slot);
-      this.#sumLoads(new Map(this.#urls().map((url, i) => [url, i])));
+      this.#sumLoads(this.#urlIndex());
     }
   }
 
@@ -323,8 +328,8 @@ export class Siblings {
       this.counters.rejected++;
       return;
     }
-    // Each upstream's index by URL, once for the batch (loads and entries name upstreams by URL).
-    const at = new Map(this.#urls().map((url, i) => [url, i]));
+    // Once for the batch: loads and entries name upstreams by URL.
+    const at = this.#urlIndex();
     const { from, seq, epoch } = message;
     // A worker's own number on a batch is never its own (those never come back): its loads are not taken.
     if (from !== this.self && message.ended === true) this.#end(from, epoch);
