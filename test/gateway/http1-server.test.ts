@@ -303,13 +303,46 @@ describe("the own server path on a connection", () => {
     const c = await rawConnection(gateway.url);
     c.socket.write(chatRequest("hi"));
     const text = await c.until((t) => t.includes('"choices"'));
-    expect(text).toMatch(/\r\nKeep-Alive: timeout=2\r\n/);
+    expect(text).toMatch(/\r\nKeep-Alive: timeout=2, max=1000\r\n/);
     expect(text).toMatch(/\r\nConnection: keep-alive\r\n/);
     expect(text).toMatch(/\r\ncontent-length: \d+\r\n/i);
     const answered = Date.now();
     await c.until(() => c.closed(), 5000);
     expect(c.closed()).toBe(true);
     expect(Date.now() - answered).toBeGreaterThanOrEqual(1500);
+  });
+
+  it("a connection serves limits.max_requests_per_connection requests: the last answer says Connection: close and the connection closes, on either server path; 0 is no limit", async () => {
+    const { gateway, engines } = await fleet(1, "limits: { max_requests_per_connection: 3 }\n");
+    // Sent one at a time on the own path: the third answer closes.
+    const c = await rawConnection(gateway.url);
+    for (let i = 1; i <= 3; i++) {
+      c.socket.write(chatRequest(`turn ${i}`));
+      await c.until((t) => statuses(t).length === i && t.endsWith("}"));
+    }
+    await c.until(() => c.closed());
+    expect(c.closed()).toBe(true);
+    const heads = c.text().split(/(?=HTTP\/1\.1 )/).map((a) => a.split("\r\n\r\n")[0]!);
+    expect(heads.map((h) => /\r\nConnection: (\S+)\r?/i.exec(h)?.[1]?.toLowerCase())).toEqual(["keep-alive", "keep-alive", "close"]);
+    // Pipelined across node:http (a request the own path does not take goes there, the connection with it): node:http
+    // counts the requests it serves itself, from the hand-off, and its third answer says close; a request pipelined
+    // past that is answered 503 by node:http, never sent to an engine.
+    const p = await rawConnection(gateway.url);
+    p.socket.write(chatRequest("a") + "GET /health HTTP/1.1\r\nhost: g\r\n\r\n" + chatRequest("b") + chatRequest("c") + chatRequest("d"));
+    const text = await p.until((t) => statuses(t).length === 5);
+    expect(statuses(text)).toEqual([200, 200, 200, 200, 503]);
+    expect(text.split(/(?=HTTP\/1\.1 )/).map((a) => /\r\nconnection: (\S+)\r?/i.exec(a)?.[1]?.toLowerCase())).toEqual(["keep-alive", "keep-alive", "keep-alive", "close", "close"]);
+    const prompts = engines[0]!.received.filter((r) => r.path === "/v1/chat/completions").map((r) => (r.body as { messages: { content: string }[] }).messages[0]!.content);
+    expect(prompts).toEqual(["turn 1", "turn 2", "turn 3", "a", "b", "c"]);
+    // With no limit the connection stays open past a thousand answers' worth of the default.
+    const { gateway: unlimited } = await fleet(1, "limits: { max_requests_per_connection: 0 }\n");
+    const u = await rawConnection(unlimited.url);
+    for (let i = 1; i <= 5; i++) {
+      u.socket.write(chatRequest(`u ${i}`));
+      await u.until((t) => statuses(t).length === i && t.endsWith("}"));
+    }
+    expect(u.closed()).toBe(false);
+    expect(u.text()).not.toMatch(/Connection: close/i);
   });
 
   it("a client that pipelines and never reads holds at most what one answer needs: the gateway stops reading it", async () => {
@@ -351,6 +384,7 @@ describe("whole answers leave in the check phase, together", () => {
   const servingPath = (serve: ServerPath["serve"], maxBodyBytes = 1 << 20): ServerPath => ({
     takes: () => true,
     maxBodyBytes,
+    maxRequests: Infinity,
     keepAliveHeader: null,
     serve,
     abandoned: () => {},

@@ -6,6 +6,7 @@ import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { request } from "node:http";
 import path from "node:path";
+import { Agent, request as undiciRequest } from "undici";
 import { describe, expect, it } from "vitest";
 import { startEngines, trackedForCleanup } from "../support/mock-engine.js";
 import { processParents, runCli, startServe } from "../support/processes.js";
@@ -165,6 +166,56 @@ describe("serve --workers N", () => {
     await untilWorkers(child.pid!, 2, url, victim!);
     // And the new link carries what each learns: new conversations still route as one.
     await expectRoutedAsOne(url);
+    child.kill("SIGTERM");
+    expect(await exited).toBe(0);
+  }, 30_000);
+
+  it("a worker started again under a keep-alive load takes its share once connections reach limits.max_requests_per_connection and their clients reconnect", async () => {
+    const fleet = await startEngines(2, engines);
+    const dir = mkdtempSync(path.join(tmpdir(), "adp-workers-"));
+    const file = path.join(dir, "g.yaml");
+    writeFileSync(file, `listen: { host: 127.0.0.1, port: 0 }\nlogging: { level: silent }\nlimits: { max_requests_per_connection: 25 }\nupstreams:\n${fleet.map((e) => `  - url: ${e.url}\n`).join("")}`);
+    const { url, child, exited, stderr } = await start(["--config", file, "--workers", "2"]);
+    // A client keeping 8 connections alive, as a proxy or an SDK's pool in front of the gateway does.
+    const agent = new Agent({ connections: 8 });
+    const chats = async (n: number) => {
+      const statuses = await Promise.all(Array.from({ length: 8 }, async (_, lane) => {
+        const got: number[] = [];
+        for (let i = lane; i < n; i += 8) {
+          const { statusCode, body } = await undiciRequest(`${url}/v1/chat/completions`, { method: "POST", dispatcher: agent, headers: { "content-type": "application/json" }, body: JSON.stringify({ model: "m", messages: [{ role: "user", content: `keep-alive ${i}` }] }) });
+          await body.text();
+          got.push(statusCode);
+        }
+        return got;
+      }));
+      expect(statuses.flat().filter((s) => s !== 200)).toEqual([]);
+    };
+    /** Each worker's completed requests, from a /metrics scrape (on a connection of its own). */
+    const served = async () => {
+      const page = await (await fetch(`${url}/metrics`, { headers: { connection: "close" } })).text();
+      return new Map([...page.matchAll(/^adp_gateway_requests_total\{worker="(\d+)",outcome="ok"\} (\d+)$/gm)].map((m) => [m[1]!, Number(m[2])]));
+    };
+    await chats(80);
+    const [victim] = workerPids(child.pid!);
+    process.kill(victim!, "SIGKILL");
+    for (let i = 0; i < 50 && !stderr().includes("starting it again"); i++) await new Promise((r) => setTimeout(r, 50));
+    await new Promise((r) => setTimeout(r, 300)); // the client saw its connections to the dead worker close
+    // Load while the worker starts again: the client's connections all land on the one that stayed.
+    let restarted = false;
+    const load = (async () => {
+      while (!restarted) await chats(16);
+    })();
+    await untilWorkers(child.pid!, 2, url, victim!);
+    restarted = true;
+    await load;
+    const before = await served();
+    await chats(400);
+    const after = await served();
+    const share = [...after].map(([worker, n]) => n - (before.get(worker) ?? 0));
+    expect(share).toHaveLength(2);
+    // Without the limit the new worker serves none of them (its clients never reconnect); with it, about half.
+    expect(Math.min(...share)).toBeGreaterThanOrEqual(60);
+    await agent.close();
     child.kill("SIGTERM");
     expect(await exited).toBe(0);
   }, 30_000);

@@ -87,6 +87,8 @@ export interface GatewayConfig {
     readonly queueTimeoutMs: number;
     /** Client connections open at once at most (more are closed as they arrive). */
     readonly maxConnections: number;
+    /** Requests a client connection serves at most (its last answer closes it; 0: no limit). */
+    readonly maxRequestsPerConnection: number;
     /** A prompt's characters at most, counted before it is tokenized (413 past it). */
     readonly maxPromptChars: number;
     /** A prompt's tokens at most, as the tokenizer counts them (400 past it; with the byte tokenizer a token is a byte). */
@@ -216,6 +218,7 @@ export interface GatewayConfigObject {
     readonly queue_size?: number;
     readonly queue_timeout_ms?: number;
     readonly max_connections?: number;
+    readonly max_requests_per_connection?: number;
     readonly max_prompt_chars?: number;
     readonly max_prompt_tokens?: number;
   };

@@ -164,6 +164,9 @@ export function createEdgeServer(config: GatewayConfig, counters: EdgeCounters, 
     },
     (req, res) => handle.serve(req, res, null),
   );
+  // A connection's last answer says Connection: close (a request pipelined past it is answered 503); 0 is no limit, as
+  // here. A property: createServer takes no such option on Node 20.
+  server.maxRequestsPerSocket = config.limits.maxRequestsPerConnection;
   // Past the limit Node closes new connections as they arrive (a flood of half-sent requests cannot take every descriptor).
   server.maxConnections = config.limits.maxConnections;
   server.on("drop", () => counters.refusedConnections++);
@@ -252,12 +255,15 @@ function attachOwnPath(server: Server, config: GatewayConfig, counters: EdgeCoun
   const { headersMs, requestMs } = config.timeouts;
   // 0 keeps an idle connection as long as it stays open (node:http's keepAliveTimeout 0).
   const keepAliveMs = config.timeouts.keepAliveMs > 0 ? config.timeouts.keepAliveMs : Infinity;
+  const maxRequests = config.limits.maxRequestsPerConnection;
   // A SlotArray, not a Set: a client without keep-alive brings one connection a request (common/slot-array.ts).
   const connections = new SlotArray<ServerConnection>();
   const path: ServerPath = {
     takes: (p) => OWN_PATHS.has(p),
     maxBodyBytes: config.limits.maxBodyBytes,
-    keepAliveHeader: keepAliveMs < Infinity ? `Keep-Alive: timeout=${Math.floor(keepAliveMs / 1000)}\r\n` : null,
+    maxRequests: maxRequests > 0 ? maxRequests : Infinity,
+    // As node:http words it: its limit of requests a connection, not those left (0: none said).
+    keepAliveHeader: keepAliveMs < Infinity ? `Keep-Alive: timeout=${Math.floor(keepAliveMs / 1000)}${maxRequests > 0 ? `, max=${maxRequests}` : ""}\r\n` : null,
     serve: (req, res, body) => handle.serve(req, res, body),
     abandoned: (req) => handle.abandoned(req),
     handOff: (socket) => nodeListener.call(server, socket),

@@ -46,6 +46,8 @@ export interface ServerPath {
   takes(path: string): boolean;
   /** The largest body read here (a larger one goes to node:http, which refuses it 413). */
   readonly maxBodyBytes: number;
+  /** Requests a connection serves: the last one's answer closes it (limits.max_requests_per_connection; Infinity: no limit). */
+  readonly maxRequests: number;
   /** The `Keep-Alive: timeout=N\r\n` line answers carry (null: none). */
   readonly keepAliveHeader: string | null;
   /** Serves a request read whole. */
@@ -118,6 +120,8 @@ export class ServerConnection implements ResponseOwner, Slotted {
   #response: Http1Response | null = null;
   /** Whether the connection closes once the answer in progress ends (the server is closing). */
   #closing = false;
+  /** Requests it has served (answered or being answered). */
+  #served = 0;
   readonly #onData = (d: Buffer) => this.#data(d, false);
   /**
    * A read into the process's read buffer: `view` is valid only during the
@@ -270,7 +274,10 @@ export class ServerConnection implements ResponseOwner, Slotted {
     this.#body = null;
     this.#phase = Phase.Serving;
     this.#reading = false;
-    const res = new Http1Response(this.socket, this, head.close || this.#closing);
+    // The last request it serves is answered Connection: close, so a keep-alive client comes back on a new
+    // connection: with --workers, the primary hands that one to the next worker (one started again included).
+    const last = ++this.#served >= this.#path.maxRequests;
+    const res = new Http1Response(this.socket, this, head.close || this.#closing || last);
     this.#response = res;
     this.#path.serve(new Http1Request(head, headBytes), res, body);
   }
