@@ -314,36 +314,53 @@ describe("the own server path on a connection", () => {
 
   it("a connection serves limits.max_requests_per_connection requests: the last answer says Connection: close and the connection closes, on either server path; 0 is no limit", async () => {
     const { gateway, engines } = await fleet(1, "limits: { max_requests_per_connection: 3 }\n");
-    // Sent one at a time on the own path: the third answer closes.
+    const prompts = () => engines[0]!.received.filter((r) => r.path === "/v1/chat/completions").map((r) => (r.body as { messages: { content: string }[] }).messages[0]!.content);
+    const connections = (text: string) => text.split(/(?=HTTP\/1\.1 )/).map((a) => /\r\nconnection: (\S+)\r?/i.exec(a)?.[1]?.toLowerCase());
+    /** Sends `n` chats one at a time on `c`, each after the last answer came. */
+    const oneByOne = async (c: Awaited<ReturnType<typeof rawConnection>>, n: number, name: string) => {
+      for (let i = 1; i <= n; i++) {
+        c.socket.write(chatRequest(`${name} ${i}`));
+        await c.until((t) => statuses(t).length === i && t.endsWith("}"));
+      }
+    };
+    // One at a time on the own path: the third answer closes.
     const c = await rawConnection(gateway.url);
-    for (let i = 1; i <= 3; i++) {
-      c.socket.write(chatRequest(`turn ${i}`));
-      await c.until((t) => statuses(t).length === i && t.endsWith("}"));
-    }
+    await oneByOne(c, 3, "turn");
     await c.until(() => c.closed());
     expect(c.closed()).toBe(true);
-    const heads = c.text().split(/(?=HTTP\/1\.1 )/).map((a) => a.split("\r\n\r\n")[0]!);
-    expect(heads.map((h) => /\r\nConnection: (\S+)\r?/i.exec(h)?.[1]?.toLowerCase())).toEqual(["keep-alive", "keep-alive", "close"]);
-    // Pipelined across node:http (a request the own path does not take goes there, the connection with it): node:http
-    // counts the requests it serves itself, from the hand-off, and its third answer says close; a request pipelined
-    // past that is answered 503 by node:http, never sent to an engine.
+    expect(connections(c.text())).toEqual(["keep-alive", "keep-alive", "close"]);
+    expect(c.text()).toMatch(/\r\nKeep-Alive: timeout=65, max=3\r\n/);
+    // Pipelined on the own path: a request sent ahead is answered, never dropped; the first answer with nothing sent
+    // ahead of it closes (here the fifth).
     const p = await rawConnection(gateway.url);
-    p.socket.write(chatRequest("a") + "GET /health HTTP/1.1\r\nhost: g\r\n\r\n" + chatRequest("b") + chatRequest("c") + chatRequest("d"));
-    const text = await p.until((t) => statuses(t).length === 5);
-    expect(statuses(text)).toEqual([200, 200, 200, 200, 503]);
-    expect(text.split(/(?=HTTP\/1\.1 )/).map((a) => /\r\nconnection: (\S+)\r?/i.exec(a)?.[1]?.toLowerCase())).toEqual(["keep-alive", "keep-alive", "keep-alive", "close", "close"]);
-    const prompts = engines[0]!.received.filter((r) => r.path === "/v1/chat/completions").map((r) => (r.body as { messages: { content: string }[] }).messages[0]!.content);
-    expect(prompts).toEqual(["turn 1", "turn 2", "turn 3", "a", "b", "c"]);
-    // With no limit the connection stays open past a thousand answers' worth of the default.
+    p.socket.write(["a", "b", "c", "d", "e"].map((x) => chatRequest(x)).join(""));
+    const piped = await p.until(() => p.closed());
+    expect(statuses(piped)).toEqual([200, 200, 200, 200, 200]);
+    expect(connections(piped)).toEqual(["keep-alive", "keep-alive", "keep-alive", "keep-alive", "close"]);
+    expect(prompts()).toEqual(["turn 1", "turn 2", "turn 3", "a", "b", "c", "d", "e"]);
+    // On node:http's server path, one at a time: its second answer says close, and the connection closes then
+    // (node:http alone would keep it open until keep_alive_ms), not after the 65 s keep-alive.
+    const { gateway: nodeHttp, engines: nodeEngines } = await fleet(1, "limits: { max_requests_per_connection: 2 }\n", {}, "node:http");
+    const n = await rawConnection(nodeHttp.url);
+    await oneByOne(n, 2, "node");
+    await n.until(() => n.closed(), 2000);
+    expect(n.closed()).toBe(true);
+    expect(connections(n.text())).toEqual(["keep-alive", "close"]);
+    // Pipelined past the limit on node:http's path: node:http answers the third 503 (it never reaches an engine), and
+    // the connection closes.
+    const np = await rawConnection(nodeHttp.url);
+    np.socket.write(["x", "y", "z"].map((x) => chatRequest(x)).join(""));
+    const nodePiped = await np.until(() => np.closed(), 2000);
+    expect(np.closed()).toBe(true);
+    expect(statuses(nodePiped)).toEqual([200, 200, 503]);
+    expect(nodeEngines[0]!.received.filter((r) => r.path === "/v1/chat/completions").map((r) => (r.body as { messages: { content: string }[] }).messages[0]!.content)).toEqual(["node 1", "node 2", "x", "y"]);
+    // 0: a connection serves past the default's thousand.
     const { gateway: unlimited } = await fleet(1, "limits: { max_requests_per_connection: 0 }\n");
     const u = await rawConnection(unlimited.url);
-    for (let i = 1; i <= 5; i++) {
-      u.socket.write(chatRequest(`u ${i}`));
-      await u.until((t) => statuses(t).length === i && t.endsWith("}"));
-    }
+    await oneByOne(u, 1002, "u");
     expect(u.closed()).toBe(false);
     expect(u.text()).not.toMatch(/Connection: close/i);
-  });
+  }, 30_000);
 
   it("a client that pipelines and never reads holds at most what one answer needs: the gateway stops reading it", async () => {
     const { gateway, engines } = await fleet(1, "", { chunks: 50, chunkBytes: 4000 });
@@ -379,7 +396,7 @@ describe("whole answers leave in the check phase, together", () => {
       return { server: accepted[i]!, client: c, received: () => text };
     });
   }
-  const owner = { ended: () => {}, keepAliveHeader: null };
+  const owner = { ended: () => {}, keepAliveHeader: null, servedItsLast: false };
   /** A server path taking every request, serving each with `serve`, with bodies up to `maxBodyBytes` (the rest of it does nothing). */
   const servingPath = (serve: ServerPath["serve"], maxBodyBytes = 1 << 20): ServerPath => ({
     takes: () => true,

@@ -162,10 +162,14 @@ export function createEdgeServer(config: GatewayConfig, counters: EdgeCounters, 
       // Node checks those timeouts on this interval (30 s by default): a fraction of the shortest keeps them near their word.
       connectionsCheckingInterval: checkingInterval(headersMs),
     },
-    (req, res) => handle.serve(req, res, null),
+    (req, res) => {
+      closeAfterLast(req, res);
+      handle.serve(req, res, null);
+    },
   );
-  // A connection's last answer says Connection: close (a request pipelined past it is answered 503); 0 is no limit, as
-  // here. A property: createServer takes no such option on Node 20.
+  // A connection's last answer says Connection: close (a request pipelined past it is answered 503, after it); 0 is no
+  // limit, as here. A property: createServer takes no such option on Node 20, which then keeps the connection open
+  // (its answers' _last is not set): closeAfterLast closes it once that answer, and any 503 queued behind it, is written.
   server.maxRequestsPerSocket = config.limits.maxRequestsPerConnection;
   // Past the limit Node closes new connections as they arrive (a flood of half-sent requests cannot take every descriptor).
   server.maxConnections = config.limits.maxConnections;
@@ -181,6 +185,7 @@ export function createEdgeServer(config: GatewayConfig, counters: EdgeCounters, 
       return;
     }
     res.writeContinue();
+    closeAfterLast(req, res);
     handle.serve(req, res, null);
   });
   // A request Node's parser refuses: a timeout is 408, oversized headers 431, anything else 400.
@@ -205,6 +210,20 @@ export function createEdgeServer(config: GatewayConfig, counters: EdgeCounters, 
       ownPath?.closeAll();
     },
   };
+}
+
+/**
+ * Closes the connection once `res`, the answer to `req`, is written when it
+ * is the connection's last (limits.max_requests_per_connection): node:http
+ * says close in it and, on Node 20, keeps reading the connection.
+ */
+function closeAfterLast(req: IncomingMessage, res: ServerResponse): void {
+  if ((res as ServerResponse & { maxRequestsOnConnectionReached?: boolean }).maxRequestsOnConnectionReached !== true) return;
+  // The request's: an answer queued behind another (pipelined) has no socket yet. By its "finish" node:http has
+  // handed the socket to the answer queued next (a 503 for a request pipelined past the limit, written at once),
+  // so the connection ends after that.
+  const socket = req.socket;
+  res.once("finish", () => socket.destroySoon());
 }
 
 /** How often the read timeouts are checked: a fraction of the shortest keeps them near their word. */

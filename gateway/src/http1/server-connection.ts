@@ -152,6 +152,20 @@ export class ServerConnection implements ResponseOwner, Slotted {
     return this.#path.keepAliveHeader;
   }
 
+  /**
+   * Whether the request being answered is the connection's last (its answer
+   * says close, asked as the head goes out): once it served
+   * limits.max_requests_per_connection, and nothing of a next request came
+   * meanwhile. A keep-alive client then comes back on a new connection, which
+   * with --workers the primary hands to the next worker (one started again
+   * included). A request sent ahead is answered first (a client pipelining
+   * without pause is never closed this way); bytes sent after a head saying
+   * close are the client's race, as with any server's close, and not read.
+   */
+  get servedItsLast(): boolean {
+    return this.#served >= this.#path.maxRequests && this.#held === null;
+  }
+
   /** Bytes read; `transient`: a view of the read buffer, valid only during the call (what is kept is copied). */
   #data(d: Buffer, transient: boolean): void {
     noteReceived(d.length);
@@ -274,10 +288,8 @@ export class ServerConnection implements ResponseOwner, Slotted {
     this.#body = null;
     this.#phase = Phase.Serving;
     this.#reading = false;
-    // The last request it serves is answered Connection: close, so a keep-alive client comes back on a new
-    // connection: with --workers, the primary hands that one to the next worker (one started again included).
-    const last = ++this.#served >= this.#path.maxRequests;
-    const res = new Http1Response(this.socket, this, head.close || this.#closing || last);
+    this.#served++;
+    const res = new Http1Response(this.socket, this, head.close || this.#closing);
     this.#response = res;
     this.#path.serve(new Http1Request(head, headBytes), res, body);
   }

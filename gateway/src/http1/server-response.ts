@@ -19,6 +19,8 @@ export interface ResponseOwner {
   ended(response: Http1Response, close: boolean): void;
   /** The `Keep-Alive: timeout=N` an answer on a connection that stays open carries (null: none). */
   readonly keepAliveHeader: string | null;
+  /** Whether the connection has served its last request (asked as the head goes out: then it says close). */
+  readonly servedItsLast: boolean;
 }
 
 /** The `Date` header's value, made once a second (node:http's utcDate does the same). */
@@ -292,6 +294,7 @@ export class Http1Response implements EdgeResponse {
     }
     if (!this.#dated) head += `Date: ${httpDate()}\r\n`;
     const keepAlive = this.#owner.keepAliveHeader;
+    if (!this.#close && this.#owner.servedItsLast) this.#close = true;
     head += this.#close ? "Connection: close\r\n" : keepAlive === null ? "Connection: keep-alive\r\n" : `Connection: keep-alive\r\n${keepAlive}`;
     this.#sent = true;
     return `${head}\r\n`;
