@@ -272,7 +272,8 @@ function attachOwnPath(server: Server, config: GatewayConfig, counters: EdgeCoun
   if (nodeListener === undefined) return null;
   server.removeListener("connection", nodeListener);
   const { headersMs, requestMs } = config.timeouts;
-  // 0 keeps an idle connection as long as it stays open (node:http's keepAliveTimeout 0).
+  // A configuration file gives at least 1,000 ms; a GatewayConfig built in code with 0 keeps an idle connection as
+  // long as it stays open, as node:http's keepAliveTimeout 0 does.
   const keepAliveMs = config.timeouts.keepAliveMs > 0 ? config.timeouts.keepAliveMs : Infinity;
   const maxRequests = config.limits.maxRequestsPerConnection;
   // A SlotArray, not a Set: a client without keep-alive brings one connection a request (common/slot-array.ts).
