@@ -1,7 +1,7 @@
 // `adp-router-gateway serve` as a user runs it: the built CLI in a child process, on
 // loopback, in front of mock engines. Starting prints the URL on a line of its
 // own; every failure to start is one message and a non-zero exit, no stack.
-import { spawn } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
@@ -162,7 +162,11 @@ describe("examples/gateway", () => {
     const { loadGatewayConfig } = await import("../../gateway/src/index.js");
     const readme = readFileSync("README.md", "utf8");
     const firstScreen = readme.split("\n").slice(0, 45).join("\n");
-    expect(firstScreen).toMatch(/npx adp-router-gateway serve --upstream http:\/\/\S+/);
+    // The root package's bin, which runs the gateway where both are installed: in a fresh clone npm ci links no
+    // adp-router-gateway bin (gateway/dist does not exist yet when it runs), so npx would not find that name.
+    expect(firstScreen).toMatch(/npx adp-router serve --upstream http:\/\/\S+/);
+    const help = spawnSync(process.execPath, ["dist/cli.js", "serve", "--help"], { encoding: "utf8" });
+    expect({ status: help.status, usage: help.stdout.split("\n")[0] }).toEqual({ status: 0, usage: "Usage: adp-router serve [options]" });
     const block = /```yaml\n([\s\S]*?)```/.exec(firstScreen)?.[1];
     expect(block).toBeDefined();
     const text = (v: unknown) => JSON.stringify(v, (_k, x: unknown) => (x instanceof Map ? [...x] : x));
