@@ -8,11 +8,12 @@
 // goes to node:http from that request on, its bytes unread, and node:http
 // (llhttp) answers it as before. Bounds: a head is read for at most
 // `headers_ms`, a whole request for `request_ms`, an idle connection is kept
-// `keep_alive_ms` (the edge's sweep calls check()); bytes a client sends
-// ahead (pipelining) are held up to HOLD_BYTES, then not read until the
-// answer before them is done and the client took it. Its socket reads into
-// the process's read buffer (read-buffer.ts), and what is kept of a read is
-// copied out of it.
+// `keep_alive_ms` (the edge's sweep calls check()), a connection closes
+// after its answer to request `max_requests_per_connection` (servedItsLast);
+// bytes a client sends ahead (pipelining) are held up to HOLD_BYTES, then
+// not read until the answer before them is done and the client took it. Its
+// socket reads into the process's read buffer (read-buffer.ts), and what is
+// kept of a read is copied out of it.
 //
 // Phases of a connection:
 //
