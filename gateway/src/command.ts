@@ -6,7 +6,7 @@
 
 import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
-import { GatewayConfigError, loadGatewayConfig, type GatewayFlags } from "./config/config.js";
+import { GatewayConfigError, loadGatewayConfig, type GatewayConfig, type GatewayFlags } from "./config/config.js";
 import { createGateway, createGatewayReader, GatewayListenError } from "./gateway.js";
 import { refuseSelf, unreachableAtStart } from "./fleet/reachability.js";
 import { TokenizerLoadError } from "./tokenizers/tokenizer-loading.js";
@@ -102,6 +102,15 @@ const toPrimary = (message: object): void => {
   if (process.connected) process.send?.(message, undefined, undefined, () => undefined);
 };
 
+/**
+ * What the limits come to with `n` workers, said once at start: each worker
+ * applies them to its own requests and connections, so the gateway's whole
+ * is n times each (an operator sizing an engine's concurrency reads it here).
+ */
+export function workersLimits(n: number, limits: GatewayConfig["limits"]): string {
+  return `${n} workers, each with the limits: up to ${n * limits.maxInFlightPerUpstream} requests in flight per upstream, ${n * limits.queueSize} queued and ${n * limits.maxConnections} client connections in all (limits.max_in_flight_per_upstream ${limits.maxInFlightPerUpstream}, queue_size ${limits.queueSize}, max_connections ${limits.maxConnections} are each worker's)`;
+}
+
 /** The name this process's lines on standard error start with (a worker's with its number: each worker says its own). */
 const said = (): string => (isGatewayWorker() ? `adp-router-gateway serve (worker ${process.env[WORKER_ENV]})` : "adp-router-gateway serve");
 
@@ -167,6 +176,7 @@ async function serve(args: string[]): Promise<number> {
     if (config.sync !== null) return fail("--workers above 1 cannot be combined with sync: (run one replica per process, each with its own replica id)");
     if (config.disaggregation !== null) return fail("--workers above 1 cannot be combined with disaggregation: (yet): each worker would place on its own copy of both pools");
     if (config.auth.adminApiKey !== null) return fail("--workers above 1 cannot be combined with the admin endpoints (auth.admin_api_key): an admin change would reach one worker only");
+    process.stderr.write(`${said()}: ${workersLimits(workers, config.limits)}\n`);
     return runPrimary(workers);
   }
   // This process serves requests (the one gateway, or a worker): fewer full collections of its small heap, a smaller

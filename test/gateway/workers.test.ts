@@ -129,6 +129,8 @@ describe("serve --workers N", () => {
     expect(await exited).toBe(0);
     // Each worker names itself on standard error, and says who stopped it.
     for (const n of [1, 2]) expect(stderr()).toContain(`adp-router-gateway serve (worker ${n}): the primary's stop: finishing in-flight requests`);
+    // The primary says once at start what the limits come to with every worker applying them (the defaults here).
+    expect(stderr()).toContain("adp-router-gateway serve: 2 workers, each with the limits: up to 512 requests in flight per upstream, 2048 queued and 16384 client connections in all (limits.max_in_flight_per_upstream 256, queue_size 1024, max_connections 8192 are each worker's)");
   }, 30_000);
 
   it("three workers are linked in pairs and route as one gateway", async () => {
