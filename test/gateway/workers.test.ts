@@ -97,6 +97,20 @@ async function untilWorkers(primary: number, n: number, url: string, gone: numbe
   throw new Error(`no ${n} listening workers in 10 s`);
 }
 
+/**
+ * SIGKILLs `primary`'s first worker and waits until the primary said it starts
+ * it again, and a moment more (its channel's end, after which the primary hands
+ * it no connection, and clients see their connections to it close); returns its pid.
+ */
+async function killWorker(primary: number, stderr: () => string): Promise<number> {
+  const [victim] = workerPids(primary);
+  process.kill(victim!, "SIGKILL");
+  // Once the primary saw it go (a connection it handed the dying worker before that is lost: node:cluster's round robin).
+  for (let i = 0; i < 50 && !stderr().includes("starting it again"); i++) await new Promise((r) => setTimeout(r, 50));
+  await new Promise((r) => setTimeout(r, 300));
+  return victim!;
+}
+
 /** Each worker's sibling samples on a `/metrics` page, by worker number. */
 function siblingSamples(page: string): Map<string, Record<string, number>> {
   const out = new Map<string, Record<string, number>>();
@@ -157,15 +171,11 @@ describe("serve --workers N", () => {
   it("a worker that dies is started again, and the other answers meanwhile", async () => {
     const fleet = await startEngines(2, engines);
     const { url, child, exited, stderr } = await start(["--port", "0", "--workers", "2", "--log-level", "silent", ...fleet.flatMap((e) => ["--upstream", e.url])]);
-    const [victim] = workerPids(child.pid!);
-    process.kill(victim!, "SIGKILL");
-    // Once the primary saw it go (a connection it handed the dying worker before that is lost: node:cluster's round robin).
-    for (let i = 0; i < 50 && !stderr().includes("starting it again"); i++) await new Promise((r) => setTimeout(r, 50));
+    const victim = await killWorker(child.pid!, stderr);
     expect(stderr()).toMatch(/worker [12] exited \(SIGKILL\): starting it again/);
-    await new Promise((r) => setTimeout(r, 300)); // its channel's end, after which the primary hands it no connection
     for (let i = 0; i < 10; i++) expect((await chatAlone(url, `after the crash ${i}`)).status).toBe(200);
     // A new worker in its place, linked to the other once it listens (the old link ended with the dead one).
-    await untilWorkers(child.pid!, 2, url, victim!);
+    await untilWorkers(child.pid!, 2, url, victim);
     // And the new link carries what each learns: new conversations still route as one.
     await expectRoutedAsOne(url);
     child.kill("SIGTERM");
@@ -198,16 +208,13 @@ describe("serve --workers N", () => {
       return new Map([...page.matchAll(/^adp_gateway_requests_total\{worker="(\d+)",outcome="ok"\} (\d+)$/gm)].map((m) => [m[1]!, Number(m[2])]));
     };
     await chats(80);
-    const [victim] = workerPids(child.pid!);
-    process.kill(victim!, "SIGKILL");
-    for (let i = 0; i < 50 && !stderr().includes("starting it again"); i++) await new Promise((r) => setTimeout(r, 50));
-    await new Promise((r) => setTimeout(r, 300)); // the client saw its connections to the dead worker close
+    const victim = await killWorker(child.pid!, stderr);
     // Load while the worker starts again: the client's connections all land on the one that stayed.
     let restarted = false;
     const load = (async () => {
       while (!restarted) await chats(16);
     })();
-    await untilWorkers(child.pid!, 2, url, victim!);
+    await untilWorkers(child.pid!, 2, url, victim);
     restarted = true;
     await load;
     const before = await served();
