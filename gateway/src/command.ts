@@ -12,6 +12,7 @@ import { refuseSelf, unreachableAtStart } from "./fleet/reachability.js";
 import { TokenizerLoadError } from "./tokenizers/tokenizer-loading.js";
 import { availableParallelism } from "node:os";
 import { capYoungGeneration, setHeapGrowth } from "./common/heap-growth.js";
+import { scavengeOnMainThread } from "./common/collector-threads.js";
 import { collectYoungBuffers } from "./common/young-buffers.js";
 import { isControl, isGatewayWorker, LISTENING_MESSAGE, RESTARTED_ENV, runPrimary, WORKER_ENV } from "./workers/cluster-primary.js";
 import { Siblings } from "./workers/sibling-log.js";
@@ -180,8 +181,9 @@ async function serve(args: string[]): Promise<number> {
     return runPrimary(workers);
   }
   // This process serves requests (the one gateway, or a worker): fewer full collections of its small heap, a smaller
-  // young generation, and the buffers its reads leave collected young.
+  // young generation scavenged on the main thread, and the buffers its reads leave collected young.
   setHeapGrowth();
+  scavengeOnMainThread();
   capYoungGeneration();
   collectYoungBuffers();
   // The tokenizer first: a folder that cannot load is a configuration problem (exit 2), whatever the upstreams do.

@@ -1,14 +1,16 @@
-// How far a `serve` process lets V8's heap grow (heap-growth.ts): V8's own
-// trace of the limit it sets at a full collection shows the old generation's
-// factor in force, and a burst of surviving allocations in the serve process
-// how far its young generation grows, in a real serve process and with an
-// operator's flags that win.
+// How far a `serve` process lets V8's heap grow (heap-growth.ts) and which
+// threads scavenge it (collector-threads.ts): V8's own trace of the limit it
+// sets at a full collection shows the old generation's factor in force, a
+// burst of surviving allocations in the serve process how far its young
+// generation grows, and V8's scavenge traces how many threads took part, in a
+// real serve process and with an operator's flags that win.
 import { spawn } from "node:child_process";
 import { writeFileSync } from "node:fs";
 import path, { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import fc from "fast-check";
 import { capYoungGeneration, HEAP_GROWING_PERCENT, SEMI_SPACE_CAP_MIB, semiSpaceGrowth, setHeapGrowth } from "../../gateway/src/common/heap-growth.js";
+import { scavengeOnMainThread } from "../../gateway/src/common/collector-threads.js";
 import { oneEngineServeConfig, trackedForCleanup } from "../support/mock-engine.js";
 
 const GATEWAY_CLI = path.resolve("gateway/dist/cli.js");
@@ -134,5 +136,53 @@ describe("the young generation of a serve process", () => {
         expect(size).toBeGreaterThan(cap / 2);
       }),
     );
+  });
+});
+
+/**
+ * Scavenges and scavenging tasks while a serve process run with node flags
+ * `nodeFlags` churns surviving allocations: V8's --trace-gc prints a line a
+ * scavenge, --trace-parallel-scavenge one a task that took part in one (the
+ * main thread's, and each helper thread's).
+ */
+async function scavengeTasks(nodeFlags: string[]): Promise<{ scavenges: number; tasks: number }> {
+  const churn = `async () => {
+  let keep = [];
+  for (let k = 0; k < 300; k++) {
+    for (let i = 0; i < 10000; i++) { keep.push({ a: i, b: [i] }); if (keep.length > 200000) keep = keep.slice(100000); }
+    await new Promise((r) => setImmediate(r));
+  }
+  process.stdout.write("churned\\n");
+}`;
+  // The match's input: all the process printed from listening to the end of the churn.
+  const out = (await serveUntil(["--trace-gc", "--trace-parallel-scavenge", ...nodeFlags], churn, /^churned$/m)).input;
+  // Helper threads print beside the main thread, so two tasks' lines may share one: count each.
+  return { scavenges: (out.match(/: Scavenge /g) ?? []).length, tasks: (out.match(/scavenge\[0x[0-9a-f]+\]: time=/g) ?? []).length };
+}
+
+describe("the threads a serve process scavenges on", () => {
+  it("are its main thread alone: one task a scavenge", async () => {
+    const { scavenges, tasks } = await scavengeTasks([]);
+    expect(scavenges).toBeGreaterThan(10);
+    expect(tasks).toBe(scavenges);
+  });
+
+  it("include V8's helper threads where node's command line asks for them", async () => {
+    const { scavenges, tasks } = await scavengeTasks(["--parallel-scavenge"]);
+    expect(scavenges).toBeGreaterThan(10);
+    expect(tasks).toBeGreaterThan(scavenges);
+  });
+
+  it("are the operator's choice where node's command line or NODE_OPTIONS says how the collector uses threads", () => {
+    const set: string[] = [];
+    const setFlags = (flags: string) => void set.push(flags);
+    for (const flag of ["--parallel-scavenge", "--no-parallel-scavenge", "--single-threaded-gc", "--single_threaded", "--no-concurrent-marking", "-parallel-marking"]) {
+      expect(scavengeOnMainThread([flag], "", setFlags)).toBe(false);
+    }
+    expect(scavengeOnMainThread([], "--no-parallel-scavenge", setFlags)).toBe(false);
+    expect(set).toEqual([]);
+    // Other flags, and names that only begin like one, are not a choice of threads.
+    expect(scavengeOnMainThread(["--max-old-space-size=512", "--single-threaded-gc-foo"], "--max-semi-space-size=4", setFlags)).toBe(true);
+    expect(set).toEqual(["--no-parallel-scavenge"]);
   });
 });

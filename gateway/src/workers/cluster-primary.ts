@@ -21,6 +21,7 @@ import cluster, { type Worker } from "node:cluster";
 import { STATE_MESSAGE } from "./sibling-log.js";
 import { isLinkMessage, LINK_MESSAGE, WorkerLinks } from "./sibling-links.js";
 import { isMetricsMessage, METRICS_MESSAGE, MetricsGather } from "./metrics-relay.js";
+import { GC_THREADS_FLAG } from "../common/collector-threads.js";
 
 /** A worker's message to the primary that it listens (with the URL). */
 export const LISTENING_MESSAGE = "adp-gateway-listening";
@@ -72,9 +73,6 @@ export function workerEnv(slot: number, env: NodeJS.ProcessEnv = process.env): R
   const tuned = Object.keys(env).some((k) => k.startsWith("MALLOC_")) || /glibc\.malloc\./.test(env.GLIBC_TUNABLES ?? "");
   return { [WORKER_ENV]: String(slot), ...(tuned ? {} : { MALLOC_TRIM_THRESHOLD_: GLIBC_TRIM_THRESHOLD }) };
 }
-
-/** A V8 flag that sets how the garbage collector uses threads (an operator's choice, kept). */
-const GC_THREADS_FLAG = /^--?(?:no[-_])?(?:single[-_]threaded(?:[-_]gc)?|parallel[-_](?:scavenge|marking|compaction|pointer[-_]update)|concurrent[-_](?:marking|sweeping))(?:=|$)/;
 
 /**
  * The node flags a worker starts with: the primary's (`execArgv`), and
