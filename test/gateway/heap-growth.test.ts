@@ -176,7 +176,7 @@ describe("the threads a serve process scavenges on", () => {
   it("are the operator's choice where node's command line or NODE_OPTIONS says how the collector uses threads", () => {
     const set: string[] = [];
     const setFlags = (flags: string) => void set.push(flags);
-    for (const flag of ["--parallel-scavenge", "--no-parallel-scavenge", "--single-threaded-gc", "--single_threaded", "--no-concurrent-marking", "-parallel-marking"]) {
+    for (const flag of ["--parallel-scavenge", "--no-parallel-scavenge", "--noparallel-scavenge", "--single-threaded-gc", "--single_threaded", "--no-concurrent-marking", "--noconcurrent_marking", "-parallel-marking"]) {
       expect(scavengeOnMainThread([flag], "", setFlags)).toBe(false);
     }
     expect(scavengeOnMainThread([], "--no-parallel-scavenge", setFlags)).toBe(false);

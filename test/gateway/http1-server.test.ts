@@ -346,13 +346,14 @@ describe("the own server path on a connection", () => {
     await n.until(() => n.closed(), 2000);
     expect(n.closed()).toBe(true);
     expect(connections(n.text())).toEqual(["keep-alive", "close"]);
-    // Pipelined past the limit on node:http's path: node:http answers the third 503 (it never reaches an engine), and
-    // the connection closes.
+    // Pipelined past the limit on node:http's path: the second answer closes the connection; the third request, sent
+    // ahead of it, never reaches an engine (node:http drops it with the connection).
     const np = await rawConnection(nodeHttp.url);
     np.socket.write(["x", "y", "z"].map((x) => chatRequest(x)).join(""));
     const nodePiped = await np.until(() => np.closed(), 2000);
     expect(np.closed()).toBe(true);
-    expect(statuses(nodePiped)).toEqual([200, 200, 503]);
+    expect(statuses(nodePiped)).toEqual([200, 200]);
+    expect(connections(nodePiped)).toEqual(["keep-alive", "close"]);
     expect(nodeEngines[0]!.received.filter((r) => r.path === "/v1/chat/completions").map((r) => (r.body as { messages: { content: string }[] }).messages[0]!.content)).toEqual(["node 1", "node 2", "x", "y"]);
     // 0: a connection serves past the default's thousand.
     const { gateway: unlimited } = await fleet(1, "limits: { max_requests_per_connection: 0 }\n");
@@ -360,6 +361,46 @@ describe("the own server path on a connection", () => {
     await oneByOne(u, 1002, "u");
     expect(u.closed()).toBe(false);
     expect(u.text()).not.toMatch(/Connection: close/i);
+  }, 30_000);
+
+  it("limits.max_requests_per_connection counts a connection's requests on node:http's path too: HTTP/1.0 keep-alive ones, those after a hand-off, a 417", async () => {
+    const connection = (text: string) => text.split(/(?=HTTP\/1\.1 )/).map((a) => /\r\nconnection: (\S+)\r?/i.exec(a)?.[1]?.toLowerCase());
+    // HTTP/1.0 keep-alive chats (node:http's: the own path takes HTTP/1.1 alone), which node:http does not count.
+    const { gateway: old } = await fleet(1, "limits: { max_requests_per_connection: 2 }\n");
+    const http10 = (content: string) => {
+      const body = chatBody(content);
+      return `POST /v1/chat/completions HTTP/1.0\r\nconnection: keep-alive\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\n\r\n${body}`;
+    };
+    const c10 = await rawConnection(old.url);
+    for (const [i, content] of ["a", "b"].entries()) {
+      c10.socket.write(http10(content));
+      await c10.until((t) => statuses(t).length === i + 1 && t.endsWith("}"));
+    }
+    await c10.until(() => c10.closed(), 2000);
+    expect(c10.closed()).toBe(true);
+    expect(statuses(c10.text())).toEqual([200, 200]);
+    expect(connection(c10.text())).toEqual(["keep-alive", "close"]);
+    // Two chats on the own path, then a request it hands to node:http: the third of the connection, its last.
+    const { gateway } = await fleet(1, "limits: { max_requests_per_connection: 3 }\n");
+    const h = await rawConnection(gateway.url);
+    for (const [i, content] of ["one", "two"].entries()) {
+      h.socket.write(chatRequest(content));
+      await h.until((t) => statuses(t).length === i + 1 && t.endsWith("}"));
+    }
+    h.socket.write("GET /health HTTP/1.1\r\nhost: g\r\n\r\n");
+    await h.until(() => h.closed(), 2000);
+    expect(h.closed()).toBe(true);
+    expect(statuses(h.text())).toEqual([200, 200, 200]);
+    expect(connection(h.text())).toEqual(["keep-alive", "keep-alive", "close"]);
+    // An expectation other than 100-continue is answered 417 (an OpenAI-style error), counted like any request.
+    const { gateway: one } = await fleet(1, "limits: { max_requests_per_connection: 1 }\n");
+    const e = await rawConnection(one.url);
+    e.socket.write("GET /health HTTP/1.1\r\nhost: g\r\nexpect: something-else\r\n\r\n");
+    await e.until(() => e.closed(), 2000);
+    expect(e.closed()).toBe(true);
+    expect(statuses(e.text())).toEqual([417]);
+    expect(connection(e.text())).toEqual(["close"]);
+    expect(e.text()).toContain('"code":"expectation_failed"');
   }, 30_000);
 
   it("a client that pipelines and never reads holds at most what one answer needs: the gateway stops reading it", async () => {
@@ -551,6 +592,24 @@ describe("whole answers leave in the check phase, together", () => {
     c!.client.write("POST /v1/x HTTP/1.1\r\nhost: a\r\ncontent-length: 0\r\n\r\n");
     await new Promise((r) => setTimeout(r, 100));
     expect(c!.received()).toMatch(/^HTTP\/1\.1 200 OK\r\n[^]*\r\n\r\ndone$/);
+    expect(c!.server.destroyed).toBe(true);
+  });
+
+  it("a connection whose client does not read its last answer is closed once idle past keep_alive_ms, as between requests", async () => {
+    const [c] = await pairs(1);
+    // More than loopback's socket buffers take: the answer's tail stays in the socket, unsent, while the client does not read.
+    const big = Buffer.alloc(32 << 20, 0x61);
+    const path = servingPath((_req, res) => void res.writeHead(200, { "content-type": "text/plain", "content-length": String(big.length) }).end(big));
+    const connection = new ServerConnection(c!.server, path);
+    c!.client.pause();
+    c!.client.write("POST /v1/x HTTP/1.1\r\nhost: a\r\nconnection: close\r\ncontent-length: 0\r\n\r\n");
+    // Its last answer ended: the socket ends after it (once the client takes it).
+    await until(() => c!.server.writableEnded);
+    expect(c!.server.writableLength).toBeGreaterThan(0);
+    const keepAliveMs = 500;
+    connection.check(performance.now(), 60_000, 300_000, keepAliveMs);
+    expect(c!.server.destroyed).toBe(false);
+    connection.check(performance.now() + keepAliveMs + 1, 60_000, 300_000, keepAliveMs);
     expect(c!.server.destroyed).toBe(true);
   });
 });

@@ -15,7 +15,7 @@ import { setFlagsFromString } from "node:v8";
 import { operatorFlag } from "./heap-growth.js";
 
 /** A V8 flag that sets how the garbage collector uses threads (an operator's choice, kept). */
-export const GC_THREADS_FLAG = /^--?(?:no[-_])?(?:single[-_]threaded(?:[-_]gc)?|parallel[-_](?:scavenge|marking|compaction|pointer[-_]update)|concurrent[-_](?:marking|sweeping))(?:=|$)/;
+export const GC_THREADS_FLAG = /^--?(?:no[-_]?)?(?:single[-_]threaded(?:[-_]gc)?|parallel[-_](?:scavenge|marking|compaction|pointer[-_]update)|concurrent[-_](?:marking|sweeping))(?:=|$)/;
 
 /**
  * Scavenges this process's young generation on its main thread alone unless

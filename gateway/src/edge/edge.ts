@@ -15,6 +15,7 @@ import { HttpError } from "../requests/openai.js";
 import type { EdgeRequest, EdgeResponse } from "../http1/edge-types.js";
 import { ServerConnection, type ServerPath } from "../http1/server-connection.js";
 import { SlotArray } from "../common/slot-array.js";
+import { RequestCounts } from "./request-counts.js";
 
 /** The edge's counters (metrics.ts prints them). */
 export interface EdgeCounters {
@@ -154,6 +155,7 @@ const OWN_PATHS: ReadonlySet<string> = new Set(["/v1/chat/completions", "/v1/com
  */
 export function createEdgeServer(config: GatewayConfig, counters: EdgeCounters, handle: EdgeHandler, own = true): EdgeServer {
   const { headersMs, requestMs, keepAliveMs } = config.timeouts;
+  const requests = new RequestCounts(config.limits.maxRequestsPerConnection);
   const server: Server = createServer(
     {
       keepAliveTimeout: keepAliveMs,
@@ -163,13 +165,13 @@ export function createEdgeServer(config: GatewayConfig, counters: EdgeCounters, 
       connectionsCheckingInterval: checkingInterval(headersMs),
     },
     (req, res) => {
-      closeAfterLast(req, res);
-      handle.serve(req, res, null);
+      const refused = requests.admit(req, res);
+      if (refused === null) handle.serve(req, res, null);
+      else answerError(req, res, refused);
     },
   );
-  // A connection's last answer says Connection: close (a request pipelined past it is answered 503, after it); 0 is no
-  // limit, as here. A property: createServer takes no such option on Node 20, which then keeps the connection open
-  // (its answers' _last is not set): closeAfterLast closes it once that answer, and any 503 queued behind it, is written.
+  // Counted by `requests` (request-counts.ts); node:http's own count, which cannot run ahead of it, says the limit in
+  // each answer's Keep-Alive header (a property: createServer takes no such option on Node 20).
   server.maxRequestsPerSocket = config.limits.maxRequestsPerConnection;
   // Past the limit Node closes new connections as they arrive (a flood of half-sent requests cannot take every descriptor).
   server.maxConnections = config.limits.maxConnections;
@@ -180,13 +182,18 @@ export function createEdgeServer(config: GatewayConfig, counters: EdgeCounters, 
   });
   // Expect: 100-continue: a body declared over the limit is refused before the client sends it.
   server.on("checkContinue", (req, res) => {
+    const refused = requests.admit(req, res);
+    if (refused !== null) return answerError(req, res, refused);
     if (Number(req.headers["content-length"] ?? 0) > config.limits.maxBodyBytes) {
       answerError(req, res, new HttpError(413, `the request body is over limits.max_body_bytes (${config.limits.maxBodyBytes} bytes)`, "invalid_request_error", "payload_too_large"));
       return;
     }
     res.writeContinue();
-    closeAfterLast(req, res);
     handle.serve(req, res, null);
+  });
+  // Any other expectation: 417, as node:http would answer it (counted, so the connection closes when it is its last).
+  server.on("checkExpectation", (req, res) => {
+    answerError(req, res, requests.admit(req, res) ?? new HttpError(417, "the gateway meets no expectation but 100-continue", "invalid_request_error", "expectation_failed"));
   });
   // A request Node's parser refuses: a timeout is 408, oversized headers 431, anything else 400.
   server.on("clientError", (error: NodeJS.ErrnoException, socket) => {
@@ -198,7 +205,7 @@ export function createEdgeServer(config: GatewayConfig, counters: EdgeCounters, 
     else if (error.code === "HPE_HEADER_OVERFLOW") refuseConnection(socket, 431, "the request headers are too large");
     else refuseConnection(socket, 400, "malformed HTTP request");
   });
-  const ownPath = own ? attachOwnPath(server, config, counters, handle) : null;
+  const ownPath = own ? attachOwnPath(server, config, counters, handle, requests) : null;
   return {
     server,
     closeIdleConnections() {
@@ -210,20 +217,6 @@ export function createEdgeServer(config: GatewayConfig, counters: EdgeCounters, 
       ownPath?.closeAll();
     },
   };
-}
-
-/**
- * Closes the connection once `res`, the answer to `req`, is written when it
- * is the connection's last (limits.max_requests_per_connection): node:http
- * says close in it and, on Node 20, keeps reading the connection.
- */
-function closeAfterLast(req: IncomingMessage, res: ServerResponse): void {
-  if ((res as ServerResponse & { maxRequestsOnConnectionReached?: boolean }).maxRequestsOnConnectionReached !== true) return;
-  // The request's: an answer queued behind another (pipelined) has no socket yet. By its "finish" node:http has
-  // handed the socket to the answer queued next (a 503 for a request pipelined past the limit, written at once),
-  // so the connection ends after that.
-  const socket = req.socket;
-  res.once("finish", () => socket.destroySoon());
 }
 
 /** How often the read timeouts are checked: a fraction of the shortest keeps them near their word. */
@@ -267,7 +260,7 @@ interface OwnPath {
  * only when the own path hands it over (or null, changing nothing, on a Node
  * whose server has no such listener).
  */
-function attachOwnPath(server: Server, config: GatewayConfig, counters: EdgeCounters, handle: EdgeHandler): OwnPath | null {
+function attachOwnPath(server: Server, config: GatewayConfig, counters: EdgeCounters, handle: EdgeHandler, requests: RequestCounts): OwnPath | null {
   const nodeListener = server.listeners("connection").find((l) => l.name === "connectionListener") as ((this: Server, socket: Socket) => void) | undefined;
   if (nodeListener === undefined) return null;
   server.removeListener("connection", nodeListener);
@@ -286,7 +279,10 @@ function attachOwnPath(server: Server, config: GatewayConfig, counters: EdgeCoun
     keepAliveHeader: keepAliveMs < Infinity ? `Keep-Alive: timeout=${Math.floor(keepAliveMs / 1000)}${maxRequests > 0 ? `, max=${maxRequests}` : ""}\r\n` : null,
     serve: (req, res, body) => handle.serve(req, res, body),
     abandoned: (req) => handle.abandoned(req),
-    handOff: (socket) => nodeListener.call(server, socket),
+    handOff: (socket, served) => {
+      requests.handedOff(socket, served);
+      nodeListener.call(server, socket);
+    },
     timedOut: (socket) => {
       counters.readTimeouts++;
       refuseConnection(socket, 408, readTimeoutMessage(config));

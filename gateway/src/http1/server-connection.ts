@@ -55,8 +55,8 @@ export interface ServerPath {
   serve(req: Http1Request, res: Http1Response, body: Buffer): void;
   /** A request whose head came and whose body never did (its client left, or took too long). */
   abandoned(req: Http1Request): void;
-  /** Gives `socket` to node:http, its unread bytes back in it. */
-  handOff(socket: Socket): void;
+  /** Gives `socket` to node:http, its unread bytes back in it; `served`: the requests answered on it here. */
+  handOff(socket: Socket, served: number): void;
   /** Answers 408 and closes: a head or body not received in time. */
   timedOut(socket: Socket): void;
   /** The connection is no longer this path's (closed or handed off). */
@@ -121,6 +121,8 @@ export class ServerConnection implements ResponseOwner, Slotted {
   #response: Http1Response | null = null;
   /** Whether the connection closes once the answer in progress ends (the server is closing). */
   #closing = false;
+  /** Whether its last answer ended and the socket is ending after it. */
+  #ending = false;
   /** Requests it has served (answered or being answered). */
   #served = 0;
   readonly #onData = (d: Buffer) => this.#data(d, false);
@@ -302,6 +304,10 @@ export class ServerConnection implements ResponseOwner, Slotted {
     if (this.#phase !== Phase.Serving) return; // closed meanwhile
     if (close || this.#closing) {
       this.#phase = Phase.Done;
+      // Idle from here as between requests: a client that never reads its last answer is closed by check() as a
+      // keep-alive one would be, not kept (with the answer's unsent bytes) until it reads.
+      this.#ending = true;
+      this.#since = performance.now();
       this.socket.end(() => this.socket.destroy());
       return;
     }
@@ -360,14 +366,14 @@ export class ServerConnection implements ResponseOwner, Slotted {
     this.#held = null;
     if (held !== null) socket.unshift(held);
     this.#path.forget(this);
-    this.#path.handOff(socket);
+    this.#path.handOff(socket, this.#served);
     socket.resume();
   }
 
   /**
    * Applies the time bounds at `now` (performance.now()): a head past
    * `headersMs` or a request past `requestMs` is answered 408; a connection
-   * idle past `keepAliveMs` closes.
+   * idle past `keepAliveMs` closes, one whose last answer is still unsent too.
    */
   check(now: number, headersMs: number, requestMs: number, keepAliveMs: number): void {
     const age = now - this.#since;
@@ -376,6 +382,7 @@ export class ServerConnection implements ResponseOwner, Slotted {
         if (age > keepAliveMs) this.socket.destroy();
       } else if (age > Math.min(headersMs, requestMs)) this.#timeOut();
     } else if (this.#phase === Phase.Body && age > requestMs) this.#timeOut();
+    else if (this.#ending && age > keepAliveMs) this.socket.destroy();
   }
 
   #timeOut(): void {
