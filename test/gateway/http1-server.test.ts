@@ -401,6 +401,15 @@ describe("the own server path on a connection", () => {
     expect(statuses(e.text())).toEqual([417]);
     expect(connection(e.text())).toEqual(["close"]);
     expect(e.text()).toContain('"code":"expectation_failed"');
+    // Short of the limit, a 417 (or any error) to a request without a body keeps the connection: the next is answered.
+    const { gateway: many } = await fleet(1, "limits: { max_requests_per_connection: 0 }\n");
+    const k = await rawConnection(many.url);
+    k.socket.write("GET /health HTTP/1.1\r\nhost: g\r\nexpect: something-else\r\n\r\nGET /nowhere HTTP/1.1\r\nhost: g\r\n\r\nGET /health HTTP/1.1\r\nhost: g\r\n\r\n");
+    await k.until((t) => statuses(t).length === 3 && t.endsWith("}"));
+    expect(statuses(k.text())).toEqual([417, 404, 200]);
+    expect(connection(k.text())).toEqual(["keep-alive", "keep-alive", "keep-alive"]);
+    await new Promise((r) => setTimeout(r, 400));
+    expect(k.closed()).toBe(false);
   }, 30_000);
 
   it("a client that pipelines and never reads holds at most what one answer needs: the gateway stops reading it", async () => {

@@ -101,8 +101,9 @@ export function answerError(req: EdgeRequest, res: EdgeResponse, error: HttpErro
     res.destroy();
     return;
   }
-  // Only node:http's requests can be answered unread (the own server path reads a body whole first).
-  const unread = req instanceof IncomingMessage && !req.complete;
+  // Only node:http's requests can be answered unread (the own server path reads a body whole first), and only one
+  // that declares a body (node:http runs handlers before it marks a bodiless request complete).
+  const unread = req instanceof IncomingMessage && !req.complete && (req.headers["transfer-encoding"] !== undefined || Number(req.headers["content-length"] ?? 0) > 0);
   res.writeHead(error.status, { "content-type": "application/json", ...error.headers, ...(unread ? { connection: "close" } : {}) }).end(error.body());
   if (unread) (res as ServerResponse).once("finish", () => linger(req));
 }

@@ -5,7 +5,7 @@
 // connection, and on Node 20 says close in the last answer without closing.
 // The last answer here carries `Connection: close`, which node:http honours
 // by closing the connection once it is written; a request sent ahead of it is
-// answered 503 without being served (node:http drops it with the connection).
+// never served (refused 503, which node:http drops with the connection).
 
 import type { IncomingMessage, ServerResponse } from "node:http";
 import type { Socket } from "node:net";
