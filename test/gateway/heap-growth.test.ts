@@ -54,23 +54,30 @@ async function factorAfterFullCollection(nodeFlags: string[]): Promise<number> {
 }
 
 /**
- * The most a serve process's young generation commits (both semi-spaces, MiB)
- * while it keeps 100,000-200,000 small objects alive over 3 million
- * allocations, yielding to the event loop every 10,000 (as requests do).
+ * A serve process's SIGUSR2 handler that keeps 100,000-200,000 small objects
+ * alive over 3 million allocations, yielding to the event loop every 10,000
+ * (as requests do): `setup` runs first, `eachTurn` after each 10,000, `end`
+ * once all are made.
  */
-async function youngGenerationPeak(nodeFlags: string[], env: NodeJS.ProcessEnv = {}): Promise<number> {
-  const churn = `async () => {
-  const v8 = require("v8");
-  const young = () => v8.getHeapSpaceStatistics().find((s) => s.space_name === "new_space").space_size;
-  let keep = [], peak = 0;
+const churn = (setup: string, eachTurn: string, end: string) => `async () => {
+  ${setup}
+  let keep = [];
   for (let k = 0; k < 300; k++) {
     for (let i = 0; i < 10000; i++) { keep.push({ a: i, b: [i] }); if (keep.length > 200000) keep = keep.slice(100000); }
-    peak = Math.max(peak, young());
+    ${eachTurn}
     await new Promise((r) => setImmediate(r));
   }
-  process.stdout.write("young-peak " + peak / 1048576 + "\\n");
+  ${end}
 }`;
-  const peak = await serveUntil(nodeFlags, churn, /^young-peak (\d+(?:\.\d+)?)$/m, env);
+
+/** The most a serve process's young generation commits (both semi-spaces, MiB) over {@link churn}. */
+async function youngGenerationPeak(nodeFlags: string[], env: NodeJS.ProcessEnv = {}): Promise<number> {
+  const young = churn(
+    'const v8 = require("v8"); const young = () => v8.getHeapSpaceStatistics().find((s) => s.space_name === "new_space").space_size; let peak = 0;',
+    "peak = Math.max(peak, young());",
+    'process.stdout.write("young-peak " + peak / 1048576 + "\\n");',
+  );
+  const peak = await serveUntil(nodeFlags, young, /^young-peak (\d+(?:\.\d+)?)$/m, env);
   return Number(peak[1]);
 }
 
@@ -141,21 +148,13 @@ describe("the young generation of a serve process", () => {
 
 /**
  * Scavenges and scavenging tasks while a serve process run with node flags
- * `nodeFlags` churns surviving allocations: V8's --trace-gc prints a line a
- * scavenge, --trace-parallel-scavenge one a task that took part in one (the
- * main thread's, and each helper thread's).
+ * `nodeFlags` runs {@link churn}: V8's --trace-gc prints a line a scavenge,
+ * --trace-parallel-scavenge one a task that took part in one (the main
+ * thread's, and each helper thread's).
  */
 async function scavengeTasks(nodeFlags: string[]): Promise<{ scavenges: number; tasks: number }> {
-  const churn = `async () => {
-  let keep = [];
-  for (let k = 0; k < 300; k++) {
-    for (let i = 0; i < 10000; i++) { keep.push({ a: i, b: [i] }); if (keep.length > 200000) keep = keep.slice(100000); }
-    await new Promise((r) => setImmediate(r));
-  }
-  process.stdout.write("churned\\n");
-}`;
   // The match's input: all the process printed from listening to the end of the churn.
-  const out = (await serveUntil(["--trace-gc", "--trace-parallel-scavenge", ...nodeFlags], churn, /^churned$/m)).input;
+  const out = (await serveUntil(["--trace-gc", "--trace-parallel-scavenge", ...nodeFlags], churn("", "", 'process.stdout.write("churned\\n");'), /^churned$/m)).input;
   // Helper threads print beside the main thread, so two tasks' lines may share one: count each.
   return { scavenges: (out.match(/: Scavenge /g) ?? []).length, tasks: (out.match(/scavenge\[0x[0-9a-f]+\]: time=/g) ?? []).length };
 }

@@ -15,7 +15,10 @@ import { setFlagsFromString } from "node:v8";
 import { operatorFlag } from "./heap-growth.js";
 
 /** A V8 flag that sets how the garbage collector uses threads (an operator's choice, kept). */
-export const GC_THREADS_FLAG = /^--?(?:no[-_]?)?(?:single[-_]threaded(?:[-_]gc)?|parallel[-_](?:scavenge|marking|compaction|pointer[-_]update)|concurrent[-_](?:marking|sweeping))(?:=|$)/;
+const GC_THREADS_FLAG = /^--?(?:no[-_]?)?(?:single[-_]threaded(?:[-_]gc)?|parallel[-_](?:scavenge|marking|compaction|pointer[-_]update)|concurrent[-_](?:marking|sweeping))(?:=|$)/;
+
+/** Whether node's command line (`execArgv`) or NODE_OPTIONS says how the collector uses threads: the operator's choice. */
+export const collectorThreadsChosen = (execArgv: readonly string[], nodeOptions = ""): boolean => operatorFlag(GC_THREADS_FLAG, execArgv, nodeOptions) !== null;
 
 /**
  * Scavenges this process's young generation on its main thread alone unless
@@ -24,7 +27,7 @@ export const GC_THREADS_FLAG = /^--?(?:no[-_]?)?(?:single[-_]threaded(?:[-_]gc)?
  * choice kept). `setFlags` is V8's, injectable for tests.
  */
 export function scavengeOnMainThread(execArgv: readonly string[] = process.execArgv, nodeOptions = process.env.NODE_OPTIONS ?? "", setFlags: (flags: string) => void = setFlagsFromString): boolean {
-  if (operatorFlag(GC_THREADS_FLAG, execArgv, nodeOptions) !== null) return false;
+  if (collectorThreadsChosen(execArgv, nodeOptions)) return false;
   setFlags("--no-parallel-scavenge");
   return true;
 }

@@ -21,7 +21,7 @@ import cluster, { type Worker } from "node:cluster";
 import { STATE_MESSAGE } from "./sibling-log.js";
 import { isLinkMessage, LINK_MESSAGE, WorkerLinks } from "./sibling-links.js";
 import { isMetricsMessage, METRICS_MESSAGE, MetricsGather } from "./metrics-relay.js";
-import { GC_THREADS_FLAG } from "../common/collector-threads.js";
+import { collectorThreadsChosen } from "../common/collector-threads.js";
 
 /** A worker's message to the primary that it listens (with the URL). */
 export const LISTENING_MESSAGE = "adp-gateway-listening";
@@ -83,7 +83,7 @@ export function workerEnv(slot: number, env: NodeJS.ProcessEnv = process.env): R
  * docs/performance.md). V8 takes the flag at start only, hence here.
  */
 export function workerExecArgv(execArgv: readonly string[] = process.execArgv): string[] {
-  return execArgv.some((a) => GC_THREADS_FLAG.test(a)) ? [...execArgv] : [...execArgv, "--single-threaded-gc"];
+  return collectorThreadsChosen(execArgv) ? [...execArgv] : [...execArgv, "--single-threaded-gc"];
 }
 
 /** Whether this process is a worker of `serve --workers N` (forked by runPrimary). */
