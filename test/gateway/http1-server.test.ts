@@ -330,14 +330,14 @@ describe("the own server path on a connection", () => {
     expect(c.closed()).toBe(true);
     expect(connections(c.text())).toEqual(["keep-alive", "keep-alive", "close"]);
     expect(c.text()).toMatch(/\r\nKeep-Alive: timeout=65, max=3\r\n/);
-    // Pipelined on the own path: a request sent ahead is answered, never dropped; the first answer with nothing sent
-    // ahead of it closes (here the fifth).
+    // Pipelined on the own path: the third answer closes however much was sent ahead of it; the requests after it
+    // never reach an engine (RFC 9112 9.6; a pipelining client sends them again on a new connection).
     const p = await rawConnection(gateway.url);
     p.socket.write(["a", "b", "c", "d", "e"].map((x) => chatRequest(x)).join(""));
     const piped = await p.until(() => p.closed());
-    expect(statuses(piped)).toEqual([200, 200, 200, 200, 200]);
-    expect(connections(piped)).toEqual(["keep-alive", "keep-alive", "keep-alive", "keep-alive", "close"]);
-    expect(prompts()).toEqual(["turn 1", "turn 2", "turn 3", "a", "b", "c", "d", "e"]);
+    expect(statuses(piped)).toEqual([200, 200, 200]);
+    expect(connections(piped)).toEqual(["keep-alive", "keep-alive", "close"]);
+    expect(prompts()).toEqual(["turn 1", "turn 2", "turn 3", "a", "b", "c"]);
     // On node:http's server path, one at a time: its second answer says close, and the connection closes then
     // (node:http alone would keep it open until keep_alive_ms), not after the 65 s keep-alive.
     const { gateway: nodeHttp, engines: nodeEngines } = await fleet(1, "limits: { max_requests_per_connection: 2 }\n", {}, "node:http");
@@ -411,6 +411,94 @@ describe("the own server path on a connection", () => {
     await new Promise((r) => setTimeout(r, 400));
     expect(k.closed()).toBe(false);
   }, 30_000);
+
+  it("a connection whose last answer went out lingers: a client still sending gets that answer whole, not a reset; LINGER_BYTES and LINGER_MS bound it", async () => {
+    const { gateway, engines } = await fleet(1, "limits: { max_requests_per_connection: 2 }\n");
+    /**
+     * Sends `first`, then `extra` bytes more in 16 KiB writes without reading (closing a socket with bytes unread
+     * sends a reset, and a reset makes the client's kernel drop what it had not read); then reads. What it read, and
+     * whether its socket failed.
+     */
+    const sendOn = (first: string, extra: number) =>
+      new Promise<{ text: string; error: string | null; ms: number }>((resolve) => {
+        const { port } = new URL(gateway.url);
+        const socket = connect(Number(port), "127.0.0.1");
+        const started = Date.now();
+        socket.pause();
+        let text = "";
+        let error: string | null = null;
+        socket.on("data", (d: Buffer) => (text += d.toString("latin1")));
+        socket.on("error", (e: NodeJS.ErrnoException) => {
+          error = e.code ?? "error";
+          socket.resume();
+        });
+        socket.on("close", () => resolve({ text, error, ms: Date.now() - started }));
+        socket.write(first);
+        const junk = Buffer.alloc(16 * 1024, 0x78);
+        let sent = 0;
+        const pump = () => {
+          while (sent < extra && !socket.destroyed) {
+            sent += junk.length;
+            if (!socket.write(junk)) return void socket.once("drain", pump);
+          }
+          setTimeout(() => socket.resume(), 200);
+        };
+        setTimeout(pump, 50);
+      });
+    const served = () => engines[0]!.received.filter((r) => r.path === "/v1/chat/completions").length;
+    // A chat saying close, then 600 KB more while the answer goes out: the answer arrives whole.
+    const closing = await sendOn(chatRequest("close", "connection: close\r\n"), 600_000);
+    expect(statuses(closing.text)).toEqual([200]);
+    expect(closing.text).toMatch(/"choices"[^]*\}$/);
+    expect(served()).toBe(1);
+    // Two chats at the limit of two, with more pipelined behind them (past HOLD_BYTES, so the socket was not being
+    // read): both answers whole, the second saying close; nothing after them served.
+    const pipelined = await sendOn(chatRequest("one") + chatRequest("two") + chatRequest("three"), 400_000);
+    expect(statuses(pipelined.text)).toEqual([200, 200]);
+    expect(pipelined.text).toMatch(/\r\nConnection: close\r\n[^]*"choices"[^]*\}$/);
+    expect(served()).toBe(3);
+    // A client that goes on sending past LINGER_BYTES is closed then, not read on until LINGER_MS.
+    const flood = await sendOn(chatRequest("flood", "connection: close\r\n"), 64 << 20);
+    expect(flood.error).not.toBeNull();
+    expect(flood.ms).toBeLessThan(1800);
+    // A client that neither sends nor closes its side after its last answer: its connection closed at LINGER_MS.
+    const open = () => Number(/\nadp_gateway_client_connections (\d+)/.exec(gateway.metrics())![1]);
+    const settle = async (test: () => boolean, ms: number) => {
+      for (const deadline = Date.now() + ms; !test() && Date.now() < deadline; ) await new Promise((r) => setTimeout(r, 20));
+    };
+    await settle(() => open() === 0, 3000);
+    const c = await rawConnection(gateway.url);
+    c.socket.allowHalfOpen = true;
+    c.socket.write(chatRequest("quiet", "connection: close\r\n"));
+    await c.until((t) => t.endsWith("}"));
+    await new Promise((r) => setTimeout(r, 1000));
+    expect(open()).toBe(1);
+    await settle(() => open() === 0, 3000);
+    expect(open()).toBe(0);
+    expect(c.closed()).toBe(false); // its own side still open: the gateway's end was quiet
+  }, 30_000);
+
+  it("on node:http's path, bytes refused after a pipelined request wait for its answer: it is not cut or preceded by the refusal", async () => {
+    const { gateway, engines } = await fleet(1, "", { delayMs: 100 }, "node:http");
+    const served = () => engines[0]!.received.filter((r) => r.path === "/v1/chat/completions").length;
+    // A malformed request behind a chat: the chat's answer, then the 400, then the close.
+    const bad = await rawConnection(gateway.url);
+    bad.socket.write(chatRequest("first") + "POST /v1/chat/completions HTTP/1.1\r\nhost: g\r\nbad header\r\n\r\n");
+    const text = await bad.until(() => bad.closed());
+    expect(statuses(text)).toEqual([200, 400]);
+    expect(text).toMatch(/"choices"[^]*HTTP\/1\.1 400 [^]*malformed HTTP request/);
+    expect(served()).toBe(1);
+    // Bytes after a chat that said close (llhttp refuses them): its answer, saying close, then the close; no 400.
+    const after = await rawConnection(gateway.url);
+    after.socket.write(chatRequest("closing", "connection: close\r\n") + chatRequest("after"));
+    const closing = await after.until(() => after.closed());
+    expect(statuses(closing)).toEqual([200]);
+    expect(closing).toMatch(/\r\nconnection: close\r\n[^]*"choices"/i);
+    expect(served()).toBe(2);
+    expect(gateway.metrics()).toMatch(/\nadp_gateway_requests_total\{outcome="ok"\} 2\b/);
+    // Each refusal counted.
+    expect(gateway.metrics()).toContain('adp_gateway_client_malformed_requests_total{status="400"} 2\n');
+  });
 
   it("a client that pipelines and never reads holds at most what one answer needs: the gateway stops reading it", async () => {
     const { gateway, engines } = await fleet(1, "", { chunks: 50, chunkBytes: 4000 });
@@ -602,6 +690,25 @@ describe("whole answers leave in the check phase, together", () => {
     await new Promise((r) => setTimeout(r, 100));
     expect(c!.received()).toMatch(/^HTTP\/1\.1 200 OK\r\n[^]*\r\n\r\ndone$/);
     expect(c!.server.destroyed).toBe(true);
+  });
+
+  it("a client that ends its side once its last answer ended still reads all of it: the socket closes once it is written", async () => {
+    const [c] = await pairs(1);
+    const big = Buffer.alloc(8 << 20, 0x61);
+    const path = servingPath((_req, res) => void res.writeHead(200, { "content-type": "text/plain", "content-length": String(big.length) }).end(big));
+    new ServerConnection(c!.server, path);
+    c!.client.pause();
+    c!.client.write("POST /v1/x HTTP/1.1\r\nhost: a\r\nconnection: close\r\ncontent-length: 0\r\n\r\n");
+    // The answer ended with most of it still in the socket; then the client ends its side, and only then reads.
+    await until(() => c!.server.writableEnded);
+    expect(c!.server.writableLength).toBeGreaterThan(0);
+    c!.client.end();
+    await new Promise((r) => setTimeout(r, 100));
+    c!.client.resume();
+    await until(() => c!.server.destroyed);
+    await new Promise((r) => setTimeout(r, 50));
+    const text = c!.received();
+    expect(text.length - text.indexOf("\r\n\r\n") - 4).toBe(big.length);
   });
 
   it("a connection whose client does not read its last answer is closed once idle past keep_alive_ms, as between requests", async () => {

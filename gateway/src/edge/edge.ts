@@ -196,15 +196,16 @@ export function createEdgeServer(config: GatewayConfig, counters: EdgeCounters, 
   server.on("checkExpectation", (req, res) => {
     answerError(req, res, requests.admit(req, res) ?? new HttpError(417, "the gateway meets no expectation but 100-continue", "invalid_request_error", "expectation_failed"));
   });
-  // A request Node's parser refuses: a timeout is 408, oversized headers 431, anything else 400.
+  // A request Node's parser refuses: a timeout is 408, oversized headers 431, anything else 400 (bytes after a request
+  // that said close too).
   server.on("clientError", (error: NodeJS.ErrnoException, socket) => {
     const timedOut = error.code === "ERR_HTTP_REQUEST_TIMEOUT";
     if (timedOut) counters.readTimeouts++;
     else if (error.code === "HPE_HEADER_OVERFLOW") counters.headersTooLarge++;
     else counters.malformed++;
-    if (timedOut) refuseConnection(socket, 408, readTimeoutMessage(config));
-    else if (error.code === "HPE_HEADER_OVERFLOW") refuseConnection(socket, 431, "the request headers are too large");
-    else refuseConnection(socket, 400, "malformed HTTP request");
+    if (timedOut) refuseAfterAnswers(socket, 408, readTimeoutMessage(config));
+    else if (error.code === "HPE_HEADER_OVERFLOW") refuseAfterAnswers(socket, 431, "the request headers are too large");
+    else refuseAfterAnswers(socket, 400, "malformed HTTP request");
   });
   const ownPath = own ? attachOwnPath(server, config, counters, handle, requests) : null;
   return {
@@ -247,6 +248,23 @@ function refuseConnection(socket: Duplex, status: number, message: string): void
     clearTimeout(linger);
     socket.destroy();
   });
+}
+
+/**
+ * Refuses a connection once the answers to the requests node:http took before
+ * the refused bytes went out (a client that pipelined them): answering at once
+ * would put the refusal where the client reads the first of those answers,
+ * and closing would cut them, though their requests reached an engine. The
+ * connection is not read meanwhile. A refusal after an answer that said close
+ * (bytes sent after a request saying close) is not sent: node:http closes the
+ * connection after that answer.
+ */
+function refuseAfterAnswers(socket: Duplex, status: number, message: string): void {
+  // node:http's answer on the socket now (the next one it queued takes its place when it ends).
+  const answering = (socket as { _httpMessage?: ServerResponse | null })._httpMessage;
+  if (answering === undefined || answering === null || socket.destroyed) return refuseConnection(socket, status, message);
+  socket.pause();
+  answering.once("close", () => setImmediate(refuseAfterAnswers, socket, status, message));
 }
 
 /** The own server path's connections: what closing the server does to them. */

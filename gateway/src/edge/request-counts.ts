@@ -24,9 +24,8 @@ export class RequestCounts {
 
   /**
    * Starts `socket`'s count at the `served` requests the own server path
-   * answered on it before handing it over. The own path answers a request sent
-   * ahead even past the limit, so the one it hands over is answered (as the
-   * last) however many it served.
+   * answered on it before handing it over (fewer than the limit: the own path
+   * closes a connection at its limit).
    */
   handedOff(socket: Socket, served: number): void {
     if (this.#limit > 0 && served > 0) this.#served.set(socket, Math.min(served, this.#limit - 1));

@@ -11,7 +11,11 @@
 // `keep_alive_ms` (the edge's sweep calls check()), a connection closes
 // after its answer to request `max_requests_per_connection` (servedItsLast);
 // bytes a client sends ahead (pipelining) are held up to HOLD_BYTES, then
-// not read until the answer before them is done and the client took it. Its
+// not read until the answer before them is done and the client took it. A
+// connection whose last answer went out lingers: it reads and drops what
+// its client still sends until the client ends its side (LINGER_MS and
+// LINGER_BYTES at most), since closing a socket with bytes unread sends a
+// reset, which can take the answer from a client yet to read it. Its
 // socket reads into the process's read buffer (read-buffer.ts), and what is
 // kept of a read is copied out of it.
 //
@@ -35,6 +39,10 @@ import { readIntoBuffer } from "./read-buffer.js";
 const HOLD_BYTES = 64 * 1024;
 /** What a body that did not come with its head is first given (it grows by doubling to its declared length as its bytes come). */
 const BODY_START_BYTES = 64 * 1024;
+/** How long a connection whose last answer was written waits for its client to end its side, reading and dropping what it sends. */
+const LINGER_MS = 2000;
+/** The most bytes dropped meanwhile: past them the connection is closed at once. */
+const LINGER_BYTES = 1 << 20;
 /** The end of a head. */
 const CRLF2 = Buffer.from("\r\n\r\n");
 
@@ -123,6 +131,12 @@ export class ServerConnection implements ResponseOwner, Slotted {
   #closing = false;
   /** Whether its last answer ended and the socket is ending after it. */
   #ending = false;
+  /** Whether the client ended its side (while its last answer went out: the socket closes once that is written). */
+  #clientEnded = false;
+  /** Bytes the client sent after its last request, read and dropped. */
+  #dropped = 0;
+  /** Closes a lingering connection at LINGER_MS. */
+  #linger: ReturnType<typeof setTimeout> | null = null;
   /** Requests it has served (answered or being answered). */
   #served = 0;
   readonly #onData = (d: Buffer) => this.#data(d, false);
@@ -158,15 +172,15 @@ export class ServerConnection implements ResponseOwner, Slotted {
   /**
    * Whether the request being answered is the connection's last (its answer
    * says close, asked as the head goes out): once it served
-   * limits.max_requests_per_connection, and nothing of a next request came
-   * meanwhile. A keep-alive client then comes back on a new connection, which
-   * with --workers the primary hands to the next worker (one started again
-   * included). A request sent ahead is answered first (a client pipelining
-   * without pause is never closed this way); bytes sent after a head saying
-   * close are the client's race, as with any server's close, and not read.
+   * limits.max_requests_per_connection. A keep-alive client then comes back
+   * on a new connection, which with --workers the primary hands to the next
+   * worker (one started again included). Requests it sent ahead are not
+   * served (RFC 9112 9.6: none after a close is processed; a pipelining
+   * client sends them again on a new connection, as with nginx's and
+   * node:http's limits), and the connection lingers for their bytes.
    */
   get servedItsLast(): boolean {
-    return this.#served >= this.#path.maxRequests && this.#held === null;
+    return this.#served >= this.#path.maxRequests;
   }
 
   /** Bytes read; `transient`: a view of the read buffer, valid only during the call (what is kept is copied). */
@@ -200,6 +214,9 @@ export class ServerConnection implements ResponseOwner, Slotted {
         if (this.#held!.length > HOLD_BYTES) this.socket.pause();
         return;
       case Phase.Done:
+        // After the last answer: dropped, up to LINGER_BYTES.
+        this.#dropped += d.length;
+        if (this.#ending && this.#dropped > LINGER_BYTES) this.socket.destroy();
         return;
     }
   }
@@ -308,7 +325,11 @@ export class ServerConnection implements ResponseOwner, Slotted {
       // keep-alive one would be, not kept (with the answer's unsent bytes) until it reads.
       this.#ending = true;
       this.#since = performance.now();
-      this.socket.end(() => this.socket.destroy());
+      this.#held = null;
+      this.#store = null;
+      this.socket.end(this.#written);
+      // What the client sent ahead is read from here and dropped (reading paused at HOLD_BYTES resumes).
+      if (this.socket.isPaused()) this.socket.resume();
       return;
     }
     this.#phase = Phase.Head;
@@ -333,13 +354,32 @@ export class ServerConnection implements ResponseOwner, Slotted {
     if ((this.#phase as Phase) !== Phase.Done && this.socket.isPaused() && (left === null || left.length <= HOLD_BYTES)) this.socket.resume();
   }
 
-  /** The client ended its side: a request in progress is dropped (node:http ends the socket too), an idle connection closes. */
+  /** The last answer is written: the connection closes when its client ended its side, else lingers for it. */
+  readonly #written = () => {
+    if (this.#clientEnded || this.socket.destroyed) {
+      this.socket.destroy();
+      return;
+    }
+    this.#linger = setTimeout(() => this.socket.destroy(), LINGER_MS);
+    this.#linger.unref();
+  };
+
+  /**
+   * The client ended its side: a request in progress is dropped (node:http
+   * ends the socket too), an idle connection closes, and one whose last
+   * answer is going out closes once it is written (a client that half-closes
+   * after its request still reads the answer).
+   */
   #end(): void {
-    if (this.#phase === Phase.Head && !this.#reading) this.socket.end();
+    if (this.#ending) {
+      this.#clientEnded = true;
+      if (this.socket.writableFinished) this.socket.destroy();
+    } else if (this.#phase === Phase.Head && !this.#reading) this.socket.end();
     else this.socket.destroy();
   }
 
   #close(): void {
+    if (this.#linger !== null) clearTimeout(this.#linger);
     if (this.#phase === Phase.Body) this.#path.abandoned(new Http1Request(this.#head!, this.#headBytes!));
     this.#phase = Phase.Done;
     this.#held = null;
