@@ -31,9 +31,10 @@
 // peers, gateway-wN being serve --workers N;
 // ADP_BENCH_GATEWAY_ARGS adds serve flags, ADP_BENCH_GATEWAY_NODE_ARGS node flags such as --cpu-prof (for node-pass too); ADP_BENCH_PEERS_ROUNDS, _RATE, _REQUESTS, _WARMUP resize it; _PHASES=trace,small,latency picks measurements;
 // ADP_BENCH_PEERS_TRACE_PROFILER runs a command over the measured trace alone, its {pid}
-// replaced by the peer's pid and sent SIGINT when the trace ends, e.g.
+// replaced by the peer's pid ({pids}: its process tree's, comma-separated) and sent SIGINT when the trace ends, e.g.
 // "perf record -e cpu-clock -p {pid} -o /tmp/trace.perf" with ADP_BENCH_GATEWAY_NODE_ARGS=--perf-basic-prof;
-// ADP_BENCH_GATEWAY_STDOUT appends a gateway's stdout to a file, where V8's --trace-gc writes).
+// ADP_BENCH_GATEWAY_STDOUT appends a gateway's stdout to a file, where V8's --trace-gc writes;
+// ADP_BENCH_PEERS_PER_PROCESS prints each process's CPU seconds over the trace).
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import cluster from "node:cluster";
 import { closeSync, existsSync, mkdtempSync, openSync, readFileSync, writeFileSync, writeSync } from "node:fs";
@@ -513,10 +514,12 @@ async function traceRun(peer: Peer, calls: readonly TraceCall[], enginesUrl: str
   }, 200);
   const profiler = await startProfiler(peer.proc.pid!);
   const cpu0 = cpuSeconds(peer.proc.pid!);
+  const perProcess0 = tree(peer.proc.pid!).map((pid) => [pid, processCpu(pid)] as const);
   const { latencies, failed } = await openLoop(peer.url, calls);
   const cpu = cpuSeconds(peer.proc.pid!) - cpu0;
   await stopProfiler(profiler);
-  if (process.env.ADP_BENCH_PEERS_PER_PROCESS) console.log(JSON.stringify({ peer: peer.name, cpu_s_per_process: Object.fromEntries(tree(peer.proc.pid!).map((pid) => [pid, processCpu(pid)])) }));
+  // For profiling: each process's CPU seconds over the trace (the primary's first).
+  if (process.env.ADP_BENCH_PEERS_PER_PROCESS) console.log(JSON.stringify({ peer: peer.name, trace_cpu_s_per_process: perProcess0.map(([pid, s]) => +(processCpu(pid) - s).toFixed(3)) }));
   clearInterval(sampler);
   const stats = (await (await fetch(`${enginesUrl}/stats`)).json()) as { requests: number; hits: number; blocks: number }[];
   const requests = stats.map((s) => s.requests);
@@ -536,7 +539,7 @@ async function traceRun(peer: Peer, calls: readonly TraceCall[], enginesUrl: str
 async function startProfiler(pid: number): Promise<ChildProcess | null> {
   const command = process.env.ADP_BENCH_PEERS_TRACE_PROFILER;
   if (!command) return null;
-  const [file, ...args] = command.replaceAll("{pid}", String(pid)).split(" ").filter(Boolean);
+  const [file, ...args] = command.replaceAll("{pids}", tree(pid).join(",")).replaceAll("{pid}", String(pid)).split(" ").filter(Boolean);
   const child = spawn(file!, args, { stdio: ["ignore", "ignore", "inherit"] });
   const started = await Promise.race([new Promise<Error>((resolve) => child.once("error", resolve)), sleep(1000).then(() => null)]);
   if (started !== null) throw new Error(`ADP_BENCH_PEERS_TRACE_PROFILER did not start: ${started.message}`);
