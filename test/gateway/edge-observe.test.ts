@@ -160,6 +160,17 @@ describe("an engine that dies mid-stream", () => {
     expect(thrown).toBeInstanceOf(APIError);
     expect(thrown).not.toBeInstanceOf(SyntaxError);
   });
+
+  it("an event too big to hold, passed on unfinished, then more of it, then the engine dies: the error event is an event of its own", async () => {
+    const full = event({ role: "assistant", content: "one" });
+    const big = `data: {"choices":[{"delta":{"content":"${"x".repeat(80_000)}`;
+    const e = await dying([full, big, "yyyy"]);
+    const { gateway: g } = await gateway({ upstreams: [e.url] });
+    const raw = await (await post(g, chat(true))).text();
+    expect(raw.startsWith(full + big)).toBe(true);
+    // The unfinished event is ended before the error, which a client's SSE parser then reads as an event.
+    expect(raw).toMatch(/x\n\ndata: \{"error":\{[^\n]*"code":"upstream_stream_error"\}\}\n\ndata: \[DONE\]\n\n$/);
+  });
 });
 
 describe("stable upstream names", () => {

@@ -5,7 +5,7 @@
 // whose header would split its head refused before any byte goes out, delivery
 // (onRequestStart before the first byte; an abort before it leaves the
 // connection clean), backpressure, and closing.
-import { createServer, type AddressInfo, type Socket } from "node:net";
+import { createConnection, createServer, type AddressInfo, type Socket } from "node:net";
 import fc from "fast-check";
 import { afterEach, describe, expect, it } from "vitest";
 import { AnswerParser, HEAD_LINES, MAX_HEAD_BYTES } from "../../gateway/src/http1/answer-parser.js";
@@ -214,6 +214,10 @@ describe("the gateway's HTTP/1.1 client", () => {
     ["a two-digit status", "HTTP/1.1 20 OK\r\ncontent-length: 0\r\n\r\n"],
     ["101 unasked", "HTTP/1.1 101 Switching Protocols\r\nupgrade: h2c\r\n\r\n"],
     ["chunked not last", "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked, gzip\r\n\r\n0\r\n\r\n"],
+    // A coding the gateway would have to undo (Transfer-Encoding is not passed on) and does not: its bytes would reach the client as the body.
+    ["a coding before chunked", "HTTP/1.1 200 OK\r\ntransfer-encoding: gzip, chunked\r\n\r\n2\r\nab\r\n0\r\n\r\n"],
+    ["a coding alone (close-delimited)", "HTTP/1.1 200 OK\r\ntransfer-encoding: gzip\r\ncontent-type: application/json\r\n\r\nab"],
+    ["chunked twice", "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ntransfer-encoding: chunked\r\n\r\n0\r\n\r\n"],
     ["a chunk size that is not hex", "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\nab\r\n0\r\n\r\n"],
     ["a chunk without its CRLF", "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\nabXX0\r\n\r\n"],
     ["a NUL in a header value", "HTTP/1.1 200 OK\r\nx-a: a\0b\r\ncontent-length: 0\r\n\r\n"],
@@ -425,5 +429,62 @@ describe("the gateway's HTTP/1.1 client", () => {
     expect(((await r.json()) as { error: { code: string } }).error.code).toBe("upstream_error");
     const posts = [...a.requests, ...b.requests].filter((q) => q.startsWith("POST"));
     expect(posts.length).toBe(1);
+  });
+
+  it.each(["own", "node:http"] as const)("through the gateway (%s server path): a 204 carries no Content-Length; upstream headers named __proto__ pass as headers", async (serverPath) => {
+    const answer = (s: Socket, request: string) =>
+      s.write(request.startsWith("GET") ? ok("ok") : "HTTP/1.1 204 No Content\r\ncontent-length: 0\r\n__proto__: a\r\n__proto__: b\r\nx-kept: 1\r\n\r\n");
+    const a = await rawUpstream(answer);
+    const g = await createGateway({ logging: { level: "silent" }, listen: { port: 0 }, upstreams: [a.origin], health: { interval_ms: 60_000 } }, { serverPath });
+    open.push({ close: () => g.close(2000) });
+    const { port } = new URL(g.url);
+    const body = JSON.stringify({ model: "m", messages: [{ role: "user", content: "hi" }] });
+    const head = await new Promise<string>((resolve) => {
+      const c = createConnection(Number(port), "127.0.0.1");
+      let text = "";
+      c.on("data", (d: Buffer) => {
+        text += d.toString("latin1");
+        if (text.includes("\r\n\r\n")) {
+          c.destroy();
+          resolve(text);
+        }
+      });
+      c.write(`POST /v1/chat/completions HTTP/1.1\r\nhost: g\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\n\r\n${body}`);
+    });
+    const lines = head.split("\r\n").map((l) => l.toLowerCase());
+    expect(lines[0]).toBe("http/1.1 204 no content");
+    expect(lines.filter((l) => l.startsWith("content-length:"))).toEqual([]);
+    expect(lines.filter((l) => l.startsWith("__proto__:")).sort()).toEqual(["__proto__: a", "__proto__: b"]);
+    expect(lines).toContain("x-kept: 1");
+    expect(lines.some((l) => /^0: /.test(l))).toBe(false);
+  });
+
+  it.each(["own", "node:http"] as const)("through the gateway (%s server path): a whole answer whose head came and whose body did not is answered with the upstream's failure, sent to no second upstream", async (serverPath) => {
+    const failures: Record<string, (s: Socket) => void> = {
+      closed: (s) => void s.end("HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 10\r\n\r\n"),
+      stalled: (s) => void s.write("HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 10\r\n\r\n"),
+      "bad chunk": (s) => void s.write("HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n"),
+    };
+    let failing = "closed";
+    const answer = (s: Socket, request: string) => (request.startsWith("GET") ? s.write(ok("ok")) : failures[failing]!(s));
+    const [a, b] = [await rawUpstream(answer), await rawUpstream(answer)];
+    const g = await createGateway({ logging: { level: "silent" }, listen: { port: 0 }, upstreams: [a.origin, b.origin], health: { interval_ms: 60_000 }, timeouts: { idle_ms: 400 } }, { serverPath });
+    open.push({ close: () => g.close(2000) });
+    const got: [string, number, string][] = [];
+    for (const failure of Object.keys(failures)) {
+      failing = failure;
+      const r = await fetch(`${g.url}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ model: "m", messages: [{ role: "user", content: failure }] }) });
+      const body = (await r.json()) as { error: { code: string } };
+      expect(r.headers.get("x-adp-upstream-name")).not.toBeNull();
+      expect(r.headers.get("content-type")).toBe("application/json");
+      got.push([failure, r.status, body.error.code]);
+    }
+    expect(got).toEqual([
+      ["closed", 502, "upstream_error"],
+      ["stalled", 504, "upstream_idle_timeout"],
+      ["bad chunk", 502, "upstream_error"],
+    ]);
+    expect([...a.requests, ...b.requests].filter((q) => q.startsWith("POST")).length).toBe(3);
+    expect(g.metrics()).toMatch(/\nadp_gateway_requests_total\{outcome="upstream_error"\} 2\b/);
   });
 });

@@ -500,6 +500,29 @@ describe("the own server path on a connection", () => {
     expect(gateway.metrics()).toContain('adp_gateway_client_malformed_requests_total{status="400"} 2\n');
   });
 
+  it("on node:http's path, a refusal about the request being read is sent at once (its answer cannot come); one behind a whole request waits for that answer", async () => {
+    const { gateway, engines } = await fleet(1, "timeouts: { headers_ms: 400, request_ms: 800 }\n", { delayMs: 1500 }, "node:http");
+    const chunked = "POST /v1/chat/completions HTTP/1.1\r\nhost: g\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n5\r\n[1,2]\r\n";
+    // A chunked body cut by a bad chunk: 400 at once, the connection closed.
+    const bad = await rawConnection(gateway.url);
+    const t0 = Date.now();
+    bad.socket.write(`${chunked}ZZ\r\n`);
+    expect(statuses(await bad.until(() => bad.closed()))).toEqual([400]);
+    expect(Date.now() - t0).toBeLessThan(700);
+    // A chunked body that stalls: 408 at request_ms, the connection closed.
+    const stalled = await rawConnection(gateway.url);
+    const t1 = Date.now();
+    stalled.socket.write(chunked);
+    expect(statuses(await stalled.until(() => stalled.closed(), 4000))).toEqual([408]);
+    expect(Date.now() - t1).toBeLessThan(1400);
+    // Behind a whole chat still being answered (1.5 s), a body that stalls: the chat's answer, then the 408.
+    const behind = await rawConnection(gateway.url);
+    behind.socket.write(chatRequest("first") + chunked);
+    expect(statuses(await behind.until(() => behind.closed(), 5000))).toEqual([200, 408]);
+    expect(engines[0]!.received.filter((r) => r.path === "/v1/chat/completions").length).toBe(1);
+    expect(gateway.metrics()).toMatch(/\nadp_gateway_client_connections 0\b/);
+  });
+
   it("a client that pipelines and never reads holds at most what one answer needs: the gateway stops reading it", async () => {
     const { gateway, engines } = await fleet(1, "", { chunks: 50, chunkBytes: 4000 });
     const c = await rawConnection(gateway.url);

@@ -251,18 +251,20 @@ function refuseConnection(socket: Duplex, status: number, message: string): void
 }
 
 /**
- * Refuses a connection once the answers to the requests node:http took before
- * the refused bytes went out (a client that pipelined them): answering at once
- * would put the refusal where the client reads the first of those answers,
- * and closing would cut them, though their requests reached an engine. The
- * connection is not read meanwhile. A refusal after an answer that said close
- * (bytes sent after a request saying close) is not sent: node:http closes the
- * connection after that answer.
+ * Refuses a connection once the answers to the requests node:http read whole
+ * before the refused bytes went out (a client that pipelined them): answering
+ * at once would put the refusal where the client reads the first of those
+ * answers, and closing would cut them, though their requests reached an
+ * engine. The connection is not read meanwhile. The request the refusal is
+ * about (its body cut by a bad chunk or late) is never waited for: its answer
+ * cannot come. A refusal after an answer that said close (bytes sent after a
+ * request saying close) is not sent: node:http closes the connection after
+ * that answer.
  */
 function refuseAfterAnswers(socket: Duplex, status: number, message: string): void {
   // node:http's answer on the socket now (the next one it queued takes its place when it ends).
   const answering = (socket as { _httpMessage?: ServerResponse | null })._httpMessage;
-  if (answering === undefined || answering === null || socket.destroyed) return refuseConnection(socket, status, message);
+  if (answering === undefined || answering === null || socket.destroyed || !answering.req.complete) return refuseConnection(socket, status, message);
   socket.pause();
   answering.once("close", () => setImmediate(refuseAfterAnswers, socket, status, message));
 }

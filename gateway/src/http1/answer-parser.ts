@@ -268,11 +268,11 @@ export class AnswerParser {
     if (te !== undefined) {
       // Both framings at once is how responses are split: refused, as a proxy must (RFC 9112 §6.3, item 3).
       if (cl !== undefined) throw new Http1Error("ADP_ANSWER_INVALID", "an answer has both Transfer-Encoding and Content-Length");
-      const codings = (Array.isArray(te) ? te.join(",") : te).toLowerCase().split(",").map((c) => c.trim());
-      const chunked = codings.filter((c) => c === "chunked").length;
-      if (chunked > 1 || (chunked === 1 && codings[codings.length - 1] !== "chunked")) throw new Http1Error("ADP_ANSWER_INVALID", "an answer's Transfer-Encoding is malformed");
-      this.#state = chunked === 1 ? State.ChunkSize : State.Close;
-      if (chunked === 0) this.#reusable = false;
+      // Chunked alone: any other coding would have to be undone here (Transfer-Encoding is not passed on), and the
+      // gateway decodes none (passing its bytes on as they are would give the client a body it cannot read).
+      const codings = (Array.isArray(te) ? te.join(",") : te).split(",");
+      if (codings.length !== 1 || codings[0]!.trim().toLowerCase() !== "chunked") throw new Http1Error("ADP_ANSWER_INVALID", "an answer's Transfer-Encoding is not chunked alone");
+      this.#state = State.ChunkSize;
       return;
     }
     if (cl !== undefined) {

@@ -209,6 +209,22 @@ export class Http1Response implements EdgeResponse {
     return `${name}: ${value}\r\n`;
   }
 
+  /**
+   * Forgets a head written but not sent (no byte of this answer reached the
+   * socket), so that another can be written in its place: true; false once
+   * any went. A whole answer's head waits for its body: when the upstream
+   * fails before the body, the gateway answers its failure instead.
+   */
+  unsend(): boolean {
+    if (this.#sent || this.writableEnded) return false;
+    this.#head = null;
+    this.#status = 200;
+    this.#length = false;
+    this.#dated = false;
+    this.headersSent = false;
+    return true;
+  }
+
   /** Sends the head now (a stream's: its chunks follow as they come). */
   flushHeaders(): void {
     if (!this.headersSent) this.writeHead(200);

@@ -8,7 +8,7 @@
 // `x-adp-upstream-name` and `x-request-id`; a stream the upstream cuts short
 // ends with an OpenAI-style SSE error event rather than a dropped connection.
 
-import type { IncomingHttpHeaders } from "node:http";
+import { ServerResponse, type IncomingHttpHeaders } from "node:http";
 import type { EdgeRequest } from "../http1/edge-types.js";
 import { Http1Pool, type ForwardedLines } from "../http1/http1-pool.js";
 import { Http1Request } from "../http1/server-connection.js";
@@ -158,8 +158,9 @@ function gatewayHeaders(ctx: ProxyContext, call: ProxyCall, u: Upstream, rank: n
 }
 
 /** The answer's headers for the client: the upstream's, less hop-by-hop ones and those its `Connection` names, with the gateway's own. */
-function answerHeaders(answer: IncomingHttpHeaders, u: Upstream, requestId: string): Record<string, string | string[]> {
-  const headers: Record<string, string | string[]> = {};
+function answerHeaders(answer: IncomingHttpHeaders, status: number, u: Upstream, requestId: string): Record<string, string | string[]> {
+  // No prototype: an upstream's header named __proto__ is a header like others.
+  const headers: Record<string, string | string[]> = Object.create(null) as Record<string, string | string[]>;
   const named = connectionNames(answer.connection);
   for (const name in answer) {
     const value = answer[name];
@@ -167,8 +168,9 @@ function answerHeaders(answer: IncomingHttpHeaders, u: Upstream, requestId: stri
   }
   // The body is passed on byte for byte, so the upstream's length stands: the answer then goes out
   // unchunked, headers and body in one write (undici refuses a body that does not match its length).
+  // (Never on a 204, which has no body and must not say a length: RFC 9110 8.6.)
   const length = answer["content-length"];
-  if (typeof length === "string" && answer["transfer-encoding"] === undefined) headers["content-length"] = length;
+  if (typeof length === "string" && answer["transfer-encoding"] === undefined && status !== 204) headers["content-length"] = length;
   headers["x-adp-upstream"] = String(u.index);
   headers["x-adp-upstream-name"] = u.name;
   headers["x-request-id"] = requestId;
@@ -187,7 +189,7 @@ function passHead(res: Http1Response, status: number, answer: IncomingHttpHeader
   const own: Record<string, string> = { "x-adp-upstream": String(u.index), "x-adp-upstream-name": u.name, "x-request-id": requestId };
   // The body is passed on byte for byte, so the upstream's length stands (as answerHeaders keeps it).
   const length = answer["content-length"];
-  if (typeof length === "string" && answer["transfer-encoding"] === undefined) own["content-length"] = length;
+  if (typeof length === "string" && answer["transfer-encoding"] === undefined && status !== 204) own["content-length"] = length;
   res.writeHeadPassing(status, lines, kept, keptNames, own);
 }
 
@@ -260,11 +262,14 @@ class Attempt implements ExchangeListener {
     upstream.countStatus(status);
     const res = this.#call.res;
     const lines = (answer as { [HEAD_LINES]?: HeadLines })[HEAD_LINES];
-    if (lines !== undefined && res instanceof Http1Response) passHead(res, status, answer, lines, upstream, this.#call.requestId);
-    else res.writeHead(status, answerHeaders(answer, upstream, this.#call.requestId));
-    // A stream's head goes out at once; a whole answer's goes with its body, in one write.
+    // A stream's head goes out at once; a whole answer's goes with its body, in one write (until then it can be
+    // taken back: see unsentHead).
     const type = answer["content-type"];
-    if (typeof type === "string" && type.startsWith("text/event-stream")) {
+    const stream = typeof type === "string" && type.startsWith("text/event-stream");
+    if (lines !== undefined && res instanceof Http1Response) passHead(res, status, answer, lines, upstream, this.#call.requestId);
+    else if (!stream && res instanceof ServerResponse) setHead(res, status, answerHeaders(answer, status, upstream, this.#call.requestId));
+    else res.writeHead(status, answerHeaders(answer, status, upstream, this.#call.requestId));
+    if (stream) {
       res.flushHeaders();
       this.timing = new TokenTiming(this.started, (gap) => upstream.itl.observe(gap));
     }
@@ -279,6 +284,29 @@ class Attempt implements ExchangeListener {
     this.#firstChunk?.();
     return this.timing === null ? null : this.timing.flush();
   }
+}
+
+/**
+ * Gives node:http's response a whole answer's status and headers without
+ * writing its head (writeHead would: node:http then cannot answer anything
+ * else): they are checked now, and written with the first body bytes.
+ */
+function setHead(res: ServerResponse, status: number, headers: Record<string, string | string[]>): void {
+  res.statusCode = status;
+  for (const name in headers) res.setHeader(name, headers[name]!);
+}
+
+/**
+ * Whether nothing of `res`'s answer reached its client: its head, when given
+ * but not sent, is then forgotten, and an error can be answered in its place.
+ * A captured answer (a prefill's) is never taken back.
+ */
+function unsentHead(res: AnswerSink): boolean {
+  if (res instanceof Http1Response) return res.unsend();
+  if (!(res instanceof ServerResponse) || res.headersSent) return false;
+  for (const name of res.getHeaderNames()) res.removeHeader(name);
+  res.statusCode = 200;
+  return true;
 }
 
 /** proxy()'s loop over the upstreams it may try; `firstChunk` is called at the answer's first chunk and its end. */
@@ -336,9 +364,7 @@ async function proxyTo(ctx: ProxyContext, call: ProxyCall, first: Upstream, rank
       }
       // It may have reached the engine: answered with this upstream's failure, never sent on.
       log.warn({ request_id: call.requestId, upstream: upstream.name, reason: failure.reason }, "the upstream failed after the request was sent: answered with its failure, not retried");
-      if (failure.reason === "first_byte_timeout") throw new HttpError(504, `the upstream did not answer within timeouts.first_byte_ms (${ctx.timeouts.firstByteMs} ms)`, "server_error", "upstream_timeout", at);
-      if (failure.reason === "max_duration") throw new HttpError(504, `the upstream did not answer within timeouts.max_stream_ms (${ctx.timeouts.maxStreamMs} ms)`, "server_error", "stream_max_duration", at);
-      throw new HttpError(502, `the upstream failed (${failure.reason})`, "server_error", "upstream_error", at);
+      throw upstreamFailure(ctx, upstream, failure.reason);
     }
     const seconds = (performance.now() - attempt.started) / 1000;
     upstream.e2e.observe(seconds);
@@ -349,11 +375,21 @@ async function proxyTo(ctx: ProxyContext, call: ProxyCall, first: Upstream, rank
   }
 }
 
+/** The error answering a request that reached `upstream` (it may have reached the engine) and failed there for `reason`. */
+function upstreamFailure(ctx: ProxyContext, upstream: Upstream, reason: ExchangeReason): HttpError {
+  const at = namingUpstream(upstream);
+  if (reason === "first_byte_timeout") return new HttpError(504, `the upstream did not answer within timeouts.first_byte_ms (${ctx.timeouts.firstByteMs} ms)`, "server_error", "upstream_timeout", at);
+  if (reason === "idle_timeout") return new HttpError(504, `the upstream sent nothing for timeouts.idle_ms (${ctx.timeouts.idleMs} ms)`, "server_error", "upstream_idle_timeout", at);
+  if (reason === "max_duration") return new HttpError(504, `the upstream did not answer within timeouts.max_stream_ms (${ctx.timeouts.maxStreamMs} ms)`, "server_error", "stream_max_duration", at);
+  return new HttpError(502, `the upstream failed (${reason})`, "server_error", "upstream_error", at);
+}
+
 /**
- * An answer cut after its head went out: a stream the upstream cut (or that
- * ran too long) ends with an error event its client can read; a client that
- * stopped reading, or a whole answer cut midway (its JSON would be broken),
- * loses its connection.
+ * An answer cut after its head came: a stream the upstream cut (or that ran
+ * too long) ends with an error event its client can read; a whole answer of
+ * which nothing reached the client is answered with the upstream's failure
+ * (thrown, as when no answer came); a client that stopped reading, or a
+ * whole answer cut midway (its JSON would be broken), loses its connection.
  */
 function cutShort(ctx: ProxyContext, call: ProxyCall, attempt: Attempt, status: number, reason: ExchangeReason): ProxyOutcome {
   const { upstream, timing } = attempt;
@@ -361,6 +397,10 @@ function cutShort(ctx: ProxyContext, call: ProxyCall, attempt: Attempt, status: 
   if (hangup.aborted || reason === "client_closed") return { status, upstream, outcome: "client_closed" };
   upstream.countCut(reason === "reset" || reason === "closed" || reason === "error" ? "upstream_died" : reason);
   if (reason !== "client_stalled" && UPSTREAM_FAULTS.has(reason)) ctx.fleet.gatewayFailure(upstream, reason);
+  if (timing === null && reason !== "client_stalled" && !res.destroyed && unsentHead(res)) {
+    ctx.log.warn({ request_id: call.requestId, upstream: upstream.name, reason }, "the upstream failed after its answer's head, before its body: answered with its failure, not retried");
+    throw upstreamFailure(ctx, upstream, reason);
+  }
   if (timing !== null && reason !== "client_stalled" && !res.destroyed && !res.writableEnded) {
     res.end(streamErrorEvent(reason, timing.atBoundary));
     ctx.log.warn({ request_id: call.requestId, upstream: upstream.name, reason }, "stream cut short: ended with an SSE error event");

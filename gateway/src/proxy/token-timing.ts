@@ -102,7 +102,8 @@ export class TokenTiming {
       return data;
     }
     this.#held = Buffer.from(data.subarray(end));
-    this.#boundary = true;
+    // Passed on up to a boundary; nothing passed (the rest of an event too big to hold, say) leaves it as it was.
+    if (end > 0) this.#boundary = true;
     return data.subarray(0, end);
   }
 
