@@ -179,7 +179,7 @@ export function formatEdgeMetrics(edge: EdgeCounters, maxConnections: number, to
     `# HELP ${p}client_read_timeouts_total Requests not received in time (timeouts.headers_ms, timeouts.request_ms): answered 408.`,
     `# TYPE ${p}client_read_timeouts_total counter`,
     `${p}client_read_timeouts_total ${edge.readTimeouts}`,
-    `# HELP ${p}client_malformed_requests_total Requests Node's parser refused: malformed (400), headers too large (431).`,
+    `# HELP ${p}client_malformed_requests_total Requests refused as malformed (400: unparsable, or HTTP/1.1 without Host), or with headers too large (431).`,
     `# TYPE ${p}client_malformed_requests_total counter`,
     `${p}client_malformed_requests_total{status="400"} ${edge.malformed}`,
     `${p}client_malformed_requests_total{status="431"} ${edge.headersTooLarge}`,

@@ -285,6 +285,43 @@ describe("the own server path on a connection", () => {
     expect(gateway.metrics()).toContain('adp_gateway_client_malformed_requests_total{status="431"} 1');
   });
 
+  it("an HTTP/1.1 request without Host is refused OpenAI-style and counted; CONNECT is answered 405, not dropped unanswered", async () => {
+    const { gateway, engines } = await fleet(1);
+    const body = chatBody("hi");
+    for (const head of [`POST /v1/chat/completions HTTP/1.1\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\n\r\n${body}`, "GET /health HTTP/1.1\r\n\r\n"]) {
+      const c = await rawConnection(gateway.url);
+      c.socket.write(head);
+      const text = await c.until((t) => t.includes("}"));
+      expect(statuses(text)).toEqual([400]);
+      expect(text).toContain('"message":"an HTTP/1.1 request must carry a Host header"');
+    }
+    expect(gateway.metrics()).toContain('adp_gateway_client_malformed_requests_total{status="400"} 2\n');
+    // HTTP/1.0 has no Host requirement.
+    const old = await rawConnection(gateway.url);
+    old.socket.write("GET /health HTTP/1.0\r\n\r\n");
+    expect(statuses(await old.until(() => old.closed()))).toEqual([200]);
+    const tunnel = await rawConnection(gateway.url);
+    tunnel.socket.write("CONNECT example.com:443 HTTP/1.1\r\nhost: example.com:443\r\n\r\n");
+    const refused = await tunnel.until(() => tunnel.closed());
+    expect(statuses(refused)).toEqual([405]);
+    expect(refused).toContain('"message":"CONNECT is not served"');
+    expect(engines[0]!.received.filter((r) => r.path === "/v1/chat/completions")).toHaveLength(0);
+  });
+
+  it("an unfinished head with a bare LF goes to node:http at once: 400 then, not 408 after headers_ms", async () => {
+    const { gateway } = await fleet(1, "timeouts: { headers_ms: 3000 }\n");
+    for (const head of ["POST /v1/chat/completions HTTP/1.1\nhost: g\n", "POST /v1/chat/completions HTTP/1.1\r\nhost: g\ncontent-length: 2\r\n"]) {
+      const c = await rawConnection(gateway.url);
+      const t0 = Date.now();
+      // Sent in two reads, the bare LF in the second (the bytes before it were looked at already).
+      c.socket.write(head.slice(0, 20));
+      await new Promise((r) => setTimeout(r, 50));
+      c.socket.write(head.slice(20));
+      expect(statuses(await c.until(() => c.closed(), 5000))).toEqual([400]);
+      expect(Date.now() - t0).toBeLessThan(1500);
+    }
+  });
+
   it("a head not finished within timeouts.headers_ms and a body not within request_ms are answered 408, counted, and closed", async () => {
     const { gateway } = await fleet(1, "timeouts: { headers_ms: 300, request_ms: 600 }\n");
     const head = await rawConnection(gateway.url);

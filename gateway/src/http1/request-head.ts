@@ -46,11 +46,15 @@ const VERSION = " HTTP/1.1";
 
 /**
  * Whether `bytes` (a head's first bytes, unfinished) could still begin a head
- * this file takes: when not, the connection need not wait for the rest.
+ * this file takes: when not, the connection need not wait for the rest. A
+ * bare LF (one not after a CR) cannot: llhttp refuses it at once. `from`: the
+ * bytes before it were looked at already (so a head trickled a byte a read
+ * costs linear time).
  */
-export function mayBeTaken(bytes: Buffer): boolean {
+export function mayBeTaken(bytes: Buffer, from = 0): boolean {
   const n = Math.min(bytes.length, START.length);
   for (let i = 0; i < n; i++) if (bytes[i] !== START.charCodeAt(i)) return false;
+  for (let lf = bytes.indexOf(0x0a, from); lf >= 0; lf = bytes.indexOf(0x0a, lf + 1)) if (lf === 0 || bytes[lf - 1] !== 0x0d) return false;
   return true;
 }
 

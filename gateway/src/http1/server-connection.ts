@@ -253,7 +253,7 @@ export class ServerConnection implements ResponseOwner, Slotted {
     const end = bytes.indexOf(CRLF2, Math.max(0, this.#scanned - 3));
     if (end < 0) {
       this.#held = kept(bytes, transient);
-      if (bytes.length > MAX_REQUEST_HEAD_BYTES || !mayBeTaken(bytes)) return this.#handOff();
+      if (bytes.length > MAX_REQUEST_HEAD_BYTES || !mayBeTaken(bytes, this.#scanned)) return this.#handOff();
       this.#scanned = bytes.length;
       return;
     }

@@ -20,6 +20,7 @@
 
 import { randomBytes } from "node:crypto";
 import { isPlainText } from "./plain-text.js";
+import { JsonShape, literalEnd } from "./json-shape.js";
 
 /** Literals at least this many bytes long are set aside. */
 export const LONG_LITERAL_BYTES = 8 * 1024;
@@ -33,7 +34,6 @@ const MARKER = `\u0000adp-literal-${randomBytes(9).toString("base64url")}-`;
 const MARKER_JSON = `\\u0000${MARKER.slice(1)}`;
 
 const QUOTE = 0x22;
-const BACKSLASH = 0x5c;
 
 /** A body with its long literals set aside. */
 export class ElidedBody {
@@ -81,17 +81,24 @@ export class ElidedBody {
 /**
  * `raw` with its long literals set aside, or null when it has none (or is too
  * long, or its quotes do not pair: JSON.parse of the whole body judges it).
+ * `shape` counts the structure between the literals as the walk goes (json-
+ * shape.ts): null as soon as it is past a bound (`shape.problem`), and
+ * `shape.walked` once the walk reached the end.
  */
-export function elideLongLiterals(raw: Buffer): ElidedBody | null {
+export function elideLongLiterals(raw: Buffer, shape: JsonShape = new JsonShape()): ElidedBody | null {
   if (raw.length < LONG_LITERAL_BYTES || raw.length > MAX_ELIDED_BODY_BYTES) return null;
   const spans: number[] = [];
-  for (let at = raw.indexOf(QUOTE); at >= 0; ) {
+  for (let from = 0; ; ) {
+    const at = raw.indexOf(QUOTE, from);
+    if (!shape.count(raw, from, at < 0 ? raw.length : at)) return null;
+    if (at < 0) break;
     const start = at + 1;
     const end = literalEnd(raw, start);
     if (end < 0) return null;
     if (end - start >= LONG_LITERAL_BYTES && isPlainText(raw, start, end) && !isKey(raw, end + 1)) spans.push(start, end);
-    at = raw.indexOf(QUOTE, end + 1);
+    from = end + 1;
   }
+  shape.walked = true;
   if (spans.length === 0) return null;
   let text = "";
   let from = 0;
@@ -100,19 +107,6 @@ export function elideLongLiterals(raw: Buffer): ElidedBody | null {
     from = spans[i + 1]!;
   }
   return new ElidedBody(text + raw.toString("utf8", from), raw, spans);
-}
-
-/** Where the literal whose content starts at `start` ends (its closing quote), or -1 when it does not. */
-function literalEnd(raw: Buffer, start: number): number {
-  for (let from = start; ; ) {
-    const quote = raw.indexOf(QUOTE, from);
-    if (quote < 0) return -1;
-    // A quote after an odd run of backslashes is escaped (part of the literal).
-    let backslashes = 0;
-    while (quote - 1 - backslashes >= start && raw[quote - 1 - backslashes] === BACKSLASH) backslashes++;
-    if (backslashes % 2 === 0) return quote;
-    from = quote + 1;
-  }
 }
 
 /** Whether the literal ending before `at` is an object's key (a colon follows it, past whitespace). */

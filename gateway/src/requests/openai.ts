@@ -6,7 +6,8 @@ import type { TokenIds } from "adp-router";
 import { TokenizerRequestError, type ChatMessage, type Tokenizer } from "../tokenizers/tokenizer.js";
 import { SUBAGENT_AUTH_HEADER, type SubagentClaim } from "./subagent-auth.js";
 import { parseJsonKeepingIntegers } from "../common/json-integers.js";
-import { elideLongLiterals, restoreElsewhere, type ElidedBody } from "./long-literals.js";
+import { elideLongLiterals, LONG_LITERAL_BYTES, restoreElsewhere, type ElidedBody } from "./long-literals.js";
+import { JsonShape, jsonShapeProblem } from "./json-shape.js";
 
 /** The error code of a status when no more precise one is given (every error body's code is a string). */
 const CODES: Readonly<Record<number, string>> = {
@@ -93,8 +94,14 @@ function idOf(v: unknown, field: string, trim = true): string | null {
   return text;
 }
 
-/** A JSON object from a request body (bytes as received, or its text); HttpError 400 `invalid_json` or `invalid_request` (with `what` as the message) otherwise. */
-export function parseJsonObject(raw: Buffer | string, what = "the request body must be a JSON object"): Record<string, unknown> {
+/**
+ * A JSON object from a request body (bytes as received, or its text); HttpError 400 `invalid_json` or
+ * `invalid_request` (with `what` as the message) otherwise. Bytes are first walked for their structure
+ * (json-shape.ts), unless `walked` (the caller did).
+ */
+export function parseJsonObject(raw: Buffer | string, what = "the request body must be a JSON object", walked = false): Record<string, unknown> {
+  const problem = walked || typeof raw === "string" ? null : jsonShapeProblem(raw);
+  if (problem !== null) throw new HttpError(400, problem, "invalid_request_error", "invalid_request");
   let body: unknown;
   try {
     body = JSON.parse(typeof raw === "string" ? raw : raw.toString("utf8"));
@@ -269,6 +276,8 @@ function keepPromptLiterals(kind: "chat" | "completion", b: Record<string, unkno
  * never optimized; with this, 3 times, and optimized (docs/performance.md).
  */
 let lastBody: object | null = null;
+/** The largest body kept so (a body of up to MAX_JSON_ITEMS objects could hold tens of MiB of heap). */
+const KEPT_BODY_BYTES = 256 * 1024;
 
 /**
  * Parses and checks a chat or completion request body (bytes as received)
@@ -287,9 +296,13 @@ export function readRequest(
   whole = false,
 ): RoutedRequest {
   // A tokenizer of bytes reads a long prompt's text from the body as it came (long-literals.ts); `whole`: parse all of it.
-  const elided = !whole && tokenizer.readsLiterals === true ? elideLongLiterals(raw) : null;
-  const b = parseJsonObject(elided === null ? raw : elided.text);
-  lastBody = b;
+  // The walk that finds the literals also counts the body's structure (json-shape.ts), which is then not walked again.
+  const shape = whole || tokenizer.readsLiterals !== true || raw.length < LONG_LITERAL_BYTES ? null : new JsonShape();
+  const elided = shape === null ? null : elideLongLiterals(raw, shape);
+  if (shape?.problem != null) throw new HttpError(400, shape.problem, "invalid_request_error", "invalid_request");
+  const b = parseJsonObject(elided === null ? raw : elided.text, undefined, shape?.walked === true);
+  // Kept while the body is of a request's usual size: a larger one is not held until the next request comes.
+  if (raw.length <= KEPT_BODY_BYTES) lastBody = b;
   const extra = elided === null ? 0 : keepPromptLiterals(kind, b, elided);
   const literals = elided ?? undefined;
   if (b.model === undefined || b.model === null) throw bad("model is required", "model", "missing_field");

@@ -1,0 +1,93 @@
+// A request body's structure is counted before JSON.parse reads it
+// (gateway/src/requests/json-shape.ts): the counts are the parsed value's
+// (objects, arrays, members, nesting) whatever its strings hold, the walk that
+// sets long literals aside counts the same, and the gateway refuses a body
+// past the bounds 400 without sending it on.
+import fc from "fast-check";
+import { afterEach, describe, expect, it } from "vitest";
+import { JsonShape, jsonShapeProblem, MAX_JSON_DEPTH, MAX_JSON_ITEMS, WALKED_BYTES } from "../../gateway/src/requests/json-shape.js";
+import { elideLongLiterals } from "../../gateway/src/requests/long-literals.js";
+import { createGateway, loadGatewayConfig } from "../../gateway/src/index.js";
+import { startMockEngine } from "../support/mock-engine.js";
+
+const open: { close(): Promise<void> }[] = [];
+afterEach(async () => {
+  while (open.length > 0) await open.pop()!.close();
+});
+
+/** The parsed value's own counts: deepest nesting of objects and arrays, and objects + arrays + members. */
+function reference(v: unknown, depth = 0): { depth: number; items: number } {
+  if (typeof v !== "object" || v === null) return { depth, items: 0 };
+  const children = Array.isArray(v) ? v : Object.values(v);
+  let deepest = depth + 1;
+  let items = 1 + (Array.isArray(v) ? 0 : children.length);
+  for (const c of children) {
+    const r = reference(c, depth + 1);
+    deepest = Math.max(deepest, r.depth);
+    items += r.items;
+  }
+  return { depth: deepest, items };
+}
+
+/** A body of at least WALKED_BYTES: `json` and a padding member of spaces after it (spaces are not counted). */
+const padded = (json: string) => Buffer.from(`{"v":${json}${" ".repeat(WALKED_BYTES)}}`);
+
+/** Strings that look like structure: brackets, colons, quotes and backslashes escaped. */
+const tricky = fc.string({ unit: fc.constantFrom("[", "]", "{", "}", ":", '"', "\\", "a", " ", "é") });
+const value = fc.letrec((tie) => ({
+  v: fc.oneof({ depthSize: "small" }, tricky, fc.integer(), fc.constant(null), fc.array(tie("v"), { maxLength: 4 }), fc.dictionary(tricky, tie("v"), { maxKeys: 4 })),
+})).v;
+
+describe("a body's structure, counted before it is parsed", () => {
+  it("random values: refused exactly when the parsed value nests deeper or holds more items than the bounds (small bounds, fixed seed)", () => {
+    let refused = 0;
+    fc.assert(
+      fc.property(value, fc.integer({ min: 1, max: 6 }), fc.integer({ min: 1, max: 40 }), (v, maxDepth, maxItems) => {
+        const raw = padded(JSON.stringify(v));
+        const want = reference(JSON.parse(raw.toString()));
+        const over = want.depth > maxDepth || want.items > maxItems;
+        const problem = jsonShapeProblem(raw, new JsonShape(maxDepth, maxItems));
+        expect(problem !== null).toBe(over);
+        // The elision's walk counts the same.
+        const shape = new JsonShape(maxDepth, maxItems);
+        elideLongLiterals(raw, shape);
+        expect(shape.problem !== null).toBe(over);
+        expect(shape.walked).toBe(!over);
+        if (over) refused++;
+      }),
+      { seed: 20261206, numRuns: 3000 },
+    );
+    expect(refused).toBeGreaterThan(300); // both answers were tested
+  });
+
+  it("the bounds: MAX_JSON_DEPTH levels and MAX_JSON_ITEMS items are taken, one more is not; brackets in a long literal are not counted", () => {
+    const nested = (n: number) => `${"[".repeat(n)}${"]".repeat(n)}`;
+    // {"v": ...} is one level and two items (the object and its member) of its own.
+    expect(jsonShapeProblem(padded(nested(MAX_JSON_DEPTH - 1)))).toBeNull();
+    expect(jsonShapeProblem(padded(nested(MAX_JSON_DEPTH)))).toBe(`the request body nests objects and arrays deeper than ${MAX_JSON_DEPTH}`);
+    const flat = (n: number) => `[${Array.from({ length: n }, () => "{}").join(",")}]`;
+    expect(jsonShapeProblem(padded(flat(MAX_JSON_ITEMS - 3)))).toBeNull();
+    expect(jsonShapeProblem(padded(flat(MAX_JSON_ITEMS - 2)))).toBe(`the request body has more than ${MAX_JSON_ITEMS} objects, arrays and members`);
+    expect(jsonShapeProblem(padded(JSON.stringify(`[{:${'\\"['.repeat(50_000)}`)))).toBeNull();
+    // Shorter bodies are not walked.
+    expect(jsonShapeProblem(Buffer.from(nested(WALKED_BYTES / 2 - 1)))).toBeNull();
+  });
+
+  it("through the gateway: a body nested 2 million deep, or of 200,000 empty objects, is refused 400 and reaches no engine", async () => {
+    const engine = await startMockEngine("e0");
+    open.push(engine);
+    const text = `listen: { port: 0 }\nlogging: { level: silent }\nhealth: { interval_ms: 60000 }\nupstreams:\n  - ${engine.url}\n`;
+    const g = await createGateway(loadGatewayConfig({ file: { name: "g.yaml", text } }));
+    open.push(g);
+    const chat = (extra: string) => `{"model":"m","messages":[{"role":"user","content":"hi"}],"metadata":${extra}}`;
+    for (const [body, message] of [
+      [chat(`${"[".repeat(2_000_000)}${"]".repeat(2_000_000)}`), "nests objects and arrays deeper than"],
+      [chat(`[${Array.from({ length: 200_000 }, () => "{}").join(",")}]`), "objects, arrays and members"],
+    ] as const) {
+      const r = await fetch(`${g.url}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json" }, body });
+      expect(r.status).toBe(400);
+      expect(((await r.json()) as { error: { message: string } }).error.message).toContain(message);
+    }
+    expect(engine.received.filter((r) => r.path === "/v1/chat/completions")).toHaveLength(0);
+  });
+});
