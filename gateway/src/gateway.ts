@@ -195,7 +195,7 @@ export async function createGateway(input: GatewayConfig | GatewayConfigObject, 
   const prefill = prefillFleet === null ? null : { fleet: prefillFleet, scheduler: prefillScheduler!, counters: prefillCounters };
   const service = new GatewayService({ config, log, reader, fleet, scheduler, counters, replication, via, prefill, workerMetrics: options.workerMetrics ?? null, siblings: options.siblings ?? null });
   options.workerMetrics?.renderWith(() => service.metrics());
-  const edge = createEdgeServer(config, service.edge, { serve: (req, res, body) => void service.handle(req, res, body), abandoned: (req) => service.abandoned(req) }, options.serverPath !== "node:http");
+  const edge = createEdgeServer(config, service.edge, { serve: (req, res, body) => void service.handle(req, res, body), abandoned: (req) => service.abandoned(req), receiving: service.receiving }, options.serverPath !== "node:http");
   const server = edge.server;
   try {
     await listen(server, config);

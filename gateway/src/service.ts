@@ -10,6 +10,7 @@ import { formatPrometheus } from "adp-router/prometheus";
 import { GatewayConfigError, logConfigWarnings, type GatewayConfig } from "./config/config.js";
 import { adminRoute, bearerIn, digest, type AdminGateway } from "./edge/admin.js";
 import { answerError, readBody, requestIdOf, type EdgeCounters } from "./edge/edge.js";
+import { ReceivingBudget } from "./edge/receiving-budget.js";
 import { isLoop } from "./requests/via.js";
 import type { Fleet, FleetChange } from "./fleet/fleet.js";
 import { formatBounds, indexBound, type Bound } from "./common/bounds.js";
@@ -74,7 +75,9 @@ interface Served {
 /** The gateway's request handling and fleet changes. */
 export class GatewayService {
   /** The edge's counters (the server's bounds count into them). */
-  readonly edge: EdgeCounters = { connections: 0, refusedConnections: 0, readTimeouts: 0, loops: 0, malformed: 0, headersTooLarge: 0 };
+  readonly edge: EdgeCounters = { connections: 0, refusedConnections: 0, readTimeouts: 0, loops: 0, malformed: 0, headersTooLarge: 0, receivingBytes: 0, bodiesRefused: 0 };
+  /** The bytes of request bodies being received, both server paths together (limits.max_receiving_bytes; counted in `edge`). */
+  readonly receiving: ReceivingBudget;
   /** Responses not yet ended (close() waits for them): a count, not a set (a set's table grew and shrank with every request). */
   answering = 0;
   /** The port it listens on, once it does (the self-check compares upstreams with it). */
@@ -96,6 +99,7 @@ export class GatewayService {
     const { config, fleet, scheduler, log } = parts;
     this.#parts = parts;
     this.#via = parts.via;
+    this.receiving = new ReceivingBudget(config.limits.maxReceivingBytes, this.edge);
     this.#current = config;
     this.port = config.listen.port;
     this.#keyDigests = config.auth.apiKeys.map(digest);
@@ -108,7 +112,7 @@ export class GatewayService {
       current: () => this.#current,
       reloadFleet: (next) => this.reloadFleet(next),
       refuseSelf: (urls) => refuseSelf(urls, config.listen.host, this.port, () => "url"),
-      readBody: (req) => readBody(req, config.limits.maxBodyBytes),
+      readBody: (req) => readBody(req, config.limits.maxBodyBytes, this.receiving),
       log,
       adminDigest: config.auth.adminApiKey === null ? null : digest(config.auth.adminApiKey.trim()),
     };
@@ -257,7 +261,10 @@ export class GatewayService {
   /** The bounds of the client edge and replication (see bounds.ts). */
   #edgeBounds(): Bound[] {
     const { config, replication } = this.#parts;
-    const bounds: Bound[] = [{ bound: "client_connections", limit: config.limits.maxConnections, used: this.edge.connections }];
+    const bounds: Bound[] = [
+      { bound: "client_connections", limit: config.limits.maxConnections, used: this.edge.connections },
+      { bound: "receiving_body_bytes", limit: config.limits.maxReceivingBytes, used: this.edge.receivingBytes },
+    ];
     return replication === null ? bounds : [...bounds, ...replication.bounds()];
   }
 
@@ -296,7 +303,7 @@ export class GatewayService {
     const { config, reader, scheduler } = this.#parts;
     if (req.method !== "POST") throw onlyMethod(kind === "chat" ? "/v1/chat/completions" : "/v1/completions", "POST");
     if (!this.#authorized(req)) throw unauthorized();
-    const raw = body ?? (await readBody(req as IncomingMessage, config.limits.maxBodyBytes));
+    const raw = body ?? (await readBody(req as IncomingMessage, config.limits.maxBodyBytes, this.receiving));
     const request = reader.readNow !== undefined ? reader.readNow(kind, raw, req.headers) : await reader.read(kind, raw, req.headers, hangup);
     const tokens = request.tokens.length;
     if (this.#disaggregation !== null) {

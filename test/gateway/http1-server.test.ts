@@ -560,6 +560,52 @@ describe("the own server path on a connection", () => {
     expect(gateway.metrics()).toMatch(/\nadp_gateway_client_connections 0\b/);
   });
 
+  it("limits.max_receiving_bytes defaults to 16 times max_body_bytes and is at least it", () => {
+    const load = (limits: string) => loadGatewayConfig({ file: { name: "g.yaml", text: `upstreams: [ "http://127.0.0.1:1" ]\nlimits: ${limits}\n` } });
+    expect(load("{}").limits.maxReceivingBytes).toBe(64 << 20);
+    expect(load("{ max_body_bytes: 1048576 }").limits.maxReceivingBytes).toBe(16 << 20);
+    expect(load("{ max_body_bytes: 1048576, max_receiving_bytes: 1048576 }").limits.maxReceivingBytes).toBe(1 << 20);
+    expect(() => load("{ max_body_bytes: 1048576, max_receiving_bytes: 1048575 }")).toThrow(/limits\.max_receiving_bytes.*below limits\.max_body_bytes/);
+  });
+
+  it.each(["own", "node:http"] as const)("limits.max_receiving_bytes bounds the bodies being received, all connections together (%s server path): past it 503 and closed; bytes given back once a body is whole or its connection ends", async (serverPath) => {
+    const { gateway, engines } = await fleet(1, "limits: { max_body_bytes: 100000, max_receiving_bytes: 300000 }\n", {}, serverPath);
+    const used = () => Number(/\nadp_gateway_bound_used\{bound="receiving_body_bytes"\} (\d+)/.exec(gateway.metrics())![1]);
+    const refused = () => Number(/\nadp_gateway_client_bodies_refused_total (\d+)/.exec(gateway.metrics())![1]);
+    const settle = async (test: () => boolean) => {
+      for (const deadline = Date.now() + 3000; !test() && Date.now() < deadline; ) await new Promise((r) => setTimeout(r, 20));
+    };
+    const body = JSON.stringify({ model: "m", messages: [{ role: "user", content: "x".repeat(89_900) }] }).padEnd(90_000, " ");
+    const head = `POST /v1/chat/completions HTTP/1.1\r\nhost: g\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\n\r\n`;
+    // Slow clients: a head and 70,000 bytes of the body each (the own path's buffer has 140,000 then, node:http's chunks 70,000).
+    const slow: Awaited<ReturnType<typeof rawConnection>>[] = [];
+    for (let i = 0; i < 5; i++) {
+      const c = await rawConnection(gateway.url);
+      c.socket.write(head + body.slice(0, 70_000));
+      slow.push(c);
+      await settle(() => used() >= (i + 1) * 70_000 || refused() > 0);
+    }
+    // What fits is held; the first body that does not is answered 503 and its connection closed; nothing reached an engine.
+    const answered = slow.filter((c) => statuses(c.text()).length > 0);
+    await settle(() => slow.some((c) => c.closed()));
+    expect(refused()).toBeGreaterThan(0);
+    expect(used()).toBeLessThanOrEqual(300_000);
+    const busy = slow.find((c) => c.closed())!;
+    expect(statuses(busy.text())).toEqual([503]);
+    expect(busy.text()).toContain("limits.max_receiving_bytes");
+    expect(busy.text()).toContain('"code":"server_busy"');
+    expect(answered.length).toBeLessThanOrEqual(slow.length - 1);
+    expect(engines[0]!.received.filter((r) => r.path === "/v1/chat/completions")).toHaveLength(0);
+    // The first finishes its body: served, its bytes given back; the others hang up: theirs too.
+    const first = slow[0]!;
+    first.socket.write(body.slice(70_000));
+    expect(statuses(await first.until((t) => t.endsWith("}")))).toEqual([200]);
+    for (const c of slow.slice(1)) c.socket.destroy();
+    await settle(() => used() === 0);
+    expect(used()).toBe(0);
+    expect(engines[0]!.received.filter((r) => r.path === "/v1/chat/completions")).toHaveLength(1);
+  });
+
   it("a client that pipelines and never reads holds at most what one answer needs: the gateway stops reading it", async () => {
     const { gateway, engines } = await fleet(1, "", { chunks: 50, chunkBytes: 4000 });
     const c = await rawConnection(gateway.url);
@@ -605,6 +651,9 @@ describe("whole answers leave in the check phase, together", () => {
     abandoned: () => {},
     handOff: () => {},
     timedOut: () => {},
+    take: () => true,
+    give: () => {},
+    busyAnswer: "",
     forget: () => {},
   });
   /** Resolves once `test()` holds (polled), or fails after 3 s. */

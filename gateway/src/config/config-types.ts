@@ -89,6 +89,8 @@ export interface GatewayConfig {
     readonly maxConnections: number;
     /** Requests a client connection serves at most (its last answer closes it; 0: no limit). */
     readonly maxRequestsPerConnection: number;
+    /** Bytes of request bodies being received, all client connections together, at most (503 for the body past it). */
+    readonly maxReceivingBytes: number;
     /** A prompt's characters at most, counted before it is tokenized (413 past it). */
     readonly maxPromptChars: number;
     /** A prompt's tokens at most, as the tokenizer counts them (400 past it; with the byte tokenizer a token is a byte). */
@@ -219,6 +221,7 @@ export interface GatewayConfigObject {
     readonly queue_timeout_ms?: number;
     readonly max_connections?: number;
     readonly max_requests_per_connection?: number;
+    readonly max_receiving_bytes?: number;
     readonly max_prompt_chars?: number;
     readonly max_prompt_tokens?: number;
   };

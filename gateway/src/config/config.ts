@@ -41,7 +41,7 @@ const SECTIONS: Record<string, readonly string[]> = {
   "": ["listen", "upstreams", "policy", "attention_dp_config", "limits", "timeouts", "health", "auth", "logging", "routing", "tokenizer", "sync", "disaggregation"],
   listen: ["host", "port"],
   "upstreams[]": ["url", "name", "api_key", "api_key_env", "drain", "kv_events", "load", "dp_ranks", "rank_routing", "attention_dp_config", "role", "bootstrap_port"],
-  limits: ["max_body_bytes", "max_in_flight_per_upstream", "queue_size", "queue_timeout_ms", "max_connections", "max_requests_per_connection", "max_prompt_chars", "max_prompt_tokens"],
+  limits: ["max_body_bytes", "max_in_flight_per_upstream", "queue_size", "queue_timeout_ms", "max_connections", "max_requests_per_connection", "max_receiving_bytes", "max_prompt_chars", "max_prompt_tokens"],
   timeouts: ["headers_ms", "request_ms", "keep_alive_ms", "connect_ms", "first_byte_ms", "idle_ms", "max_stream_ms"],
   health: ["path", "interval_ms", "timeout_ms", "unhealthy_threshold", "healthy_threshold", "on_start", "consecutive_5xx", "consecutive_gateway_failures", "base_ejection_ms", "max_ejection_ms", "max_ejected_percent"],
   auth: ["api_keys", "api_keys_env", "admin_api_key", "admin_api_key_env", "protect_metrics", "protect_health", "internal_request_auth_key_file", "internal_request_auth_key_env"],
@@ -606,13 +606,18 @@ export function loadGatewayConfig(options: LoadOptions = {}): GatewayConfig {
   if (onStart !== "require" && onStart !== "warn") r.fail(["health", "on_start"], `must be require or warn, got ${describeValue(onStart)}`);
 
   const requestMs = r.int(timeouts.request_ms, ["timeouts", "request_ms"], 100, 3_600_000, 60_000);
+  const maxBodyBytes = r.int(limits.max_body_bytes, ["limits", "max_body_bytes"], 1024, 1 << 30, 4 << 20);
+  // Bodies being received, all connections together: by default sixteen of the largest.
+  const maxReceivingBytes = r.int(limits.max_receiving_bytes, ["limits", "max_receiving_bytes"], 1024, 2 ** 40, 16 * maxBodyBytes);
+  if (maxReceivingBytes < maxBodyBytes) r.fail(["limits", "max_receiving_bytes"], `is ${maxReceivingBytes}, below limits.max_body_bytes (${maxBodyBytes}): a largest body could never be received`);
   const config: GatewayConfig = {
     warnings: r.warnings,
     listen: { host, port },
     upstreams,
     attentionDp,
     limits: {
-      maxBodyBytes: r.int(limits.max_body_bytes, ["limits", "max_body_bytes"], 1024, 1 << 30, 4 << 20),
+      maxBodyBytes,
+      maxReceivingBytes,
       maxInFlightPerUpstream: r.int(limits.max_in_flight_per_upstream, ["limits", "max_in_flight_per_upstream"], 1, 1 << 20, 256),
       queueSize: r.int(limits.queue_size, ["limits", "queue_size"], 0, 1 << 20, 1024),
       queueTimeoutMs: r.int(limits.queue_timeout_ms, ["limits", "queue_timeout_ms"], 0, 3_600_000, 10_000),

@@ -16,6 +16,7 @@ import type { EdgeRequest, EdgeResponse } from "../http1/edge-types.js";
 import { ServerConnection, type ServerPath } from "../http1/server-connection.js";
 import { SlotArray } from "../common/slot-array.js";
 import { RequestCounts } from "./request-counts.js";
+import { ReceivingBudget } from "./receiving-budget.js";
 
 /** The edge's counters (metrics.ts prints them). */
 export interface EdgeCounters {
@@ -30,6 +31,10 @@ export interface EdgeCounters {
   /** Requests refused as malformed (400: by Node's parser, or an HTTP/1.1 one without Host) or with headers too large (431). */
   malformed: number;
   headersTooLarge: number;
+  /** Bytes of request bodies being received now (limits.max_receiving_bytes). */
+  receivingBytes: number;
+  /** Bodies refused because those bytes were at their limit (503). */
+  bodiesRefused: number;
 }
 
 /** How long a connection answered and closed by the edge may take to send the rest of what it was sending, at most. */
@@ -58,8 +63,12 @@ export function requestIdOf(req: EdgeRequest): string {
   return ID_PREFIX + idCount.toString(16).padStart(12, "0");
 }
 
-/** The request body, at most `limit` bytes (413 past it); 499 when the client hangs up mid-body. */
-export function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
+/**
+ * The request body, at most `limit` bytes (413 past it); 499 when the client
+ * hangs up mid-body. Its bytes are taken from `budget` as they come, and
+ * given back once it is whole or failed (503 when the budget has none).
+ */
+export function readBody(req: IncomingMessage, limit: number, budget: ReceivingBudget | null = null): Promise<Buffer> {
   const declared = Number(req.headers["content-length"] ?? NaN);
   if (declared > limit) return Promise.reject(new HttpError(413, `the request body is over limits.max_body_bytes (${limit} bytes)`, "invalid_request_error", "payload_too_large"));
   // Events, not async iteration: a promise per chunk costs measurably per request.
@@ -71,13 +80,15 @@ export function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
       req.off("end", onEnd);
       req.off("error", onError);
       req.off("close", onClose);
+      budget?.give(size);
       if (error === null) resolve(Buffer.concat(chunks, size));
       else reject(error);
     };
     const onData = (chunk: Buffer) => {
+      if (size + chunk.length > limit) return finish(new HttpError(413, `the request body is over limits.max_body_bytes (${limit} bytes)`, "invalid_request_error", "payload_too_large"));
+      if (budget !== null && !budget.take(chunk.length)) return finish(busyReceiving());
       size += chunk.length;
-      if (size > limit) finish(new HttpError(413, `the request body is over limits.max_body_bytes (${limit} bytes)`, "invalid_request_error", "payload_too_large"));
-      else chunks.push(chunk);
+      chunks.push(chunk);
     };
     const onEnd = () => finish(null);
     const onError = () => finish(new HttpError(499, "the client closed the request"));
@@ -90,6 +101,9 @@ export function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
     req.on("close", onClose);
   });
 }
+
+/** The answer to a body refused for want of receiving bytes (limits.max_receiving_bytes). */
+const busyReceiving = () => new HttpError(503, "the gateway is receiving as many request bodies as limits.max_receiving_bytes allows: send it again shortly", "server_error", "server_busy", { "retry-after": "1" });
 
 /**
  * Answers `error` OpenAI-style (when nothing was sent yet). A request whose
@@ -143,6 +157,8 @@ export interface EdgeHandler {
   serve(req: EdgeRequest, res: EdgeResponse, body: Buffer | null): void;
   /** A request the own server path read the head of, whose body never came (counted as node:http's would be: its client closed it). */
   abandoned(req: EdgeRequest): void;
+  /** The bytes of request bodies being received (limits.max_receiving_bytes), both server paths together. */
+  readonly receiving: ReceivingBudget;
 }
 
 /** The paths the own server path serves (every other request goes to node:http). */
@@ -319,6 +335,9 @@ function attachOwnPath(server: Server, config: GatewayConfig, counters: EdgeCoun
       counters.readTimeouts++;
       refuseConnection(socket, 408, readTimeoutMessage(config));
     },
+    take: (n) => handle.receiving.take(n),
+    give: (n) => handle.receiving.give(n),
+    busyAnswer: `HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 1\r\nconnection: close\r\n\r\n${busyReceiving().body()}`,
     forget: (c) => connections.delete(c),
   };
   server.on("connection", (socket: Socket) => void connections.add(new ServerConnection(socket, path)));

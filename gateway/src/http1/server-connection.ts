@@ -65,6 +65,12 @@ export interface ServerPath {
   abandoned(req: Http1Request): void;
   /** Gives `socket` to node:http, its unread bytes back in it; `served`: the requests answered on it here. */
   handOff(socket: Socket, served: number): void;
+  /** Takes `n` bytes for a body being received (limits.max_receiving_bytes): false when there are none to take. */
+  take(n: number): boolean;
+  /** Gives back `n` bytes taken. */
+  give(n: number): void;
+  /** The whole answer (head and body) to a body the bytes for which could not be taken: a 503 saying close. */
+  readonly busyAnswer: string;
   /** Answers 408 and closes: a head or body not received in time. */
   timedOut(socket: Socket): void;
   /** The connection is no longer this path's (closed or handed off). */
@@ -117,6 +123,8 @@ export class ServerConnection implements ResponseOwner, Slotted {
   #bodyAt = 0;
   /** The body's declared length (what `#body` grows to as its bytes come, not what a head alone makes it take). */
   #bodyLength = 0;
+  /** The bytes taken for `#body` from the server's receiving budget (given back once it is whole, or the connection ends). */
+  #taken = 0;
   /** The last head's header names, which the next is read against. */
   #names: SeenNames = NO_NAMES;
   /** When the request being read began (its first byte; the connection's start for its first request), or the connection went idle. */
@@ -201,6 +209,7 @@ export class ServerConnection implements ResponseOwner, Slotted {
         const length = this.#bodyLength;
         const n = Math.min(length - this.#bodyAt, d.length);
         const body = this.#bodyAt + n <= this.#body!.length ? this.#body! : this.#growBody(this.#bodyAt + n);
+        if (body === null) return;
         d.copy(body, this.#bodyAt, 0, n);
         this.#bodyAt += n;
         if (this.#bodyAt < length) return;
@@ -279,7 +288,10 @@ export class ServerConnection implements ResponseOwner, Slotted {
     this.#headBytes = kept(bytes.subarray(0, end + 2), transient);
     // Sized by what came, not by what the head declares: a head alone does not take a body's worth of memory.
     const have = bytes.length - start;
-    const body = Buffer.allocUnsafe(Math.min(head.contentLength, Math.max(BODY_START_BYTES, 2 * have)));
+    const size = Math.min(head.contentLength, Math.max(BODY_START_BYTES, 2 * have));
+    if (!this.#path.take(size)) return this.#refuse();
+    this.#taken = size;
+    const body = Buffer.allocUnsafe(size);
     noteReceived(body.length);
     bytes.copy(body, 0, start);
     this.#body = body;
@@ -289,10 +301,16 @@ export class ServerConnection implements ResponseOwner, Slotted {
     this.#phase = Phase.Body;
   }
 
-  /** The body moved into a buffer of at least `needed` bytes: twice its size, at most its declared length. */
-  #growBody(needed: number): Buffer {
+  /** The body moved into a buffer of at least `needed` bytes: twice its size, at most its declared length (null: refused, no bytes to take). */
+  #growBody(needed: number): Buffer | null {
     const body = this.#body!;
-    const grown = Buffer.allocUnsafe(Math.min(this.#bodyLength, Math.max(needed, 2 * body.length)));
+    const size = Math.min(this.#bodyLength, Math.max(needed, 2 * body.length));
+    if (!this.#path.take(size - body.length)) {
+      this.#refuse();
+      return null;
+    }
+    this.#taken += size - body.length;
+    const grown = Buffer.allocUnsafe(size);
     noteReceived(grown.length);
     body.copy(grown, 0, 0, this.#bodyAt);
     this.#body = grown;
@@ -301,6 +319,7 @@ export class ServerConnection implements ResponseOwner, Slotted {
 
   /** Serves the request read. */
   #dispatch(body: Buffer): void {
+    this.#giveBack();
     const head = this.#head!;
     const headBytes = this.#headBytes!;
     this.#head = null;
@@ -380,6 +399,7 @@ export class ServerConnection implements ResponseOwner, Slotted {
 
   #close(): void {
     if (this.#linger !== null) clearTimeout(this.#linger);
+    this.#giveBack();
     if (this.#phase === Phase.Body) this.#path.abandoned(new Http1Request(this.#head!, this.#headBytes!));
     this.#phase = Phase.Done;
     this.#held = null;
@@ -427,11 +447,37 @@ export class ServerConnection implements ResponseOwner, Slotted {
 
   #timeOut(): void {
     if (this.#phase === Phase.Body) this.#path.abandoned(new Http1Request(this.#head!, this.#headBytes!));
+    this.#stopReading();
+    this.#path.timedOut(this.socket);
+  }
+
+  /**
+   * Refuses the body being read (no bytes for it in the receiving budget):
+   * 503, and the connection closes, lingering as after any last answer (its
+   * client is likely still sending the body).
+   */
+  #refuse(): void {
+    this.#stopReading();
+    this.#ending = true;
+    this.#since = performance.now();
+    this.socket.end(this.#path.busyAnswer, this.#written);
+    if (this.socket.isPaused()) this.socket.resume();
+  }
+
+  /** Reads nothing more: what is held and the body are let go, their bytes given back. */
+  #stopReading(): void {
     this.#phase = Phase.Done;
     this.#held = null;
     this.#body = null;
+    this.#giveBack();
     this.socket.off("data", this.#onData);
-    this.#path.timedOut(this.socket);
+  }
+
+  /** Gives back the bytes taken for the body. */
+  #giveBack(): void {
+    if (this.#taken === 0) return;
+    this.#path.give(this.#taken);
+    this.#taken = 0;
   }
 
   /**
