@@ -8,6 +8,7 @@ import { createHmac } from "node:crypto";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
+import { createConnection } from "node:net";
 import OpenAI, { APIError } from "openai";
 import pino from "pino";
 import { afterEach, describe, expect, it } from "vitest";
@@ -310,6 +311,34 @@ describe("disaggregation: SGLang (bootstrap rooms)", () => {
     expect(r.status).toBe(503);
     expect(r.headers.get("x-adp-upstream-name")).toBe("P0");
     await waitFor(() => p.decode[0]!.aborted === 1, () => `decode aborted ${p.decode[0]!.aborted}`);
+  });
+
+  it("a prefill that fails after the decode server's head came, its body not yet: the decode's answer is the client's, on either server path", async () => {
+    // Old code (84e69b6): on node:http's path the decode's held head did not count as its answer: the decode was stopped
+    // and the prefill's failure answered with the decode's headers (its Content-Length among them) still set.
+    const p = await pools("sglang", { prefill: 1, decode: 1 });
+    p.prefill[0]!.behaviour.failWith = 503;
+    p.prefill[0]!.behaviour.delayMs = 300;
+    p.decode[0]!.behaviour.bodyDelayMs = 1200;
+    const { port } = new URL(p.gateway.url);
+    const payload = JSON.stringify({ model: "m", messages: [{ role: "user", content: "hi" }] });
+    const heads = {
+      own: `POST /v1/chat/completions HTTP/1.1\r\nhost: g\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: ${payload.length}\r\n\r\n${payload}`,
+      "node:http": `POST /v1/chat/completions HTTP/1.1\r\nhost: g\r\ncontent-type: application/json\r\nconnection: close\r\ntransfer-encoding: chunked\r\n\r\n${payload.length.toString(16)}\r\n${payload}\r\n0\r\n\r\n`,
+    };
+    for (const [path, request] of Object.entries(heads)) {
+      const text = await new Promise<string>((resolve) => {
+        const c = createConnection(Number(port), "127.0.0.1");
+        let got = "";
+        c.on("data", (d: Buffer) => (got += d.toString("latin1")));
+        c.on("close", () => resolve(got));
+        c.write(request);
+      });
+      const [head, answer] = text.split("\r\n\r\n");
+      expect([path, head!.split("\r\n")[0]]).toEqual([path, "HTTP/1.1 200 OK"]);
+      expect(Number(/\r\ncontent-length: (\d+)/i.exec(head!)![1])).toBe(Buffer.byteLength(answer!));
+      expect(answer).toContain("hello from D0");
+    }
   });
 
   it("a decode server that fails stops the prefill, and its failure is the client's answer", async () => {

@@ -473,10 +473,13 @@ describe("the gateway's HTTP/1.1 client", () => {
     const got: [string, number, string][] = [];
     for (const failure of Object.keys(failures)) {
       failing = failure;
-      const r = await fetch(`${g.url}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ model: "m", messages: [{ role: "user", content: failure }] }) });
+      const r = await fetch(`${g.url}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json", "x-request-id": `mine-${failing.length}` }, body: JSON.stringify({ model: "m", messages: [{ role: "user", content: failure }] }) });
       const body = (await r.json()) as { error: { code: string } };
       expect(r.headers.get("x-adp-upstream-name")).not.toBeNull();
       expect(r.headers.get("content-type")).toBe("application/json");
+      // The gateway's own headers stay (node:http's: the client's request id, the date).
+      expect(r.headers.get("x-request-id")).toBe(`mine-${failing.length}`);
+      expect(r.headers.get("date")).not.toBeNull();
       got.push([failure, r.status, body.error.code]);
     }
     expect(got).toEqual([

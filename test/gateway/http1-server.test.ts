@@ -516,11 +516,18 @@ describe("the own server path on a connection", () => {
   }, 30_000);
 
   it("on node:http's path, bytes refused after a pipelined request wait for its answer: it is not cut or preceded by the refusal", async () => {
-    const { gateway, engines } = await fleet(1, "", { delayMs: 100 }, "node:http");
+    const { gateway, engines } = await fleet(1, "", { delayMs: 400 }, "node:http");
     const served = () => engines[0]!.received.filter((r) => r.path === "/v1/chat/completions").length;
     // A malformed request behind a chat: the chat's answer, then the 400, then the close.
     const bad = await rawConnection(gateway.url);
-    bad.socket.write(chatRequest("first") + "POST /v1/chat/completions HTTP/1.1\r\nhost: g\r\nbad header\r\n\r\n");
+    const first = chatBody("first");
+    bad.socket.write(`POST /v1/chat/completions HTTP/1.1\r\nhost: g\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n${first.length.toString(16)}\r\n${first}\r\n0\r\n\r\nPOST /v1/chat/completions HTTP/1.1\r\nhost: g\r\nbad header\r\n\r\n`);
+    // More bytes while the chat is answered: node:http's parser, in error, refuses each read again (counted once, and
+    // the chat's answer not cut by a second refusal).
+    for (let i = 0; i < 5; i++) {
+      await new Promise((r) => setTimeout(r, 50));
+      bad.socket.write(`more garbage ${i}\r\n`);
+    }
     const text = await bad.until(() => bad.closed());
     expect(statuses(text)).toEqual([200, 400]);
     expect(text).toMatch(/"choices"[^]*HTTP\/1\.1 400 [^]*malformed HTTP request/);
@@ -535,6 +542,11 @@ describe("the own server path on a connection", () => {
     expect(gateway.metrics()).toMatch(/\nadp_gateway_requests_total\{outcome="ok"\} 2\b/);
     // Each refusal counted.
     expect(gateway.metrics()).toContain('adp_gateway_client_malformed_requests_total{status="400"} 2\n');
+    // CONNECT behind a chat: the chat's answer, then the 405.
+    const tunnel = await rawConnection(gateway.url);
+    tunnel.socket.write(chatRequest("before a tunnel") + "CONNECT example.com:443 HTTP/1.1\r\nhost: example.com:443\r\n\r\n");
+    expect(statuses(await tunnel.until(() => tunnel.closed()))).toEqual([200, 405]);
+    expect(served()).toBe(3);
   });
 
   it("on node:http's path, a refusal about the request being read is sent at once (its answer cannot come); one behind a whole request waits for that answer", async () => {
@@ -557,7 +569,8 @@ describe("the own server path on a connection", () => {
     behind.socket.write(chatRequest("first") + chunked);
     expect(statuses(await behind.until(() => behind.closed(), 5000))).toEqual([200, 408]);
     expect(engines[0]!.received.filter((r) => r.path === "/v1/chat/completions").length).toBe(1);
-    expect(gateway.metrics()).toMatch(/\nadp_gateway_client_connections 0\b/);
+    // Each refused connection closed (at its client's end, or LINGER_MS after its refusal).
+    await expect.poll(() => /\nadp_gateway_client_connections (\d+)/.exec(gateway.metrics())![1], { timeout: 2000 }).toBe("0");
   });
 
   it("limits.max_receiving_bytes defaults to 16 times max_body_bytes and is at least it", () => {

@@ -28,6 +28,8 @@ export interface EngineBehaviour {
   failWith?: number;
   /** Milliseconds before the response headers. */
   delayMs?: number;
+  /** Milliseconds between a whole answer's head (sent at once) and its body. */
+  bodyDelayMs?: number;
   /** Stream chunks: how many, and the gap between them. */
   chunks?: number;
   chunkGapMs?: number;
@@ -137,7 +139,12 @@ export async function startMockEngine(name: string, behaviour: EngineBehaviour =
       const choice = chat ? { index: 0, message: { role: "assistant", content: `hello from ${name}` }, finish_reason: "stop" } : { index: 0, text: `hello from ${name}`, finish_reason: "stop" };
       // With its length, as the engines' servers (uvicorn behind FastAPI) send a whole JSON answer.
       const answer = JSON.stringify({ id, object: chat ? "chat.completion" : "text_completion", created: 0, model: "mock-model", choices: [choice], usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 } });
-      res.writeHead(200, { "content-type": "application/json", "content-length": Buffer.byteLength(answer) }).end(answer);
+      res.writeHead(200, { "content-type": "application/json", "content-length": Buffer.byteLength(answer) });
+      if (b.bodyDelayMs) {
+        res.flushHeaders();
+        await sleep(b.bodyDelayMs);
+      }
+      res.end(answer);
       return;
     }
     res.writeHead(200, { "content-type": "text/event-stream", "cache-control": "no-cache" });

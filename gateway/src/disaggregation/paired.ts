@@ -9,7 +9,7 @@
 
 import type { Placement } from "../fleet/scheduler.js";
 import type { Upstream } from "../fleet/upstream.js";
-import { proxy, type ProxyOutcome } from "../proxy/proxy.js";
+import { headGiven, proxy, type ProxyOutcome } from "../proxy/proxy.js";
 import { HttpError } from "../requests/openai.js";
 import { at, captureFor, outcomeOf, passThrough, phaseHangup, unplace, type DisaggregatedCall, type DisaggregatedOutcome, type Serving, type Track } from "./phases.js";
 import { sglangBody } from "./protocols.js";
@@ -80,7 +80,7 @@ export async function paired(s: Serving, call: DisaggregatedCall, client: string
       return outcomeOf(ended.outcome, s.decode, prefillAt.matchedTokens);
     }
     const prefillFailed = failure !== null || first === null || (first.outcome !== "ok" && !hangup.aborted) || captured.status >= 300;
-    if (prefillFailed && !call.res.headersSent) {
+    if (prefillFailed && !headGiven(call.res)) {
       // The decode server has not answered yet: it is stopped, and the prefill's failure is the client's answer.
       decodePhase.hangup.abort();
       await running.catch(() => undefined);

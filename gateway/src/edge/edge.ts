@@ -41,6 +41,8 @@ export interface EdgeCounters {
 const LINGER_MS = 250;
 /** How much of a refused body is read (and dropped) meanwhile, at most. */
 const LINGER_BYTES = 1 << 20;
+/** How long a refusal on node:http's path waits, at most, for the answers before it to be written and read. */
+const REFUSAL_PATIENCE_MS = 30_000;
 
 /** A request id taken from a client: visible ASCII, at most 128 characters (anything else is replaced). */
 const REQUEST_ID = /^[\x21-\x7e]{1,128}$/;
@@ -215,17 +217,16 @@ export function createEdgeServer(config: GatewayConfig, counters: EdgeCounters, 
     answerError(req, res, requests.admit(req, res) ?? hostless(req, counters) ?? new HttpError(417, "the gateway meets no expectation but 100-continue", "invalid_request_error", "expectation_failed"));
   });
   // CONNECT (node:http would destroy the connection unanswered): no tunnels here.
-  server.on("connect", (_req, socket: Duplex) => refuseConnection(socket, 405, "CONNECT is not served"));
+  server.on("connect", (_req, socket: Duplex) => void refuseAfterAnswers(socket, 405, "CONNECT is not served", REFUSAL_PATIENCE_MS));
   // A request Node's parser refuses: a timeout is 408, oversized headers 431, anything else 400 (bytes after a request
   // that said close too).
   server.on("clientError", (error: NodeJS.ErrnoException, socket) => {
     const timedOut = error.code === "ERR_HTTP_REQUEST_TIMEOUT";
+    const [status, message] = timedOut ? [408, readTimeoutMessage(config)] : error.code === "HPE_HEADER_OVERFLOW" ? [431, "the request headers are too large"] : [400, "malformed HTTP request"];
+    if (!refuseAfterAnswers(socket, status, message, REFUSAL_PATIENCE_MS)) return;
     if (timedOut) counters.readTimeouts++;
-    else if (error.code === "HPE_HEADER_OVERFLOW") counters.headersTooLarge++;
+    else if (status === 431) counters.headersTooLarge++;
     else counters.malformed++;
-    if (timedOut) refuseAfterAnswers(socket, 408, readTimeoutMessage(config));
-    else if (error.code === "HPE_HEADER_OVERFLOW") refuseAfterAnswers(socket, 431, "the request headers are too large");
-    else refuseAfterAnswers(socket, 400, "malformed HTTP request");
   });
   const ownPath = own ? attachOwnPath(server, config, counters, handle, requests) : null;
   return {
@@ -260,40 +261,68 @@ function hostless(req: IncomingMessage, counters: EdgeCounters): HttpError | nul
 
 /**
  * Answers a connection whose request cannot be read (malformed, too large,
- * too slow) and closes it: ended, then destroyed once written (or after a
- * moment), so a client that never closes its side does not keep a
+ * too slow) and closes it: ended, then destroyed when the client ends its
+ * side, or LINGER_MS after the refusal was written, or `patienceMs` after
+ * this call, whichever is first. What the client still sends meanwhile is
+ * read and dropped: destroyed with bytes unread, the socket would send a
+ * reset, which can take the refusal (and an answer before it) from a client
+ * yet to read them. A client that never closes its side does not keep a
  * half-closed socket, and with it a place under limits.max_connections.
  */
-function refuseConnection(socket: Duplex, status: number, message: string): void {
+function refuseConnection(socket: Duplex, status: number, message: string, patienceMs: number): void {
   if (!socket.writable) {
     socket.destroy();
     return;
   }
-  const linger = setTimeout(() => socket.destroy(), LINGER_MS);
-  linger.unref();
-  socket.end(`HTTP/1.1 ${status} ${REFUSALS[status]}\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n${new HttpError(status, message).body()}`, () => {
-    clearTimeout(linger);
-    socket.destroy();
+  const destroy = () => socket.destroy();
+  const patience = setTimeout(destroy, patienceMs);
+  patience.unref();
+  let linger: ReturnType<typeof setTimeout> | null = null;
+  socket.once("close", () => {
+    clearTimeout(patience);
+    if (linger !== null) clearTimeout(linger);
   });
+  socket.once("end", destroy);
+  socket.end(`HTTP/1.1 ${status} ${REFUSALS[status]}\r\ncontent-type: application/json\r\nconnection: close\r\n\r\n${new HttpError(status, message).body()}`, () => {
+    linger = setTimeout(destroy, LINGER_MS);
+    linger.unref();
+  });
+  socket.resume();
 }
+
+/** Sockets whose refusal is decided (node:http's parser, in error, reports each later read of theirs again). */
+const refusing = new WeakSet<Duplex>();
 
 /**
  * Refuses a connection once the answers to the requests node:http read whole
  * before the refused bytes went out (a client that pipelined them): answering
  * at once would put the refusal where the client reads the first of those
  * answers, and closing would cut them, though their requests reached an
- * engine. The connection is not read meanwhile. The request the refusal is
- * about (its body cut by a bad chunk or late) is never waited for: its answer
- * cannot come. A refusal after an answer that said close (bytes sent after a
- * request saying close) is not sent: node:http closes the connection after
- * that answer.
+ * engine. The request the refusal is about (its body cut by a bad chunk or
+ * late) is never waited for: its answer cannot come; nor are answers past
+ * `patienceMs` (a client that does not read them). A refusal after an answer
+ * that said close (bytes sent after a request saying close) is not sent:
+ * node:http closes the connection after that answer. False when the
+ * connection's refusal was decided already (then nothing is done or counted).
  */
-function refuseAfterAnswers(socket: Duplex, status: number, message: string): void {
-  // node:http's answer on the socket now (the next one it queued takes its place when it ends).
-  const answering = (socket as { _httpMessage?: ServerResponse | null })._httpMessage;
-  if (answering === undefined || answering === null || socket.destroyed || !answering.req.complete) return refuseConnection(socket, status, message);
-  socket.pause();
-  answering.once("close", () => setImmediate(refuseAfterAnswers, socket, status, message));
+function refuseAfterAnswers(socket: Duplex, status: number, message: string, patienceMs: number): boolean {
+  if (refusing.has(socket)) return false;
+  refusing.add(socket);
+  const waitUntil = performance.now() + patienceMs;
+  const next = () => {
+    // node:http's answer on the socket now (the next one it queued takes its place when it ends).
+    const answering = (socket as { _httpMessage?: ServerResponse | null })._httpMessage;
+    const left = waitUntil - performance.now();
+    if (answering === undefined || answering === null || socket.destroyed || !answering.req.complete || left <= 0) return refuseConnection(socket, status, message, Math.max(left, LINGER_MS));
+    const give = setTimeout(next, left);
+    give.unref();
+    answering.once("close", () => {
+      clearTimeout(give);
+      setImmediate(next);
+    });
+  };
+  next();
+  return true;
 }
 
 /** The own server path's connections: what closing the server does to them. */
@@ -333,7 +362,8 @@ function attachOwnPath(server: Server, config: GatewayConfig, counters: EdgeCoun
     },
     timedOut: (socket) => {
       counters.readTimeouts++;
-      refuseConnection(socket, 408, readTimeoutMessage(config));
+      // Nothing is being answered on the own path while a request is read: nothing to wait for but the refusal's write.
+      refuseConnection(socket, 408, readTimeoutMessage(config), LINGER_MS);
     },
     take: (n) => handle.receiving.take(n),
     give: (n) => handle.receiving.give(n),

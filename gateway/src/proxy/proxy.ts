@@ -8,8 +8,8 @@
 // `x-adp-upstream-name` and `x-request-id`; a stream the upstream cuts short
 // ends with an OpenAI-style SSE error event rather than a dropped connection.
 
-import { ServerResponse, type IncomingHttpHeaders } from "node:http";
-import type { EdgeRequest } from "../http1/edge-types.js";
+import { ServerResponse, validateHeaderName, validateHeaderValue, type IncomingHttpHeaders } from "node:http";
+import type { EdgeRequest, EdgeResponse } from "../http1/edge-types.js";
 import { Http1Pool, type ForwardedLines } from "../http1/http1-pool.js";
 import { Http1Request } from "../http1/server-connection.js";
 import { Http1Response } from "../http1/server-response.js";
@@ -243,6 +243,8 @@ class Attempt implements ExchangeListener {
   readonly started = performance.now();
   /** A stream's token timing (null: a whole answer). */
   timing: TokenTiming | null = null;
+  /** A whole answer's head for node:http's response, held until its first body bytes (null: none held). */
+  #heldHead: { status: number; headers: Record<string, string | string[]> } | null = null;
 
   constructor(fleet: Fleet, upstream: Upstream, call: ProxyCall, firstChunk: (() => void) | null) {
     this.#fleet = fleet;
@@ -263,12 +265,22 @@ class Attempt implements ExchangeListener {
     const res = this.#call.res;
     const lines = (answer as { [HEAD_LINES]?: HeadLines })[HEAD_LINES];
     // A stream's head goes out at once; a whole answer's goes with its body, in one write (until then it can be
-    // taken back: see unsentHead).
+    // taken back: see takeBackHead).
     const type = answer["content-type"];
     const stream = typeof type === "string" && type.startsWith("text/event-stream");
     if (lines !== undefined && res instanceof Http1Response) passHead(res, status, answer, lines, upstream, this.#call.requestId);
-    else if (!stream && res instanceof ServerResponse) setHead(res, status, answerHeaders(answer, status, upstream, this.#call.requestId));
-    else res.writeHead(status, answerHeaders(answer, status, upstream, this.#call.requestId));
+    else if (!stream && res instanceof ServerResponse) {
+      // node:http's writeHead commits the head (nothing else can be answered after it): held, checked now as writeHead would.
+      const headers = answerHeaders(answer, status, upstream, this.#call.requestId);
+      for (const name in headers) {
+        validateHeaderName(name);
+        const value = headers[name]!;
+        if (typeof value === "string") validateHeaderValue(name, value);
+        else for (const v of value) validateHeaderValue(name, v);
+      }
+      this.#heldHead = { status, headers };
+      HEADS_HELD.add(res);
+    } else res.writeHead(status, answerHeaders(answer, status, upstream, this.#call.requestId));
     if (stream) {
       res.flushHeaders();
       this.timing = new TokenTiming(this.started, (gap) => upstream.itl.observe(gap));
@@ -277,36 +289,48 @@ class Attempt implements ExchangeListener {
 
   data(chunk: Buffer): Buffer {
     this.#firstChunk?.();
+    if (this.#heldHead !== null) this.#writeHeldHead();
     return this.timing === null ? chunk : this.timing.chunk(chunk);
   }
 
   end(): Buffer | null {
     this.#firstChunk?.();
+    if (this.#heldHead !== null) this.#writeHeldHead();
     return this.timing === null ? null : this.timing.flush();
+  }
+
+  /** Writes node:http's held head, as its body's first bytes go. */
+  #writeHeldHead(): void {
+    const { status, headers } = this.#heldHead!;
+    this.#heldHead = null;
+    const res = this.#call.res as ServerResponse;
+    HEADS_HELD.delete(res);
+    res.writeHead(status, headers);
+  }
+
+  /**
+   * Forgets the answer's head when none of it reached the client (a whole
+   * answer's head waits for its body): true, and an error can be answered
+   * in its place; false once any byte went. A captured answer (a prefill's)
+   * is never taken back.
+   */
+  takeBackHead(): boolean {
+    const res = this.#call.res;
+    if (this.#heldHead !== null) {
+      this.#heldHead = null;
+      HEADS_HELD.delete(res);
+      return true;
+    }
+    return res instanceof Http1Response && res.unsend();
   }
 }
 
-/**
- * Gives node:http's response a whole answer's status and headers without
- * writing its head (writeHead would: node:http then cannot answer anything
- * else): they are checked now, and written with the first body bytes.
- */
-function setHead(res: ServerResponse, status: number, headers: Record<string, string | string[]>): void {
-  res.statusCode = status;
-  for (const name in headers) res.setHeader(name, headers[name]!);
-}
+/** node:http's responses whose whole answer's head came and is held until its body (see Attempt.head). */
+const HEADS_HELD = new WeakSet<AnswerSink>();
 
-/**
- * Whether nothing of `res`'s answer reached its client: its head, when given
- * but not sent, is then forgotten, and an error can be answered in its place.
- * A captured answer (a prefill's) is never taken back.
- */
-function unsentHead(res: AnswerSink): boolean {
-  if (res instanceof Http1Response) return res.unsend();
-  if (!(res instanceof ServerResponse) || res.headersSent) return false;
-  for (const name of res.getHeaderNames()) res.removeHeader(name);
-  res.statusCode = 200;
-  return true;
+/** Whether an answer's head came for `res`: written (perhaps not yet sent), or held until its body. */
+export function headGiven(res: EdgeResponse): boolean {
+  return res.headersSent || HEADS_HELD.has(res);
 }
 
 /** proxy()'s loop over the upstreams it may try; `firstChunk` is called at the answer's first chunk and its end. */
@@ -397,7 +421,7 @@ function cutShort(ctx: ProxyContext, call: ProxyCall, attempt: Attempt, status: 
   if (hangup.aborted || reason === "client_closed") return { status, upstream, outcome: "client_closed" };
   upstream.countCut(reason === "reset" || reason === "closed" || reason === "error" ? "upstream_died" : reason);
   if (reason !== "client_stalled" && UPSTREAM_FAULTS.has(reason)) ctx.fleet.gatewayFailure(upstream, reason);
-  if (timing === null && reason !== "client_stalled" && !res.destroyed && unsentHead(res)) {
+  if (timing === null && reason !== "client_stalled" && !res.destroyed && attempt.takeBackHead()) {
     ctx.log.warn({ request_id: call.requestId, upstream: upstream.name, reason }, "the upstream failed after its answer's head, before its body: answered with its failure, not retried");
     throw upstreamFailure(ctx, upstream, reason);
   }
