@@ -7,7 +7,7 @@
 // through another proxy costs one hop (508 loop_detected), not an avalanche.
 import { spawn, type ChildProcess } from "node:child_process";
 import { createServer as createHttpServer, request as httpRequest, type Server } from "node:http";
-import type { AddressInfo } from "node:net";
+import { createConnection, type AddressInfo } from "node:net";
 import path from "node:path";
 import OpenAI from "openai";
 import { pino } from "pino";
@@ -119,6 +119,43 @@ describe("an upstream URL ending in /v1", () => {
     expect(completionsTo(e)).toEqual(["/v1/chat/completions"]);
     child.kill("SIGTERM");
     expect(await exited).toBe(0);
+  });
+});
+
+describe("a CONNECT through the built CLI", () => {
+  it("a client that sends CONNECT and resets while its 405 lingers leaves the process serving", async () => {
+    // Old code (1d3dc86): node:http takes its error listener off a CONNECT's socket; the reset was an uncaught
+    // 'error' (ECONNRESET) that ended the process.
+    const e = await engine("e0");
+    const child = spawn(process.execPath, [CLI, "serve", "--upstream", e.url, "--port", "0", "--log-level", "warn"], { stdio: ["ignore", "pipe", "pipe"] });
+    children.push(child);
+    let stdout = "";
+    let exitedWith: number | null | undefined;
+    child.on("exit", (code) => (exitedWith = code));
+    const url = await new Promise<string>((resolve) => {
+      child.stdout!.on("data", (d) => {
+        stdout += d;
+        const line = stdout.split("\n").find((l) => /^http:\/\/\S+$/.test(l));
+        if (line) resolve(line);
+      });
+    });
+    const { hostname, port } = new URL(url);
+    for (let i = 0; i < 5; i++) {
+      await new Promise<void>((resolve) => {
+        const s = createConnection(Number(port), hostname, () => {
+          s.write("CONNECT example.com:443 HTTP/1.1\r\nhost: example.com:443\r\n\r\n");
+          setTimeout(() => {
+            s.resetAndDestroy();
+            resolve();
+          }, 20);
+        });
+        s.on("error", () => {});
+      });
+    }
+    await new Promise((r) => setTimeout(r, 400));
+    expect(exitedWith).toBeUndefined();
+    expect((await fetch(`${url}/health`)).status).toBe(200);
+    child.kill("SIGTERM");
   });
 });
 

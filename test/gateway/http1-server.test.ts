@@ -308,6 +308,27 @@ describe("the own server path on a connection", () => {
     expect(engines[0]!.received.filter((r) => r.path === "/v1/chat/completions")).toHaveLength(0);
   });
 
+  it("a CONNECT whose client resets is dropped, the gateway unharmed; closing the gateway closes a CONNECT waiting behind an answer", async () => {
+    // Old code (1d3dc86): node:http lets go of a CONNECT's socket (its error listener too): a reset while the 405
+    // lingered was an uncaught 'error' that ended the process, and close() waited for the answer before it.
+    const { gateway } = await fleet(1, "", { delayMs: 3000 }, "node:http");
+    for (let i = 0; i < 5; i++) {
+      const c = await rawConnection(gateway.url);
+      c.socket.write("CONNECT example.com:443 HTTP/1.1\r\nhost: example.com:443\r\n\r\n");
+      await new Promise((r) => setTimeout(r, 20));
+      c.socket.resetAndDestroy();
+    }
+    await new Promise((r) => setTimeout(r, 300));
+    expect((await fetch(`${gateway.url}/health`)).status).toBe(200);
+    const behind = await rawConnection(gateway.url);
+    behind.socket.write(chatRequest("slow") + "CONNECT example.com:443 HTTP/1.1\r\nhost: example.com:443\r\n\r\n");
+    await new Promise((r) => setTimeout(r, 200));
+    const t0 = Date.now();
+    await gateway.close(300);
+    expect(Date.now() - t0).toBeLessThan(2000);
+    expect(await behind.until(() => behind.closed(), 1000)).not.toContain("405");
+  });
+
   it("an unfinished head with a bare LF goes to node:http at once: 400 then, not 408 after headers_ms", async () => {
     const { gateway } = await fleet(1, "timeouts: { headers_ms: 3000 }\n");
     for (const head of ["POST /v1/chat/completions HTTP/1.1\nhost: g\n", "POST /v1/chat/completions HTTP/1.1\r\nhost: g\ncontent-length: 2\r\n"]) {

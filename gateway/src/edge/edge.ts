@@ -217,7 +217,15 @@ export function createEdgeServer(config: GatewayConfig, counters: EdgeCounters, 
     answerError(req, res, requests.admit(req, res) ?? hostless(req, counters) ?? new HttpError(417, "the gateway meets no expectation but 100-continue", "invalid_request_error", "expectation_failed"));
   });
   // CONNECT (node:http would destroy the connection unanswered): no tunnels here.
-  server.on("connect", (_req, socket: Duplex) => void refuseAfterAnswers(socket, 405, "CONNECT is not served", REFUSAL_PATIENCE_MS));
+  // node:http lets go of the socket as it emits 'connect' (its error listener and its place among the server's
+  // connections): an error is ignored here ('close' follows), and closing the server destroys it.
+  const tunnels = new Set<Duplex>();
+  server.on("connect", (_req, socket: Duplex) => {
+    socket.on("error", () => {});
+    tunnels.add(socket);
+    socket.once("close", () => tunnels.delete(socket));
+    refuseAfterAnswers(socket, 405, "CONNECT is not served", REFUSAL_PATIENCE_MS);
+  });
   // A request Node's parser refuses: a timeout is 408, oversized headers 431, anything else 400 (bytes after a request
   // that said close too).
   server.on("clientError", (error: NodeJS.ErrnoException, socket) => {
@@ -238,6 +246,7 @@ export function createEdgeServer(config: GatewayConfig, counters: EdgeCounters, 
     closeAllConnections() {
       server.closeAllConnections();
       ownPath?.closeAll();
+      for (const socket of tunnels) socket.destroy();
     },
   };
 }
