@@ -685,8 +685,7 @@ describe("whole answers leave in the check phase, together", () => {
     abandoned: () => {},
     handOff: () => {},
     timedOut: () => {},
-    take: () => true,
-    give: () => {},
+    receiving: { take: () => true, give: () => {} },
     busyAnswer: "",
     forget: () => {},
   });

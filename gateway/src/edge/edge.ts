@@ -374,8 +374,7 @@ function attachOwnPath(server: Server, config: GatewayConfig, counters: EdgeCoun
       // Nothing is being answered on the own path while a request is read: nothing to wait for but the refusal's write.
       refuseConnection(socket, 408, readTimeoutMessage(config), LINGER_MS);
     },
-    take: (n) => handle.receiving.take(n),
-    give: (n) => handle.receiving.give(n),
+    receiving: handle.receiving,
     busyAnswer: `HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nretry-after: 1\r\nconnection: close\r\n\r\n${busyReceiving().body()}`,
     forget: (c) => connections.delete(c),
   };

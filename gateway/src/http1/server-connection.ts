@@ -65,10 +65,8 @@ export interface ServerPath {
   abandoned(req: Http1Request): void;
   /** Gives `socket` to node:http, its unread bytes back in it; `served`: the requests answered on it here. */
   handOff(socket: Socket, served: number): void;
-  /** Takes `n` bytes for a body being received (limits.max_receiving_bytes): false when there are none to take. */
-  take(n: number): boolean;
-  /** Gives back `n` bytes taken. */
-  give(n: number): void;
+  /** The bytes for bodies being received (limits.max_receiving_bytes): take(n) is false when there are none to take. */
+  readonly receiving: { take(n: number): boolean; give(n: number): void };
   /** The whole answer (head and body) to a body the bytes for which could not be taken: a 503 saying close. */
   readonly busyAnswer: string;
   /** Answers 408 and closes: a head or body not received in time. */
@@ -289,7 +287,7 @@ export class ServerConnection implements ResponseOwner, Slotted {
     // Sized by what came, not by what the head declares: a head alone does not take a body's worth of memory.
     const have = bytes.length - start;
     const size = Math.min(head.contentLength, Math.max(BODY_START_BYTES, 2 * have));
-    if (!this.#path.take(size)) return this.#refuse();
+    if (!this.#path.receiving.take(size)) return this.#refuse();
     this.#taken = size;
     const body = Buffer.allocUnsafe(size);
     noteReceived(body.length);
@@ -305,7 +303,7 @@ export class ServerConnection implements ResponseOwner, Slotted {
   #growBody(needed: number): Buffer | null {
     const body = this.#body!;
     const size = Math.min(this.#bodyLength, Math.max(needed, 2 * body.length));
-    if (!this.#path.take(size - body.length)) {
+    if (!this.#path.receiving.take(size - body.length)) {
       this.#refuse();
       return null;
     }
@@ -342,13 +340,9 @@ export class ServerConnection implements ResponseOwner, Slotted {
       this.#phase = Phase.Done;
       // Idle from here as between requests: a client that never reads its last answer is closed by check() as a
       // keep-alive one would be, not kept (with the answer's unsent bytes) until it reads.
-      this.#ending = true;
-      this.#since = performance.now();
       this.#held = null;
       this.#store = null;
-      this.socket.end(this.#written);
-      // What the client sent ahead is read from here and dropped (reading paused at HOLD_BYTES resumes).
-      if (this.socket.isPaused()) this.socket.resume();
+      this.#endLingering();
       return;
     }
     this.#phase = Phase.Head;
@@ -458,9 +452,16 @@ export class ServerConnection implements ResponseOwner, Slotted {
    */
   #refuse(): void {
     this.#stopReading();
+    this.#endLingering(this.#path.busyAnswer);
+  }
+
+  /** Ends the socket after `last` (nothing: the last answer is written already), lingering for its client's end (#written). */
+  #endLingering(last?: string): void {
     this.#ending = true;
     this.#since = performance.now();
-    this.socket.end(this.#path.busyAnswer, this.#written);
+    if (last === undefined) this.socket.end(this.#written);
+    else this.socket.end(last, this.#written);
+    // What the client sends from here is read and dropped (reading paused at HOLD_BYTES resumes).
     if (this.socket.isPaused()) this.socket.resume();
   }
 
@@ -476,7 +477,7 @@ export class ServerConnection implements ResponseOwner, Slotted {
   /** Gives back the bytes taken for the body. */
   #giveBack(): void {
     if (this.#taken === 0) return;
-    this.#path.give(this.#taken);
+    this.#path.receiving.give(this.#taken);
     this.#taken = 0;
   }
 

@@ -26,7 +26,7 @@ const CLOSE_BRACE = 0x7d;
 const COLON = 0x3a;
 
 /** Where the literal whose content starts at `start` ends (its closing quote), or -1 when it does not. */
-export function literalEnd(raw: Buffer, start: number): number {
+function literalEnd(raw: Buffer, start: number): number {
   for (let from = start; ; ) {
     const quote = raw.indexOf(QUOTE, from);
     if (quote < 0) return -1;
@@ -79,18 +79,28 @@ export class JsonShape {
 }
 
 /**
- * Walks `raw` (WALKED_BYTES or more; a shorter body is not walked): what of
- * its structure is past the bounds, or null. A body whose quotes do not pair
- * is left to JSON.parse, which refuses it.
+ * Walks `raw`: its literals by their quotes, each one's content given to
+ * `literal` (start and end, its closing quote), the structure between them
+ * counted into `shape`. It stops past a bound (`shape.problem`) or at a quote
+ * without its pair (left to JSON.parse, which refuses it); `shape.walked`
+ * once it reached the end.
  */
-export function jsonShapeProblem(raw: Buffer, shape: JsonShape = new JsonShape()): string | null {
-  if (raw.length < WALKED_BYTES) return null;
+export function walkJson(raw: Buffer, shape: JsonShape, literal: ((start: number, end: number) => void) | null = null): void {
   for (let at = 0; ; ) {
     const quote = raw.indexOf(QUOTE, at);
-    if (!shape.count(raw, at, quote < 0 ? raw.length : quote)) return shape.problem;
-    if (quote < 0) return null;
+    if (!shape.count(raw, at, quote < 0 ? raw.length : quote)) return;
+    if (quote < 0) break;
     const end = literalEnd(raw, quote + 1);
-    if (end < 0) return null;
+    if (end < 0) return;
+    literal?.(quote + 1, end);
     at = end + 1;
   }
+  shape.walked = true;
+}
+
+/** What of `raw`'s structure is past the bounds, or null (a body under WALKED_BYTES is not walked). */
+export function jsonShapeProblem(raw: Buffer, shape: JsonShape = new JsonShape()): string | null {
+  if (raw.length < WALKED_BYTES) return null;
+  walkJson(raw, shape);
+  return shape.problem;
 }

@@ -20,7 +20,7 @@
 
 import { randomBytes } from "node:crypto";
 import { isPlainText } from "./plain-text.js";
-import { JsonShape, literalEnd } from "./json-shape.js";
+import { JsonShape, walkJson } from "./json-shape.js";
 
 /** Literals at least this many bytes long are set aside. */
 export const LONG_LITERAL_BYTES = 8 * 1024;
@@ -32,8 +32,6 @@ const MAX_ELIDED_BODY_BYTES = 1 << 20;
 const MARKER = `\u0000adp-literal-${randomBytes(9).toString("base64url")}-`;
 /** The marker as it is written in JSON text. */
 const MARKER_JSON = `\\u0000${MARKER.slice(1)}`;
-
-const QUOTE = 0x22;
 
 /** A body with its long literals set aside. */
 export class ElidedBody {
@@ -88,18 +86,10 @@ export class ElidedBody {
 export function elideLongLiterals(raw: Buffer, shape: JsonShape = new JsonShape()): ElidedBody | null {
   if (raw.length < LONG_LITERAL_BYTES || raw.length > MAX_ELIDED_BODY_BYTES) return null;
   const spans: number[] = [];
-  for (let from = 0; ; ) {
-    const at = raw.indexOf(QUOTE, from);
-    if (!shape.count(raw, from, at < 0 ? raw.length : at)) return null;
-    if (at < 0) break;
-    const start = at + 1;
-    const end = literalEnd(raw, start);
-    if (end < 0) return null;
+  walkJson(raw, shape, (start, end) => {
     if (end - start >= LONG_LITERAL_BYTES && isPlainText(raw, start, end) && !isKey(raw, end + 1)) spans.push(start, end);
-    from = end + 1;
-  }
-  shape.walked = true;
-  if (spans.length === 0) return null;
+  });
+  if (!shape.walked || spans.length === 0) return null;
   let text = "";
   let from = 0;
   for (let i = 0; i < spans.length; i += 2) {

@@ -97,10 +97,10 @@ function idOf(v: unknown, field: string, trim = true): string | null {
 /**
  * A JSON object from a request body (bytes as received, or its text); HttpError 400 `invalid_json` or
  * `invalid_request` (with `what` as the message) otherwise. Bytes are first walked for their structure
- * (json-shape.ts), unless `walked` (the caller did).
+ * (json-shape.ts), unless `shape` says a walk of them did already, or stopped past a bound.
  */
-export function parseJsonObject(raw: Buffer | string, what = "the request body must be a JSON object", walked = false): Record<string, unknown> {
-  const problem = walked || typeof raw === "string" ? null : jsonShapeProblem(raw);
+export function parseJsonObject(raw: Buffer | string, what = "the request body must be a JSON object", shape: JsonShape | null = null): Record<string, unknown> {
+  const problem = shape !== null && (shape.walked || shape.problem !== null) ? shape.problem : typeof raw === "string" ? null : jsonShapeProblem(raw);
   if (problem !== null) throw new HttpError(400, problem, "invalid_request_error", "invalid_request");
   let body: unknown;
   try {
@@ -299,8 +299,7 @@ export function readRequest(
   // The walk that finds the literals also counts the body's structure (json-shape.ts), which is then not walked again.
   const shape = whole || tokenizer.readsLiterals !== true || raw.length < LONG_LITERAL_BYTES ? null : new JsonShape();
   const elided = shape === null ? null : elideLongLiterals(raw, shape);
-  if (shape?.problem != null) throw new HttpError(400, shape.problem, "invalid_request_error", "invalid_request");
-  const b = parseJsonObject(elided === null ? raw : elided.text, undefined, shape?.walked === true);
+  const b = parseJsonObject(elided === null ? raw : elided.text, undefined, shape);
   // Kept while the body is of a request's usual size: a larger one is not held until the next request comes.
   if (raw.length <= KEPT_BODY_BYTES) lastBody = b;
   const extra = elided === null ? 0 : keepPromptLiterals(kind, b, elided);
