@@ -1,14 +1,15 @@
 // How much structure a request body may have before JSON.parse reads it, on
-// the event loop. JSON.parse takes about 1 ns a byte of a long string and 9
-// of numbers or short strings, but 40-100 of objects, arrays and distinct
-// keys (measured on Node 20: 4 MiB of `[[[[…` 400 ms, of `{},{},…` 230 ms,
-// one object of distinct keys 180 ms; the first held 0.5-1 GB of heap after).
-// So a body of WALKED_BYTES or more is walked first: its string literals by
-// their quotes (Buffer.indexOf, native), the bytes between them one at a time
-// (a real body has few), counting its objects, arrays and members and how
-// deep they nest. Past MAX_JSON_DEPTH or MAX_JSON_ITEMS it is refused (400,
-// by the caller) before it is parsed. A smaller body costs at most about a
-// millisecond.
+// the event loop. JSON.parse takes about 3 ns a byte of a long string and
+// 5-16 of numbers, but 40-100 of objects, arrays and distinct keys, and about
+// 40 of distinct short strings (measured on Node 20: 4 MiB of `[[[[…` 400 ms, of
+// `{},{},…` 230 ms, one object of distinct keys 180 ms, `["0","1",…` 153-173 ms
+// against 12 ms for one string of 4 MiB; the first held 0.5-1 GB of heap
+// after). So a body of WALKED_BYTES or more is walked first: its string
+// literals by their quotes (Buffer.indexOf, native), the bytes between them
+// one at a time (a real body has few), counting its literals, its objects,
+// arrays and members and how deep they nest. Past MAX_JSON_DEPTH,
+// MAX_JSON_ITEMS or MAX_JSON_STRINGS it is refused (400, by the caller)
+// before it is parsed. A smaller body costs at most about a millisecond.
 
 /** Bodies at least this long are walked before they are parsed. */
 export const WALKED_BYTES = 8 * 1024;
@@ -16,6 +17,12 @@ export const WALKED_BYTES = 8 * 1024;
 export const MAX_JSON_DEPTH = 1000;
 /** The most objects, arrays and object members taken in one body (a chat of 10,000 messages has about 30,000). */
 export const MAX_JSON_ITEMS = 100_000;
+/**
+ * The most string literals, keys and values, taken in one body (a chat of
+ * 10,000 messages of text parts has about 70,000; JSON.parse reads 100,000
+ * short ones of distinct text in about 22 ms; the walk stops at them in 3).
+ */
+export const MAX_JSON_STRINGS = 100_000;
 
 const QUOTE = 0x22;
 const BACKSLASH = 0x5c;
@@ -42,17 +49,27 @@ function literalEnd(raw: Buffer, start: number): number {
 export class JsonShape {
   readonly #maxDepth: number;
   readonly #maxItems: number;
+  readonly #maxStrings: number;
   #depth = 0;
   #items = 0;
+  #strings = 0;
   /** What is past a bound, once something is (null: nothing yet). */
   problem: string | null = null;
   /** Whether the walk reached the body's end (its shape is then all counted). */
   walked = false;
 
   /** A count against the bounds given (tests give small ones). */
-  constructor(maxDepth = MAX_JSON_DEPTH, maxItems = MAX_JSON_ITEMS) {
+  constructor(maxDepth = MAX_JSON_DEPTH, maxItems = MAX_JSON_ITEMS, maxStrings = MAX_JSON_STRINGS) {
     this.#maxDepth = maxDepth;
     this.#maxItems = maxItems;
+    this.#maxStrings = maxStrings;
+  }
+
+  /** Counts one string literal (a key or a value); false once past the bound (`problem` says so). */
+  literal(): boolean {
+    if (++this.#strings <= this.#maxStrings) return true;
+    this.problem = `the request body has more than ${this.#maxStrings} strings`;
+    return false;
   }
 
   /** Counts the structure in `raw[from, to)`, bytes outside any literal; false once past a bound (`problem` says which). */
@@ -79,9 +96,9 @@ export class JsonShape {
 }
 
 /**
- * Walks `raw`: its literals by their quotes, each one's content given to
- * `literal` (start and end, its closing quote), the structure between them
- * counted into `shape`. It stops past a bound (`shape.problem`) or at a quote
+ * Walks `raw`: its literals by their quotes, each one counted into `shape`
+ * and its content given to `literal` (start and end, its closing quote), the
+ * structure between them counted into `shape` too. It stops past a bound (`shape.problem`) or at a quote
  * without its pair (left to JSON.parse, which refuses it); `shape.walked`
  * once it reached the end.
  */
@@ -90,6 +107,7 @@ export function walkJson(raw: Buffer, shape: JsonShape, literal: ((start: number
     const quote = raw.indexOf(QUOTE, at);
     if (!shape.count(raw, at, quote < 0 ? raw.length : quote)) return;
     if (quote < 0) break;
+    if (!shape.literal()) return;
     const end = literalEnd(raw, quote + 1);
     if (end < 0) return;
     literal?.(quote + 1, end);
