@@ -15,7 +15,9 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { createGateway, loadGatewayConfig, type Gateway } from "../../gateway/src/index.js";
-import { parseJsonKeepingIntegers } from "../../gateway/src/events/batch-preparation.js";
+import { batchDecoder, MAX_BATCH_DEPTH, parseJsonKeepingIntegers, prepareBatch } from "../../gateway/src/events/batch-preparation.js";
+import { INLINE_BYTES } from "../../gateway/src/events/batch-decoder.js";
+import { SLICE_BLOCKS } from "../../gateway/src/events/event-slicing.js";
 import { startFakePublisher, seqFrame, type ReplayStyle } from "../support/fake-kv-publisher.js";
 import { startMockEngine, type MockEngine } from "../support/mock-engine.js";
 import { waitFor } from "../support/wait.js";
@@ -418,6 +420,53 @@ describe("ZeroMQ streams: sequence gaps, restarts, bad batches, silence", () => 
     expect(metric(gateway, "upstream_kv_event_batches_total", 'upstream="1",outcome="applied"')).toBe(1);
     expect(logs.some((l) => String(l.msg).includes("publisher refused: its CURVE public key is not allowed"))).toBe(true);
     expect(JSON.stringify(logs)).not.toContain(gatewayPair.secretKey);
+  });
+
+  it("a batch nested 4,000 deep, decoded in the worker, is counted unparseable and the stream goes on (it used to end: the main thread could not read its slice back)", async () => {
+    const { pub, gateway, logs } = await subscribed();
+    await pub.publish(0, 0n, bytes("chain_p"));
+    await waitFor(() => viewBlocks(gateway) === 4);
+    // [1, [deep, nil...]] written by hand (msgpack's encoder recurses): fixarray headers 4,000 deep, then nils past
+    // INLINE_BYTES, so the worker decodes it.
+    const nils = INLINE_BYTES + 1024;
+    const events = Buffer.alloc(5);
+    events.writeUInt8(0xdd, 0);
+    events.writeUInt32BE(nils + 1, 1);
+    const payload = Buffer.concat([Buffer.from([0x92, 0x01]), events, Buffer.alloc(3999, 0x91), Buffer.from([0x90]), Buffer.alloc(nils, 0xc0)]);
+    expect(payload.length).toBeGreaterThan(INLINE_BYTES);
+    await pub.publish(0, 1n, payload);
+    await waitFor(() => metric(gateway, "upstream_kv_event_batches_total", 'upstream="1",outcome="unparseable"') === 1);
+    expect(logs.some((l) => String(l.detail).includes(`nested deeper than ${MAX_BATCH_DEPTH}`))).toBe(true);
+    await pub.publish(0, 2n, bytes("chain_q"));
+    await waitFor(() => viewBlocks(gateway) === 8);
+    expect(logs.some((l) => String(l.msg).includes("stream ended"))).toBe(false);
+    expect(state(gateway, "live")).toBe(1);
+  });
+
+  it("a batch of more events than kv_events.max_batch_blocks (each of no block) is refused, and an accepted one is cut into slices of at most SLICE_BLOCKS events", () => {
+    const limits = { maxBatchBlocks: 5000, maxBatchTokens: 1 << 20 };
+    const cleared = (n: number) => Buffer.from(encode([1, Array.from({ length: n }, () => ["AllBlocksCleared"])]));
+    const refused = prepareBatch(cleared(5001), "msgpack", batchDecoder(), limits);
+    expect(refused).toEqual({ kind: "oversized", detail: "5001 events, over kv_events.max_batch_blocks (5000: a batch holds no more events than blocks)" });
+    const taken = prepareBatch(cleared(2500), "msgpack", batchDecoder(), limits);
+    if (taken.kind !== "ok") throw new Error(taken.kind);
+    const sizes = taken.slices.map((slice) => ((slice as unknown[])[1] as unknown[]).length);
+    expect(sizes).toEqual([SLICE_BLOCKS, SLICE_BLOCKS, 2500 - 2 * SLICE_BLOCKS]);
+    expect(taken.slices.every((slice) => (slice as unknown[])[0] === 1)).toBe(true);
+    // A polled answer's runs: an event of no block counts as one.
+    const json = Buffer.from(JSON.stringify(Array.from({ length: 1000 }, (_, i) => ({ event_id: i, data: { type: "removed", block_hashes: [] } }))));
+    const runs = prepareBatch(json, "json", batchDecoder(), limits);
+    if (runs.kind !== "ok") throw new Error(runs.kind);
+    expect(runs.slices.length).toBeGreaterThan(1);
+    expect(runs.slices.every((run) => (run as { events: unknown[] }).events.length <= SLICE_BLOCKS / 4)).toBe(true);
+    // Nesting: MAX_BATCH_DEPTH levels are taken, one more is not.
+    const nested = (n: number) => {
+      let v: unknown = 0;
+      for (let i = 0; i < n; i++) v = [v];
+      return Buffer.from(encode(v));
+    };
+    expect(prepareBatch(nested(MAX_BATCH_DEPTH), "msgpack", batchDecoder(), limits).kind).toBe("ok");
+    expect(prepareBatch(nested(MAX_BATCH_DEPTH + 1), "msgpack", batchDecoder(), limits)).toEqual({ kind: "unparseable", detail: `nested deeper than ${MAX_BATCH_DEPTH} lists and maps` });
   });
 
   it("a batch naming more blocks than kv_events.max_batch_blocks is refused once decoded, counted, and gaps the stream; later batches apply", async () => {

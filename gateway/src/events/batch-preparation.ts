@@ -71,7 +71,8 @@ function eventRuns(list: readonly unknown[], maxBlocks: number): EventRun[] {
     blocks = 0;
   };
   for (const e of list) {
-    const size = sliceKvEvents([e], Infinity).blocks;
+    // An event of no blocks is still work to apply: it counts as one (a run of 8 million zeros took 5 s).
+    const size = Math.max(1, sliceKvEvents([e], Infinity).blocks);
     if (size > maxBlocks) {
       flush();
       const pieces = sliceKvEvents([e], maxBlocks).slices as unknown[][];
@@ -84,6 +85,65 @@ function eventRuns(list: readonly unknown[], maxBlocks: number): EventRun[] {
   }
   flush();
   return runs;
+}
+
+/**
+ * The deepest nesting of lists and maps an engine's batch may have. Their
+ * formats need 8 at most (TensorRT-LLM's JSON: list, event, data, blocks,
+ * block, tokens, token, its multimodal keys); a deeper batch is no engine's.
+ * A slice crosses from the decoder's worker as a structured clone, read back
+ * recursively on the main thread, whose stack is the smaller: a batch nested
+ * 4,000 deep decoded in the worker threw there, which ended the stream.
+ */
+export const MAX_BATCH_DEPTH = 32;
+
+/** Whether `value` nests lists and maps deeper than `max` (walked with a stack of its own: no recursion). */
+function nestedDeeperThan(value: unknown, max: number): boolean {
+  const stack: unknown[] = [value];
+  const depths: number[] = [1];
+  while (stack.length > 0) {
+    const v = stack.pop();
+    const depth = depths.pop()!;
+    if (typeof v !== "object" || v === null) continue;
+    if (depth > max) return true;
+    const children = Array.isArray(v) ? v : Object.values(v);
+    for (const c of children) {
+      if (typeof c !== "object" || c === null) continue;
+      stack.push(c);
+      depths.push(depth + 1);
+    }
+  }
+  return false;
+}
+
+/**
+ * A batch's list of events and how a part of it is written back as a batch
+ * of the same kind (as the library's slicing does), or null when it is one
+ * event or no list. Each event is at least one unit of work to apply,
+ * whatever blocks it names.
+ */
+function eventListOf(batch: unknown): { readonly events: readonly unknown[]; readonly wrap: (events: unknown[]) => unknown } | null {
+  if (Array.isArray(batch)) {
+    // A positional batch [ts, events, rank?]; a tagged event is one.
+    if ((batch.length === 2 || batch.length === 3) && typeof batch[0] === "number" && Array.isArray(batch[1])) return { events: batch[1], wrap: (events) => [batch[0], events, ...batch.slice(2)] };
+    return typeof batch[0] === "string" ? null : { events: batch, wrap: (events) => events };
+  }
+  if (typeof batch === "object" && batch !== null && Array.isArray((batch as { events?: unknown }).events)) return { events: (batch as { events: unknown[] }).events, wrap: (events) => ({ ...batch, events }) };
+  return null;
+}
+
+/** `slices` with any of more than `max` events cut into slices of `max` (in order). */
+function cutByEvents(slices: readonly unknown[], max: number): unknown[] {
+  const out: unknown[] = [];
+  for (const slice of slices) {
+    const list = eventListOf(slice);
+    if (list === null || list.events.length <= max) {
+      out.push(slice);
+      continue;
+    }
+    for (let from = 0; from < list.events.length; from += max) out.push(list.wrap(list.events.slice(from, from + max)));
+  }
+  return out;
 }
 
 /** The events `payload` holds (`format`), or why it holds none. */
@@ -112,9 +172,11 @@ export function prepareBatch(payload: Uint8Array, format: BatchFormat, decoder: 
   const decoded = decodeBatch(payload, format, decoder);
   if ("detail" in decoded) return { kind: "unparseable", detail: decoded.detail };
   const events = decoded.events;
+  if (nestedDeeperThan(events, MAX_BATCH_DEPTH)) return { kind: "unparseable", detail: `nested deeper than ${MAX_BATCH_DEPTH} lists and maps` };
   const size = sliceKvEvents(events, Infinity);
-  const refused = overLimits(size, limits);
+  const refused = overLimits({ ...size, events: eventListOf(events)?.events.length ?? 1 }, limits);
   if (refused !== null) return { kind: "oversized", detail: refused };
-  const slices = format === "json" ? eventRuns(events as unknown[], JSON_RUN_BLOCKS) : size.blocks > SLICE_BLOCKS ? sliceKvEvents(events, SLICE_BLOCKS).slices : [events];
+  // A slice holds at most SLICE_BLOCKS blocks and as many events (a run: JSON_RUN_BLOCKS, an event at least one).
+  const slices = format === "json" ? eventRuns(events as unknown[], JSON_RUN_BLOCKS) : cutByEvents(size.blocks > SLICE_BLOCKS ? sliceKvEvents(events, SLICE_BLOCKS).slices : [events], SLICE_BLOCKS);
   return { kind: "ok", time: batchTime(events), digest: createHash("sha256").update(payload).digest("base64url").slice(0, 22), slices };
 }

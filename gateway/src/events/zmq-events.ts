@@ -330,10 +330,18 @@ export class ZmqEventSource implements IndexUpdateSource {
     if (restart) emit({ kind: "cleared", dpRank: s.rank, id: `${id}|restart` });
     // A slice a turn: each arrives from the worker as its own message (or, prepared inline, after a turn).
     let k = 0;
-    for await (const slice of batch.slices) {
-      if (this.#closed) return false;
-      emit({ kind: "kv-events", events: slice, dpRank: s.rank, id: k === 0 ? id : `${id}#${k}` });
-      k++;
+    try {
+      for await (const slice of batch.slices) {
+        if (this.#closed) return false;
+        emit({ kind: "kv-events", events: slice, dpRank: s.rank, id: k === 0 ? id : `${id}#${k}` });
+        k++;
+      }
+    } catch (error) {
+      // A slice that could not be read back from the worker: the rest of the batch is lost, not the stream.
+      this.counters.unparseable++;
+      s.freshness.unfilled(seq);
+      this.#onNotice({ rank: s.rank, what: "batch skipped; stream gapped while its view goes on", detail: `slice ${k}: ${(error as Error).message.slice(0, 120)}` });
+      return false;
     }
     this.counters.batches++;
     return true;
