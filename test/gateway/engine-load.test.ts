@@ -13,6 +13,7 @@ import fc from "fast-check";
 import { readFileSync } from "node:fs";
 import { afterEach, describe, expect, it } from "vitest";
 import { createRouter } from "../../src/router.js";
+import { PAGE_STEP_LINES, parsePrometheusTextStepped } from "../../gateway/src/load/engine-load-prometheus.js";
 import { EngineLoadScraper, parsePrometheusText, parseSglangMetrics, parseTrtllmMetrics, parseVllmMetrics, rankStateFromLoad, dpRankStateFromLoad, type EngineLoadReport, type EngineLoadScraperOptions, type ScrapeOutcome } from "../../gateway/src/load/engine-load.js";
 import { closedPort, startFakeLoadEngine, type FakeAnswer, type FakeLoadEngine } from "../support/fake-load-engine.js";
 import { waitFor } from "../support/wait.js";
@@ -202,6 +203,36 @@ describe("parsePrometheusText", () => {
     const long = parsePrometheusText(`${"y".repeat(500)}{`);
     if (long.ok) expect.fail("accepted");
     expect(long.problem.excerpt).toBe(`${"y".repeat(80)}...`);
+  });
+
+  it("a step of lines a turn reads exactly what the whole parse reads (random pages, steps of one line), and a rejected turn stops it", async () => {
+    const alphabet = fc.constantFrom(..."ab_:{}=\",\\ \t\r\n#.+-eE019NaIf".split(""));
+    const line = fc.oneof(fc.constantFrom("a 1", 'b{x="1"} 2', "# TYPE a gauge", "# HELP a says", "", "a 1", "\r", "c{y=\"\\\\\"} 1 17"), fc.array(alphabet, { maxLength: 20 }).map((cs) => cs.join("")));
+    await fc.assert(
+      fc.asyncProperty(fc.array(line, { maxLength: 12 }), fc.boolean(), async (lines, lastNewline) => {
+        const text = lines.join("\n") + (lastNewline ? "\n" : "");
+        const whole = parsePrometheusText(text);
+        const stepped = await parsePrometheusTextStepped(text, async () => {});
+        expect(stepped).toEqual(whole);
+      }),
+      { numRuns: 1000, seed: 20261206 },
+    );
+    // A page of 50,000 series: a turn between each PAGE_STEP_LINES lines, and the samples the caller keeps.
+    const page = Array.from({ length: 50_000 }, (_, i) => `m${i % 3}{i="${i}"} ${i}`).join("\n");
+    let turns = 0;
+    const kept = await parsePrometheusTextStepped(page, async () => void turns++, (name) => name === "m1");
+    expect(turns).toBe(Math.ceil(50_000 / PAGE_STEP_LINES) - 1);
+    if (!kept.ok) expect.fail("refused");
+    expect(kept.samples.length).toBe(Math.floor(50_000 / 3) + (50_000 % 3 > 1 ? 1 : 0));
+    expect(kept.samples.every((x) => x.name === "m1")).toBe(true);
+    // A repeated series is still found among the samples not kept.
+    const repeated = await parsePrometheusTextStepped(`m0 1\nm2 1\nm0 2\n`, async () => {}, (name) => name === "m2");
+    expect(repeated.ok).toBe(false);
+    let stops = 0;
+    await expect(parsePrometheusTextStepped(page, async () => {
+      if (++stops === 3) throw new Error("timed out");
+    })).rejects.toThrow("timed out");
+    expect(stops).toBe(3);
   });
 
   it("never throws, whatever the text", () => {
@@ -497,6 +528,25 @@ describe("EngineLoadScraper", () => {
     expect(e.received[0]!.headers.accept).toContain("text/plain");
     expect(s.counts).toEqual({ ok: 1, failed: 0, unparseable: 0 });
     expect(s.lastError).toBeNull();
+  });
+
+  it("reads a page of 100,000 other series a step at a time, and the four gauges after them", async () => {
+    const other = Array.from({ length: 100_000 }, (_, i) => `vllm:other_total{engine="0",i="${i}"} ${i}`).join("\n");
+    const e = await engine({ body: `${other}\n${VLLM_V1_DP2}` });
+    const s = scraper({ baseUrl: e.url, engine: "vllm", intervalMs: 1_000 });
+    let ticks = 0;
+    let ticking = true;
+    const tick = () => {
+      ticks++;
+      if (ticking) setImmediate(tick);
+    };
+    setImmediate(tick);
+    const outcome = await s.scrapeNow();
+    ticking = false;
+    expect(outcome.kind).toBe("ok");
+    expect(s.report?.total).toEqual({ running: 8, waiting: 2, kvUsage: (0.1171875 + 0.4296875) / 2, activeTokens: null });
+    // Each step of the parse is its own turn of the event loop (one turn for the whole page before).
+    expect(ticks).toBeGreaterThan(100_000 / PAGE_STEP_LINES);
   });
 
   it("scrapes trtllm-serve's JSON, and reads only the configured model of a vLLM page", async () => {

@@ -32,12 +32,5 @@ export function overLimits(size: { readonly blocks: number; readonly tokens: num
   return null;
 }
 
-/**
- * A later turn of the event loop, after the I/O pending now has been served.
- * Two immediates: one set while the loop polls I/O (a message from the worker,
- * a socket's data) runs before the loop polls again, so two slices would be
- * applied back to back with no request served between them (measured: 18 ms
- * without a timer firing); the second runs after the next poll whatever phase
- * the first was set in.
- */
-export const nextTurn = (): Promise<void> => new Promise((resolve) => setImmediate(() => setImmediate(resolve)));
+/** A later turn of the event loop (common/next-turn.ts): each slice is applied on its own. */
+export { nextTurn } from "../common/next-turn.js";

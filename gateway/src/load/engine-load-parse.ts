@@ -29,7 +29,7 @@
 //   `num_queued_requests`, `num_active_tokens` (0 from reporters that do not
 //   supply it), `worker_id` ("instance" or "instance:rankN").
 
-import { parsePrometheusText } from "./engine-load-prometheus.js";
+import { parsePrometheusText, parsePrometheusTextStepped, type PrometheusParse } from "./engine-load-prometheus.js";
 
 /** The engines whose load format is understood. */
 export type EngineKind = "vllm" | "sglang" | "trtllm";
@@ -161,9 +161,13 @@ export function parseSglangMetrics(text: string, options: VllmParseOptions = {})
 
 /** Reads a Prometheus page in `dialect`. */
 function parsePrometheusLoad(text: string, dialect: PrometheusDialect, options: VllmParseOptions): LoadParse {
+  return loadOfPage(parsePrometheusText(text), dialect, options);
+}
+
+/** The ranks' loads a parsed Prometheus page in `dialect` gives. */
+function loadOfPage(page: PrometheusParse, dialect: PrometheusDialect, options: VllmParseOptions): LoadParse {
   const { running: RUNNING, waiting: WAITING, kvUsage: KV_USAGE, kvUsageOld: KV_USAGE_OLD } = dialect;
   const add = (a: number | null, b: number) => (a === null ? b : dialect.combine === "sum" ? a + b : Math.max(a, b));
-  const page = parsePrometheusText(text);
   if (!page.ok) {
     const p = page.problem;
     return problem("syntax", `not Prometheus text: line ${p.line}: expected ${p.rule} (${page.problems} bad line${page.problems === 1 ? "" : "s"}): ${JSON.stringify(p.excerpt)}`);
@@ -249,6 +253,17 @@ export function parseTrtllmMetrics(body: unknown): LoadParse {
 /** Reads `body` in the format of `engine`. */
 export function parseEngineLoad(engine: EngineKind, body: string, options: VllmParseOptions = {}): LoadParse {
   return engine === "vllm" ? parseVllmMetrics(body, options) : engine === "sglang" ? parseSglangMetrics(body, options) : parseTrtllmMetrics(body);
+}
+
+/**
+ * Reads `body` as parseEngineLoad does, a Prometheus page a step of lines a
+ * turn of the event loop (`turn`, which may reject to stop it).
+ */
+export async function parseEngineLoadStepped(engine: EngineKind, body: string, options: VllmParseOptions, turn: () => Promise<void>): Promise<LoadParse> {
+  if (engine === "trtllm") return parseTrtllmMetrics(body);
+  const dialect = engine === "vllm" ? VLLM : SGLANG;
+  const read = new Set([dialect.running, dialect.waiting, dialect.kvUsage, dialect.kvUsageOld]);
+  return loadOfPage(await parsePrometheusTextStepped(body, turn, (name) => read.has(name)), dialect, options);
 }
 
 /** One TensorRT-LLM row as a rank's load, or the problem with it. */

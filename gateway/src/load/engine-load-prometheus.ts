@@ -67,52 +67,118 @@ class LineError {
 }
 
 /**
- * Parses an exposition page. Returns every sample, or the first syntax
- * problem with the count of bad lines; never throws, whatever `text` holds.
+ * Lines a stepped parse reads between two turns of the event loop: about 10
+ * ms of a page of short distinct series (an 8 MiB page of them, 531,000
+ * lines, held the loop 2.1 s parsed at once; a vLLM with 32 DP ranks behind
+ * one URL serves a page of tens of thousands of lines each second).
  */
-export function parsePrometheusText(text: string): PrometheusParse {
-  const samples: PrometheusSample[] = [];
-  const types = new Map<string, PrometheusType>();
-  const seen = new Set<string>();
-  let first: PrometheusSyntaxProblem | null = null;
-  let problems = 0;
-  const fail = (line: number, rule: string, raw: string) => {
-    problems++;
-    first ??= { line, rule, excerpt: raw.length > EXCERPT ? `${raw.slice(0, EXCERPT)}...` : raw };
-  };
-  const lines = text.split("\n");
-  // A page ends with a newline, which leaves one empty last piece: not a line.
-  if (lines.length > 0 && lines[lines.length - 1] === "") lines.pop();
-  for (let index = 0; index < lines.length; index++) {
-    const lineNo = index + 1;
+export const PAGE_STEP_LINES = 2048;
+
+/** An exposition page parsed a step of lines at a time ({@link parsePrometheusText} takes it whole). */
+export class PrometheusPageParse {
+  /** The page, read a line at a time from `#at` (splitting 531,000 lines at once took 120-270 ms). */
+  readonly #text: string;
+  #at = 0;
+  /** Lines read so far. */
+  #lineNo = 0;
+  readonly #samples: PrometheusSample[] = [];
+  readonly #types = new Map<string, PrometheusType>();
+  readonly #seen = new Set<string>();
+  #first: PrometheusSyntaxProblem | null = null;
+  #problems = 0;
+  /** Which samples are kept, by metric name (the others are still read and checked). */
+  readonly #keep: ((name: string) => boolean) | null;
+
+  /** A parse of `text` keeping every sample, or those whose name `keep` takes. */
+  constructor(text: string, keep: ((name: string) => boolean) | null = null) {
+    this.#keep = keep;
+    this.#text = text;
+  }
+
+  /** Whether every line has been read (a page's last newline ends its last line, it starts none). */
+  get done(): boolean {
+    return this.#at >= this.#text.length;
+  }
+
+  /** Reads up to `max` more lines; never throws, whatever they hold. */
+  step(max = Infinity): void {
+    const text = this.#text;
+    for (let n = 0; n < max && this.#at < text.length; n++) {
+      const newline = text.indexOf("\n", this.#at);
+      const end = newline < 0 ? text.length : newline;
+      const raw = text.slice(this.#at, end);
+      this.#at = end + 1;
+      this.#line(++this.#lineNo, raw);
+    }
+  }
+
+  /** Every sample, or the first syntax problem with the count of bad lines (once done). */
+  get result(): PrometheusParse {
+    if (this.#first !== null) return { ok: false, problem: this.#first, problems: this.#problems };
+    return { ok: true, samples: this.#samples, types: this.#types };
+  }
+
+  #fail(line: number, rule: string, raw: string): void {
+    this.#problems++;
+    this.#first ??= { line, rule, excerpt: raw.length > EXCERPT ? `${raw.slice(0, EXCERPT)}...` : raw };
+  }
+
+  /** Reads line `lineNo` (1-based), `text` without its newline. */
+  #line(lineNo: number, text: string): void {
     // A proxy may have turned newlines into CRLF; the format's own lines never end with a carriage return.
-    const raw = lines[index]!.endsWith("\r") ? lines[index]!.slice(0, -1) : lines[index]!;
+    const raw = text.endsWith("\r") ? text.slice(0, -1) : text;
     const line = raw.replace(/^[ \t]+/, "");
-    if (line === "") continue;
+    if (line === "") return;
     if (line.startsWith("#")) {
-      const rule = metadataProblem(line, types);
-      if (rule !== null) fail(lineNo, rule, raw);
-      continue;
+      const rule = metadataProblem(line, this.#types);
+      if (rule !== null) this.#fail(lineNo, rule, raw);
+      return;
     }
     let sample: PrometheusSample;
     try {
       sample = parseSample(line, lineNo);
     } catch (error) {
       if (!(error instanceof LineError)) throw error; // a bug here, not bad input
-      fail(lineNo, error.rule, raw);
-      continue;
+      this.#fail(lineNo, error.rule, raw);
+      return;
     }
     // Prometheus refuses a page that repeats a series: which value would be the load?
     const key = seriesKey(sample);
-    if (seen.has(key)) {
-      fail(lineNo, "a series already given on an earlier line", raw);
-      continue;
+    if (this.#seen.has(key)) {
+      this.#fail(lineNo, "a series already given on an earlier line", raw);
+      return;
     }
-    seen.add(key);
-    samples.push(sample);
+    this.#seen.add(key);
+    if (this.#keep === null || this.#keep(sample.name)) this.#samples.push(sample);
   }
-  if (first !== null) return { ok: false, problem: first, problems };
-  return { ok: true, samples, types };
+}
+
+/**
+ * Parses an exposition page at once. Returns every sample, or the first
+ * syntax problem with the count of bad lines; never throws, whatever `text`
+ * holds.
+ */
+export function parsePrometheusText(text: string): PrometheusParse {
+  const page = new PrometheusPageParse(text);
+  page.step();
+  return page.result;
+}
+
+/**
+ * Parses an exposition page PAGE_STEP_LINES lines a turn: `turn` resolves on
+ * a later turn of the event loop, and may reject to stop the parse (a scrape
+ * timed out or closed), which then rejects with it. Only the samples `keep`
+ * takes (by name) are kept, when given: a page's other series are read and
+ * checked, not held (531,000 of them took 600 MiB).
+ */
+export async function parsePrometheusTextStepped(text: string, turn: () => Promise<void>, keep: ((name: string) => boolean) | null = null): Promise<PrometheusParse> {
+  const page = new PrometheusPageParse(text, keep);
+  page.step(PAGE_STEP_LINES);
+  while (!page.done) {
+    await turn();
+    page.step(PAGE_STEP_LINES);
+  }
+  return page.result;
 }
 
 /** Checks a `#` line; records a TYPE. Returns the rule broken, or null. */

@@ -14,7 +14,8 @@
 import { Http1Pool, type OwnedDispatcher, type RequestDispatcher } from "../http1/http1-pool.js";
 import { AnswerTooLargeError, controlRequest } from "../http1/control-request.js";
 import { undici } from "../common/optional-packages.js";
-import { parseEngineLoad, type EngineKind, type EngineLoadReport, type LoadProblem } from "./engine-load-parse.js";
+import { parseEngineLoadStepped, type EngineKind, type EngineLoadReport, type LoadProblem } from "./engine-load-parse.js";
+import { nextTurn } from "../common/next-turn.js";
 
 export { parseEngineLoad, parseSglangMetrics, parseTrtllmMetrics, parseVllmMetrics, type EngineKind, type EngineLoad, type EngineLoadReport, type LoadParse, type LoadProblem, type LoadProblemKind, type RankLoad, type VllmParseOptions } from "./engine-load-parse.js";
 export { dpRankStateFromLoad, rankStateFromLoad, type CombineOptions, type OwnLoad } from "./engine-load-combine.js";
@@ -314,7 +315,12 @@ export class EngineLoadScraper {
     }
     if (!isSuccess(response.statusCode)) return this.#failure("status", `HTTP ${response.statusCode}`);
     const text = new TextDecoder("utf-8").decode(response.body);
-    const parsed = parseEngineLoad(this.#engine, text, this.#model === undefined ? {} : { model: this.#model });
+    // A page of many lines is read a step a turn (a scrape that times out or closes meanwhile stops it).
+    const turn = async () => {
+      await nextTurn();
+      signal.throwIfAborted();
+    };
+    const parsed = await parseEngineLoadStepped(this.#engine, text, this.#model === undefined ? {} : { model: this.#model }, turn);
     const at = this.#now();
     return parsed.ok ? { kind: "ok", report: parsed.report, at } : { kind: "unparseable", problem: parsed.problem, at };
   }
