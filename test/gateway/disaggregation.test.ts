@@ -177,6 +177,16 @@ describe("disaggregation: TensorRT-LLM (context and generation servers)", () => 
     }
   });
 
+  it("a context answer nested 200,000 deep is refused before JSON.parse reads it (502 naming the bound), and no generation server is contacted", async () => {
+    const p = await pools("trtllm", { prefill: 1, decode: 1 });
+    p.prefill[0]!.behaviour.prefill = { engine: "trtllm", opaqueState: `${"[".repeat(200_000)}${"]".repeat(200_000)}` };
+    const r = await post(p.gateway, "/v1/chat/completions", { model: "m", messages: [{ role: "user", content: "hi" }] });
+    expect(r.status).toBe(502);
+    expect(JSON.parse(r.text).error.code).toBe("prefill_invalid_answer");
+    expect(JSON.parse(r.text).error.message).toContain("nests or holds more than 1000 levels");
+    expect(all(p.decode)).toHaveLength(0);
+  });
+
   it("conditional disaggregation: a prompt a generation server holds, with a short uncached tail, is served whole there; one it does not hold is disaggregated", async () => {
     const p = await pools("trtllm", { prefill: 1, section: "  max_local_prefill_length: 64", decodeUpstream: () => "    kv_events: { kind: http, interval_ms: 20 }" });
     const config = loadGatewayConfig({ file: { name: "g.yaml", text: p.yaml } });

@@ -13,6 +13,7 @@
 //           body with bootstrap_host, bootstrap_port and bootstrap_room to both servers.
 
 import { arrayElements, memberText, objectMembers, withMembers } from "./json-members.js";
+import { jsonShapeProblem, MAX_JSON_DEPTH, MAX_JSON_ITEMS, MAX_JSON_STRINGS } from "../requests/json-shape.js";
 
 /** An answer from a prefill server that is not what its protocol defines (the client gets a 502 naming it). */
 export class HandOffError extends Error {
@@ -32,8 +33,13 @@ export type HandOff =
   /** TensorRT-LLM: the context phase ended the request (its finish reason neither length nor not_finished); `answer` is the client's. */
   | { readonly kind: "finished"; readonly answer: string };
 
-/** `text` parsed, if it is a JSON object; else a HandOffError. */
+/**
+ * `text` parsed, if it is a JSON object; else a HandOffError. Its structure
+ * is counted first, as a client's body's is (json-shape.ts): an engine's
+ * answer nested 500,000 deep held the event loop 424-791 ms in JSON.parse.
+ */
 function objectOf(text: string, what: string): Record<string, unknown> {
+  if (jsonShapeProblem(Buffer.from(text)) !== null) throw new HandOffError(`the ${what} nests or holds more than ${MAX_JSON_DEPTH} levels, ${MAX_JSON_ITEMS} objects, arrays and members or ${MAX_JSON_STRINGS} strings`);
   let value: unknown;
   try {
     value = JSON.parse(text);
