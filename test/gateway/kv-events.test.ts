@@ -18,6 +18,7 @@ import { createGateway, loadGatewayConfig, type Gateway } from "../../gateway/sr
 import { batchDecoder, MAX_BATCH_DEPTH, parseJsonKeepingIntegers, prepareBatch } from "../../gateway/src/events/batch-preparation.js";
 import { INLINE_BYTES } from "../../gateway/src/events/batch-decoder.js";
 import { SLICE_BLOCKS } from "../../gateway/src/events/event-slicing.js";
+import { EVERY, NoticeThrottle, type Notice } from "../../gateway/src/events/notice-throttle.js";
 import { startFakePublisher, seqFrame, type ReplayStyle } from "../support/fake-kv-publisher.js";
 import { startMockEngine, type MockEngine } from "../support/mock-engine.js";
 import { waitFor } from "../support/wait.js";
@@ -441,6 +442,26 @@ describe("ZeroMQ streams: sequence gaps, restarts, bad batches, silence", () => 
     await waitFor(() => viewBlocks(gateway) === 8);
     expect(logs.some((l) => String(l.msg).includes("stream ended"))).toBe(false);
     expect(state(gateway, "live")).toBe(1);
+  });
+
+  it("notices reach the log the first time and every hundredth, per kind and DP rank: 250 malformed messages are 3 lines, each later one saying how many", async () => {
+    const passed: Notice[] = [];
+    const t = new NoticeThrottle((n) => passed.push(n));
+    for (let i = 0; i < 2 * EVERY + 50; i++) t.notice({ rank: 0, what: "message skipped", detail: "1 frame" });
+    t.notice({ rank: 1, what: "message skipped" });
+    t.notice({ rank: 0, what: "batch skipped" });
+    expect(passed.map((n) => [n.rank, n.what, n.detail])).toEqual([
+      [0, "message skipped", "1 frame"],
+      [0, "message skipped", `1 frame; ${EVERY} of these on this rank so far`],
+      [0, "message skipped", `1 frame; ${2 * EVERY} of these on this rank so far`],
+      [1, "message skipped", undefined],
+      [0, "batch skipped", undefined],
+    ]);
+    // Through a real stream: the messages are all counted, three lines logged.
+    const { pub, gateway, logs } = await subscribed();
+    for (let i = 0; i < 250; i++) await pub.sendFrames(0, [Buffer.from("")]);
+    await waitFor(() => metric(gateway, "upstream_kv_event_batches_total", 'upstream="1",outcome="unparseable"') === 250);
+    expect(logs.filter((l) => l.msg === "KV events: message skipped")).toHaveLength(3);
   });
 
   it("a batch of more events than kv_events.max_batch_blocks (each of no block) is refused, and an accepted one is cut into slices of at most SLICE_BLOCKS events", () => {

@@ -20,6 +20,7 @@ import { engineStatus, EventFreshness, rankStatuses, zeroCounters, type FeedStat
 import type { CurveConfig, KvEventsConfig } from "../config/events-config.js";
 import type { IndexUpdate, IndexUpdateSource } from "./index-update.js";
 import { registerAllowList } from "./zap-handler.js";
+import { NoticeThrottle } from "./notice-throttle.js";
 
 /** Largest message taken from an engine (a peer sending more is disconnected by ZeroMQ). */
 const MAX_MESSAGE_BYTES = 64 << 20;
@@ -144,7 +145,9 @@ export class ZmqEventSource implements IndexUpdateSource {
   constructor(config: Extract<KvEventsConfig, { kind: "zmq" }>, options: ZmqEventSourceOptions = {}) {
     this.#config = config;
     this.#maxItems = Math.max(config.maxBatchBlocks, config.maxBatchTokens);
-    this.#onNotice = options.onNotice ?? (() => {});
+    // Each kind of notice of a rank reaches the log the first time and every hundredth (notice-throttle.ts).
+    const throttle = new NoticeThrottle(options.onNotice ?? (() => {}));
+    this.#onNotice = (notice) => throttle.notice(notice);
     const now = options.now ?? Date.now;
     this.#streams = Array.from({ length: config.dpRanks }, (_, r) =>
       new RankStream(r, rankEndpoint(config.endpoint, r), config.replayEndpoint === null ? null : rankEndpoint(config.replayEndpoint, r), config.staleAfterMs, now, config.curve ?? null),
@@ -286,11 +289,10 @@ export class ZmqEventSource implements IndexUpdateSource {
     await this.#apply(s, seq, payload, emit, step === "restart");
   }
 
-  /** Counts a publisher CURVE turned away (logged at the first and every hundredth: a scanner must not flood the log). */
+  /** Counts a publisher CURVE turned away (logged at the first and every hundredth, as every notice: a scanner must not flood the log). */
   #refusedPeer(s: RankStream, address: string): void {
     this.counters.refusedPeers++;
-    const n = this.counters.refusedPeers;
-    if (n === 1 || n % 100 === 0) this.#onNotice({ rank: s.rank, what: "publisher refused: its CURVE public key is not allowed", detail: `${n} so far, the latest from ${address || "an unknown address"}` });
+    this.#onNotice({ rank: s.rank, what: "publisher refused: its CURVE public key is not allowed", detail: `${this.counters.refusedPeers} so far, the latest from ${address || "an unknown address"}` });
   }
 
   /** Empties the view when batch `seq`, not applied, came from a restarted publisher (the restart still happened). */
