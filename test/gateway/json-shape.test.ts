@@ -1,11 +1,11 @@
 // A request body's structure is counted before JSON.parse reads it
-// (gateway/src/requests/json-shape.ts): the counts are the parsed value's
+// (gateway/src/common/json-shape.ts): the counts are the parsed value's
 // (objects, arrays, members, nesting, strings) whatever its strings hold, the walk that
 // sets long literals aside counts the same, and the gateway refuses a body
 // past the bounds 400 without sending it on.
 import fc from "fast-check";
 import { afterEach, describe, expect, it } from "vitest";
-import { JsonShape, jsonShapeProblem, MAX_JSON_DEPTH, MAX_JSON_ITEMS, MAX_JSON_STRINGS, WALKED_BYTES } from "../../gateway/src/requests/json-shape.js";
+import { JsonShape, jsonShapeProblem, MAX_JSON_DEPTH, MAX_JSON_ITEMS, MAX_JSON_STRINGS, WALKED_BYTES } from "../../gateway/src/common/json-shape.js";
 import { elideLongLiterals } from "../../gateway/src/requests/long-literals.js";
 import { createGateway, loadGatewayConfig } from "../../gateway/src/index.js";
 import { startMockEngine } from "../support/mock-engine.js";

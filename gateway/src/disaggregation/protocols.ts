@@ -13,7 +13,7 @@
 //           body with bootstrap_host, bootstrap_port and bootstrap_room to both servers.
 
 import { arrayElements, memberText, objectMembers, withMembers } from "./json-members.js";
-import { jsonShapeProblem, MAX_JSON_DEPTH, MAX_JSON_ITEMS, MAX_JSON_STRINGS } from "../requests/json-shape.js";
+import { jsonShapeProblem, MAX_JSON_DEPTH, MAX_JSON_ITEMS, MAX_JSON_STRINGS } from "../common/json-shape.js";
 
 /** An answer from a prefill server that is not what its protocol defines (the client gets a 502 naming it). */
 export class HandOffError extends Error {

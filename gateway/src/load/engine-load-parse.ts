@@ -30,6 +30,7 @@
 //   supply it), `worker_id` ("instance" or "instance:rankN").
 
 import { parsePrometheusText, parsePrometheusTextStepped, type PrometheusParse } from "./engine-load-prometheus.js";
+import { jsonShapeProblem } from "../common/json-shape.js";
 
 /** The engines whose load format is understood. */
 export type EngineKind = "vllm" | "sglang" | "trtllm";
@@ -224,6 +225,9 @@ function loadOfPage(page: PrometheusParse, dialect: PrometheusDialect, options: 
 export function parseTrtllmMetrics(body: unknown): LoadParse {
   let value = body;
   if (typeof body === "string") {
+    // Its structure counted first, as a client's body's is: 8 MiB of small rows held the event loop 220 ms in JSON.parse.
+    const shape = jsonShapeProblem(Buffer.from(body));
+    if (shape !== null) return problem("shape", shape.replace("the request body", "the answer"));
     try {
       value = JSON.parse(body);
     } catch (error) {

@@ -20,7 +20,7 @@
 
 import { randomBytes } from "node:crypto";
 import { isPlainText } from "./plain-text.js";
-import { JsonShape, walkJson } from "./json-shape.js";
+import { JsonShape, walkJson } from "../common/json-shape.js";
 
 /** Literals at least this many bytes long are set aside. */
 export const LONG_LITERAL_BYTES = 8 * 1024;

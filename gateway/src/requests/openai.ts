@@ -7,7 +7,7 @@ import { TokenizerRequestError, type ChatMessage, type Tokenizer } from "../toke
 import { SUBAGENT_AUTH_HEADER, type SubagentClaim } from "./subagent-auth.js";
 import { parseJsonKeepingIntegers } from "../common/json-integers.js";
 import { elideLongLiterals, LONG_LITERAL_BYTES, restoreElsewhere, type ElidedBody } from "./long-literals.js";
-import { JsonShape, jsonShapeProblem } from "./json-shape.js";
+import { JsonShape, jsonShapeProblem } from "../common/json-shape.js";
 
 /** The error code of a status when no more precise one is given (every error body's code is a string). */
 const CODES: Readonly<Record<number, string>> = {
