@@ -177,6 +177,22 @@ describe("disaggregation: TensorRT-LLM (context and generation servers)", () => 
     }
   });
 
+  it("a context answer whose ctx_request_id is no uint64 (negative, fractional, a string, 2^64) is a 502, and no generation server is contacted; 2^64 - 1 goes on with every digit", async () => {
+    for (const bad of ["-1", "1.5", '"7"', "18446744073709551616", "1e3"]) {
+      const p = await pools("trtllm", { prefill: 1, decode: 1 });
+      p.prefill[0]!.behaviour.prefill = { engine: "trtllm", ctxRequestId: bad };
+      const r = await post(p.gateway, "/v1/chat/completions", { model: "m", messages: [{ role: "user", content: "hi" }] });
+      expect(r.status, bad).toBe(502);
+      expect(JSON.parse(r.text).error.message).toContain("ctx_request_id is not a request id");
+      expect(all(p.decode)).toHaveLength(0);
+    }
+    const p = await pools("trtllm", { prefill: 1, decode: 1 });
+    p.prefill[0]!.behaviour.prefill = { engine: "trtllm", ctxRequestId: "18446744073709551615" };
+    const r = await post(p.gateway, "/v1/chat/completions", { model: "m", messages: [{ role: "user", content: "hi" }] });
+    expect(r.status).toBe(200);
+    expect(all(p.decode)[0]!.raw).toContain('"ctx_request_id":18446744073709551615');
+  });
+
   it("a context answer nested 200,000 deep is refused before JSON.parse reads it (502 naming the bound), and no generation server is contacted", async () => {
     const p = await pools("trtllm", { prefill: 1, decode: 1 });
     p.prefill[0]!.behaviour.prefill = { engine: "trtllm", opaqueState: `${"[".repeat(200_000)}${"]".repeat(200_000)}` };

@@ -10,7 +10,7 @@
 // The request's long integers are read from its text, so they echo with every digit.
 
 /** The engine and, for trtllm, how its context phase ended (`length` normally; `stop`: the first token ended it). */
-export type PrefillRole = { readonly engine: "trtllm"; readonly finishReason?: string; readonly omit?: "disaggregated_params" | "ctx_request_id"; /** Raw JSON in place of encoded_opaque_state (a hostile engine's). */ readonly opaqueState?: string } | { readonly engine: "vllm"; readonly noParams?: boolean } | { readonly engine: "sglang" };
+export type PrefillRole = { readonly engine: "trtllm"; readonly finishReason?: string; readonly omit?: "disaggregated_params" | "ctx_request_id"; /** Raw JSON in place of encoded_opaque_state (a hostile engine's). */ readonly opaqueState?: string; /** Raw JSON in place of ctx_request_id (a hostile engine's). */ readonly ctxRequestId?: string } | { readonly engine: "vllm"; readonly noParams?: boolean } | { readonly engine: "sglang" };
 
 /** The prompt's token ids as the mock tokenizes: its UTF-8 bytes (a chat's contents joined). */
 export function mockTokenIds(body: { prompt?: unknown; messages?: { content?: unknown }[] }): number[] {
@@ -37,5 +37,7 @@ export function prefillAnswer(role: PrefillRole, name: string, chat: boolean, id
     answer.kv_transfer_params = role.noParams === true ? null : { do_remote_prefill: true, do_remote_decode: false, remote_block_ids: [1, 2, 3], remote_engine_id: `engine-${name}`, remote_request_id: id, remote_host: "127.0.0.1", remote_port: 5600, tp_size: 1 };
   }
   const text = JSON.stringify(answer).replaceAll(`"${LONG}"`, requestId);
-  return role.engine === "trtllm" && role.opaqueState !== undefined ? text.replace(/"encoded_opaque_state":"[^"]*"/, `"encoded_opaque_state":${role.opaqueState}`) : text;
+  if (role.engine !== "trtllm") return text;
+  const withState = role.opaqueState === undefined ? text : text.replace(/"encoded_opaque_state":"[^"]*"/, `"encoded_opaque_state":${role.opaqueState}`);
+  return role.ctxRequestId === undefined ? withState : withState.replace(/"ctx_request_id":[^,]*/, `"ctx_request_id":${role.ctxRequestId}`);
 }

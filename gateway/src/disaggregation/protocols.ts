@@ -94,6 +94,9 @@ export function trtllmHandOff(kind: "chat" | "completion", answer: string, id: b
     return { kind: "finished", answer: finished };
   }
   const paramsText = memberText(answer, "disaggregated_params", choiceAt)!;
+  // Passed on to the generation server as written: a request id there (TensorRT-LLM's are uint64), every digit kept.
+  const ctxId = memberText(paramsText, "ctx_request_id");
+  if (ctxId === null || !/^\d{1,20}$/.test(ctxId) || BigInt(ctxId) >= 1n << 64n) throw new HandOffError("the context server's ctx_request_id is not a request id (an integer in [0, 2^64))");
   const generation = withMembers(
     paramsText,
     new Map([
