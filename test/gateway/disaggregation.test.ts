@@ -16,6 +16,7 @@ import { createGateway, createGatewayReader, loadGatewayConfig, type Gateway } f
 import { startMockEngine, urlFrom, type MockEngine, type Received } from "../support/mock-engine.js";
 import { mockTokenIds, type PrefillRole } from "../support/mock-prefill.js";
 import { waitFor } from "../support/wait.js";
+import { vllmHandOff } from "../../gateway/src/disaggregation/protocols.js";
 
 const open: { close(): Promise<void> }[] = [];
 afterEach(async () => {
@@ -193,13 +194,21 @@ describe("disaggregation: TensorRT-LLM (context and generation servers)", () => 
     expect(all(p.decode)[0]!.raw).toContain('"ctx_request_id":18446744073709551615');
   });
 
+  it("a vLLM prefill answer with prompt_logprobs for 30,000 tokens (180,000 objects and members, 150,000 strings: past a client body's bounds) still hands over", () => {
+    const logprobs = [null, ...Array.from({ length: 30_000 }, (_, i) => ({ [String(i)]: { logprob: -0.5, rank: 1, decoded_token: `t${i}` } }))];
+    const answer = JSON.stringify({ id: "x", object: "text_completion", choices: [{ index: 0, text: "a", finish_reason: "length", prompt_logprobs: logprobs }], kv_transfer_params: { do_remote_prefill: true, do_remote_decode: false, remote_block_ids: [1], remote_engine_id: "e", remote_request_id: "x", remote_host: "127.0.0.1", remote_port: 5600, tp_size: 1 } });
+    const handOff = vllmHandOff(answer);
+    if (handOff.kind !== "decode") expect.fail(handOff.kind);
+    expect(JSON.parse(handOff.members.get("kv_transfer_params")!).remote_engine_id).toBe("e");
+  });
+
   it("a context answer nested 200,000 deep is refused before JSON.parse reads it (502 naming the bound), and no generation server is contacted", async () => {
     const p = await pools("trtllm", { prefill: 1, decode: 1 });
     p.prefill[0]!.behaviour.prefill = { engine: "trtllm", opaqueState: `${"[".repeat(200_000)}${"]".repeat(200_000)}` };
     const r = await post(p.gateway, "/v1/chat/completions", { model: "m", messages: [{ role: "user", content: "hi" }] });
     expect(r.status).toBe(502);
     expect(JSON.parse(r.text).error.code).toBe("prefill_invalid_answer");
-    expect(JSON.parse(r.text).error.message).toContain("nests or holds more than 1000 levels");
+    expect(JSON.parse(r.text).error.message).toContain("nests objects and arrays deeper than 1000");
     expect(all(p.decode)).toHaveLength(0);
   });
 

@@ -457,6 +457,13 @@ describe("ZeroMQ streams: sequence gaps, restarts, bad batches, silence", () => 
       [1, "message skipped", undefined],
       [0, "batch skipped", undefined],
     ]);
+    // Past the pairs it counts apart, the rest are counted together: still throttled.
+    let late = 0;
+    const counting = new NoticeThrottle(() => late++);
+    for (let r = 0; r < 20_000; r++) counting.notice({ rank: r, what: "message skipped" });
+    const before = late;
+    for (let i = 0; i < 1000; i++) counting.notice({ rank: 99_999, what: "message skipped" });
+    expect(late - before).toBeLessThanOrEqual(1000 / EVERY + 1);
     // Through a real stream: the messages are all counted, three lines logged.
     const { pub, gateway, logs } = await subscribed();
     for (let i = 0; i < 250; i++) await pub.sendFrames(0, [Buffer.from("")]);
@@ -464,11 +471,15 @@ describe("ZeroMQ streams: sequence gaps, restarts, bad batches, silence", () => 
     expect(logs.filter((l) => l.msg === "KV events: message skipped")).toHaveLength(3);
   });
 
-  it("a batch of more events than kv_events.max_batch_blocks (each of no block) is refused, and an accepted one is cut into slices of at most SLICE_BLOCKS events", () => {
-    const limits = { maxBatchBlocks: 5000, maxBatchTokens: 1 << 20 };
+  it("a batch of more events than the larger limit (each of no block) is refused, one of more events than blocks is not, and each is cut into slices of at most SLICE_BLOCKS events", () => {
+    const limits = { maxBatchBlocks: 5000, maxBatchTokens: 3000 };
     const cleared = (n: number) => Buffer.from(encode([1, Array.from({ length: n }, () => ["AllBlocksCleared"])]));
     const refused = prepareBatch(cleared(5001), "msgpack", batchDecoder(), limits);
-    expect(refused).toEqual({ kind: "oversized", detail: "5001 events, over kv_events.max_batch_blocks (5000: a batch holds no more events than blocks)" });
+    expect(refused).toEqual({ kind: "oversized", detail: "5001 events, over the longest list a batch may hold (5000: kv_events.max_batch_blocks or max_batch_tokens, the larger)" });
+    // TensorRT-LLM's `updated` events name no block and may outnumber the blocks: taken, in slices.
+    const updated = Buffer.from(JSON.stringify([{ event_id: 0, data: { type: "removed", block_hashes: [1] } }, ...Array.from({ length: 4000 }, (_, i) => ({ event_id: i + 1, data: { type: "updated", block_hash: 1, cache_level: null, priority: { old_value: 35, new_value: 90 } } }))]));
+    const many = prepareBatch(updated, "json", batchDecoder(), { maxBatchBlocks: 100, maxBatchTokens: 5000 });
+    expect(many.kind).toBe("ok");
     const taken = prepareBatch(cleared(2500), "msgpack", batchDecoder(), limits);
     if (taken.kind !== "ok") throw new Error(taken.kind);
     const sizes = taken.slices.map((slice) => ((slice as unknown[])[1] as unknown[]).length);

@@ -13,7 +13,7 @@
 //           body with bootstrap_host, bootstrap_port and bootstrap_room to both servers.
 
 import { arrayElements, memberText, objectMembers, withMembers } from "./json-members.js";
-import { jsonShapeProblem, MAX_JSON_DEPTH, MAX_JSON_ITEMS, MAX_JSON_STRINGS } from "../common/json-shape.js";
+import { JsonShape, jsonShapeProblem, MAX_JSON_DEPTH } from "../common/json-shape.js";
 
 /** An answer from a prefill server that is not what its protocol defines (the client gets a 502 naming it). */
 export class HandOffError extends Error {
@@ -34,12 +34,15 @@ export type HandOff =
   | { readonly kind: "finished"; readonly answer: string };
 
 /**
- * `text` parsed, if it is a JSON object; else a HandOffError. Its structure
- * is counted first, as a client's body's is (json-shape.ts): an engine's
+ * `text` parsed, if it is a JSON object; else a HandOffError. Its nesting is
+ * counted first, with a client body's bound (json-shape.ts): an engine's
  * answer nested 500,000 deep held the event loop 424-791 ms in JSON.parse.
+ * Its size is the capture's bound, which grows with the prompt; its objects
+ * and strings are not bounded as a body's are (a vLLM prefill's
+ * `prompt_logprobs` holds 6 objects and members and 5 strings a token).
  */
 function objectOf(text: string, what: string): Record<string, unknown> {
-  if (jsonShapeProblem(Buffer.from(text)) !== null) throw new HandOffError(`the ${what} nests or holds more than ${MAX_JSON_DEPTH} levels, ${MAX_JSON_ITEMS} objects, arrays and members or ${MAX_JSON_STRINGS} strings`);
+  if (jsonShapeProblem(Buffer.from(text), new JsonShape(MAX_JSON_DEPTH, Infinity, Infinity)) !== null) throw new HandOffError(`the ${what} nests objects and arrays deeper than ${MAX_JSON_DEPTH}`);
   let value: unknown;
   try {
     value = JSON.parse(text);

@@ -14,8 +14,10 @@ export interface Notice {
 
 /** A kind of notice of a rank is passed on again after this many of it. */
 export const EVERY = 100;
-/** Most (rank, kind) pairs counted (a source has few kinds and its configured ranks: bounded all the same). */
-const MAX_KEYS = 4096;
+/** Most (rank, kind) pairs counted apart (a source has about ten kinds and up to 1,024 ranks); past it, the rest are counted together. */
+const MAX_KEYS = 16_384;
+/** The key the notices of pairs past MAX_KEYS are counted under. */
+const OVERFLOW = "\u0000overflow";
 
 /** Passes on the first of each (rank, kind) of notice and every EVERY-th after it, counting the rest. */
 export class NoticeThrottle {
@@ -28,9 +30,10 @@ export class NoticeThrottle {
 
   /** Counts `notice`; passes it on when it is the first of its rank and kind, or an EVERY-th. */
   notice(notice: Notice): void {
-    const key = `${notice.rank}\u0000${notice.what}`;
+    const pair = `${notice.rank}\u0000${notice.what}`;
+    const key = this.#counts.has(pair) || this.#counts.size < MAX_KEYS - 1 ? pair : OVERFLOW;
     const n = (this.#counts.get(key) ?? 0) + 1;
-    if (this.#counts.size < MAX_KEYS || this.#counts.has(key)) this.#counts.set(key, n);
+    this.#counts.set(key, n);
     if (n === 1) this.#pass(notice);
     else if (n % EVERY === 0) this.#pass({ ...notice, detail: `${notice.detail === undefined ? "" : `${notice.detail}; `}${n} of these on this rank so far` });
   }

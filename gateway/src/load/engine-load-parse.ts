@@ -30,7 +30,7 @@
 //   supply it), `worker_id` ("instance" or "instance:rankN").
 
 import { parsePrometheusText, parsePrometheusTextStepped, type PrometheusParse } from "./engine-load-prometheus.js";
-import { jsonShapeProblem } from "../common/json-shape.js";
+import { JsonShape, jsonShapeProblem, MAX_JSON_DEPTH, MAX_JSON_ITEMS, MAX_JSON_STRINGS } from "../common/json-shape.js";
 
 /** The engines whose load format is understood. */
 export type EngineKind = "vllm" | "sglang" | "trtllm";
@@ -226,7 +226,9 @@ export function parseTrtllmMetrics(body: unknown): LoadParse {
   let value = body;
   if (typeof body === "string") {
     // Its structure counted first, as a client's body's is: 8 MiB of small rows held the event loop 220 ms in JSON.parse.
-    const shape = jsonShapeProblem(Buffer.from(body));
+    // Bounds five times a body's: a row of the documented statistics has 41 objects and members and 39 strings,
+    // 12,000 of them fit (the server keeps 1,000 by default).
+    const shape = jsonShapeProblem(Buffer.from(body), new JsonShape(MAX_JSON_DEPTH, 5 * MAX_JSON_ITEMS, 5 * MAX_JSON_STRINGS));
     if (shape !== null) return problem("shape", shape.replace("the request body", "the answer"));
     try {
       value = JSON.parse(body);
