@@ -13,10 +13,10 @@ import pino from "pino";
 import { curveKeyPair, Publisher } from "zeromq";
 import { tmpdir } from "node:os";
 import path from "node:path";
-import { afterEach, describe, expect, it } from "vitest";
+import { afterEach, describe, expect, it, vi } from "vitest";
 import { createGateway, loadGatewayConfig, type Gateway } from "../../gateway/src/index.js";
 import { batchDecoder, MAX_BATCH_DEPTH, parseJsonKeepingIntegers, prepareBatch } from "../../gateway/src/events/batch-preparation.js";
-import { INLINE_BYTES } from "../../gateway/src/events/batch-decoder.js";
+import { BatchDecoder, INLINE_BYTES } from "../../gateway/src/events/batch-decoder.js";
 import { SLICE_BLOCKS } from "../../gateway/src/events/event-slicing.js";
 import { EVERY, NoticeThrottle, type Notice } from "../../gateway/src/events/notice-throttle.js";
 import { startFakePublisher, seqFrame, type ReplayStyle } from "../support/fake-kv-publisher.js";
@@ -442,6 +442,33 @@ describe("ZeroMQ streams: sequence gaps, restarts, bad batches, silence", () => 
     await waitFor(() => viewBlocks(gateway) === 8);
     expect(logs.some((l) => String(l.msg).includes("stream ended"))).toBe(false);
     expect(state(gateway, "live")).toBe(1);
+  });
+
+  it("a batch whose slice cannot be read back from the decoder (after its first was applied) is counted unparseable and gaps the stream, which goes on", async () => {
+    const { pub, gateway, logs } = await subscribed();
+    await pub.publish(0, 0n, bytes("chain_p"));
+    await waitFor(() => viewBlocks(gateway) === 4);
+    // The decoder hands back a batch whose second slice fails as a worker's unreadable message would.
+    const prepare = vi.spyOn(BatchDecoder.prototype, "prepare").mockResolvedValueOnce({
+      kind: "ok",
+      time: "1",
+      digest: "d",
+      slices: (async function* () {
+        yield [];
+        throw new RangeError("Maximum call stack size exceeded");
+      })(),
+    });
+    try {
+      await pub.publish(0, 1n, bytes("garbage"));
+      await waitFor(() => metric(gateway, "upstream_kv_event_batches_total", 'upstream="1",outcome="unparseable"') === 1);
+    } finally {
+      prepare.mockRestore();
+    }
+    expect(state(gateway, "gapped")).toBe(1);
+    expect(logs.some((l) => l.msg === "KV events: batch skipped; stream gapped while its view goes on" && String(l.detail).startsWith("slice 1: Maximum call stack"))).toBe(true);
+    await pub.publish(0, 2n, bytes("chain_q"));
+    await waitFor(() => viewBlocks(gateway) === 8);
+    expect(logs.some((l) => String(l.msg).includes("stream ended"))).toBe(false);
   });
 
   it("notices reach the log the first time and every hundredth, per kind and DP rank: 250 malformed messages are 3 lines, each later one saying how many", async () => {
