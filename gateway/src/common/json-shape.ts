@@ -50,6 +50,8 @@ export class JsonShape {
   readonly #maxDepth: number;
   readonly #maxItems: number;
   readonly #maxStrings: number;
+  /** What its problems name (a client's body, an engine's answer). */
+  readonly #subject: string;
   #depth = 0;
   #items = 0;
   #strings = 0;
@@ -58,17 +60,18 @@ export class JsonShape {
   /** Whether the walk reached the body's end (its shape is then all counted). */
   walked = false;
 
-  /** A count against the bounds given (tests give small ones). */
-  constructor(maxDepth = MAX_JSON_DEPTH, maxItems = MAX_JSON_ITEMS, maxStrings = MAX_JSON_STRINGS) {
+  /** A count against the bounds given (tests give small ones), its problems naming `subject`. */
+  constructor(maxDepth = MAX_JSON_DEPTH, maxItems = MAX_JSON_ITEMS, maxStrings = MAX_JSON_STRINGS, subject = "the request body") {
     this.#maxDepth = maxDepth;
     this.#maxItems = maxItems;
     this.#maxStrings = maxStrings;
+    this.#subject = subject;
   }
 
   /** Counts one string literal (a key or a value); false once past the bound (`problem` says so). */
   literal(): boolean {
     if (++this.#strings <= this.#maxStrings) return true;
-    this.problem = `the request body has more than ${this.#maxStrings} strings`;
+    this.problem = `${this.#subject} has more than ${this.#maxStrings} strings`;
     return false;
   }
 
@@ -84,8 +87,8 @@ export class JsonShape {
       } else if (b === CLOSE_BRACKET || b === CLOSE_BRACE) depth--;
       else if (b === COLON) items++;
       else continue;
-      if (depth > this.#maxDepth) this.problem = `the request body nests objects and arrays deeper than ${this.#maxDepth}`;
-      else if (items > this.#maxItems) this.problem = `the request body has more than ${this.#maxItems} objects, arrays and members`;
+      if (depth > this.#maxDepth) this.problem = `${this.#subject} nests objects and arrays deeper than ${this.#maxDepth}`;
+      else if (items > this.#maxItems) this.problem = `${this.#subject} has more than ${this.#maxItems} objects, arrays and members`;
       else continue;
       return false;
     }
@@ -98,9 +101,9 @@ export class JsonShape {
 /**
  * Walks `raw`: its literals by their quotes, each one counted into `shape`
  * and its content given to `literal` (start and end, its closing quote), the
- * structure between them counted into `shape` too. It stops past a bound (`shape.problem`) or at a quote
- * without its pair (left to JSON.parse, which refuses it); `shape.walked`
- * once it reached the end.
+ * structure between them counted into `shape` too. It stops past a bound
+ * (`shape.problem`) or at a quote without its pair (left to JSON.parse,
+ * which refuses it); `shape.walked` once it reached the end.
  */
 export function walkJson(raw: Buffer, shape: JsonShape, literal: ((start: number, end: number) => void) | null = null): void {
   for (let at = 0; ; ) {

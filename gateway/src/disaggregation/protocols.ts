@@ -42,7 +42,8 @@ export type HandOff =
  * `prompt_logprobs` holds 6 objects and members and 5 strings a token).
  */
 function objectOf(text: string, what: string): Record<string, unknown> {
-  if (jsonShapeProblem(Buffer.from(text), new JsonShape(MAX_JSON_DEPTH, Infinity, Infinity)) !== null) throw new HandOffError(`the ${what} nests objects and arrays deeper than ${MAX_JSON_DEPTH}`);
+  const problem = jsonShapeProblem(Buffer.from(text), new JsonShape(MAX_JSON_DEPTH, Infinity, Infinity, `the ${what}`));
+  if (problem !== null) throw new HandOffError(problem);
   let value: unknown;
   try {
     value = JSON.parse(text);

@@ -28,10 +28,10 @@ export interface BatchLimits {
  * or level changed) can outnumber them; each slice holds at most SLICE_BLOCKS
  * of them instead (batch-preparation.ts).
  */
-export function overLimits(size: { readonly blocks: number; readonly tokens: number; readonly events?: number }, limits: BatchLimits): string | null {
+export function overLimits(size: { readonly blocks: number; readonly tokens: number; readonly events: number }, limits: BatchLimits): string | null {
   if (size.blocks > limits.maxBatchBlocks) return `${size.blocks} blocks, over kv_events.max_batch_blocks (${limits.maxBatchBlocks})`;
   const maxEvents = Math.max(limits.maxBatchBlocks, limits.maxBatchTokens);
-  if (size.events !== undefined && size.events > maxEvents) return `${size.events} events, over the longest list a batch may hold (${maxEvents}: kv_events.max_batch_blocks or max_batch_tokens, the larger)`;
+  if (size.events > maxEvents) return `${size.events} events, over the longest list a batch may hold (${maxEvents}: kv_events.max_batch_blocks or max_batch_tokens, the larger)`;
   if (size.tokens > limits.maxBatchTokens) return `${size.tokens} tokens, over kv_events.max_batch_tokens (${limits.maxBatchTokens})`;
   return null;
 }

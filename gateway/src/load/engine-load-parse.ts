@@ -228,8 +228,8 @@ export function parseTrtllmMetrics(body: unknown): LoadParse {
     // Its structure counted first, as a client's body's is: 8 MiB of small rows held the event loop 220 ms in JSON.parse.
     // Bounds five times a body's: a row of the documented statistics has 41 objects and members and 39 strings,
     // 12,000 of them fit (the server keeps 1,000 by default).
-    const shape = jsonShapeProblem(Buffer.from(body), new JsonShape(MAX_JSON_DEPTH, 5 * MAX_JSON_ITEMS, 5 * MAX_JSON_STRINGS));
-    if (shape !== null) return problem("shape", shape.replace("the request body", "the answer"));
+    const shape = jsonShapeProblem(Buffer.from(body), new JsonShape(MAX_JSON_DEPTH, 5 * MAX_JSON_ITEMS, 5 * MAX_JSON_STRINGS, "the answer"));
+    if (shape !== null) return problem("shape", shape);
     try {
       value = JSON.parse(body);
     } catch (error) {
