@@ -89,7 +89,7 @@ describe("a fresh consumer project", () => {
   });
 
   it("says in one line how to get the gateway when adp-router serve runs without it", () => {
-    const run = spawnSync(path.join(consumer, "node_modules", ".bin", "adp-router"), ["serve", "--upstream", "http://127.0.0.1:9"], { cwd: consumer, encoding: "utf8" });
+    const run = spawnSync(path.join(consumer, "node_modules", ".bin", "adp-router"), ["serve", "--workers", "1", "--upstream", "http://127.0.0.1:9"], { cwd: consumer, encoding: "utf8" });
     expect(run.status).toBe(1);
     expect(run.stderr).toBe("adp-router serve: the gateway is its own package: npm install adp-router-gateway, then run adp-router-gateway serve\n");
   });

@@ -10,11 +10,11 @@ import { GatewayConfigError, loadGatewayConfig, type GatewayConfig, type Gateway
 import { createGateway, createGatewayReader, GatewayListenError } from "./gateway.js";
 import { refuseSelf, unreachableAtStart } from "./fleet/reachability.js";
 import { TokenizerLoadError } from "./tokenizers/tokenizer-loading.js";
-import { availableParallelism } from "node:os";
 import { capYoungGeneration, setHeapGrowth } from "./common/heap-growth.js";
 import { scavengeOnMainThread } from "./common/collector-threads.js";
 import { collectYoungBuffers } from "./common/young-buffers.js";
-import { isControl, isGatewayWorker, LISTENING_MESSAGE, RESTARTED_ENV, runPrimary, WORKER_ENV } from "./workers/cluster-primary.js";
+import { isControl, isGatewayWorker, LISTENING_MESSAGE, RESTARTED_ENV, runPrimary, WORKER_ENV, WORKERS_ENV } from "./workers/cluster-primary.js";
+import { usableCores } from "./workers/usable-cores.js";
 import { Siblings } from "./workers/sibling-log.js";
 import { LINK_MESSAGE, SiblingLinks, type LinkMessage } from "./workers/sibling-links.js";
 import { Socket } from "node:net";
@@ -47,9 +47,11 @@ upstream engines with adp-router (one upstream per rank).
   --replica-id ID        this replica's name in the cluster (HOST-PID)
   --shutdown-deadline S  seconds to let in-flight requests finish on SIGTERM (30)
   --workers N            worker processes sharing the port and one routing state
-                         (1; auto: one per core). /metrics answers for all of
-                         them, /health for the worker that takes the request; not
-                         with --sync, the admin endpoints or --disaggregation
+                         (auto: one per core this process may use, within its
+                         cgroup's CPU quota; 1: one process). /metrics answers
+                         for all of them, /health for the worker that takes the
+                         request. With --sync, the admin endpoints or
+                         --disaggregation, auto is one process
   --allow-unreachable    start even when an upstream cannot be reached (it starts
                          unhealthy and takes requests once its health checks
                          pass); without it, an unreachable upstream is an error
@@ -112,6 +114,18 @@ export function workersLimits(n: number, limits: GatewayConfig["limits"]): strin
   return `${n} workers, each with the limits: up to ${n * limits.maxInFlightPerUpstream} requests in flight per upstream, ${n * limits.queueSize} queued and ${n * limits.maxConnections} client connections in all (limits.max_in_flight_per_upstream ${limits.maxInFlightPerUpstream}, queue_size ${limits.queueSize}, max_connections ${limits.maxConnections} are each worker's)`;
 }
 
+/**
+ * Why `config` must run in one process, or null: replication, disaggregated
+ * pools and the admin endpoints change one process's state, which several
+ * workers would split.
+ */
+export function oneProcessReason(config: GatewayConfig): string | null {
+  if (config.sync !== null) return "sync: (run one replica per process, each with its own replica id)";
+  if (config.disaggregation !== null) return "disaggregation: (yet): each worker would place on its own copy of both pools";
+  if (config.auth.adminApiKey !== null) return "the admin endpoints (auth.admin_api_key): an admin change would reach one worker only";
+  return null;
+}
+
 /** The name this process's lines on standard error start with (a worker's with its number: each worker says its own). */
 const said = (): string => (isGatewayWorker() ? `adp-router-gateway serve (worker ${process.env[WORKER_ENV]})` : "adp-router-gateway serve");
 
@@ -150,9 +164,10 @@ async function serve(args: string[]): Promise<number> {
   const deadlineText = values["shutdown-deadline"] ?? "30";
   const deadline = Number(deadlineText);
   if (deadlineText.trim() === "" || !Number.isFinite(deadline) || deadline < 0) return fail(`--shutdown-deadline must be a non-negative number of seconds, got ${JSON.stringify(deadlineText)}`);
-  const workersText = values.workers ?? "1";
-  const workers = workersText === "auto" ? availableParallelism() : Number(workersText);
-  if (!/^(auto|\d{1,4})$/.test(workersText) || workers < 1 || workers > 1024) return fail(`--workers must be auto or an integer in [1, 1024], got ${JSON.stringify(workersText)}`);
+  const workersText = values.workers ?? "auto";
+  // null: auto (the default), one worker per usable core where the configuration allows more than one process.
+  const workersAsked = workersText === "auto" ? null : Number(workersText);
+  if (!/^(auto|\d{1,4})$/.test(workersText) || (workersAsked !== null && (workersAsked < 1 || workersAsked > 1024))) return fail(`--workers must be auto or an integer in [1, 1024], got ${JSON.stringify(workersText)}`);
   let file: { name: string; text: string } | undefined;
   if (values.config !== undefined) {
     try {
@@ -168,15 +183,17 @@ async function serve(args: string[]): Promise<number> {
     if (error instanceof GatewayConfigError) return fail(error.message);
     throw error;
   }
+  const alone = oneProcessReason(config);
+  if (workersAsked !== null && workersAsked > 1 && alone !== null && !isGatewayWorker()) return fail(`--workers above 1 cannot be combined with ${alone}`);
+  // A worker runs as many as its primary started (which it was told); else as asked, or one per usable core.
+  const cores = workersAsked ?? usableCores();
+  const workers = isGatewayWorker() ? Number(process.env[WORKERS_ENV] ?? cores) : alone === null ? cores : 1;
+  if (!isGatewayWorker() && workersAsked === null && cores > 1 && alone !== null) process.stderr.write(`${said()}: one process, not one worker per core (--workers auto): it cannot be combined with ${alone}\n`);
   // This process a worker of `--workers N`: its share of the routing state goes to its siblings on the links the
   // primary makes, and through the primary to those it has no link to.
   const siblings = isGatewayWorker() ? workerSiblings(workers - 1, Number(process.env[WORKER_ENV])) : undefined;
   const workerMetrics = isGatewayWorker() ? new MetricsRelay((m) => toPrimary(m), Number(process.env[WORKER_ENV])) : undefined;
   if (workers > 1 && siblings === undefined) {
-    // Replication and the admin endpoints change one process's state: with several workers they would split it.
-    if (config.sync !== null) return fail("--workers above 1 cannot be combined with sync: (run one replica per process, each with its own replica id)");
-    if (config.disaggregation !== null) return fail("--workers above 1 cannot be combined with disaggregation: (yet): each worker would place on its own copy of both pools");
-    if (config.auth.adminApiKey !== null) return fail("--workers above 1 cannot be combined with the admin endpoints (auth.admin_api_key): an admin change would reach one worker only");
     process.stderr.write(`${said()}: ${workersLimits(workers, config.limits)}\n`);
     return runPrimary(workers);
   }

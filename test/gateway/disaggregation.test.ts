@@ -483,7 +483,7 @@ describe("disaggregation: configuration", () => {
     const dir = mkdtempSync(path.join(tmpdir(), "disagg-"));
     const file = path.join(dir, "g.yaml");
     writeFileSync(file, example.replace("port: 8000", "port: 0").replace(/http:\/\/127\.0\.0\.1:800([123])/g, (_m, n: string) => servers[Number(n) - 1]!.url));
-    const child = spawn(process.execPath, [path.resolve("gateway/dist/cli.js"), "serve", "--config", file, "--log-level", "silent"], { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, ...key } });
+    const child = spawn(process.execPath, [path.resolve("gateway/dist/cli.js"), "serve", "--workers", "1", "--config", file, "--log-level", "silent"], { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, ...key } });
     const exited = new Promise<number | null>((r) => child.on("exit", (code) => r(code)));
     try {
       const url = await urlFrom(child);
@@ -504,7 +504,7 @@ describe("disaggregation: configuration", () => {
     const decode = await startMockEngine("D");
     open.push(prefill, decode);
     const cli = path.resolve("gateway/dist/cli.js");
-    const child = spawn(process.execPath, [cli, "serve", "--port", "0", "--log-level", "silent", "--disaggregation", "vllm", "--prefill", prefill.url, "--decode", decode.url], { stdio: ["ignore", "pipe", "pipe"] });
+    const child = spawn(process.execPath, [cli, "serve", "--workers", "1", "--port", "0", "--log-level", "silent", "--disaggregation", "vllm", "--prefill", prefill.url, "--decode", decode.url], { stdio: ["ignore", "pipe", "pipe"] });
     const exited = new Promise<number | null>((r) => child.on("exit", (code) => r(code)));
     try {
       const url = await urlFrom(child);
@@ -516,7 +516,7 @@ describe("disaggregation: configuration", () => {
       child.kill("SIGTERM");
       expect(await exited).toBe(0);
     }
-    const refused = spawnSync(process.execPath, [cli, "serve", "--port", "0", "--prefill", prefill.url, "--decode", decode.url], { encoding: "utf8" });
+    const refused = spawnSync(process.execPath, [cli, "serve", "--workers", "1", "--port", "0", "--prefill", prefill.url, "--decode", decode.url], { encoding: "utf8" });
     expect(refused.status).toBe(2);
     expect(refused.stderr).toMatch(/role: takes effect only with a disaggregation: section or --disaggregation PROTOCOL/);
   }, 20_000);

@@ -100,7 +100,7 @@ describe("an upstream URL ending in /v1", () => {
   it("the built CLI (`serve --upstream …/v1`) logs the warning and sends requests to /v1/chat/completions", async () => {
     // Old code (35819c5): no warning, and the engine saw /v1/v1/chat/completions.
     const e = await engine("e0");
-    const child = spawn(process.execPath, [CLI, "serve", "--upstream", `${e.url}/v1`, "--port", "0"], { stdio: ["ignore", "pipe", "pipe"] });
+    const child = spawn(process.execPath, [CLI, "serve", "--workers", "1", "--upstream", `${e.url}/v1`, "--port", "0"], { stdio: ["ignore", "pipe", "pipe"] });
     children.push(child);
     let stdout = "";
     const exited = new Promise<number | null>((r) => child.on("exit", (code) => r(code)));
@@ -127,7 +127,7 @@ describe("a CONNECT through the built CLI", () => {
     // Old code (1d3dc86): node:http takes its error listener off a CONNECT's socket; the reset was an uncaught
     // 'error' (ECONNRESET) that ended the process.
     const e = await engine("e0");
-    const child = spawn(process.execPath, [CLI, "serve", "--upstream", e.url, "--port", "0", "--log-level", "warn"], { stdio: ["ignore", "pipe", "pipe"] });
+    const child = spawn(process.execPath, [CLI, "serve", "--workers", "1", "--upstream", e.url, "--port", "0", "--log-level", "warn"], { stdio: ["ignore", "pipe", "pipe"] });
     children.push(child);
     let stdout = "";
     let exitedWith: number | null | undefined;

@@ -158,7 +158,7 @@ describe("adp-router-gateway serve, SIGHUP", () => {
     const dir = mkdtempSync(path.join(tmpdir(), "adp-hup-"));
     const file = path.join(dir, "gateway.yaml");
     writeFileSync(file, yaml([{ e: e0! }]));
-    const child = spawn(process.execPath, [path.resolve("gateway/dist/cli.js"), "serve", "--config", file], { stdio: ["ignore", "pipe", "pipe"] });
+    const child = spawn(process.execPath, [path.resolve("gateway/dist/cli.js"), "serve", "--workers", "1", "--config", file], { stdio: ["ignore", "pipe", "pipe"] });
     open.push({ close: async () => void child.kill("SIGKILL") });
     let stderr = "";
     child.stderr!.on("data", (d) => (stderr += d));

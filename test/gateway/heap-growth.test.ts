@@ -27,7 +27,7 @@ async function serveUntil(nodeFlags: string[], onSignal: string, pattern: RegExp
   const { dir, config } = await oneEngineServeConfig(tracked);
   const preload = join(dir, "preload.cjs");
   writeFileSync(preload, `process.on("SIGUSR2", ${onSignal});`);
-  const child = spawn(process.execPath, [...nodeFlags, "--require", preload, GATEWAY_CLI, "serve", "--config", config], { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, ...env } });
+  const child = spawn(process.execPath, [...nodeFlags, "--require", preload, GATEWAY_CLI, "serve", "--workers", "1", "--config", config], { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, ...env } });
   tracked.children.push(child);
   let stdout = "";
   let listening = -1;

@@ -66,7 +66,7 @@ describe("the gateway's package in a fresh project", () => {
       expect(await exited, bin).toBe(0);
     }
     // As the README's first screen runs it: through npx (which does not pass signals on: stopped as a group).
-    const npx = spawn("npx", ["--no-install", "adp-router-gateway", "serve", "--upstream", engine.url, "--port", "0", "--log-level", "silent"], { cwd: consumer, stdio: ["ignore", "pipe", "pipe"], detached: true });
+    const npx = spawn("npx", ["--no-install", "adp-router-gateway", "serve", "--workers", "1", "--upstream", engine.url, "--port", "0", "--log-level", "silent"], { cwd: consumer, stdio: ["ignore", "pipe", "pipe"], detached: true });
     try {
       const url = await urlFrom(npx);
       expect((await fetch(`${url}/v1/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ model: "m", prompt: "hi" }) })).status).toBe(200);

@@ -283,7 +283,7 @@ describe.skipIf(!hasNatsServer)("replicas through a real nats-server", () => {
     const children: ChildProcess[] = [];
     open.push({ close: async () => void children.forEach((c) => c.exitCode === null && c.kill("SIGKILL")) });
     const startChild = async () => {
-      const child = spawn(process.execPath, [path.resolve("gateway/dist/cli.js"), "serve", "--config", file, "--replica-id", "gw-child"], { stdio: ["ignore", "pipe", "pipe"] });
+      const child = spawn(process.execPath, [path.resolve("gateway/dist/cli.js"), "serve", "--workers", "1", "--config", file, "--replica-id", "gw-child"], { stdio: ["ignore", "pipe", "pipe"] });
       children.push(child);
       return urlFrom(child);
     };

@@ -126,7 +126,7 @@ describe("adp-router-gateway serve with an engine's tokenizer (the built CLI)", 
   /** Runs `adp-router-gateway serve ARGS`; resolves with its URL once it prints it, or with its exit status and standard error. */
   function serve(args: string[]): Promise<{ url: string } | { status: number | null; stderr: string }> {
     return new Promise((resolve) => {
-      const child = spawn(process.execPath, [CLI, "serve", ...args], { stdio: ["ignore", "pipe", "pipe"] });
+      const child = spawn(process.execPath, [CLI, "serve", "--workers", "1", ...args], { stdio: ["ignore", "pipe", "pipe"] });
       children.push(child);
       let stdout = "";
       let stderr = "";

@@ -13,6 +13,7 @@ import { processParents, runCli, startServe } from "../support/processes.js";
 import { createGatewayRouter, loadGatewayConfig, RoutingState } from "../../gateway/src/index.js";
 import { hashesText, Siblings, STATE_MESSAGE, type StateMessage } from "../../gateway/src/workers/sibling-log.js";
 import { WORKER_ENV, workerEnv, workerExecArgv } from "../../gateway/src/workers/cluster-primary.js";
+import { cfsCores, cgroupQuota, cpuMaxCores, usableCores } from "../../gateway/src/workers/usable-cores.js";
 
 const CLI = path.resolve("gateway/dist/cli.js");
 const { children, engines } = trackedForCleanup();
@@ -300,6 +301,75 @@ describe("serve --workers N", () => {
     // A flag that only starts the same way is not one of them.
     expect(workerExecArgv(["--single-threaded-gc-foo"])).toEqual(["--single-threaded-gc-foo", "--single-threaded-gc"]);
   }, 30_000);
+
+  it("without --workers, runs one worker per core this process may use (within its cgroup's quota), and one process where the configuration needs one", async () => {
+    const fleet = await startEngines(2, engines);
+    const upstreams = fleet.flatMap((e) => ["--upstream", e.url]);
+    const cores = usableCores();
+    // This machine decides what the default is; both branches check it (CI's machine has 2 cores).
+    if (cores === 1) process.stderr.write("workers.test: one usable core here: the default's several-worker case is not exercised\n");
+    const { url, child, exited, stderr } = await startServe(CLI, ["--port", "0", "--log-level", "silent", ...upstreams], children, process.env, true);
+    expect(workerPids(child.pid!)).toHaveLength(cores === 1 ? 0 : cores);
+    for (let i = 0; i < 4; i++) expect((await chatAlone(url, prompt(i))).status).toBe(200);
+    const page = await (await fetch(`${url}/metrics`)).text();
+    const labelled = new Set([...page.matchAll(/^adp_gateway_requests_total\{worker="(\d+)",outcome="ok"\}/gm)].map((m) => m[1]));
+    expect(labelled.size).toBe(cores === 1 ? 0 : cores);
+    if (cores > 1) expect(stderr()).toContain(`adp-router-gateway serve: ${cores} workers, each with the limits`);
+    child.kill("SIGTERM");
+    expect(await exited).toBe(0);
+    // The admin endpoints change one process's state: auto is then one process, said once; an explicit count is refused.
+    const dir = mkdtempSync(path.join(tmpdir(), "adp-workers-"));
+    const file = path.join(dir, "gateway.yaml");
+    writeFileSync(file, `listen: { host: 127.0.0.1, port: 0 }\nlogging: { level: silent }\nauth: { admin_api_key_env: ADP_TEST_ADMIN_KEY }\nupstreams:\n${fleet.map((e) => `  - url: ${e.url}\n`).join("")}`);
+    const env = { ...process.env, ADP_TEST_ADMIN_KEY: "k".repeat(32) };
+    const admin = await startServe(CLI, ["--config", file], children, env, true);
+    expect(workerPids(admin.child.pid!)).toHaveLength(0);
+    expect((await chatAlone(admin.url, prompt(9))).status).toBe(200);
+    expect(admin.stderr().includes("one process, not one worker per core (--workers auto): it cannot be combined with the admin endpoints")).toBe(cores > 1);
+    admin.child.kill("SIGTERM");
+    expect(await admin.exited).toBe(0);
+    const refused = await runCli(CLI, ["serve", "--config", file, "--workers", "2"], children, 10_000, env);
+    expect(refused.status).toBe(2);
+    expect(refused.stderr).toContain("--workers above 1 cannot be combined with the admin endpoints");
+  }, 30_000);
+
+  it("counts the cores auto may use: the affinity mask's CPUs within the smallest cgroup quota on the process's path (v2 cpu.max, v1 CFS), rounded up", () => {
+    expect(usableCores(8, null)).toBe(8);
+    expect(usableCores(64, 2)).toBe(2);
+    expect(usableCores(64, 1.5)).toBe(2);
+    expect(usableCores(64, 0.25)).toBe(1);
+    expect(usableCores(2, 16)).toBe(2);
+    expect(usableCores(0, null)).toBe(1);
+    expect(cpuMaxCores("max 100000\n")).toBeNull();
+    expect(cpuMaxCores("150000 100000\n")).toBe(1.5);
+    expect(cpuMaxCores("0 100000")).toBeNull();
+    expect(cpuMaxCores("-1 100000")).toBeNull();
+    expect(cpuMaxCores("banana")).toBeNull();
+    expect(cfsCores("-1\n", "100000\n")).toBeNull();
+    expect(cfsCores("200000\n", "100000\n")).toBe(2);
+    expect(cfsCores("x", "100000")).toBeNull();
+    // v2: the process's cgroup and each parent, the smallest quota wins; an unreadable level is skipped.
+    const v2: Record<string, string> = {
+      "/proc/self/cgroup": "0::/kubepods/pod1/ctr\n",
+      "/sys/fs/cgroup/kubepods/pod1/ctr/cpu.max": "max 100000\n",
+      "/sys/fs/cgroup/kubepods/pod1/cpu.max": "300000 100000\n",
+      "/sys/fs/cgroup/kubepods/cpu.max": "800000 100000\n",
+    };
+    expect(cgroupQuota((p) => v2[p] ?? null)).toBe(3);
+    // v1: the cpu controller's quota over its period, under either mount name.
+    const v1: Record<string, string> = {
+      "/proc/self/cgroup": "12:memory:/docker/abc\n4:cpu,cpuacct:/docker/abc\n",
+      "/sys/fs/cgroup/cpu,cpuacct/docker/abc/cpu.cfs_quota_us": "50000\n",
+      "/sys/fs/cgroup/cpu,cpuacct/docker/abc/cpu.cfs_period_us": "100000\n",
+      "/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us": "-1\n",
+      "/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_period_us": "100000\n",
+    };
+    expect(cgroupQuota((p) => v1[p] ?? null)).toBe(0.5);
+    // No quota anywhere, no cgroup file, or malformed text: none (the affinity mask alone decides).
+    expect(cgroupQuota((p) => (p === "/proc/self/cgroup" ? "0::/\n" : p === "/sys/fs/cgroup/cpu.max" ? "max 100000\n" : null))).toBeNull();
+    expect(cgroupQuota(() => null)).toBeNull();
+    expect(cgroupQuota((p) => (p === "/proc/self/cgroup" ? "0::/a/../../b\n" : p.endsWith("cpu.max") ? "12 zz" : null))).toBeNull();
+  });
 
   it("refuses what it cannot keep one state for, and a bad count, before starting anything (exit 2)", async () => {
     const [engine] = await startEngines(1, engines);

@@ -85,7 +85,7 @@ describe("young collections asked for by the bytes received", () => {
 /** Starts `serve` with node flags `nodeFlags` in front of a mock engine; resolves with its URL and the child. */
 async function serve(nodeFlags: string[]): Promise<{ url: string; child: ChildProcess }> {
   const { config } = await oneEngineServeConfig(tracked);
-  const child = spawn(process.execPath, [...nodeFlags, GATEWAY_CLI, "serve", "--config", config], { stdio: ["ignore", "pipe", "pipe"] });
+  const child = spawn(process.execPath, [...nodeFlags, GATEWAY_CLI, "serve", "--workers", "1", "--config", config], { stdio: ["ignore", "pipe", "pipe"] });
   tracked.children.push(child);
   return { url: await urlFrom(child), child };
 }

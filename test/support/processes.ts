@@ -6,10 +6,17 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { readdirSync, readFileSync } from "node:fs";
 import { connect, createServer, type AddressInfo, type Socket } from "node:net";
 
-/** Runs `node CLI ...args` to its exit, the child pushed onto `children` (killed by the caller's cleanup; here after `timeoutMs`). */
-export function runCli(cli: string, args: string[], children: ChildProcess[], timeoutMs = 10_000): Promise<{ status: number | null; stdout: string; stderr: string }> {
+/**
+ * `serve`'s arguments as a test runs them: one process (`--workers 1`) unless
+ * they name `--workers`. Its default is a worker per core; the tests of
+ * workers (workers.test.ts) say so, and the rest test one gateway.
+ */
+export const oneProcess = (args: readonly string[]): string[] => (args.some((a) => a === "--workers" || a.startsWith("--workers=")) ? [...args] : ["--workers", "1", ...args]);
+
+/** Runs `node CLI ...args` in `env` to its exit, the child pushed onto `children` (killed by the caller's cleanup; here after `timeoutMs`); `serve` runs as one process unless args name --workers. */
+export function runCli(cli: string, args: string[], children: ChildProcess[], timeoutMs = 10_000, env: NodeJS.ProcessEnv = process.env): Promise<{ status: number | null; stdout: string; stderr: string }> {
   return new Promise((resolve) => {
-    const child = spawn(process.execPath, [cli, ...args], { stdio: ["ignore", "pipe", "pipe"] });
+    const child = spawn(process.execPath, [cli, ...(args[0] === "serve" ? ["serve", ...oneProcess(args.slice(1))] : args)], { stdio: ["ignore", "pipe", "pipe"], env });
     children.push(child);
     let stdout = "";
     let stderr = "";
@@ -31,10 +38,14 @@ export interface StartedServe {
   readonly stderr: () => string;
 }
 
-/** Starts `node CLI serve ...args` in `env` (tracked in `children`) and resolves once it prints its URL; rejects with its stderr when it exits first. */
-export function startServe(cli: string, args: string[], children: ChildProcess[], env: NodeJS.ProcessEnv = process.env): Promise<StartedServe> {
+/**
+ * Starts `node CLI serve ...args` in `env` (tracked in `children`; one process
+ * unless args name --workers, or `asGiven` runs them exactly so) and resolves
+ * once it prints its URL; rejects with its stderr when it exits first.
+ */
+export function startServe(cli: string, args: string[], children: ChildProcess[], env: NodeJS.ProcessEnv = process.env, asGiven = false): Promise<StartedServe> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [cli, "serve", ...args], { stdio: ["ignore", "pipe", "pipe"], env });
+    const child = spawn(process.execPath, [cli, "serve", ...(asGiven ? args : oneProcess(args))], { stdio: ["ignore", "pipe", "pipe"], env });
     children.push(child);
     let stdout = "";
     let stderr = "";

@@ -29,6 +29,8 @@ export const LISTENING_MESSAGE = "adp-gateway-listening";
 export const CONTROL_MESSAGE = "adp-gateway-control";
 /** The environment variable a worker finds its number in (1-based). */
 export const WORKER_ENV = "ADP_GATEWAY_WORKER";
+/** The environment variable a worker finds how many workers its primary runs in (its siblings are one fewer). */
+export const WORKERS_ENV = "ADP_GATEWAY_WORKERS";
 /**
  * Set for a worker started again after one in its slot served: the gateway is
  * serving already, so an upstream it cannot reach starts unhealthy (as
@@ -126,7 +128,7 @@ export function runPrimary(n: number): Promise<number> {
     };
     const fork = (slot: number) => {
       lastStart.set(slot, Date.now());
-      const w = cluster.fork({ ...workerEnv(slot), ...(served.has(slot) ? { [RESTARTED_ENV]: "1" } : {}) });
+      const w = cluster.fork({ ...workerEnv(slot), [WORKERS_ENV]: String(n), ...(served.has(slot) ? { [RESTARTED_ENV]: "1" } : {}) });
       slots.set(w, slot);
       w.on("message", (m: unknown) => {
         const type = typeof m === "object" && m !== null ? (m as { type?: unknown }).type : undefined;
