@@ -28,7 +28,9 @@ export interface KvEventSlices {
   readonly blocks: number;
   /** Token ids it carries. */
   readonly tokens: number;
-  /** The batch in order, in slices of at most `maxBlocks` blocks (an event that cannot be cut may hold more). */
+  /** Events it holds (each at least one unit of work to apply, whatever blocks it names; a lone event is 1). */
+  readonly events: number;
+  /** The batch in order, in slices of at most `maxBlocks` blocks and `maxEvents` events (an event that cannot be cut may hold more blocks). */
   readonly slices: unknown[];
 }
 
@@ -189,14 +191,20 @@ function unitsOf(batch: unknown): { events: unknown[]; wrap: (events: unknown[])
   return { events: [batch], wrap: (events) => events };
 }
 
+/** `limit` as a bound: Infinity (none), else a whole number of at least 1. */
+const boundOf = (limit: number): number => (limit === Infinity || (Number.isSafeInteger(limit) && limit >= 1) ? limit : 1);
+
 /**
  * Measures an engine's KV-event batch (anything PrefixIndex.applyKvEvents
- * takes) and cuts it into slices of at most `maxBlocks` blocks; see the file's
- * head for what applying the slices in order does. Never throws.
+ * takes) and cuts it into slices of at most `maxBlocks` blocks and
+ * `maxEvents` events (many events of few blocks are as much work as their
+ * count); see the file's head for what applying the slices in order does.
+ * Never throws.
  */
-export function sliceKvEvents(batch: unknown, maxBlocks: number): KvEventSlices {
+export function sliceKvEvents(batch: unknown, maxBlocks: number, maxEvents = Infinity): KvEventSlices {
   // Infinity measures without cutting.
-  const max = maxBlocks === Infinity || (Number.isSafeInteger(maxBlocks) && maxBlocks >= 1) ? maxBlocks : 1;
+  const max = boundOf(maxBlocks);
+  const most = boundOf(maxEvents);
   try {
     const { events, wrap } = unitsOf(batch);
     let blocks = 0;
@@ -206,14 +214,14 @@ export function sliceKvEvents(batch: unknown, maxBlocks: number): KvEventSlices 
       blocks += size.blocks;
       tokens += size.tokens;
     }
-    if (blocks <= max) return { blocks, tokens, slices: [batch] };
+    if (blocks <= max && events.length <= most) return { blocks, tokens, events: events.length, slices: [batch] };
     const slices: unknown[] = [];
     let slice: unknown[] = [];
     let held = 0;
     for (const e of events) {
       for (const piece of cutEvent(e, max)) {
         const n = sizeOf(piece).blocks;
-        if (slice.length > 0 && held + n > max) {
+        if (slice.length > 0 && (held + n > max || slice.length >= most)) {
           slices.push(wrap(slice));
           slice = [];
           held = 0;
@@ -223,9 +231,9 @@ export function sliceKvEvents(batch: unknown, maxBlocks: number): KvEventSlices 
       }
     }
     if (slice.length > 0) slices.push(wrap(slice));
-    return { blocks, tokens, slices };
+    return { blocks, tokens, events: events.length, slices };
   } catch {
     // Something could not be read (a getter, a proxy): the parser judges it whole.
-    return { blocks: 0, tokens: 0, slices: [batch] };
+    return { blocks: 0, tokens: 0, events: 0, slices: [batch] };
   }
 }

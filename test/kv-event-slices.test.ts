@@ -64,18 +64,23 @@ const picture = (index: PrefixIndex, probes: number[][]) => ({ blocks: index.blo
 
 describe("sliceKvEvents", () => {
   for (const encoding of ["vllm-map", "vllm-positional", "trtllm"] as const) {
-    it(`slices applied in order leave the index as the whole batch does (${encoding})`, () => {
+    it(`slices applied in order leave the index as the whole batch does, however few blocks and events a slice may hold (${encoding})`, () => {
       fc.assert(
-        fc.property(scenario, fc.integer({ min: 1, max: 6 }), ({ batches, probes }, maxBlocks) => {
+        fc.property(scenario, fc.integer({ min: 1, max: 6 }), fc.oneof(fc.constant(Infinity), fc.integer({ min: 1, max: 3 })), ({ batches, probes }, maxBlocks, maxEvents) => {
           const whole = createPrefixIndex({ numRanks: 1, tokensPerBlock: TPB });
           const sliced = createPrefixIndex({ numRanks: 1, tokensPerBlock: TPB });
           for (const events of batches) {
             const batch = batchOf(events, encoding);
-            const cut = sliceKvEvents(batch, maxBlocks);
+            const cut = sliceKvEvents(batch, maxBlocks, maxEvents);
             const blocks = events.reduce((n, e) => n + e.hashes.length, 0);
             expect(cut.blocks).toBe(blocks);
             expect(cut.tokens).toBe(events.reduce((n, e) => n + (e.kind === "stored" ? e.tokens.length : 0), 0));
-            for (const s of cut.slices) expect(sliceKvEvents(s, Infinity).blocks).toBeLessThanOrEqual(maxBlocks);
+            expect(cut.events).toBe(events.length);
+            for (const s of cut.slices) {
+              const size = sliceKvEvents(s, Infinity);
+              expect(size.blocks).toBeLessThanOrEqual(maxBlocks);
+              expect(size.events).toBeLessThanOrEqual(maxEvents);
+            }
             expect(whole.applyKvEvents(batch, { rank: 0 }).malformed).toBe(0);
             for (const s of cut.slices) expect(sliced.applyKvEvents(s, { rank: 0 }).malformed).toBe(0);
             expect(picture(sliced, probes)).toEqual(picture(whole, probes));

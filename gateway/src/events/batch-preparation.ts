@@ -116,36 +116,6 @@ function nestedDeeperThan(value: unknown, max: number): boolean {
   return false;
 }
 
-/**
- * A batch's list of events and how a part of it is written back as a batch
- * of the same kind (as the library's slicing does), or null when it is one
- * event or no list. Each event is at least one unit of work to apply,
- * whatever blocks it names.
- */
-function eventListOf(batch: unknown): { readonly events: readonly unknown[]; readonly wrap: (events: unknown[]) => unknown } | null {
-  if (Array.isArray(batch)) {
-    // A positional batch [ts, events, rank?]; a tagged event is one.
-    if ((batch.length === 2 || batch.length === 3) && typeof batch[0] === "number" && Array.isArray(batch[1])) return { events: batch[1], wrap: (events) => [batch[0], events, ...batch.slice(2)] };
-    return typeof batch[0] === "string" ? null : { events: batch, wrap: (events) => events };
-  }
-  if (typeof batch === "object" && batch !== null && Array.isArray((batch as { events?: unknown }).events)) return { events: (batch as { events: unknown[] }).events, wrap: (events) => ({ ...batch, events }) };
-  return null;
-}
-
-/** `slices` with any of more than `max` events cut into slices of `max` (in order). */
-function cutByEvents(slices: readonly unknown[], max: number): unknown[] {
-  const out: unknown[] = [];
-  for (const slice of slices) {
-    const list = eventListOf(slice);
-    if (list === null || list.events.length <= max) {
-      out.push(slice);
-      continue;
-    }
-    for (let from = 0; from < list.events.length; from += max) out.push(list.wrap(list.events.slice(from, from + max)));
-  }
-  return out;
-}
-
 /** The events `payload` holds (`format`), or why it holds none. */
 function decodeBatch(payload: Uint8Array, format: BatchFormat, decoder: Decoder): { events: unknown } | { detail: string } {
   if (format === "msgpack") {
@@ -174,9 +144,9 @@ export function prepareBatch(payload: Uint8Array, format: BatchFormat, decoder: 
   const events = decoded.events;
   if (nestedDeeperThan(events, MAX_BATCH_DEPTH)) return { kind: "unparseable", detail: `nested deeper than ${MAX_BATCH_DEPTH} lists and maps` };
   const size = sliceKvEvents(events, Infinity);
-  const refused = overLimits({ ...size, events: eventListOf(events)?.events.length ?? 1 }, limits);
+  const refused = overLimits(size, limits);
   if (refused !== null) return { kind: "oversized", detail: refused };
   // A slice holds at most SLICE_BLOCKS blocks and as many events (a run: JSON_RUN_BLOCKS, an event at least one).
-  const slices = format === "json" ? eventRuns(events as unknown[], JSON_RUN_BLOCKS) : cutByEvents(size.blocks > SLICE_BLOCKS ? sliceKvEvents(events, SLICE_BLOCKS).slices : [events], SLICE_BLOCKS);
+  const slices = format === "json" ? eventRuns(events as unknown[], JSON_RUN_BLOCKS) : size.blocks > SLICE_BLOCKS || size.events > SLICE_BLOCKS ? sliceKvEvents(events, SLICE_BLOCKS, SLICE_BLOCKS).slices : [events];
   return { kind: "ok", time: batchTime(events), digest: createHash("sha256").update(payload).digest("base64url").slice(0, 22), slices };
 }
