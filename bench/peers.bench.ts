@@ -361,8 +361,9 @@ async function startPeer(name: string, urls: readonly string[], dir: string): Pr
     const file = path.join(dir, `gateway-${port}.yaml`);
     writeFileSync(file, yaml);
     const extra = (process.env.ADP_BENCH_GATEWAY_ARGS ?? "").split(" ").filter(Boolean);
-    // serve's own default is a worker per core: `gateway` and `baseline` are one process, `-w2` two.
-    if (!extra.includes("--workers")) extra.push("--workers", workers ?? "1");
+    // serve's own default is a worker per core: `gateway` and `baseline` are one process unless the extra flags say, `-w2` two.
+    if (workers !== null) extra.push("--workers", workers);
+    else if (!extra.some((a) => a === "--workers" || a.startsWith("--workers="))) extra.push("--workers", "1");
     const cli = name.startsWith("baseline") ? process.env.ADP_BENCH_BASELINE_CLI : path.join(ROOT, "gateway", "dist", "cli.js");
     if (cli === undefined || !existsSync(cli)) throw new Error("peer baseline needs ADP_BENCH_BASELINE_CLI: another build's gateway/dist/cli.js");
     const env = name.endsWith("-image") ? { ...plainEnv(), ...imageEnv() } : plainEnv();

@@ -179,6 +179,14 @@ function cutEvent(e: unknown, max: number): unknown[] {
   return pieces ?? [e];
 }
 
+/**
+ * A slice of a bare list of events, written so that it still reads as one: an
+ * element that is no object or list (never an event, malformed in the whole
+ * batch) becomes null, malformed alike, so that a slice starting with a number
+ * or a string is not read as a positional batch or a tagged event.
+ */
+const asEventList = (events: unknown[]): unknown[] => events.map((e) => (typeof e === "object" && e !== null ? e : null));
+
 /** A batch's events, and how to write a slice of them back as a batch of the same kind. */
 function unitsOf(batch: unknown): { events: unknown[]; wrap: (events: unknown[]) => unknown } {
   if (isObject(batch) && Array.isArray(batch.events)) return { events: batch.events, wrap: (events) => ({ ...batch, events }) };
@@ -186,7 +194,7 @@ function unitsOf(batch: unknown): { events: unknown[]; wrap: (events: unknown[])
     // A positional batch [ts, events, rank?], a tagged event, or a list of events.
     if ((batch.length === 2 || batch.length === 3) && typeof batch[0] === "number" && Array.isArray(batch[1])) return { events: batch[1], wrap: (events) => [batch[0], events, ...batch.slice(2)] };
     if (typeof batch[0] === "string" && Object.hasOwn(POSITIONAL, batch[0])) return { events: [batch], wrap: (events) => events };
-    return { events: batch, wrap: (events) => events };
+    return { events: batch, wrap: asEventList };
   }
   return { events: [batch], wrap: (events) => events };
 }

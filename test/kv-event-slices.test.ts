@@ -93,6 +93,27 @@ describe("sliceKvEvents", () => {
     });
   }
 
+  it("a bare list's slice that would start with a number or a string still reads as a list: no positional batch, no tagged event the whole batch did not hold", () => {
+    const stored = ["BlockStored", [7], null, [1, 2], TPB, null, "GPU"];
+    const clear = ["AllBlocksCleared"];
+    // [{}, {}, 0, [stored]] cut at 2 events would give [0, [stored]], a positional batch that stores a block;
+    // 1,024 empty objects and then a bare "AllBlocksCleared", cut at 1,024, a lone tagged event that empties the rank.
+    for (const [batch, maxEvents] of [[[{}, {}, 0, [stored]], 2], [[...Array.from({ length: 1024 }, () => ({})), "AllBlocksCleared"], 1024], [[{}, "x", 5, clear], 1]] as const) {
+      const whole = createPrefixIndex({ numRanks: 1, tokensPerBlock: TPB });
+      const sliced = createPrefixIndex({ numRanks: 1, tokensPerBlock: TPB });
+      for (const index of [whole, sliced]) index.applyKvEvents([1.5, [["BlockStored", [1], null, [5, 6], TPB, null, "GPU"]], 0], { rank: 0 });
+      const cut = sliceKvEvents(batch, Infinity, maxEvents);
+      expect(cut.slices.length).toBeGreaterThan(1);
+      const before = whole.applyKvEvents(batch, { rank: 0 });
+      let malformed = 0;
+      for (const slice of cut.slices) malformed += sliced.applyKvEvents(slice, { rank: 0 }).malformed;
+      expect(picture(sliced, [[5, 6], [1, 2]])).toEqual(picture(whole, [[5, 6], [1, 2]]));
+      expect(malformed).toBe(before.malformed);
+      whole.dispose();
+      sliced.dispose();
+    }
+  });
+
   it("a batch within the limit is its own single slice, untouched", () => {
     const batch = batchOf([{ kind: "stored", parent: null, hashes: [1, 2], tokens: [1, 2, 3, 4], lora: null }], "vllm-map");
     const cut = sliceKvEvents(batch, 2);

@@ -13,8 +13,8 @@ import { TokenizerLoadError } from "./tokenizers/tokenizer-loading.js";
 import { capYoungGeneration, setHeapGrowth } from "./common/heap-growth.js";
 import { scavengeOnMainThread } from "./common/collector-threads.js";
 import { collectYoungBuffers } from "./common/young-buffers.js";
-import { isControl, isGatewayWorker, LISTENING_MESSAGE, RESTARTED_ENV, runPrimary, WORKER_ENV, WORKERS_ENV } from "./workers/cluster-primary.js";
-import { usableCores } from "./workers/usable-cores.js";
+import { isControl, isGatewayWorker, LISTENING_MESSAGE, runPrimary, WORKER_ENV, WORKERS_ENV } from "./workers/cluster-primary.js";
+import { autoWorkers } from "./common/usable-cores.js";
 import { Siblings } from "./workers/sibling-log.js";
 import { LINK_MESSAGE, SiblingLinks, type LinkMessage } from "./workers/sibling-links.js";
 import { Socket } from "node:net";
@@ -48,10 +48,12 @@ upstream engines with adp-router (one upstream per rank).
   --shutdown-deadline S  seconds to let in-flight requests finish on SIGTERM (30)
   --workers N            worker processes sharing the port and one routing state
                          (auto: one per core this process may use, within its
-                         cgroup's CPU quota; 1: one process). /metrics answers
+                         cgroup's CPU quota, at most 8; 1: one process). Limits
+                         are each worker's. /metrics answers
                          for all of them, /health for the worker that takes the
-                         request. With --sync, the admin endpoints or
-                         --disaggregation, auto is one process
+                         request. With --sync, --disaggregation, the admin
+                         endpoints, polled or bound KV events or TensorRT-LLM
+                         load, auto is one process
   --allow-unreachable    start even when an upstream cannot be reached (it starts
                          unhealthy and takes requests once its health checks
                          pass); without it, an unreachable upstream is an error
@@ -123,11 +125,47 @@ export function oneProcessReason(config: GatewayConfig): string | null {
   if (config.sync !== null) return "sync: (run one replica per process, each with its own replica id)";
   if (config.disaggregation !== null) return "disaggregation: (yet): each worker would place on its own copy of both pools";
   if (config.auth.adminApiKey !== null) return "the admin endpoints (auth.admin_api_key): an admin change would reach one worker only";
+  // Each worker takes its engines' events and load itself: a socket only one can bind, or answers each read drains.
+  const bound = config.upstreams.find((u) => u.kvEvents?.kind === "zmq" && u.kvEvents.bind);
+  if (bound !== undefined) return `kv_events with bind: true (upstream ${bound.url}): only one process can bind its endpoint`;
+  const polled = config.upstreams.find((u) => u.kvEvents?.kind === "http");
+  if (polled !== undefined) return `kv_events kind http (upstream ${polled.url}): each poll drains the engine's event buffer, so each worker would see part of the events`;
+  const drained = config.upstreams.find((u) => u.load?.kind === "trtllm");
+  if (drained !== undefined) return `load kind trtllm (upstream ${drained.url}): each scrape drains trtllm-serve's statistics, so each worker would see part of them`;
   return null;
 }
 
 /** The name this process's lines on standard error start with (a worker's with its number: each worker says its own). */
 const said = (): string => (isGatewayWorker() ? `adp-router-gateway serve (worker ${process.env[WORKER_ENV]})` : "adp-router-gateway serve");
+
+/**
+ * The upstreams checked before serving: one that is this gateway is a problem
+ * (exit 2), one nobody can connect to (a typo or a stopped engine) is one
+ * (exit 1) under health.on_start require, else it starts unhealthy, said on
+ * standard error. A worker (`joining`) checks only which it cannot reach, in
+ * silence: its primary checked and said the rest.
+ */
+async function checkUpstreams(config: GatewayConfig, joining: boolean): Promise<{ readonly problem: string; readonly status: number } | { readonly unhealthy: number[] }> {
+  // An upstream that is this gateway (its port, a name for its address) is refused before it would read as unreachable
+  // (nothing listens there yet); with port 0 none can be, and the gateway checks again once it listens.
+  if (config.listen.port !== 0 && !joining) {
+    try {
+      await refuseSelf(config.upstreams.map((u) => u.url), config.listen.host, config.listen.port);
+    } catch (error) {
+      if (error instanceof GatewayConfigError) return { problem: error.message, status: 2 };
+      throw error;
+    }
+  }
+  const unreachable = await unreachableAtStart(config);
+  if (unreachable.length > 0 && !joining) {
+    const list = unreachable.map((u) => `  upstream ${u.index} (${u.url}): ${u.reason}`).join("\n");
+    const them = unreachable.length === 1 ? "it" : "them";
+    if (config.health.onStart === "require") return { problem: `${unreachable.length === 1 ? "an upstream cannot" : `${unreachable.length} upstreams cannot`} be reached:\n${list}\nStart ${them} first, or pass --allow-unreachable (health.on_start: warn) to start without ${them}.`, status: 1 };
+    const n = config.health.healthyThreshold;
+    process.stderr.write(`${said()}: warning: starting with unreachable upstreams; they start unhealthy (no request tries them, /health shows them) until ${n} health check${n === 1 ? "" : "s"} in a row pass${n === 1 ? "es" : ""}:\n${list}\n`);
+  }
+  return { unhealthy: unreachable.map((u) => u.index) };
+}
 
 /** serveCommand's work, in this process (a primary of workers, a worker, or the one gateway). */
 async function serve(args: string[]): Promise<number> {
@@ -186,14 +224,17 @@ async function serve(args: string[]): Promise<number> {
   const alone = oneProcessReason(config);
   if (workersAsked !== null && workersAsked > 1 && alone !== null && !isGatewayWorker()) return fail(`--workers above 1 cannot be combined with ${alone}`);
   // A worker runs as many as its primary started (which it was told); else as asked, or one per usable core.
-  const cores = workersAsked ?? usableCores();
-  const workers = isGatewayWorker() ? Number(process.env[WORKERS_ENV] ?? cores) : alone === null ? cores : 1;
-  if (!isGatewayWorker() && workersAsked === null && cores > 1 && alone !== null) process.stderr.write(`${said()}: one process, not one worker per core (--workers auto): it cannot be combined with ${alone}\n`);
+  const asked = workersAsked ?? autoWorkers();
+  const workers = isGatewayWorker() ? Number(process.env[WORKERS_ENV] ?? asked) : alone === null ? asked : 1;
+  if (!isGatewayWorker() && workersAsked === null && asked > 1 && alone !== null) process.stderr.write(`${said()}: one process, not one worker per core (--workers auto): it cannot be combined with ${alone}\n`);
   // This process a worker of `--workers N`: its share of the routing state goes to its siblings on the links the
   // primary makes, and through the primary to those it has no link to.
   const siblings = isGatewayWorker() ? workerSiblings(workers - 1, Number(process.env[WORKER_ENV])) : undefined;
   const workerMetrics = isGatewayWorker() ? new MetricsRelay((m) => toPrimary(m), Number(process.env[WORKER_ENV])) : undefined;
   if (workers > 1 && siblings === undefined) {
+    // Checked once here, said once: the workers join without checking again.
+    const checked = await checkUpstreams(config, false);
+    if ("problem" in checked) return fail(checked.problem, checked.status);
     process.stderr.write(`${said()}: ${workersLimits(workers, config.limits)}\n`);
     return runPrimary(workers);
   }
@@ -211,31 +252,16 @@ async function serve(args: string[]): Promise<number> {
     if (error instanceof TokenizerLoadError) return fail(error.message);
     throw error;
   }
-  // An upstream that is this gateway (its port, a name for its address) is refused before it would read as unreachable
-  // (nothing listens there yet); with port 0 none can be, and the gateway checks again once it listens.
-  if (config.listen.port !== 0) {
-    try {
-      await refuseSelf(config.upstreams.map((u) => u.url), config.listen.host, config.listen.port);
-    } catch (error) {
-      await reader.close();
-      if (error instanceof GatewayConfigError) return fail(error.message);
-      throw error;
-    }
-  }
-  // An upstream nobody can connect to is a typo or a stopped engine: say so now, not in every answer.
-  const unreachable = await unreachableAtStart(config);
-  if (unreachable.length > 0) {
-    const list = unreachable.map((u) => `  upstream ${u.index} (${u.url}): ${u.reason}`).join("\n");
-    // A worker started again joins a gateway that serves already: an upstream down now starts unhealthy in it, as in its siblings.
-    if (config.health.onStart === "require" && !(isGatewayWorker() && process.env[RESTARTED_ENV] !== undefined)) {
-      await reader.close();
-      return fail(`${unreachable.length === 1 ? "an upstream cannot" : `${unreachable.length} upstreams cannot`} be reached:\n${list}\nStart ${unreachable.length === 1 ? "it" : "them"} first, or pass --allow-unreachable (health.on_start: warn) to start without ${unreachable.length === 1 ? "it" : "them"}.`, 1);
-    }
-    process.stderr.write(`${said()}: warning: starting with unreachable upstreams; they start unhealthy (no request tries them, /health shows them) until ${config.health.healthyThreshold} health check${config.health.healthyThreshold === 1 ? "" : "s"} in a row pass${config.health.healthyThreshold === 1 ? "es" : ""}:\n${list}\n`);
+  // A worker joins a gateway its primary checked (and, started again, one that serves already): it says nothing of its
+  // upstreams and starts those it cannot reach unhealthy, as its siblings did.
+  const checked = await checkUpstreams(config, isGatewayWorker());
+  if ("problem" in checked) {
+    await reader.close();
+    return fail(checked.problem, checked.status);
   }
   let gateway;
   try {
-    gateway = await createGateway(config, { requestReader: reader, startUnhealthy: unreachable.map((u) => u.index), ...(siblings === undefined ? {} : { siblings }), ...(workerMetrics === undefined ? {} : { workerMetrics }) });
+    gateway = await createGateway(config, { requestReader: reader, startUnhealthy: checked.unhealthy, ...(siblings === undefined ? {} : { siblings }), ...(workerMetrics === undefined ? {} : { workerMetrics }) });
   } catch (error) {
     if (error instanceof GatewayListenError) return fail(error.message, 1);
     // A tokenizer folder that cannot load, or an upstream that is this gateway itself.

@@ -55,7 +55,7 @@ describe("the gateway's package in a fresh project", () => {
     const engine = await startMockEngine("e0");
     engines.push(engine);
     for (const [bin, args] of [["adp-router-gateway", ["serve"]], ["adp-router", ["serve"]]] as const) {
-      const child = spawn(path.join(consumer, "node_modules", ".bin", bin), [...args, "--upstream", engine.url, "--port", "0", "--log-level", "silent"], { cwd: consumer, stdio: ["ignore", "pipe", "pipe"] });
+      const child = spawn(path.join(consumer, "node_modules", ".bin", bin), [...args, "--workers", "1", "--upstream", engine.url, "--port", "0", "--log-level", "silent"], { cwd: consumer, stdio: ["ignore", "pipe", "pipe"] });
       children.push(child);
       const url = await urlFrom(child);
       const answer = await fetch(`${url}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ model: "m", messages: [{ role: "user", content: "hello" }] }) });

@@ -67,6 +67,11 @@ describe("entries on the wire", () => {
     expect(() => decodeEntry(encodeEntry({ origin: "o", counter: 2, url, entry: { op: "bind", upstream: 1, key: "" } }))).toThrow(SyncEntryError);
     expect(() => decodeEntry(encodeEntry({ origin: "o", counter: 3, entry: { ...fleet, urls: [url, url] } }))).toThrow(SyncEntryError);
     expect(() => decodeEntry(encodeEntry({ origin: "o", counter: 3, entry: { ...fleet, dpRanks: [0, null] } }))).toThrow(SyncEntryError);
+    // An engine batch's list is bounded by the larger batch limit, as the gateway bounds its engines' (events naming no block are work too).
+    const small = { maxFleet: 16, maxLearnBlocks: 64, maxBatchBlocks: 100, maxBatchTokens: 200 };
+    const updated = (n: number) => Array.from({ length: n }, () => ({ event_id: 1, data: { type: "updated", block_hash: 5, cache_level: null, priority: { old_value: 1, new_value: 2 } } }));
+    expect(decodeEntry(encodeEntry({ origin: "o", counter: 8, url, entry: { op: "kv-events", upstream: 0, events: updated(200) } }), small).entry.op).toBe("kv-events");
+    expect(() => decodeEntry(encodeEntry({ origin: "o", counter: 8, url, entry: { op: "kv-events", upstream: 0, events: updated(201) } }), small)).toThrow(/201 events, over this replica's batch limits/);
     const good = encodeEntry({ origin: "o", counter: 1, url, entry: learn });
     for (const bad of [new Uint8Array([0xc1]), good.subarray(0, good.length - 3), new Uint8Array([0x93, 1, 2, 3]), Buffer.from("[1]")]) expect(() => decodeEntry(bad)).toThrow(SyncEntryError);
   });

@@ -13,7 +13,8 @@ import { processParents, runCli, startServe } from "../support/processes.js";
 import { createGatewayRouter, loadGatewayConfig, RoutingState } from "../../gateway/src/index.js";
 import { hashesText, Siblings, STATE_MESSAGE, type StateMessage } from "../../gateway/src/workers/sibling-log.js";
 import { WORKER_ENV, workerEnv, workerExecArgv } from "../../gateway/src/workers/cluster-primary.js";
-import { cfsCores, cgroupQuota, cpuMaxCores, usableCores } from "../../gateway/src/workers/usable-cores.js";
+import { autoWorkers, cfsCores, cgroupQuota, coreShare, cpuMaxCores, MAX_AUTO_WORKERS, usableCores } from "../../gateway/src/common/usable-cores.js";
+import { oneProcessReason } from "../../gateway/src/command.js";
 
 const CLI = path.resolve("gateway/dist/cli.js");
 const { children, engines } = trackedForCleanup();
@@ -305,7 +306,7 @@ describe("serve --workers N", () => {
   it("without --workers, runs one worker per core this process may use (within its cgroup's quota), and one process where the configuration needs one", async () => {
     const fleet = await startEngines(2, engines);
     const upstreams = fleet.flatMap((e) => ["--upstream", e.url]);
-    const cores = usableCores();
+    const cores = autoWorkers();
     // This machine decides what the default is; both branches check it (CI's machine has 2 cores).
     if (cores === 1) process.stderr.write("workers.test: one usable core here: the default's several-worker case is not exercised\n");
     const { url, child, exited, stderr } = await startServe(CLI, ["--port", "0", "--log-level", "silent", ...upstreams], children, process.env, true);
@@ -333,7 +334,56 @@ describe("serve --workers N", () => {
     expect(refused.stderr).toContain("--workers above 1 cannot be combined with the admin endpoints");
   }, 30_000);
 
-  it("counts the cores auto may use: the affinity mask's CPUs within the smallest cgroup quota on the process's path (v2 cpu.max, v1 CFS), rounded up", () => {
+  it("keeps in one process under auto, and refuses more workers for, what each worker would split: bound or polled KV events, TensorRT-LLM's drained load statistics", async () => {
+    const config = (upstream: string) => loadGatewayConfig({ file: { name: "g.yaml", text: `upstreams:\n  - url: http://127.0.0.1:1\n${upstream}` } });
+    expect(oneProcessReason(config(""))).toBeNull();
+    expect(oneProcessReason(config("    kv_events: { kind: zmq, endpoint: 'tcp://127.0.0.1:5557' }\n"))).toBeNull();
+    expect(oneProcessReason(config("    load: { kind: vllm }\n"))).toBeNull();
+    expect(oneProcessReason(config("    kv_events: { kind: zmq, endpoint: 'tcp://127.0.0.1:5557', bind: true }\n"))).toContain("kv_events with bind: true");
+    expect(oneProcessReason(config("    kv_events: { kind: http }\n"))).toContain("each poll drains the engine's event buffer");
+    expect(oneProcessReason(config("    load: { kind: trtllm }\n"))).toContain("each scrape drains trtllm-serve's statistics");
+    const dir = mkdtempSync(path.join(tmpdir(), "adp-workers-"));
+    const file = path.join(dir, "gateway.yaml");
+    writeFileSync(file, "listen: { host: 127.0.0.1, port: 0 }\nupstreams:\n  - url: http://127.0.0.1:9\n    kv_events: { kind: http }\n");
+    const refused = await runCli(CLI, ["serve", "--config", file, "--workers", "2", "--allow-unreachable"], children, 10_000);
+    expect(refused.status).toBe(2);
+    expect(refused.stderr).toContain("--workers above 1 cannot be combined with kv_events kind http");
+  }, 30_000);
+
+  it("checks its upstreams once, in the primary, before starting workers: one message, exit 1, no worker started", async () => {
+    const r = await runCli(CLI, ["serve", "--port", "0", "--workers", "2", "--upstream", "http://127.0.0.1:9"], children, 10_000);
+    expect(r.status).toBe(1);
+    expect(r.stdout).toBe("");
+    expect(r.stderr.match(/an upstream cannot be reached/g)).toHaveLength(1);
+    expect(r.stderr).not.toContain("worker");
+  }, 30_000);
+
+  it("a second SIGTERM to the primary stops the workers at once, unfinished, and exits 1 (as one process does)", async () => {
+    const [engine] = await startEngines(1, engines, { delayMs: 20_000 });
+    const { url, child, exited, stderr } = await start(["--port", "0", "--workers", "2", "--log-level", "silent", "--shutdown-deadline", "60", "--upstream", engine!.url]);
+    const pids = workerPids(child.pid!);
+    expect(pids).toHaveLength(2);
+    const pending = chatAlone(url, "a slow one").catch(() => null);
+    await new Promise((r) => setTimeout(r, 300));
+    child.kill("SIGTERM");
+    await new Promise((r) => setTimeout(r, 300));
+    const t0 = performance.now();
+    child.kill("SIGTERM");
+    expect(await exited).toBe(1);
+    expect(performance.now() - t0).toBeLessThan(5_000);
+    expect(stderr()).toContain("SIGTERM again, stopping the workers now");
+    const alive = processParents();
+    for (const pid of pids) expect(alive.has(pid)).toBe(false);
+    await pending;
+  }, 30_000);
+
+  it("counts the cores auto may use: the affinity mask's CPUs within the smallest cgroup quota on the process's path (v2 cpu.max, v1 CFS), rounded up; auto takes at most MAX_AUTO_WORKERS, a worker's tokenizer its share", () => {
+    expect(autoWorkers(2)).toBe(2);
+    expect(autoWorkers(192)).toBe(MAX_AUTO_WORKERS);
+    expect(coreShare(8, {})).toBe(8);
+    expect(coreShare(8, { ADP_GATEWAY_WORKERS: "2" })).toBe(4);
+    expect(coreShare(2, { ADP_GATEWAY_WORKERS: "4" })).toBe(1);
+    expect(coreShare(8, { ADP_GATEWAY_WORKERS: "x" })).toBe(8);
     expect(usableCores(8, null)).toBe(8);
     expect(usableCores(64, 2)).toBe(2);
     expect(usableCores(64, 1.5)).toBe(2);

@@ -10,8 +10,8 @@
 // timeout_ms still apply when it names kind huggingface). A relative path is
 // taken from the current directory, as --config is.
 
-import { availableParallelism } from "node:os";
 import { describeValue } from "adp-router";
+import { coreShare } from "../common/usable-cores.js";
 
 /** How the gateway tokenizes prompts. */
 export type TokenizerSettings =
@@ -36,9 +36,9 @@ const QUEUE_SIZE = 1024;
 /** A job's time on a worker by default before the worker is replaced and the request answered 503. */
 const TIMEOUT_MS = 10_000;
 
-/** Worker threads by default: one per core, at least one, at most 8 (a gateway shares its host with other work). */
+/** Worker threads by default: one per core of this process's share (a worker of `--workers N` has 1/N of them), at least one, at most 8 (a gateway shares its host with other work). */
 export function defaultTokenizerWorkers(): number {
-  return Math.max(1, Math.min(8, availableParallelism()));
+  return Math.max(1, Math.min(8, coreShare()));
 }
 
 /** The pool settings of a huggingface tokenizer with their defaults filled in. */

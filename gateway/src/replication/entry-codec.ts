@@ -191,7 +191,9 @@ export function decodeEntry(bytes: Uint8Array, bounds: EntryBounds = CODEC_BOUND
     const id = raw[7];
     if (id !== null && id !== undefined && !(typeof id === "string" && id.length <= 512)) throw new SyncEntryError("kv-events: id must be a short string or null");
     const size = sliceKvEvents(raw[6], Infinity);
-    if (size.blocks > bounds.maxBatchBlocks || size.tokens > bounds.maxBatchTokens) throw new SyncEntryError(`kv-events: ${size.blocks} blocks and ${size.tokens} tokens, over this replica's batch limits (${bounds.maxBatchBlocks}, ${bounds.maxBatchTokens})`, true);
+    // Its list bounded as an engine's batch's is (events/event-slicing.ts): events naming no block are work too.
+    const maxEvents = Math.max(bounds.maxBatchBlocks, bounds.maxBatchTokens);
+    if (size.blocks > bounds.maxBatchBlocks || size.tokens > bounds.maxBatchTokens || size.events > maxEvents) throw new SyncEntryError(`kv-events: ${size.blocks} blocks, ${size.tokens} tokens and ${size.events} events, over this replica's batch limits (${bounds.maxBatchBlocks} blocks, ${bounds.maxBatchTokens} tokens, ${maxEvents} events)`, true);
     return { origin, counter, url, entry: { op: "kv-events", upstream, events: raw[6], ...(dpRank === undefined ? {} : { dpRank }), ...(typeof id === "string" ? { id } : {}) } };
   }
   if (op === "clear") {

@@ -22,6 +22,7 @@ import { STATE_MESSAGE } from "./sibling-log.js";
 import { isLinkMessage, LINK_MESSAGE, WorkerLinks } from "./sibling-links.js";
 import { isMetricsMessage, METRICS_MESSAGE, MetricsGather } from "./metrics-relay.js";
 import { collectorThreadsChosen } from "../common/collector-threads.js";
+import { WORKERS_ENV } from "../common/usable-cores.js";
 
 /** A worker's message to the primary that it listens (with the URL). */
 export const LISTENING_MESSAGE = "adp-gateway-listening";
@@ -30,13 +31,7 @@ export const CONTROL_MESSAGE = "adp-gateway-control";
 /** The environment variable a worker finds its number in (1-based). */
 export const WORKER_ENV = "ADP_GATEWAY_WORKER";
 /** The environment variable a worker finds how many workers its primary runs in (its siblings are one fewer). */
-export const WORKERS_ENV = "ADP_GATEWAY_WORKERS";
-/**
- * Set for a worker started again after one in its slot served: the gateway is
- * serving already, so an upstream it cannot reach starts unhealthy (as
- * `--allow-unreachable`) rather than stopping the worker.
- */
-export const RESTARTED_ENV = "ADP_GATEWAY_RESTARTED";
+export { WORKERS_ENV };
 /** Longest wait between two tries to start a worker slot again whose restarts fail (doubling from RESTART_MS). */
 const MAX_RESTART_MS = 30_000;
 /** glibc's own default trim threshold (bytes), which a worker starts with fixed (see workerEnv). */
@@ -128,7 +123,8 @@ export function runPrimary(n: number): Promise<number> {
     };
     const fork = (slot: number) => {
       lastStart.set(slot, Date.now());
-      const w = cluster.fork({ ...workerEnv(slot), [WORKERS_ENV]: String(n), ...(served.has(slot) ? { [RESTARTED_ENV]: "1" } : {}) });
+      // A worker joins a gateway the primary checked: an upstream it cannot reach starts unhealthy in it (command.ts).
+      const w = cluster.fork({ ...workerEnv(slot), [WORKERS_ENV]: String(n) });
       slots.set(w, slot);
       w.on("message", (m: unknown) => {
         const type = typeof m === "object" && m !== null ? (m as { type?: unknown }).type : undefined;
@@ -176,8 +172,15 @@ export function runPrimary(n: number): Promise<number> {
         if (slots.size === 0 && stopping) resolve(status);
       });
     };
-    process.on("SIGTERM", () => stop("SIGTERM: the workers finish their in-flight requests", 0));
-    process.on("SIGINT", () => stop("SIGINT: the workers finish their in-flight requests", 0));
+    // A second signal ends everything now, as it ends one process (exit 1): the workers are killed, unfinished.
+    const signalled = (signal: string) => {
+      if (!stopping) return stop(`${signal}: the workers finish their in-flight requests`, 0);
+      say(`${signal} again, stopping the workers now`);
+      status = 1;
+      for (const w of slots.keys()) w.process.kill("SIGKILL");
+    };
+    process.on("SIGTERM", () => signalled("SIGTERM"));
+    process.on("SIGINT", () => signalled("SIGINT"));
     process.on("SIGHUP", () => control("reload"));
     for (let slot = 1; slot <= n; slot++) fork(slot);
   });

@@ -1,10 +1,11 @@
-// How many workers `serve --workers auto` (its default) starts: one for each
-// core this process may use. That is the CPUs its affinity mask allows
-// (os.availableParallelism), fewer where its cgroup's CPU quota allows less:
-// a container limited to 2 CPUs on a 64-core host gets 2 workers, not 64 (each
-// worker is a whole gateway's memory, and workers beyond the quota only wait
-// for it). A quota of 1.5 CPUs is 2 workers, as Go (GOMAXPROCS since 1.25)
-// and the JVM round it.
+// How many cores a `serve` process may use: the CPUs its affinity mask allows
+// (os.availableParallelism), fewer where its cgroup's CPU quota allows less (a
+// container limited to 2 CPUs on a 64-core host may use 2, not 64). A quota of
+// 1.5 CPUs is 2 cores, as Go (GOMAXPROCS since 1.25) and the JVM round it.
+// `serve --workers auto` (its default) starts a worker for each, at most
+// MAX_AUTO_WORKERS, and each process's tokenizer threads default to its share
+// (coreShare): workers beyond the cores only wait for them, and each costs a
+// whole gateway's memory and every sibling's index work.
 //
 // The quota is cgroup v2's `cpu.max` ("max 100000", or "QUOTA PERIOD" in
 // microseconds) or v1's `cpu.cfs_quota_us` over `cpu.cfs_period_us` (-1: none),
@@ -92,8 +93,28 @@ export function cgroupQuota(read: ReadText = readKernelFile): number | null {
   return least;
 }
 
-/** The workers `--workers auto` starts: the CPUs this process may run on, within its cgroup's quota (rounded up), at least 1. */
+/** The cores this process may use: the CPUs it may run on, within its cgroup's quota (rounded up), at least 1. */
 export function usableCores(parallelism: number = availableParallelism(), quota: number | null = cgroupQuota()): number {
   const cpus = Math.max(1, Math.floor(parallelism));
   return quota === null ? cpus : Math.max(1, Math.min(cpus, Math.ceil(quota)));
+}
+
+/**
+ * Most workers `--workers auto` starts, whatever the cores: each worker learns
+ * every sibling's prompts into its own index and links to each (work and
+ * sockets that grow with the count), and 8 take well over 100,000 small
+ * requests/s. An explicit `--workers N` may ask for more.
+ */
+export const MAX_AUTO_WORKERS = 8;
+
+/** The workers `--workers auto` starts for `cores` usable cores. */
+export const autoWorkers = (cores: number = usableCores()): number => Math.min(cores, MAX_AUTO_WORKERS);
+
+/** The environment variable a worker of `serve --workers N` finds N in (set by its primary). */
+export const WORKERS_ENV = "ADP_GATEWAY_WORKERS";
+
+/** This process's share of the usable cores: all of them, or 1/N in a worker of N (at least 1). */
+export function coreShare(cores: number = usableCores(), env: NodeJS.ProcessEnv = process.env): number {
+  const n = Number(env[WORKERS_ENV] ?? 1);
+  return Number.isSafeInteger(n) && n > 1 ? Math.max(1, Math.floor(cores / n)) : cores;
 }
