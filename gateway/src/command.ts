@@ -6,7 +6,7 @@
 
 import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
-import { GatewayConfigError, loadGatewayConfig, type GatewayConfig, type GatewayFlags } from "./config/config.js";
+import { GatewayConfigError, loadGatewayConfig, workerShare, type GatewayConfig, type GatewayFlags } from "./config/config.js";
 import { createGateway, createGatewayReader, GatewayListenError } from "./gateway.js";
 import { refuseSelf, unreachableAtStart } from "./fleet/reachability.js";
 import { TokenizerLoadError } from "./tokenizers/tokenizer-loading.js";
@@ -48,8 +48,8 @@ upstream engines with adp-router (one upstream per rank).
   --shutdown-deadline S  seconds to let in-flight requests finish on SIGTERM (30)
   --workers N            worker processes sharing the port and one routing state
                          (auto: one per core this process may use, within its
-                         cgroup's CPU quota, at most 8; 1: one process). Limits
-                         are each worker's. /metrics answers
+                         cgroup's CPU quota, at most 8; 1: one process). They
+                         share the limits (1/N each). /metrics answers
                          for all of them, /health for the worker that takes the
                          request. With --sync, --disaggregation, the admin
                          endpoints, polled or bound KV events or TensorRT-LLM
@@ -107,13 +107,10 @@ const toPrimary = (message: object): void => {
   if (process.connected) process.send?.(message, undefined, undefined, () => undefined);
 };
 
-/**
- * What the limits come to with `n` workers, said once at start: each worker
- * applies them to its own requests and connections, so the gateway's whole
- * is n times each (an operator sizing an engine's concurrency reads it here).
- */
+/** What the limits come to with `n` workers, said once at start. */
 export function workersLimits(n: number, limits: GatewayConfig["limits"]): string {
-  return `${n} workers, each with the limits: up to ${n * limits.maxInFlightPerUpstream} requests in flight per upstream, ${n * limits.queueSize} queued and ${n * limits.maxConnections} client connections in all (limits.max_in_flight_per_upstream ${limits.maxInFlightPerUpstream}, queue_size ${limits.queueSize}, max_connections ${limits.maxConnections} are each worker's)`;
+  const share = (v: number) => Math.ceil(v / n);
+  return `${n} workers sharing the limits, each up to ${share(limits.maxInFlightPerUpstream)} requests in flight per upstream, ${share(limits.queueSize)} queued and ${share(limits.maxConnections)} client connections (limits.max_in_flight_per_upstream ${limits.maxInFlightPerUpstream}, queue_size ${limits.queueSize} and max_connections ${limits.maxConnections} are the gateway's, a 1/${n} share each rounded up; max_receiving_bytes ${limits.maxReceivingBytes} is each worker's)`;
 }
 
 /**
@@ -230,6 +227,8 @@ async function serve(args: string[]): Promise<number> {
   // This process a worker of `--workers N`: its share of the routing state goes to its siblings on the links the
   // primary makes, and through the primary to those it has no link to.
   const siblings = isGatewayWorker() ? workerSiblings(workers - 1, Number(process.env[WORKER_ENV])) : undefined;
+  // A worker serves its share of the gateway's limits (the primary says what that is, from the whole).
+  const share = (c: GatewayConfig): GatewayConfig => (isGatewayWorker() ? workerShare(c, workers) : c);
   const workerMetrics = isGatewayWorker() ? new MetricsRelay((m) => toPrimary(m), Number(process.env[WORKER_ENV])) : undefined;
   if (workers > 1 && siblings === undefined) {
     // Checked once here, said once: the workers join without checking again.
@@ -261,7 +260,7 @@ async function serve(args: string[]): Promise<number> {
   }
   let gateway;
   try {
-    gateway = await createGateway(config, { requestReader: reader, startUnhealthy: checked.unhealthy, ...(siblings === undefined ? {} : { siblings }), ...(workerMetrics === undefined ? {} : { workerMetrics }) });
+    gateway = await createGateway(share(config), { requestReader: reader, startUnhealthy: checked.unhealthy, ...(siblings === undefined ? {} : { siblings }), ...(workerMetrics === undefined ? {} : { workerMetrics }) });
   } catch (error) {
     if (error instanceof GatewayListenError) return fail(error.message, 1);
     // A tokenizer folder that cannot load, or an upstream that is this gateway itself.
@@ -290,7 +289,7 @@ async function serve(args: string[]): Promise<number> {
         return;
       }
       void (async () => {
-        const next = loadGatewayConfig({ file: { name: file.name, text: readFileSync(file.name, "utf8") }, flags });
+        const next = share(loadGatewayConfig({ file: { name: file.name, text: readFileSync(file.name, "utf8") }, flags }));
         const change = await gateway.reload(next);
         const notes = [
           change.draining.length > 0 ? `draining: ${change.draining.join(", ")}` : "",

@@ -146,7 +146,7 @@ describe("serve --workers N", () => {
     // Each worker names itself on standard error, and says who stopped it.
     for (const n of [1, 2]) expect(stderr()).toContain(`adp-router-gateway serve (worker ${n}): the primary's stop: finishing in-flight requests`);
     // The primary says once at start what the limits come to with every worker applying them (the defaults here).
-    expect(stderr()).toContain("adp-router-gateway serve: 2 workers, each with the limits: up to 512 requests in flight per upstream, 2048 queued and 16384 client connections in all (limits.max_in_flight_per_upstream 256, queue_size 1024, max_connections 8192 are each worker's)");
+    expect(stderr()).toContain("adp-router-gateway serve: 2 workers sharing the limits, each up to 128 requests in flight per upstream, 512 queued and 4096 client connections (limits.max_in_flight_per_upstream 256, queue_size 1024 and max_connections 8192 are the gateway's, a 1/2 share each rounded up; max_receiving_bytes");
   }, 30_000);
 
   it("three workers are linked in pairs and route as one gateway", async () => {
@@ -315,7 +315,7 @@ describe("serve --workers N", () => {
     const page = await (await fetch(`${url}/metrics`)).text();
     const labelled = new Set([...page.matchAll(/^adp_gateway_requests_total\{worker="(\d+)",outcome="ok"\}/gm)].map((m) => m[1]));
     expect(labelled.size).toBe(cores === 1 ? 0 : cores);
-    if (cores > 1) expect(stderr()).toContain(`adp-router-gateway serve: ${cores} workers, each with the limits`);
+    if (cores > 1) expect(stderr()).toContain(`adp-router-gateway serve: ${cores} workers sharing the limits`);
     child.kill("SIGTERM");
     expect(await exited).toBe(0);
     // The admin endpoints change one process's state: auto is then one process, said once; an explicit count is refused.
@@ -348,6 +348,25 @@ describe("serve --workers N", () => {
     const refused = await runCli(CLI, ["serve", "--config", file, "--workers", "2", "--allow-unreachable"], children, 10_000);
     expect(refused.status).toBe(2);
     expect(refused.stderr).toContain("--workers above 1 cannot be combined with kv_events kind http");
+  }, 30_000);
+
+  it("its workers share the gateway's limits: max_in_flight_per_upstream 2 over two workers is at most 2 requests at the engine at once, not 4", async () => {
+    const [engine] = await startEngines(1, engines, { delayMs: 600 });
+    const dir = mkdtempSync(path.join(tmpdir(), "adp-workers-"));
+    const file = path.join(dir, "gateway.yaml");
+    writeFileSync(file, `listen: { host: 127.0.0.1, port: 0 }\nlogging: { level: silent }\nlimits: { max_in_flight_per_upstream: 2 }\nupstreams:\n  - url: ${engine!.url}\n`);
+    const { url, child, exited, stderr } = await start(["--config", file, "--workers", "2"]);
+    let peak = 0;
+    const watch = setInterval(() => (peak = Math.max(peak, engine!.active)), 5);
+    // Each on a connection of its own: the primary hands them to the workers in turn, three each.
+    const answers = await Promise.all(Array.from({ length: 6 }, (_, i) => chatAlone(url, `limits ${i}`)));
+    clearInterval(watch);
+    expect(answers.every((a) => a.status === 200)).toBe(true);
+    expect(peak).toBeGreaterThanOrEqual(1);
+    expect(peak).toBeLessThanOrEqual(2);
+    expect(stderr()).toContain("2 workers sharing the limits, each up to 1 requests in flight per upstream");
+    child.kill("SIGTERM");
+    expect(await exited).toBe(0);
   }, 30_000);
 
   it("checks its upstreams once, in the primary, before starting workers: one message, exit 1, no worker started", async () => {

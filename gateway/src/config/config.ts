@@ -395,6 +395,25 @@ export function fleetProblems(upstreams: readonly Pick<UpstreamConfig, "url" | "
   return problems;
 }
 
+/** Limits the gateway's workers share (each takes 1/N, rounded up); the others bound one request, one connection or one process's memory. */
+const SHARED_LIMITS = ["maxInFlightPerUpstream", "queueSize", "maxConnections"] as const;
+
+/**
+ * One worker's share of `config`'s limits, `n` workers in all, as a checked
+ * configuration: the requests in flight per upstream, the queue and the client
+ * connections are the gateway's (an operator sizes an engine's concurrency
+ * with them, whatever the cores), each worker taking 1/n of them, rounded up
+ * (so each stays within its setting's bounds).
+ */
+export function workerShare(config: GatewayConfig, n: number): GatewayConfig {
+  if (n <= 1) return config;
+  const limits = { ...config.limits };
+  for (const key of SHARED_LIMITS) limits[key] = Math.ceil(limits[key] / n);
+  const next: GatewayConfig = { ...config, limits };
+  CHECKED.add(next);
+  return next;
+}
+
 /** `config` with its upstreams replaced by `upstreams` (at least one), as a checked configuration (what reload takes). */
 export function withUpstreams(config: GatewayConfig, upstreams: readonly UpstreamConfig[]): GatewayConfig {
   if (upstreams.length === 0) throw new GatewayConfigError([{ field: "upstreams", message: "at least one upstream is required", where: null }]);
