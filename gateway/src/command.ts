@@ -290,6 +290,9 @@ async function serve(args: string[]): Promise<number> {
       }
       void (async () => {
         const next = share(loadGatewayConfig({ file: { name: file.name, text: readFileSync(file.name, "utf8") }, flags }));
+        // A worker keeps the state it shares: a file that now needs one process is not taken (each worker says so).
+        const alone = isGatewayWorker() ? oneProcessReason(next) : null;
+        if (alone !== null) throw new Error(`--workers above 1 cannot be combined with ${alone}; restart with --workers 1 to use it`);
         const change = await gateway.reload(next);
         const notes = [
           change.draining.length > 0 ? `draining: ${change.draining.join(", ")}` : "",

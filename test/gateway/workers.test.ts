@@ -369,6 +369,24 @@ describe("serve --workers N", () => {
     expect(await exited).toBe(0);
   }, 30_000);
 
+  it("a SIGHUP whose file now needs one process (TensorRT-LLM's drained load statistics) is not taken by the workers, which go on serving", async () => {
+    const [engine] = await startEngines(1, engines);
+    const dir = mkdtempSync(path.join(tmpdir(), "adp-workers-"));
+    const file = path.join(dir, "gateway.yaml");
+    const yaml = `listen: { host: 127.0.0.1, port: 0 }\nlogging: { level: silent }\nupstreams:\n  - url: ${engine!.url}\n`;
+    writeFileSync(file, yaml);
+    const { url, child, exited, stderr } = await start(["--config", file, "--workers", "2"]);
+    writeFileSync(file, `${yaml}    load: { kind: trtllm }\n`);
+    child.kill("SIGHUP");
+    const said = "SIGHUP: the configuration was not reloaded: --workers above 1 cannot be combined with load kind trtllm";
+    for (let i = 0; i < 100 && stderr().split(said).length < 3; i++) await new Promise((r) => setTimeout(r, 50));
+    expect(stderr().split(said).length - 1).toBe(2);
+    expect(stderr()).not.toContain("upstreams reloaded");
+    expect((await chatAlone(url, "still here")).status).toBe(200);
+    child.kill("SIGTERM");
+    expect(await exited).toBe(0);
+  }, 30_000);
+
   it("checks its upstreams once, in the primary, before starting workers: one message, exit 1, no worker started", async () => {
     const r = await runCli(CLI, ["serve", "--port", "0", "--workers", "2", "--upstream", "http://127.0.0.1:9"], children, 10_000);
     expect(r.status).toBe(1);
