@@ -45,7 +45,7 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { gunzipSync } from "node:zlib";
 import { Pool } from "undici";
-import { processParents } from "../test/support/processes.js";
+import { oneProcess, processParents } from "../test/support/processes.js";
 
 const SELF = fileURLToPath(import.meta.url);
 const ROOT = path.resolve(path.dirname(SELF), "..", "..");
@@ -360,10 +360,9 @@ async function startPeer(name: string, urls: readonly string[], dir: string): Pr
     const yaml = `listen: { host: 127.0.0.1, port: ${port} }\nlogging: { level: warn }\nhealth: { interval_ms: 60000 }\nlimits: { max_in_flight_per_upstream: 4096, queue_size: 8192, max_connections: 16384 }\nupstreams:\n${urls.map((u) => `  - url: ${u}\n`).join("")}`;
     const file = path.join(dir, `gateway-${port}.yaml`);
     writeFileSync(file, yaml);
-    const extra = (process.env.ADP_BENCH_GATEWAY_ARGS ?? "").split(" ").filter(Boolean);
+    const flags = (process.env.ADP_BENCH_GATEWAY_ARGS ?? "").split(" ").filter(Boolean);
     // serve's own default is a worker per core: `gateway` and `baseline` are one process unless the extra flags say, `-w2` two.
-    if (workers !== null) extra.push("--workers", workers);
-    else if (!extra.some((a) => a === "--workers" || a.startsWith("--workers="))) extra.push("--workers", "1");
+    const extra = workers === null ? oneProcess(flags) : [...flags, "--workers", workers];
     const cli = name.startsWith("baseline") ? process.env.ADP_BENCH_BASELINE_CLI : path.join(ROOT, "gateway", "dist", "cli.js");
     if (cli === undefined || !existsSync(cli)) throw new Error("peer baseline needs ADP_BENCH_BASELINE_CLI: another build's gateway/dist/cli.js");
     const env = name.endsWith("-image") ? { ...plainEnv(), ...imageEnv() } : plainEnv();

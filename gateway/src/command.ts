@@ -6,15 +6,15 @@
 
 import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
-import { GatewayConfigError, loadGatewayConfig, workerShare, type GatewayConfig, type GatewayFlags } from "./config/config.js";
+import { GatewayConfigError, limitsShare, loadGatewayConfig, workerShare, type GatewayConfig, type GatewayFlags } from "./config/config.js";
 import { createGateway, createGatewayReader, GatewayListenError } from "./gateway.js";
 import { refuseSelf, unreachableAtStart } from "./fleet/reachability.js";
 import { TokenizerLoadError } from "./tokenizers/tokenizer-loading.js";
 import { capYoungGeneration, setHeapGrowth } from "./common/heap-growth.js";
 import { scavengeOnMainThread } from "./common/collector-threads.js";
 import { collectYoungBuffers } from "./common/young-buffers.js";
-import { isControl, isGatewayWorker, LISTENING_MESSAGE, runPrimary, WORKER_ENV, WORKERS_ENV } from "./workers/cluster-primary.js";
-import { autoWorkers } from "./common/usable-cores.js";
+import { isControl, isGatewayWorker, LISTENING_MESSAGE, runPrimary, WORKER_ENV } from "./workers/cluster-primary.js";
+import { autoWorkers, WORKERS_ENV } from "./common/usable-cores.js";
 import { Siblings } from "./workers/sibling-log.js";
 import { LINK_MESSAGE, SiblingLinks, type LinkMessage } from "./workers/sibling-links.js";
 import { Socket } from "node:net";
@@ -109,8 +109,8 @@ const toPrimary = (message: object): void => {
 
 /** What the limits come to with `n` workers, said once at start. */
 export function workersLimits(n: number, limits: GatewayConfig["limits"]): string {
-  const share = (v: number) => Math.ceil(v / n);
-  return `${n} workers sharing the limits, each up to ${share(limits.maxInFlightPerUpstream)} requests in flight per upstream, ${share(limits.queueSize)} queued and ${share(limits.maxConnections)} client connections (limits.max_in_flight_per_upstream ${limits.maxInFlightPerUpstream}, queue_size ${limits.queueSize} and max_connections ${limits.maxConnections} are the gateway's, a 1/${n} share each rounded up; max_receiving_bytes ${limits.maxReceivingBytes} is each worker's)`;
+  const share = limitsShare(limits, n);
+  return `${n} workers sharing the limits, each up to ${share.maxInFlightPerUpstream} requests in flight per upstream, ${share.queueSize} queued and ${share.maxConnections} client connections (limits.max_in_flight_per_upstream ${limits.maxInFlightPerUpstream}, queue_size ${limits.queueSize} and max_connections ${limits.maxConnections} are the gateway's, a 1/${n} share each rounded up; max_receiving_bytes ${limits.maxReceivingBytes} is each worker's)`;
 }
 
 /**

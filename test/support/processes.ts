@@ -7,7 +7,7 @@ import { readdirSync, readFileSync } from "node:fs";
 import { connect, createServer, type AddressInfo, type Socket } from "node:net";
 
 /**
- * `serve`'s arguments as a test runs them: one process (`--workers 1`) unless
+ * `serve`'s arguments as a test (or bench:peers) runs them: one process (`--workers 1`) unless
  * they name `--workers`. Its default is a worker per core; the tests of
  * workers (workers.test.ts) say so, and the rest test one gateway.
  */

@@ -407,11 +407,16 @@ const SHARED_LIMITS = ["maxInFlightPerUpstream", "queueSize", "maxConnections"] 
  */
 export function workerShare(config: GatewayConfig, n: number): GatewayConfig {
   if (n <= 1) return config;
-  const limits = { ...config.limits };
-  for (const key of SHARED_LIMITS) limits[key] = Math.ceil(limits[key] / n);
-  const next: GatewayConfig = { ...config, limits };
+  const next: GatewayConfig = { ...config, limits: limitsShare(config.limits, n) };
   CHECKED.add(next);
   return next;
+}
+
+/** One worker's share of `limits`, `n` workers in all (see workerShare). */
+export function limitsShare(limits: GatewayConfig["limits"], n: number): GatewayConfig["limits"] {
+  const share = { ...limits };
+  for (const key of SHARED_LIMITS) share[key] = Math.ceil(limits[key] / n);
+  return share;
 }
 
 /** `config` with its upstreams replaced by `upstreams` (at least one), as a checked configuration (what reload takes). */

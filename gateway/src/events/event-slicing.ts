@@ -19,6 +19,9 @@ export interface BatchLimits {
   readonly maxBatchTokens: number;
 }
 
+/** The longest list of events a batch within `limits` may hold: the larger of its two limits (see overLimits). */
+export const maxBatchEvents = (limits: BatchLimits): number => Math.max(limits.maxBatchBlocks, limits.maxBatchTokens);
+
 /**
  * Why a batch was refused, or null when it may be applied. Its list of
  * events is bounded as a ZeroMQ batch's decoding bounds any list: no longer
@@ -30,7 +33,7 @@ export interface BatchLimits {
  */
 export function overLimits(size: { readonly blocks: number; readonly tokens: number; readonly events: number }, limits: BatchLimits): string | null {
   if (size.blocks > limits.maxBatchBlocks) return `${size.blocks} blocks, over kv_events.max_batch_blocks (${limits.maxBatchBlocks})`;
-  const maxEvents = Math.max(limits.maxBatchBlocks, limits.maxBatchTokens);
+  const maxEvents = maxBatchEvents(limits);
   if (size.events > maxEvents) return `${size.events} events, over the longest list a batch may hold (${maxEvents}: kv_events.max_batch_blocks or max_batch_tokens, the larger)`;
   if (size.tokens > limits.maxBatchTokens) return `${size.tokens} tokens, over kv_events.max_batch_tokens (${limits.maxBatchTokens})`;
   return null;

@@ -16,6 +16,7 @@ import { msgpack } from "../common/optional-packages.js";
 import { MAX_KEY_LENGTH } from "adp-router";
 import { sliceKvEvents } from "adp-router";
 import type { StateEntry } from "../fleet/routing-state.js";
+import { maxBatchEvents } from "../events/event-slicing.js";
 
 /** The codec's version, first in every message. */
 const VERSION = 1;
@@ -191,8 +192,8 @@ export function decodeEntry(bytes: Uint8Array, bounds: EntryBounds = CODEC_BOUND
     const id = raw[7];
     if (id !== null && id !== undefined && !(typeof id === "string" && id.length <= 512)) throw new SyncEntryError("kv-events: id must be a short string or null");
     const size = sliceKvEvents(raw[6], Infinity);
-    // Its list bounded as an engine's batch's is (events/event-slicing.ts): events naming no block are work too.
-    const maxEvents = Math.max(bounds.maxBatchBlocks, bounds.maxBatchTokens);
+    // Its list bounded as an engine's batch's is: events naming no block are work too.
+    const maxEvents = maxBatchEvents(bounds);
     if (size.blocks > bounds.maxBatchBlocks || size.tokens > bounds.maxBatchTokens || size.events > maxEvents) throw new SyncEntryError(`kv-events: ${size.blocks} blocks, ${size.tokens} tokens and ${size.events} events, over this replica's batch limits (${bounds.maxBatchBlocks} blocks, ${bounds.maxBatchTokens} tokens, ${maxEvents} events)`, true);
     return { origin, counter, url, entry: { op: "kv-events", upstream, events: raw[6], ...(dpRank === undefined ? {} : { dpRank }), ...(typeof id === "string" ? { id } : {}) } };
   }

@@ -30,8 +30,6 @@ export const LISTENING_MESSAGE = "adp-gateway-listening";
 export const CONTROL_MESSAGE = "adp-gateway-control";
 /** The environment variable a worker finds its number in (1-based). */
 export const WORKER_ENV = "ADP_GATEWAY_WORKER";
-/** The environment variable a worker finds how many workers its primary runs in (its siblings are one fewer). */
-export { WORKERS_ENV };
 /** Longest wait between two tries to start a worker slot again whose restarts fail (doubling from RESTART_MS). */
 const MAX_RESTART_MS = 30_000;
 /** glibc's own default trim threshold (bytes), which a worker starts with fixed (see workerEnv). */
