@@ -34,7 +34,7 @@
 // replaced by the peer's pid ({pids}: its process tree's, comma-separated) and sent SIGINT when the trace ends, e.g.
 // "perf record -e cpu-clock -p {pid} -o /tmp/trace.perf" with ADP_BENCH_GATEWAY_NODE_ARGS=--perf-basic-prof;
 // ADP_BENCH_GATEWAY_STDOUT appends a gateway's stdout to a file, where V8's --trace-gc writes;
-// ADP_BENCH_PEERS_PER_PROCESS prints each process's CPU seconds over the trace).
+// ADP_BENCH_PEERS_PER_PROCESS prints each process's CPU seconds over the trace, and their kernel part).
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import cluster from "node:cluster";
 import { closeSync, existsSync, mkdtempSync, openSync, readFileSync, writeFileSync, writeSync } from "node:fs";
@@ -515,12 +515,15 @@ async function traceRun(peer: Peer, calls: readonly TraceCall[], enginesUrl: str
   }, 200);
   const profiler = await startProfiler(peer.proc.pid!);
   const cpu0 = cpuSeconds(peer.proc.pid!);
-  const perProcess0 = tree(peer.proc.pid!).map((pid) => [pid, processCpu(pid)] as const);
+  const perProcess0 = tree(peer.proc.pid!).map((pid) => [pid, { all: processCpu(pid), system: processCpu(pid, "system") }] as const);
   const { latencies, failed } = await openLoop(peer.url, calls);
   const cpu = cpuSeconds(peer.proc.pid!) - cpu0;
   await stopProfiler(profiler);
   // For profiling: each process's CPU seconds over the trace (the primary's first).
-  if (process.env.ADP_BENCH_PEERS_PER_PROCESS) console.log(JSON.stringify({ peer: peer.name, trace_cpu_s_per_process: perProcess0.map(([pid, s]) => +(processCpu(pid) - s).toFixed(3)) }));
+  if (process.env.ADP_BENCH_PEERS_PER_PROCESS) {
+    const per = (part: "all" | "system") => perProcess0.map(([pid, s]) => +(processCpu(pid, part) - s[part]).toFixed(3));
+    console.log(JSON.stringify({ peer: peer.name, trace_cpu_s_per_process: per("all"), trace_system_s_per_process: per("system") }));
+  }
   clearInterval(sampler);
   const stats = (await (await fetch(`${enginesUrl}/stats`)).json()) as { requests: number; hits: number; blocks: number }[];
   const requests = stats.map((s) => s.requests);

@@ -65,6 +65,38 @@ describe("a body's structure, counted before it is parsed", () => {
     expect(refusedForStrings).toBeGreaterThan(100); // and the strings' bound alone
   });
 
+  it("random values with their lengths bounded (an engine's batch): refused exactly when a list has more elements or an object more members than the bounds (fixed seed)", () => {
+    /** The longest list's elements and the largest object's members in `v`. */
+    const longest = (v: unknown): { list: number; members: number } => {
+      if (typeof v !== "object" || v === null) return { list: 0, members: 0 };
+      const children = Array.isArray(v) ? v : Object.values(v);
+      const own = { list: Array.isArray(v) ? children.length : 0, members: Array.isArray(v) ? 0 : children.length };
+      for (const c of children) {
+        const r = longest(c);
+        own.list = Math.max(own.list, r.list);
+        own.members = Math.max(own.members, r.members);
+      }
+      return own;
+    };
+    const counted = { list: 0, members: 0 };
+    fc.assert(
+      fc.property(value, fc.integer({ min: 1, max: 5 }), fc.integer({ min: 2, max: 5 }), (v, list, members) => {
+        const raw = padded(JSON.stringify(v));
+        const want = longest(JSON.parse(raw.toString()));
+        const shape = new JsonShape(MAX_JSON_DEPTH, Infinity, Infinity, "the answer", { list, members });
+        const problem = jsonShapeProblem(raw, shape);
+        // {"v": ...} is an object of one member.
+        expect(problem !== null).toBe(want.list > list || want.members > members);
+        expect(shape.bound).toBe(problem === null ? null : "length");
+        if (problem?.includes("a list of more than") === true) counted.list++;
+        if (problem?.includes("an object of more than") === true) counted.members++;
+      }),
+      { seed: 20261206, numRuns: 3000 },
+    );
+    expect(counted.list).toBeGreaterThan(100); // both kinds were refused
+    expect(counted.members).toBeGreaterThan(100);
+  });
+
   it("the bounds: MAX_JSON_DEPTH levels, MAX_JSON_ITEMS items and MAX_JSON_STRINGS strings are taken, one more is not; brackets in a long literal are not counted", () => {
     const nested = (n: number) => `${"[".repeat(n)}${"]".repeat(n)}`;
     // {"v": ...} is one level and two items (the object and its member) of its own.

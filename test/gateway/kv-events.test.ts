@@ -528,6 +528,29 @@ describe("ZeroMQ streams: sequence gaps, restarts, bad batches, silence", () => 
     expect(prepareBatch(nested(MAX_BATCH_DEPTH + 1), "msgpack", batchDecoder(), limits)).toEqual({ kind: "unparseable", detail: `nested deeper than ${MAX_BATCH_DEPTH} lists and maps` });
   });
 
+  it("a polled answer is walked before JSON.parse reads it: a list longer than the larger limit, an object of over 1,024 members or nesting past MAX_BATCH_DEPTH is refused unparsed, the same as msgpack's decoder refuses them", () => {
+    const limits = { maxBatchBlocks: 5000, maxBatchTokens: 3000 };
+    const zeros = (n: number) => Buffer.from(`[${Array.from({ length: n }, () => "0").join(",")}]`);
+    const parse = vi.spyOn(JSON, "parse");
+    try {
+      expect(prepareBatch(zeros(5001), "json", batchDecoder(), limits)).toEqual({ kind: "oversized", detail: "the answer has a list of more than 5000 elements" });
+      const members = (n: number) => Buffer.from(JSON.stringify([{ event_id: 0, data: Object.fromEntries(Array.from({ length: n }, (_, i) => [`k${i}`, i])) }]));
+      expect(prepareBatch(members(1025), "json", batchDecoder(), limits)).toEqual({ kind: "oversized", detail: "the answer has an object of more than 1024 members" });
+      const nested = (n: number) => Buffer.from(`${"[".repeat(n)}0${"]".repeat(n)}`);
+      expect(prepareBatch(nested(MAX_BATCH_DEPTH + 1), "json", batchDecoder(), limits)).toEqual({ kind: "unparseable", detail: `nested deeper than ${MAX_BATCH_DEPTH} lists and maps` });
+      // 16 MiB of the deepest nesting costs a walk to its 33rd bracket.
+      expect(prepareBatch(nested(8 << 20), "json", batchDecoder(), limits).kind).toBe("unparseable");
+      expect(parse).not.toHaveBeenCalled();
+      // At the bounds, parsed: the list of zeros is then refused by its count of events, as before.
+      expect(prepareBatch(zeros(5000), "json", batchDecoder(), limits).kind).toBe("ok");
+      expect(prepareBatch(members(1024), "json", batchDecoder(), limits).kind).toBe("ok");
+      expect(prepareBatch(nested(MAX_BATCH_DEPTH), "json", batchDecoder(), limits).kind).toBe("ok");
+      expect(parse).toHaveBeenCalledTimes(3);
+    } finally {
+      parse.mockRestore();
+    }
+  });
+
   it("a batch naming more blocks than kv_events.max_batch_blocks is refused once decoded, counted, and gaps the stream; later batches apply", async () => {
     const { pub, gateway, logs } = await subscribed(1, null, ", max_batch_blocks: 100");
     await pub.publish(0, 0n, storedBatch(200, 1));

@@ -10,8 +10,9 @@ import { createHash } from "node:crypto";
 import type { Decoder } from "@msgpack/msgpack";
 import { msgpack } from "../common/optional-packages.js";
 import { sliceKvEvents } from "adp-router";
-import { overLimits, SLICE_BLOCKS, type BatchLimits } from "./event-slicing.js";
+import { maxBatchEvents, overLimits, SLICE_BLOCKS, type BatchLimits } from "./event-slicing.js";
 import { parseJsonKeepingIntegers } from "../common/json-integers.js";
+import { JsonShape, walkJson } from "../common/json-shape.js";
 
 export { parseJsonKeepingIntegers };
 
@@ -23,14 +24,18 @@ export type PreparedBatch =
   | { readonly kind: "ok"; readonly time: string; readonly digest: string; readonly slices: readonly unknown[] }
   | { readonly kind: "unparseable" | "oversized"; readonly detail: string };
 
+/** The most members a map (an event, a block) of a batch may have, in either encoding (an event has a handful). */
+const MAX_EVENT_MEMBERS = 1 << 10;
+
 /**
  * A msgpack decoder for event batches: 64-bit integers as bigints (block
  * hashes keep every bit), sizes bounded: no list longer than a batch may name
  * tokens or blocks (`maxItems`) is allocated, whatever its header declares.
  */
 export function batchDecoder(maxItems = 1 << 24): Decoder {
-  return new (msgpack().Decoder)({ useBigInt64: true, maxStrLength: 1 << 16, maxBinLength: 1 << 10, maxArrayLength: maxItems, maxMapLength: 1 << 10, maxExtLength: 0 });
+  return new (msgpack().Decoder)({ useBigInt64: true, maxStrLength: 1 << 16, maxBinLength: 1 << 10, maxArrayLength: maxItems, maxMapLength: MAX_EVENT_MEMBERS, maxExtLength: 0 });
 }
+
 
 /**
  * A batch's publication time (`ts`, map or positional), part of its identity:
@@ -139,6 +144,14 @@ function decodeBatch(payload: Uint8Array, format: BatchFormat, decoder: Decoder)
  * into slices of its own encoding, a polled answer into runs of events.
  */
 export function prepareBatch(payload: Uint8Array, format: BatchFormat, decoder: Decoder, limits: BatchLimits): PreparedBatch {
+  if (format === "json") {
+    // Walked before it is parsed, as msgpack's decoder bounds what it allocates: no list longer than the batch may
+    // name events, no deeper nesting than a batch has, whatever JSON.parse would have built on the way.
+    const shape = new JsonShape(MAX_BATCH_DEPTH, Infinity, Infinity, "the answer", { list: maxBatchEvents(limits), members: MAX_EVENT_MEMBERS });
+    walkJson(Buffer.from(payload.buffer, payload.byteOffset, payload.byteLength), shape);
+    if (shape.bound === "depth") return { kind: "unparseable", detail: `nested deeper than ${MAX_BATCH_DEPTH} lists and maps` };
+    if (shape.problem !== null) return { kind: "oversized", detail: shape.problem };
+  }
   const decoded = decodeBatch(payload, format, decoder);
   if ("detail" in decoded) return { kind: "unparseable", detail: decoded.detail };
   const events = decoded.events;
