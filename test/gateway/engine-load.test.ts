@@ -355,11 +355,18 @@ describe("parseTrtllmMetrics", () => {
     expect(r.total).toEqual({ running: 1, waiting: 0, kvUsage: 3 / 101256, activeTokens: null });
   });
 
-  it("statistics past the JSON bounds (600,000 small rows) are a shape problem before JSON.parse reads them; 10,000 of the documented rows are read", () => {
-    const many = parseTrtllmMetrics(`[${Array.from({ length: 600_000 }, () => "{}").join(",")}]`);
+  it("statistics past the JSON bounds (600,000 small rows, a list of 100,001 numbers, a row of 1,025 members) are a shape problem before JSON.parse reads them; 10,000 of the documented rows are read", () => {
+    const lists = Array.from({ length: 6 }, () => `[${Array.from({ length: 100_000 }, () => "{}").join(",")}]`);
+    const many = parseTrtllmMetrics(`[${lists.join(",")}]`);
     if (many.ok) expect.fail("accepted");
     expect(many.problem).toEqual({ kind: "shape", message: "the answer has more than 500000 objects, arrays and members" });
-    const rows = JSON.parse(TRTLLM_PYTORCH) as unknown[];
+    // A list of numbers is one array to those counts: its length is bounded too, and so is an object's.
+    expect(parseTrtllmMetrics(`[${"0,".repeat(100_000)}0]`)).toMatchObject({ ok: false, problem: { kind: "shape", message: "the answer has a list of more than 100000 elements" } });
+    const rows = JSON.parse(TRTLLM_PYTORCH) as Record<string, unknown>[];
+    const own = Object.keys(rows[0]!).length;
+    const wide = (n: number) => JSON.stringify([{ ...rows[0], ...Object.fromEntries(Array.from({ length: n - own }, (_, i) => [`extra${i}`, i])) }]);
+    expect(parseTrtllmMetrics(wide(1025))).toMatchObject({ ok: false, problem: { kind: "shape", message: "the answer has an object of more than 1024 members" } });
+    expect(ok(parseTrtllmMetrics(wide(1024))).ranks).toHaveLength(1);
     expect(ok(parseTrtllmMetrics(JSON.stringify(Array.from({ length: 10_000 }, () => rows[0])))).ranks).toHaveLength(1);
   });
 
