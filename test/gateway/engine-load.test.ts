@@ -355,13 +355,16 @@ describe("parseTrtllmMetrics", () => {
     expect(r.total).toEqual({ running: 1, waiting: 0, kvUsage: 3 / 101256, activeTokens: null });
   });
 
-  it("statistics past the JSON bounds (600,000 small rows, a list of 100,001 numbers, a row of 1,025 members) are a shape problem before JSON.parse reads them; 10,000 of the documented rows are read", () => {
+  it("statistics past the JSON bounds (600,000 small rows, a list of 100,001 numbers, 5 lists of 100,000, a row of 1,025 members) are a shape problem before JSON.parse reads them; 10,000 of the documented rows are read", () => {
     const lists = Array.from({ length: 6 }, () => `[${Array.from({ length: 100_000 }, () => "{}").join(",")}]`);
     const many = parseTrtllmMetrics(`[${lists.join(",")}]`);
     if (many.ok) expect.fail("accepted");
     expect(many.problem).toEqual({ kind: "shape", message: "the answer has more than 500000 objects, arrays and members" });
     // A list of numbers is one array to those counts: its length is bounded too, and so is an object's.
     expect(parseTrtllmMetrics(`[${"0,".repeat(100_000)}0]`)).toMatchObject({ ok: false, problem: { kind: "shape", message: "the answer has a list of more than 100000 elements" } });
+    const zeros = (lists: number) => `[${Array.from({ length: lists }, () => `[${"0,".repeat(99_999)}0]`).join(",")}]`;
+    expect(parseTrtllmMetrics(zeros(5))).toMatchObject({ ok: false, problem: { kind: "shape", message: "the answer has more than 500000 list elements in all" } });
+    expect(parseTrtllmMetrics(zeros(4))).toMatchObject({ ok: false, problem: { kind: "shape", message: "row 0 is not an object" } });
     const rows = JSON.parse(TRTLLM_PYTORCH) as Record<string, unknown>[];
     const own = Object.keys(rows[0]!).length;
     const wide = (n: number) => JSON.stringify([{ ...rows[0], ...Object.fromEntries(Array.from({ length: n - own }, (_, i) => [`extra${i}`, i])) }]);

@@ -35,7 +35,7 @@ function reference(v: unknown, depth = 0): { depth: number; items: number; strin
 const padded = (json: string) => Buffer.from(`{"v":${json}${" ".repeat(WALKED_BYTES)}}`);
 
 /** Strings that look like structure: brackets, colons, quotes and backslashes escaped. */
-const tricky = fc.string({ unit: fc.constantFrom("[", "]", "{", "}", ":", '"', "\\", "a", " ", "é") });
+const tricky = fc.string({ unit: fc.constantFrom("[", "]", "{", "}", ":", ",", '"', "\\", "a", " ", "é") });
 const value = fc.letrec((tie) => ({
   v: fc.oneof({ depthSize: "small" }, tricky, fc.integer(), fc.constant(null), fc.array(tie("v"), { maxLength: 4 }), fc.dictionary(tricky, tie("v"), { maxKeys: 4 })),
 })).v;
@@ -65,36 +65,40 @@ describe("a body's structure, counted before it is parsed", () => {
     expect(refusedForStrings).toBeGreaterThan(100); // and the strings' bound alone
   });
 
-  it("random values with their lengths bounded (an engine's batch): refused exactly when a list has more elements or an object more members than the bounds (fixed seed)", () => {
-    /** The longest list's elements and the largest object's members in `v`. */
-    const longest = (v: unknown): { list: number; members: number } => {
-      if (typeof v !== "object" || v === null) return { list: 0, members: 0 };
+  it("random values with their lengths bounded (an engine's batch): refused exactly when a list has more elements, an object more members, or the lists more elements in all than the bounds (fixed seed)", () => {
+    /** The longest list's elements, the largest object's members, and the lists' elements in all (an empty list counting one) in `v`. */
+    const longest = (v: unknown): { list: number; members: number; elements: number } => {
+      if (typeof v !== "object" || v === null) return { list: 0, members: 0, elements: 0 };
       const children = Array.isArray(v) ? v : Object.values(v);
-      const own = { list: Array.isArray(v) ? children.length : 0, members: Array.isArray(v) ? 0 : children.length };
+      const own = { list: Array.isArray(v) ? children.length : 0, members: Array.isArray(v) ? 0 : children.length, elements: Array.isArray(v) ? Math.max(1, children.length) : 0 };
       for (const c of children) {
         const r = longest(c);
         own.list = Math.max(own.list, r.list);
         own.members = Math.max(own.members, r.members);
+        own.elements += r.elements;
       }
       return own;
     };
-    const counted = { list: 0, members: 0 };
+    const counted = { list: 0, members: 0, elements: 0 };
     fc.assert(
-      fc.property(value, fc.integer({ min: 1, max: 5 }), fc.integer({ min: 2, max: 5 }), (v, list, members) => {
-        const raw = padded(JSON.stringify(v));
+      fc.property(value, fc.integer({ min: 1, max: 5 }), fc.integer({ min: 2, max: 5 }), fc.integer({ min: 1, max: 12 }), fc.boolean(), (v, list, members, elements, pretty) => {
+        const raw = padded(pretty ? JSON.stringify(v, null, 2) : JSON.stringify(v));
         const want = longest(JSON.parse(raw.toString()));
-        const shape = new JsonShape(MAX_JSON_DEPTH, Infinity, Infinity, "the answer", { list, members });
+        const shape = new JsonShape(MAX_JSON_DEPTH, Infinity, Infinity, "the answer", { list, members, elements });
         const problem = jsonShapeProblem(raw, shape);
         // {"v": ...} is an object of one member.
-        expect(problem !== null).toBe(want.list > list || want.members > members);
+        expect(problem !== null).toBe(want.list > list || want.members > members || want.elements > elements);
         expect(shape.bound).toBe(problem === null ? null : "length");
         if (problem?.includes("a list of more than") === true) counted.list++;
         if (problem?.includes("an object of more than") === true) counted.members++;
+        if (problem?.includes("list elements in all") === true) counted.elements++;
       }),
       { seed: 20261206, numRuns: 3000 },
     );
-    expect(counted.list).toBeGreaterThan(100); // both kinds were refused
-    expect(counted.members).toBeGreaterThan(100);
+    // Each bound was what refused some.
+    expect(counted.list).toBeGreaterThan(50);
+    expect(counted.members).toBeGreaterThan(50);
+    expect(counted.elements).toBeGreaterThan(50);
   });
 
   it("the bounds: MAX_JSON_DEPTH levels, MAX_JSON_ITEMS items and MAX_JSON_STRINGS strings are taken, one more is not; brackets in a long literal are not counted", () => {

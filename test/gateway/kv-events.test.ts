@@ -528,7 +528,7 @@ describe("ZeroMQ streams: sequence gaps, restarts, bad batches, silence", () => 
     expect(prepareBatch(nested(MAX_BATCH_DEPTH + 1), "msgpack", batchDecoder(), limits)).toEqual({ kind: "unparseable", detail: `nested deeper than ${MAX_BATCH_DEPTH} lists and maps` });
   });
 
-  it("a polled answer is walked before JSON.parse reads it: a list longer than the larger limit, an object of over 1,024 members or nesting past MAX_BATCH_DEPTH is refused unparsed, the same as msgpack's decoder refuses them", () => {
+  it("a polled answer is walked before JSON.parse reads it: a list longer than the larger limit, lists of more elements in all than the limits allow, an object of over 1,024 members or nesting past MAX_BATCH_DEPTH is refused unparsed, as msgpack's decoder refuses them", () => {
     const limits = { maxBatchBlocks: 5000, maxBatchTokens: 3000 };
     const zeros = (n: number) => Buffer.from(`[${Array.from({ length: n }, () => "0").join(",")}]`);
     const parse = vi.spyOn(JSON, "parse");
@@ -541,11 +541,17 @@ describe("ZeroMQ streams: sequence gaps, restarts, bad batches, silence", () => 
       // 16 MiB of the deepest nesting costs a walk to its 33rd bracket.
       expect(prepareBatch(nested(8 << 20), "json", batchDecoder(), limits).kind).toBe("unparseable");
       expect(parse).not.toHaveBeenCalled();
-      // At the bounds, parsed: the list of zeros is then refused by its count of events, as before.
+      // Lists each within the bound, but more elements in all than events, three times the blocks and the tokens
+      // (5,000 + 15,000 + 3,000): 6 lists of 4,000 zeros in a list are 24,006.
+      const lists = (n: number) => Buffer.from(`[${Array.from({ length: n }, () => `[${Array.from({ length: 4000 }, () => "0").join(",")}]`).join(",")}]`);
+      expect(prepareBatch(lists(6), "json", batchDecoder(), limits)).toEqual({ kind: "oversized", detail: "the answer has more than 23000 list elements in all" });
+      expect(parse).not.toHaveBeenCalled();
+      // At the bounds, parsed (and taken: a list or a number is an event of no kind the index knows).
       expect(prepareBatch(zeros(5000), "json", batchDecoder(), limits).kind).toBe("ok");
       expect(prepareBatch(members(1024), "json", batchDecoder(), limits).kind).toBe("ok");
       expect(prepareBatch(nested(MAX_BATCH_DEPTH), "json", batchDecoder(), limits).kind).toBe("ok");
-      expect(parse).toHaveBeenCalledTimes(3);
+      expect(prepareBatch(lists(5), "json", batchDecoder(), limits).kind).toBe("ok");
+      expect(parse).toHaveBeenCalledTimes(4);
     } finally {
       parse.mockRestore();
     }

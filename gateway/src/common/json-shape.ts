@@ -11,8 +11,8 @@
 // MAX_JSON_ITEMS or MAX_JSON_STRINGS it is refused (400, by the caller)
 // before it is parsed. A smaller body costs at most about a millisecond.
 // An engine's event batch is walked the same way with its lists' and objects'
-// lengths bounded too (a list of 8 million zeros is one array to the counts
-// above, and JSON.parse took 557 MB to read it).
+// lengths bounded too, each and in all (a list of 8 million zeros is one
+// array to the counts above, and JSON.parse took 557 MB to read it).
 
 /** Bodies at least this long are walked before they are parsed. */
 export const WALKED_BYTES = 8 * 1024;
@@ -36,10 +36,12 @@ const CLOSE_BRACE = 0x7d;
 const COLON = 0x3a;
 const COMMA = 0x2c;
 
-/** The longest lists and objects a walk takes (elements, members), when it bounds them. */
+/** The longest lists and objects a walk takes (elements, members), and the most list elements in all, when it bounds them. */
 export interface JsonLengths {
   readonly list: number;
   readonly members: number;
+  /** Counted as each list's commas and one more a list (an empty one's too): a bound from above. */
+  readonly elements: number;
 }
 
 /** Where the literal whose content starts at `start` ends (its closing quote), or -1 when it does not. */
@@ -71,6 +73,8 @@ export class JsonShape {
   readonly #left: Int32Array | null;
   /** Whether each open container is a list (1) or an object (0), by depth (when bounded). */
   readonly #lists: Uint8Array | null;
+  /** The list elements counted so far (when bounded). */
+  #elements = 0;
   /** What is past a bound, once something is (null: nothing yet). */
   problem: string | null = null;
   /** Which bound that is: the nesting, the count of items or strings, or a list's or object's length. */
@@ -82,6 +86,8 @@ export class JsonShape {
   constructor(maxDepth = MAX_JSON_DEPTH, maxItems = MAX_JSON_ITEMS, maxStrings = MAX_JSON_STRINGS, subject = "the request body", lengths: JsonLengths | null = null) {
     this.#maxDepth = maxDepth;
     this.#lengths = lengths;
+    // One count a level: lengths are bounded only under a depth bound that sizes them.
+    if (lengths !== null && !Number.isSafeInteger(maxDepth)) throw new RangeError(`bounded lengths need a finite maxDepth, not ${maxDepth}`);
     this.#left = lengths === null ? null : new Int32Array(maxDepth + 2);
     this.#lists = lengths === null ? null : new Uint8Array(maxDepth + 2);
     this.#maxItems = maxItems;
@@ -109,14 +115,19 @@ export class JsonShape {
         items++;
         // Its first element is counted by the comma after it (an empty one's allowance is never used).
         if (left !== null && depth <= this.#maxDepth) {
-          left[depth] = (b === OPEN_BRACKET ? this.#lengths!.list : this.#lengths!.members) - 1;
-          this.#lists![depth] = b === OPEN_BRACKET ? 1 : 0;
+          const list = b === OPEN_BRACKET;
+          left[depth] = (list ? this.#lengths!.list : this.#lengths!.members) - 1;
+          this.#lists![depth] = list ? 1 : 0;
+          if (list && !this.#element()) return false;
         }
       } else if (b === CLOSE_BRACKET || b === CLOSE_BRACE) depth--;
       else if (b === COLON) items++;
       else if (b === COMMA && left !== null && depth > 0) {
-        if (--left[depth]! >= 0) continue;
         const list = this.#lists![depth] === 1;
+        if (--left[depth]! >= 0) {
+          if (!list || this.#element()) continue;
+          return false;
+        }
         this.problem = list ? `${this.#subject} has a list of more than ${this.#lengths!.list} elements` : `${this.#subject} has an object of more than ${this.#lengths!.members} members`;
         this.bound = "length";
         return false;
@@ -129,6 +140,14 @@ export class JsonShape {
     this.#depth = depth;
     this.#items = items;
     return true;
+  }
+
+  /** Counts one more list element; false once past the bound in all (`problem` says so). */
+  #element(): boolean {
+    if (++this.#elements <= this.#lengths!.elements) return true;
+    this.problem = `${this.#subject} has more than ${this.#lengths!.elements} list elements in all`;
+    this.bound = "length";
+    return false;
   }
 }
 

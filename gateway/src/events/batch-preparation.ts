@@ -146,8 +146,12 @@ function decodeBatch(payload: Uint8Array, format: BatchFormat, decoder: Decoder)
 export function prepareBatch(payload: Uint8Array, format: BatchFormat, decoder: Decoder, limits: BatchLimits): PreparedBatch {
   if (format === "json") {
     // Walked before it is parsed, as msgpack's decoder bounds what it allocates: no list longer than the batch may
-    // name events, no deeper nesting than a batch has, whatever JSON.parse would have built on the way.
-    const shape = new JsonShape(MAX_BATCH_DEPTH, Infinity, Infinity, "the answer", { list: maxBatchEvents(limits), members: MAX_EVENT_MEMBERS });
+    // name events, no deeper nesting than a batch has, whatever JSON.parse would have built on the way. In all, its
+    // lists hold its events, its blocks' tokens and its blocks three times over (in a stored chain, in a removal, and
+    // a short list of each such as mm_keys): more is no batch within its limits (8 lists of a million zeros pass the
+    // bound on each list, and took 200 MB to parse).
+    const elements = maxBatchEvents(limits) + 3 * limits.maxBatchBlocks + limits.maxBatchTokens;
+    const shape = new JsonShape(MAX_BATCH_DEPTH, Infinity, Infinity, "the answer", { list: maxBatchEvents(limits), members: MAX_EVENT_MEMBERS, elements });
     walkJson(Buffer.from(payload.buffer, payload.byteOffset, payload.byteLength), shape);
     if (shape.bound === "depth") return { kind: "unparseable", detail: `nested deeper than ${MAX_BATCH_DEPTH} lists and maps` };
     if (shape.problem !== null) return { kind: "oversized", detail: shape.problem };

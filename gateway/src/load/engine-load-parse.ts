@@ -227,9 +227,9 @@ export function parseTrtllmMetrics(body: unknown): LoadParse {
   if (typeof body === "string") {
     // Its structure counted first, as a client's body's is: 8 MiB of small rows held the event loop 220 ms in JSON.parse.
     // Bounds five times a body's: a row of the documented statistics has 41 objects and members and 39 strings,
-    // 12,000 of them fit (the server keeps 1,000 by default). Lists and objects are bounded too: a list of numbers
-    // is one array to the other counts, and 8 MiB of zeros held the loop in JSON.parse.
-    const lengths = { list: MAX_JSON_ITEMS, members: 1024 };
+    // 12,000 of them fit (the server keeps 1,000 by default). Lists and objects are bounded too, each and in all: a
+    // list of numbers is one array to the other counts, and 8 MiB of zeros held the loop in JSON.parse.
+    const lengths = { list: MAX_JSON_ITEMS, members: 1024, elements: 5 * MAX_JSON_ITEMS };
     const shape = jsonShapeProblem(Buffer.from(body), new JsonShape(MAX_JSON_DEPTH, 5 * MAX_JSON_ITEMS, 5 * MAX_JSON_STRINGS, "the answer", lengths));
     if (shape !== null) return problem("shape", shape);
     try {
