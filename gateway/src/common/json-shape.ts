@@ -12,7 +12,8 @@
 // before it is parsed. A smaller body costs at most about a millisecond.
 // An engine's event batch is walked the same way with its lists' and objects'
 // lengths bounded too, each and in all (a list of 8 million zeros is one
-// array to the counts above, and JSON.parse took 557 MB to read it).
+// array to the counts above, and a gateway polling 16 MiB of them peaked at
+// 557 MB of RSS).
 
 /** Bodies at least this long are walked before they are parsed. */
 export const WALKED_BYTES = 8 * 1024;
