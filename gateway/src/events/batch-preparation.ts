@@ -36,7 +36,6 @@ export function batchDecoder(maxItems = 1 << 24): Decoder {
   return new (msgpack().Decoder)({ useBigInt64: true, maxStrLength: 1 << 16, maxBinLength: 1 << 10, maxArrayLength: maxItems, maxMapLength: MAX_EVENT_MEMBERS, maxExtLength: 0 });
 }
 
-
 /**
  * A batch's publication time (`ts`, map or positional), part of its identity:
  * a restarted publisher numbers its batches from 0 again, at other times.
@@ -102,6 +101,9 @@ function eventRuns(list: readonly unknown[], maxBlocks: number): EventRun[] {
  */
 export const MAX_BATCH_DEPTH = 32;
 
+/** A batch nested deeper than MAX_BATCH_DEPTH, refused (no engine's). */
+const TOO_DEEP: PreparedBatch = Object.freeze({ kind: "unparseable", detail: `nested deeper than ${MAX_BATCH_DEPTH} lists and maps` });
+
 /** Whether `value` nests lists and maps deeper than `max` (walked with a stack of its own: no recursion). */
 function nestedDeeperThan(value: unknown, max: number): boolean {
   const stack: unknown[] = [value];
@@ -150,16 +152,18 @@ export function prepareBatch(payload: Uint8Array, format: BatchFormat, decoder: 
     // lists hold its events, its blocks' tokens and its blocks three times over (in a stored chain, in a removal, and
     // a short list of each such as mm_keys): more is no batch within its limits (8 lists of a million zeros pass the
     // bound on each list, and took 200 MB to parse).
-    const elements = maxBatchEvents(limits) + 3 * limits.maxBatchBlocks + limits.maxBatchTokens;
-    const shape = new JsonShape(MAX_BATCH_DEPTH, Infinity, Infinity, "the answer", { list: maxBatchEvents(limits), members: MAX_EVENT_MEMBERS, elements });
+    const list = maxBatchEvents(limits);
+    const elements = list + 3 * limits.maxBatchBlocks + limits.maxBatchTokens;
+    const shape = new JsonShape(MAX_BATCH_DEPTH, Infinity, Infinity, "the answer", { list, members: MAX_EVENT_MEMBERS, elements });
     walkJson(Buffer.from(payload.buffer, payload.byteOffset, payload.byteLength), shape);
-    if (shape.bound === "depth") return { kind: "unparseable", detail: `nested deeper than ${MAX_BATCH_DEPTH} lists and maps` };
+    if (shape.bound === "depth") return TOO_DEEP;
     if (shape.problem !== null) return { kind: "oversized", detail: shape.problem };
   }
   const decoded = decodeBatch(payload, format, decoder);
   if ("detail" in decoded) return { kind: "unparseable", detail: decoded.detail };
   const events = decoded.events;
-  if (nestedDeeperThan(events, MAX_BATCH_DEPTH)) return { kind: "unparseable", detail: `nested deeper than ${MAX_BATCH_DEPTH} lists and maps` };
+  // A polled answer's nesting was counted on its bytes (the same depth): only a ZeroMQ batch's is walked decoded.
+  if (format === "msgpack" && nestedDeeperThan(events, MAX_BATCH_DEPTH)) return TOO_DEEP;
   const size = sliceKvEvents(events, Infinity);
   const refused = overLimits(size, limits);
   if (refused !== null) return { kind: "oversized", detail: refused };
