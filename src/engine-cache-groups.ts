@@ -88,11 +88,29 @@ export function dropBlock(g: PresenceGroup, rank: number, hash: EngineHash): boo
   return true;
 }
 
+/**
+ * Each presence map's oldest-first cursor: a Map iterator stays live over
+ * deletions and inserts, and everything before it has been forgotten. A
+ * fresh iterator each time would step again over every entry deleted since
+ * V8 last compacted the table (at a bound of 131,072, 25–50 µs an event
+ * against 5–7 below it).
+ */
+const OLDEST = new WeakMap<Map<EngineHash, PathKey>, Iterator<[EngineHash, PathKey]>>();
+
 /** Forgets the oldest blocks of one rank of a presence group past `bound`. */
 export function boundBlocks(g: PresenceGroup, rank: number, bound: number): void {
   const byHash = g.byHash[rank]!;
-  for (const [hash, key] of byHash) {
-    if (byHash.size <= bound) break;
+  if (byHash.size <= bound) return;
+  let oldest = OLDEST.get(byHash);
+  while (byHash.size > bound) {
+    // Past the bound there is an entry after the cursor (all before it are gone); a new cursor if it ran out (a clear).
+    let next = oldest?.next();
+    if (next === undefined || next.done === true) {
+      oldest = byHash.entries();
+      OLDEST.set(byHash, oldest);
+      next = oldest.next();
+    }
+    const [hash, key] = next.value as [EngineHash, PathKey];
     byHash.delete(hash);
     release(g.held[rank]!, key);
   }

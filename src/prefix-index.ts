@@ -138,6 +138,28 @@ function outKind(out: unknown, numRanks: number): 0 | 1 | 2 {
   return 0;
 }
 
+/** Engine hashes an engine map may hold beyond twice the blocks its rank holds before it is swept. */
+const ENGINE_MAP_SLACK = 1024;
+
+/**
+ * Bounds one rank's engine map once it holds more than twice the rank's
+ * `held` blocks: evicted paths leave stale entries behind, which go; hashes
+ * that name a block another hash names too (an engine, or a publisher posing
+ * as one, naming one block by many hashes) all stay held, so past half the
+ * slack over `held` the oldest are forgotten, stored first. So a sweep
+ * deletes at least half of what it visits (linear work in all) and the map
+ * stays within 2 × held + the slack + one event's blocks.
+ */
+function boundEngineBlocks(ex: IndexCore["ex"], rank: number, map: Map<EngineHash, [number, number]>, held: number): void {
+  for (const [h, k] of map) if (!ex.indexHolds(rank, k[0], k[1])) map.delete(h);
+  const keep = held + ENGINE_MAP_SLACK / 2;
+  if (map.size <= keep) return;
+  for (const h of map.keys()) {
+    map.delete(h);
+    if (map.size <= keep) break;
+  }
+}
+
 /** A multi-rank prefix index. Create with {@link createPrefixIndex}. */
 export class PrefixIndex {
   #core: IndexCore | null;
@@ -469,11 +491,13 @@ export class PrefixIndex {
     const tokens = keys === null ? blocks.map((b) => b.tokens!) : null;
     const pathKeys = core.insertStored(rank, parentKey, namespaceSeed(ns), n, tokens, keys);
     if (pathKeys === null) return false;
-    for (let i = 0; i < pathKeys.length; i++) map.set(blocks[i]!.hash, pathKeys[i]!);
-    // Evicted paths leave stale entries behind; sweep them once they dominate.
-    if (map.size > 2 * (ex.indexBlockCount(rank) >>> 0) + 1024) {
-      for (const [h, k] of map) if (!ex.indexHolds(rank, k[0], k[1])) map.delete(h);
+    for (let i = 0; i < pathKeys.length; i++) {
+      const hash = blocks[i]!.hash;
+      map.delete(hash); // a hash stored again is the newest (the order the bound below forgets in)
+      map.set(hash, pathKeys[i]!);
     }
+    const held = ex.indexBlockCount(rank) >>> 0;
+    if (map.size > 2 * held + ENGINE_MAP_SLACK) boundEngineBlocks(ex, rank, map, held);
     return true;
   }
 

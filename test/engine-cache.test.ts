@@ -148,6 +148,33 @@ describe("a vLLM hybrid model (full attention + a 32-token sliding window over 1
     expect(view.blockCount(0)).toBeLessThanOrEqual(8 + 2);
   });
 
+  it("past its bound a presence group forgets the oldest stored first, through re-stores, removals and clears (a model's order)", () => {
+    // 64 KiB gives the least bound, 1,024 blocks a rank.
+    const view = createEngineCacheView({ numRanks: 1, tokensPerBlock: TPB, maxMemoryBytes: 64 << 10, groups: [{ kind: "full_attention" }, { kind: "sliding_window", slidingWindow: 32 }] });
+    const model = new Map<number, true>();
+    const held = () => (decodeSnapshot(view.snapshot(), SNAPSHOT_KINDS.engineCache).state as { groups: { byHash?: [number, string][][] }[] }).groups[1]!.byHash![0]!.map(([h]) => h);
+    const storeOne = (h: number, c: number) => {
+      view.applyKvEvents(batch([{ ...stored(tokens(16, 100 * c), 0, 1, 1), block_hashes: [h] }]));
+      model.delete(h);
+      model.set(h, true);
+      for (const k of model.keys()) if (model.size > 1024) model.delete(k);
+    };
+    for (let h = 1; h <= 6_000; h++) {
+      storeOne(h, h);
+      if (h % 7 === 0 && model.has(h - 500)) storeOne(h - 500, h); // a hash stored again: the newest
+      if (h % 11 === 0) {
+        view.applyKvEvents(batch([removed([h - 3], 1)]));
+        model.delete(h - 3);
+      }
+      if (h === 3_000) {
+        view.applyKvEvents(batch([{ type: "AllBlocksCleared" }]));
+        model.clear();
+      }
+      if (h % 500 === 0) expect(held()).toEqual([...model.keys()]);
+    }
+    expect(model.size).toBe(1024);
+  }, 60_000);
+
   it("a snapshot that lies (checksum intact) is refused with a typed error, and nothing of it is kept", () => {
     const view = make();
     view.applyKvEvents(batch([stored(prompt, 0, 8, 0), stored(prompt, 0, 8, 1)]));

@@ -1,7 +1,8 @@
 // Engine KV-cache events (TensorRT-LLM and vLLM shapes) feeding the index.
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { createPrefixIndex } from "../src/index.js";
+import { createPrefixIndex, restorePrefixIndex } from "../src/index.js";
+import { decodeSnapshot, SNAPSHOT_KINDS } from "../src/snapshot-format.js";
 import { NaivePrefixIndex } from "./oracle/naive-prefix-index.js";
 
 const tok = (ids: number[]) => ids.map((token_id) => ({ type: "unique_token", token_id, token_extra_id: 0 }));
@@ -121,6 +122,45 @@ describe("applyKvEvents", () => {
       { seed: 99, numRuns: 200 },
     );
   });
+});
+
+describe("applyKvEvents: an engine map stays bounded", () => {
+  /** A vLLM BlockStored of one root block: hash `hash`, the tokens of content `c`. */
+  const one = (hash: number, c: number) => ({ type: "BlockStored", block_hashes: [hash], parent_block_hash: null, token_ids: [c, c + 1], block_size: 2 });
+  /** Each rank's engine map, as a snapshot lists it. */
+  const engineMaps = (index: ReturnType<typeof createPrefixIndex>) => decodeSnapshot(index.snapshot(), SNAPSHOT_KINDS.prefixIndex).state.engineBlocks as [unknown, unknown][][];
+
+  it("many hashes naming the same few blocks (a publisher posing as an engine): the map stays within 2 × blocks + 1,024, the newest hashes kept", () => {
+    const index = createPrefixIndex({ numRanks: 1, tokensPerBlock: 2, maxMemoryBytes: 1 << 20 });
+    // 20,000 hashes over 100 contents: before, every one stayed, and each store swept them all (quadratic).
+    for (let h = 1; h <= 20_000; h++) index.applyKvEvents({ events: [one(h, 10 * (h % 100))] }, { rank: 0 });
+    expect(index.blockCount(0)).toBe(100);
+    const size = engineMaps(index)[0]!.length;
+    expect(size).toBeGreaterThanOrEqual(100);
+    expect(size).toBeLessThanOrEqual(2 * 100 + 1024);
+    // The newest hash of a content still removes it; the oldest are forgotten (a removal naming one is an unknown block).
+    expect(index.applyKvEvents({ events: [{ type: "BlockRemoved", block_hashes: [20_000] }] }, { rank: 0 })).toMatchObject({ applied: 1, unknownBlock: 0 });
+    expect(index.blockCount(0)).toBe(99);
+    expect(index.applyKvEvents({ events: [{ type: "BlockRemoved", block_hashes: [1] }] }, { rank: 0 })).toMatchObject({ applied: 0, unknownBlock: 1 });
+  });
+
+  it("blocks evicted under the budget leave no entries past the bound, and a restored twin bounds its map the same", () => {
+    const index = createPrefixIndex({ numRanks: 1, tokensPerBlock: 2, capacityBlocksPerRank: 300 });
+    const twin = createPrefixIndex({ numRanks: 1, tokensPerBlock: 2, capacityBlocksPerRank: 300 });
+    let restored: ReturnType<typeof createPrefixIndex> | null = null;
+    for (let h = 1; h <= 6_000; h++) {
+      const events = { events: [one(h, 10 * h)] };
+      index.applyKvEvents(events, { rank: 0 });
+      twin.applyKvEvents(events, { rank: 0 });
+      restored?.applyKvEvents(events, { rank: 0 });
+      if (h === 2_500) restored = restorePrefixIndex(twin.snapshot());
+      if (h % 100 === 0) expect(engineMaps(index)[0]!.length).toBeLessThanOrEqual(2 * 300 + 1024 + 1);
+    }
+    expect(index.blockCount(0)).toBe(300);
+    // The restored twin swept and kept the same entries, in the same order.
+    expect(engineMaps(restored!)).toEqual(engineMaps(index));
+    for (const c of [10, 57_000, 59_990]) expect([...restored!.match([c, c + 1, 0])]).toEqual([...index.match([c, c + 1, 0])]);
+  }, 60_000);
 });
 
 describe("applyKvEvents: every wire variant the engines publish (kv-events reference §2)", () => {
