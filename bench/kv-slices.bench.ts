@@ -13,6 +13,11 @@
 //      run of events at a time). The longest turn of the event loop meanwhile (the widest gap
 //      between ticks of a 1 ms timer), /health's latency p50 and max, and how
 //      long each batch took to be applied or refused.
+//   4. a publisher in its own process sending one-block vLLM batches as fast
+//      as it can for FLOOD_MS (tens of thousands a second, more than the
+//      gateway applies: ZeroMQ drops the rest at the publisher): the longest
+//      turn and /health's latency meanwhile, against the same probe before
+//      the flood, and the batches applied.
 // Run: npm run bench:kv-slices
 import { spawn } from "node:child_process";
 import { encode } from "@msgpack/msgpack";
@@ -172,3 +177,44 @@ await (await fetch(`${polling.url}/health`)).text();
 }
 await polling.close();
 engine.kill();
+
+// 4. A flood of small batches from a publisher in a process of its own (a publisher in this one would be starved by
+// the gateway it floods): each batch's single block is applied at once, so only the streams' share of a turn
+// (common/next-turn.ts streamTurn) lets requests in.
+const FLOOD_MS = 5000;
+const flooderScript = `
+  const { Publisher } = require("zeromq");
+  const { encode } = require("@msgpack/msgpack");
+  (async () => {
+    const pub = new Publisher({ linger: 0 });
+    await pub.bind("tcp://127.0.0.1:*");
+    process.stdout.write(pub.lastEndpoint + "\\n");
+    await new Promise((r) => process.stdin.once("data", r));
+    const seq = Buffer.alloc(8);
+    for (let n = 1; ; n++) {
+      seq.writeBigInt64BE(BigInt(n));
+      const event = { type: "BlockStored", block_hashes: [n], parent_block_hash: n % 64 === 1 ? null : n - 1, token_ids: Array.from({ length: ${TPB} }, (_, i) => (n * ${TPB} + i) % 1000000), block_size: ${TPB}, lora_id: null, medium: "GPU" };
+      await pub.send(["", seq, encode({ ts: 1, events: [event], data_parallel_rank: 0 })]);
+    }
+  })();`;
+const flooder = spawn(process.execPath, ["-e", flooderScript], { stdio: ["pipe", "pipe", "inherit"], cwd: process.cwd() });
+const floodEndpoint = (await new Promise<string>((r) => flooder.stdout.once("data", (d: Buffer) => r(d.toString())))).trim();
+const flooded = await createGateway(
+  loadGatewayConfig({ file: { name: "bench.yaml", text: `listen: { port: 0 }\nhealth: { interval_ms: 60000 }\nrouting: { tokens_per_block: ${TPB} }\nupstreams:\n  - url: http://127.0.0.1:9\n    kv_events: { kind: zmq, endpoint: "${floodEndpoint}" }\n` } }),
+  { logger: pino({ level: "silent" }) },
+);
+await new Promise((r) => setTimeout(r, 300)); // the subscription reaches the publisher
+{
+  const applied = () => Number(/^adp_gateway_upstream_kv_event_batches_total\{[^}]*outcome="applied"\} (\d+)$/m.exec(flooded.metrics())?.[1] ?? 0);
+  await (await fetch(`${flooded.url}/health`)).text();
+  let until = performance.now() + 1000;
+  const quiet = await probe(flooded.url, () => performance.now() > until);
+  flooder.stdin.write("go\n");
+  const turns = longestTurn();
+  until = performance.now() + FLOOD_MS;
+  const l = await probe(flooded.url, () => performance.now() > until);
+  const longest = turns.stop();
+  console.log(`gateway under a flood of one-block batches for ${FLOOD_MS / 1000} s: ${applied()} applied; longest turn ${longest.toFixed(1)} ms; /health meanwhile p50 ${pct(l, 0.5).toFixed(1)} ms, p99 ${pct(l, 0.99).toFixed(1)} ms, max ${Math.max(...l).toFixed(1)} ms over ${l.length} probes (before it: p50 ${pct(quiet, 0.5).toFixed(1)} ms)`);
+}
+flooder.kill();
+await flooded.close();

@@ -14,6 +14,7 @@
 // that does not decode is counted and skipped.
 
 import type { Dealer, Subscriber } from "zeromq";
+import { streamTurn } from "../common/next-turn.js";
 import { zeromq } from "../common/optional-packages.js";
 import { BatchDecoder } from "./batch-decoder.js";
 import { engineStatus, EventFreshness, rankStatuses, zeroCounters, type FeedStatus } from "./event-freshness.js";
@@ -208,10 +209,13 @@ export class ZmqEventSource implements IndexUpdateSource {
         if (seq === null) {
           this.counters.unparseable++;
           this.#onNotice({ rank: s.rank, what: "message skipped", detail: `${frames.length} frames, expected topic, sequence (8 bytes), payload` });
-          continue;
+        } else {
+          await s.serially(() => this.#onBatch(s, seq, frames[2]!, emit));
+          if (this.#closed) break;
         }
-        await s.serially(() => this.#onBatch(s, seq, frames[2]!, emit));
-        if (this.#closed) break;
+        // A stream never empty (a flood) lets requests in: ZeroMQ hands a queued message back as a microtask.
+        const turn = streamTurn();
+        if (turn !== null) await turn;
       }
     } catch (error) {
       if (!this.#closed) this.#onNotice({ rank: s.rank, what: "stream ended", detail: (error as Error).message });
