@@ -89,21 +89,26 @@ export function dropBlock(g: PresenceGroup, rank: number, hash: EngineHash): boo
 }
 
 /**
- * Each presence map's oldest-first cursor: a Map iterator stays live over
- * deletions and inserts, and everything before it has been forgotten. A
- * fresh iterator each time would step again over every entry deleted since
- * V8 last compacted the table (at a bound of 131,072, 25–50 µs an event
- * against 5–7 below it).
+ * Each presence map's oldest-first cursor while the map is at its bound: a
+ * Map iterator stays live over deletions and inserts, and everything before
+ * it has been forgotten. A fresh iterator each time would step again over
+ * every entry deleted since V8 last compacted the table (at a bound of
+ * 131,072, 25–50 µs an event against 5–7 below it). It is dropped once the
+ * map is within its bound, and on a clear: a parked iterator keeps each table
+ * V8 has since replaced alive until it moves.
  */
 const OLDEST = new WeakMap<Map<EngineHash, PathKey>, Iterator<[EngineHash, PathKey]>>();
 
 /** Forgets the oldest blocks of one rank of a presence group past `bound`. */
 export function boundBlocks(g: PresenceGroup, rank: number, bound: number): void {
   const byHash = g.byHash[rank]!;
-  if (byHash.size <= bound) return;
+  if (byHash.size <= bound) {
+    OLDEST.delete(byHash);
+    return;
+  }
   let oldest = OLDEST.get(byHash);
   while (byHash.size > bound) {
-    // Past the bound there is an entry after the cursor (all before it are gone); a new cursor if it ran out (a clear).
+    // Past the bound there is an entry after the cursor (all before it are gone); a new cursor when there is none.
     let next = oldest?.next();
     if (next === undefined || next.done === true) {
       oldest = byHash.entries();
@@ -114,6 +119,13 @@ export function boundBlocks(g: PresenceGroup, rank: number, bound: number): void
     byHash.delete(hash);
     release(g.held[rank]!, key);
   }
+}
+
+/** Empties one rank of a presence group. */
+export function clearBlocks(g: PresenceGroup, rank: number): void {
+  g.byHash[rank]!.clear();
+  g.held[rank]!.clear();
+  OLDEST.delete(g.byHash[rank]!);
 }
 
 /** One hash fewer names `key`. */

@@ -26,7 +26,7 @@
 import { typedTokens, type TokenIds } from "./arrays.js";
 import { AdpInputError, readInput, readOptions } from "./errors.js";
 import { checkRank } from "./batch.js";
-import { boundBlocks, chain, dropBlock, holdBlock, keyOfWords, keyText, kindNamed, presenceHit, u64, type Group, type KvGroupKind, type KvGroupSpec, type PathKey, type PresenceGroup, type PrefixGroup } from "./engine-cache-groups.js";
+import { boundBlocks, chain, clearBlocks, dropBlock, holdBlock, keyOfWords, keyText, kindNamed, presenceHit, u64, type Group, type KvGroupKind, type KvGroupSpec, type PathKey, type PresenceGroup, type PrefixGroup } from "./engine-cache-groups.js";
 import { encodeViewSnapshot, readViewState } from "./engine-cache-state.js";
 import { MAX_KV_GROUPS, parseKvEvents, type KvEvent, type KvGroupRef } from "./kv-events.js";
 import { createPrefixIndex, namespaceSeed, MAX_INDEX_BYTES, MAX_INDEX_RANKS, type PrefixIndex, type KvEventsResult, type PrefixIndexStats, type PrefixNamespace } from "./prefix-index.js";
@@ -339,10 +339,7 @@ export class EngineCacheView {
   #clear(rank: number): void {
     for (const g of this.#groups) {
       if (g.kind === "full_attention") g.index.clearRank(rank);
-      else {
-        g.byHash[rank]!.clear();
-        g.held[rank]!.clear();
-      }
+      else clearBlocks(g, rank);
     }
   }
 

@@ -461,6 +461,9 @@ export class PrefixIndex {
           else result.unknownBlock++;
         }
         if (known > 0) result.applied++;
+        // A removed block takes its descendants, whose hashes stay behind: bounded here too, not at the next store.
+        const held = ex.indexBlockCount(e.rank) >>> 0;
+        if (map.size > 2 * held + ENGINE_MAP_SLACK) boundEngineBlocks(ex, e.rank, map, held);
       } else {
         this.#applyStored(core, e.rank, e.parent, { loraTaskId: e.loraTaskId, cacheSalt: e.cacheSalt }, e.blocks, map) ? result.applied++ : result.unknownParent++;
       }

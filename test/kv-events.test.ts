@@ -144,6 +144,16 @@ describe("applyKvEvents: an engine map stays bounded", () => {
     expect(index.applyKvEvents({ events: [{ type: "BlockRemoved", block_hashes: [1] }] }, { rank: 0 })).toMatchObject({ applied: 0, unknownBlock: 1 });
   });
 
+  it("a removed block takes its descendants' hashes with it past the bound, without waiting for the next store", () => {
+    const index = createPrefixIndex({ numRanks: 1, tokensPerBlock: 2 });
+    const chain = (from: number, n: number) => ({ type: "BlockStored", block_hashes: Array.from({ length: n }, (_, i) => from + i), parent_block_hash: null, token_ids: Array.from({ length: 2 * n }, (_, i) => i), block_size: 2 });
+    index.applyKvEvents({ events: [chain(1, 3_000)] }, { rank: 0 });
+    expect(engineMaps(index)[0]!.length).toBe(3_000);
+    index.applyKvEvents({ events: [{ type: "BlockRemoved", block_hashes: [1] }] }, { rank: 0 });
+    expect(index.blockCount(0)).toBe(0);
+    expect(engineMaps(index)[0]!.length).toBeLessThanOrEqual(1024);
+  });
+
   it("blocks evicted under the budget leave no entries past the bound, and a restored twin bounds its map the same", () => {
     const index = createPrefixIndex({ numRanks: 1, tokensPerBlock: 2, capacityBlocksPerRank: 300 });
     const twin = createPrefixIndex({ numRanks: 1, tokensPerBlock: 2, capacityBlocksPerRank: 300 });

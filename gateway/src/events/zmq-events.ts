@@ -14,7 +14,7 @@
 // that does not decode is counted and skipped.
 
 import type { Dealer, Subscriber } from "zeromq";
-import { streamTurn } from "../common/next-turn.js";
+import { StreamTurns } from "../common/next-turn.js";
 import { zeromq } from "../common/optional-packages.js";
 import { BatchDecoder } from "./batch-decoder.js";
 import { engineStatus, EventFreshness, rankStatuses, zeroCounters, type FeedStatus } from "./event-freshness.js";
@@ -203,7 +203,12 @@ export class ZmqEventSource implements IndexUpdateSource {
           s.replayedThrough = expected === null ? null : expected - 1n;
         });
       }
+      // A stream never empty (a flood) lets requests in: ZeroMQ hands a queued message back as a microtask.
+      const turns = new StreamTurns();
       for await (const frames of s.sub) {
+        if (this.#closed) break;
+        const turn = turns.take();
+        if (turn !== null) await turn;
         if (this.#closed) break;
         const seq = frames.length === 3 ? sequenceOf(frames[1]) : null;
         if (seq === null) {
@@ -213,9 +218,6 @@ export class ZmqEventSource implements IndexUpdateSource {
           await s.serially(() => this.#onBatch(s, seq, frames[2]!, emit));
           if (this.#closed) break;
         }
-        // A stream never empty (a flood) lets requests in: ZeroMQ hands a queued message back as a microtask.
-        const turn = streamTurn();
-        if (turn !== null) await turn;
       }
     } catch (error) {
       if (!this.#closed) this.#onNotice({ rank: s.rank, what: "stream ended", detail: (error as Error).message });
