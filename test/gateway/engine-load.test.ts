@@ -14,6 +14,7 @@ import { readFileSync } from "node:fs";
 import { afterEach, describe, expect, it } from "vitest";
 import { createRouter } from "../../src/router.js";
 import { PAGE_STEP_LINES, parsePrometheusTextStepped } from "../../gateway/src/load/engine-load-prometheus.js";
+import { parseEngineLoadStepped } from "../../gateway/src/load/engine-load-parse.js";
 import { EngineLoadScraper, parsePrometheusText, parseSglangMetrics, parseTrtllmMetrics, parseVllmMetrics, rankStateFromLoad, dpRankStateFromLoad, type EngineLoadReport, type EngineLoadScraperOptions, type ScrapeOutcome } from "../../gateway/src/load/engine-load.js";
 import { closedPort, startFakeLoadEngine, type FakeAnswer, type FakeLoadEngine } from "../support/fake-load-engine.js";
 import { waitFor } from "../support/wait.js";
@@ -233,6 +234,33 @@ describe("parsePrometheusText", () => {
       if (++stops === 3) throw new Error("timed out");
     })).rejects.toThrow("timed out");
     expect(stops).toBe(3);
+  });
+
+  it("samples handed to a taker as they are read are not held, and an engine's load read so equals the page read whole (random vLLM and SGLang pages)", async () => {
+    const page = Array.from({ length: 5_000 }, (_, i) => `m${i % 3}{i="${i}"} ${i}`).join("\n");
+    const taken: number[] = [];
+    const kept = await parsePrometheusTextStepped(page, async () => {}, (name) => name === "m1", (sample) => void taken.push(sample.value));
+    if (!kept.ok) expect.fail("refused");
+    expect(kept.samples).toEqual([]);
+    expect(taken).toEqual(Array.from({ length: 5_000 }, (_, i) => i).filter((i) => i % 3 === 1));
+    // Lines of the series the engines' loads read, with ranks, models and values good and bad, repeats and junk.
+    const name = fc.constantFrom("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage", "other_total");
+    const label = fc.oneof(fc.constantFrom("", 'engine="0"', 'engine="1"', 'dp_rank="0"', 'dp_rank="2"', 'engine="x"', 'engine="99999999"', 'model_name="m"', 'model_name="n"', 'tp_rank="1"'));
+    const value = fc.constantFrom("0", "3", "2.5", "-1", "0.5", "NaN", "1e40", "+Inf", "7");
+    const sample = fc.tuple(name, fc.array(label, { maxLength: 3 }), value).map(([n, ls, v]) => {
+      const uniq = [...new Set(ls.filter((l) => l !== ""))].filter((l, i, all) => all.findIndex((m) => m.split("=")[0] === l.split("=")[0]) === i);
+      return `${n}${uniq.length > 0 ? `{${uniq.join(",")}}` : ""} ${v}`;
+    });
+    const line = fc.oneof({ weight: 8, arbitrary: sample }, { weight: 1, arbitrary: fc.constantFrom("# TYPE vllm:num_requests_running gauge", "<html>", "") });
+    await fc.assert(
+      fc.asyncProperty(fc.array(line, { maxLength: 16 }), fc.constantFrom("vllm" as const, "sglang" as const), fc.constantFrom(undefined, "m"), async (lines, engine, model) => {
+        const text = lines.join("\n") + "\n";
+        const options = model === undefined ? {} : { model };
+        const whole = engine === "vllm" ? parseVllmMetrics(text, options) : parseSglangMetrics(text, options);
+        expect(await parseEngineLoadStepped(engine, text, options, async () => {})).toEqual(whole);
+      }),
+      { numRuns: 2000, seed: 20261206 },
+    );
   });
 
   it("never throws, whatever the text", () => {

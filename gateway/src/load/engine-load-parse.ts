@@ -29,7 +29,7 @@
 //   `num_queued_requests`, `num_active_tokens` (0 from reporters that do not
 //   supply it), `worker_id` ("instance" or "instance:rankN").
 
-import { parsePrometheusText, parsePrometheusTextStepped, type PrometheusParse } from "./engine-load-prometheus.js";
+import { PrometheusPageParse, parsePrometheusTextStepped, type PrometheusParse, type PrometheusSample } from "./engine-load-prometheus.js";
 import { JsonShape, jsonShapeProblem, MAX_JSON_DEPTH, MAX_JSON_ITEMS, MAX_JSON_STRINGS } from "../common/json-shape.js";
 
 /** The engines whose load format is understood. */
@@ -162,57 +162,95 @@ export function parseSglangMetrics(text: string, options: VllmParseOptions = {})
 
 /** Reads a Prometheus page in `dialect`. */
 function parsePrometheusLoad(text: string, dialect: PrometheusDialect, options: VllmParseOptions): LoadParse {
-  return loadOfPage(parsePrometheusText(text), dialect, options);
+  const load = new PageLoad(dialect, options);
+  const page = new PrometheusPageParse(text, load.reads, load.take);
+  page.step();
+  return load.finish(page.result);
 }
 
-/** The ranks' loads a parsed Prometheus page in `dialect` gives. */
-function loadOfPage(page: PrometheusParse, dialect: PrometheusDialect, options: VllmParseOptions): LoadParse {
-  const { running: RUNNING, waiting: WAITING, kvUsage: KV_USAGE, kvUsageOld: KV_USAGE_OLD } = dialect;
-  const add = (a: number | null, b: number) => (a === null ? b : dialect.combine === "sum" ? a + b : Math.max(a, b));
-  if (!page.ok) {
-    const p = page.problem;
-    return problem("syntax", `not Prometheus text: line ${p.line}: expected ${p.rule} (${page.problems} bad line${page.problems === 1 ? "" : "s"}): ${JSON.stringify(p.excerpt)}`);
+/**
+ * A Prometheus page's samples in a dialect, summed per (model, DP rank) as
+ * the parse reads them: a page's samples are not held (a 3.9 MiB page of
+ * 23,293 ranks' series took 51-59 MiB of heap held whole, 26 read this way).
+ */
+class PageLoad {
+  readonly #dialect: PrometheusDialect;
+  readonly #options: VllmParseOptions;
+  readonly #byRank = new Map<string, RankAccumulator>();
+  /** The first problem a sample had (the samples after it are not read). */
+  #problem: LoadParse | null = null;
+
+  /** The loads `dialect` says, of `options.model` only when given. */
+  constructor(dialect: PrometheusDialect, options: VllmParseOptions) {
+    this.#dialect = dialect;
+    this.#options = options;
   }
-  const byRank = new Map<string, RankAccumulator>();
-  for (const s of page.samples) {
-    if (s.name !== RUNNING && s.name !== WAITING && s.name !== KV_USAGE && s.name !== KV_USAGE_OLD) continue;
+
+  /** Whether a sample of metric `name` is read (the parse holds nothing of the others). */
+  readonly reads = (name: string): boolean => {
+    const d = this.#dialect;
+    return this.#problem === null && (name === d.running || name === d.waiting || name === d.kvUsage || name === d.kvUsageOld);
+  };
+
+  /** Adds one sample to its rank's sums. */
+  readonly take = (s: PrometheusSample): void => {
+    const d = this.#dialect;
+    if (this.#problem !== null || !this.reads(s.name)) return;
     const model = s.labels.get("model_name") ?? null;
-    if (options.model !== undefined && model !== options.model) continue;
-    const engine = s.labels.get(dialect.rankLabel);
+    if (this.#options.model !== undefined && model !== this.#options.model) return;
+    const engine = s.labels.get(d.rankLabel);
     let rank = 0;
     if (engine !== undefined) {
-      if (!/^\d{1,7}$/.test(engine) || Number(engine) > MAX_RANK) return problem("shape", `line ${s.line}: the ${dialect.rankLabel} label ${JSON.stringify(excerpt(engine))} is not a DP rank`);
+      if (!/^\d{1,7}$/.test(engine) || Number(engine) > MAX_RANK) {
+        this.#problem = problem("shape", `line ${s.line}: the ${d.rankLabel} label ${JSON.stringify(excerpt(engine))} is not a DP rank`);
+        return;
+      }
       rank = Number(engine);
     }
     const key = `${model === null ? "-" : `+${model}`}\u0000${rank}`;
-    let acc = byRank.get(key);
+    let acc = this.#byRank.get(key);
     if (acc === undefined) {
       acc = { model, rank, running: null, waiting: null, kv: null, kvOld: null };
-      byRank.set(key, acc);
+      this.#byRank.set(key, acc);
     }
-    if (s.name === RUNNING || s.name === WAITING) {
+    if (s.name === d.running || s.name === d.waiting) {
       const count = asCount(s.value);
-      if (count === null) return problem("value", `line ${s.line}: ${s.name} is ${String(s.value)}, not a count of requests`);
-      if (s.name === RUNNING) acc.running = add(acc.running, count);
-      else acc.waiting = add(acc.waiting, count);
+      if (count === null) this.#problem = problem("value", `line ${s.line}: ${s.name} is ${String(s.value)}, not a count of requests`);
+      else if (s.name === d.running) acc.running = this.#add(acc.running, count);
+      else acc.waiting = this.#add(acc.waiting, count);
     } else {
       const fraction = Number.isFinite(s.value) && s.value >= 0 && s.value <= 1 ? s.value : null;
-      if (fraction === null) continue;
-      if (s.name === KV_USAGE) acc.kv = Math.max(acc.kv ?? 0, fraction);
-      if (s.name === KV_USAGE_OLD) acc.kvOld = Math.max(acc.kvOld ?? 0, fraction);
+      if (fraction === null) return;
+      if (s.name === d.kvUsage) acc.kv = Math.max(acc.kv ?? 0, fraction);
+      if (s.name === d.kvUsageOld) acc.kvOld = Math.max(acc.kvOld ?? 0, fraction);
     }
+  };
+
+  /** A rank's count so far and one more series of it, as the dialect adds them up. */
+  #add(sum: number | null, count: number): number {
+    return sum === null ? count : this.#dialect.combine === "sum" ? sum + count : Math.max(sum, count);
   }
-  const forModel = options.model === undefined ? "" : ` for model ${JSON.stringify(excerpt(options.model))}`;
-  if (![...byRank.values()].some((a) => a.running !== null)) return problem("missing", `no ${RUNNING} series${forModel}`);
-  const ranks: RankLoad[] = [];
-  for (const a of byRank.values()) {
-    const where = `${a.model === null ? "" : `model_name=${JSON.stringify(excerpt(a.model))},`}${dialect.rankLabel}="${a.rank}"`;
-    if (a.running === null) return problem("missing", `no ${RUNNING}{${where}} beside its other series`);
-    if (a.waiting === null) return problem("missing", `no ${WAITING}{${where}} beside ${RUNNING}`);
-    // The current name wins when a release serves both (0.10 did, the old one deprecated).
-    ranks.push({ rank: a.rank, model: a.model, running: a.running, waiting: a.waiting, kvUsage: a.kv ?? a.kvOld, activeTokens: null });
+
+  /** The ranks' loads once `page` is read whole: its syntax problem first, then the samples' first, then what is missing. */
+  finish(page: PrometheusParse): LoadParse {
+    const { running: RUNNING, waiting: WAITING } = this.#dialect;
+    if (!page.ok) {
+      const p = page.problem;
+      return problem("syntax", `not Prometheus text: line ${p.line}: expected ${p.rule} (${page.problems} bad line${page.problems === 1 ? "" : "s"}): ${JSON.stringify(p.excerpt)}`);
+    }
+    if (this.#problem !== null) return this.#problem;
+    const forModel = this.#options.model === undefined ? "" : ` for model ${JSON.stringify(excerpt(this.#options.model))}`;
+    if (![...this.#byRank.values()].some((a) => a.running !== null)) return problem("missing", `no ${RUNNING} series${forModel}`);
+    const ranks: RankLoad[] = [];
+    for (const a of this.#byRank.values()) {
+      const where = `${a.model === null ? "" : `model_name=${JSON.stringify(excerpt(a.model))},`}${this.#dialect.rankLabel}="${a.rank}"`;
+      if (a.running === null) return problem("missing", `no ${RUNNING}{${where}} beside its other series`);
+      if (a.waiting === null) return problem("missing", `no ${WAITING}{${where}} beside ${RUNNING}`);
+      // The current name wins when a release serves both (0.10 did, the old one deprecated).
+      ranks.push({ rank: a.rank, model: a.model, running: a.running, waiting: a.waiting, kvUsage: a.kv ?? a.kvOld, activeTokens: null });
+    }
+    return { ok: true, report: report(this.#dialect.engine, ranks) };
   }
-  return { ok: true, report: report(dialect.engine, ranks) };
 }
 
 /**
@@ -269,9 +307,8 @@ export function parseEngineLoad(engine: EngineKind, body: string, options: VllmP
  */
 export async function parseEngineLoadStepped(engine: EngineKind, body: string, options: VllmParseOptions, turn: () => Promise<void>): Promise<LoadParse> {
   if (engine === "trtllm") return parseTrtllmMetrics(body);
-  const dialect = engine === "vllm" ? VLLM : SGLANG;
-  const read = new Set([dialect.running, dialect.waiting, dialect.kvUsage, dialect.kvUsageOld]);
-  return loadOfPage(await parsePrometheusTextStepped(body, turn, (name) => read.has(name)), dialect, options);
+  const load = new PageLoad(engine === "vllm" ? VLLM : SGLANG, options);
+  return load.finish(await parsePrometheusTextStepped(body, turn, load.reads, load.take));
 }
 
 /** One TensorRT-LLM row as a rank's load, or the problem with it. */

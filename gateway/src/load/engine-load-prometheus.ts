@@ -88,10 +88,13 @@ export class PrometheusPageParse {
   #problems = 0;
   /** Which samples are kept, by metric name (the others are still read and checked). */
   readonly #keep: ((name: string) => boolean) | null;
+  /** Where the samples kept go, if not into the result. */
+  readonly #take: ((sample: PrometheusSample) => void) | null;
 
-  /** A parse of `text` keeping every sample, or those whose name `keep` takes. */
-  constructor(text: string, keep: ((name: string) => boolean) | null = null) {
+  /** A parse of `text` keeping every sample, or those whose name `keep` takes; handed to `take` as read, if given, instead of held. */
+  constructor(text: string, keep: ((name: string) => boolean) | null = null, take: ((sample: PrometheusSample) => void) | null = null) {
     this.#keep = keep;
+    this.#take = take;
     this.#text = text;
   }
 
@@ -149,7 +152,9 @@ export class PrometheusPageParse {
       return;
     }
     this.#seen.add(key);
-    if (this.#keep === null || this.#keep(sample.name)) this.#samples.push(sample);
+    if (this.#keep !== null && !this.#keep(sample.name)) return;
+    if (this.#take === null) this.#samples.push(sample);
+    else this.#take(sample);
   }
 }
 
@@ -169,10 +174,11 @@ export function parsePrometheusText(text: string): PrometheusParse {
  * a later turn of the event loop, and may reject to stop the parse (a scrape
  * timed out or closed), which then rejects with it. Only the samples `keep`
  * takes (by name) are kept, when given: a page's other series are read and
- * checked, not held (531,000 of them took 600 MiB).
+ * checked, not held (531,000 of them took 600 MiB); with `take`, the kept
+ * go to it as they are read, not into the result.
  */
-export async function parsePrometheusTextStepped(text: string, turn: () => Promise<void>, keep: ((name: string) => boolean) | null = null): Promise<PrometheusParse> {
-  const page = new PrometheusPageParse(text, keep);
+export async function parsePrometheusTextStepped(text: string, turn: () => Promise<void>, keep: ((name: string) => boolean) | null = null, take: ((sample: PrometheusSample) => void) | null = null): Promise<PrometheusParse> {
+  const page = new PrometheusPageParse(text, keep, take);
   page.step(PAGE_STEP_LINES);
   while (!page.done) {
     await turn();
