@@ -213,21 +213,23 @@ describe("parsePrometheusText", () => {
       fc.asyncProperty(fc.array(line, { maxLength: 12 }), fc.boolean(), async (lines, lastNewline) => {
         const text = lines.join("\n") + (lastNewline ? "\n" : "");
         const whole = parsePrometheusText(text);
-        const stepped = await parsePrometheusTextStepped(text, async () => {});
+        const stepped = await parsePrometheusTextStepped(text, async () => {}, { stepLines: 1 });
         expect(stepped).toEqual(whole);
       }),
       { numRuns: 1000, seed: 20261206 },
     );
-    // A page of 50,000 series: a turn after each PAGE_STEP_LINES lines at most (fewer once a turn's 2 ms are up), and the samples the caller keeps.
+    // A page of 50,000 series: a turn after each PAGE_STEP_LINES lines at most, fewer once a turn's 2 ms are up (the clock read
+    // every 64 lines), and the samples the caller keeps.
     const page = Array.from({ length: 50_000 }, (_, i) => `m${i % 3}{i="${i}"} ${i}`).join("\n");
     let turns = 0;
-    const kept = await parsePrometheusTextStepped(page, async () => void turns++, (name) => name === "m1");
+    const kept = await parsePrometheusTextStepped(page, async () => void turns++, { keep: (name) => name === "m1" });
     expect(turns).toBeGreaterThanOrEqual(Math.ceil(50_000 / PAGE_STEP_LINES) - 1);
+    expect(turns).toBeLessThanOrEqual(Math.ceil(50_000 / 64) - 1);
     if (!kept.ok) expect.fail("refused");
     expect(kept.samples.length).toBe(Math.floor(50_000 / 3) + (50_000 % 3 > 1 ? 1 : 0));
     expect(kept.samples.every((x) => x.name === "m1")).toBe(true);
     // A repeated series is still found among the samples not kept.
-    const repeated = await parsePrometheusTextStepped(`m0 1\nm2 1\nm0 2\n`, async () => {}, (name) => name === "m2");
+    const repeated = await parsePrometheusTextStepped(`m0 1\nm2 1\nm0 2\n`, async () => {}, { keep: (name) => name === "m2" });
     expect(repeated.ok).toBe(false);
     let stops = 0;
     await expect(parsePrometheusTextStepped(page, async () => {
@@ -239,7 +241,7 @@ describe("parsePrometheusText", () => {
   it("samples handed to a taker as they are read are not held, and an engine's load read so equals the page read whole (random vLLM and SGLang pages)", async () => {
     const page = Array.from({ length: 5_000 }, (_, i) => `m${i % 3}{i="${i}"} ${i}`).join("\n");
     const taken: number[] = [];
-    const kept = await parsePrometheusTextStepped(page, async () => {}, (name) => name === "m1", (sample) => void taken.push(sample.value));
+    const kept = await parsePrometheusTextStepped(page, async () => {}, { keep: (name) => name === "m1", take: (sample) => void taken.push(sample.value) });
     if (!kept.ok) expect.fail("refused");
     expect(kept.samples).toEqual([]);
     expect(taken).toEqual(Array.from({ length: 5_000 }, (_, i) => i).filter((i) => i % 3 === 1));
@@ -253,11 +255,14 @@ describe("parsePrometheusText", () => {
     });
     const line = fc.oneof({ weight: 8, arbitrary: sample }, { weight: 1, arbitrary: fc.constantFrom("# TYPE vllm:num_requests_running gauge", "<html>", "") });
     await fc.assert(
-      fc.asyncProperty(fc.array(line, { maxLength: 16 }), fc.constantFrom("vllm" as const, "sglang" as const), fc.constantFrom(undefined, "m"), async (lines, engine, model) => {
+      fc.asyncProperty(fc.array(line, { maxLength: 40 }), fc.constantFrom("vllm" as const, "sglang" as const), fc.constantFrom(undefined, "m", "n"), fc.integer({ min: 1, max: 5 }), async (lines, engine, model, step) => {
         const text = lines.join("\n") + "\n";
         const options = model === undefined ? {} : { model };
         const whole = engine === "vllm" ? parseVllmMetrics(text, options) : parseSglangMetrics(text, options);
-        expect(await parseEngineLoadStepped(engine, text, options, async () => {})).toEqual(whole);
+        let turns = 0;
+        expect(await parseEngineLoadStepped(engine, text, options, async () => void turns++, step)).toEqual(whole);
+        // Read `step` lines a turn: the sums and the problems carry over the turns.
+        expect(turns).toBe(Math.max(0, Math.ceil(lines.length / step) - 1));
       }),
       { numRuns: 2000, seed: 20261206 },
     );

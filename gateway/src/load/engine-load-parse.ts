@@ -171,7 +171,8 @@ function parsePrometheusLoad(text: string, dialect: PrometheusDialect, options: 
 /**
  * A Prometheus page's samples in a dialect, summed per (model, DP rank) as
  * the parse reads them: a page's samples are not held (a 3.9 MiB page of
- * 23,293 ranks' series took 51-59 MiB of heap held whole, 26 read this way).
+ * 23,293 ranks' series took 51-59 MiB of heap at its peak held whole, 32
+ * read this way).
  */
 class PageLoad {
   readonly #dialect: PrometheusDialect;
@@ -303,12 +304,13 @@ export function parseEngineLoad(engine: EngineKind, body: string, options: VllmP
 
 /**
  * Reads `body` as parseEngineLoad does, a Prometheus page a step of lines a
- * turn of the event loop (`turn`, which may reject to stop it).
+ * turn of the event loop (`turn`, which may reject to stop it; at most
+ * `stepLines` a turn, PAGE_STEP_LINES by default).
  */
-export async function parseEngineLoadStepped(engine: EngineKind, body: string, options: VllmParseOptions, turn: () => Promise<void>): Promise<LoadParse> {
+export async function parseEngineLoadStepped(engine: EngineKind, body: string, options: VllmParseOptions, turn: () => Promise<void>, stepLines?: number): Promise<LoadParse> {
   if (engine === "trtllm") return parseTrtllmMetrics(body);
   const load = new PageLoad(engine === "vllm" ? VLLM : SGLANG, options);
-  return load.finish(await parsePrometheusTextStepped(body, turn, load.reads, load.take));
+  return load.finish(await parsePrometheusTextStepped(body, turn, { keep: load.reads, take: load.take, ...(stepLines === undefined ? {} : { stepLines }) }));
 }
 
 /** One TensorRT-LLM row as a rank's load, or the problem with it. */

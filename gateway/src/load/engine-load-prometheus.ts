@@ -68,7 +68,7 @@ class LineError {
 
 /**
  * Most lines a stepped parse reads between two turns of the event loop, and
- * it stops sooner once PAGE_STEP_MS have passed: 2,048 lines were about 10
+ * it stops sooner once about PAGE_STEP_MS have passed: 2,048 lines were about 10
  * ms of a page of short distinct series, which a chat waited for at each of
  * its turns (a 3.9 MiB page of 23,293 ranks: chat p50 12-16 ms, 6-9 with the
  * 2 ms bound). An 8 MiB page of them, 531,000 lines, held the loop 2.1 s
@@ -77,16 +77,16 @@ class LineError {
  */
 export const PAGE_STEP_LINES = 2048;
 
-/** The longest a stepped parse reads in one turn of the event loop, ms (as long as an engine batch's slice takes). */
+/** About the longest a stepped parse reads in one turn of the event loop, ms (as long as an engine batch's slice takes). */
 const PAGE_STEP_MS = 2;
 /** Lines read between two looks at the clock. */
 const CLOCK_LINES = 64;
 
-/** Reads one turn's share of `page`: PAGE_STEP_LINES lines, or fewer once PAGE_STEP_MS have passed. */
-function stepForTurn(page: PrometheusPageParse): void {
+/** Reads one turn's share of `page`: `maxLines` lines, or fewer once about PAGE_STEP_MS have passed (the clock read every CLOCK_LINES lines). */
+function stepForTurn(page: PrometheusPageParse, maxLines: number): void {
   const until = performance.now() + PAGE_STEP_MS;
-  for (let n = 0; n < PAGE_STEP_LINES && !page.done; n += CLOCK_LINES) {
-    page.step(CLOCK_LINES);
+  for (let n = 0; n < maxLines && !page.done; n += CLOCK_LINES) {
+    page.step(Math.min(CLOCK_LINES, maxLines - n));
     if (performance.now() >= until) return;
   }
 }
@@ -186,20 +186,28 @@ export function parsePrometheusText(text: string): PrometheusParse {
   return page.result;
 }
 
+/** What a stepped parse keeps, and how much of it a turn reads. */
+export interface SteppedParseOptions {
+  /** Which samples are kept, by metric name (the others are read and checked, not held: 531,000 of them took 600 MiB). */
+  readonly keep?: (name: string) => boolean;
+  /** Where the kept go as they are read, instead of into the result. */
+  readonly take?: (sample: PrometheusSample) => void;
+  /** Most lines a turn reads (PAGE_STEP_LINES). */
+  readonly stepLines?: number;
+}
+
 /**
- * Parses an exposition page a turn's share at a time (stepForTurn): `turn` resolves on
- * a later turn of the event loop, and may reject to stop the parse (a scrape
- * timed out or closed), which then rejects with it. Only the samples `keep`
- * takes (by name) are kept, when given: a page's other series are read and
- * checked, not held (531,000 of them took 600 MiB); with `take`, the kept
- * go to it as they are read, not into the result.
+ * Parses an exposition page a turn's share at a time (stepForTurn): `turn`
+ * resolves on a later turn of the event loop, and may reject to stop the
+ * parse (a scrape timed out or closed), which then rejects with it.
  */
-export async function parsePrometheusTextStepped(text: string, turn: () => Promise<void>, keep: ((name: string) => boolean) | null = null, take: ((sample: PrometheusSample) => void) | null = null): Promise<PrometheusParse> {
-  const page = new PrometheusPageParse(text, keep, take);
-  stepForTurn(page);
+export async function parsePrometheusTextStepped(text: string, turn: () => Promise<void>, options: SteppedParseOptions = {}): Promise<PrometheusParse> {
+  const page = new PrometheusPageParse(text, options.keep ?? null, options.take ?? null);
+  const lines = options.stepLines ?? PAGE_STEP_LINES;
+  stepForTurn(page, lines);
   while (!page.done) {
     await turn();
-    stepForTurn(page);
+    stepForTurn(page, lines);
   }
   return page.result;
 }
