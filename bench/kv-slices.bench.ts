@@ -180,7 +180,7 @@ engine.kill();
 
 // 4. A flood of small batches from a publisher in a process of its own (a publisher in this one would be starved by
 // the gateway it floods): each batch's single block is applied at once, so only the streams' share of a turn
-// (common/next-turn.ts streamTurn) lets requests in.
+// (common/next-turn.ts StreamTurns) lets requests in.
 const FLOOD_MS = 5000;
 const flooderScript = `
   const { Publisher } = require("zeromq");

@@ -142,15 +142,17 @@ function outKind(out: unknown, numRanks: number): 0 | 1 | 2 {
 const ENGINE_MAP_SLACK = 1024;
 
 /**
- * Bounds one rank's engine map once it holds more than twice the rank's
- * `held` blocks: evicted paths leave stale entries behind, which go; hashes
- * that name a block another hash names too (an engine, or a publisher posing
- * as one, naming one block by many hashes) all stay held, so past half the
- * slack over `held` the oldest are forgotten, stored first. So a sweep
- * deletes at least half of what it visits (linear work in all) and the map
- * stays within 2 × held + the slack + one event's blocks.
+ * Bounds one rank's engine map once it holds more than twice the blocks the
+ * rank holds (plus the slack): evicted paths leave stale entries behind,
+ * which go; hashes that name a block another hash names too (an engine, or a
+ * publisher posing as one, naming one block by many hashes) all stay held, so
+ * past half the slack over the blocks held the oldest are forgotten, stored
+ * first. So a sweep deletes at least half of what it visits (linear work in
+ * all) and the map stays within 2 × held + the slack after each event.
  */
-function boundEngineBlocks(ex: IndexCore["ex"], rank: number, map: Map<EngineHash, [number, number]>, held: number): void {
+function boundEngineBlocks(ex: IndexCore["ex"], rank: number, map: Map<EngineHash, [number, number]>): void {
+  const held = ex.indexBlockCount(rank) >>> 0;
+  if (map.size <= 2 * held + ENGINE_MAP_SLACK) return;
   for (const [h, k] of map) if (!ex.indexHolds(rank, k[0], k[1])) map.delete(h);
   const keep = held + ENGINE_MAP_SLACK / 2;
   if (map.size <= keep) return;
@@ -462,8 +464,7 @@ export class PrefixIndex {
         }
         if (known > 0) result.applied++;
         // A removed block takes its descendants, whose hashes stay behind: bounded here too, not at the next store.
-        const held = ex.indexBlockCount(e.rank) >>> 0;
-        if (map.size > 2 * held + ENGINE_MAP_SLACK) boundEngineBlocks(ex, e.rank, map, held);
+        boundEngineBlocks(ex, e.rank, map);
       } else {
         this.#applyStored(core, e.rank, e.parent, { loraTaskId: e.loraTaskId, cacheSalt: e.cacheSalt }, e.blocks, map) ? result.applied++ : result.unknownParent++;
       }
@@ -499,8 +500,7 @@ export class PrefixIndex {
       map.delete(hash); // a hash stored again is the newest (the order the bound below forgets in)
       map.set(hash, pathKeys[i]!);
     }
-    const held = ex.indexBlockCount(rank) >>> 0;
-    if (map.size > 2 * held + ENGINE_MAP_SLACK) boundEngineBlocks(ex, rank, map, held);
+    boundEngineBlocks(ex, rank, map);
     return true;
   }
 

@@ -193,10 +193,9 @@ class PageLoad {
     return this.#problem === null && (name === d.running || name === d.waiting || name === d.kvUsage || name === d.kvUsageOld);
   };
 
-  /** Adds one sample to its rank's sums. */
+  /** Adds one sample `reads` let through (the parse's keep) to its rank's sums. */
   readonly take = (s: PrometheusSample): void => {
     const d = this.#dialect;
-    if (this.#problem !== null || !this.reads(s.name)) return;
     const model = s.labels.get("model_name") ?? null;
     if (this.#options.model !== undefined && model !== this.#options.model) return;
     const engine = s.labels.get(d.rankLabel);
