@@ -25,11 +25,14 @@
 //     the share of the CPU spent in the kernel (syscalls: a floor no proxy escapes),
 //     CPU per 1,000, and the engines' and the whole machine's CPU per 1,000 (what
 //     two cores' requests/s divides: the peer's, the engines', wrk's and the kernel's);
+//   - saturated streamed chats (wrk, STREAM_CONNECTIONS connections, `"stream": true`): the engines
+//     answer STREAM_TOKENS server-sent events a request, each written on its own (as an engine
+//     writes each token it makes), then `data: [DONE]`: requests/s and CPU per 1,000, as above;
 //   - added latency, one small request at a time: p50 through it minus direct.
 // It installs nothing: without `haproxy` or `wrk` it says how to get them.
 // Run: npm run bench:peers (ADP_BENCH_PEERS=gateway,gateway-w2,haproxy-rr,... picks
 // peers, gateway-wN being serve --workers N;
-// ADP_BENCH_GATEWAY_ARGS adds serve flags, ADP_BENCH_GATEWAY_NODE_ARGS node flags such as --cpu-prof (for node-pass too); ADP_BENCH_PEERS_ROUNDS, _RATE, _REQUESTS, _WARMUP resize it; _PHASES=trace,small,latency picks measurements;
+// ADP_BENCH_GATEWAY_ARGS adds serve flags, ADP_BENCH_GATEWAY_NODE_ARGS node flags such as --cpu-prof (for node-pass too); ADP_BENCH_PEERS_ROUNDS, _RATE, _REQUESTS, _WARMUP resize it; _PHASES=trace,small,stream,latency picks measurements;
 // ADP_BENCH_PEERS_TRACE_PROFILER runs a command over the measured trace alone, its {pid}
 // replaced by the peer's pid ({pids}: its process tree's, comma-separated) and sent SIGINT when the trace ends, e.g.
 // "perf record -e cpu-clock -p {pid} -o /tmp/trace.perf" with ADP_BENCH_GATEWAY_NODE_ARGS=--perf-basic-prof;
@@ -74,12 +77,15 @@ const ROUNDS = Number(process.env.ADP_BENCH_PEERS_ROUNDS ?? 3);
 const WRK_CONNECTIONS = 256;
 const WRK_SECONDS = 8;
 const LATENCY_REQUESTS = 1_000;
+/** Tokens a streamed answer carries, each its own server-sent event, and the connections streaming at once. */
+const STREAM_TOKENS = 32;
+const STREAM_CONNECTIONS = 64;
 /** An engine's prefill cost: a fixed part and a part per block it missed (ms). */
 const ENGINE_BASE_MS = 2;
 const ENGINE_MS_PER_MISSED_BLOCK = 0.25;
 const PEERS = (process.env.ADP_BENCH_PEERS ?? "gateway,gateway-w2,haproxy-rr,haproxy-hash").split(",");
 /** The measurements taken: `trace`, `small` (saturated), `latency` (one at a time). */
-const PHASES = new Set((process.env.ADP_BENCH_PEERS_PHASES ?? "trace,small,latency").split(","));
+const PHASES = new Set((process.env.ADP_BENCH_PEERS_PHASES ?? "trace,small,stream,latency").split(","));
 
 /** Filler words for the prompts' chunks. */
 const WORDS = "the of and to in is was for that with as on by at from his her he she it they an be this which or are were had have not but all one their what so up out if about who get there when make can like time no just him know take people into year your good some could them see other than then now look only come its over think also back after use two how our work first well way even new want because any these give day most us cache router token prefix block engine rank".split(" ");
@@ -164,6 +170,30 @@ class Lru {
 
 // ── The engines' child ─────────────────────────────────────────────────────
 
+/**
+ * A streamed chat answer as vLLM's OpenAI server writes it
+ * (vllm/entrypoints/openai/serving_chat.py, chat_completion_stream_generator,
+ * at 003fe59: a first event with the role and empty content, one
+ * `chat.completion.chunk` event a token, the last with its finish and stop
+ * reasons, then `data: [DONE]`; no usage event unless stream_options asks):
+ * STREAM_TOKENS token events, each written in its own turn so that each is its
+ * own write (on loopback, its own segment), as an engine writes each token it
+ * makes.
+ */
+function streamAnswer(res: ServerResponse): void {
+  res.writeHead(200, { "content-type": "text/event-stream; charset=utf-8" });
+  const event = (delta: string, finish = "null") => `data: {"id":"chatcmpl-bench","object":"chat.completion.chunk","created":0,"model":"bench-model","choices":[{"index":0,"delta":${delta},"logprobs":null,"finish_reason":${finish}}]}\n\n`;
+  let i = 0;
+  const next = () => {
+    if (i === 0) res.write(event('{"role":"assistant","content":""}'));
+    if (i < STREAM_TOKENS - 1) res.write(event(`{"content":" t${i}"}`));
+    else return void res.end(event(`{"content":" t${i}"}`, '"stop","stop_reason":null') + "data: [DONE]\n\n");
+    i++;
+    setImmediate(next);
+  };
+  next();
+}
+
 /** In the engines' child: ENGINES mock engines, each with its LRU; prints their URLs. `GET /stats` sums their counters; `POST /reset` empties them. */
 async function engines(): Promise<void> {
   const answer = JSON.stringify({ id: "x", object: "chat.completion", created: 0, model: "bench-model", choices: [{ index: 0, message: { role: "assistant", content: "ok" }, finish_reason: "stop" }], usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 } });
@@ -189,14 +219,16 @@ async function engines(): Promise<void> {
           return;
         }
         const s = stats[e]!;
-        const content = (JSON.parse(Buffer.concat(chunks).toString("utf8")) as { messages: { content: string }[] }).messages.map((m) => m.content).join("");
+        const request = JSON.parse(Buffer.concat(chunks).toString("utf8")) as { messages: { content: string }[]; stream?: boolean };
+        const content = request.messages.map((m) => m.content).join("");
         const keys = blockKeys(content);
         const hit = s.lru.visit(keys);
         s.requests++;
         s.hits += hit;
         s.blocks += keys.length;
         const delay = ENGINE_BASE_MS + ENGINE_MS_PER_MISSED_BLOCK * (keys.length - hit);
-        setTimeout(() => res.writeHead(200, { "content-type": "application/json", "content-length": Buffer.byteLength(answer) }).end(answer), delay);
+        if (request.stream === true) setTimeout(() => streamAnswer(res), delay);
+        else setTimeout(() => res.writeHead(200, { "content-type": "application/json", "content-length": Buffer.byteLength(answer) }).end(answer), delay);
       });
     });
     server.keepAliveTimeout = 60_000;
@@ -567,21 +599,28 @@ function machineCpu(): number {
   return fields.reduce((t, v, i) => (i === 3 || i === 4 ? t : t + v), 0) / 100; // USER_HZ
 }
 
+/** The saturated phases' requests: a small chat answered whole, and one streamed (STREAM_TOKENS events), with the connections each is sent on. */
+const SATURATING = {
+  small: { body: '{"model":"bench-model","messages":[{"role":"user","content":"a small question"}],"max_tokens":1}', connections: WRK_CONNECTIONS },
+  stream: { body: `{"model":"bench-model","messages":[{"role":"user","content":"a small question"}],"max_tokens":${STREAM_TOKENS},"stream":true}`, connections: STREAM_CONNECTIONS },
+} as const;
+
 /**
- * `wrk` saturating `peer` with small chats: requests/s and CPU per 1,000, also
- * the engines' and the whole machine's (their sum with the peer's is what
- * requests/s divides two cores by).
+ * `wrk` saturating `peer` with small chats (or streamed ones): requests/s and
+ * CPU per 1,000, also the engines' and the whole machine's (their sum with the
+ * peer's is what requests/s divides two cores by).
  */
-function saturatedRun(peer: Peer, dir: string, engines: number) {
-  const script = path.join(dir, "small.lua");
-  writeFileSync(script, `wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\nwrk.body = '{"model":"bench-model","messages":[{"role":"user","content":"a small question"}],"max_tokens":1}'\n`);
+function saturatedRun(peer: Peer, dir: string, engines: number, kind: keyof typeof SATURATING = "small") {
+  const { body, connections } = SATURATING[kind];
+  const script = path.join(dir, `${kind}.lua`);
+  writeFileSync(script, `wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\nwrk.body = '${body}'\n`);
   const cpu0 = cpuSeconds(peer.proc.pid!);
   const sys0 = cpuSeconds(peer.proc.pid!, "system");
   const engines0 = cpuSeconds(engines);
   const machine0 = machineCpu();
   let peakRss = rssMiB(peer.proc.pid!);
   let peakProcess = rssMiB(peer.proc.pid!, "largest");
-  const out = spawnSync("wrk", ["-t", "2", "-c", String(WRK_CONNECTIONS), "-d", `${WRK_SECONDS}s`, "-s", script, `${peer.url}/v1/chat/completions`], { encoding: "utf8" });
+  const out = spawnSync("wrk", ["-t", "2", "-c", String(connections), "-d", `${WRK_SECONDS}s`, "-s", script, `${peer.url}/v1/chat/completions`], { encoding: "utf8" });
   peakRss = Math.max(peakRss, rssMiB(peer.proc.pid!));
   peakProcess = Math.max(peakProcess, rssMiB(peer.proc.pid!, "largest"));
   const cpu = cpuSeconds(peer.proc.pid!) - cpu0;
@@ -639,8 +678,10 @@ async function main(): Promise<void> {
           await warmUp(peer, warmupOf(peer.processes));
           const trace = PHASES.has("trace") ? prefix("trace_", await traceRun(peer, calls, urls[0]!)) : {};
           const saturated = PHASES.has("small") ? prefix("small_", saturatedRun(peer, dir, enginesProc.pid!)) : {};
+          // net-pass frames by Content-Length only and node-pass copies it: neither relays a chunked stream.
+          const streamed = PHASES.has("stream") && !/^(net|node)-pass/.test(name) ? prefix("stream_", saturatedRun(peer, dir, enginesProc.pid!, "stream")) : {};
           const added: Record<string, number> = PHASES.has("latency") ? { added_latency_p50_ms: (await oneAtATime(peer.url)) - direct } : {};
-          const row = { ...trace, ...saturated, ...added };
+          const row = { ...trace, ...saturated, ...streamed, ...added };
           console.log(JSON.stringify({ round, peer: name, ...roundAll(row) }));
           results.set(name, [...(results.get(name) ?? []), row]);
         } finally {
@@ -656,7 +697,7 @@ async function main(): Promise<void> {
 }
 
 /** The figures compared with HAProxy's, as the issue's targets name them. */
-const COMPARED = ["trace_cpu_s_per_1000", "small_cpu_s_per_1000", "small_requests_per_s", "trace_peak_rss_mib", "small_rss_mib", "trace_peak_process_rss_mib", "small_process_rss_mib", "trace_hit_ratio"] as const;
+const COMPARED = ["trace_cpu_s_per_1000", "small_cpu_s_per_1000", "small_requests_per_s", "stream_cpu_s_per_1000", "stream_requests_per_s", "trace_peak_rss_mib", "small_rss_mib", "trace_peak_process_rss_mib", "small_process_rss_mib", "trace_hit_ratio"] as const;
 
 /** Medians per peer, then each figure of the others as a ratio to each HAProxy's. */
 function summary(results: Map<string, Record<string, number>[]>, direct: number): void {

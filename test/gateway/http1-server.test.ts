@@ -727,6 +727,60 @@ describe("whole answers leave in the check phase, together", () => {
     expect(conns[0]!.server.writableLength).toBe(0);
   });
 
+  it("a stream's chunks written in one poll phase leave together at its check phase, framed and in order, the last chunk with them", async () => {
+    const [c] = await pairs(1);
+    // Counts the socket's writes to its handle (net.Socket's one path for write and writev).
+    let writes = 0;
+    const socket = c!.server as Socket & { _writeGeneric(...args: unknown[]): unknown };
+    const write = socket._writeGeneric.bind(socket);
+    socket._writeGeneric = (...args: unknown[]) => (writes++, write(...args));
+    const stream = new Http1Response(c!.server, owner, false);
+    stream.writeHead(200, { "content-type": "text/event-stream" });
+    stream.flushHeaders();
+    expect(c!.server.writableLength).toBe(0); // the head is not held
+    await until(() => c!.received().endsWith("\r\n\r\n"));
+    writes = 0;
+    const events = ['data: {"a":1}\n\n', "data: é\n\n", 'data: {"b":2}\n\n'];
+    const large = `data: ${"x".repeat(20_000)}\n\n`; // beyond the size copied into one buffer
+    expect(stream.write(Buffer.from(events[0]!))).toBe(true);
+    stream.write(events[1]!); // text, its UTF-8 size framed
+    stream.write(Buffer.from(events[2]!));
+    stream.write(Buffer.alloc(0)); // nothing, no chunk
+    expect(c!.server.writableLength).toBeGreaterThan(40); // held: nothing reached the kernel yet
+    await new Promise((r) => setImmediate(r));
+    expect(c!.server.writableLength).toBe(0);
+    expect(writes).toBe(1); // one write for every chunk of the phase
+    // A later phase: a chunk written as it is (past the size copied into one buffer), the last chunk with the end's.
+    stream.write(Buffer.from(large));
+    stream.end(Buffer.from("data: [DONE]\n\n"));
+    const chunk = (text: string) => `${Buffer.byteLength(text).toString(16)}\r\n${Buffer.from(text).toString("latin1")}\r\n`;
+    await until(() => c!.received().endsWith("0\r\n\r\n"));
+    expect(c!.received().slice(c!.received().indexOf("\r\n\r\n") + 4)).toBe([...events, large, "data: [DONE]\n\n"].map(chunk).join("") + "0\r\n\r\n");
+  });
+
+  it("a stream's events held past the socket's high-water mark go at once, and 'drain' follows before the check phase", async () => {
+    const [c] = await pairs(1);
+    const stream = new Http1Response(c!.server, owner, false);
+    stream.writeHead(200, { "content-type": "text/event-stream" });
+    stream.flushHeaders();
+    const event = Buffer.from(`data: ${"y".repeat(1000)}\n\n`);
+    const hwm = c!.server.writableHighWaterMark;
+    let drained = false;
+    let n = 0;
+    while (n < 1000 && stream.write(event)) n++;
+    c!.server.once("drain", () => (drained = true));
+    // Held until the write that filled the buffer, then handed to the kernel in that write's turn.
+    expect(n).toBe(Math.floor((hwm - 1) / (event.length + 8))); // each event framed with its size line and CRLF
+    expect(c!.server.writableLength).toBe(0);
+    let checked = false;
+    setImmediate(() => (checked = true));
+    await new Promise((r) => process.nextTick(r));
+    expect(drained && !checked).toBe(true);
+    stream.end();
+    await until(() => c!.received().endsWith("0\r\n\r\n"));
+    expect(c!.received().split("data: ").length - 1).toBe(n + 1);
+  });
+
   it("a held answer whose connection ends or breaks before the check phase: ended, it still goes out whole; destroyed, no error and never a part", async () => {
     const [ends, breaks] = await pairs(2);
     const errors: Error[] = [];

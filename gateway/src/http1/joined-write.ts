@@ -19,7 +19,7 @@ export interface ForwardedLines {
 const latin1Write = (Buffer.prototype as unknown as { latin1Write(this: Buffer, text: string, offset: number, length: number): number }).latin1Write;
 
 /** Writes `text` as latin1 into `out` at `at`; returns the bytes written. */
-const putLatin1 = (out: Buffer, text: string, at: number): number => latin1Write.call(out, text, at, text.length);
+export const putLatin1 = (out: Buffer, text: string, at: number): number => latin1Write.call(out, text, at, text.length);
 
 /** Writes `head` (latin1) then `body` on `socket`; `done` is called once both reached the kernel. Returns what `write` returned. */
 export function writeJoined(socket: Socket, head: string, body: Buffer | null, done?: () => void): boolean {

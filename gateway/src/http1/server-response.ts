@@ -10,7 +10,7 @@ import { STATUS_CODES } from "node:http";
 import type { Socket } from "node:net";
 import type { EdgeResponse } from "./edge-types.js";
 import { isFieldValue, isToken } from "./grammar.js";
-import { writeJoined } from "./joined-write.js";
+import { putLatin1, writeJoined } from "./joined-write.js";
 import type { HeadLines } from "./answer-parser.js";
 
 /** What an answer tells the connection it is written on. */
@@ -50,15 +50,15 @@ function hasHeader(headers: Readonly<Record<string, unknown>>, lower: string): b
   return false;
 }
 
-/** Client sockets corked until the event loop's check phase, and whether that phase's uncorking is scheduled. */
-let corked: Socket[] = [];
+/** Client sockets corked until the event loop's check phase (each once), and whether that phase's uncorking is scheduled. */
+let corked = new Set<Socket>();
 let uncorkScheduled = false;
 
 /** Uncorks every socket corkUntilCheck corked (the check phase, after the poll phase's reads). */
 function uncorkAll(): void {
   uncorkScheduled = false;
   const sockets = corked;
-  corked = [];
+  corked = new Set();
   for (const socket of sockets) {
     try {
       socket.uncork();
@@ -70,23 +70,61 @@ function uncorkAll(): void {
 
 /**
  * Corks `socket` until the event loop's check phase: the answers to the
- * upstream reads of one poll phase then reach their clients together, after
- * it, and a client process woken by the first finds the others waiting
- * instead of sleeping again between them (a wake-up of another process is
- * most of a loopback write's cost, docs/performance.md).
+ * upstream reads of one poll phase (whole answers, a stream's events) then
+ * reach their clients together, after it, one write a client, and a client
+ * process woken by the first finds the others waiting instead of sleeping
+ * again between them (a wake-up of another process is most of a loopback
+ * write's cost, docs/performance.md). A socket destroyed before then loses
+ * what it held: only a client being cut off is destroyed.
  */
 function corkUntilCheck(socket: Socket): void {
+  if (corked.has(socket)) return;
   socket.cork();
-  corked.push(socket);
+  corked.add(socket);
   if (uncorkScheduled) return;
   uncorkScheduled = true;
   setImmediate(uncorkAll);
+}
+
+/**
+ * Sends what `socket` holds now when `more` is false (it holds a high-water
+ * mark's worth): a large body's bytes go as they come, as they did before
+ * they were held, and its 'drain' is not put off to the check phase.
+ */
+function flushWhenFull(socket: Socket, more: boolean): boolean {
+  if (!more && corked.delete(socket)) socket.uncork();
+  return more;
 }
 
 /** The line end after a chunk's size and after its data. */
 const CRLF = "\r\n";
 /** The last chunk of a chunked body. */
 const LAST_CHUNK = "0\r\n\r\n";
+
+/** Chunks up to this size are copied between their size line and their end into one buffer; larger ones are written as they are. */
+const JOIN_CHUNK_BYTES = 16 * 1024;
+
+/**
+ * Writes one chunk of a chunked body, `size` bytes of `chunk`, then `after`
+ * (its CRLF, and the last chunk when it ends the body): one buffer when small
+ * (a stream's token events are a few hundred bytes; three small buffers cost
+ * the corked socket's writev three times the bookkeeping). Returns what
+ * `write` returned.
+ */
+function writeChunk(socket: Socket, chunk: Buffer | string, size: number, after: string): boolean {
+  const line = `${size.toString(16)}${CRLF}`;
+  if (size > JOIN_CHUNK_BYTES) {
+    socket.write(line, "latin1");
+    socket.write(chunk);
+    return socket.write(after, "latin1");
+  }
+  const out = Buffer.allocUnsafe(line.length + size + after.length);
+  putLatin1(out, line, 0);
+  if (typeof chunk === "string") out.write(chunk, line.length, "utf8");
+  else chunk.copy(out, line.length);
+  putLatin1(out, after, line.length + size);
+  return socket.write(out);
+}
 
 /** An answer written to one client socket. */
 export class Http1Response implements EdgeResponse {
@@ -231,7 +269,7 @@ export class Http1Response implements EdgeResponse {
     if (!this.#sent) this.#socket.write(this.#finalHead(-1), "latin1");
   }
 
-  /** Writes a piece of the body (the head with it, when not sent yet); false: the socket's buffer is full, wait for 'drain'. */
+  /** Writes a piece of the body (the head with it, when not sent yet), held with the others of this poll phase until its check phase; false: the socket's buffer is full, wait for 'drain'. */
   write(chunk: Buffer | string): boolean {
     if (this.writableEnded) return false;
     if (!this.headersSent) this.writeHead(200);
@@ -242,23 +280,14 @@ export class Http1Response implements EdgeResponse {
       // A whole answer's first bytes go with the head, in one write.
       if (!this.#chunked) {
         corkUntilCheck(socket);
-        return writeJoined(socket, head, typeof chunk === "string" ? Buffer.from(chunk) : chunk);
+        return flushWhenFull(socket, writeJoined(socket, head, typeof chunk === "string" ? Buffer.from(chunk) : chunk));
       }
+      corkUntilCheck(socket);
       if (size === 0) return socket.write(head, "latin1");
-      socket.cork();
       socket.write(head, "latin1");
     } else if (size === 0) return true;
-    else socket.cork();
-    if (this.#chunked) {
-      socket.write(`${size.toString(16)}${CRLF}`, "latin1");
-      socket.write(chunk);
-      const more = socket.write(CRLF, "latin1");
-      socket.uncork();
-      return more;
-    }
-    const more = socket.write(chunk);
-    socket.uncork();
-    return more;
+    else corkUntilCheck(socket);
+    return flushWhenFull(socket, this.#chunked ? writeChunk(socket, chunk, size, CRLF) : socket.write(chunk));
   }
 
   /** Ends the answer with `chunk` as its last bytes (a whole answer's head and body in one write). */
@@ -277,13 +306,9 @@ export class Http1Response implements EdgeResponse {
         else if (typeof chunk === "string" && size === chunk.length) socket.write(head + chunk, "latin1");
         else writeJoined(socket, head, typeof chunk === "string" ? Buffer.from(chunk) : chunk!);
       } else if (this.#chunked) {
-        if (size > 0) {
-          socket.cork();
-          socket.write(`${size.toString(16)}${CRLF}`, "latin1");
-          socket.write(chunk!);
-          socket.write(`${CRLF}${LAST_CHUNK}`, "latin1");
-          socket.uncork();
-        } else socket.write(LAST_CHUNK, "latin1");
+        corkUntilCheck(socket); // with the chunks written since the last check phase
+        if (size > 0) writeChunk(socket, chunk!, size, `${CRLF}${LAST_CHUNK}`);
+        else socket.write(LAST_CHUNK, "latin1");
       } else if (size > 0) socket.write(chunk!);
     }
     this.writableEnded = true;

@@ -34,9 +34,15 @@ function afterLastBoundary(data: Buffer): number {
   return Math.max(lf < 0 ? 0 : lf + 2, crlf < 0 ? 0 : crlf + 3);
 }
 
+/** Whether `data` ends on an event boundary (most chunks do: engines write whole events), found without a search. */
+function endsAtBoundary(data: Buffer): boolean {
+  const n = data.length;
+  return n >= 2 && data[n - 1] === 0x0a && (data[n - 2] === 0x0a || (n >= 3 && data[n - 2] === 0x0d && data[n - 3] === 0x0a));
+}
+
 /**
- * Counts the token fields of `bytes`. With `seam` (the length of the previous
- * chunk's carry at the start of `bytes`), only those the previous chunk could
+ * Counts the token fields of `bytes`. With `seam` (the length of the stream's
+ * carry at the start of `bytes`), only those the chunks before could
  * not tell: starting in the carry and needing a byte after it.
  */
 function tokenFields(bytes: Buffer, seam = -1): number {
@@ -59,7 +65,7 @@ export class TokenTiming {
   firstTokenAt: number | null = null;
   /** When the last token came. */
   #lastTokenAt = 0;
-  /** The previous chunk's last bytes. */
+  /** The stream's last bytes so far (up to CARRY), or null after an event boundary. */
   #carry: Buffer | null = null;
   /** Whether the bytes passed on so far end on an event boundary. */
   #boundary = true;
@@ -94,7 +100,7 @@ export class TokenTiming {
     if (bytes.length === 0) return bytes;
     this.#time(bytes);
     const data = this.#held === null ? bytes : Buffer.concat([this.#held, bytes]);
-    const end = afterLastBoundary(data);
+    const end = endsAtBoundary(data) ? data.length : afterLastBoundary(data);
     if (end === data.length || data.length - end > HOLD_MAX) {
       // All whole, or an event too big to hold: passed on as it is.
       this.#held = null;
@@ -122,7 +128,11 @@ export class TokenTiming {
       // A field cut between chunks: found in the carry and the chunk's first bytes.
       tokens += tokenFields(Buffer.concat([this.#carry, bytes.subarray(0, CARRY)]), this.#carry.length);
     }
-    this.#carry = Buffer.from(bytes.subarray(Math.max(0, bytes.length - CARRY)));
+    // No field spans an event boundary: after one, nothing is carried. A chunk shorter than the carry keeps the
+    // previous carry's end before it (a field may span three chunks or more).
+    if (endsAtBoundary(bytes)) this.#carry = null;
+    else if (bytes.length >= CARRY || this.#carry === null) this.#carry = Buffer.from(bytes.subarray(Math.max(0, bytes.length - CARRY)));
+    else this.#carry = Buffer.concat([this.#carry, bytes]).subarray(-CARRY);
     if (tokens === 0) return;
     const now = this.#now();
     if (this.firstTokenAt === null) {
