@@ -88,8 +88,8 @@ function corkUntilCheck(socket: Socket): void {
 
 /**
  * Sends what `socket` holds now when `more` is false (it holds a high-water
- * mark's worth): a large body's bytes go as they come, as they did before
- * they were held, and its 'drain' is not put off to the check phase.
+ * mark's worth): a large body's bytes go to the kernel as they come, and its
+ * 'drain' (which resumes a paused upstream) is not put off to the check phase.
  */
 function flushWhenFull(socket: Socket, more: boolean): boolean {
   if (!more && corked.delete(socket)) socket.uncork();
