@@ -758,6 +758,20 @@ describe("whole answers leave in the check phase, together", () => {
     expect(c!.received().slice(c!.received().indexOf("\r\n\r\n") + 4)).toBe([...events, large, "data: [DONE]\n\n"].map(chunk).join("") + "0\r\n\r\n");
   });
 
+  it("a stream's events the engine sends apart reach the client apart: each before the engine sends the next", async () => {
+    const { gateway, engines } = await fleet(1, "", { chunks: 4, chunkGapMs: 300 });
+    const response = await fetch(`${gateway.url}/v1/chat/completions`, { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ model: "m", stream: true, messages: [{ role: "user", content: "spaced" }] }) });
+    // At each event's arrival, how many the engine had sent: one more each time, never all at once.
+    const sentAtArrival: number[] = [];
+    let text = "";
+    for await (const piece of response.body!) {
+      text += new TextDecoder().decode(piece);
+      const events = text.split("\n\n").filter((e) => e.startsWith("data: {")).length;
+      while (sentAtArrival.length < events) sentAtArrival.push(engines[0]!.streamed);
+    }
+    expect(sentAtArrival).toEqual([1, 2, 3, 4]);
+  });
+
   it("a stream's events held past the socket's high-water mark go at once, and 'drain' follows before the check phase", async () => {
     const [c] = await pairs(1);
     const stream = new Http1Response(c!.server, owner, false);
