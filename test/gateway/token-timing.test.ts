@@ -19,11 +19,24 @@ const event = fc
     return `data: {"id":"c","choices":[{"index":0,"delta":{${field}${space ? " " : ""}${value}},"finish_reason":null}]}${end}`;
   });
 
-/** Tokens `timing` counted: the first, and one per gap after it. */
+/** Where the bytes after `text`'s last event boundary (a blank line, LF or CRLF) begin; 0 without one. */
+function lastBoundaryEnd(text: string): number {
+  const lf = text.lastIndexOf("\n\n");
+  const crlf = text.lastIndexOf("\n\r\n");
+  return Math.max(lf < 0 ? 0 : lf + 2, crlf < 0 ? 0 : crlf + 3);
+}
+
+/** Tokens `timing` counted: the first, and one per gap after it; each chunk's bytes passed on are checked: the whole events so far. */
 function feed(chunks: readonly Buffer[]): { tokens: number; passed: Buffer } {
   let gaps = 0;
   const timing = new TokenTiming(0, () => gaps++, () => 1);
-  const out = chunks.map((c) => timing.chunk(c));
+  let seen = "";
+  const out: Buffer[] = [];
+  for (const c of chunks) {
+    out.push(timing.chunk(c));
+    seen += c.toString("latin1");
+    expect(Buffer.concat(out).toString("latin1")).toBe(seen.slice(0, lastBoundaryEnd(seen)));
+  }
   const rest = timing.flush();
   return { tokens: (timing.firstTokenAt === null ? 0 : 1) + gaps, passed: Buffer.concat(rest === null ? out : [...out, rest]) };
 }

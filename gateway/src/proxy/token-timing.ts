@@ -23,6 +23,8 @@ const FIELDS: readonly { readonly key: Buffer; readonly opens: number; readonly 
 const CARRY = 24;
 /** The most bytes of an unfinished event held back. */
 const HOLD_MAX = 64 << 10;
+/** What a chunk passes on while its event is still coming. */
+const EMPTY = Buffer.alloc(0);
 /** Event boundaries: a blank line, LF or CRLF. */
 const LF_LF = Buffer.from("\n\n");
 const LF_CRLF = Buffer.from("\n\r\n");
@@ -69,8 +71,9 @@ export class TokenTiming {
   #carry: Buffer | null = null;
   /** Whether the bytes passed on so far end on an event boundary. */
   #boundary = true;
-  /** The start of an event not yet whole, held back; or null. */
-  #held: Buffer | null = null;
+  /** The start of an event not yet whole, held back in the pieces it came in, and their bytes. */
+  #held: Buffer[] = [];
+  #heldBytes = 0;
   /** Inter-token gaps seen (seconds each), passed to `onGap`. */
   readonly #onGap: (seconds: number) => void;
   /** The clock (ms), injectable for tests. */
@@ -99,25 +102,51 @@ export class TokenTiming {
   chunk(bytes: Buffer): Buffer {
     if (bytes.length === 0) return bytes;
     this.#time(bytes);
-    const data = this.#held === null ? bytes : Buffer.concat([this.#held, bytes]);
-    const end = endsAtBoundary(data) ? data.length : afterLastBoundary(data);
+    // What is held has no boundary in it: only the new bytes, and the held bytes' last two a boundary may start in,
+    // are searched, and the held pieces joined once an event is whole (an event sent a byte at a time costs its
+    // length, not its length squared).
+    const seam = Math.min(2, this.#heldBytes);
+    const searched = seam === 0 ? bytes : Buffer.concat([this.#heldTail(seam), bytes]);
+    const found = endsAtBoundary(searched) ? searched.length : afterLastBoundary(searched);
+    const length = this.#heldBytes + bytes.length;
+    if (found === 0 && length <= HOLD_MAX) {
+      this.#held.push(Buffer.from(bytes)); // copied: the reader may reuse its buffer
+      this.#heldBytes = length;
+      return EMPTY;
+    }
+    const data = this.#heldBytes === 0 ? bytes : Buffer.concat([...this.#held, bytes]);
+    const end = found === 0 ? 0 : found - seam + this.#heldBytes;
+    this.#held = [];
+    this.#heldBytes = 0;
     if (end === data.length || data.length - end > HOLD_MAX) {
       // All whole, or an event too big to hold: passed on as it is.
-      this.#held = null;
       this.#boundary = end === data.length;
       return data;
     }
-    this.#held = Buffer.from(data.subarray(end));
-    // Passed on up to a boundary; nothing passed (the rest of an event too big to hold, say) leaves it as it was.
-    if (end > 0) this.#boundary = true;
+    this.#held.push(Buffer.from(data.subarray(end)));
+    this.#heldBytes = data.length - end;
+    this.#boundary = true; // passed on up to a boundary
     return data.subarray(0, end);
+  }
+
+  /** The last `n` bytes held (from the last pieces only: a piece may be a byte). */
+  #heldTail(n: number): Buffer {
+    const pieces: Buffer[] = [];
+    for (let i = this.#held.length - 1, left = n; i >= 0 && left > 0; i--) {
+      const piece = this.#held[i]!;
+      pieces.unshift(piece.subarray(Math.max(0, piece.length - left)));
+      left -= pieces[0]!.length;
+    }
+    return pieces.length === 1 ? pieces[0]! : Buffer.concat(pieces);
   }
 
   /** The bytes still held when the answer ended (an upstream's last event without its blank line), to pass on; or null. */
   flush(): Buffer | null {
-    const held = this.#held;
-    this.#held = null;
-    if (held !== null) this.#boundary = false;
+    if (this.#heldBytes === 0) return null;
+    const held = Buffer.concat(this.#held);
+    this.#held = [];
+    this.#heldBytes = 0;
+    this.#boundary = false;
     return held;
   }
 
