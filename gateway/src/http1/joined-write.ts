@@ -1,5 +1,6 @@
-// A head and its body written to a socket as one buffer when they are small
-// (one `write` system call, none of the stream's corked-write bookkeeping),
+// A head and its body (or a body's chunk between its size line and its end)
+// written to a socket as one buffer when they are small (one `write` system
+// call, none of the stream's corked-write bookkeeping),
 // or as two corked writes when the body is large (no copy of it). Measured in
 // bench:peers (docs/performance.md): the corked path's JS, for a small
 // proxied request's two writes, was a few µs of the gateway's own CPU.
@@ -19,7 +20,7 @@ export interface ForwardedLines {
 const latin1Write = (Buffer.prototype as unknown as { latin1Write(this: Buffer, text: string, offset: number, length: number): number }).latin1Write;
 
 /** Writes `text` as latin1 into `out` at `at`; returns the bytes written. */
-export const putLatin1 = (out: Buffer, text: string, at: number): number => latin1Write.call(out, text, at, text.length);
+const putLatin1 = (out: Buffer, text: string, at: number): number => latin1Write.call(out, text, at, text.length);
 
 /** Writes `head` (latin1) then `body` on `socket`; `done` is called once both reached the kernel. Returns what `write` returned. */
 export function writeJoined(socket: Socket, head: string, body: Buffer | null, done?: () => void): boolean {
@@ -35,6 +36,28 @@ export function writeJoined(socket: Socket, head: string, body: Buffer | null, d
   const more = socket.write(body, done);
   socket.uncork();
   return more;
+}
+
+/**
+ * Writes one chunk of a chunked body: its size line, `size` bytes of `chunk`,
+ * then `after` (its CRLF, and the last chunk when it ends the body); one
+ * buffer when small, as writeJoined joins (a stream's token events are a few
+ * hundred bytes: three small buffers cost a corked socket's writev three
+ * times the bookkeeping). Returns what `write` returned.
+ */
+export function writeChunk(socket: Socket, chunk: Buffer | string, size: number, after: string): boolean {
+  const line = `${size.toString(16)}\r\n`;
+  if (size > JOIN_BYTES) {
+    socket.write(line, "latin1");
+    socket.write(chunk);
+    return socket.write(after, "latin1");
+  }
+  const out = Buffer.allocUnsafe(line.length + size + after.length);
+  putLatin1(out, line, 0);
+  if (typeof chunk === "string") out.write(chunk, line.length, "utf8");
+  else chunk.copy(out, line.length);
+  putLatin1(out, after, line.length + size);
+  return socket.write(out);
 }
 
 /**

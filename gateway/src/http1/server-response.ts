@@ -10,7 +10,7 @@ import { STATUS_CODES } from "node:http";
 import type { Socket } from "node:net";
 import type { EdgeResponse } from "./edge-types.js";
 import { isFieldValue, isToken } from "./grammar.js";
-import { putLatin1, writeJoined } from "./joined-write.js";
+import { writeChunk, writeJoined } from "./joined-write.js";
 import type { HeadLines } from "./answer-parser.js";
 
 /** What an answer tells the connection it is written on. */
@@ -100,31 +100,6 @@ function flushWhenFull(socket: Socket, more: boolean): boolean {
 const CRLF = "\r\n";
 /** The last chunk of a chunked body. */
 const LAST_CHUNK = "0\r\n\r\n";
-
-/** Chunks up to this size are copied between their size line and their end into one buffer; larger ones are written as they are. */
-const JOIN_CHUNK_BYTES = 16 * 1024;
-
-/**
- * Writes one chunk of a chunked body, `size` bytes of `chunk`, then `after`
- * (its CRLF, and the last chunk when it ends the body): one buffer when small
- * (a stream's token events are a few hundred bytes; three small buffers cost
- * the corked socket's writev three times the bookkeeping). Returns what
- * `write` returned.
- */
-function writeChunk(socket: Socket, chunk: Buffer | string, size: number, after: string): boolean {
-  const line = `${size.toString(16)}${CRLF}`;
-  if (size > JOIN_CHUNK_BYTES) {
-    socket.write(line, "latin1");
-    socket.write(chunk);
-    return socket.write(after, "latin1");
-  }
-  const out = Buffer.allocUnsafe(line.length + size + after.length);
-  putLatin1(out, line, 0);
-  if (typeof chunk === "string") out.write(chunk, line.length, "utf8");
-  else chunk.copy(out, line.length);
-  putLatin1(out, after, line.length + size);
-  return socket.write(out);
-}
 
 /** An answer written to one client socket. */
 export class Http1Response implements EdgeResponse {

@@ -101,12 +101,14 @@ export class TokenTiming {
    */
   chunk(bytes: Buffer): Buffer {
     if (bytes.length === 0) return bytes;
+    // The carry ends with what is held: both are the stream's bytes since a boundary, the carry up to CARRY of them.
+    const before = this.#carry;
     this.#time(bytes);
     // What is held has no boundary in it: only the new bytes, and the held bytes' last two a boundary may start in,
     // are searched, and the held pieces joined once an event is whole (an event sent a byte at a time costs its
     // length, not its length squared).
     const seam = Math.min(2, this.#heldBytes);
-    const searched = seam === 0 ? bytes : Buffer.concat([this.#heldTail(seam), bytes]);
+    const searched = seam === 0 ? bytes : Buffer.concat([before!.subarray(before!.length - seam), bytes]);
     const found = endsAtBoundary(searched) ? searched.length : afterLastBoundary(searched);
     const length = this.#heldBytes + bytes.length;
     if (found === 0 && length <= HOLD_MAX) {
@@ -127,17 +129,6 @@ export class TokenTiming {
     this.#heldBytes = data.length - end;
     this.#boundary = true; // passed on up to a boundary
     return data.subarray(0, end);
-  }
-
-  /** The last `n` bytes held (from the last pieces only: a piece may be a byte). */
-  #heldTail(n: number): Buffer {
-    const pieces: Buffer[] = [];
-    for (let i = this.#held.length - 1, left = n; i >= 0 && left > 0; i--) {
-      const piece = this.#held[i]!;
-      pieces.unshift(piece.subarray(Math.max(0, piece.length - left)));
-      left -= pieces[0]!.length;
-    }
-    return pieces.length === 1 ? pieces[0]! : Buffer.concat(pieces);
   }
 
   /** The bytes still held when the answer ended (an upstream's last event without its blank line), to pass on; or null. */
