@@ -16,8 +16,8 @@ import type { Fleet, FleetChange } from "./fleet/fleet.js";
 import { formatBounds, indexBound, type Bound } from "./common/bounds.js";
 import { formatEdgeMetrics, formatGatewayMetrics, label, type GatewayCounters } from "./metrics.js";
 import { ModelsEndpoint } from "./edge/models.js";
-import { HttpError } from "./requests/openai.js";
-import { proxy, type ProxyCall, type ProxyContext } from "./proxy/proxy.js";
+import { HttpError, type RoutedRequest } from "./requests/openai.js";
+import { proxy, type ProxyCall, type ProxyContext, type ProxyOutcome } from "./proxy/proxy.js";
 import { refuseSelf } from "./fleet/reachability.js";
 import type { RequestReader } from "./requests/request-reader.js";
 import { Hangup, type Scheduler } from "./fleet/scheduler.js";
@@ -62,14 +62,36 @@ export interface ServiceParts {
   readonly siblings: Siblings | null;
 }
 
-/** What one request's log line says besides its method, path and time. */
-interface Served {
-  status: number;
-  upstream: string | null;
-  outcome: string;
-  matched: number | null;
+/** One request from its start to its log line: what that line says, and what its handling keeps across its waits. */
+class Served {
+  /** When it came (performance.now()). */
+  readonly started = performance.now();
+  /** Its client hung up before its answer was whole. */
+  readonly hangup = new Hangup();
+  status = 0;
+  upstream: string | null = null;
+  outcome = "ok";
+  matched: number | null = null;
   /** The counters its outcome goes to (a disaggregated request's: those of the pool that answered last); null: the gateway's. */
-  counters?: GatewayCounters | null;
+  counters: GatewayCounters | null = null;
+  /** A completion's body, once read. */
+  raw: Buffer | null = null;
+
+  constructor(
+    /** Its path (the target before any query). */
+    readonly path: string,
+    /** The completion it asks for (null: another endpoint). */
+    readonly kind: "chat" | "completion" | null,
+    readonly requestId: string,
+  ) {}
+
+  /** Takes a proxied completion's outcome, `matched` tokens of its prompt in the prefix index where it went. */
+  answered(r: ProxyOutcome, matched: number): void {
+    this.matched = matched;
+    this.status = r.status;
+    this.upstream = r.upstream.name;
+    this.outcome = r.outcome;
+  }
 }
 
 /** The gateway's request handling and fleet changes. */
@@ -127,53 +149,83 @@ export class GatewayService {
   /**
    * Serves one request: routes by path, answers every failure OpenAI-style,
    * logs one line. `body`: the body the own server path read (null: node:http's
-   * request, its body still to read).
+   * request, its body still to read). What a request needs from its start to
+   * its log line is one Served record, not this function's locals: a request
+   * waiting on its engine keeps this frame, which stays small.
    */
   async handle(req: EdgeRequest, res: EdgeResponse, body: Buffer | null = null): Promise<void> {
-    const started = performance.now();
-    const path = pathOf(req);
-    const kind = path === "/v1/chat/completions" ? "chat" : path === "/v1/completions" ? "completion" : null;
-    const requestId = requestIdOf(req);
-    res.setHeader("x-request-id", requestId);
-    const served: Served = { status: 0, upstream: null, outcome: "ok", matched: null };
-    this.answering++;
-    const hangup = new Hangup();
-    res.on("close", () => {
-      if (!res.writableFinished) hangup.abort();
-      this.answering--;
-    });
+    const served = this.#begin(req, res);
     try {
       // A request that went out through this gateway and came back: one hop, then refused (never an amplification).
       if (isLoop(req, this.#via)) {
         this.edge.loops++;
         throw new HttpError(508, "the request came back to this gateway (an upstream is this gateway, or forwards to it)", "invalid_request_error", "loop_detected");
       }
-      if (kind !== null) await this.#complete(kind, req, res, body, requestId, hangup, served);
-      // The own server path takes only the completion routes: every other request is node:http's.
-      else if (req instanceof IncomingMessage) Object.assign(served, await this.#serveOther(path, req, res as ServerResponse, requestId, hangup));
-      else throw new HttpError(404, `no route for ${req.method} ${path.slice(0, 200)}`, "invalid_request_error", "not_found");
-    } catch (error) {
-      const e = error instanceof HttpError ? error : new HttpError(500, "internal error", "server_error", "internal_error");
-      if (!(error instanceof HttpError)) this.#parts.log.error({ err: error, request_id: requestId }, "unexpected error");
-      served.status = e.status;
-      served.outcome = e.code;
-      // An answer about an upstream (its timeout, its failure) names it, in the log line as in the header.
-      served.upstream ??= e.headers["x-adp-upstream-name"] ?? null;
-      if (e.status !== 499) {
-        try {
-          answerError(req, res, e);
-        } catch (failed) {
-          // An answer that cannot be written (a header Node refuses) must not become an unhandled rejection.
-          this.#parts.log.error({ err: failed, request_id: requestId }, "an error answer could not be written");
-          res.destroy();
+      const kind = served.kind;
+      if (kind !== null) {
+        // A completion: read (and tokenized), placed, proxied. Its waits are here rather than in a method of their own,
+        // so that a request waiting on its engine keeps one suspended frame.
+        const read = this.#read(kind, req, body, served);
+        const request = read instanceof Promise ? await read : read;
+        if (this.#disaggregation !== null) await this.#disaggregated(this.#disaggregation, kind, req, res, request, served);
+        else {
+          const tokens = request.tokens.length;
+          // Only the prompt's size goes on from here, not its token ids: the scheduler hands them back once placed
+          // (a token array held for the whole upstream round trip outlives the young generation; bench:serve).
+          const placement = await this.#parts.scheduler.acquire(request, served.hangup);
+          const r = await proxy(this.#proxying, { kind, req, res, raw: served.raw!, tokens, requestId: served.requestId, hangup: served.hangup }, placement.upstream, placement.rank);
+          served.answered(r, placement.matchedTokens);
         }
       }
+      // The own server path takes only the completion routes: every other request is node:http's.
+      else if (req instanceof IncomingMessage) Object.assign(served, await this.#serveOther(served.path, req, res as ServerResponse, served.requestId, served.hangup));
+      else throw new HttpError(404, `no route for ${req.method} ${served.path.slice(0, 200)}`, "invalid_request_error", "not_found");
+    } catch (error) {
+      this.#failed(req, res, served, error);
     } finally {
-      if (kind !== null) this.#count(served);
-      // The line's object is made only when it is written (below `info`, a request makes none).
-      const log = this.#parts.log;
-      if (log.isLevelEnabled("info")) log.info({ method: req.method, path: path.slice(0, 200), request_id: requestId, status: served.status, upstream: served.upstream, outcome: served.outcome, matched_tokens: served.matched, latency_ms: Math.round((performance.now() - started) * 10) / 10 }, "request");
+      this.#finished(req, served);
     }
+  }
+
+  /** A request's start: its record, its id on the answer, its hang-up when the client leaves first. */
+  #begin(req: EdgeRequest, res: EdgeResponse): Served {
+    const path = pathOf(req);
+    const requestId = requestIdOf(req);
+    res.setHeader("x-request-id", requestId);
+    const served = new Served(path, path === "/v1/chat/completions" ? "chat" : path === "/v1/completions" ? "completion" : null, requestId);
+    this.answering++;
+    const hangup = served.hangup;
+    res.on("close", () => {
+      if (!res.writableFinished) hangup.abort();
+      this.answering--;
+    });
+    return served;
+  }
+
+  /** Answers a request's failure OpenAI-style (an HttpError as it says, anything else 500 and logged); a 499 gets no answer. */
+  #failed(req: EdgeRequest, res: EdgeResponse, served: Served, error: unknown): void {
+    const e = error instanceof HttpError ? error : new HttpError(500, "internal error", "server_error", "internal_error");
+    if (!(error instanceof HttpError)) this.#parts.log.error({ err: error, request_id: served.requestId }, "unexpected error");
+    served.status = e.status;
+    served.outcome = e.code;
+    // An answer about an upstream (its timeout, its failure) names it, in the log line as in the header.
+    served.upstream ??= e.headers["x-adp-upstream-name"] ?? null;
+    if (e.status === 499) return;
+    try {
+      answerError(req, res, e);
+    } catch (failed) {
+      // An answer that cannot be written (a header Node refuses) must not become an unhandled rejection.
+      this.#parts.log.error({ err: failed, request_id: served.requestId }, "an error answer could not be written");
+      res.destroy();
+    }
+  }
+
+  /** A request's end: a completion's outcome counted, its log line written. */
+  #finished(req: EdgeRequest, served: Served): void {
+    if (served.kind !== null) this.#count(served);
+    // The line's object is made only when it is written (below `info`, a request makes none).
+    const log = this.#parts.log;
+    if (log.isLevelEnabled("info")) log.info({ method: req.method, path: served.path.slice(0, 200), request_id: served.requestId, status: served.status, upstream: served.upstream, outcome: served.outcome, matched_tokens: served.matched, latency_ms: Math.round((performance.now() - served.started) * 10) / 10 }, "request");
   }
 
   /**
@@ -182,8 +234,7 @@ export class GatewayService {
    * serving it, where node:http's request would have failed reading it.
    */
   abandoned(req: EdgeRequest): void {
-    const served: Served = { status: 499, upstream: null, outcome: "client_closed", matched: null };
-    this.#count(served);
+    this.#count({ status: 499, outcome: "client_closed", counters: null });
     const path = pathOf(req);
     this.#parts.log.info({ method: req.method, path: path.slice(0, 200), request_id: requestIdOf(req), status: 499, upstream: null, outcome: "client_closed", matched_tokens: null, latency_ms: null }, "request");
   }
@@ -292,44 +343,47 @@ export class GatewayService {
   }
 
   /** Counts a completion request's outcome and status. */
-  #count(served: Served): void {
+  #count(served: Pick<Served, "status" | "outcome" | "counters">): void {
     const { requests, codes } = served.counters ?? this.#parts.counters;
     requests.set(served.outcome, (requests.get(served.outcome) ?? 0) + 1);
     if (served.status >= 100 && served.status <= 599) codes.set(served.status, (codes.get(served.status) ?? 0) + 1);
   }
 
-  /** Serves a completion request: read (and tokenized), placed, proxied; what happened goes in `served`. */
-  async #complete(kind: "chat" | "completion", req: EdgeRequest, res: EdgeResponse, body: Buffer | null, requestId: string, hangup: Hangup, served: Served): Promise<void> {
-    const { config, reader, scheduler } = this.#parts;
+  /**
+   * A completion request's body (node:http's read first) and what the reader
+   * made of it: at once on the own server path with a reader in this thread,
+   * else a promise; refused (thrown) when not a POST or not authorized.
+   */
+  #read(kind: "chat" | "completion", req: EdgeRequest, body: Buffer | null, served: Served): RoutedRequest | Promise<RoutedRequest> {
+    const { config, reader } = this.#parts;
     if (req.method !== "POST") throw onlyMethod(kind === "chat" ? "/v1/chat/completions" : "/v1/completions", "POST");
     if (!this.#authorized(req)) throw unauthorized();
-    const raw = body ?? (await readBody(req as IncomingMessage, config.limits.maxBodyBytes, this.receiving));
-    const request = reader.readNow !== undefined ? reader.readNow(kind, raw, req.headers) : await reader.read(kind, raw, req.headers, hangup);
-    const tokens = request.tokens.length;
-    if (this.#disaggregation !== null) {
-      // A failure thrown is counted in the pool its phase ran on.
-      const d = await this.#disaggregation.serve({ kind, req, res, raw, tokens, requestId, hangup, request }, (pool) => (served.counters = pool.counters));
-      served.status = d.status;
-      served.upstream = d.upstream;
-      served.outcome = d.outcome;
-      served.matched = d.matched;
-      served.counters = d.pool.counters;
-      return;
+    if (body === null) {
+      return readBody(req as IncomingMessage, config.limits.maxBodyBytes, this.receiving).then((raw) => {
+        served.raw = raw;
+        return reader.read(kind, raw, req.headers, served.hangup);
+      });
     }
-    // Only the prompt's size goes on from here, not its token ids: the scheduler hands them back once placed
-    // (a token array held for the whole upstream round trip outlives the young generation; bench:serve).
-    const placement = await scheduler.acquire(request, hangup);
-    const r = await proxy(this.#proxying, { kind, req, res, raw, tokens, requestId, hangup }, placement.upstream, placement.rank);
-    served.matched = placement.matchedTokens;
-    served.status = r.status;
-    served.upstream = r.upstream.name;
-    served.outcome = r.outcome;
+    served.raw = body;
+    return reader.readNow !== undefined ? reader.readNow(kind, body, req.headers) : reader.read(kind, body, req.headers, served.hangup);
+  }
+
+  /** Serves a disaggregated completion request (its phases on the two pools); what happened goes in `served`. */
+  async #disaggregated(d: DisaggregatedServing, kind: "chat" | "completion", req: EdgeRequest, res: EdgeResponse, request: RoutedRequest, served: Served): Promise<void> {
+    const { requestId, hangup, raw } = served;
+    // A failure thrown is counted in the pool its phase ran on.
+    const done = await d.serve({ kind, req, res, raw: raw!, tokens: request.tokens.length, requestId, hangup, request }, (pool) => (served.counters = pool.counters));
+    served.status = done.status;
+    served.upstream = done.upstream;
+    served.outcome = done.outcome;
+    served.matched = done.matched;
+    served.counters = done.pool.counters;
   }
 
   /** Serves the other endpoints. */
-  async #serveOther(path: string, req: IncomingMessage, res: ServerResponse, requestId: string, hangup: Hangup): Promise<Served> {
+  async #serveOther(path: string, req: IncomingMessage, res: ServerResponse, requestId: string, hangup: Hangup): Promise<Pick<Served, "status" | "upstream" | "outcome" | "matched">> {
     const { config, fleet, replication } = this.#parts;
-    const ok = (status: number, upstream: string | null = null): Served => ({ status, upstream, outcome: "ok", matched: null });
+    const ok = (status: number, upstream: string | null = null) => ({ status, upstream, outcome: "ok", matched: null });
     if (path.startsWith("/admin/")) return ok(await adminRoute(this.#admin, req, res, path, (req.url ?? "").slice(path.length + 1)));
     if (path === "/v1/models") {
       if (req.method !== "GET") throw onlyMethod(path, "GET");

@@ -19,8 +19,9 @@
 // request only once a connection is up, and says so (`onRequestStart`) right
 // before its first byte, so a failure before that is one the upstream never saw.
 //
-// One object per exchange (its handler, its deadline, its promise's settle):
-// a proxied request allocates little, which is most of what it costs.
+// One object per exchange (its handler and its deadline), which tells its
+// listener how it ended (no promise: proxy.ts's call object hears it): a
+// proxied request allocates little, which is most of what it costs.
 
 import type { IncomingHttpHeaders } from "node:http";
 import type { AnswerController, AnswerHandler, ForwardedLines, RequestDispatcher } from "../http1/http1-pool.js";
@@ -74,6 +75,8 @@ export interface ExchangeListener {
   data(chunk: Buffer): Buffer;
   /** The answer ended: what it returns (bytes `data` held back) is written before the end. */
   end(): Buffer | null;
+  /** The exchange is over (called once, last): the answer went through whole, or what cut it. */
+  settled(result: ExchangeResult): void;
 }
 
 /** How an exchange ended: the answer's status (0: no answer came, nothing was written to the client) and what cut it (null: whole). */
@@ -90,7 +93,6 @@ class UpstreamExchange implements AnswerHandler, Expiring {
   readonly #res: AnswerSink;
   readonly #options: ExchangeOptions;
   readonly #listener: ExchangeListener;
-  readonly #settle: (result: ExchangeResult) => void;
   #controller: AnswerController | null = null;
   /** Whether the client began writing the request (the upstream may have it from then on). */
   #written = false;
@@ -111,17 +113,13 @@ class UpstreamExchange implements AnswerHandler, Expiring {
   /** When the whole exchange must end (Infinity: no bound). */
   readonly #maxAt: number;
   readonly #onHangup = () => this.#abort("client_closed");
-  readonly #onDrain = () => {
-    this.#paused = false;
-    this.dueAt = performance.now() + this.#options.idleMs;
-    this.#controller?.resume();
-  };
+  /** Resumes the upstream once a stalled client drained (made the first time a client stalls: most never do). */
+  #onDrain: (() => void) | null = null;
 
-  constructor(res: AnswerSink, options: ExchangeOptions, listener: ExchangeListener, settle: (result: ExchangeResult) => void) {
+  constructor(res: AnswerSink, options: ExchangeOptions, listener: ExchangeListener) {
     this.#res = res;
     this.#options = options;
     this.#listener = listener;
-    this.#settle = settle;
     const now = performance.now();
     this.#sentAt = now;
     const connecting = options.connectMs < options.firstByteMs;
@@ -157,12 +155,12 @@ class UpstreamExchange implements AnswerHandler, Expiring {
     this.#finished = true;
     deadlines.delete(this);
     this.#options.hangup.off("abort", this.#onHangup);
-    this.#res.off("drain", this.#onDrain);
-    if (error === undefined) return this.#settle({ status: this.#status, error: null });
+    if (this.#onDrain !== null) this.#res.off("drain", this.#onDrain);
+    if (error === undefined) return this.#listener.settled({ status: this.#status, error: null });
     // undici's own timers are off (the pool's are 0), so its errors are the connection's.
     const reason = reasonOf(error);
     const failure = error instanceof ExchangeError ? error : new ExchangeError(this.#cut ?? (reason === "timeout" ? "error" : reason), this.#written, { cause: error });
-    this.#settle({ status: this.#status, error: failure });
+    this.#listener.settled({ status: this.#status, error: failure });
   }
 
   onRequestStart(c: AnswerController): void {
@@ -197,8 +195,15 @@ class UpstreamExchange implements AnswerHandler, Expiring {
     if (out.length > 0 && !this.#res.write(out)) {
       this.#paused = true;
       c.pause();
-      this.#res.once("drain", this.#onDrain);
+      this.#res.once("drain", (this.#onDrain ??= () => this.#drained()));
     }
+  }
+
+  /** The stalled client drained: the upstream goes on. */
+  #drained(): void {
+    this.#paused = false;
+    this.dueAt = performance.now() + this.#options.idleMs;
+    this.#controller?.resume();
   }
 
   onResponseEnd(): void {
@@ -214,15 +219,13 @@ class UpstreamExchange implements AnswerHandler, Expiring {
 }
 
 /**
- * Sends one POST over `dispatcher` and relays its answer into `res`; resolves
- * (never rejects) once it is over: with the answer's status and null when the
- * answer went through whole, with the ExchangeError that cut it otherwise
- * (status 0: no answer came, nothing was written to the client).
+ * Sends one POST over `dispatcher` and relays its answer into `res`; tells
+ * `listener` once it is over (`settled`): with the answer's status and null
+ * when the answer went through whole, with the ExchangeError that cut it
+ * otherwise (status 0: no answer came, nothing was written to the client).
  */
-export function exchange(dispatcher: RequestDispatcher, res: AnswerSink, options: ExchangeOptions, listener: ExchangeListener): Promise<ExchangeResult> {
-  return new Promise<ExchangeResult>((settle) => {
-    const handler = new UpstreamExchange(res, options, listener, settle);
-    const forward = options.forward;
-    dispatcher.dispatch(forward === null ? { path: options.path, method: "POST", headers: options.headers, body: options.body } : { path: options.path, method: "POST", headers: options.headers, body: options.body, forward }, handler);
-  });
+export function exchange(dispatcher: RequestDispatcher, res: AnswerSink, options: ExchangeOptions, listener: ExchangeListener): void {
+  const handler = new UpstreamExchange(res, options, listener);
+  const forward = options.forward;
+  dispatcher.dispatch(forward === null ? { path: options.path, method: "POST", headers: options.headers, body: options.body } : { path: options.path, method: "POST", headers: options.headers, body: options.body, forward }, handler);
 }

@@ -17,8 +17,8 @@ import { HEAD_LINES, type HeadLines } from "../http1/answer-parser.js";
 import type { Logger } from "pino";
 import type { GatewayConfig } from "../config/config.js";
 import { viaFor } from "../requests/via.js";
-import { exchange, type AnswerSink, type ExchangeListener } from "./exchange.js";
-import type { ExchangeReason } from "../fleet/upstream-errors.js";
+import { exchange, type AnswerSink, type ExchangeListener, type ExchangeResult } from "./exchange.js";
+import type { ExchangeError, ExchangeReason } from "../fleet/upstream-errors.js";
 import type { Fleet } from "../fleet/fleet.js";
 import { HttpError } from "../requests/openai.js";
 import type { Hangup, Scheduler } from "../fleet/scheduler.js";
@@ -215,42 +215,83 @@ const SET_WITH_KEY: ReadonlySet<string> = new Set([...SET_BY_GATEWAY, "authoriza
  * Proxies a placed request to `first` (on its DP rank `rank` when phase 2
  * chose one), retrying on another upstream only while it was never delivered
  * (there without a rank: that engine's balancer picks); resolves with how it
- * ended (or throws the HttpError to answer when no answer came).
+ * ended (or rejects with the HttpError to answer when no answer came).
  */
 export function proxy(ctx: ProxyContext, call: ProxyCall, first: Upstream, rank: number | null = null): Promise<ProxyOutcome> {
-  const notify = call.onFirstChunk;
-  if (notify === undefined) return proxyTo(ctx, call, first, rank, null);
-  let told = false;
-  const once = () => {
-    if (told) return;
-    told = true;
-    notify();
-  };
-  return proxyTo(ctx, call, first, rank, once).finally(once);
+  return new Promise<ProxyOutcome>((resolve, reject) => new ProxyRun(ctx, call, first, rank, resolve, reject).send(first));
 }
 
 /**
- * One try of a call on one upstream, and what the exchange tells it: the
- * client's head written from the upstream's, token timing on a stream, the
- * first chunk reported. One object per try (the exchange's listener).
+ * One proxied call: its tries on the upstreams it may use, and what each
+ * exchange tells it (the client's head written from the upstream's, token
+ * timing on a stream, the first chunk reported, how the try ended). While the
+ * engine answers, a request holds this object and its exchange, not an async
+ * function's frame and a promise a try: those cost a few hundred bytes each,
+ * which every young-generation collection copies while requests are in
+ * flight (docs/performance.md).
  */
-class Attempt implements ExchangeListener {
-  readonly upstream: Upstream;
-  readonly #fleet: Fleet;
+class ProxyRun implements ExchangeListener {
+  readonly #ctx: ProxyContext;
   readonly #call: ProxyCall;
-  readonly #firstChunk: (() => void) | null;
-  /** When it was sent (performance.now()). */
-  readonly started = performance.now();
+  readonly #first: Upstream;
+  readonly #rank: number | null;
+  readonly #resolve: (outcome: ProxyOutcome) => void;
+  readonly #reject: (error: unknown) => void;
+  /** The upstreams a try failed on before any byte reached them (null: none yet). */
+  #tried: Set<Upstream> | null = null;
+  /** Whether the call's onFirstChunk was called (once: at the answer's first chunk, its end, or the call's end). */
+  #told = false;
+  /** How the try in progress ended, until the microtask that takes it (where an awaited exchange's continuation ran). */
+  #result: ExchangeResult | null = null;
+  readonly #afterTry = () => this.#tryEnded();
+  /** The try in progress: its upstream. */
+  upstream: Upstream;
+  /** When the try in progress was sent (performance.now()). */
+  started = 0;
   /** A stream's token timing (null: a whole answer). */
   timing: TokenTiming | null = null;
   /** A whole answer's head for node:http's response, held until its first body bytes (null: none held). */
   #heldHead: { status: number; headers: Record<string, string | string[]> } | null = null;
 
-  constructor(fleet: Fleet, upstream: Upstream, call: ProxyCall, firstChunk: (() => void) | null) {
-    this.#fleet = fleet;
-    this.upstream = upstream;
+  constructor(ctx: ProxyContext, call: ProxyCall, first: Upstream, rank: number | null, resolve: (outcome: ProxyOutcome) => void, reject: (error: unknown) => void) {
+    this.#ctx = ctx;
     this.#call = call;
-    this.#firstChunk = firstChunk;
+    this.#first = first;
+    this.#rank = rank;
+    this.#resolve = resolve;
+    this.#reject = reject;
+    this.upstream = first;
+  }
+
+  /** Sends the call to `u` (its rank only on the first upstream); a throw ends the call with it. */
+  send(u: Upstream): void {
+    const ctx = this.#ctx;
+    const call = this.#call;
+    this.upstream = u;
+    this.started = performance.now();
+    this.timing = null;
+    try {
+      const forward = forwardedLines(ctx, call, u);
+      const rank = u === this.#first ? this.#rank : null;
+      exchange(
+        u.exchanges,
+        call.res,
+        {
+          path: u.basePath === "" ? (call.req.url ?? "/") : `${u.basePath}${call.req.url}`,
+          headers: forward === null ? upstreamHeaders(ctx, call, u, rank) : gatewayHeaders(ctx, call, u, rank),
+          forward,
+          body: call.body === undefined ? call.raw : call.body(u),
+          hangup: call.hangup,
+          connectMs: ctx.timeouts.connectMs,
+          firstByteMs: ctx.timeouts.firstByteMs,
+          idleMs: ctx.timeouts.idleMs,
+          maxMs: ctx.timeouts.maxStreamMs,
+        },
+        this,
+      );
+    } catch (error) {
+      this.#end(null, error);
+    }
   }
 
   written(): void {
@@ -260,7 +301,7 @@ class Attempt implements ExchangeListener {
   head(status: number, answer: IncomingHttpHeaders): void {
     const upstream = this.upstream;
     upstream.firstByte.observe((performance.now() - this.started) / 1000);
-    this.#fleet.answered(upstream, status);
+    this.#ctx.fleet.answered(upstream, status);
     upstream.countStatus(status);
     const res = this.#call.res;
     const lines = (answer as { [HEAD_LINES]?: HeadLines })[HEAD_LINES];
@@ -288,15 +329,20 @@ class Attempt implements ExchangeListener {
   }
 
   data(chunk: Buffer): Buffer {
-    this.#firstChunk?.();
+    this.#tell();
     if (this.#heldHead !== null) this.#writeHeldHead();
     return this.timing === null ? chunk : this.timing.chunk(chunk);
   }
 
   end(): Buffer | null {
-    this.#firstChunk?.();
+    this.#tell();
     if (this.#heldHead !== null) this.#writeHeldHead();
     return this.timing === null ? null : this.timing.flush();
+  }
+
+  settled(result: ExchangeResult): void {
+    this.#result = result;
+    queueMicrotask(this.#afterTry);
   }
 
   /** Writes node:http's held head, as its body's first bytes go. */
@@ -323,6 +369,83 @@ class Attempt implements ExchangeListener {
     }
     return res instanceof Http1Response && res.unsend();
   }
+
+  /** Calls the call's onFirstChunk, the first time only. */
+  #tell(): void {
+    if (this.#told) return;
+    this.#told = true;
+    this.#call.onFirstChunk?.();
+  }
+
+  /** Ends the call: with its outcome, or (`outcome` null) with `error`. */
+  #end(outcome: ProxyOutcome | null, error?: unknown): void {
+    this.#tell();
+    if (outcome !== null) this.#resolve(outcome);
+    else this.#reject(error);
+  }
+
+  /** Takes how the try ended: the call ends, or goes to another upstream. */
+  #tryEnded(): void {
+    const { status, error } = this.#result!;
+    this.#result = null;
+    let outcome: ProxyOutcome | null;
+    try {
+      outcome = status === 0 ? this.#unanswered(error!) : this.#answered(status, error);
+    } catch (thrown) {
+      return this.#end(null, thrown);
+    }
+    if (outcome !== null) this.#end(outcome);
+  }
+
+  /** A try that got an answer: how the call ended (the client's answer is written, whole or cut short). */
+  #answered(status: number, error: ExchangeError | null): ProxyOutcome {
+    const upstream = this.upstream;
+    this.#ctx.fleet.release(upstream, this.#call.tokens, upstream === this.#first ? this.#rank : null);
+    const seconds = (performance.now() - this.started) / 1000;
+    upstream.e2e.observe(seconds);
+    if (error !== null) return cutShort(this.#ctx, this.#call, this, status, error.reason);
+    // A whole answer's first token is its end; a stream without tokens likewise; an error answer has no tokens.
+    if (status < 300) upstream.ttft.observe(this.timing?.ttftSeconds ?? seconds);
+    return { status, upstream, outcome: "ok" };
+  }
+
+  /**
+   * A try with no answer (nothing reached the client): the call ends 499 when
+   * its client left; a request that never reached the upstream goes to the
+   * least loaded other one (null: sent on); else the HttpError to answer is thrown.
+   */
+  #unanswered(failure: ExchangeError): ProxyOutcome | null {
+    const { fleet, scheduler, log } = this.#ctx;
+    const call = this.#call;
+    const upstream = this.upstream;
+    fleet.release(upstream, call.tokens, upstream === this.#first ? this.#rank : null);
+    if (call.hangup.aborted || failure.reason === "client_closed") {
+      upstream.countStatus("aborted");
+      return { status: 499, upstream, outcome: "client_closed" };
+    }
+    upstream.countStatus(failure.reason === "first_byte_timeout" || failure.reason === "connect_timeout" ? "timeout" : failure.reason);
+    fleet.gatewayFailure(upstream, failure.reason);
+    const at = namingUpstream(upstream);
+    if (!failure.delivered) {
+      const tried = (this.#tried ??= new Set());
+      tried.add(upstream);
+      const next = scheduler.leastLoaded(tried);
+      if (next !== null) {
+        upstream.retriedAway++;
+        next.inFlight++;
+        next.inFlightTokens += call.tokens;
+        if (call.tokens > 0) this.#ctx.relearn(next, call);
+        log.warn({ request_id: call.requestId, upstream: upstream.name, reason: failure.reason, retried_on: next.name }, "the request never reached its upstream: sent to another");
+        this.send(next);
+        return null;
+      }
+      if (failure.reason === "connect_timeout" || failure.reason === "first_byte_timeout") throw new HttpError(504, "the upstream could not be connected to in time", "server_error", "upstream_connect_timeout", at);
+      throw new HttpError(502, "no upstream could be reached", "server_error", "upstream_unreachable", at);
+    }
+    // It may have reached the engine: answered with this upstream's failure, never sent on.
+    log.warn({ request_id: call.requestId, upstream: upstream.name, reason: failure.reason }, "the upstream failed after the request was sent: answered with its failure, not retried");
+    throw upstreamFailure(this.#ctx, upstream, failure.reason);
+  }
 }
 
 /** node:http's responses whose whole answer's head came and is held until its body (see Attempt.head). */
@@ -331,72 +454,6 @@ const HEADS_HELD = new WeakSet<AnswerSink>();
 /** Whether an answer's head came for `res`: written (perhaps not yet sent), or held until its body. */
 export function headGiven(res: EdgeResponse): boolean {
   return res.headersSent || HEADS_HELD.has(res);
-}
-
-/** proxy()'s loop over the upstreams it may try; `firstChunk` is called at the answer's first chunk and its end. */
-async function proxyTo(ctx: ProxyContext, call: ProxyCall, first: Upstream, rank: number | null, firstChunk: (() => void) | null): Promise<ProxyOutcome> {
-  const { fleet, scheduler, log } = ctx;
-  const { res, hangup, tokens } = call;
-  let tried: Set<Upstream> | null = null;
-  let u = first;
-  for (;;) {
-    const upstream = u;
-    const attempt = new Attempt(fleet, upstream, call, firstChunk);
-    const forward = forwardedLines(ctx, call, upstream);
-    const tryRank = upstream === first ? rank : null;
-    const { status, error } = await exchange(
-      upstream.exchanges,
-      res,
-      {
-        path: upstream.basePath === "" ? (call.req.url ?? "/") : `${upstream.basePath}${call.req.url}`,
-        headers: forward === null ? upstreamHeaders(ctx, call, upstream, tryRank) : gatewayHeaders(ctx, call, upstream, tryRank),
-        forward,
-        body: call.body === undefined ? call.raw : call.body(upstream),
-        hangup,
-        connectMs: ctx.timeouts.connectMs,
-        firstByteMs: ctx.timeouts.firstByteMs,
-        idleMs: ctx.timeouts.idleMs,
-        maxMs: ctx.timeouts.maxStreamMs,
-      },
-      attempt,
-    );
-    fleet.release(upstream, tokens, upstream === first ? rank : null);
-    if (status === 0) {
-      // No answer came: nothing reached the client.
-      const failure = error!;
-      if (hangup.aborted || failure.reason === "client_closed") {
-        upstream.countStatus("aborted");
-        return { status: 499, upstream, outcome: "client_closed" };
-      }
-      upstream.countStatus(failure.reason === "first_byte_timeout" || failure.reason === "connect_timeout" ? "timeout" : failure.reason);
-      fleet.gatewayFailure(upstream, failure.reason);
-      const at = namingUpstream(upstream);
-      if (!failure.delivered) {
-        (tried ??= new Set()).add(upstream);
-        const next = scheduler.leastLoaded(tried);
-        if (next !== null) {
-          upstream.retriedAway++;
-          next.inFlight++;
-          next.inFlightTokens += tokens;
-          if (tokens > 0) ctx.relearn(next, call);
-          log.warn({ request_id: call.requestId, upstream: upstream.name, reason: failure.reason, retried_on: next.name }, "the request never reached its upstream: sent to another");
-          u = next;
-          continue;
-        }
-        if (failure.reason === "connect_timeout" || failure.reason === "first_byte_timeout") throw new HttpError(504, "the upstream could not be connected to in time", "server_error", "upstream_connect_timeout", at);
-        throw new HttpError(502, "no upstream could be reached", "server_error", "upstream_unreachable", at);
-      }
-      // It may have reached the engine: answered with this upstream's failure, never sent on.
-      log.warn({ request_id: call.requestId, upstream: upstream.name, reason: failure.reason }, "the upstream failed after the request was sent: answered with its failure, not retried");
-      throw upstreamFailure(ctx, upstream, failure.reason);
-    }
-    const seconds = (performance.now() - attempt.started) / 1000;
-    upstream.e2e.observe(seconds);
-    if (error !== null) return cutShort(ctx, call, attempt, status, error.reason);
-    // A whole answer's first token is its end; a stream without tokens likewise; an error answer has no tokens.
-    if (status < 300) upstream.ttft.observe(attempt.timing?.ttftSeconds ?? seconds);
-    return { status, upstream, outcome: "ok" };
-  }
 }
 
 /** The error answering a request that reached `upstream` (it may have reached the engine) and failed there for `reason`. */
@@ -415,7 +472,7 @@ function upstreamFailure(ctx: ProxyContext, upstream: Upstream, reason: Exchange
  * (thrown, as when no answer came); a client that stopped reading, or a
  * whole answer cut midway (its JSON would be broken), loses its connection.
  */
-function cutShort(ctx: ProxyContext, call: ProxyCall, attempt: Attempt, status: number, reason: ExchangeReason): ProxyOutcome {
+function cutShort(ctx: ProxyContext, call: ProxyCall, attempt: ProxyRun, status: number, reason: ExchangeReason): ProxyOutcome {
   const { upstream, timing } = attempt;
   const { res, hangup } = call;
   if (hangup.aborted || reason === "client_closed") return { status, upstream, outcome: "client_closed" };
