@@ -113,11 +113,15 @@ function headerLine(name: string, value: string): string {
 /** One request in a pool: its handler and where it is. */
 class Call implements AnswerController {
   readonly handler: AnswerHandler;
-  /** Its head up to the lines passed on, those lines, and its end. */
-  readonly head: string;
-  readonly forward: ForwardedLines | null;
-  readonly end: string;
-  readonly body: Buffer | null;
+  /**
+   * Its head up to the lines passed on, those lines, its end and its body,
+   * until they are written (then let go: nothing reads them again, and a
+   * request in flight should not keep them through the engine's answer).
+   */
+  head: string;
+  forward: ForwardedLines | null;
+  end: string;
+  body: Buffer | null;
   connection: Connection | null = null;
   /** Whether its first byte was written. */
   written = false;
@@ -231,7 +235,11 @@ class Connection implements Slotted {
     call.written = true;
     this.#flushed = false;
     this.#writing = call;
-    writeRequest(this.socket, call.head, call.forward, call.end, call.body, this.#onFlushed);
+    const { head, forward, end, body } = call;
+    call.head = call.end = "";
+    call.forward = null;
+    call.body = null;
+    writeRequest(this.socket, head, forward, end, body, this.#onFlushed);
   }
 
   /** `onread`'s callback: the `n` bytes read into READ_BUFFER, copied before anything else can read into it (true: go on reading). */

@@ -91,7 +91,10 @@ const deadlines = new Deadlines<UpstreamExchange>();
 /** One request to an upstream and its answer relayed into the sink. */
 class UpstreamExchange implements AnswerHandler, Expiring {
   readonly #res: AnswerSink;
-  readonly #options: ExchangeOptions;
+  /** The options' few that matter once it is sent (not the options: their headers and body need not live as long). */
+  readonly #hangup: Hangup;
+  readonly #firstByteMs: number;
+  readonly #idleMs: number;
   readonly #listener: ExchangeListener;
   #controller: AnswerController | null = null;
   /** Whether the client began writing the request (the upstream may have it from then on). */
@@ -118,7 +121,9 @@ class UpstreamExchange implements AnswerHandler, Expiring {
 
   constructor(res: AnswerSink, options: ExchangeOptions, listener: ExchangeListener) {
     this.#res = res;
-    this.#options = options;
+    this.#hangup = options.hangup;
+    this.#firstByteMs = options.firstByteMs;
+    this.#idleMs = options.idleMs;
     this.#listener = listener;
     const now = performance.now();
     this.#sentAt = now;
@@ -154,7 +159,7 @@ class UpstreamExchange implements AnswerHandler, Expiring {
     if (this.#finished) return;
     this.#finished = true;
     deadlines.delete(this);
-    this.#options.hangup.off("abort", this.#onHangup);
+    this.#hangup.off("abort", this.#onHangup);
     if (this.#onDrain !== null) this.#res.off("drain", this.#onDrain);
     if (error === undefined) return this.#listener.settled({ status: this.#status, error: null });
     // undici's own timers are off (the pool's are 0), so its errors are the connection's.
@@ -166,13 +171,13 @@ class UpstreamExchange implements AnswerHandler, Expiring {
   onRequestStart(c: AnswerController): void {
     this.#controller = c;
     // Aborted while it waited for a connection (a deadline, the client): stopped here, before its first byte.
-    if (this.#cut !== null || this.#options.hangup.aborted) {
+    if (this.#cut !== null || this.#hangup.aborted) {
       c.abort(new ExchangeError(this.#cut ?? "client_closed", false));
       return;
     }
     this.#written = true;
     this.#listener.written();
-    if (this.#due === "connect") this.#dueIn(this.#options.firstByteMs, "first_byte", this.#sentAt);
+    if (this.#due === "connect") this.#dueIn(this.#firstByteMs, "first_byte", this.#sentAt);
   }
 
   onResponseStart(c: AnswerController, status: number, headers: IncomingHttpHeaders): void {
@@ -186,11 +191,11 @@ class UpstreamExchange implements AnswerHandler, Expiring {
       return void c.abort(new ExchangeError("invalid_answer", true, { cause: error }));
     }
     this.#status = status;
-    this.#dueIn(this.#options.idleMs, "idle");
+    this.#dueIn(this.#idleMs, "idle");
   }
 
   onResponseData(c: AnswerController, chunk: Buffer): void {
-    this.#dueIn(this.#options.idleMs, "idle");
+    this.#dueIn(this.#idleMs, "idle");
     const out = this.#listener.data(chunk);
     if (out.length > 0 && !this.#res.write(out)) {
       this.#paused = true;
@@ -202,7 +207,7 @@ class UpstreamExchange implements AnswerHandler, Expiring {
   /** The stalled client drained: the upstream goes on. */
   #drained(): void {
     this.#paused = false;
-    this.dueAt = performance.now() + this.#options.idleMs;
+    this.dueAt = performance.now() + this.#idleMs;
     this.#controller?.resume();
   }
 

@@ -243,7 +243,6 @@ class ProxyRun implements ExchangeListener {
   #told = false;
   /** How the try in progress ended, until the microtask that takes it (where an awaited exchange's continuation ran). */
   #result: ExchangeResult | null = null;
-  readonly #afterTry = () => this.#tryEnded();
   /** The try in progress: its upstream. */
   upstream: Upstream;
   /** When the try in progress was sent (performance.now()). */
@@ -342,7 +341,7 @@ class ProxyRun implements ExchangeListener {
 
   settled(result: ExchangeResult): void {
     this.#result = result;
-    queueMicrotask(this.#afterTry);
+    if (TRIES_ENDED.push(this) === 1) queueMicrotask(takeTriesEnded);
   }
 
   /** Writes node:http's held head, as its body's first bytes go. */
@@ -377,15 +376,20 @@ class ProxyRun implements ExchangeListener {
     this.#call.onFirstChunk?.();
   }
 
-  /** Ends the call: with its outcome, or (`outcome` null) with `error`. */
+  /** Ends the call: with its outcome, or (`outcome` null) with `error` (or what onFirstChunk threw, as an awaited call's `finally` would). */
   #end(outcome: ProxyOutcome | null, error?: unknown): void {
-    this.#tell();
+    try {
+      this.#tell();
+    } catch (thrown) {
+      outcome = null;
+      error = thrown;
+    }
     if (outcome !== null) this.#resolve(outcome);
     else this.#reject(error);
   }
 
-  /** Takes how the try ended: the call ends, or goes to another upstream. */
-  #tryEnded(): void {
+  /** Takes how the try ended: the call ends, or goes to another upstream. @internal */
+  tryEnded(): void {
     const { status, error } = this.#result!;
     this.#result = null;
     let outcome: ProxyOutcome | null;
@@ -446,6 +450,16 @@ class ProxyRun implements ExchangeListener {
     log.warn({ request_id: call.requestId, upstream: upstream.name, reason: failure.reason }, "the upstream failed after the request was sent: answered with its failure, not retried");
     throw upstreamFailure(this.#ctx, upstream, failure.reason);
   }
+}
+
+/** Calls whose try ended since the microtask that takes them was queued (one microtask for all, not a closure and a task each). */
+const TRIES_ENDED: ProxyRun[] = [];
+
+/** Tells each call in TRIES_ENDED how its try ended, in the order they ended (those ending meanwhile too). */
+function takeTriesEnded(): void {
+  // A call taken may end another try at once (a retry whose dispatch fails): it joins this round, in order.
+  for (let i = 0; i < TRIES_ENDED.length; i++) TRIES_ENDED[i]!.tryEnded();
+  TRIES_ENDED.length = 0;
 }
 
 /** node:http's responses whose whole answer's head came and is held until its body (see Attempt.head). */
