@@ -34,3 +34,23 @@ describe("Scheduler", () => {
     expect(waiting.listenerCount("abort")).toBe(0);
   });
 });
+
+describe("Hangup", () => {
+  it("calls each listener still listening once, in the order they came, whatever was removed between", () => {
+    const heard: string[] = [];
+    const l = (name: string) => () => heard.push(name);
+    const [a, b, c, d] = [l("a"), l("b"), l("c"), l("d")];
+    const h = new Hangup();
+    h.once("abort", a).once("abort", b).off("abort", a).once("abort", c); // b came before c, a went
+    h.once("abort", d).off("abort", d).once("abort", d).once("abort", a).off("abort", a);
+    expect(h.listenerCount("abort")).toBe(3);
+    h.abort();
+    h.abort();
+    expect(heard).toEqual(["b", "c", "d"]);
+    expect(h.listenerCount("abort")).toBe(0);
+    const alone = new Hangup();
+    alone.once("abort", a).off("abort", a).once("abort", b).once("abort", c).off("abort", c).once("abort", a);
+    alone.abort();
+    expect(heard.slice(3)).toEqual(["b", "a"]);
+  });
+});

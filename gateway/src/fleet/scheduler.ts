@@ -39,34 +39,43 @@ export const newCounters = (): GatewayCounters => ({ requests: new Map(), codes:
  */
 export class Hangup {
   aborted = false;
-  #listeners: (() => void)[] | null = null;
+  /** A listener on its own (a request's steps listen one after another: its queue, then its exchange), or null. */
+  #first: (() => void) | null = null;
+  /** The listeners after `#first`, in the order they came (null: none yet). */
+  #more: (() => void)[] | null = null;
 
   /** Calls `listener` once, at the hang-up (`event` is always "abort"). */
   once(_event: "abort", listener: () => void): this {
-    (this.#listeners ??= []).push(listener);
+    // Alone in #first only while no other listens (calls keep the order listeners came in).
+    if (this.#first === null && (this.#more === null || this.#more.length === 0)) this.#first = listener;
+    else (this.#more ??= []).push(listener);
     return this;
   }
 
   /** Stops listening. */
   off(_event: "abort", listener: () => void): this {
-    const listeners = this.#listeners;
-    const i = listeners === null ? -1 : listeners.lastIndexOf(listener);
-    if (i >= 0) listeners!.splice(i, 1);
+    const more = this.#more;
+    const i = more === null ? -1 : more.lastIndexOf(listener);
+    if (i >= 0) more!.splice(i, 1);
+    else if (this.#first === listener) this.#first = null;
     return this;
   }
 
   /** How many listen now (`event` is always "abort"). */
   listenerCount(_event: "abort"): number {
-    return this.#listeners?.length ?? 0;
+    return (this.#first === null ? 0 : 1) + (this.#more?.length ?? 0);
   }
 
   /** Signals the hang-up once. */
   abort(): void {
     if (this.aborted) return;
     this.aborted = true;
-    const listeners = this.#listeners;
-    this.#listeners = null;
-    if (listeners !== null) for (const l of listeners) l();
+    const first = this.#first;
+    const more = this.#more;
+    this.#first = null;
+    this.#more = null;
+    first?.();
+    if (more !== null) for (const l of more) l();
   }
 }
 
