@@ -38,6 +38,9 @@
 // "perf record -e cpu-clock -p {pid} -o /tmp/trace.perf" with ADP_BENCH_GATEWAY_NODE_ARGS=--perf-basic-prof;
 // ADP_BENCH_GATEWAY_STDOUT appends a gateway's stdout to a file, where V8's --trace-gc writes;
 // ADP_BENCH_PEERS_PER_PROCESS prints each process's CPU seconds over the trace, and their kernel part).
+// Besides the medians, each peer's saturated requests/s against HAProxy round robin's is printed by round (`by_round`),
+// with the engines' CPU per request in the two windows as a ratio too: the engines' work is the same behind every
+// peer, so that ratio shows where the machine's speed moved between the windows.
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import cluster from "node:cluster";
 import { closeSync, existsSync, mkdtempSync, openSync, readFileSync, writeFileSync, writeSync } from "node:fs";
@@ -711,6 +714,7 @@ function summary(results: Map<string, Record<string, number>[]>, direct: number)
       const ratios = Object.fromEntries(COMPARED.filter((k) => m[k] !== undefined && b[k] !== undefined).map((k) => [k, round(m[k]! / b[k]!, 2)]));
       console.log(JSON.stringify({ peer: name, vs: base, ratios }));
     }
+    byRound(results, name);
     // Workers should route as one gateway: their hit ratio against the one process's.
     const single = name.replace(/-w\d+/, "");
     const one = single === name ? undefined : medians.get(single);
@@ -721,6 +725,31 @@ function summary(results: Map<string, Record<string, number>[]>, direct: number)
       console.log(JSON.stringify({ peer: name, vs: single, ratios: { trace_hit_ratio: round(m.trace_hit_ratio / one.trace_hit_ratio, 3) }, noise }));
     }
   }
+}
+
+/**
+ * Each round's saturated requests/s of `name` against HAProxy round robin's,
+ * beside the engines' CPU per 1,000 requests in the two windows: the engines
+ * do the same work whichever peer is in front, so where that ratio is far from
+ * 1 the machine ran at another speed in one of the windows (a VM's
+ * neighbours), and the round's requests/s ratio says as much about that.
+ */
+function byRound(results: Map<string, Record<string, number>[]>, name: string): void {
+  const rows = results.get(name)!;
+  const base = results.get("haproxy-rr");
+  if (base === undefined) return;
+  const ratio = (a: number | undefined, b: number | undefined) => (a === undefined || b === undefined ? undefined : round(a / b, 2));
+  const rounds = rows.map((r, i) => {
+    const b = base[i];
+    if (b === undefined) return {};
+    return Object.fromEntries(
+      (["small", "stream"] as const).flatMap((phase) => {
+        const rps = ratio(r[`${phase}_requests_per_s`], b[`${phase}_requests_per_s`]);
+        return rps === undefined ? [] : [[`${phase}_requests_per_s`, rps], [`${phase}_engines_cpu_s_per_1000`, ratio(r[`${phase}_engines_cpu_s_per_1000`], b[`${phase}_engines_cpu_s_per_1000`])]];
+      }),
+    );
+  });
+  if (rounds.some((r) => Object.keys(r).length > 0)) console.log(JSON.stringify({ peer: name, vs: "haproxy-rr", by_round: rounds }));
 }
 
 const round = (x: number, digits = 3) => Number(x.toFixed(digits));
