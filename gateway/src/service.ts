@@ -350,22 +350,37 @@ export class GatewayService {
   }
 
   /**
-   * A completion request's body (node:http's read first) and what the reader
-   * made of it: at once on the own server path with a reader in this thread,
-   * else a promise; refused (thrown) when not a POST or not authorized.
+   * A completion request's body and what the reader made of it: at once on the
+   * own server path with a reader in this thread, else a promise; refused
+   * (thrown) when not a POST or not authorized.
    */
   #read(kind: "chat" | "completion", req: EdgeRequest, body: Buffer | null, served: Served): RoutedRequest | Promise<RoutedRequest> {
-    const { config, reader } = this.#parts;
-    if (req.method !== "POST") throw onlyMethod(kind === "chat" ? "/v1/chat/completions" : "/v1/completions", "POST");
-    if (!this.#authorized(req)) throw unauthorized();
-    if (body === null) {
-      return readBody(req as IncomingMessage, config.limits.maxBodyBytes, this.receiving).then((raw) => {
-        served.raw = raw;
-        return reader.read(kind, raw, req.headers, served.hangup);
-      });
-    }
+    if (body === null) return this.#readIncoming(kind, req as IncomingMessage, served);
+    this.#admit(kind, req);
+    const { reader } = this.#parts;
     served.raw = body;
     return reader.readNow !== undefined ? reader.readNow(kind, body, req.headers) : reader.read(kind, body, req.headers, served.hangup);
+  }
+
+  /**
+   * node:http's completion request: refused or its body read, in a promise. A
+   * refusal is then answered after node:http's 'request' event returned: answered
+   * inside it, on a connection the own server path handed over with the body in
+   * the same read, node:http has not yet marked the body read and closes the
+   * connection, leaving a request pipelined behind it unanswered.
+   */
+  async #readIncoming(kind: "chat" | "completion", req: IncomingMessage, served: Served): Promise<RoutedRequest> {
+    this.#admit(kind, req);
+    const { config, reader } = this.#parts;
+    const raw = await readBody(req, config.limits.maxBodyBytes, this.receiving);
+    served.raw = raw;
+    return reader.readNow !== undefined ? reader.readNow(kind, raw, req.headers) : reader.read(kind, raw, req.headers, served.hangup);
+  }
+
+  /** Refuses a completion request that is not a POST (405) or carries no client key (401). */
+  #admit(kind: "chat" | "completion", req: EdgeRequest): void {
+    if (req.method !== "POST") throw onlyMethod(kind === "chat" ? "/v1/chat/completions" : "/v1/completions", "POST");
+    if (!this.#authorized(req)) throw unauthorized();
   }
 
   /** Serves a disaggregated completion request (its phases on the two pools); what happened goes in `served`. */

@@ -1087,3 +1087,32 @@ describe("header lines passed on as they came, not rebuilt: what reaches each si
     expect(own).toMatch(/server: uvicorn/);
   });
 });
+
+describe("a connection handed to node:http", () => {
+  it("answers a refused completion (401) with the connection kept, and the request pipelined behind it: three answers, and close() does not wait out its deadline", async () => {
+    const engine = await startMockEngine("e");
+    const g = await createGateway({ logging: { level: "silent" }, listen: { port: 0 }, upstreams: [engine.url], health: { interval_ms: 60_000 }, auth: { api_keys: ["secret"] } });
+    const body = JSON.stringify({ model: "m", messages: [{ role: "user", content: "hi" }] });
+    const post = (key: string) => `POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nauthorization: Bearer ${key}\r\ncontent-length: ${body.length}\r\n\r\n${body}`;
+    const { hostname, port } = new URL(g.url);
+    // GET /v1/models hands the connection to node:http; the two POSTs come in the same read, their bodies with them.
+    const text = await new Promise<string>((resolve) => {
+      const s = connect({ host: hostname, port: Number(port) });
+      let t = "";
+      s.on("data", (d) => {
+        t += d.toString("latin1");
+        if ([...t.matchAll(/^HTTP\/1\.1 \d+/gm)].length === 3 && t.endsWith("}")) setTimeout(() => (s.destroy(), resolve(t)), 50);
+      });
+      s.on("error", () => {});
+      s.on("close", () => resolve(t));
+      s.on("connect", () => s.write("GET /v1/models HTTP/1.1\r\nhost: x\r\nauthorization: Bearer secret\r\n\r\n" + post("wrong") + post("secret")));
+      setTimeout(() => (s.destroy(), resolve(t)), 3000);
+    });
+    const started = Date.now();
+    await g.close(3000);
+    const closeMs = Date.now() - started;
+    await engine.close();
+    const statuses = [...text.matchAll(/^HTTP\/1\.1 (\d+)/gm)].map((m) => m[1]);
+    expect({ statuses, closes: /^connection: close\r$/im.test(text), slowClose: closeMs > 1000 }).toEqual({ statuses: ["200", "401", "200"], closes: false, slowClose: false });
+  }, 20_000);
+});

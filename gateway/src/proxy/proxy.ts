@@ -243,6 +243,8 @@ class ProxyRun implements ExchangeListener {
   #told = false;
   /** How the try in progress ended, until the microtask that takes it (where an awaited exchange's continuation ran). */
   #result: ExchangeResult | null = null;
+  /** Whether the call ended (an exchange that settles after it, left from a send that threw, is not heard). */
+  #ended = false;
   /** The try in progress: its upstream. */
   upstream: Upstream;
   /** When the try in progress was sent (performance.now()). */
@@ -289,6 +291,8 @@ class ProxyRun implements ExchangeListener {
         this,
       );
     } catch (error) {
+      // Not sent (a body or header that could not be made): its upstream's slot is given back, the call ends with the error.
+      this.#ctx.fleet.release(u, call.tokens, u === this.#first ? this.#rank : null);
       this.#end(null, error);
     }
   }
@@ -340,6 +344,7 @@ class ProxyRun implements ExchangeListener {
   }
 
   settled(result: ExchangeResult): void {
+    if (this.#ended) return;
     this.#result = result;
     if (TRIES_ENDED.push(this) === 1) queueMicrotask(takeTriesEnded);
   }
@@ -378,6 +383,7 @@ class ProxyRun implements ExchangeListener {
 
   /** Ends the call: with its outcome, or (`outcome` null) with `error` (or what onFirstChunk threw, as an awaited call's `finally` would). */
   #end(outcome: ProxyOutcome | null, error?: unknown): void {
+    this.#ended = true;
     try {
       this.#tell();
     } catch (thrown) {
@@ -390,8 +396,10 @@ class ProxyRun implements ExchangeListener {
 
   /** Takes how the try ended: the call ends, or goes to another upstream. @internal */
   tryEnded(): void {
-    const { status, error } = this.#result!;
+    const result = this.#result;
     this.#result = null;
+    if (result === null || this.#ended) return;
+    const { status, error } = result;
     let outcome: ProxyOutcome | null;
     try {
       outcome = status === 0 ? this.#unanswered(error!) : this.#answered(status, error);
