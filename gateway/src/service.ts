@@ -357,9 +357,7 @@ export class GatewayService {
   #read(kind: "chat" | "completion", req: EdgeRequest, body: Buffer | null, served: Served): RoutedRequest | Promise<RoutedRequest> {
     if (body === null) return this.#readIncoming(kind, req as IncomingMessage, served);
     this.#admit(kind, req);
-    const { reader } = this.#parts;
-    served.raw = body;
-    return reader.readNow !== undefined ? reader.readNow(kind, body, req.headers) : reader.read(kind, body, req.headers, served.hangup);
+    return this.#readRaw(kind, req, body, served);
   }
 
   /**
@@ -371,8 +369,12 @@ export class GatewayService {
    */
   async #readIncoming(kind: "chat" | "completion", req: IncomingMessage, served: Served): Promise<RoutedRequest> {
     this.#admit(kind, req);
-    const { config, reader } = this.#parts;
-    const raw = await readBody(req, config.limits.maxBodyBytes, this.receiving);
+    return this.#readRaw(kind, req, await readBody(req, this.#parts.config.limits.maxBodyBytes, this.receiving), served);
+  }
+
+  /** What the reader makes of a completion's body `raw` (kept in `served`): at once with a reader in this thread, else a promise. */
+  #readRaw(kind: "chat" | "completion", req: EdgeRequest, raw: Buffer, served: Served): RoutedRequest | Promise<RoutedRequest> {
+    const { reader } = this.#parts;
     served.raw = raw;
     return reader.readNow !== undefined ? reader.readNow(kind, raw, req.headers) : reader.read(kind, raw, req.headers, served.hangup);
   }

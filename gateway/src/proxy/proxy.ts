@@ -273,7 +273,7 @@ class ProxyRun implements ExchangeListener {
     this.timing = null;
     try {
       const forward = forwardedLines(ctx, call, u);
-      const rank = u === this.#first ? this.#rank : null;
+      const rank = this.#rankOn(u);
       exchange(
         u.exchanges,
         call.res,
@@ -292,7 +292,7 @@ class ProxyRun implements ExchangeListener {
       );
     } catch (error) {
       // Not sent (a body or header that could not be made): its upstream's slot is given back, the call ends with the error.
-      this.#ctx.fleet.release(u, call.tokens, u === this.#first ? this.#rank : null);
+      this.#ctx.fleet.release(u, call.tokens, this.#rankOn(u));
       this.#end(null, error);
     }
   }
@@ -394,12 +394,18 @@ class ProxyRun implements ExchangeListener {
     else this.#reject(error);
   }
 
-  /** Takes how the try ended: the call ends, or goes to another upstream. @internal */
+  /** The DP rank the call goes to on `u`: phase 2's on the upstream it placed the call on, none (the engine's balancer) on another. */
+  #rankOn(u: Upstream): number | null {
+    return u === this.#first ? this.#rank : null;
+  }
+
+  /** Takes how the try ended: its upstream's slot given back, then the call ends or goes to another upstream. @internal */
   tryEnded(): void {
     const result = this.#result;
     this.#result = null;
     if (result === null || this.#ended) return;
     const { status, error } = result;
+    this.#ctx.fleet.release(this.upstream, this.#call.tokens, this.#rankOn(this.upstream));
     let outcome: ProxyOutcome | null;
     try {
       outcome = status === 0 ? this.#unanswered(error!) : this.#answered(status, error);
@@ -412,7 +418,6 @@ class ProxyRun implements ExchangeListener {
   /** A try that got an answer: how the call ended (the client's answer is written, whole or cut short). */
   #answered(status: number, error: ExchangeError | null): ProxyOutcome {
     const upstream = this.upstream;
-    this.#ctx.fleet.release(upstream, this.#call.tokens, upstream === this.#first ? this.#rank : null);
     const seconds = (performance.now() - this.started) / 1000;
     upstream.e2e.observe(seconds);
     if (error !== null) return cutShort(this.#ctx, this.#call, this, status, error.reason);
@@ -430,7 +435,6 @@ class ProxyRun implements ExchangeListener {
     const { fleet, scheduler, log } = this.#ctx;
     const call = this.#call;
     const upstream = this.upstream;
-    fleet.release(upstream, call.tokens, upstream === this.#first ? this.#rank : null);
     if (call.hangup.aborted || failure.reason === "client_closed") {
       upstream.countStatus("aborted");
       return { status: 499, upstream, outcome: "client_closed" };
@@ -470,7 +474,7 @@ function takeTriesEnded(): void {
   TRIES_ENDED.length = 0;
 }
 
-/** node:http's responses whose whole answer's head came and is held until its body (see Attempt.head). */
+/** node:http's responses whose whole answer's head came and is held until its body (see ProxyRun.head). */
 const HEADS_HELD = new WeakSet<AnswerSink>();
 
 /** Whether an answer's head came for `res`: written (perhaps not yet sent), or held until its body. */
@@ -494,13 +498,13 @@ function upstreamFailure(ctx: ProxyContext, upstream: Upstream, reason: Exchange
  * (thrown, as when no answer came); a client that stopped reading, or a
  * whole answer cut midway (its JSON would be broken), loses its connection.
  */
-function cutShort(ctx: ProxyContext, call: ProxyCall, attempt: ProxyRun, status: number, reason: ExchangeReason): ProxyOutcome {
-  const { upstream, timing } = attempt;
+function cutShort(ctx: ProxyContext, call: ProxyCall, run: ProxyRun, status: number, reason: ExchangeReason): ProxyOutcome {
+  const { upstream, timing } = run;
   const { res, hangup } = call;
   if (hangup.aborted || reason === "client_closed") return { status, upstream, outcome: "client_closed" };
   upstream.countCut(reason === "reset" || reason === "closed" || reason === "error" ? "upstream_died" : reason);
   if (reason !== "client_stalled" && UPSTREAM_FAULTS.has(reason)) ctx.fleet.gatewayFailure(upstream, reason);
-  if (timing === null && reason !== "client_stalled" && !res.destroyed && attempt.takeBackHead()) {
+  if (timing === null && reason !== "client_stalled" && !res.destroyed && run.takeBackHead()) {
     ctx.log.warn({ request_id: call.requestId, upstream: upstream.name, reason }, "the upstream failed after its answer's head, before its body: answered with its failure, not retried");
     throw upstreamFailure(ctx, upstream, reason);
   }
