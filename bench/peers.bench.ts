@@ -38,6 +38,8 @@
 // "perf record -e cpu-clock -p {pid} -o /tmp/trace.perf" with ADP_BENCH_GATEWAY_NODE_ARGS=--perf-basic-prof;
 // ADP_BENCH_GATEWAY_STDOUT appends a gateway's stdout to a file, where V8's --trace-gc writes;
 // ADP_BENCH_PEERS_PER_PROCESS prints each process's CPU seconds over the trace, and their kernel part).
+// A round runs its peers at once, idle but for their turn: each measures its trace alone, then the saturated phases
+// take turns (SATURATED_WINDOWS windows a peer, ADP_BENCH_PEERS_WINDOWS; each window's requests/s on the round's line).
 // Besides the medians, each peer's saturated requests/s against HAProxy round robin's is printed by round (`by_round`),
 // with the engines' CPU per request in the two windows as a ratio too: the engines' work is the same behind every
 // peer, so that ratio shows where the machine's speed moved between the windows.
@@ -79,6 +81,10 @@ const WARMUP_REQUESTS = Number(process.env.ADP_BENCH_PEERS_WARMUP ?? 5_000);
 const ROUNDS = Number(process.env.ADP_BENCH_PEERS_ROUNDS ?? 3);
 const WRK_CONNECTIONS = 256;
 const WRK_SECONDS = 8;
+/** The saturated phases' windows a peer (WRK_SECONDS split among them; saturatedWindows). */
+const SATURATED_WINDOWS = Number(process.env.ADP_BENCH_PEERS_WINDOWS ?? 4);
+/** An unmeasured saturated window a peer before them, s. */
+const SETTLE_SECONDS = 1;
 const LATENCY_REQUESTS = 1_000;
 /** Tokens a streamed answer carries, each its own server-sent event, and the connections streaming at once. */
 const STREAM_TOKENS = 32;
@@ -608,31 +614,78 @@ const SATURATING = {
   stream: { body: `{"model":"bench-model","messages":[{"role":"user","content":"a small question"}],"max_tokens":${STREAM_TOKENS},"stream":true}`, connections: STREAM_CONNECTIONS },
 } as const;
 
-/**
- * `wrk` saturating `peer` with small chats (or streamed ones): requests/s and
- * CPU per 1,000, also the engines' and the whole machine's (their sum with the
- * peer's is what requests/s divides two cores by).
- */
-function saturatedRun(peer: Peer, dir: string, engines: number, kind: keyof typeof SATURATING = "small") {
-  const { body, connections } = SATURATING[kind];
-  const script = path.join(dir, `${kind}.lua`);
-  writeFileSync(script, `wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\nwrk.body = '${body}'\n`);
-  const cpu0 = cpuSeconds(peer.proc.pid!);
-  const sys0 = cpuSeconds(peer.proc.pid!, "system");
+/** One saturated window's sums: what `wrk` got through `peer`, and the CPU the engines and the machine spent meanwhile. */
+interface Window {
+  readonly requests: number;
+  readonly non2xx: number;
+  readonly enginesCpu: number;
+  readonly machineCpu: number;
+  readonly rss: number;
+  readonly processRss: number;
+}
+
+/** `wrk` saturating `peer` for `seconds` with `kind`'s request, written to `script`. */
+function saturatedWindow(peer: Peer, script: string, engines: number, kind: keyof typeof SATURATING, seconds: number): Window {
   const engines0 = cpuSeconds(engines);
   const machine0 = machineCpu();
-  let peakRss = rssMiB(peer.proc.pid!);
-  let peakProcess = rssMiB(peer.proc.pid!, "largest");
-  const out = spawnSync("wrk", ["-t", "2", "-c", String(connections), "-d", `${WRK_SECONDS}s`, "-s", script, `${peer.url}/v1/chat/completions`], { encoding: "utf8" });
-  peakRss = Math.max(peakRss, rssMiB(peer.proc.pid!));
-  peakProcess = Math.max(peakProcess, rssMiB(peer.proc.pid!, "largest"));
-  const cpu = cpuSeconds(peer.proc.pid!) - cpu0;
-  const sys = cpuSeconds(peer.proc.pid!, "system") - sys0;
-  const engineCpu = cpuSeconds(engines) - engines0;
+  const out = spawnSync("wrk", ["-t", "2", "-c", String(SATURATING[kind].connections), "-d", `${seconds}s`, "-s", script, `${peer.url}/v1/chat/completions`], { encoding: "utf8" });
+  const enginesCpu = cpuSeconds(engines) - engines0;
   const machine = machineCpu() - machine0;
   const requests = Number(/(\d+) requests in/.exec(out.stdout)?.[1] ?? 0);
   const non2xx = Number(/Non-2xx or 3xx responses: (\d+)/.exec(out.stdout)?.[1] ?? 0);
-  return { requests_per_s: requests / WRK_SECONDS, cpu_s_per_1000: requests === 0 ? NaN : (cpu / requests) * 1000, engines_cpu_s_per_1000: requests === 0 ? NaN : (engineCpu / requests) * 1000, machine_cpu_s_per_1000: requests === 0 ? NaN : (machine / requests) * 1000, kernel_share: cpu === 0 ? NaN : sys / cpu, rss_mib: peakRss, process_rss_mib: peakProcess, non_2xx: non2xx };
+  return { requests, non2xx, enginesCpu, machineCpu: machine, rss: rssMiB(peer.proc.pid!), processRss: rssMiB(peer.proc.pid!, "largest") };
+}
+
+/**
+ * `wrk` saturating each of `peers` with small chats (or streamed ones), in
+ * SATURATED_WINDOWS windows a peer taken in turn (the order rotated each
+ * time), WRK_SECONDS a peer in all: requests/s and CPU per 1,000, also the
+ * engines' and the whole machine's (their sum with the peer's is what
+ * requests/s divides two cores by). A VM's speed moves by tens of percent
+ * within a minute (the same gateway made 10,300 and 15,100 requests/s in two
+ * 5-second runs a minute apart, HAProxy 16,600 and 18,000 between them), so
+ * the peers share its moods in short turns rather than each having its own
+ * 8 seconds. A peer's CPU is its tree's over all the windows (work it leaves
+ * for later, such as a garbage collection, is still its own); the engines'
+ * and the machine's are summed over its windows. Also each window's
+ * requests/s, for the round's line. Each peer first has SETTLE_SECONDS
+ * unmeasured, as it had WARMUP_REQUESTS before its trace.
+ */
+function saturatedWindows(peers: readonly Peer[], dir: string, engines: number, kind: keyof typeof SATURATING): Map<string, { figures: Record<string, number>; windows: number[] }> {
+  const script = path.join(dir, `${kind}.lua`);
+  writeFileSync(script, `wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\nwrk.body = '${SATURATING[kind].body}'\n`);
+  const seconds = WRK_SECONDS / SATURATED_WINDOWS;
+  // First a window each, unmeasured: the trace's warm-up did not take these requests' paths through a gateway, and a
+  // first saturated window also pays for its connections (in the first 2-second window, 6,700 requests/s against 12,000).
+  for (const peer of peers) saturatedWindow(peer, script, engines, kind, SETTLE_SECONDS);
+  const own0 = peers.map((p) => ({ all: cpuSeconds(p.proc.pid!), system: cpuSeconds(p.proc.pid!, "system"), rss: rssMiB(p.proc.pid!), processRss: rssMiB(p.proc.pid!, "largest") }));
+  const windows = peers.map((): Window[] => []);
+  for (let w = 0; w < SATURATED_WINDOWS; w++) {
+    for (let i = 0; i < peers.length; i++) {
+      const at = (i + w) % peers.length;
+      windows[at]!.push(saturatedWindow(peers[at]!, script, engines, kind, seconds));
+    }
+  }
+  return new Map(
+    peers.map((peer, i) => {
+      const cpu = cpuSeconds(peer.proc.pid!) - own0[i]!.all;
+      const sys = cpuSeconds(peer.proc.pid!, "system") - own0[i]!.system;
+      const sum = (k: keyof Window) => windows[i]!.reduce((t, x) => t + x[k], 0);
+      const requests = sum("requests");
+      const per1000 = (s: number) => (requests === 0 ? NaN : (s / requests) * 1000);
+      const figures: Record<string, number> = {
+        requests_per_s: requests / WRK_SECONDS,
+        cpu_s_per_1000: per1000(cpu),
+        engines_cpu_s_per_1000: per1000(sum("enginesCpu")),
+        machine_cpu_s_per_1000: per1000(sum("machineCpu")),
+        kernel_share: cpu === 0 ? NaN : sys / cpu,
+        rss_mib: Math.max(own0[i]!.rss, ...windows[i]!.map((x) => x.rss)),
+        process_rss_mib: Math.max(own0[i]!.processRss, ...windows[i]!.map((x) => x.processRss)),
+        non_2xx: sum("non2xx"),
+      };
+      return [peer.name, { figures, windows: windows[i]!.map((x) => Math.round(x.requests / seconds)) }];
+    }),
+  );
 }
 
 /** p50 latency of LATENCY_REQUESTS small chats one at a time to `url`. */
@@ -675,21 +728,37 @@ async function main(): Promise<void> {
   const results = new Map<string, Record<string, number>[]>();
   try {
     for (let round = 0; round < ROUNDS; round++) {
-      for (const name of PEERS) {
-        const peer = await startPeer(name, urls, dir);
-        try {
+      // All of a round's peers run at once (idle but for their turn), so that the saturated phases can take turns.
+      const peers: Peer[] = [];
+      try {
+        const rows = new Map<string, Record<string, number>>();
+        const windows = new Map<string, Record<string, number[]>>();
+        for (const name of PEERS) {
+          const peer = await startPeer(name, urls, dir);
+          peers.push(peer);
           await warmUp(peer, warmupOf(peer.processes));
-          const trace = PHASES.has("trace") ? prefix("trace_", await traceRun(peer, calls, urls[0]!)) : {};
-          const saturated = PHASES.has("small") ? prefix("small_", saturatedRun(peer, dir, enginesProc.pid!)) : {};
+          rows.set(name, PHASES.has("trace") ? prefix("trace_", await traceRun(peer, calls, urls[0]!)) : {});
+          windows.set(name, {});
+        }
+        for (const kind of ["small", "stream"] as const) {
+          if (!PHASES.has(kind)) continue;
           // net-pass frames by Content-Length only and node-pass copies it: neither relays a chunked stream.
-          const streamed = PHASES.has("stream") && !/^(net|node)-pass/.test(name) ? prefix("stream_", saturatedRun(peer, dir, enginesProc.pid!, "stream")) : {};
-          const added: Record<string, number> = PHASES.has("latency") ? { added_latency_p50_ms: (await oneAtATime(peer.url)) - direct } : {};
-          const row = { ...trace, ...saturated, ...streamed, ...added };
-          console.log(JSON.stringify({ round, peer: name, ...roundAll(row) }));
-          results.set(name, [...(results.get(name) ?? []), row]);
-        } finally {
+          const taking = kind === "small" ? peers : peers.filter((p) => !/^(net|node)-pass/.test(p.name));
+          for (const [name, m] of saturatedWindows(taking, dir, enginesProc.pid!, kind)) {
+            Object.assign(rows.get(name)!, prefix(`${kind}_`, m.figures));
+            windows.get(name)![`${kind}_windows_requests_per_s`] = m.windows;
+          }
+        }
+        for (const peer of peers) {
+          const row = rows.get(peer.name)!;
+          if (PHASES.has("latency")) row.added_latency_p50_ms = (await oneAtATime(peer.url)) - direct;
+          console.log(JSON.stringify({ round, peer: peer.name, ...roundAll(row), ...windows.get(peer.name) }));
+          results.set(peer.name, [...(results.get(peer.name) ?? []), row]);
+        }
+      } finally {
+        for (const peer of peers) {
           peer.proc.kill("SIGTERM");
-          await new Promise((r) => peer.proc.once("exit", r));
+          if (peer.proc.exitCode === null && peer.proc.signalCode === null) await new Promise((r) => peer.proc.once("exit", r));
         }
       }
     }

@@ -7,7 +7,7 @@ import { tmpdir } from "node:os";
 import { request } from "node:http";
 import path from "node:path";
 import { Agent, request as undiciRequest } from "undici";
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import { startEngines, trackedForCleanup } from "../support/mock-engine.js";
 import { processParents, runCli, startServe } from "../support/processes.js";
 import { createGatewayRouter, loadGatewayConfig, RoutingState } from "../../gateway/src/index.js";
@@ -516,6 +516,46 @@ describe("serve --workers N", () => {
     siblings.receive({ type: STATE_MESSAGE, from: 2, epoch: 7, seq: 2, entries: [{ op: "learn-blocks", url: urls[1]!, hashes: hashesText(hashes), namespace: {} }], loads: [] } satisfies StateMessage);
     expect(siblings.counters.applied).toBe(1);
     expect(state.router.prefixIndex!.stats().blocks).toBe(before + 1);
+  });
+
+  it("a busy worker sends loads alone each 50 ms, a change its siblings must learn (a binding) within 10 ms, and its loads at once when nothing is left in flight", () => {
+    vi.useFakeTimers({ toFake: ["setTimeout", "clearTimeout", "setImmediate", "clearImmediate", "performance"] });
+    try {
+      const config = loadGatewayConfig({ flags: { upstreams: ["http://127.0.0.1:1", "http://127.0.0.1:2"] } });
+      const state = new RoutingState(createGatewayRouter(config));
+      const sent: StateMessage[] = [];
+      const siblings = new Siblings((m) => sent.push(m), 1);
+      const urls = config.upstreams.map((u) => u.url);
+      let inFlight = 1;
+      siblings.start(state, () => urls, () => urls.map((url) => ({ url, inFlight, inFlightTokens: 0 })));
+      siblings.loadsChanged();
+      vi.advanceTimersByTime(0);
+      expect(sent.map((m) => m.loads[0]!.inFlight)).toEqual([1]); // the first goes this turn
+      inFlight = 2;
+      siblings.loadsChanged();
+      vi.advanceTimersByTime(49);
+      expect(sent).toHaveLength(1);
+      vi.advanceTimersByTime(1);
+      expect(sent.map((m) => m.loads[0]!.inFlight)).toEqual([1, 2]);
+      // Loads waiting, then a binding: it goes FLUSH_MS after the last message, with the loads.
+      inFlight = 3;
+      siblings.loadsChanged();
+      vi.advanceTimersByTime(5);
+      siblings.stateLog.append({ op: "bind", upstream: 1, key: "conversation-a" });
+      vi.advanceTimersByTime(4);
+      expect(sent).toHaveLength(2);
+      vi.advanceTimersByTime(1);
+      expect(sent).toHaveLength(3);
+      expect(sent[2]!.entries).toEqual([{ op: "bind", url: urls[1], key: "conversation-a" }]);
+      expect(sent[2]!.loads[0]!.inFlight).toBe(3);
+      // Nothing in flight: at once, not 50 ms later.
+      inFlight = 0;
+      siblings.loadsChanged();
+      expect(sent.map((m) => m.loads[0]!.inFlight)).toEqual([1, 2, 3, 0]);
+      siblings.close();
+    } finally {
+      vi.useRealTimers();
+    }
   });
 });
 
