@@ -39,7 +39,8 @@
 // ADP_BENCH_GATEWAY_STDOUT appends a gateway's stdout to a file, where V8's --trace-gc writes;
 // ADP_BENCH_PEERS_PER_PROCESS prints each process's CPU seconds over the trace, and their kernel part).
 // A round runs its peers at once, idle but for their turn: each measures its trace alone, then the saturated phases
-// take turns (SATURATED_WINDOWS windows a peer, ADP_BENCH_PEERS_WINDOWS; each window's requests/s on the round's line).
+// take turns (SATURATED_WINDOWS windows a peer after SETTLE_WINDOWS unmeasured, ADP_BENCH_PEERS_WINDOWS; each window's
+// requests/s on the round's line).
 // Besides the medians, each peer's saturated requests/s against HAProxy round robin's is printed by round (`by_round`),
 // with the engines' CPU per request in the two windows as a ratio too: the engines' work is the same behind every
 // peer, so that ratio shows where the machine's speed moved between the windows.
@@ -83,8 +84,8 @@ const WRK_CONNECTIONS = 256;
 const WRK_SECONDS = 8;
 /** The saturated phases' windows a peer (WRK_SECONDS split among them; saturatedWindows). */
 const SATURATED_WINDOWS = Number(process.env.ADP_BENCH_PEERS_WINDOWS ?? 4);
-/** An unmeasured saturated window a peer before them, s. */
-const SETTLE_SECONDS = 1;
+/** Unmeasured 1-second saturated windows a peer before them (saturatedWindows). */
+const SETTLE_WINDOWS = 3;
 const LATENCY_REQUESTS = 1_000;
 /** Tokens a streamed answer carries, each its own server-sent event, and the connections streaming at once. */
 const STREAM_TOKENS = 32;
@@ -648,16 +649,18 @@ function saturatedWindow(peer: Peer, script: string, engines: number, kind: keyo
  * 8 seconds. A peer's CPU is its tree's over all the windows (work it leaves
  * for later, such as a garbage collection, is still its own); the engines'
  * and the machine's are summed over its windows. Also each window's
- * requests/s, for the round's line. Each peer first has SETTLE_SECONDS
+ * requests/s, for the round's line. Each peer first has SETTLE_WINDOWS
  * unmeasured, as it had WARMUP_REQUESTS before its trace.
  */
 function saturatedWindows(peers: readonly Peer[], dir: string, engines: number, kind: keyof typeof SATURATING): Map<string, { figures: Record<string, number>; windows: number[] }> {
   const script = path.join(dir, `${kind}.lua`);
   writeFileSync(script, `wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\nwrk.body = '${SATURATING[kind].body}'\n`);
   const seconds = WRK_SECONDS / SATURATED_WINDOWS;
-  // First a window each, unmeasured: the trace's warm-up did not take these requests' paths through a gateway, and a
-  // first saturated window also pays for its connections (in the first 2-second window, 6,700 requests/s against 12,000).
-  for (const peer of peers) saturatedWindow(peer, script, engines, kind, SETTLE_SECONDS);
+  // First SETTLE_WINDOWS each, unmeasured: the trace's warm-up did not take these requests' paths through a gateway,
+  // nor open and drop hundreds of connections at once as each wrk does (a gateway's first 2-second window made 6,700
+  // requests/s against 12,000; in a process's first six 1-second wrk runs V8 compiled 103 functions and deoptimized 36,
+  // 7 µs of compiling a request). After five such runs, four 2-second runs cost what one 8-second run costs.
+  for (let w = 0; w < SETTLE_WINDOWS; w++) for (const peer of peers) saturatedWindow(peer, script, engines, kind, 1);
   const own0 = peers.map((p) => ({ all: cpuSeconds(p.proc.pid!), system: cpuSeconds(p.proc.pid!, "system"), rss: rssMiB(p.proc.pid!), processRss: rssMiB(p.proc.pid!, "largest") }));
   const windows = peers.map((): Window[] => []);
   for (let w = 0; w < SATURATED_WINDOWS; w++) {
