@@ -4,6 +4,9 @@
 //   insert   prompts per second while building (and blocks per second)
 //   match    one walk for all ranks, 2,000- and 8,000-token prompts, median µs
 //   insert_under_budget  a 512-token insert into an index full at an 8 MiB budget
+//   stored_events  one rank of a 16 MiB index fed 1,000,000 single-block BlockStored events
+//                  (each a new block, so it evicts and its engine map sweeps): µs per event, the
+//                  slowest event (a stall of the event loop that feeds it)
 // and reports bytes per block and per (block, rank) residency for the wasm index
 // (accounted and whole linear memory) and the baseline's heap growth.
 // Prints one JSON line per figure. Run: npm run bench:index [-- RANKS...] (node --expose-gc).
@@ -90,6 +93,7 @@ function timeMatches(match: (q: Uint32Array) => unknown, queries: Uint32Array[],
 
 // `npm run bench:index -- 72` runs one rank count only.
 const only = process.argv.slice(2).map(Number).filter((n) => n > 0);
+emit({ figure: "stored_events", ...timeStoredEvents(1_000_000) });
 for (const numRanks of only.length > 0 ? only : [8, 72, 1024]) {
   const rand = mulberry32(numRanks);
   const promptLength = 2000;
@@ -180,4 +184,30 @@ function timeInsertsUnderBudget(numRanks: number): { us_median: number; evicted_
   const evicted = (index.stats().evictions - before) / samples.length;
   index.dispose();
   return { us_median: +(median(samples) * 1000).toFixed(2), evicted_per_insert: +evicted.toFixed(1) };
+}
+
+/**
+ * µs per vLLM BlockStored event of one new 16-token block on one rank of a
+ * 16 MiB index, and the slowest of `count` (once the index is full each
+ * evicts, and the engine map's stale hashes are swept), with the p99.9.
+ */
+function timeStoredEvents(count: number): { us_per_event: number; p999_ms: number; worst_ms: number; worst_at: number } {
+  const index = createPrefixIndex({ numRanks: 1, tokensPerBlock: 16, maxMemoryBytes: 16 << 20 });
+  const tokens = new Array<number>(16);
+  const samples = new Float64Array(count);
+  let worst = 0;
+  let worstAt = 0;
+  const t0 = performance.now();
+  for (let i = 0; i < count; i++) {
+    for (let k = 0; k < 16; k++) tokens[k] = (i * 16 + k) % 1_000_003;
+    const t = performance.now();
+    index.applyKvEvents({ events: [{ type: "BlockStored", block_hashes: [i + 1], parent_block_hash: null, token_ids: tokens, block_size: 16 }] }, { rank: 0 });
+    const d = performance.now() - t;
+    samples[i] = d;
+    if (d > worst) (worst = d), (worstAt = i + 1);
+  }
+  const total = performance.now() - t0;
+  index.dispose();
+  const p999 = [...samples].sort((a, b) => a - b)[Math.floor(count * 0.999)]!;
+  return { us_per_event: +((total / count) * 1000).toFixed(2), p999_ms: +p999.toFixed(2), worst_ms: +worst.toFixed(1), worst_at: worstAt };
 }

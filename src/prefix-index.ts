@@ -9,6 +9,7 @@ import { checkRank, MAX_KEY_LENGTH } from "./batch.js";
 import { AdpInputError, asInputError, readInput, readOptions } from "./errors.js";
 import { IndexCore } from "./index-core.js";
 import { isTrap, trapError } from "./wasm.js";
+import { EngineMap } from "./engine-map.js";
 import { parseKvEvents, type EngineHash, type KvEvent } from "./kv-events.js";
 import { namespaceKey } from "./namespace.js";
 import { readIndexState, type IndexState } from "./prefix-index-state.js";
@@ -138,28 +139,9 @@ function outKind(out: unknown, numRanks: number): 0 | 1 | 2 {
   return 0;
 }
 
-/** Engine hashes an engine map may hold beyond twice the blocks its rank holds before it is swept. */
-const ENGINE_MAP_SLACK = 1024;
-
-/**
- * Bounds one rank's engine map once it holds more than twice the blocks the
- * rank holds (plus the slack): evicted paths leave stale entries behind,
- * which go; hashes that name a block another hash names too (an engine, or a
- * publisher posing as one, naming one block by many hashes) all stay held, so
- * past half the slack over the blocks held the oldest are forgotten, stored
- * first. So a sweep deletes at least half of what it visits (linear work in
- * all) and the map stays within 2 × held + the slack after each event.
- */
-function boundEngineBlocks(ex: IndexCore["ex"], rank: number, map: Map<EngineHash, [number, number]>): void {
-  const held = ex.indexBlockCount(rank) >>> 0;
-  if (map.size <= 2 * held + ENGINE_MAP_SLACK) return;
-  for (const [h, k] of map) if (!ex.indexHolds(rank, k[0], k[1])) map.delete(h);
-  const keep = held + ENGINE_MAP_SLACK / 2;
-  if (map.size <= keep) return;
-  for (const h of map.keys()) {
-    map.delete(h);
-    if (map.size <= keep) break;
-  }
+/** Bounds one rank's engine map against the blocks the rank holds (EngineMap.bound). */
+function boundEngineBlocks(ex: IndexCore["ex"], rank: number, map: EngineMap): void {
+  map.bound(ex.indexBlockCount(rank) >>> 0, (k) => ex.indexHolds(rank, k[0], k[1]) !== 0);
 }
 
 /** A multi-rank prefix index. Create with {@link createPrefixIndex}. */
@@ -171,7 +153,7 @@ export class PrefixIndex {
   readonly #tokensPerBlock: number;
   readonly #options: PrefixIndexOptions;
   /** Per rank: engine block hash → path key (lo, hi) of the block it names. */
-  #engineBlocks: Map<EngineHash, [number, number]>[];
+  #engineBlocks: EngineMap[];
   /** Per rank: the last event_id seen. */
   #lastEventId: number[];
   readonly #eventCounts: KvEventCounts = { applied: 0, unknownParent: 0, unknownBlock: 0, malformed: 0, ignored: 0, outOfOrder: 0 };
@@ -192,7 +174,7 @@ export class PrefixIndex {
     this.#numRanks = numRanks;
     this.#tokensPerBlock = tokensPerBlock;
     this.#options = { numRanks, tokensPerBlock, ...(capacityBlocksPerRank ? { capacityBlocksPerRank } : {}), ...(maxMemoryBytes ? { maxMemoryBytes } : {}) };
-    this.#engineBlocks = Array.from({ length: numRanks }, () => new Map());
+    this.#engineBlocks = Array.from({ length: numRanks }, () => new EngineMap());
     this.#lastEventId = new Array(numRanks).fill(-Infinity);
   }
 
@@ -473,7 +455,7 @@ export class PrefixIndex {
   }
 
   /** Inserts one stored event's blocks below its parent; false when the rank does not hold the parent. */
-  #applyStored(core: IndexCore, rank: number, parent: EngineHash | null, ns: PrefixNamespace, blocks: { hash: EngineHash; tokens: number[] | null }[], map: Map<EngineHash, [number, number]>): boolean {
+  #applyStored(core: IndexCore, rank: number, parent: EngineHash | null, ns: PrefixNamespace, blocks: { hash: EngineHash; tokens: number[] | null }[], map: EngineMap): boolean {
     const ex = core.ex;
     let parentKey: [number, number] | null = null;
     if (parent !== null) {
@@ -495,11 +477,7 @@ export class PrefixIndex {
     const tokens = keys === null ? blocks.map((b) => b.tokens!) : null;
     const pathKeys = core.insertStored(rank, parentKey, namespaceSeed(ns), n, tokens, keys);
     if (pathKeys === null) return false;
-    for (let i = 0; i < pathKeys.length; i++) {
-      const hash = blocks[i]!.hash;
-      map.delete(hash); // a hash stored again is the newest (the order the bound below forgets in)
-      map.set(hash, pathKeys[i]!);
-    }
+    for (let i = 0; i < pathKeys.length; i++) map.set(blocks[i]!.hash, pathKeys[i]!);
     boundEngineBlocks(ex, rank, map);
     return true;
   }
@@ -555,7 +533,7 @@ export class PrefixIndex {
       stamp: ex.indexStamp() >>> 0,
       evictions: ex.indexEvictions(),
       stampResets: ex.indexStampResets() >>> 0,
-      engineBlocks: this.#engineBlocks.map((m) => [...m]),
+      engineBlocks: this.#engineBlocks.map((m) => m.entries()),
       lastEventId: this.#lastEventId.map((v) => (Number.isFinite(v) ? v : null)),
       eventCounts: { ...this.#eventCounts },
       seal: recordsSeal(this.#tokensPerBlock, records),
@@ -573,9 +551,9 @@ export class PrefixIndex {
       throw this.#retire(error);
     }
     if (nodes !== state.nodes) throw new AdpInputError("snapshot", `is not a valid snapshot (prefix index: ${nodes} nodes where its state says ${state.nodes})`, `${records.length} bytes of index records`);
-    this.#engineBlocks = state.engineBlocks.map((entries) => new Map(entries));
+    this.#engineBlocks = state.engineBlocks.map((entries) => new EngineMap(entries));
     // A view's index goes on keyed (its records all entered the table as they were imported).
-    if (this.#engineBlocks.some((m) => m.size > 0)) core.ex.indexKeyAll();
+    if (state.engineBlocks.some((entries) => entries.length > 0)) core.ex.indexKeyAll();
     this.#lastEventId = state.lastEventId.map((v) => v ?? -Infinity);
     Object.assign(this.#eventCounts, state.eventCounts);
   }

@@ -173,6 +173,30 @@ describe("applyKvEvents: an engine map stays bounded", () => {
   }, 60_000);
 });
 
+describe("applyKvEvents: an engine map of 64-bit and negative hashes", () => {
+  /** Each rank's engine map, as a snapshot lists it. */
+  const engineMaps = (index: ReturnType<typeof createPrefixIndex>) => decodeSnapshot(index.snapshot(), SNAPSHOT_KINDS.prefixIndex).state.engineBlocks as [unknown, unknown][][];
+
+  it("hashes past 2^53 (kept as text) and negative ones are bounded as small ones are, and a restored twin keeps the same entries in the same order", () => {
+    const index = createPrefixIndex({ numRanks: 1, tokensPerBlock: 2, capacityBlocksPerRank: 300 });
+    let restored: ReturnType<typeof createPrefixIndex> | null = null;
+    // vLLM's 64-bit block hashes arrive as msgpack bigints; half of these are past 2^53, half negative numbers.
+    const hash = (h: number) => (h % 2 === 0 ? (1n << 63n) + BigInt(h) * 0x9e3779b97f4a7c15n % (1n << 62n) : -h * 7919);
+    for (let h = 1; h <= 4_000; h++) {
+      const events = { events: [{ type: "BlockStored", block_hashes: [hash(h)], parent_block_hash: null, token_ids: [10 * h, 10 * h + 1], block_size: 2 }] };
+      expect(index.applyKvEvents(events, { rank: 0 }).applied).toBe(1);
+      restored?.applyKvEvents(events, { rank: 0 });
+      if (h === 1_500) restored = restorePrefixIndex(index.snapshot());
+      if (h % 100 === 0) expect(engineMaps(index)[0]!.length).toBeLessThanOrEqual(2 * 300 + 1024);
+    }
+    expect(index.blockCount(0)).toBe(300);
+    expect(engineMaps(restored!)).toEqual(engineMaps(index));
+    // The newest blocks are still named by their hashes: a removal of the last one is applied.
+    expect(index.applyKvEvents({ events: [{ type: "BlockRemoved", block_hashes: [hash(4_000)] }] }, { rank: 0 })).toMatchObject({ applied: 1, unknownBlock: 0 });
+    expect(index.applyKvEvents({ events: [{ type: "BlockRemoved", block_hashes: [hash(3_999)] }] }, { rank: 0 })).toMatchObject({ applied: 1, unknownBlock: 0 });
+  }, 60_000);
+});
+
 describe("applyKvEvents: every wire variant the engines publish (kv-events reference §2)", () => {
   const storedMap = (fields: Record<string, unknown>) => ({ type: "BlockStored", parent_block_hash: null, block_size: 2, lora_id: null, medium: "GPU", lora_name: null, ...fields });
 
