@@ -9,12 +9,13 @@
 //
 // The channel is batched: a worker sends at most one message each FLUSH_MS,
 // holding what it changed meanwhile and its loads, however many requests it
-// placed (each LOADS_MS when only its loads changed). Messages cross as JSON (block hashes as base64 text) on a direct
-// link to each sibling (sibling-links.ts), and through the primary to those it
-// has no link to. Each carries its sender's process id and sequence number: a
-// load report older than one already taken (a batch relayed by the primary may
-// arrive after a later one on a link), or from a process known to be gone
-// (its link ended, or the primary said it exited), is not taken.
+// placed (each LOADS_MS when only its loads changed). Messages cross as JSON
+// (block hashes as base64 text) on a direct link to each sibling
+// (sibling-links.ts), and through the primary to those it has no link to.
+// Each carries its sender's process id and sequence number: a load report
+// older than one already taken (a batch relayed by the primary may arrive
+// after a later one on a link), or from a process known to be gone (its link
+// ended, or the primary said it exited), is not taken.
 
 import type { PrefixNamespace } from "adp-router";
 import type { RoutingState, StateEntry, StateLog } from "../fleet/routing-state.js";
@@ -43,8 +44,8 @@ const FLUSH_MS = 10;
  * little it tells; a sibling's in-flight counts 50 ms old against requests
  * that last hundreds of milliseconds misplace nothing, and a gateway gone
  * quiet still sends its last loads at once (loadsChanged). Against every
- * FLUSH_MS: 0.97 of the CPU per small request side by side (bench:peers'
- * small chats, whose prompts fill no block).
+ * FLUSH_MS: 0.94–0.96 of the CPU per small request, two `--workers 2`
+ * gateways side by side (bench:peers' small chats, whose prompts fill no block).
  */
 const LOADS_MS = 50;
 /** Most u32 words of block hashes one entry may carry (a 1M-token prompt in 16-token blocks is 131,072). */
