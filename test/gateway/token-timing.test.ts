@@ -12,18 +12,19 @@ const event = fc
     field: fc.constantFrom('"content":', '"text":', '"reasoning_content":', '"tool_calls":', '"role":'),
     space: fc.boolean(),
     empty: fc.boolean(),
-    end: fc.constantFrom("\n\n", "\r\n\r\n"),
+    end: fc.constantFrom("\n\n", "\r\n\r\n", "\r\r"),
   })
   .map(({ field, space, empty, end }) => {
     const value = field === '"tool_calls":' ? (empty ? "[]" : '[{"index":0}]') : empty ? '""' : '"tok"';
     return `data: {"id":"c","choices":[{"index":0,"delta":{${field}${space ? " " : ""}${value}},"finish_reason":null}]}${end}`;
   });
 
-/** Where the bytes after `text`'s last event boundary (a blank line, LF or CRLF) begin; 0 without one. */
+/** Where the bytes after `text`'s last event boundary (a blank line, LF, CRLF or bare CR) begin; 0 without one. */
 function lastBoundaryEnd(text: string): number {
   const lf = text.lastIndexOf("\n\n");
   const crlf = text.lastIndexOf("\n\r\n");
-  return Math.max(lf < 0 ? 0 : lf + 2, crlf < 0 ? 0 : crlf + 3);
+  const cr = text.lastIndexOf("\r\r");
+  return Math.max(lf < 0 ? 0 : lf + 2, crlf < 0 ? 0 : crlf + 3, cr < 0 ? 0 : cr + 2);
 }
 
 /** Tokens `timing` counted: the first, and one per gap after it; each chunk's bytes passed on are checked: the whole events so far. */

@@ -25,21 +25,31 @@ const CARRY = 24;
 const HOLD_MAX = 64 << 10;
 /** What a chunk passes on while its event is still coming. */
 const EMPTY = Buffer.alloc(0);
-/** Event boundaries: a blank line, LF or CRLF. */
+/**
+ * Event boundaries: a blank line, ended by LF, CRLF or a bare CR (SSE's three
+ * line ends; a CR-ended blank line passes on without the LF that may follow
+ * it, which a client's parser skips as the rest of that CRLF). Event data is
+ * JSON, which never holds a raw CR.
+ */
 const LF_LF = Buffer.from("\n\n");
 const LF_CRLF = Buffer.from("\n\r\n");
+const CR_CR = Buffer.from("\r\r");
 
 /** Where the bytes of `data` after its last event boundary begin (0: none). */
 function afterLastBoundary(data: Buffer): number {
   const lf = data.lastIndexOf(LF_LF);
   const crlf = data.lastIndexOf(LF_CRLF);
-  return Math.max(lf < 0 ? 0 : lf + 2, crlf < 0 ? 0 : crlf + 3);
+  const cr = data.lastIndexOf(CR_CR);
+  return Math.max(lf < 0 ? 0 : lf + 2, crlf < 0 ? 0 : crlf + 3, cr < 0 ? 0 : cr + 2);
 }
 
 /** Whether `data` ends on an event boundary (most chunks do: engines write whole events), found without a search. */
 function endsAtBoundary(data: Buffer): boolean {
   const n = data.length;
-  return n >= 2 && data[n - 1] === 0x0a && (data[n - 2] === 0x0a || (n >= 3 && data[n - 2] === 0x0d && data[n - 3] === 0x0a));
+  if (n < 2) return false;
+  const last = data[n - 1];
+  if (last === 0x0d) return data[n - 2] === 0x0d;
+  return last === 0x0a && (data[n - 2] === 0x0a || (n >= 3 && data[n - 2] === 0x0d && data[n - 3] === 0x0a));
 }
 
 /**
