@@ -617,10 +617,13 @@ const SATURATING = {
 
 /** One saturated window's sums: what `wrk` got through `peer`, and the CPU the engines and the machine spent meanwhile. */
 interface Window {
+  /** Requests `wrk` completed, and how many of them were not 2xx. */
   readonly requests: number;
   readonly non2xx: number;
+  /** CPU seconds of the engines' process, and of the whole machine (busy, every core). */
   readonly enginesCpu: number;
   readonly machineCpu: number;
+  /** The peer's resident memory after the window, MiB: its process tree's, and its largest process's. */
   readonly rss: number;
   readonly processRss: number;
 }
