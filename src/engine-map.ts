@@ -44,9 +44,12 @@ export class EngineMap {
     return this.#shards[shardOf(h)]?.get(h);
   }
 
-  /** Forgets `h`. */
-  delete(h: EngineHash): void {
-    this.#shards[shardOf(h)]?.delete(h);
+  /** Forgets `h`; returns the path key it named, if any. */
+  take(h: EngineHash): PathKey | undefined {
+    const shard = this.#shards[shardOf(h)];
+    const key = shard?.get(h);
+    shard?.delete(h);
+    return key;
   }
 
   /** Names `key` by `h`, as its newest entry (a hash stored again goes last in the order the bound forgets in). */

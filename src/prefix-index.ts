@@ -439,8 +439,7 @@ export class PrefixIndex {
       } else if (e.kind === "removed") {
         let known = 0;
         for (const h of e.hashes) {
-          const key = map.get(h);
-          map.delete(h);
+          const key = map.take(h);
           if (key !== undefined && ex.indexRemovePath(e.rank, key[0], key[1]) > 0) known++;
           else result.unknownBlock++;
         }
