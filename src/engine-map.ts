@@ -21,12 +21,20 @@ const SHARDS = 64;
 /** Engine hashes a map may hold beyond twice the blocks its rank holds (each shard its 64th). */
 const SLACK = 1024;
 
-/** The shard of `h`: its low bits as a number (a negative one's as its absolute value's), or a multiplicative hash of its characters. */
+/**
+ * The shard of `h`: the top bits of a multiplicative hash of its two 32-bit
+ * halves (a number), or of its characters. Mixed, not its low bits: an
+ * engine's ids may share their low bits (multiples of a block size), and one
+ * shard holding them all would keep its 64th of the bound for all of them.
+ */
 function shardOf(h: EngineHash): number {
-  if (typeof h === "number") return Math.abs(h % SHARDS) | 0;
-  let x = 0;
-  for (let i = 0; i < h.length; i++) x = (Math.imul(x, 31) + h.charCodeAt(i)) | 0;
-  return x & (SHARDS - 1);
+  let x: number;
+  if (typeof h === "number") x = (h % 4294967296 | 0) ^ Math.imul((h / 4294967296) | 0, 0x85ebca77);
+  else {
+    x = 0;
+    for (let i = 0; i < h.length; i++) x = (Math.imul(x, 31) + h.charCodeAt(i)) | 0;
+  }
+  return Math.imul(x, 0x9e3779b1) >>> 26;
 }
 
 /** One rank's engine hashes and the path keys they name. */
