@@ -196,6 +196,15 @@ describe("applyKvEvents: an engine map of 64-bit and negative hashes", () => {
     expect(index.applyKvEvents({ events: [{ type: "BlockRemoved", block_hashes: [hash(3_999)] }] }, { rank: 0 })).toMatchObject({ applied: 1, unknownBlock: 0 });
   }, 60_000);
 
+  it("under eviction at 20,000 blocks held, every held block is still named: each one's hash removes it", () => {
+    const index = createPrefixIndex({ numRanks: 1, tokensPerBlock: 2, capacityBlocksPerRank: 20_000 });
+    const hash = (h: number) => (h * 2654435761) % 2 ** 40;
+    for (let h = 1; h <= 60_000; h++) index.applyKvEvents({ events: [{ type: "BlockStored", block_hashes: [hash(h)], parent_block_hash: null, token_ids: [h, h + 1e6], block_size: 2 }] }, { rank: 0 });
+    expect(index.blockCount(0)).toBe(20_000);
+    const removed = index.applyKvEvents({ events: Array.from({ length: 20_000 }, (_, i) => ({ type: "BlockRemoved", block_hashes: [hash(60_000 - i)] })) }, { rank: 0 });
+    expect(removed).toMatchObject({ applied: 20_000, unknownBlock: 0 });
+  }, 60_000);
+
   it("ids sharing their low bits (multiples of 64) keep every block held named: each held block's hash still removes it", () => {
     const index = createPrefixIndex({ numRanks: 1, tokensPerBlock: 2, capacityBlocksPerRank: 300 });
     for (let h = 1; h <= 3_000; h++) index.applyKvEvents({ events: [{ type: "BlockStored", block_hashes: [64 * h], parent_block_hash: null, token_ids: [10 * h, 10 * h + 1], block_size: 2 }] }, { rank: 0 });
