@@ -28,11 +28,13 @@
 //   - saturated streamed chats (wrk, STREAM_CONNECTIONS connections, `"stream": true`): the engines
 //     answer STREAM_TOKENS server-sent events a request, each written on its own (as an engine
 //     writes each token it makes), then `data: [DONE]`: requests/s and CPU per 1,000, as above;
+//   - saturated small chats each on a connection of its own (wrk, CLOSE_CONNECTIONS clients sending
+//     `Connection: close`): what accepting and closing connections costs, as above;
 //   - added latency, one small request at a time: p50 through it minus direct.
 // It installs nothing: without `haproxy` or `wrk` it says how to get them.
 // Run: npm run bench:peers (ADP_BENCH_PEERS=gateway,gateway-w2,haproxy-rr,... picks
 // peers, gateway-wN being serve --workers N;
-// ADP_BENCH_GATEWAY_ARGS adds serve flags, ADP_BENCH_GATEWAY_NODE_ARGS node flags such as --cpu-prof (for node-pass too); ADP_BENCH_PEERS_ROUNDS, _RATE, _REQUESTS, _WARMUP resize it; _PHASES=trace,small,stream,latency picks measurements;
+// ADP_BENCH_GATEWAY_ARGS adds serve flags, ADP_BENCH_GATEWAY_NODE_ARGS node flags such as --cpu-prof (for node-pass too); ADP_BENCH_PEERS_ROUNDS, _RATE, _REQUESTS, _WARMUP resize it; _PHASES=trace,small,stream,close,latency picks measurements;
 // ADP_BENCH_PEERS_TRACE_PROFILER runs a command over the measured trace alone, its {pid}
 // replaced by the peer's pid ({pids}: its process tree's, comma-separated) and sent SIGINT when the trace ends, e.g.
 // "perf record -e cpu-clock -p {pid} -o /tmp/trace.perf" with ADP_BENCH_GATEWAY_NODE_ARGS=--perf-basic-prof;
@@ -90,12 +92,14 @@ const LATENCY_REQUESTS = 1_000;
 /** Tokens a streamed answer carries, each its own server-sent event, and the connections streaming at once. */
 const STREAM_TOKENS = 32;
 const STREAM_CONNECTIONS = 64;
+/** Clients of the `close` phase, each opening a connection per request. */
+const CLOSE_CONNECTIONS = 64;
 /** An engine's prefill cost: a fixed part and a part per block it missed (ms). */
 const ENGINE_BASE_MS = 2;
 const ENGINE_MS_PER_MISSED_BLOCK = 0.25;
 const PEERS = (process.env.ADP_BENCH_PEERS ?? "gateway,gateway-w2,haproxy-rr,haproxy-hash").split(",");
 /** The measurements taken: `trace`, `small` (saturated), `latency` (one at a time). */
-const PHASES = new Set((process.env.ADP_BENCH_PEERS_PHASES ?? "trace,small,stream,latency").split(","));
+const PHASES = new Set((process.env.ADP_BENCH_PEERS_PHASES ?? "trace,small,stream,close,latency").split(","));
 
 /** Filler words for the prompts' chunks. */
 const WORDS = "the of and to in is was for that with as on by at from his her he she it they an be this which or are were had have not but all one their what so up out if about who get there when make can like time no just him know take people into year your good some could them see other than then now look only come its over think also back after use two how our work first well way even new want because any these give day most us cache router token prefix block engine rank".split(" ");
@@ -611,8 +615,10 @@ function machineCpu(): number {
 
 /** The saturated phases' requests: a small chat answered whole, and one streamed (STREAM_TOKENS events), with the connections each is sent on. */
 const SATURATING = {
-  small: { body: '{"model":"bench-model","messages":[{"role":"user","content":"a small question"}],"max_tokens":1}', connections: WRK_CONNECTIONS },
-  stream: { body: `{"model":"bench-model","messages":[{"role":"user","content":"a small question"}],"max_tokens":${STREAM_TOKENS},"stream":true}`, connections: STREAM_CONNECTIONS },
+  small: { body: '{"model":"bench-model","messages":[{"role":"user","content":"a small question"}],"max_tokens":1}', connections: WRK_CONNECTIONS, close: false },
+  stream: { body: `{"model":"bench-model","messages":[{"role":"user","content":"a small question"}],"max_tokens":${STREAM_TOKENS},"stream":true}`, connections: STREAM_CONNECTIONS, close: false },
+  // Each small chat on a connection of its own (Connection: close): what a client without a pool costs.
+  close: { body: '{"model":"bench-model","messages":[{"role":"user","content":"a small question"}],"max_tokens":1}', connections: CLOSE_CONNECTIONS, close: true },
 } as const;
 
 /** One saturated window's sums: what `wrk` got through `peer`, and the CPU the engines and the machine spent meanwhile. */
@@ -657,7 +663,8 @@ function saturatedWindow(peer: Peer, script: string, engines: number, kind: keyo
  */
 function saturatedWindows(peers: readonly Peer[], dir: string, engines: number, kind: keyof typeof SATURATING): Map<string, { figures: Record<string, number>; windows: number[] }> {
   const script = path.join(dir, `${kind}.lua`);
-  writeFileSync(script, `wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\nwrk.body = '${SATURATING[kind].body}'\n`);
+  const close = SATURATING[kind].close ? 'wrk.headers["Connection"] = "close"\n' : "";
+  writeFileSync(script, `wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n${close}wrk.body = '${SATURATING[kind].body}'\n`);
   const seconds = WRK_SECONDS / SATURATED_WINDOWS;
   // First SETTLE_WINDOWS each, unmeasured: the trace's warm-up did not take these requests' paths through a gateway,
   // nor open and drop hundreds of connections at once as each wrk does (a gateway's first 2-second window made 6,700
@@ -746,10 +753,10 @@ async function main(): Promise<void> {
           rows.set(name, PHASES.has("trace") ? prefix("trace_", await traceRun(peer, calls, urls[0]!)) : {});
           windows.set(name, {});
         }
-        for (const kind of ["small", "stream"] as const) {
+        for (const kind of ["small", "stream", "close"] as const) {
           if (!PHASES.has(kind)) continue;
           // net-pass frames by Content-Length only and node-pass copies it: neither relays a chunked stream.
-          const taking = kind === "small" ? peers : peers.filter((p) => !/^(net|node)-pass/.test(p.name));
+          const taking = kind !== "stream" ? peers : peers.filter((p) => !/^(net|node)-pass/.test(p.name));
           for (const [name, m] of saturatedWindows(taking, dir, enginesProc.pid!, kind)) {
             Object.assign(rows.get(name)!, prefix(`${kind}_`, m.figures));
             windows.get(name)![`${kind}_windows_requests_per_s`] = m.windows;
@@ -775,7 +782,7 @@ async function main(): Promise<void> {
 }
 
 /** The figures compared with HAProxy's, as the issue's targets name them. */
-const COMPARED = ["trace_cpu_s_per_1000", "small_cpu_s_per_1000", "small_requests_per_s", "stream_cpu_s_per_1000", "stream_requests_per_s", "trace_peak_rss_mib", "small_rss_mib", "trace_peak_process_rss_mib", "small_process_rss_mib", "trace_hit_ratio"] as const;
+const COMPARED = ["trace_cpu_s_per_1000", "small_cpu_s_per_1000", "small_requests_per_s", "stream_cpu_s_per_1000", "stream_requests_per_s", "close_cpu_s_per_1000", "close_requests_per_s", "trace_peak_rss_mib", "small_rss_mib", "trace_peak_process_rss_mib", "small_process_rss_mib", "trace_hit_ratio"] as const;
 
 /** Medians per peer, then each figure of the others as a ratio to each HAProxy's. */
 function summary(results: Map<string, Record<string, number>[]>, direct: number): void {
@@ -818,7 +825,7 @@ function byRound(results: Map<string, Record<string, number>[]>, name: string): 
     const b = base[i];
     if (b === undefined) return {};
     return Object.fromEntries(
-      (["small", "stream"] as const).flatMap((phase) => {
+      (["small", "stream", "close"] as const).flatMap((phase) => {
         const rps = ratio(r[`${phase}_requests_per_s`], b[`${phase}_requests_per_s`]);
         return rps === undefined ? [] : [[`${phase}_requests_per_s`, rps], [`${phase}_engines_cpu_s_per_1000`, ratio(r[`${phase}_engines_cpu_s_per_1000`], b[`${phase}_engines_cpu_s_per_1000`])]];
       }),

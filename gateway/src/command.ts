@@ -235,7 +235,7 @@ async function serve(args: string[]): Promise<number> {
     const checked = await checkUpstreams(config, false);
     if ("problem" in checked) return fail(checked.problem, checked.status);
     process.stderr.write(`${said()}: ${workersLimits(workers, config.limits)}\n`);
-    return runPrimary(workers);
+    return runPrimary(workers, config.listen.connectionBalance);
   }
   // This process serves requests (the one gateway, or a worker): fewer full collections of its small heap, a smaller
   // young generation scavenged on the main thread, and the buffers its reads leave collected young.

@@ -1,7 +1,7 @@
 // `serve --workers N` as a user runs it: the built CLI (a primary and its
 // worker processes sharing one port) on loopback in front of mock engines.
-// Each request goes on a connection of its own, so the cluster hands them to
-// the workers in turn: what one worker placed, the other must know.
+// Each request goes on a connection of its own, which either worker may
+// accept: what one worker placed, the other must know.
 import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { request } from "node:http";
@@ -43,7 +43,7 @@ const prompt = (i: number) => `conversation ${i}: ${"the routing state is one ac
 
 /**
  * Six conversations, each opened on a connection of its own and then given
- * four more turns on four connections (two reach each worker): every turn
+ * four more turns on four connections (either worker may take each): every turn
  * must reach the upstream its conversation's first turn went to.
  */
 async function expectRoutedAsOne(url: string): Promise<void> {
@@ -58,7 +58,7 @@ async function expectRoutedAsOne(url: string): Promise<void> {
   expect(new Set(first).size).toBeGreaterThan(1);
   await new Promise((r) => setTimeout(r, 100)); // the siblings' batches (every 10 ms) have crossed
   for (let i = 0; i < 6; i++) {
-    // Four more turns on four connections: two reach each worker.
+    // Four more turns on four connections, each taken by either worker.
     const turns: number[] = [];
     for (let turn = 0; turn < 4; turn++) {
       turns.push((await chatAlone(url, `${prompt(i)} and turn ${turn}`)).upstream);
@@ -101,13 +101,13 @@ async function untilWorkers(primary: number, n: number, url: string, gone: numbe
 
 /**
  * SIGKILLs `primary`'s first worker and waits until the primary said it starts
- * it again, and a moment more (its channel's end, after which the primary hands
- * it no connection, and clients see their connections to it close); returns its pid.
+ * it again, and a moment more (its channel's end, after which it takes no
+ * connection, and clients see their connections to it close); returns its pid.
  */
 async function killWorker(primary: number, stderr: () => string): Promise<number> {
   const [victim] = workerPids(primary);
   process.kill(victim!, "SIGKILL");
-  // Once the primary saw it go (a connection it handed the dying worker before that is lost: node:cluster's round robin).
+  // Once the primary saw it go (under round_robin, a connection it handed the dying worker before that is lost).
   for (let i = 0; i < 50 && !stderr().includes("starting it again"); i++) await new Promise((r) => setTimeout(r, 50));
   await new Promise((r) => setTimeout(r, 300));
   return victim!;
@@ -348,6 +348,28 @@ describe("serve --workers N", () => {
     const refused = await runCli(CLI, ["serve", "--config", file, "--workers", "2", "--allow-unreachable"], children, 10_000);
     expect(refused.status).toBe(2);
     expect(refused.stderr).toContain("--workers above 1 cannot be combined with kv_events kind http");
+  }, 30_000);
+
+  it("listen.connection_balance kernel (the default): the workers accept connections themselves, so a stopped primary stops none; round_robin: the primary hands each over, and one stopped holds new connections", async () => {
+    const [engine] = await startEngines(1, engines);
+    const dir = mkdtempSync(path.join(tmpdir(), "adp-workers-"));
+    for (const balance of [null, "kernel", "round_robin"] as const) {
+      const file = path.join(dir, `g-${balance}.yaml`);
+      const listen = balance === null ? "host: 127.0.0.1, port: 0" : `host: 127.0.0.1, port: 0, connection_balance: ${balance}`;
+      writeFileSync(file, `listen: { ${listen} }\nlogging: { level: silent }\nupstreams:\n  - url: ${engine!.url}\n`);
+      const { url, child, exited } = await start(["--config", file, "--workers", "2"]);
+      process.kill(child.pid!, "SIGSTOP");
+      // Each on a connection of its own, opened while the primary is stopped.
+      const answers = Promise.all(Array.from({ length: 4 }, (_, i) => chatAlone(url, `${balance} ${i}`)));
+      const within = await Promise.race([answers.then((a) => a.map((x) => x.status)), new Promise((r) => setTimeout(() => r("still waiting"), 1_500))]);
+      process.kill(child.pid!, "SIGCONT");
+      expect({ balance, within }).toEqual({ balance, within: balance === "round_robin" ? "still waiting" : [200, 200, 200, 200] });
+      // Held, not lost: the primary hands them over once it runs again.
+      expect((await answers).map((a) => a.status)).toEqual([200, 200, 200, 200]);
+      child.kill("SIGTERM");
+      expect(await exited).toBe(0);
+    }
+    expect(() => loadGatewayConfig({ file: { name: "g.yaml", text: "listen: { connection_balance: exact }\nupstreams: [{ url: 'http://127.0.0.1:9' }]\n" } })).toThrow(/listen\.connection_balance: must be one of kernel, round_robin, got "exact"/);
   }, 30_000);
 
   it("its workers share the gateway's limits: max_in_flight_per_upstream 2 over two workers is at most 2 requests at the engine at once, not 4", async () => {

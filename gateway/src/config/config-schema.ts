@@ -26,7 +26,15 @@ export const gatewayConfigSchema = Object.freeze({
   additionalProperties: false,
   $defs: { attention_dp_config: attentionDp },
   properties: {
-    listen: { type: "object", additionalProperties: false, properties: { host: { type: "string", default: "127.0.0.1" }, port: { type: "integer", minimum: 0, maximum: 65535, default: 8000 } } },
+    listen: {
+      type: "object",
+      additionalProperties: false,
+      properties: {
+        host: { type: "string", default: "127.0.0.1" },
+        port: { type: "integer", minimum: 0, maximum: 65535, default: 8000 },
+        connection_balance: { enum: ["kernel", "round_robin"], default: "kernel", description: "How --workers' processes share the connections: kernel, each worker accepts from the one listen socket as it is free; round_robin, the primary accepts each and hands it to the next free worker in turn (a hop through the primary a connection)." },
+      },
+    },
     upstreams: {
       type: "array",
       minItems: 1,
@@ -65,7 +73,7 @@ export const gatewayConfigSchema = Object.freeze({
         queue_size: { type: "integer", minimum: 0, default: 1024 },
         queue_timeout_ms: { type: "integer", minimum: 0, default: 10000 },
         max_connections: { type: "integer", minimum: 1, default: 8192, description: "Client connections open at once; more are closed as they arrive." },
-        max_requests_per_connection: { type: "integer", minimum: 0, default: 1000, description: "Requests a client connection serves; its last answer says Connection: close, so the client reconnects (and, with --workers, reaches the worker the primary hands it). 0: no limit." },
+        max_requests_per_connection: { type: "integer", minimum: 0, default: 1000, description: "Requests a client connection serves; its last answer says Connection: close, so the client reconnects (and, with --workers, may reach another worker: listen.connection_balance). 0: no limit." },
         max_receiving_bytes: { type: "integer", minimum: 1024, description: "Bytes of request bodies being received, all client connections together, at most; a body that would pass it is answered 503 and its connection closed. At least max_body_bytes; default 16 times max_body_bytes." },
         max_prompt_chars: { type: "integer", minimum: 1, default: 1048576, description: "A prompt's characters at most, counted before tokenizing (413 prompt_too_large past it)." },
         max_prompt_tokens: { type: "integer", minimum: 1, description: "A prompt's tokens at most (400 context_length_exceeded past it). Default 1048576 with tokenizer kind huggingface, 4194304 (bytes) with the byte tokenizer." },

@@ -67,7 +67,8 @@ export type RankRoutingKind = "adp" | "instance" | "none";
 export interface GatewayConfig {
   /** What the configuration accepted but the gateway logs a warning about at start (a URL it rewrote, say). */
   readonly warnings: readonly ConfigIssue[];
-  readonly listen: { readonly host: string; readonly port: number };
+  /** Where it listens; `connectionBalance`: how `--workers`' processes share its connections (CONNECTION_BALANCES). */
+  readonly listen: { readonly host: string; readonly port: number; readonly connectionBalance: "kernel" | "round_robin" };
   readonly upstreams: readonly UpstreamConfig[];
   /** The routers' configuration (the policy's, overridden by `attention_dp_config`). */
   readonly attentionDp: AttentionDpConfig;
@@ -207,7 +208,7 @@ export interface GatewayFlags {
  * `upstreams` (unless flags give them). Checked by {@link loadGatewayConfig}.
  */
 export interface GatewayConfigObject {
-  readonly listen?: { readonly host?: string; readonly port?: number };
+  readonly listen?: { readonly host?: string; readonly port?: number; readonly connection_balance?: "kernel" | "round_robin" };
   /** createGateway only: `listen.port` (as `--port`), `listen.host` (as `--host`). */
   readonly port?: number;
   readonly host?: string;

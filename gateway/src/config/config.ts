@@ -39,7 +39,7 @@ export class GatewayConfigError extends Error {
 /** The keys each section accepts, for unknown-key errors. */
 const SECTIONS: Record<string, readonly string[]> = {
   "": ["listen", "upstreams", "policy", "attention_dp_config", "limits", "timeouts", "health", "auth", "logging", "routing", "tokenizer", "sync", "disaggregation"],
-  listen: ["host", "port"],
+  listen: ["host", "port", "connection_balance"],
   "upstreams[]": ["url", "name", "api_key", "api_key_env", "drain", "kv_events", "load", "dp_ranks", "rank_routing", "attention_dp_config", "role", "bootstrap_port"],
   limits: ["max_body_bytes", "max_in_flight_per_upstream", "queue_size", "queue_timeout_ms", "max_connections", "max_requests_per_connection", "max_receiving_bytes", "max_prompt_chars", "max_prompt_tokens"],
   timeouts: ["headers_ms", "request_ms", "keep_alive_ms", "connect_ms", "first_byte_ms", "idle_ms", "max_stream_ms"],
@@ -71,6 +71,14 @@ const MAX_ISSUES = 100;
 
 /** Log levels pino knows. */
 export const LEVELS = ["fatal", "error", "warn", "info", "debug", "trace", "silent"] as const;
+/**
+ * How `--workers`' processes share the listen socket's connections: `kernel`,
+ * each worker accepts from the one socket as it is free (no hop through the
+ * primary: Envoy's default, and node:cluster's SCHED_NONE); `round_robin`,
+ * the primary accepts each and hands it to the next free worker in turn
+ * (node:cluster's default, SCHED_RR).
+ */
+export const CONNECTION_BALANCES = ["kernel", "round_robin"] as const;
 
 /** The largest file a setting names that is read (a key, a creds file, a certificate: kilobytes). */
 const MAX_SETTING_FILE_BYTES = 1 << 20;
@@ -514,6 +522,9 @@ export function loadGatewayConfig(options: LoadOptions = {}): GatewayConfig {
   if (host.trim() === "") r.fail(["listen", "host"], "must be an address or host name");
   if (host.length > 255) r.fail(["listen", "host"], `must be at most 255 characters, got ${host.length}`);
   let port = r.int(listen.port, ["listen", "port"], 0, 65535, 8000);
+  const balanceText = r.str(listen.connection_balance, ["listen", "connection_balance"], "kernel");
+  if (!(CONNECTION_BALANCES as readonly string[]).includes(balanceText)) r.fail(["listen", "connection_balance"], `must be one of ${CONNECTION_BALANCES.join(", ")}, got ${describeValue(balanceText)}`);
+  const connectionBalance = balanceText === "round_robin" ? "round_robin" : "kernel";
   if (flags.port !== undefined) {
     if (!Number.isInteger(flags.port) || flags.port < 0 || flags.port > 65535) r.fail(["port"], `must be an integer in [0, 65535], got ${describeValue(flags.port)}`, "--port");
     else port = flags.port;
@@ -636,7 +647,7 @@ export function loadGatewayConfig(options: LoadOptions = {}): GatewayConfig {
   if (maxReceivingBytes < maxBodyBytes) r.fail(["limits", "max_receiving_bytes"], `is ${maxReceivingBytes}, below limits.max_body_bytes (${maxBodyBytes}): a largest body could never be received`);
   const config: GatewayConfig = {
     warnings: r.warnings,
-    listen: { host, port },
+    listen: { host, port, connectionBalance },
     upstreams,
     attentionDp,
     limits: {

@@ -1,6 +1,10 @@
-// `serve --workers N`: N worker processes share the listen socket (node:cluster;
-// the kernel's accept queue is drained by the primary and connections handed
-// to the workers in turn), and this primary keeps them one gateway:
+// `serve --workers N`: N worker processes share the listen socket (node:cluster).
+// By default (`listen.connection_balance: kernel`) each worker accepts from it
+// as it is free, so the primary is no hop of any connection: handing one over
+// cost the primary ~400 µs of CPU and halved `--workers 2`'s requests/s when
+// each request came on a connection of its own (docs/performance.md);
+// `round_robin` has the primary accept each and hand it to the next free
+// worker. This primary keeps the workers one gateway:
 //   - it links each pair of workers that listen by a socket of their own
 //     (sibling-links.ts), over which they send each other their shared routing
 //     changes (sibling-log.ts); where a pair has no link it relays them, in
@@ -23,6 +27,7 @@ import { isLinkMessage, LINK_MESSAGE, WorkerLinks } from "./sibling-links.js";
 import { isMetricsMessage, METRICS_MESSAGE, MetricsGather } from "./metrics-relay.js";
 import { collectorThreadsChosen } from "../common/collector-threads.js";
 import { WORKERS_ENV } from "../common/usable-cores.js";
+import type { GatewayConfig } from "../config/config-types.js";
 
 /** A worker's message to the primary that it listens (with the URL). */
 export const LISTENING_MESSAGE = "adp-gateway-listening";
@@ -87,8 +92,17 @@ export const isGatewayWorker = (): boolean => cluster.isWorker && process.env[WO
 /** Whether `v` is a control message. */
 export const isControl = (v: unknown): v is ControlMessage => typeof v === "object" && v !== null && (v as ControlMessage).type === CONTROL_MESSAGE && ((v as ControlMessage).action === "stop" || (v as ControlMessage).action === "reload");
 
-/** Runs the primary of `n` workers, each running this process's command line; resolves with the exit status once all have exited. */
-export function runPrimary(n: number): Promise<number> {
+/** node:cluster's scheduling policy for a connection balance (an operator's NODE_CLUSTER_SCHED_POLICY gives way to the configuration). */
+export const schedulingPolicy = (balance: GatewayConfig["listen"]["connectionBalance"]): number => (balance === "round_robin" ? cluster.SCHED_RR : cluster.SCHED_NONE);
+
+/**
+ * Runs the primary of `n` workers, each running this process's command line,
+ * sharing the listen socket's connections as `balance` says; resolves with
+ * the exit status once all have exited.
+ */
+export function runPrimary(n: number, balance: GatewayConfig["listen"]["connectionBalance"] = "kernel"): Promise<number> {
+  // Read by node:cluster at the first fork.
+  cluster.schedulingPolicy = schedulingPolicy(balance);
   cluster.setupPrimary({ exec: process.argv[1]!, args: process.argv.slice(2), execArgv: workerExecArgv(), serialization: "json" });
   const say = (text: string) => process.stderr.write(`adp-router-gateway serve: ${text}\n`);
   return new Promise<number>((resolve) => {

@@ -238,8 +238,8 @@ export class Siblings {
     if (this.#closed || this.#local === null) return;
     if (this.#loads().every((l) => l.inFlight === 0)) {
       // Now, not this turn: written before the answer leaves (answers wait for the check phase), the message is
-      // in the sibling's link (or the primary's channel, which also hands it the client's next connection)
-      // before the client can open that connection, unless an earlier batch still queues on that link.
+      // in the sibling's link (or the primary's channel) before the client can open that connection, unless an
+      // earlier batch still queues on that link; a connection the sibling accepts is read a poll later.
       this.#timer?.();
       this.#flush();
     } else this.#soon();
