@@ -614,11 +614,13 @@ function machineCpu(): number {
 }
 
 /** The saturated phases' requests: a small chat answered whole, and one streamed (STREAM_TOKENS events), with the connections each is sent on. */
+/** A small chat answered whole (one token). */
+const SMALL_BODY = '{"model":"bench-model","messages":[{"role":"user","content":"a small question"}],"max_tokens":1}';
 const SATURATING = {
-  small: { body: '{"model":"bench-model","messages":[{"role":"user","content":"a small question"}],"max_tokens":1}', connections: WRK_CONNECTIONS, close: false },
+  small: { body: SMALL_BODY, connections: WRK_CONNECTIONS, close: false },
   stream: { body: `{"model":"bench-model","messages":[{"role":"user","content":"a small question"}],"max_tokens":${STREAM_TOKENS},"stream":true}`, connections: STREAM_CONNECTIONS, close: false },
   // Each small chat on a connection of its own (Connection: close): what a client without a pool costs.
-  close: { body: '{"model":"bench-model","messages":[{"role":"user","content":"a small question"}],"max_tokens":1}', connections: CLOSE_CONNECTIONS, close: true },
+  close: { body: SMALL_BODY, connections: CLOSE_CONNECTIONS, close: true },
 } as const;
 
 /** One saturated window's sums: what `wrk` got through `peer`, and the CPU the engines and the machine spent meanwhile. */
@@ -704,11 +706,10 @@ function saturatedWindows(peers: readonly Peer[], dir: string, engines: number, 
 /** p50 latency of LATENCY_REQUESTS small chats one at a time to `url`. */
 async function oneAtATime(url: string): Promise<number> {
   const pool = new Pool(url, { connections: 1 });
-  const body = '{"model":"bench-model","messages":[{"role":"user","content":"a small question"}],"max_tokens":1}';
   const times: number[] = [];
   for (let i = 0; i < LATENCY_REQUESTS; i++) {
     const t0 = performance.now();
-    const r = await pool.request({ path: "/v1/chat/completions", method: "POST", headers: { "content-type": "application/json" }, body });
+    const r = await pool.request({ path: "/v1/chat/completions", method: "POST", headers: { "content-type": "application/json" }, body: SMALL_BODY });
     await r.body.text();
     if (i >= 100) times.push(performance.now() - t0);
   }

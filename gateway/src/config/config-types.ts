@@ -63,12 +63,15 @@ export interface DisaggregationConfig {
 /** How the gateway picks an upstream's DP rank for a request (phase 2). */
 export type RankRoutingKind = "adp" | "instance" | "none";
 
+/** How `--workers`' processes share the listen socket's connections (config.ts: CONNECTION_BALANCES). */
+export type ConnectionBalance = "kernel" | "round_robin";
+
 /** The gateway's whole configuration, checked, with defaults filled. */
 export interface GatewayConfig {
   /** What the configuration accepted but the gateway logs a warning about at start (a URL it rewrote, say). */
   readonly warnings: readonly ConfigIssue[];
   /** Where it listens; `connectionBalance`: how `--workers`' processes share its connections (CONNECTION_BALANCES). */
-  readonly listen: { readonly host: string; readonly port: number; readonly connectionBalance: "kernel" | "round_robin" };
+  readonly listen: { readonly host: string; readonly port: number; readonly connectionBalance: ConnectionBalance };
   readonly upstreams: readonly UpstreamConfig[];
   /** The routers' configuration (the policy's, overridden by `attention_dp_config`). */
   readonly attentionDp: AttentionDpConfig;
@@ -208,7 +211,7 @@ export interface GatewayFlags {
  * `upstreams` (unless flags give them). Checked by {@link loadGatewayConfig}.
  */
 export interface GatewayConfigObject {
-  readonly listen?: { readonly host?: string; readonly port?: number; readonly connection_balance?: "kernel" | "round_robin" };
+  readonly listen?: { readonly host?: string; readonly port?: number; readonly connection_balance?: ConnectionBalance };
   /** createGateway only: `listen.port` (as `--port`), `listen.host` (as `--host`). */
   readonly port?: number;
   readonly host?: string;

@@ -16,7 +16,7 @@ import { readDisaggregation, readRole } from "./disaggregation-config.js";
 import { ENGINE_TOKENS_PER_BLOCK, readTokenizerSettings } from "./tokenizer-settings.js";
 import { readEngineLoad, readKvEvents, type EngineLoadConfig, type KvEventsConfig } from "./events-config.js";
 import { readSyncSettings } from "./sync-config.js";
-import type { UpstreamConfig, GatewayConfig, GatewayFlags, GatewayConfigObject, ConfigIssue, RankRoutingKind } from "./config-types.js";
+import type { UpstreamConfig, GatewayConfig, GatewayFlags, GatewayConfigObject, ConfigIssue, RankRoutingKind, ConnectionBalance } from "./config-types.js";
 
 export type { UpstreamConfig, GatewayConfig, GatewayFlags, GatewayConfigObject, UpstreamObject, ConfigIssue } from "./config-types.js";
 
@@ -78,7 +78,7 @@ export const LEVELS = ["fatal", "error", "warn", "info", "debug", "trace", "sile
  * the primary accepts each and hands it to the next free worker in turn
  * (node:cluster's default, SCHED_RR).
  */
-export const CONNECTION_BALANCES = ["kernel", "round_robin"] as const;
+export const CONNECTION_BALANCES: readonly ConnectionBalance[] = ["kernel", "round_robin"];
 
 /** The largest file a setting names that is read (a key, a creds file, a certificate: kilobytes). */
 const MAX_SETTING_FILE_BYTES = 1 << 20;
@@ -165,6 +165,14 @@ export class Reader {
       return fallback;
     }
     return v;
+  }
+
+  /** One of `choices`, or `fallback` when absent (or not one of them, recorded). */
+  oneOf<T extends string>(v: unknown, path: (string | number)[], choices: readonly T[], fallback: T): T {
+    const text = this.str(v, path, fallback);
+    if ((choices as readonly string[]).includes(text)) return text as T;
+    this.fail(path, `must be one of ${choices.join(", ")}, got ${describeValue(text)}`);
+    return fallback;
   }
 
   /** A non-empty string, or `fallback` when absent. */
@@ -522,9 +530,7 @@ export function loadGatewayConfig(options: LoadOptions = {}): GatewayConfig {
   if (host.trim() === "") r.fail(["listen", "host"], "must be an address or host name");
   if (host.length > 255) r.fail(["listen", "host"], `must be at most 255 characters, got ${host.length}`);
   let port = r.int(listen.port, ["listen", "port"], 0, 65535, 8000);
-  const balanceText = r.str(listen.connection_balance, ["listen", "connection_balance"], "kernel");
-  if (!(CONNECTION_BALANCES as readonly string[]).includes(balanceText)) r.fail(["listen", "connection_balance"], `must be one of ${CONNECTION_BALANCES.join(", ")}, got ${describeValue(balanceText)}`);
-  const connectionBalance = balanceText === "round_robin" ? "round_robin" : "kernel";
+  const connectionBalance = r.oneOf(listen.connection_balance, ["listen", "connection_balance"], CONNECTION_BALANCES, "kernel");
   if (flags.port !== undefined) {
     if (!Number.isInteger(flags.port) || flags.port < 0 || flags.port > 65535) r.fail(["port"], `must be an integer in [0, 65535], got ${describeValue(flags.port)}`, "--port");
     else port = flags.port;

@@ -27,7 +27,7 @@ import { isLinkMessage, LINK_MESSAGE, WorkerLinks } from "./sibling-links.js";
 import { isMetricsMessage, METRICS_MESSAGE, MetricsGather } from "./metrics-relay.js";
 import { collectorThreadsChosen } from "../common/collector-threads.js";
 import { WORKERS_ENV } from "../common/usable-cores.js";
-import type { GatewayConfig } from "../config/config-types.js";
+import type { ConnectionBalance } from "../config/config-types.js";
 
 /** A worker's message to the primary that it listens (with the URL). */
 export const LISTENING_MESSAGE = "adp-gateway-listening";
@@ -93,14 +93,14 @@ export const isGatewayWorker = (): boolean => cluster.isWorker && process.env[WO
 export const isControl = (v: unknown): v is ControlMessage => typeof v === "object" && v !== null && (v as ControlMessage).type === CONTROL_MESSAGE && ((v as ControlMessage).action === "stop" || (v as ControlMessage).action === "reload");
 
 /** node:cluster's scheduling policy for a connection balance (an operator's NODE_CLUSTER_SCHED_POLICY gives way to the configuration). */
-export const schedulingPolicy = (balance: GatewayConfig["listen"]["connectionBalance"]): number => (balance === "round_robin" ? cluster.SCHED_RR : cluster.SCHED_NONE);
+export const schedulingPolicy = (balance: ConnectionBalance): number => (balance === "round_robin" ? cluster.SCHED_RR : cluster.SCHED_NONE);
 
 /**
  * Runs the primary of `n` workers, each running this process's command line,
  * sharing the listen socket's connections as `balance` says; resolves with
  * the exit status once all have exited.
  */
-export function runPrimary(n: number, balance: GatewayConfig["listen"]["connectionBalance"] = "kernel"): Promise<number> {
+export function runPrimary(n: number, balance: ConnectionBalance = "kernel"): Promise<number> {
   // Read by node:cluster at the first fork.
   cluster.schedulingPolicy = schedulingPolicy(balance);
   cluster.setupPrimary({ exec: process.argv[1]!, args: process.argv.slice(2), execArgv: workerExecArgv(), serialization: "json" });
