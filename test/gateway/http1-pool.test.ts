@@ -169,17 +169,26 @@ describe("the gateway's HTTP/1.1 client", () => {
     // values and all, for as long as its connection idles in the pool.
     const collect = collectFunction()!;
     const gc = () => collect({ type: "major" });
-    const parsers: AnswerParser[] = [];
-    gc();
-    const before = process.memoryUsage().heapUsed;
-    for (let i = 0; i < 400; i++) {
-      const parser = new AnswerParser({ head: () => {}, data: () => {} });
-      parser.execute(Buffer.from(`HTTP/1.1 200 OK\r\nContent-Length: 0\r\nX-A-Long-Header-Name: ${"v".repeat(15_000)}${i}\r\n\r\n`, "latin1"));
-      parser.reset();
-      parsers.push(parser);
-    }
-    gc();
-    expect((process.memoryUsage().heapUsed - before) / parsers.length).toBeLessThan(2_000);
+    /** The heap a parser holds after reading one head with a 15,000-byte value, averaged over 400. */
+    const heldPerParser = (): number => {
+      const parsers: AnswerParser[] = [];
+      gc();
+      const before = process.memoryUsage().heapUsed;
+      for (let i = 0; i < 400; i++) {
+        const parser = new AnswerParser({ head: () => {}, data: () => {} });
+        parser.execute(Buffer.from(`HTTP/1.1 200 OK\r\nContent-Length: 0\r\nX-A-Long-Header-Name: ${"v".repeat(15_000)}${i}\r\n\r\n`, "latin1"));
+        parser.reset();
+        parsers.push(parser);
+      }
+      gc();
+      return (process.memoryUsage().heapUsed - before) / parsers.length;
+    };
+    // The least of three tries: a parser that keeps its head holds its 15,000 bytes in every
+    // try, while one reading of a CI run's loaded machine saw 16,265 bytes a parser once
+    // (locally 50-730 in every run) with nothing kept.
+    const held = [heldPerParser()];
+    while (held.length < 3 && Math.min(...held) >= 2_000) held.push(heldPerParser());
+    expect(Math.min(...held)).toBeLessThan(2_000);
   });
 
   it("hands each handler bytes of its own: chunks kept across later reads of any connection keep their bytes", async () => {
