@@ -4,15 +4,19 @@
 // counts what was allocated outside the heap since its last full collection
 // against the old generation's headroom, and marks the whole heap again when
 // little is left, so a small live heap got a mark-compact every ~100 long
-// prompts with a factor of 2 (24-27 in bench:peers' 3,000). Two settings, and
-// the young collections young-buffers.ts asks for, end most of them:
+// prompts (24-27 in bench:peers' 3,000). The young collections young-buffers.ts
+// asks for end them (the buffers die young), and two settings bound memory:
 //
-//   - the old generation may grow to 3 times its live size, which alone ended
-//     most of them but held more memory under 256 saturating connections
-//     (135-136 against 128-133 MiB with a factor of 2);
+//   - the old generation may grow to twice its live size. Three times ended
+//     most of those collections before the young ones did, and now buys
+//     nothing on the trace (no more CPU a request, 0-2 full collections in
+//     warm-up and trace either way), while under a connection per request,
+//     whose sockets reach the old generation (a bare node:net server's do
+//     too, ~540 bytes a connection), it grew to three times before each
+//     mark: 131-133 MiB against 123-126 MiB at twice;
 //   - the young generation stops at 8 MiB semi-spaces (V8's own maximum is 16
-//     MiB with 4 GiB of memory or more), which gives that back (124 MiB) at
-//     the same CPU per small request (docs/performance.md#footprint).
+//     MiB with 4 GiB of memory or more), at the same CPU per small request
+//     (docs/performance.md#footprint).
 //
 // V8 reads the growing factor each time it sets the next limit and the
 // semi-space growth factor each time it grows the young generation, so both
@@ -30,7 +34,7 @@ import { PerformanceObserver } from "node:perf_hooks";
 import { getHeapSpaceStatistics, setFlagsFromString } from "node:v8";
 
 /** The old generation may grow to (1 + this / 100) times its live size before V8 marks it. */
-export const HEAP_GROWING_PERCENT = 200;
+export const HEAP_GROWING_PERCENT = 100;
 /** The young generation's semi-space grows no further than this, MiB. */
 export const SEMI_SPACE_CAP_MIB = 8;
 /** V8's own semi-space growth factor: each growth doubles the semi-space. */
