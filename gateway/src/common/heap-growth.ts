@@ -13,7 +13,7 @@
 //     warm-up and trace either way), while under a connection per request,
 //     whose sockets reach the old generation (a bare node:net server's do
 //     too, ~540 bytes a connection), it grew to three times before each
-//     mark: 131-133 MiB against 123-126 MiB at twice;
+//     mark: 133-136 MiB against 121-124 MiB at twice (3 rounds side by side);
 //   - the young generation stops at 8 MiB semi-spaces (V8's own maximum is 16
 //     MiB with 4 GiB of memory or more), at the same CPU per small request
 //     (docs/performance.md#footprint).

@@ -27,7 +27,7 @@ import { setFlagsFromString } from "node:v8";
 import { runInNewContext } from "node:vm";
 import { operatorFlag } from "./heap-growth.js";
 
-/** Bytes received between two young collections at most (within the headroom V8 leaves a small heap: about 10 MiB with an old generation of 10 MiB at twice its size). */
+/** Bytes received between two young collections at most (measured, not derived: with the old generation at twice its live size, 0-2 full collections over bench:peers' warm-up and trace, as at three times). */
 export const COLLECT_BYTES = 8 * 1024 * 1024;
 
 /** V8's collection function (`--expose-gc`'s), with the options it takes. */
