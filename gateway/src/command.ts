@@ -19,6 +19,7 @@ import { Siblings } from "./workers/sibling-log.js";
 import { LINK_MESSAGE, SiblingLinks, type LinkMessage } from "./workers/sibling-links.js";
 import { Socket } from "node:net";
 import { MetricsRelay } from "./workers/metrics-relay.js";
+import { ConnectionOverflow, type SendToPrimary } from "./workers/connection-overflow.js";
 
 /** The help text of `adp-router-gateway serve`. */
 export const SERVE_USAGE = `Usage: adp-router-gateway serve [--config FILE] [options]
@@ -107,10 +108,16 @@ const toPrimary = (message: object): void => {
   if (process.connected) process.send?.(message, undefined, undefined, () => undefined);
 };
 
+/** Sends a worker's message with a descriptor to its primary; `done` says whether it was written (see ConnectionOverflow). */
+const handToPrimary: SendToPrimary = (message, handle, done) => {
+  if (!process.connected || process.send === undefined) return done(new Error("the primary's channel is closed"));
+  process.send(message, handle as unknown as Socket, undefined, (error: Error | null) => done(error ?? null));
+};
+
 /** What the limits come to with `n` workers, said once at start. */
 export function workersLimits(n: number, limits: GatewayConfig["limits"]): string {
   const share = limitsShare(limits, n);
-  return `${n} workers sharing the limits, each up to ${share.maxInFlightPerUpstream} requests in flight per upstream, ${share.queueSize} queued and ${share.maxConnections} client connections (limits.max_in_flight_per_upstream ${limits.maxInFlightPerUpstream}, queue_size ${limits.queueSize} and max_connections ${limits.maxConnections} are the gateway's, a 1/${n} share each rounded up; max_receiving_bytes ${limits.maxReceivingBytes} is each worker's)`;
+  return `${n} workers sharing the limits, each up to ${share.maxInFlightPerUpstream} requests in flight per upstream, ${share.queueSize} queued and ${share.maxConnections} client connections (limits.max_in_flight_per_upstream ${limits.maxInFlightPerUpstream}, queue_size ${limits.queueSize} and max_connections ${limits.maxConnections} are the gateway's, a 1/${n} share each rounded up; max_receiving_bytes ${limits.maxReceivingBytes} is each worker's); a connection past a worker's share goes to a worker with room`;
 }
 
 /**
@@ -230,6 +237,8 @@ async function serve(args: string[]): Promise<number> {
   // A worker serves its share of the gateway's limits (the primary says what that is, from the whole).
   const share = (c: GatewayConfig): GatewayConfig => (isGatewayWorker() ? workerShare(c, workers) : c);
   const workerMetrics = isGatewayWorker() ? new MetricsRelay((m) => toPrimary(m), Number(process.env[WORKER_ENV])) : undefined;
+  // A worker passes a connection past its share of limits.max_connections to a sibling with room, through the primary.
+  const overflow = isGatewayWorker() ? new ConnectionOverflow(handToPrimary, Number(process.env[WORKER_ENV]), workers) : undefined;
   if (workers > 1 && siblings === undefined) {
     // Checked once here, said once: the workers join without checking again.
     const checked = await checkUpstreams(config, false);
@@ -260,7 +269,7 @@ async function serve(args: string[]): Promise<number> {
   }
   let gateway;
   try {
-    gateway = await createGateway(share(config), { requestReader: reader, startUnhealthy: checked.unhealthy, ...(siblings === undefined ? {} : { siblings }), ...(workerMetrics === undefined ? {} : { workerMetrics }) });
+    gateway = await createGateway(share(config), { requestReader: reader, startUnhealthy: checked.unhealthy, ...(siblings === undefined ? {} : { siblings }), ...(workerMetrics === undefined ? {} : { workerMetrics }), ...(overflow === undefined ? {} : { connectionGate: overflow }) });
   } catch (error) {
     if (error instanceof GatewayListenError) return fail(error.message, 1);
     // A tokenizer folder that cannot load, or an upstream that is this gateway itself.
@@ -309,7 +318,8 @@ async function serve(args: string[]): Promise<number> {
       // A worker: the primary sends links to the siblings (or relays their changes) and its signals; it prints the URL once all listen.
       process.on("message", (m: unknown, handle: unknown) => {
         if (siblings.links!.receive(m, handle)) return;
-        if (handle instanceof Socket) handle.destroy(); // only a link comes with a handle
+        if (overflow!.receive(m, handle)) return;
+        if (handle instanceof Socket) handle.destroy(); // only a link or a connection comes with a handle
         if (workerMetrics?.receive(m) === true) return;
         if (!isControl(m)) siblings.receive(m);
         else if (m.action === "reload") reload();

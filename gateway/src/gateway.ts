@@ -25,6 +25,7 @@ import { GatewayService } from "./service.js";
 import type { StateLog } from "./fleet/routing-state.js";
 import type { Siblings } from "./workers/sibling-log.js";
 import type { MetricsRelay } from "./workers/metrics-relay.js";
+import type { ConnectionGate } from "./workers/connection-overflow.js";
 import { poolConfig } from "./config/disaggregation-config.js";
 
 /** A running gateway. */
@@ -81,6 +82,8 @@ export interface GatewayOptions {
   readonly siblings?: Siblings;
   /** With `serve --workers N`: how this worker's `/metrics` answers for every worker (workers/metrics-relay.ts). */
   readonly workerMetrics?: MetricsRelay;
+  /** With `serve --workers N`: what this worker does with a connection past its share of `limits.max_connections` (workers/connection-overflow.ts). */
+  readonly connectionGate?: ConnectionGate;
   /**
    * `"own"` (the default): the completion routes are served on the gateway's
    * own HTTP/1.1 server path, every other request by node:http.
@@ -195,7 +198,7 @@ export async function createGateway(input: GatewayConfig | GatewayConfigObject, 
   const prefill = prefillFleet === null ? null : { fleet: prefillFleet, scheduler: prefillScheduler!, counters: prefillCounters };
   const service = new GatewayService({ config, log, reader, fleet, scheduler, counters, replication, via, prefill, workerMetrics: options.workerMetrics ?? null, siblings: options.siblings ?? null });
   options.workerMetrics?.renderWith(() => service.metrics());
-  const edge = createEdgeServer(config, service.edge, { serve: (req, res, body) => void service.handle(req, res, body), abandoned: (req) => service.abandoned(req), receiving: service.receiving }, options.serverPath !== "node:http");
+  const edge = createEdgeServer(config, service.edge, { serve: (req, res, body) => void service.handle(req, res, body), abandoned: (req) => service.abandoned(req), receiving: service.receiving }, options.serverPath !== "node:http", options.connectionGate ?? null);
   const server = edge.server;
   try {
     await listen(server, config);

@@ -97,7 +97,7 @@ class Served {
 /** The gateway's request handling and fleet changes. */
 export class GatewayService {
   /** The edge's counters (the server's bounds count into them). */
-  readonly edge: EdgeCounters = { connections: 0, refusedConnections: 0, readTimeouts: 0, loops: 0, malformed: 0, headersTooLarge: 0, receivingBytes: 0, bodiesRefused: 0 };
+  readonly edge: EdgeCounters = { connections: 0, refusedConnections: 0, passedConnections: 0, readTimeouts: 0, loops: 0, malformed: 0, headersTooLarge: 0, receivingBytes: 0, bodiesRefused: 0 };
   /** The bytes of request bodies being received, both server paths together (limits.max_receiving_bytes; counted in `edge`). */
   readonly receiving: ReceivingBudget;
   /** Responses not yet ended (close() waits for them): a count, not a set (a set's table grew and shrank with every request). */

@@ -72,7 +72,7 @@ export const gatewayConfigSchema = Object.freeze({
         max_in_flight_per_upstream: { type: "integer", minimum: 1, default: 256 },
         queue_size: { type: "integer", minimum: 0, default: 1024 },
         queue_timeout_ms: { type: "integer", minimum: 0, default: 10000 },
-        max_connections: { type: "integer", minimum: 1, default: 8192, description: "Client connections open at once; more are closed as they arrive." },
+        max_connections: { type: "integer", minimum: 1, default: 8192, description: "Client connections open at once; more are closed as they arrive. With --workers N, the gateway's: a worker past its 1/N share passes a new connection to a worker with room." },
         max_requests_per_connection: { type: "integer", minimum: 0, default: 1000, description: "Requests a client connection serves; its last answer says Connection: close, so the client reconnects (and, with --workers, may reach another worker: listen.connection_balance). 0: no limit." },
         max_receiving_bytes: { type: "integer", minimum: 1024, description: "Bytes of request bodies being received, all client connections together, at most; a body that would pass it is answered 503 and its connection closed. At least max_body_bytes; default 16 times max_body_bytes." },
         max_prompt_chars: { type: "integer", minimum: 1, default: 1048576, description: "A prompt's characters at most, counted before tokenizing (413 prompt_too_large past it)." },

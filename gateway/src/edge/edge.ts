@@ -15,6 +15,7 @@ import { HttpError } from "../requests/openai.js";
 import type { EdgeRequest, EdgeResponse } from "../http1/edge-types.js";
 import { ServerConnection, type ServerPath } from "../http1/server-connection.js";
 import { SlotArray } from "../common/slot-array.js";
+import type { ConnectionGate } from "../workers/connection-overflow.js";
 import { RequestCounts } from "./request-counts.js";
 import { ReceivingBudget } from "./receiving-budget.js";
 
@@ -24,6 +25,8 @@ export interface EdgeCounters {
   connections: number;
   /** Connections closed on arrival because `limits.max_connections` were open. */
   refusedConnections: number;
+  /** Connections past this worker's share of `limits.max_connections` passed to another worker (`--workers`). */
+  passedConnections: number;
   /** Requests whose head or body was not received in time (408). */
   readTimeouts: number;
   /** Requests that carried this gateway's own `Via` entry back (508). */
@@ -171,8 +174,9 @@ const OWN_PATHS: ReadonlySet<string> = new Set(["/v1/chat/completions", "/v1/com
  * counted in `counters`; `handle` serves each request (an `Expect:
  * 100-continue` one too, once its declared body fits). `own`: connections
  * start on the gateway's own server path (false: node:http serves them all).
+ * `gate` (a worker's): decides each new connection past the connection limit.
  */
-export function createEdgeServer(config: GatewayConfig, counters: EdgeCounters, handle: EdgeHandler, own = true): EdgeServer {
+export function createEdgeServer(config: GatewayConfig, counters: EdgeCounters, handle: EdgeHandler, own = true, gate: ConnectionGate | null = null): EdgeServer {
   const { headersMs, requestMs, keepAliveMs } = config.timeouts;
   const requests = new RequestCounts(config.limits.maxRequestsPerConnection);
   const server: Server = createServer(
@@ -194,8 +198,9 @@ export function createEdgeServer(config: GatewayConfig, counters: EdgeCounters, 
   // Counted by `requests` (request-counts.ts); node:http's own count, which cannot run ahead of it, says the limit in
   // each answer's Keep-Alive header (a property: createServer takes no such option on Node 20).
   server.maxRequestsPerSocket = config.limits.maxRequestsPerConnection;
-  // Past the limit Node closes new connections as they arrive (a flood of half-sent requests cannot take every descriptor).
-  server.maxConnections = config.limits.maxConnections;
+  // Past the limit Node closes new connections as they arrive (a flood of half-sent requests cannot take every descriptor);
+  // a worker's gate first passes them to a sibling with room (attached below, once every connection listener is on).
+  if (gate === null) server.maxConnections = config.limits.maxConnections;
   server.on("drop", () => counters.refusedConnections++);
   server.on("connection", (socket) => {
     counters.connections++;
@@ -237,6 +242,7 @@ export function createEdgeServer(config: GatewayConfig, counters: EdgeCounters, 
     else counters.malformed++;
   });
   const ownPath = own ? attachOwnPath(server, config, counters, handle, requests) : null;
+  gate?.attach(server, counters, config.limits.maxConnections);
   return {
     server,
     closeIdleConnections() {

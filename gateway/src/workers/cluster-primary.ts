@@ -16,6 +16,8 @@
 //     terminal's signal is not told twice);
 //   - a worker's `/metrics` scrape gathers every started worker's page
 //     (metrics-relay.ts);
+//   - a connection past a worker's share of limits.max_connections goes to
+//     another worker with room (connection-overflow.ts);
 //   - a worker that dies after it started is started again (at most once a
 //     second); its routing state then begins empty and learns from the others'
 //     new changes and its engines' events.
@@ -25,6 +27,7 @@ import cluster, { type Worker } from "node:cluster";
 import { STATE_MESSAGE } from "./sibling-log.js";
 import { isLinkMessage, LINK_MESSAGE, WorkerLinks } from "./sibling-links.js";
 import { isMetricsMessage, METRICS_MESSAGE, MetricsGather } from "./metrics-relay.js";
+import { isNativeHandle, isOverflowMessage, OVERFLOW_MESSAGE, type OverflowTarget, relayOverflow } from "./connection-overflow.js";
 import { collectorThreadsChosen } from "../common/collector-threads.js";
 import { WORKERS_ENV } from "../common/usable-cores.js";
 import type { ConnectionBalance } from "../config/config-types.js";
@@ -41,6 +44,15 @@ const MAX_RESTART_MS = 30_000;
 const GLIBC_TRIM_THRESHOLD = "131072";
 /** Shortest time between two restarts of one worker slot (doubling, to MAX_RESTART_MS, while its restarts fail to start). */
 const RESTART_MS = 1_000;
+
+/** A worker as relayOverflow reaches it. */
+const overflowTarget = (w: Worker, slot: number): OverflowTarget => ({
+  slot,
+  send: (message, handle, done) => {
+    if (!w.isConnected()) return done(new Error("the worker's channel is closed"));
+    w.send(message, handle as never, undefined, (error: Error | null) => done(error ?? null));
+  },
+});
 
 /** A control message from the primary. */
 export interface ControlMessage {
@@ -138,9 +150,15 @@ export function runPrimary(n: number, balance: ConnectionBalance = "kernel"): Pr
       // A worker joins a gateway the primary checked: an upstream it cannot reach starts unhealthy in it (command.ts).
       const w = cluster.fork({ ...workerEnv(slot), [WORKERS_ENV]: String(n) });
       slots.set(w, slot);
-      w.on("message", (m: unknown) => {
+      w.on("message", (m: unknown, handle: unknown) => {
         const type = typeof m === "object" && m !== null ? (m as { type?: unknown }).type : undefined;
-        if (type === STATE_MESSAGE) {
+        if (type === OVERFLOW_MESSAGE) {
+          if (!isNativeHandle(handle)) return;
+          // A connection past the sender's share: to the next listening worker that has not had it (none while stopping).
+          if (!isOverflowMessage(m) || stopping) return void handle.close();
+          const listening = [...slots].filter(([o, k]) => started.has(k) && o.isConnected()).map(([o, k]) => overflowTarget(o, k));
+          relayOverflow(m, handle, overflowTarget(w, slot), listening);
+        } else if (type === STATE_MESSAGE) {
           // Relayed in the order received, under its sender's number, to the workers it has no link to (it names
           // those it has); each receiver checks it whole (Siblings.receive).
           const sentOn = (m as { linked?: unknown }).linked;
