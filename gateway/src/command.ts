@@ -19,7 +19,7 @@ import { Siblings } from "./workers/sibling-log.js";
 import { LINK_MESSAGE, SiblingLinks, type LinkMessage } from "./workers/sibling-links.js";
 import { Socket } from "node:net";
 import { MetricsRelay } from "./workers/metrics-relay.js";
-import { ConnectionOverflow, type SendToPrimary } from "./workers/connection-overflow.js";
+import { ConnectionOverflow, type SendMessage } from "./workers/connection-overflow.js";
 
 /** The help text of `adp-router-gateway serve`. */
 export const SERVE_USAGE = `Usage: adp-router-gateway serve [--config FILE] [options]
@@ -50,7 +50,7 @@ upstream engines with adp-router (one upstream per rank).
   --workers N            worker processes sharing the port and one routing state
                          (auto: one per core this process may use, within its
                          cgroup's CPU quota, at most 8; 1: one process). They
-                         share the limits (1/N each). /metrics answers
+                         share the limits (about 1/N each). /metrics answers
                          for all of them, /health for the worker that takes the
                          request. With --sync, --disaggregation, the admin
                          endpoints, polled or bound KV events or TensorRT-LLM
@@ -108,8 +108,8 @@ const toPrimary = (message: object): void => {
   if (process.connected) process.send?.(message, undefined, undefined, () => undefined);
 };
 
-/** Sends a worker's message with a descriptor to its primary; `done` says whether it was written (see ConnectionOverflow). */
-const handToPrimary: SendToPrimary = (message, handle, done) => {
+/** Sends a worker's overflow message (with a descriptor or none) to its primary; `done` says whether it was written (see ConnectionOverflow). */
+const handToPrimary: SendMessage = (message, handle, done) => {
   if (!process.connected || process.send === undefined) return done(new Error("the primary's channel is closed"));
   process.send(message, handle as unknown as Socket, undefined, (error: Error | null) => done(error ?? null));
 };
@@ -117,7 +117,7 @@ const handToPrimary: SendToPrimary = (message, handle, done) => {
 /** What the limits come to with `n` workers, said once at start. */
 export function workersLimits(n: number, limits: GatewayConfig["limits"]): string {
   const share = limitsShare(limits, n);
-  return `${n} workers sharing the limits, each up to ${share.maxInFlightPerUpstream} requests in flight per upstream, ${share.queueSize} queued and ${share.maxConnections} client connections (limits.max_in_flight_per_upstream ${limits.maxInFlightPerUpstream}, queue_size ${limits.queueSize} and max_connections ${limits.maxConnections} are the gateway's, a 1/${n} share each rounded up; max_receiving_bytes ${limits.maxReceivingBytes} is each worker's); a connection past a worker's share goes to a worker with room`;
+  return `${n} workers sharing the limits, each up to ${share.maxInFlightPerUpstream} requests in flight per upstream, ${share.queueSize} queued and ${share.maxConnections} client connections (limits.max_in_flight_per_upstream ${limits.maxInFlightPerUpstream}, queue_size ${limits.queueSize} and max_connections ${limits.maxConnections} are the gateway's, split in ${n} shares that add up to each; max_receiving_bytes ${limits.maxReceivingBytes} is each worker's); a connection past a worker's share goes to a worker with room`;
 }
 
 /**
@@ -235,7 +235,7 @@ async function serve(args: string[]): Promise<number> {
   // primary makes, and through the primary to those it has no link to.
   const siblings = isGatewayWorker() ? workerSiblings(workers - 1, Number(process.env[WORKER_ENV])) : undefined;
   // A worker serves its share of the gateway's limits (the primary says what that is, from the whole).
-  const share = (c: GatewayConfig): GatewayConfig => (isGatewayWorker() ? workerShare(c, workers) : c);
+  const share = (c: GatewayConfig): GatewayConfig => (isGatewayWorker() ? workerShare(c, workers, Number(process.env[WORKER_ENV])) : c);
   const workerMetrics = isGatewayWorker() ? new MetricsRelay((m) => toPrimary(m), Number(process.env[WORKER_ENV])) : undefined;
   // A worker passes a connection past its share of limits.max_connections to a sibling with room, through the primary.
   const overflow = isGatewayWorker() ? new ConnectionOverflow(handToPrimary, Number(process.env[WORKER_ENV]), workers) : undefined;

@@ -411,27 +411,28 @@ export function fleetProblems(upstreams: readonly Pick<UpstreamConfig, "url" | "
   return problems;
 }
 
-/** Limits the gateway's workers share (each takes 1/N, rounded up); the others bound one request, one connection or one process's memory. */
+/** Limits the gateway's workers share (their shares add up to each, see limitsShare); the others bound one request, one connection or one process's memory. */
 const SHARED_LIMITS = ["maxInFlightPerUpstream", "queueSize", "maxConnections"] as const;
 
 /**
- * One worker's share of `config`'s limits, `n` workers in all, as a checked
- * configuration: the requests in flight per upstream, the queue and the client
- * connections are the gateway's (an operator sizes an engine's concurrency
- * with them, whatever the cores), each worker taking 1/n of them, rounded up
- * (so each stays within its setting's bounds).
+ * Worker `slot`'s share (1-based) of `config`'s limits, `n` workers in all, as
+ * a checked configuration: the requests in flight per upstream, the queue and
+ * the client connections are the gateway's (an operator sizes an engine's
+ * concurrency with them, whatever the cores), and the n shares add up to each
+ * (the first workers take one more where n does not divide it; at least 1
+ * each, so each stays within its setting's bounds).
  */
-export function workerShare(config: GatewayConfig, n: number): GatewayConfig {
+export function workerShare(config: GatewayConfig, n: number, slot: number): GatewayConfig {
   if (n <= 1) return config;
-  const next: GatewayConfig = { ...config, limits: limitsShare(config.limits, n) };
+  const next: GatewayConfig = { ...config, limits: limitsShare(config.limits, n, slot) };
   CHECKED.add(next);
   return next;
 }
 
-/** One worker's share of `limits`, `n` workers in all (see workerShare). */
-export function limitsShare(limits: GatewayConfig["limits"], n: number): GatewayConfig["limits"] {
+/** Worker `slot`'s share of `limits`, `n` workers in all (see workerShare); slot 1's is the largest. */
+export function limitsShare(limits: GatewayConfig["limits"], n: number, slot = 1): GatewayConfig["limits"] {
   const share = { ...limits };
-  for (const key of SHARED_LIMITS) share[key] = Math.ceil(limits[key] / n);
+  for (const key of SHARED_LIMITS) share[key] = Math.max(1, Math.floor(limits[key] / n) + (slot <= limits[key] % n ? 1 : 0));
   return share;
 }
 

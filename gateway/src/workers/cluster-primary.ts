@@ -27,7 +27,7 @@ import cluster, { type Worker } from "node:cluster";
 import { STATE_MESSAGE } from "./sibling-log.js";
 import { isLinkMessage, LINK_MESSAGE, WorkerLinks } from "./sibling-links.js";
 import { isMetricsMessage, METRICS_MESSAGE, MetricsGather } from "./metrics-relay.js";
-import { isNativeHandle, isOverflowMessage, OVERFLOW_MESSAGE, type OverflowTarget, relayOverflow } from "./connection-overflow.js";
+import { isNativeHandle, isOverflowMessage, OVERFLOW_MESSAGE, OverflowRelay, type OverflowTarget } from "./connection-overflow.js";
 import { collectorThreadsChosen } from "../common/collector-threads.js";
 import { WORKERS_ENV } from "../common/usable-cores.js";
 import type { ConnectionBalance } from "../config/config-types.js";
@@ -130,6 +130,7 @@ export function runPrimary(n: number, balance: ConnectionBalance = "kernel"): Pr
     let status = 0;
     const gather = new MetricsGather();
     const links = new WorkerLinks(slots, started, say);
+    const overflow = new OverflowRelay(() => [...slots].filter(([o, k]) => started.has(k) && o.isConnected()).map(([o, k]) => overflowTarget(o, k)));
     const control = (action: ControlMessage["action"]) => {
       for (const [w, slot] of slots) {
         // One still starting reads no message yet (and has no signal handler: SIGTERM ends it, as it had served nothing).
@@ -153,11 +154,10 @@ export function runPrimary(n: number, balance: ConnectionBalance = "kernel"): Pr
       w.on("message", (m: unknown, handle: unknown) => {
         const type = typeof m === "object" && m !== null ? (m as { type?: unknown }).type : undefined;
         if (type === OVERFLOW_MESSAGE) {
-          if (!isNativeHandle(handle)) return;
           // A connection past the sender's share: to the next listening worker that has not had it (none while stopping).
-          if (!isOverflowMessage(m) || stopping) return void handle.close();
-          const listening = [...slots].filter(([o, k]) => started.has(k) && o.isConnected()).map(([o, k]) => overflowTarget(o, k));
-          relayOverflow(m, handle, overflowTarget(w, slot), listening);
+          const descriptor = isNativeHandle(handle) ? handle : undefined;
+          if (isOverflowMessage(m)) overflow.receive(m, descriptor, slot, stopping);
+          else descriptor?.close();
         } else if (type === STATE_MESSAGE) {
           // Relayed in the order received, under its sender's number, to the workers it has no link to (it names
           // those it has); each receiver checks it whole (Siblings.receive).
@@ -186,6 +186,7 @@ export function runPrimary(n: number, balance: ConnectionBalance = "kernel"): Pr
       w.on("exit", (code, signal) => {
         slots.delete(w);
         links.exited(w, slot);
+        overflow.exited(slot);
         // Its requests are gone with it: the others drop its load report (and take none from a late batch of it).
         const pid = w.process.pid ?? 0;
         for (const other of slots.keys()) post(other, { type: STATE_MESSAGE, from: slot, epoch: pid, seq: 0, ended: true, entries: [], loads: [] });
