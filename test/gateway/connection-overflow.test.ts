@@ -103,20 +103,24 @@ describe("a worker's connection gate", () => {
     await until(() => w.sent.length === MAX_PASSING + 1);
   });
 
-  it(`told that none had room, it counts the refusal and closes what arrives past its share at once for ${FULL_PAUSE_MS} ms (its clock)`, async () => {
+  it(`told that every worker was full, it counts the refusal and closes what arrives past its share at once for ${FULL_PAUSE_MS} ms (its clock); a refusal for want of queue room does not pause it`, async () => {
     const w = await gatedServer(2, 3, 0);
-    expect(w.gate.receive({ type: OVERFLOW_MESSAGE, op: "refused", tried: [2, 3, 1] }, undefined)).toBe(true);
+    expect(w.gate.receive({ type: OVERFLOW_MESSAGE, op: "refused", tried: [2, 3] }, undefined)).toBe(true);
     expect(w.counts.refusedConnections).toBe(1);
-    const shut = await client(w.port);
-    await shut.closed;
-    expect(w.sent).toHaveLength(0);
-    expect(w.counts.refusedConnections).toBe(2);
-    w.clock.now += FULL_PAUSE_MS;
     await client(w.port);
     await until(() => w.sent.length === 1);
-    // A refusal of another worker's connection is that worker's to count.
-    w.gate.receive({ type: OVERFLOW_MESSAGE, op: "refused", tried: [1, 2] }, undefined);
+    expect(w.gate.receive({ type: OVERFLOW_MESSAGE, op: "refused", tried: [2, 3, 1], full: true }, undefined)).toBe(true);
     expect(w.counts.refusedConnections).toBe(2);
+    const shut = await client(w.port);
+    await shut.closed;
+    expect(w.sent).toHaveLength(1);
+    expect(w.counts.refusedConnections).toBe(3);
+    w.clock.now += FULL_PAUSE_MS;
+    await client(w.port);
+    await until(() => w.sent.length === 2);
+    // A refusal of another worker's connection is that worker's to count.
+    w.gate.receive({ type: OVERFLOW_MESSAGE, op: "refused", tried: [1, 2], full: true }, undefined);
+    expect(w.counts.refusedConnections).toBe(3);
   });
 
   it("takes a connection the primary offers as one it accepted, and serves it; one it has no room for goes on, or, all tried, is refused to the first worker", async () => {
@@ -156,13 +160,15 @@ describe("a worker's connection gate", () => {
     const closed = new Promise((r) => third.peer.once("close", r));
     w.gate.receive({ type: OVERFLOW_MESSAGE, op: "take", tried: [1, 3] }, third.handle);
     await closed;
-    expect(w.sent.slice(1).map((s) => [s.message, s.handle])).toEqual([[{ type: OVERFLOW_MESSAGE, op: "refused", tried: [1, 3, 2] }, undefined]]);
+    expect(w.sent.slice(1).map((s) => [s.message, s.handle])).toEqual([[{ type: OVERFLOW_MESSAGE, op: "refused", tried: [1, 3, 2], full: true }, undefined]]);
     expect(w.counts.refusedConnections).toBe(0);
     w.sent[0]!.done(null);
   });
 
   it("checks a message whole", () => {
     expect(isOverflowMessage({ type: OVERFLOW_MESSAGE, op: "pass", tried: [1] })).toBe(true);
+    expect(isOverflowMessage({ type: OVERFLOW_MESSAGE, op: "refused", tried: [1], full: true })).toBe(true);
+    expect(isOverflowMessage({ type: OVERFLOW_MESSAGE, op: "refused", tried: [1], full: "yes" })).toBe(false);
     expect(isOverflowMessage({ type: OVERFLOW_MESSAGE, op: "steal", tried: [1] })).toBe(false);
     expect(isOverflowMessage({ type: OVERFLOW_MESSAGE, op: "pass", tried: [] })).toBe(false);
     expect(isOverflowMessage({ type: OVERFLOW_MESSAGE, op: "pass", tried: ["1"] })).toBe(false);
@@ -190,7 +196,7 @@ describe("the primary's overflow relay", () => {
     return h;
   };
   const pass = (tried: number[]): OverflowMessage => ({ type: OVERFLOW_MESSAGE, op: "pass", tried });
-  const ops = (t: { sent: Sent[] }) => t.sent.map((s) => `${s.message.op} ${s.message.tried.join(",")}`);
+  const ops = (t: { sent: Sent[] }) => t.sent.map((s) => `${s.message.op} ${s.message.tried.join(",")}${s.message.full === true ? " full" : ""}`);
 
   it("offers a connection to the next worker after its sender that has not had it, wrapping, and closes its copy once the offer is sent", () => {
     const workers = [target(1), target(2), target(3)];
@@ -212,7 +218,7 @@ describe("the primary's overflow relay", () => {
     const all = descriptor();
     relay.receive(pass([3, 1, 2]), all, 2, false);
     expect(all.closed).toBe(1);
-    expect(ops(workers[2]!)).toEqual(["refused 3,1,2"]);
+    expect(ops(workers[2]!)).toEqual(["refused 3,1,2 full"]);
     const stopping = descriptor();
     relay.receive(pass([1]), stopping, 1, true);
     expect(stopping.closed).toBe(1);
@@ -221,9 +227,10 @@ describe("the primary's overflow relay", () => {
     relay.receive(pass([1, 3]), failed, 3, false); // to worker 2, whose channel is closed
     expect(failed.closed).toBe(1);
     expect(ops(workers[0]!)).toEqual(["refused 1", "refused 1,3"]);
-    // A worker's own refusal of another's connection goes to that worker.
+    // A worker's own refusal of another's connection goes to that worker, full or not as the worker said.
     relay.receive({ type: OVERFLOW_MESSAGE, op: "refused", tried: [3, 1] }, undefined, 1, false);
-    expect(ops(workers[2]!)).toEqual(["refused 3,1,2", "refused 3,1"]);
+    relay.receive({ type: OVERFLOW_MESSAGE, op: "refused", tried: [3, 1, 2], full: true }, undefined, 2, false);
+    expect(ops(workers[2]!)).toEqual(["refused 3,1,2 full", "refused 3,1", "refused 3,1,2 full"]);
   });
 
   it(`queues at most MAX_PASSING (${MAX_PASSING}) offers to a worker; offers queued to a worker that exits are closed and reported, their late settling ignored`, () => {

@@ -146,7 +146,7 @@ describe("serve --workers N", () => {
     // Each worker names itself on standard error, and says who stopped it.
     for (const n of [1, 2]) expect(stderr()).toContain(`adp-router-gateway serve (worker ${n}): the primary's stop: finishing in-flight requests`);
     // The primary says once at start what the limits come to with every worker applying them (the defaults here).
-    expect(stderr()).toContain("adp-router-gateway serve: 2 workers sharing the limits, each up to 128 requests in flight per upstream, 512 queued and 4096 client connections (limits.max_in_flight_per_upstream 256, queue_size 1024 and max_connections 8192 are the gateway's, split in 2 shares that add up to each; max_receiving_bytes");
+    expect(stderr()).toContain("adp-router-gateway serve: 2 workers sharing the limits, each up to 128 requests in flight per upstream, 512 queued and 4096 client connections (limits.max_in_flight_per_upstream 256, queue_size 1024 and max_connections 8192 are the gateway's, split in 2 shares that add up to each, at least 1 a worker; max_receiving_bytes");
   }, 30_000);
 
   it("three workers are linked in pairs and route as one gateway", async () => {

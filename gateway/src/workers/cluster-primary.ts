@@ -149,7 +149,13 @@ export function runPrimary(n: number, balance: ConnectionBalance = "kernel"): Pr
     const fork = (slot: number) => {
       lastStart.set(slot, Date.now());
       // A worker joins a gateway the primary checked: an upstream it cannot reach starts unhealthy in it (command.ts).
-      const w = cluster.fork({ ...workerEnv(slot), [WORKERS_ENV]: String(n) });
+      let w: Worker;
+      try {
+        w = cluster.fork({ ...workerEnv(slot), [WORKERS_ENV]: String(n) });
+      } catch (error) {
+        say(`worker ${slot} could not be started: ${(error as Error).message}`);
+        return ended(null, slot, 1, null);
+      }
       slots.set(w, slot);
       w.on("message", (m: unknown, handle: unknown) => {
         const type = typeof m === "object" && m !== null ? (m as { type?: unknown }).type : undefined;
@@ -183,25 +189,42 @@ export function runPrimary(n: number, balance: ConnectionBalance = "kernel"): Pr
           }
         }
       });
-      w.on("exit", (code, signal) => {
+      let over = false;
+      const end = (code: number | null, signal: string | null) => {
+        if (over) return;
+        over = true;
+        ended(w, slot, code, signal);
+      };
+      w.on("exit", end);
+      // A fork that fails (no descriptor left to spawn it with, EMFILE) emits "error" and no "exit": a start that failed.
+      // Unheard, the error would end the primary and every worker with it.
+      w.on("error", (error: Error) => {
+        say(`worker ${slot}${w.process.pid === undefined ? " could not be started" : ""}: ${error.message}`);
+        if (w.process.pid === undefined) end(1, null);
+      });
+    };
+    /** Worker `w` of `slot` ended (null: it was never forked): started again unless the gateway stops or it never served. */
+    const ended = (w: Worker | null, slot: number, code: number | null, signal: string | null) => {
+      if (w !== null) {
         slots.delete(w);
         links.exited(w, slot);
-        overflow.exited(slot);
         // Its requests are gone with it: the others drop its load report (and take none from a late batch of it).
         const pid = w.process.pid ?? 0;
         for (const other of slots.keys()) post(other, { type: STATE_MESSAGE, from: slot, epoch: pid, seq: 0, ended: true, entries: [], loads: [] });
-        if (!stopping && !served.has(slot)) stop(`worker ${slot} could not start (exit ${code ?? signal}): stopping the others`, code === 0 || code === null ? 1 : code);
-        else if (!stopping) {
-          // The others serve meanwhile: a restart that fails (a configuration file broken since, ...) is tried again, less often.
-          const failed = started.has(slot) ? 0 : (failedRestarts.get(slot) ?? 0) + 1;
-          failedRestarts.set(slot, failed);
-          const wait = Math.min(MAX_RESTART_MS, RESTART_MS * 2 ** failed);
-          say(failed === 0 ? `worker ${slot} exited (${code ?? signal}): starting it again` : `worker ${slot} could not start again (exit ${code ?? signal}): trying again in ${wait / 1000} s`);
-          started.delete(slot);
-          setTimeout(() => stopping || fork(slot), Math.max(0, wait - (Date.now() - (lastStart.get(slot) ?? 0))));
-        }
-        if (slots.size === 0 && stopping) resolve(status);
-      });
+      }
+      overflow.exited(slot);
+      if (!stopping && !served.has(slot)) stop(`worker ${slot} could not start (exit ${code ?? signal}): stopping the others`, code === 0 || code === null ? 1 : code);
+      else if (!stopping) {
+        // The others serve meanwhile: a restart that fails (a configuration file broken since, no descriptor left to
+        // fork with, ...) is tried again, less often.
+        const failed = started.has(slot) ? 0 : (failedRestarts.get(slot) ?? 0) + 1;
+        failedRestarts.set(slot, failed);
+        const wait = Math.min(MAX_RESTART_MS, RESTART_MS * 2 ** failed);
+        say(failed === 0 ? `worker ${slot} exited (${code ?? signal}): starting it again` : `worker ${slot} could not start again (exit ${code ?? signal}): trying again in ${wait / 1000} s`);
+        started.delete(slot);
+        setTimeout(() => stopping || fork(slot), Math.max(0, wait - (Date.now() - (lastStart.get(slot) ?? 0))));
+      }
+      if (slots.size === 0 && stopping) resolve(status);
     };
     // A second signal ends everything now, as it ends one process (exit 1): the workers are killed, unfinished.
     const signalled = (signal: string) => {

@@ -16,38 +16,50 @@
 // hops each, before the pause below), paid only past a share. Work and
 // descriptors stay bounded under a flood: a worker has at most MAX_PASSING
 // connections on their way, the primary at most MAX_PASSING offers queued to
-// each worker (node sends a channel's descriptors one at a time), and a worker
-// told that none had room closes what arrives past its share at once for
-// FULL_PAUSE_MS, before any hop.
+// each worker (node sends a channel's descriptors one at a time, each
+// acknowledged), and a worker told that every worker was full closes what
+// arrives past its share at once for FULL_PAUSE_MS, before any hop.
 
 import type { Server, Socket } from "node:net";
 
 /** The type of every overflow message between a worker and the primary. */
 export const OVERFLOW_MESSAGE = "adp-gateway-overflow";
-/** Connections a worker is passing on at once, and offers the primary has queued to one worker, at most. */
-export const MAX_PASSING = 256;
-/** How long a worker told that no worker had room closes a connection past its share at once. */
-export const FULL_PAUSE_MS = 100;
+/**
+ * Connections a worker is passing on at once, and offers the primary has
+ * queued to one worker, at most: above a burst one worker may accept in a
+ * poll (256 was not: 51-243 of 500-550 burst connections were closed with
+ * room left), below what a process's descriptors allow.
+ */
+export const MAX_PASSING = 1024;
+/**
+ * How long a worker told that every worker was full closes a connection past
+ * its share at once: a flood at a full gateway then costs the primary a hop
+ * each FULL_PAUSE_MS a worker, and a connection that closes meanwhile leaves
+ * room that a new one finds this much later at most.
+ */
+export const FULL_PAUSE_MS = 10;
 
 /**
  * An overflow message: a worker hands a connection to the primary (`pass`,
  * with its descriptor), the primary offers it to a worker that has not had it
  * (`take`, with its descriptor), or one that none could take is reported to
  * the worker that first passed it (`refused`, no descriptor: that worker
- * counts it, and closes what arrives past its share for a moment: the others
- * were full). `tried` names the workers that had it, the first first.
+ * counts it, and with `full`, every worker having had no room, closes what
+ * arrives past its share at once for a moment). `tried` names the workers that
+ * had it, the first first.
  */
 export interface OverflowMessage {
   readonly type: typeof OVERFLOW_MESSAGE;
   readonly op: "pass" | "take" | "refused";
   readonly tried: readonly number[];
+  readonly full?: boolean;
 }
 
 /** Whether `m` is an overflow message (checked whole: the channel is the primary's, but a message is data). */
 export function isOverflowMessage(m: unknown): m is OverflowMessage {
   if (typeof m !== "object" || m === null || (m as { type?: unknown }).type !== OVERFLOW_MESSAGE) return false;
   const x = m as Record<string, unknown>;
-  return (x.op === "pass" || x.op === "take" || x.op === "refused") && Array.isArray(x.tried) && x.tried.length >= 1 && x.tried.length <= 1024 && x.tried.every((n) => Number.isSafeInteger(n));
+  return (x.op === "pass" || x.op === "take" || x.op === "refused") && Array.isArray(x.tried) && x.tried.length >= 1 && x.tried.length <= 1024 && x.tried.every((n) => Number.isSafeInteger(n)) && (x.full === undefined || typeof x.full === "boolean");
 }
 
 /** A connection's descriptor as libuv holds it (node's TCP handle): what a message can carry. */
@@ -165,7 +177,7 @@ export class ConnectionOverflow implements ConnectionGate {
    * worker closes what arrives past its share at once for a moment).
    */
   #refused(tried: readonly number[], full: boolean): void {
-    if (tried[0] !== this.#self) return this.#send({ type: OVERFLOW_MESSAGE, op: "refused", tried }, undefined, () => {});
+    if (tried[0] !== this.#self) return this.#send({ type: OVERFLOW_MESSAGE, op: "refused", tried, full }, undefined, () => {});
     this.#counts.refusedConnections++;
     if (full) this.#fullUntil = this.#now() + FULL_PAUSE_MS;
   }
@@ -179,7 +191,7 @@ export class ConnectionOverflow implements ConnectionGate {
   receive(m: unknown, handle: unknown): boolean {
     if (!isOverflowMessage(m)) return false;
     if (m.op === "refused") {
-      if (m.tried[0] === this.#self) this.#refused(m.tried, true);
+      if (m.tried[0] === this.#self) this.#refused(m.tried, m.full === true);
       return true;
     }
     if (!isNativeHandle(handle)) return true;
@@ -214,8 +226,9 @@ export interface OverflowTarget {
  * The primary's side: offers a connection a worker passed to the next
  * listening worker after the sender that has not had it (in worker order,
  * wrapping), at most MAX_PASSING queued to each; a connection with no worker
- * to go to is closed and reported to the worker that first had it. An offer
- * still queued to a worker that exits is closed and reported the same way.
+ * to go to is closed and reported to the worker that first had it (as `full`
+ * when every listening worker had it). An offer still queued to a worker that
+ * exits is closed and reported the same way.
  */
 export class OverflowRelay {
   readonly #listening: () => readonly OverflowTarget[];
@@ -231,14 +244,15 @@ export class OverflowRelay {
 
   /** Handles a worker's overflow message (`from`, with the descriptor it brought, if any); `stopping`: the gateway stops, none is offered. */
   receive(m: OverflowMessage, handle: NativeHandle | undefined, from: number, stopping: boolean): void {
-    if (m.op === "refused") return this.#report(m.tried);
+    if (m.op === "refused") return this.#report(m.tried, m.full === true);
     if (handle === undefined) return;
-    if (m.op !== "pass" || stopping || m.tried[m.tried.length - 1] !== from) return this.#refuse(handle, m.tried);
+    if (m.op !== "pass" || stopping || m.tried[m.tried.length - 1] !== from) return this.#refuse(handle, m.tried, false);
     const targets = [...this.#listening()].sort((a, b) => a.slot - b.slot);
     const start = targets.findIndex((t) => t.slot > from);
     const order = start < 0 ? targets : [...targets.slice(start), ...targets.slice(0, start)];
-    const next = order.find((t) => !m.tried.includes(t.slot) && (this.#queued.get(t.slot)?.size ?? 0) < MAX_PASSING);
-    if (next === undefined) return this.#refuse(handle, m.tried);
+    const untried = order.filter((t) => !m.tried.includes(t.slot));
+    const next = untried.find((t) => (this.#queued.get(t.slot)?.size ?? 0) < MAX_PASSING);
+    if (next === undefined) return this.#refuse(handle, m.tried, untried.length === 0);
     const queued = this.#queued.get(next.slot) ?? new Set<NativeHandle>();
     this.#queued.set(next.slot, queued);
     queued.add(handle);
@@ -247,7 +261,7 @@ export class OverflowRelay {
       // Settled already when its worker exited first.
       if (!queued.delete(handle)) return;
       this.#origin.delete(handle);
-      if (error !== null) return this.#refuse(handle, m.tried);
+      if (error !== null) return this.#refuse(handle, m.tried, false);
       handle.close(); // the message holds its own copy
     });
   }
@@ -258,19 +272,19 @@ export class OverflowRelay {
     // Emptied (not only dropped): a send that settles after all finds its offer settled.
     this.#queued.get(slot)?.clear();
     this.#queued.delete(slot);
-    for (const handle of queued) this.#refuse(handle, this.#origin.get(handle) ?? []);
+    for (const handle of queued) this.#refuse(handle, this.#origin.get(handle) ?? [], false);
   }
 
-  /** Closes `handle` and reports it to the first worker that had it. */
-  #refuse(handle: NativeHandle, tried: readonly number[]): void {
+  /** Closes `handle` and reports it to the first worker that had it (`full`: every worker was full). */
+  #refuse(handle: NativeHandle, tried: readonly number[], full: boolean): void {
     this.#origin.delete(handle);
     handle.close();
-    this.#report(tried);
+    this.#report(tried, full);
   }
 
-  /** Tells the first worker of `tried` (when it still listens) that none had room for its connection. */
-  #report(tried: readonly number[]): void {
+  /** Tells the first worker of `tried` (when it still listens) that its connection was closed (`full`: none had room). */
+  #report(tried: readonly number[], full: boolean): void {
     const origin = this.#listening().find((t) => t.slot === tried[0]);
-    origin?.send({ type: OVERFLOW_MESSAGE, op: "refused", tried }, undefined, () => {});
+    origin?.send({ type: OVERFLOW_MESSAGE, op: "refused", tried, full }, undefined, () => {});
   }
 }
