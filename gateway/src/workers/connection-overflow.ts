@@ -190,25 +190,23 @@ export class ConnectionOverflow implements ConnectionGate {
    */
   receive(m: unknown, handle: unknown): boolean {
     if (!isOverflowMessage(m)) return false;
-    if (m.op === "refused") {
-      if (m.tried[0] === this.#self) this.#refused(m.tried, m.full === true);
-      return true;
-    }
-    if (!isNativeHandle(handle)) return true;
+    const descriptor = isNativeHandle(handle) ? handle : null;
+    if (m.op === "refused" && m.tried[0] === this.#self) this.#refused(m.tried, m.full === true);
+    if (descriptor === null) return true;
     const accept = (this.#server as unknown as NodeServer | null)?._handle?.onconnection;
     if (m.op !== "take" || m.tried.includes(this.#self)) {
-      handle.close();
+      descriptor.close();
       return true;
     }
     // A worker that no longer listens (it is stopping) has no room: the connection goes on, as from a full one.
     if (accept === undefined) {
-      this.#passOn(handle, m.tried);
+      this.#passOn(descriptor, m.tried);
       return true;
     }
     this.#offered = m.tried;
     try {
       // node's own accept path (net's onconnection): the socket, its server's count and 'connection', as for one accepted here.
-      accept.call((this.#server as unknown as NodeServer)._handle, 0, handle);
+      accept.call((this.#server as unknown as NodeServer)._handle, 0, descriptor);
     } finally {
       this.#offered = null;
     }
