@@ -128,6 +128,35 @@ describe("limits.max_connections with --workers 2", () => {
   }, 30_000);
 });
 
+describe("limits.max_connections with --workers 3", () => {
+  it("a connection goes on through full workers to the one with room; one none has room for is refused once", async () => {
+    const { engine, config } = await oneEngineServeConfig(tracked);
+    writeFileSync(config, `listen: { host: 127.0.0.1, port: 0 }\nlogging: { level: warn }\nlimits: { max_connections: 6 }\nupstreams:\n  - url: ${engine.url}\n`);
+    const { url, child, exited } = await startServe(CLI, ["--config", config, "--workers", "3"], tracked.children);
+    // Workers 2 and 3 stopped while six arrive: worker 1 serves two and passes four to worker 2 (next after it), which
+    // once running serves two and passes two on to worker 3.
+    const [, second, third] = [...processParents()].filter(([, ppid]) => ppid === child.pid).map(([pid]) => pid).sort((a, b) => a - b);
+    process.kill(second!, "SIGSTOP");
+    process.kill(third!, "SIGSTOP");
+    const pending = Array.from({ length: 6 }, (_, i) => chatConnection(url, `three ${i}`));
+    await new Promise((r) => setTimeout(r, 400));
+    process.kill(second!, "SIGCONT");
+    await new Promise((r) => setTimeout(r, 300));
+    process.kill(third!, "SIGCONT");
+    const held = await Promise.all(pending);
+    expect(held.map((h) => h.status)).toEqual(held.map(() => "HTTP/1.1 200 OK"));
+    // The seventh: every worker full, closed unanswered.
+    expect(await closedWithin(url, 3_000)).toBe(true);
+    held.pop()!.socket.destroy();
+    const { text, refused } = await scrape(url);
+    expect(summed(text, "adp_gateway_client_connections_refused_total")).toBe(1 + refused);
+    expect(summed(text, "adp_gateway_client_connections_passed_total")).toBeGreaterThanOrEqual(6);
+    for (const h of held) h.socket.destroy();
+    child.kill("SIGTERM");
+    expect(await exited).toBe(0);
+  }, 30_000);
+});
+
 describe("the workers' shares of the gateway's limits", () => {
   it("add up to each limit (the first workers take one more where N does not divide it), at least 1 each", () => {
     const { limits } = loadGatewayConfig({ file: { name: "g.yaml", text: "limits: { max_connections: 4, max_in_flight_per_upstream: 256, queue_size: 1 }\nupstreams:\n  - url: http://127.0.0.1:1\n" } });
