@@ -19,7 +19,7 @@ import { Siblings } from "./workers/sibling-log.js";
 import { LINK_MESSAGE, SiblingLinks, type LinkMessage } from "./workers/sibling-links.js";
 import { Socket } from "node:net";
 import { MetricsRelay } from "./workers/metrics-relay.js";
-import { ConnectionOverflow, type SendMessage } from "./workers/connection-overflow.js";
+import { ConnectionOverflow, type NativeHandle } from "./workers/connection-overflow.js";
 
 /** The help text of `adp-router-gateway serve`. */
 export const SERVE_USAGE = `Usage: adp-router-gateway serve [--config FILE] [options]
@@ -103,13 +103,13 @@ function workerSiblings(count: number, self: number): Siblings {
   return siblings;
 }
 
-/** Sends a worker's message to its primary; one the closing channel cannot carry is dropped (with no callback, the EPIPE would be an unhandled "error"). */
-const toPrimary = (message: object): void => {
-  if (process.connected) process.send?.(message, undefined, undefined, () => undefined);
-};
-
-/** Sends a worker's overflow message (with a descriptor or none) to its primary; `done` says whether it was written (see ConnectionOverflow). */
-const handToPrimary: SendMessage = (message, handle, done) => {
+/**
+ * Sends a worker's message (with `handle`, a descriptor, if given) to its
+ * primary; one the closing channel cannot carry is dropped (with no callback,
+ * the EPIPE would be an unhandled "error"). `done` learns whether it was
+ * written (the error, or null).
+ */
+const toPrimary = (message: object, handle?: NativeHandle, done: (error: Error | null) => void = () => undefined): void => {
   if (!process.connected || process.send === undefined) return done(new Error("the primary's channel is closed"));
   process.send(message, handle as unknown as Socket, undefined, (error: Error | null) => done(error ?? null));
 };
@@ -238,7 +238,7 @@ async function serve(args: string[]): Promise<number> {
   const share = (c: GatewayConfig): GatewayConfig => (isGatewayWorker() ? workerShare(c, workers, Number(process.env[WORKER_ENV])) : c);
   const workerMetrics = isGatewayWorker() ? new MetricsRelay((m) => toPrimary(m), Number(process.env[WORKER_ENV])) : undefined;
   // A worker passes a connection past its share of limits.max_connections to a sibling with room, through the primary.
-  const overflow = isGatewayWorker() ? new ConnectionOverflow(handToPrimary, Number(process.env[WORKER_ENV]), workers) : undefined;
+  const overflow = isGatewayWorker() ? new ConnectionOverflow(toPrimary, Number(process.env[WORKER_ENV]), workers) : undefined;
   if (workers > 1 && siblings === undefined) {
     // Checked once here, said once: the workers join without checking again.
     const checked = await checkUpstreams(config, false);

@@ -27,7 +27,7 @@ import cluster, { type Worker } from "node:cluster";
 import { STATE_MESSAGE } from "./sibling-log.js";
 import { isLinkMessage, LINK_MESSAGE, WorkerLinks } from "./sibling-links.js";
 import { isMetricsMessage, METRICS_MESSAGE, MetricsGather } from "./metrics-relay.js";
-import { isNativeHandle, isOverflowMessage, OVERFLOW_MESSAGE, OverflowRelay, type OverflowTarget } from "./connection-overflow.js";
+import { isNativeHandle, isOverflowMessage, type NativeHandle, OVERFLOW_MESSAGE, OverflowRelay, type OverflowTarget } from "./connection-overflow.js";
 import { collectorThreadsChosen } from "../common/collector-threads.js";
 import { WORKERS_ENV } from "../common/usable-cores.js";
 import type { ConnectionBalance } from "../config/config-types.js";
@@ -45,15 +45,6 @@ const GLIBC_TRIM_THRESHOLD = "131072";
 /** Shortest time between two restarts of one worker slot (doubling, to MAX_RESTART_MS, while its restarts fail to start). */
 const RESTART_MS = 1_000;
 
-/** A worker as relayOverflow reaches it. */
-const overflowTarget = (w: Worker, slot: number): OverflowTarget => ({
-  slot,
-  send: (message, handle, done) => {
-    if (!w.isConnected()) return done(new Error("the worker's channel is closed"));
-    w.send(message, handle as never, undefined, (error: Error | null) => done(error ?? null));
-  },
-});
-
 /** A control message from the primary. */
 export interface ControlMessage {
   readonly type: typeof CONTROL_MESSAGE;
@@ -61,14 +52,19 @@ export interface ControlMessage {
 }
 
 /**
- * Sends `message` to a worker, dropping it when the channel is closing: a worker
- * that is exiting needs no more messages (its "exit" is handled), and without a
- * callback node:child_process would emit the EPIPE as an unhandled "error" and
- * end the primary.
+ * Sends `message` (with `handle`, a descriptor, if given) to a worker, dropping
+ * it when the channel is closing: a worker that is exiting needs no more
+ * messages (its "exit" is handled), and without a callback node:child_process
+ * would emit the EPIPE as an unhandled "error" and end the primary. `done`
+ * learns whether it was written (the error, or null).
  */
-const post = (w: Worker, message: object): void => {
-  if (w.isConnected()) w.send(message, undefined, () => undefined);
+const post = (w: Worker, message: object, handle?: NativeHandle, done: (error: Error | null) => void = () => undefined): void => {
+  if (!w.isConnected()) return done(new Error("the worker's channel is closed"));
+  w.send(message, handle as never, undefined, (error: Error | null) => done(error ?? null));
 };
+
+/** A worker as the OverflowRelay reaches it. */
+const overflowTarget = (w: Worker, slot: number): OverflowTarget => ({ slot, send: (message, handle, done) => post(w, message, handle, done) });
 
 /**
  * What worker `slot`'s environment adds to the primary's `env`: its number,
