@@ -117,7 +117,7 @@ const toPrimary = (message: object, handle?: NativeHandle, done: (error: Error |
 /** What the limits come to with `n` workers, said once at start. */
 export function workersLimits(n: number, limits: GatewayConfig["limits"]): string {
   const share = limitsShare(limits, n);
-  return `${n} workers sharing the limits, each up to ${share.maxInFlightPerUpstream} requests in flight per upstream, ${share.queueSize} queued and ${share.maxConnections} client connections (limits.max_in_flight_per_upstream ${limits.maxInFlightPerUpstream}, queue_size ${limits.queueSize} and max_connections ${limits.maxConnections} are the gateway's, split in ${n} shares that add up to each, at least 1 a worker; max_receiving_bytes ${limits.maxReceivingBytes} is each worker's); a connection past a worker's share goes to a worker with room`;
+  return `${n} workers sharing the limits, each up to ${share.inFlightShare} requests in flight per upstream, ${share.queueSize} queued and ${share.maxConnections} client connections (limits.max_in_flight_per_upstream ${limits.maxInFlightPerUpstream}, queue_size ${limits.queueSize} and max_connections ${limits.maxConnections} are the gateway's, split in ${n} shares that add up to each, at least 1 a worker; max_receiving_bytes ${limits.maxReceivingBytes} is each worker's); a connection past a worker's share goes to a worker with room`;
 }
 
 /**

@@ -162,7 +162,9 @@ describe("the workers' shares of the gateway's limits", () => {
     const { limits } = loadGatewayConfig({ file: { name: "g.yaml", text: "limits: { max_connections: 4, max_in_flight_per_upstream: 256, queue_size: 1 }\nupstreams:\n  - url: http://127.0.0.1:1\n" } });
     const shares = [1, 2, 3].map((slot) => limitsShare(limits, 3, slot));
     expect(shares.map((s) => s.maxConnections)).toEqual([2, 1, 1]);
-    expect(shares.map((s) => s.maxInFlightPerUpstream)).toEqual([86, 85, 85]);
+    expect(shares.map((s) => s.inFlightShare)).toEqual([86, 85, 85]);
+    // The router weighs every worker's requests on an upstream against the gateway's cap, kept whole.
+    expect(shares.every((s) => s.maxInFlightPerUpstream === 256)).toBe(true);
     // Fewer than the workers: each still takes one (a share of 0 would serve nothing).
     expect(shares.map((s) => s.queueSize)).toEqual([1, 1, 1]);
     // The other limits are each worker's whole.

@@ -83,8 +83,14 @@ export interface GatewayConfig {
   readonly limits: {
     /** Largest request body accepted (413 past it). */
     readonly maxBodyBytes: number;
-    /** In-flight requests one upstream takes: the router's `maxNumActiveRequests`. */
+    /** In-flight requests one upstream takes from the whole gateway: the router's `maxNumActiveRequests`. */
     readonly maxInFlightPerUpstream: number;
+    /**
+     * In-flight requests this process may start on one upstream: all of
+     * `maxInFlightPerUpstream` in one process; with N workers this worker's
+     * share (the shares add up to it, each at least 1).
+     */
+    readonly inFlightShare: number;
     /** Requests waiting for capacity at most (429 past it). */
     readonly queueSize: number;
     /** How long a request waits for capacity before 429. */

@@ -411,8 +411,8 @@ export function fleetProblems(upstreams: readonly Pick<UpstreamConfig, "url" | "
   return problems;
 }
 
-/** Limits the gateway's workers share (their shares add up to each, see limitsShare); the others bound one request, one connection or one process's memory. */
-const SHARED_LIMITS = ["maxInFlightPerUpstream", "queueSize", "maxConnections"] as const;
+/** Limits the gateway's workers split (their shares add up to each, see limitsShare); the others bound one request, one connection or one process's memory. */
+const SHARED_LIMITS = ["queueSize", "maxConnections"] as const;
 
 /**
  * Worker `slot`'s share (1-based) of `config`'s limits, `n` workers in all, as
@@ -420,7 +420,8 @@ const SHARED_LIMITS = ["maxInFlightPerUpstream", "queueSize", "maxConnections"] 
  * the client connections are the gateway's (an operator sizes an engine's
  * concurrency with them, whatever the cores), and the n shares add up to each
  * (the first workers take one more where n does not divide it; at least 1
- * each, so each stays within its setting's bounds).
+ * each, so each stays within its setting's bounds). The in-flight cap is
+ * split into `inFlightShare` and kept whole too, for the router.
  */
 export function workerShare(config: GatewayConfig, n: number, slot: number): GatewayConfig {
   if (n <= 1) return config;
@@ -431,8 +432,12 @@ export function workerShare(config: GatewayConfig, n: number, slot: number): Gat
 
 /** Worker `slot`'s share of `limits`, `n` workers in all (see workerShare); slot 1's is the largest. */
 export function limitsShare(limits: GatewayConfig["limits"], n: number, slot = 1): GatewayConfig["limits"] {
+  const part = (total: number) => Math.max(1, Math.floor(total / n) + (slot <= total % n ? 1 : 0));
   const share = { ...limits };
-  for (const key of SHARED_LIMITS) share[key] = Math.max(1, Math.floor(limits[key] / n) + (slot <= limits[key] % n ? 1 : 0));
+  for (const key of SHARED_LIMITS) share[key] = part(limits[key]);
+  // The in-flight cap stays whole beside the share: the router weighs an upstream's load from every worker
+  // (theirs come in their messages, sibling-log.ts) against the gateway's cap, as one process would.
+  share.inFlightShare = part(limits.maxInFlightPerUpstream);
   return share;
 }
 
@@ -652,6 +657,7 @@ export function loadGatewayConfig(options: LoadOptions = {}): GatewayConfig {
   // Bodies being received, all connections together: by default sixteen of the largest.
   const maxReceivingBytes = r.int(limits.max_receiving_bytes, ["limits", "max_receiving_bytes"], 1024, 2 ** 40, 16 * maxBodyBytes);
   if (maxReceivingBytes < maxBodyBytes) r.fail(["limits", "max_receiving_bytes"], `is ${maxReceivingBytes}, below limits.max_body_bytes (${maxBodyBytes}): a largest body could never be received`);
+  const maxInFlightPerUpstream = r.int(limits.max_in_flight_per_upstream, ["limits", "max_in_flight_per_upstream"], 1, 1 << 20, 256);
   const config: GatewayConfig = {
     warnings: r.warnings,
     listen: { host, port, connectionBalance },
@@ -660,7 +666,8 @@ export function loadGatewayConfig(options: LoadOptions = {}): GatewayConfig {
     limits: {
       maxBodyBytes,
       maxReceivingBytes,
-      maxInFlightPerUpstream: r.int(limits.max_in_flight_per_upstream, ["limits", "max_in_flight_per_upstream"], 1, 1 << 20, 256),
+      maxInFlightPerUpstream,
+      inFlightShare: maxInFlightPerUpstream,
       queueSize: r.int(limits.queue_size, ["limits", "queue_size"], 0, 1 << 20, 1024),
       queueTimeoutMs: r.int(limits.queue_timeout_ms, ["limits", "queue_timeout_ms"], 0, 3_600_000, 10_000),
       maxConnections: r.int(limits.max_connections, ["limits", "max_connections"], 1, 1 << 20, 8192),

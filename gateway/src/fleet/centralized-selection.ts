@@ -34,8 +34,8 @@ export class CentralizedSelection {
     this.#tokensPerBlock = tokensPerBlock;
   }
 
-  /** Each upstream's requests of `waiting` (ids in arrival order); requests no upstream can take are left out. */
-  route(fleet: Fleet, waiting: readonly CentralizedRequest[], cap: number, meanPrompt: number): { assignments: number[][] } {
+  /** Each upstream's requests of `waiting` (ids in arrival order), `cap` the gateway's in-flight cap and `share` this process's; requests no upstream can take are left out. */
+  route(fleet: Fleet, waiting: readonly CentralizedRequest[], cap: number, share: number, meanPrompt: number): { assignments: number[][] } {
     const upstreams = fleet.upstreams;
     if (this.#router === null || this.#router.ranksPerInstance.length !== upstreams.length) {
       // A fleet of another size starts the turn over (the centralized router's counter belongs to its namespace's workers).
@@ -45,7 +45,7 @@ export class CentralizedSelection {
       instances: upstreams.map((u) => {
         const load = u.rankLoad(meanPrompt);
         // Its room this batch: once full it is no candidate for the batch's later requests.
-        return { ranks: [{ numActiveRequests: load.numActiveRequests, numActiveTokens: load.numActiveTokens }], available: fleet.available(u), room: Math.max(0, cap - u.inFlight) };
+        return { ranks: [{ numActiveRequests: load.numActiveRequests, numActiveTokens: load.numActiveTokens }], available: fleet.available(u), room: Math.max(0, share - u.inFlight) };
       }),
       maxNumActiveRequests: cap,
       requests: waiting.map((w) => ({

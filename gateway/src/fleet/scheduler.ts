@@ -166,8 +166,10 @@ export class Scheduler {
   readonly #fleet: Fleet;
   readonly #config: GatewayConfig;
   readonly #counters: GatewayCounters;
-  /** The in-flight cap of one upstream (the router's maxNumActiveRequests). */
+  /** The in-flight cap of one upstream, the whole gateway's (the router's maxNumActiveRequests, against loads that count every worker's requests). */
   readonly #cap: number;
+  /** The requests this process may have in flight on one upstream: the cap, or with N workers this one's share of it. */
+  readonly #share: number;
   /** Where a batch the router refuses is logged. */
   readonly #onRouterError: (error: unknown) => void;
   /** Hands a request's token ids back to its tokenizer once it is placed or refused (nothing here reads them after). */
@@ -184,6 +186,7 @@ export class Scheduler {
     this.#config = config;
     this.#counters = counters;
     this.#cap = config.limits.maxInFlightPerUpstream;
+    this.#share = config.limits.inFlightShare;
     this.#onRouterError = onRouterError;
     this.#release = release;
   }
@@ -250,11 +253,11 @@ export class Scheduler {
     return null;
   }
 
-  /** The available upstream with the fewest in-flight requests and room, outside `tried`. */
+  /** The available upstream with the fewest in-flight requests and room (within this process's share), outside `tried`. */
   leastLoaded(tried: ReadonlySet<Upstream>): Upstream | null {
     let best: Upstream | null = null;
     for (const u of this.#fleet.upstreams) {
-      if (!this.#fleet.available(u) || tried.has(u) || u.inFlight >= this.#cap) continue;
+      if (!this.#fleet.available(u) || tried.has(u) || u.inFlight >= this.#share) continue;
       if (best === null || u.inFlight < best.inFlight || (u.inFlight === best.inFlight && u.inFlightTokens < best.inFlightTokens)) best = u;
     }
     return best;
@@ -264,7 +267,7 @@ export class Scheduler {
   #flush(): void {
     this.#flushScheduled = false;
     const fleet = this.#fleet;
-    const cap = this.#cap;
+    const share = this.#share;
     const waiting = this.#queue.filter((w) => !w.done);
     this.#queue = [];
     if (waiting.length === 0) return;
@@ -290,10 +293,12 @@ export class Scheduler {
       for (const id of ids) {
         const w = byId.get(id as number)!;
         byId.delete(id as number);
-        // The conversation router may keep a conversation on a rank at its cap or ejected: take the least loaded available one then.
+        // The conversation router may keep a conversation on a rank at its cap or ejected, and with workers the
+        // router's choice may have room in the gateway but not in this worker's share: take the least loaded
+        // available one then.
         let target = upstreams[rank]!;
-        if (!fleet.available(target) || target.inFlight >= cap) target = this.leastLoaded(new Set()) ?? target;
-        if (!fleet.available(target) || target.inFlight >= cap) {
+        if (!fleet.available(target) || target.inFlight >= share) target = this.leastLoaded(new Set()) ?? target;
+        if (!fleet.available(target) || target.inFlight >= share) {
           this.#requeue(w);
           continue;
         }
@@ -341,7 +346,7 @@ export class Scheduler {
       placed += u.placed;
     }
     const meanPrompt = placed === 0 ? 0 : prompts / placed;
-    if (this.#centralized !== null) return { ...this.#centralized.route(fleet, waiting, cap, meanPrompt), hashes: [] };
+    if (this.#centralized !== null) return { ...this.#centralized.route(fleet, waiting, cap, this.#share, meanPrompt), hashes: [] };
     // Pushed one by one, not made by map(): TurboFan's inlined map() makes a holey array
     // where the built-in made a packed one, and the router's optimized code, which had
     // seen packed ones only, was deoptimized when this function was optimized.
@@ -424,7 +429,7 @@ export class Scheduler {
 
   /** Requests that could start now: the room left on available upstreams. */
   #room(): number {
-    return this.#fleet.upstreams.reduce((n, u) => n + (this.#fleet.available(u) ? Math.max(0, this.#cap - u.inFlight) : 0), 0);
+    return this.#fleet.upstreams.reduce((n, u) => n + (this.#fleet.available(u) ? Math.max(0, this.#share - u.inFlight) : 0), 0);
   }
 }
 

@@ -1,0 +1,70 @@
+// limits.max_in_flight_per_upstream under `serve --workers 2`, as a user meets
+// it: the built CLI on loopback, keep-alive clients, one slow mock engine. The
+// cap is the gateway's: with more clients than it, the engine has the cap's
+// requests in flight, as behind one process, and never more. Each worker
+// starts at most its share, and the router weighs the upstream's load from
+// both workers against the whole cap (a worker that weighed it against its
+// share kept the engine near half the cap).
+import { writeFileSync } from "node:fs";
+import { Agent, request } from "node:http";
+import path from "node:path";
+import { describe, expect, it } from "vitest";
+import { oneEngineServeConfig, trackedForCleanup } from "../support/mock-engine.js";
+import { startServe } from "../support/processes.js";
+
+const CLI = path.resolve("gateway/dist/cli.js");
+const tracked = trackedForCleanup();
+
+/** Sends `count` chats one after another on one keep-alive connection to `url`; resolves with their statuses. */
+async function client(url: string, count: number): Promise<number[]> {
+  const { hostname, port } = new URL(url);
+  const agent = new Agent({ keepAlive: true, maxSockets: 1 });
+  const statuses: number[] = [];
+  for (let i = 0; i < count; i++) {
+    const body = JSON.stringify({ model: "m", messages: [{ role: "user", content: `turn ${i}` }] });
+    statuses.push(
+      await new Promise<number>((resolve, reject) => {
+        const req = request({ host: hostname, port: Number(port), method: "POST", path: "/v1/chat/completions", agent, headers: { "content-type": "application/json" } }, (res) => {
+          res.resume();
+          res.on("end", () => resolve(res.statusCode ?? 0));
+        });
+        req.on("error", reject);
+        req.end(body);
+      }),
+    );
+  }
+  agent.destroy();
+  return statuses;
+}
+
+/** The middle of `values` (sorted copies). */
+const median = (values: readonly number[]): number => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
+
+describe("limits.max_in_flight_per_upstream with --workers 2", () => {
+  it("16 clients, cap 8: the engine has 8 requests in flight most of the time, as behind one process, and never 9", async () => {
+    const { engine, config } = await oneEngineServeConfig(tracked);
+    engine.behaviour.delayMs = 150;
+    // round_robin: the primary deals the 16 connections out 8 and 8, so each worker has clients for its share.
+    writeFileSync(config, `listen: { host: 127.0.0.1, port: 0, connection_balance: round_robin }\nlogging: { level: warn }\nlimits: { max_in_flight_per_upstream: 8 }\nupstreams:\n  - url: ${engine.url}\n`);
+    const { url, child, exited } = await startServe(CLI, ["--config", config, "--workers", "2"], tracked.children);
+    const samples: number[] = [];
+    let sampling = false;
+    const sampler = setInterval(() => sampling && samples.push(engine.active), 5);
+    // Sampled once each worker has heard the other's load (its messages go at least every 50 ms).
+    const settle = setTimeout(() => (sampling = true), 400);
+    try {
+      const statuses = (await Promise.all(Array.from({ length: 16 }, () => client(url, 8)))).flat();
+      expect(statuses.filter((s) => s !== 200)).toEqual([]);
+    } finally {
+      clearInterval(sampler);
+      clearTimeout(settle);
+    }
+    // The last requests drain below the cap: the samples taken while every client still waited say the most.
+    const steady = samples.slice(0, Math.floor(samples.length * 0.7));
+    expect(steady.length).toBeGreaterThan(20);
+    expect(Math.max(...samples)).toBeLessThanOrEqual(8);
+    expect(median(steady)).toBeGreaterThanOrEqual(7);
+    child.kill("SIGTERM");
+    expect(await exited).toBe(0);
+  }, 30_000);
+});
