@@ -20,6 +20,7 @@ import { LINK_MESSAGE, SiblingLinks, type LinkMessage } from "./workers/sibling-
 import { Socket } from "node:net";
 import { MetricsRelay } from "./workers/metrics-relay.js";
 import { ConnectionOverflow, type NativeHandle } from "./workers/connection-overflow.js";
+import { debtsFromEnv, InFlightLending, LENDING_DEBTS_ENV } from "./workers/in-flight-lending.js";
 
 /** The help text of `adp-router-gateway serve`. */
 export const SERVE_USAGE = `Usage: adp-router-gateway serve [--config FILE] [options]
@@ -117,7 +118,7 @@ const toPrimary = (message: object, handle?: NativeHandle, done: (error: Error |
 /** What the limits come to with `n` workers, said once at start. */
 export function workersLimits(n: number, limits: GatewayConfig["limits"]): string {
   const share = limitsShare(limits, n);
-  return `${n} workers sharing the limits, each up to ${share.inFlightShare} requests in flight per upstream, ${share.queueSize} queued and ${share.maxConnections} client connections (limits.max_in_flight_per_upstream ${limits.maxInFlightPerUpstream}, queue_size ${limits.queueSize} and max_connections ${limits.maxConnections} are the gateway's, split in ${n} shares that add up to each, at least 1 a worker; max_receiving_bytes ${limits.maxReceivingBytes} is each worker's); a connection past a worker's share goes to a worker with room`;
+  return `${n} workers sharing the limits: each starts up to ${share.inFlightShare} requests in flight per upstream and borrows what the others leave unused, up to the gateway's limits.max_in_flight_per_upstream ${limits.maxInFlightPerUpstream}; each holds up to ${share.queueSize} queued and ${share.maxConnections} client connections (queue_size ${limits.queueSize} and max_connections ${limits.maxConnections} are the gateway's, split in ${n} shares that add up to each, at least 1 a worker); max_receiving_bytes ${limits.maxReceivingBytes} is each worker's; a connection past a worker's share goes to a worker with room`;
 }
 
 /**
@@ -239,6 +240,8 @@ async function serve(args: string[]): Promise<number> {
   const workerMetrics = isGatewayWorker() ? new MetricsRelay((m) => toPrimary(m), Number(process.env[WORKER_ENV])) : undefined;
   // A worker passes a connection past its share of limits.max_connections to a sibling with room, through the primary.
   const overflow = isGatewayWorker() ? new ConnectionOverflow(toPrimary, Number(process.env[WORKER_ENV]), workers) : undefined;
+  // A worker starts up to its share of each upstream's in-flight cap, and borrows what its siblings leave unused through the primary.
+  const lending = isGatewayWorker() ? new InFlightLending((m) => toPrimary(m), share(config).limits.inFlightShare, debtsFromEnv(process.env[LENDING_DEBTS_ENV])) : undefined;
   if (workers > 1 && siblings === undefined) {
     // Checked once here, said once: the workers join without checking again.
     const checked = await checkUpstreams(config, false);
@@ -269,7 +272,7 @@ async function serve(args: string[]): Promise<number> {
   }
   let gateway;
   try {
-    gateway = await createGateway(share(config), { requestReader: reader, startUnhealthy: checked.unhealthy, ...(siblings === undefined ? {} : { siblings }), ...(workerMetrics === undefined ? {} : { workerMetrics }), ...(overflow === undefined ? {} : { connectionGate: overflow }) });
+    gateway = await createGateway(share(config), { requestReader: reader, startUnhealthy: checked.unhealthy, ...(siblings === undefined ? {} : { siblings }), ...(workerMetrics === undefined ? {} : { workerMetrics }), ...(overflow === undefined ? {} : { connectionGate: overflow }), ...(lending === undefined ? {} : { inFlightLending: lending }) });
   } catch (error) {
     if (error instanceof GatewayListenError) return fail(error.message, 1);
     // A tokenizer folder that cannot load, or an upstream that is this gateway itself.
@@ -321,6 +324,7 @@ async function serve(args: string[]): Promise<number> {
         if (overflow!.receive(m, handle)) return;
         if (handle instanceof Socket) handle.destroy(); // only a link or a connection comes with a handle
         if (workerMetrics?.receive(m) === true) return;
+        if (lending?.receive(m) === true) return;
         if (!isControl(m)) siblings.receive(m);
         else if (m.action === "reload") reload();
         else if (!stopping) stop("the primary's stop");

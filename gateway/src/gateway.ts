@@ -26,6 +26,7 @@ import type { StateLog } from "./fleet/routing-state.js";
 import type { Siblings } from "./workers/sibling-log.js";
 import type { MetricsRelay } from "./workers/metrics-relay.js";
 import type { ConnectionGate } from "./workers/connection-overflow.js";
+import type { InFlightLending } from "./workers/in-flight-lending.js";
 import { poolConfig } from "./config/disaggregation-config.js";
 
 /** A running gateway. */
@@ -84,6 +85,8 @@ export interface GatewayOptions {
   readonly workerMetrics?: MetricsRelay;
   /** With `serve --workers N`: what this worker does with a connection past its share of `limits.max_connections` (workers/connection-overflow.ts). */
   readonly connectionGate?: ConnectionGate;
+  /** With `serve --workers N`: this worker's shares of the in-flight caps, lent between the workers (workers/in-flight-lending.ts). */
+  readonly inFlightLending?: InFlightLending;
   /**
    * `"own"` (the default): the completion routes are served on the gateway's
    * own HTTP/1.1 server path, every other request by node:http.
@@ -174,7 +177,8 @@ export async function createGateway(input: GatewayConfig | GatewayConfigObject, 
   const via = viaEntry();
   // With `disaggregation:` this fleet is the decode pool's, and the prefill pool has one of its own.
   const decodeConfig = poolConfig(config, "decode");
-  const fleet: Fleet = new Fleet(decodeConfig, log, () => (scheduler.schedule(), options.siblings?.loadsChanged()), stateLog, via);
+  const lending = options.inFlightLending;
+  const fleet: Fleet = new Fleet(decodeConfig, log, () => (scheduler.schedule(), options.siblings?.loadsChanged(), lending?.ended()), stateLog, via);
   const prefillConfig = config.disaggregation === null ? null : poolConfig(config, "prefill");
   const prefillFleet = prefillConfig === null ? null : new Fleet(prefillConfig, log, () => prefillScheduler?.schedule(), null, via);
   startOut(config, startUnhealthy, [[decodeConfig, fleet], ...(prefillConfig === null ? [] : [[prefillConfig, prefillFleet!] as const])]);
@@ -186,13 +190,16 @@ export async function createGateway(input: GatewayConfig | GatewayConfigObject, 
     (i, n, tokens) => {
       const u = fleet.upstreams[i];
       if (u !== undefined) (u.siblingInFlight = n), (u.siblingInFlightTokens = tokens);
+      // Requests waiting for room the gateway was full of may start now (the router weighs the siblings' loads).
+      scheduler.schedule();
     },
   );
   const counters = newCounters();
   const onRouterError = (error: unknown) => log.error({ err: error }, "the router refused a batch");
   // A disaggregated request is placed twice: its token ids go back to the reader once both are placed (disaggregated-serving.ts).
   const release = prefillFleet === null ? (ids: TokenIds) => reader.release(ids) : () => {};
-  const scheduler = new Scheduler(fleet, decodeConfig, counters, onRouterError, release, options.placement === "per-request");
+  const scheduler = new Scheduler(fleet, decodeConfig, counters, onRouterError, release, options.placement === "per-request", lending);
+  lending?.start({ inFlight: (url) => fleet.upstreams.find((u) => u.url === url)?.inFlight ?? 0, urls: () => fleet.upstreams.map((u) => u.url), wake: () => scheduler.schedule() });
   const prefillCounters = newCounters();
   const prefillScheduler = prefillFleet === null ? null : new Scheduler(prefillFleet, prefillConfig!, prefillCounters, onRouterError, release, options.placement === "per-request");
   const prefill = prefillFleet === null ? null : { fleet: prefillFleet, scheduler: prefillScheduler!, counters: prefillCounters };

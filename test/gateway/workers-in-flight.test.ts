@@ -1,16 +1,18 @@
 // limits.max_in_flight_per_upstream under `serve --workers 2`, as a user meets
 // it: the built CLI on loopback, keep-alive clients, one slow mock engine. The
-// cap is the gateway's: with more clients than it, the engine has the cap's
-// requests in flight, as behind one process, and never more. Each worker
-// starts at most its share, and the router weighs the upstream's load from
-// both workers against the whole cap (a worker that weighed it against its
-// share kept the engine near half the cap).
+// cap is the gateway's: with at least as many clients as it, the engine has
+// the cap's requests in flight, as behind one process, and never more, however
+// the clients' connections fall between the workers. The router weighs the
+// upstream's load from both workers against the whole cap (one that weighed it
+// against a worker's share kept the engine near half the cap), and a worker
+// borrows the units of the cap its sibling leaves unused (one that could not
+// kept the engine at its share when it held every client).
 import { writeFileSync } from "node:fs";
 import { Agent, request } from "node:http";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
 import { oneEngineServeConfig, trackedForCleanup } from "../support/mock-engine.js";
-import { startServe } from "../support/processes.js";
+import { processParents, startServe } from "../support/processes.js";
 
 const CLI = path.resolve("gateway/dist/cli.js");
 const tracked = trackedForCleanup();
@@ -60,6 +62,56 @@ describe("limits.max_in_flight_per_upstream with --workers 2", () => {
       clearTimeout(settle);
     }
     // The last requests drain below the cap: the samples taken while every client still waited say the most.
+    const steady = samples.slice(0, Math.floor(samples.length * 0.7));
+    expect(steady.length).toBeGreaterThan(20);
+    expect(Math.max(...samples)).toBeLessThanOrEqual(8);
+    expect(median(steady)).toBeGreaterThanOrEqual(7);
+    child.kill("SIGTERM");
+    expect(await exited).toBe(0);
+  }, 30_000);
+
+  it("3 workers, cap 2, 6 clients dealt round robin: the engine has 2 in flight, never 3 (a worker may start with no unit)", async () => {
+    const { engine, config } = await oneEngineServeConfig(tracked);
+    engine.behaviour.delayMs = 100;
+    writeFileSync(config, `listen: { host: 127.0.0.1, port: 0, connection_balance: round_robin }\nlogging: { level: warn }\nlimits: { max_in_flight_per_upstream: 2 }\nupstreams:\n  - url: ${engine.url}\n`);
+    const { url, child, exited } = await startServe(CLI, ["--config", config, "--workers", "3"], tracked.children);
+    const samples: number[] = [];
+    const sampler = setInterval(() => samples.push(engine.active), 5);
+    try {
+      const statuses = (await Promise.all(Array.from({ length: 6 }, () => client(url, 5)))).flat();
+      expect(statuses.filter((s) => s !== 200)).toEqual([]);
+    } finally {
+      clearInterval(sampler);
+    }
+    expect(Math.max(...samples)).toBe(2);
+    expect(median(samples.slice(20, Math.floor(samples.length * 0.7)))).toBe(2);
+    child.kill("SIGTERM");
+    expect(await exited).toBe(0);
+  }, 30_000);
+
+  it("8 clients all on one worker, cap 8: it borrows its sibling's units and the engine has 8 in flight, never 9", async () => {
+    const { engine, config } = await oneEngineServeConfig(tracked);
+    engine.behaviour.delayMs = 150;
+    writeFileSync(config, `listen: { host: 127.0.0.1, port: 0 }\nlogging: { level: warn }\nlimits: { max_in_flight_per_upstream: 8 }\nupstreams:\n  - url: ${engine.url}\n`);
+    const { url, child, exited } = await startServe(CLI, ["--config", config, "--workers", "2"], tracked.children);
+    // One worker stopped while the eight connect and send their first chats: the other accepts them all, starts its
+    // share (4) and asks for more; the stopped one gives its 4 back once it runs again.
+    const [stopped] = [...processParents()].filter(([, ppid]) => ppid === child.pid).map(([pid]) => pid);
+    process.kill(stopped!, "SIGSTOP");
+    const clients = Array.from({ length: 8 }, () => client(url, 8));
+    await new Promise((r) => setTimeout(r, 300));
+    process.kill(stopped!, "SIGCONT");
+    const samples: number[] = [];
+    let sampling = false;
+    const sampler = setInterval(() => sampling && samples.push(engine.active), 5);
+    const settle = setTimeout(() => (sampling = true), 300);
+    try {
+      const statuses = (await Promise.all(clients)).flat();
+      expect(statuses.filter((s) => s !== 200)).toEqual([]);
+    } finally {
+      clearInterval(sampler);
+      clearTimeout(settle);
+    }
     const steady = samples.slice(0, Math.floor(samples.length * 0.7));
     expect(steady.length).toBeGreaterThan(20);
     expect(Math.max(...samples)).toBeLessThanOrEqual(8);

@@ -88,7 +88,8 @@ export interface GatewayConfig {
     /**
      * In-flight requests this process may start on one upstream: all of
      * `maxInFlightPerUpstream` in one process; with N workers this worker's
-     * share (the shares add up to it, each at least 1).
+     * share at its start (the shares add up to it; workers lend each other
+     * what they leave unused: workers/in-flight-lending.ts).
      */
     readonly inFlightShare: number;
     /** Requests waiting for capacity at most (429 past it). */

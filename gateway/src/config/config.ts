@@ -436,8 +436,10 @@ export function limitsShare(limits: GatewayConfig["limits"], n: number, slot = 1
   const share = { ...limits };
   for (const key of SHARED_LIMITS) share[key] = part(limits[key]);
   // The in-flight cap stays whole beside the share: the router weighs an upstream's load from every worker
-  // (theirs come in their messages, sibling-log.ts) against the gateway's cap, as one process would.
-  share.inFlightShare = part(limits.maxInFlightPerUpstream);
+  // (theirs come in their messages, sibling-log.ts) against the gateway's cap, as one process would. The shares
+  // add up to the cap exactly, 0 for some with fewer units than workers: a worker borrows what it lacks
+  // (workers/in-flight-lending.ts).
+  share.inFlightShare = Math.floor(limits.maxInFlightPerUpstream / n) + (slot <= limits.maxInFlightPerUpstream % n ? 1 : 0);
   return share;
 }
 

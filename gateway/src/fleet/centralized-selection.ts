@@ -14,6 +14,7 @@
 import { createInstanceRouter, type InstanceRouter, type TokenIds } from "adp-router";
 import type { RoutedRequest } from "../requests/openai.js";
 import type { Fleet } from "./fleet.js";
+import type { InFlightShares } from "./in-flight-shares.js";
 
 /** What phase 1 needs of a waiting request. */
 export interface CentralizedRequest {
@@ -34,8 +35,8 @@ export class CentralizedSelection {
     this.#tokensPerBlock = tokensPerBlock;
   }
 
-  /** Each upstream's requests of `waiting` (ids in arrival order), `cap` the gateway's in-flight cap and `share` this process's; requests no upstream can take are left out. */
-  route(fleet: Fleet, waiting: readonly CentralizedRequest[], cap: number, share: number, meanPrompt: number): { assignments: number[][] } {
+  /** Each upstream's requests of `waiting` (ids in arrival order), `cap` the gateway's in-flight cap and `shares` this process's; requests no upstream can take are left out. */
+  route(fleet: Fleet, waiting: readonly CentralizedRequest[], cap: number, shares: InFlightShares, meanPrompt: number): { assignments: number[][] } {
     const upstreams = fleet.upstreams;
     if (this.#router === null || this.#router.ranksPerInstance.length !== upstreams.length) {
       // A fleet of another size starts the turn over (the centralized router's counter belongs to its namespace's workers).
@@ -45,7 +46,7 @@ export class CentralizedSelection {
       instances: upstreams.map((u) => {
         const load = u.rankLoad(meanPrompt);
         // Its room this batch: once full it is no candidate for the batch's later requests.
-        return { ranks: [{ numActiveRequests: load.numActiveRequests, numActiveTokens: load.numActiveTokens }], available: fleet.available(u), room: Math.max(0, share - u.inFlight) };
+        return { ranks: [{ numActiveRequests: load.numActiveRequests, numActiveTokens: load.numActiveTokens }], available: fleet.available(u), room: Math.max(0, shares.of(u) - u.inFlight) };
       }),
       maxNumActiveRequests: cap,
       requests: waiting.map((w) => ({

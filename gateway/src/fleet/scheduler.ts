@@ -11,6 +11,7 @@ import { HttpError, type RoutedRequest } from "../requests/openai.js";
 import { subagentHintAccepted } from "../requests/subagent-auth.js";
 import type { Upstream } from "./upstream.js";
 import { CentralizedSelection } from "./centralized-selection.js";
+import { fixedShares, type InFlightShares } from "./in-flight-shares.js";
 import type { RankChoice } from "./rank-routing.js";
 import type { RankState, RouteRequest, TokenIds } from "adp-router";
 
@@ -168,8 +169,8 @@ export class Scheduler {
   readonly #counters: GatewayCounters;
   /** The in-flight cap of one upstream, the whole gateway's (the router's maxNumActiveRequests, against loads that count every worker's requests). */
   readonly #cap: number;
-  /** The requests this process may have in flight on one upstream: the cap, or with N workers this one's share of it. */
-  readonly #share: number;
+  /** The requests this process may have in flight on each upstream: the cap, or with N workers this one's share of it. */
+  readonly #shares: InFlightShares;
   /** Where a batch the router refuses is logged. */
   readonly #onRouterError: (error: unknown) => void;
   /** Hands a request's token ids back to its tokenizer once it is placed or refused (nothing here reads them after). */
@@ -179,14 +180,14 @@ export class Scheduler {
   /** Phase 1 as TensorRT-LLM's centralized router (policy centralized), or null: the router the config selects. */
   readonly #centralized: CentralizedSelection | null;
 
-  constructor(fleet: Fleet, config: GatewayConfig, counters: GatewayCounters, onRouterError: (error: unknown) => void, release: (tokens: TokenIds) => void = () => {}, perRequest = false) {
+  constructor(fleet: Fleet, config: GatewayConfig, counters: GatewayCounters, onRouterError: (error: unknown) => void, release: (tokens: TokenIds) => void = () => {}, perRequest = false, shares: InFlightShares = fixedShares(config)) {
     this.#perRequest = perRequest;
     this.#centralized = config.centralized ? new CentralizedSelection(config.routing.loadWeight, config.routing.tokensPerBlock) : null;
     this.#fleet = fleet;
     this.#config = config;
     this.#counters = counters;
     this.#cap = config.limits.maxInFlightPerUpstream;
-    this.#share = config.limits.inFlightShare;
+    this.#shares = shares;
     this.#onRouterError = onRouterError;
     this.#release = release;
   }
@@ -257,7 +258,7 @@ export class Scheduler {
   leastLoaded(tried: ReadonlySet<Upstream>): Upstream | null {
     let best: Upstream | null = null;
     for (const u of this.#fleet.upstreams) {
-      if (!this.#fleet.available(u) || tried.has(u) || u.inFlight >= this.#share) continue;
+      if (!this.#fleet.available(u) || tried.has(u) || u.inFlight >= this.#shares.of(u)) continue;
       if (best === null || u.inFlight < best.inFlight || (u.inFlight === best.inFlight && u.inFlightTokens < best.inFlightTokens)) best = u;
     }
     return best;
@@ -267,14 +268,16 @@ export class Scheduler {
   #flush(): void {
     this.#flushScheduled = false;
     const fleet = this.#fleet;
-    const share = this.#share;
+    const shares = this.#shares;
     const waiting = this.#queue.filter((w) => !w.done);
     this.#queue = [];
-    if (waiting.length === 0) return;
+    // Requests left waiting though the router chose an upstream with room in the gateway, by upstream.
+    const short = new Map<Upstream, number>();
+    if (waiting.length === 0) return shares.waiting(short, 0);
     const upstreams = fleet.upstreams;
     if (!upstreams.some((u) => fleet.available(u))) {
       for (const w of waiting) w.reject(new HttpError(503, "no healthy upstream", "server_error", "no_healthy_upstream", { "retry-after": "1" }));
-      return;
+      return shares.waiting(short, 0);
     }
     const byId = new Map(waiting.map((w) => [w.id, w]));
     let result;
@@ -284,7 +287,7 @@ export class Scheduler {
       // Nothing a request can carry should make the router refuse a batch; if it does, the batch is answered, not lost.
       this.#onRouterError(error);
       for (const w of waiting) w.reject(new HttpError(500, "the router could not route the request", "server_error", "routing_failed"));
-      return;
+      return shares.waiting(short, 0);
     }
     // Each prompt's block hashes, made once by the routing (its learn inserts them, not its tokens hashed again).
     result.hashes.forEach((h, i) => (waiting[i]!.hashes = h));
@@ -296,9 +299,11 @@ export class Scheduler {
         // The conversation router may keep a conversation on a rank at its cap or ejected, and with workers the
         // router's choice may have room in the gateway but not in this worker's share: take the least loaded
         // available one then.
-        let target = upstreams[rank]!;
-        if (!fleet.available(target) || target.inFlight >= share) target = this.leastLoaded(new Set()) ?? target;
-        if (!fleet.available(target) || target.inFlight >= share) {
+        const chosen = upstreams[rank]!;
+        let target = chosen;
+        if (!fleet.available(target) || target.inFlight >= shares.of(target)) target = this.leastLoaded(new Set()) ?? target;
+        if (!fleet.available(target) || target.inFlight >= shares.of(target)) {
+          if (fleet.available(chosen)) short.set(chosen, (short.get(chosen) ?? 0) + 1);
           this.#requeue(w);
           continue;
         }
@@ -307,6 +312,7 @@ export class Scheduler {
     });
     for (const [u, placed] of ranked) this.#chooseRanks(u, placed);
     for (const w of byId.values()) this.#requeue(w); // unassigned: every upstream is full
+    shares.waiting(short, byId.size);
   }
 
   /**
@@ -346,7 +352,7 @@ export class Scheduler {
       placed += u.placed;
     }
     const meanPrompt = placed === 0 ? 0 : prompts / placed;
-    if (this.#centralized !== null) return { ...this.#centralized.route(fleet, waiting, cap, this.#share, meanPrompt), hashes: [] };
+    if (this.#centralized !== null) return { ...this.#centralized.route(fleet, waiting, cap, this.#shares, meanPrompt), hashes: [] };
     // Pushed one by one, not made by map(): TurboFan's inlined map() makes a holey array
     // where the built-in made a packed one, and the router's optimized code, which had
     // seen packed ones only, was deoptimized when this function was optimized.
@@ -429,7 +435,7 @@ export class Scheduler {
 
   /** Requests that could start now: the room left on available upstreams. */
   #room(): number {
-    return this.#fleet.upstreams.reduce((n, u) => n + (this.#fleet.available(u) ? Math.max(0, this.#share - u.inFlight) : 0), 0);
+    return this.#fleet.upstreams.reduce((n, u) => n + (this.#fleet.available(u) ? Math.max(0, this.#shares.of(u) - u.inFlight) : 0), 0);
   }
 }
 

@@ -18,6 +18,8 @@
 //     (metrics-relay.ts);
 //   - a connection past a worker's share of limits.max_connections goes to
 //     another worker with room (connection-overflow.ts);
+//   - it lends the workers' shares of limits.max_in_flight_per_upstream to
+//     the workers whose requests wait for them (lending-broker.ts);
 //   - a worker that dies after it started is started again (at most once a
 //     second); its routing state then begins empty and learns from the others'
 //     new changes and its engines' events.
@@ -28,6 +30,8 @@ import { STATE_MESSAGE } from "./sibling-log.js";
 import { isLinkMessage, LINK_MESSAGE, WorkerLinks } from "./sibling-links.js";
 import { isMetricsMessage, METRICS_MESSAGE, MetricsGather } from "./metrics-relay.js";
 import { isNativeHandle, isOverflowMessage, type NativeHandle, OVERFLOW_MESSAGE, OverflowRelay, type OverflowTarget } from "./connection-overflow.js";
+import { isLendingMessage, LENDING_MESSAGE } from "./in-flight-lending.js";
+import { LendingBroker } from "./lending-broker.js";
 import { collectorThreadsChosen } from "../common/collector-threads.js";
 import { WORKERS_ENV } from "../common/usable-cores.js";
 import type { ConnectionBalance } from "../config/config-types.js";
@@ -127,6 +131,12 @@ export function runPrimary(n: number, balance: ConnectionBalance = "kernel"): Pr
     const gather = new MetricsGather();
     const links = new WorkerLinks(slots, started, say);
     const overflow = new OverflowRelay(() => [...slots].filter(([o, k]) => started.has(k) && o.isConnected()).map(([o, k]) => overflowTarget(o, k)));
+    const lending = new LendingBroker({
+      post: (slot, message) => {
+        for (const [w, k] of slots) if (k === slot) post(w, message);
+      },
+      started: () => [...started],
+    });
     const control = (action: ControlMessage["action"]) => {
       for (const [w, slot] of slots) {
         // One still starting reads no message yet (and has no signal handler: SIGTERM ends it, as it had served nothing).
@@ -147,7 +157,7 @@ export function runPrimary(n: number, balance: ConnectionBalance = "kernel"): Pr
       // A worker joins a gateway the primary checked: an upstream it cannot reach starts unhealthy in it (command.ts).
       let w: Worker;
       try {
-        w = cluster.fork({ ...workerEnv(slot), [WORKERS_ENV]: String(n) });
+        w = cluster.fork({ ...workerEnv(slot), [WORKERS_ENV]: String(n), ...lending.env(slot) });
       } catch (error) {
         say(`worker ${slot} could not be started: ${(error as Error).message}`);
         return ended(null, slot, 1, null);
@@ -167,6 +177,8 @@ export function runPrimary(n: number, balance: ConnectionBalance = "kernel"): Pr
           const skip = Array.isArray(sentOn) ? sentOn : [];
           const relayed = { ...(m as object), from: slot, linked: undefined };
           for (const [other, otherSlot] of slots) if (other !== w && !skip.includes(otherSlot)) post(other, relayed);
+        } else if (type === LENDING_MESSAGE) {
+          if (isLendingMessage(m)) lending.receive(slot, m);
         } else if (type === LINK_MESSAGE) {
           if (isLinkMessage(m) && m.lost !== undefined) links.lost(slot, m.lost);
         } else if (type === METRICS_MESSAGE) {
@@ -179,6 +191,7 @@ export function runPrimary(n: number, balance: ConnectionBalance = "kernel"): Pr
           served.add(slot);
           failedRestarts.delete(slot);
           links.started(slot);
+          lending.started(slot);
           if (url === null && started.size === n) {
             url = String((m as { url?: unknown }).url);
             process.stdout.write(`${url}\n`);
@@ -209,6 +222,7 @@ export function runPrimary(n: number, balance: ConnectionBalance = "kernel"): Pr
         for (const other of slots.keys()) post(other, { type: STATE_MESSAGE, from: slot, epoch: pid, seq: 0, ended: true, entries: [], loads: [] });
       }
       overflow.exited(slot);
+      if (w !== null) lending.exited(slot);
       if (!stopping && !served.has(slot)) stop(`worker ${slot} could not start (exit ${code ?? signal}): stopping the others`, code === 0 || code === null ? 1 : code);
       else if (!stopping) {
         // The others serve meanwhile: a restart that fails (a configuration file broken since, no descriptor left to

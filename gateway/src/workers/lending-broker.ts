@@ -1,0 +1,120 @@
+// The primary's side of the in-flight lending (in-flight-lending.ts): a
+// reserve of units per upstream URL, the workers' wants in the order they
+// came, and what each worker slot holds beyond (or short of) its share.
+// Units a worker gives back go to the reserve, and from it to the wants, the
+// oldest first; while a want is unmet every worker is asked to give back what
+// it leaves unused there. A worker that exits leaves the units it was granted
+// beyond its share to the reserve; the worker started again in its slot is told
+// (in its environment) the units its slot lent, which it starts without.
+
+import { LENDING_DEBTS_ENV, LENDING_MESSAGE, type LendingMessage } from "./in-flight-lending.js";
+
+/** Most upstream URLs the broker keeps units for (a fleet's upstreams, reloads included). */
+const MAX_URLS = 65_536;
+
+/** How the broker reaches the workers: one slot's, and every started one's slot number. */
+export interface LendingPeers {
+  post(slot: number, message: LendingMessage): void;
+  started(): readonly number[];
+}
+
+/** The primary's reserve of in-flight units and the workers' wants. */
+export class LendingBroker {
+  readonly #peers: LendingPeers;
+  /** Units held here, by URL. */
+  readonly #reserve = new Map<string, number>();
+  /** Unmet wants by URL: slot → units, in the order they came. */
+  readonly #wants = new Map<string, Map<number, number>>();
+  /** URLs whose unused units every worker is asked to give back now. */
+  readonly #owing = new Set<string>();
+  /** Units granted minus units given back, by slot and URL: beyond (or, negative, short of) the slot's share. */
+  readonly #held = new Map<number, Map<string, number>>();
+
+  constructor(peers: LendingPeers) {
+    this.#peers = peers;
+  }
+
+  /** Takes worker `slot`'s message (checked by the caller). */
+  receive(slot: number, m: LendingMessage): void {
+    // Bounded: a URL past the most the broker keeps is not lent (its workers keep their shares).
+    if (!this.#reserve.has(m.url)) {
+      if (this.#reserve.size >= MAX_URLS) return;
+      this.#reserve.set(m.url, 0);
+    }
+    if (m.op === "want") {
+      const wants = this.#wants.get(m.url) ?? new Map<number, number>();
+      if (m.n === 0) wants.delete(slot);
+      else wants.set(slot, m.n);
+      if (wants.size === 0) this.#wants.delete(m.url);
+      else this.#wants.set(m.url, wants);
+    } else if (m.op === "return") {
+      this.#reserve.set(m.url, (this.#reserve.get(m.url) ?? 0) + m.n);
+      this.#count(slot, m.url, -m.n);
+    } else return; // grant and owe go the other way
+    this.#serve(m.url);
+  }
+
+  /** Units in the reserve for `url` (for tests and the primary's checks). */
+  reserve(url: string): number {
+    return this.#reserve.get(url) ?? 0;
+  }
+
+  /** Worker `slot` started serving: it is asked to give back wherever every worker is. */
+  started(slot: number): void {
+    for (const url of this.#owing) this.#peers.post(slot, { type: LENDING_MESSAGE, op: "owe", url, on: true });
+  }
+
+  /** Worker `slot` exited: its wants go, the units it held beyond its share come back to the reserve; what it lent stays lent. */
+  exited(slot: number): void {
+    const urls = new Set<string>();
+    for (const [url, wants] of this.#wants) if (wants.delete(slot)) urls.add(url);
+    const held = this.#held.get(slot);
+    for (const [url, n] of held ?? []) {
+      if (n <= 0) continue;
+      this.#reserve.set(url, (this.#reserve.get(url) ?? 0) + n);
+      held!.delete(url);
+      urls.add(url);
+    }
+    for (const url of urls) {
+      if (this.#wants.get(url)?.size === 0) this.#wants.delete(url);
+      this.#serve(url);
+    }
+  }
+
+  /** The environment worker `slot` starts with: the units its slot lent, which it starts without. */
+  env(slot: number): Record<string, string> {
+    const debts = [...(this.#held.get(slot) ?? [])].filter(([, n]) => n < 0).map(([url, n]) => [url, -n]);
+    return debts.length === 0 ? {} : { [LENDING_DEBTS_ENV]: JSON.stringify(debts) };
+  }
+
+  /** Grants `url`'s reserve to its wants, the oldest first; asks every worker for unused units while a want is unmet, and stops asking once none is. */
+  #serve(url: string): void {
+    const wants = this.#wants.get(url);
+    let reserve = this.#reserve.get(url) ?? 0;
+    if (wants !== undefined) {
+      for (const [slot, n] of wants) {
+        if (reserve === 0) break;
+        const granted = Math.min(n, reserve);
+        reserve -= granted;
+        this.#count(slot, url, granted);
+        if (granted === n) wants.delete(slot);
+        else wants.set(slot, n - granted);
+        this.#peers.post(slot, { type: LENDING_MESSAGE, op: "grant", url, n: granted });
+      }
+      if (wants.size === 0) this.#wants.delete(url);
+    }
+    this.#reserve.set(url, reserve);
+    const unmet = this.#wants.has(url);
+    if (unmet === this.#owing.has(url)) return;
+    if (unmet) this.#owing.add(url);
+    else this.#owing.delete(url);
+    for (const slot of this.#peers.started()) this.#peers.post(slot, { type: LENDING_MESSAGE, op: "owe", url, on: unmet });
+  }
+
+  /** Counts `n` units to (or, negative, from) `slot` on `url`. */
+  #count(slot: number, url: string, n: number): void {
+    const held = this.#held.get(slot) ?? new Map<string, number>();
+    held.set(url, (held.get(url) ?? 0) + n);
+    this.#held.set(slot, held);
+  }
+}

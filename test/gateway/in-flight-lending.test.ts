@@ -1,0 +1,181 @@
+// The in-flight lending of `serve --workers N` (gateway/src/workers/
+// in-flight-lending.ts and lending-broker.ts) in one process: workers and their
+// primary joined by message queues delivered in any order a channel allows
+// (each one first in, first out), requests started and ended at random, a
+// worker killed and started again with messages on their way. At every step
+// the units of each upstream add up to its cap, none lost and none made, and no
+// worker has more requests in flight than the units it holds; and units go to
+// the worker whose requests wait for them.
+import fc from "fast-check";
+import { describe, expect, it } from "vitest";
+import { debtsFromEnv, InFlightLending, isLendingMessage, LENDING_DEBTS_ENV, LENDING_MESSAGE, type LendingMessage } from "../../gateway/src/workers/in-flight-lending.js";
+import { LendingBroker } from "../../gateway/src/workers/lending-broker.js";
+import type { Upstream } from "../../gateway/src/fleet/upstream.js";
+
+const URLS = ["http://e0:8000", "http://e1:8000"];
+
+/** Worker `slot`'s share of `cap` at its start, `n` workers in all (as limitsShare splits the in-flight cap). */
+const staticShare = (cap: number, n: number, slot: number) => Math.floor(cap / n) + (slot <= cap % n ? 1 : 0);
+
+/** An upstream as the lending reads it (its URL only). */
+const upstream = (url: string) => ({ url }) as Upstream;
+
+/** N workers and a primary, their channels as queues. */
+class Gateway {
+  readonly broker: LendingBroker;
+  readonly workers: InFlightLending[] = [];
+  readonly inFlight: Map<string, number>[] = [];
+  /** Messages on their way: to the primary from each worker, and to each worker from the primary. */
+  readonly up: LendingMessage[][] = [];
+  readonly down: LendingMessage[][] = [];
+  readonly live = new Set<number>();
+
+  constructor(
+    readonly cap: number,
+    readonly n: number,
+  ) {
+    this.broker = new LendingBroker({ post: (slot, m) => this.live.has(slot) && this.down[slot]!.push(m), started: () => [...this.live] });
+    for (let slot = 1; slot <= n; slot++) this.start(slot);
+  }
+
+  /** Starts worker `slot` (again), with the debts the primary gives it. */
+  start(slot: number): void {
+    const debts = debtsFromEnv(this.broker.env(slot)[LENDING_DEBTS_ENV]);
+    this.up[slot] = [];
+    this.down[slot] = [];
+    this.inFlight[slot] = new Map(URLS.map((u) => [u, 0]));
+    const w = new InFlightLending((m) => this.up[slot]!.push(m), staticShare(this.cap, this.n, slot), debts);
+    w.start({ inFlight: (url) => this.inFlight[slot]!.get(url) ?? 0, urls: () => URLS, wake: () => {} });
+    this.workers[slot] = w;
+    this.live.add(slot);
+    this.broker.started(slot);
+  }
+
+  /** Worker `slot` exits (what it sent arrives first, what was sent to it is lost) and starts again. */
+  restart(slot: number): void {
+    while (this.up[slot]!.length > 0) this.broker.receive(slot, this.up[slot]!.shift()!);
+    this.live.delete(slot);
+    this.down[slot] = [];
+    this.broker.exited(slot);
+    this.start(slot);
+  }
+
+  /** Units of `url` everywhere: the workers', the primary's reserve, and those on their way. */
+  units(url: string): number {
+    let n = this.broker.reserve(url);
+    for (const slot of this.live) {
+      n += this.workers[slot]!.shareOf(url);
+      for (const m of this.up[slot]!) if (m.op === "return" && m.url === url) n += m.n;
+      for (const m of this.down[slot]!) if (m.op === "grant" && m.url === url) n += m.n;
+    }
+    return n;
+  }
+
+  /** Delivers every message on its way until none is left. */
+  drain(): void {
+    for (let moved = true; moved; ) {
+      moved = false;
+      for (const slot of this.live) {
+        while (this.up[slot]!.length > 0) (this.broker.receive(slot, this.up[slot]!.shift()!), (moved = true));
+        while (this.down[slot]!.length > 0) (this.workers[slot]!.receive(this.down[slot]!.shift()!), (moved = true));
+      }
+    }
+  }
+}
+
+/** One step of a random run. */
+type Step =
+  | { kind: "up" | "down" | "start" | "fill" | "end" | "restart" | "drain"; slot: number; url: number }
+  | { kind: "waiting"; slot: number; url: number; short: number; unplaced: number };
+
+const step: fc.Arbitrary<Step> = fc.oneof(
+  fc.record({ kind: fc.constantFrom("up" as const, "down" as const, "start" as const, "fill" as const, "end" as const), slot: fc.integer({ min: 1, max: 4 }), url: fc.integer({ min: 0, max: 1 }) }),
+  fc.record({ kind: fc.constantFrom("restart" as const, "drain" as const), slot: fc.integer({ min: 1, max: 4 }), url: fc.constant(0) }),
+  fc.record({ kind: fc.constant("waiting" as const), slot: fc.integer({ min: 1, max: 4 }), url: fc.integer({ min: 0, max: 1 }), short: fc.integer({ min: 0, max: 8 }), unplaced: fc.integer({ min: 0, max: 3 }) }),
+);
+
+describe("in-flight lending between workers", () => {
+  it("keeps each upstream's units at its cap through any order of messages, requests and restarts, none in flight past a worker's units", () => {
+    fc.assert(
+      fc.property(fc.integer({ min: 1, max: 12 }), fc.integer({ min: 2, max: 4 }), fc.array(step, { maxLength: 300 }), (cap, n, steps) => {
+        const g = new Gateway(cap, n);
+        for (const s of steps) {
+          const slot = ((s.slot - 1) % n) + 1;
+          const url = URLS[s.url]!;
+          const w = g.workers[slot]!;
+          const flights = g.inFlight[slot]!;
+          if (s.kind === "up" && g.up[slot]!.length > 0) g.broker.receive(slot, g.up[slot]!.shift()!);
+          else if (s.kind === "down" && g.down[slot]!.length > 0) w.receive(g.down[slot]!.shift()!);
+          else if (s.kind === "start" && flights.get(url)! < w.shareOf(url)) flights.set(url, flights.get(url)! + 1);
+          else if (s.kind === "fill") flights.set(url, Math.max(flights.get(url)!, w.shareOf(url)));
+          else if (s.kind === "end" && flights.get(url)! > 0) (flights.set(url, flights.get(url)! - 1), w.ended());
+          else if (s.kind === "restart") g.restart(slot);
+          else if (s.kind === "drain") g.drain();
+          else if (s.kind === "waiting") {
+            // The scheduler says a request is short of units only where this worker's units are all in use.
+            const full = flights.get(url)! >= w.shareOf(url);
+            w.waiting(new Map(full && s.short > 0 ? [[upstream(url), s.short]] : []), s.unplaced);
+          }
+          for (const u of URLS) {
+            expect(g.units(u)).toBe(cap);
+            for (const k of g.live) expect(g.inFlight[k]!.get(u)!).toBeLessThanOrEqual(g.workers[k]!.shareOf(u));
+          }
+        }
+        g.drain();
+        for (const u of URLS) expect(g.units(u)).toBe(cap);
+      }),
+      { numRuns: 300 },
+    );
+  });
+
+  it("moves the units a worker leaves unused to the one whose requests wait for them, and back when the other's requests wait", () => {
+    const g = new Gateway(8, 2);
+    const [a, b] = [g.workers[1]!, g.workers[2]!];
+    const url = URLS[0]!;
+    // Worker 1 holds every client: its 4 units in use, 6 requests short; worker 2 has none.
+    g.inFlight[1]!.set(url, 4);
+    a.waiting(new Map([[upstream(url), 6]]), 0);
+    g.drain();
+    expect([a.shareOf(url), b.shareOf(url), g.broker.reserve(url)]).toEqual([8, 0, 0]);
+    // Worker 2's client comes back while the gateway is full (worker 1 has 8 in flight): it wants its share.
+    g.inFlight[1]!.set(url, 8);
+    a.waiting(new Map(), 4);
+    b.waiting(new Map(), 1);
+    g.drain();
+    expect(b.shareOf(url)).toBe(0); // nothing unused yet
+    // Worker 1's requests end one by one, its backlog still waiting: it gives back what it borrowed, not its own share.
+    for (let i = 0; i < 8; i++) {
+      g.inFlight[1]!.set(url, g.inFlight[1]!.get(url)! - 1);
+      a.ended();
+      g.drain();
+    }
+    expect([a.shareOf(url), b.shareOf(url)]).toEqual([7, 1]);
+    expect(g.units(url)).toBe(8);
+  });
+
+  it("starts a worker started again short of the units its slot had lent, and returns to the reserve those it had borrowed", () => {
+    const g = new Gateway(6, 2);
+    const url = URLS[0]!;
+    // Worker 2 lends its 3 units to worker 1, then exits: started again, it has none (worker 1 still holds them).
+    g.inFlight[1]!.set(url, 3);
+    g.workers[1]!.waiting(new Map([[upstream(url), 3]]), 0);
+    g.drain();
+    expect(g.workers[1]!.shareOf(url)).toBe(6);
+    g.restart(2);
+    expect(g.workers[2]!.shareOf(url)).toBe(0);
+    expect(g.units(url)).toBe(6);
+    // Worker 1 exits holding 3 units beyond its share: they go to the reserve, and its restart has its own 3.
+    g.restart(1);
+    expect([g.workers[1]!.shareOf(url), g.broker.reserve(url), g.units(url)]).toEqual([3, 3, 6]);
+  });
+
+  it("takes only well-formed messages and debts", () => {
+    expect(isLendingMessage({ type: LENDING_MESSAGE, op: "grant", url: "http://e", n: 2 })).toBe(true);
+    for (const bad of [null, { type: LENDING_MESSAGE, op: "grant", url: "http://e", n: -1 }, { type: LENDING_MESSAGE, op: "grant", url: "", n: 1 }, { type: LENDING_MESSAGE, op: "steal", url: "http://e", n: 1 }, { type: LENDING_MESSAGE, op: "owe", url: "http://e" }, { type: LENDING_MESSAGE, op: "want", url: "x".repeat(9000), n: 1 }, { type: LENDING_MESSAGE, op: "return", url: "http://e", n: 1.5 }]) {
+      expect(isLendingMessage(bad)).toBe(false);
+    }
+    expect([...debtsFromEnv(JSON.stringify([["http://e", 2], ["http://f", -1], ["http://g", "x"], 7]))]).toEqual([["http://e", 2]]);
+    expect(debtsFromEnv("{not json").size).toBe(0);
+    expect(debtsFromEnv(undefined).size).toBe(0);
+  });
+});
