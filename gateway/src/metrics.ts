@@ -117,7 +117,7 @@ function histogram(name: string, help: string, upstreams: readonly Upstream[], p
 }
 
 /** Prometheus text of the gateway's metrics. */
-export function formatGatewayMetrics(upstreams: readonly Upstream[], counters: GatewayCounters, queued: number, views: EngineViews | null = null): string {
+export function formatGatewayMetrics(upstreams: readonly Upstream[], counters: GatewayCounters, queued: number, views: EngineViews | null = null, share: ((u: Upstream) => number) | null = null): string {
   const p = "adp_gateway_";
   const lines: string[] = [];
   const gauge = (name: string, help: string, value: (u: Upstream) => number) => {
@@ -128,6 +128,7 @@ export function formatGatewayMetrics(upstreams: readonly Upstream[], counters: G
   for (const u of upstreams) lines.push(`${p}upstream_info{upstream="${label(u)}",index="${u.index}",url="${escapeLabel(u.url.slice(0, 200))}"} 1`);
   gauge("upstream_in_flight_requests", "Requests routed to the upstream and not yet ended.", (u) => u.inFlight);
   gauge("upstream_in_flight_tokens", "Prompt tokens of those requests.", (u) => u.inFlightTokens);
+  if (share !== null) gauge("upstream_in_flight_share", "Requests this process may have in flight on the upstream now: limits.max_in_flight_per_upstream in one process; with --workers, the units of it this worker holds (lent to where requests wait).", share);
   gauge("upstream_in_transfer_requests", "Disaggregated serving: requests whose prefill the upstream answered and whose decode has not begun, counted in its load (kv_cache_routing_account_for_in_transfer).", (u) => u.inTransfer);
   gauge("upstream_healthy", "1 while the upstream takes requests.", (u) => (u.healthy ? 1 : 0));
   lines.push(`# HELP ${p}upstream_ejections_total Ejections by cause: failed health checks, outlier detection (consecutive 5xx, consecutive gateway failures), unreachable at start.`, `# TYPE ${p}upstream_ejections_total counter`);

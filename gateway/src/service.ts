@@ -290,7 +290,7 @@ export class GatewayService {
   /** The router's metrics, then the gateway's, as Prometheus text. */
   metrics(): string {
     const { config, fleet, scheduler, counters, reader, replication, prefill, siblings } = this.#parts;
-    const pool = (f: Fleet, s: Scheduler, c: GatewayCounters) => formatPrometheus(f.routerMetrics()) + formatGatewayMetrics(f.upstreams, c, s.waiting(), f.state.views);
+    const pool = (f: Fleet, s: Scheduler, c: GatewayCounters) => formatPrometheus(f.routerMetrics()) + formatGatewayMetrics(f.upstreams, c, s.waiting(), f.state.views, (u) => s.shareOf(u));
     const edge = formatEdgeMetrics(this.edge, config.limits.maxConnections, reader.metricLines("adp_gateway_")) + (replication === null ? "" : formatSyncMetrics(replication)) + (siblings === null ? "" : formatSiblingMetrics(siblings));
     if (prefill === null) return pool(fleet, scheduler, counters) + edge + formatBounds([...this.#poolBounds(fleet, scheduler), ...this.#edgeBounds()]);
     // Two pools: each sample labelled with its pool, each family's HELP and TYPE once.

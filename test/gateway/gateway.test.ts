@@ -250,6 +250,8 @@ describe("failures", () => {
     expect(statuses).toEqual([200, 429, 429]);
     const limited = results.find((r) => r.status === 429)!;
     expect(limited.headers.get("retry-after")).toBe("1");
+    // One process holds every upstream's whole cap.
+    expect(metricsByIndex(gateway.metrics())).toContain('adp_gateway_upstream_in_flight_share{upstream="0"} 1');
   });
 });
 

@@ -116,6 +116,12 @@ describe("limits.max_in_flight_per_upstream with --workers 2", () => {
     expect(steady.length).toBeGreaterThan(20);
     expect(Math.max(...samples)).toBeLessThanOrEqual(8);
     expect(median(steady)).toBeGreaterThanOrEqual(7);
+    // Each worker's units on /metrics: the one with the clients holds what it borrowed, and no more than the cap is held.
+    const page = await (await fetch(`${url}/metrics`)).text();
+    const shares = [...page.matchAll(/^adp_gateway_upstream_in_flight_share\{worker="(\d)",upstream="[^"]*"\} (\d+)$/gm)].map((m) => Number(m[2]));
+    expect(shares).toHaveLength(2);
+    expect(Math.max(...shares)).toBeGreaterThan(4);
+    expect(shares[0]! + shares[1]!).toBeLessThanOrEqual(8);
     child.kill("SIGTERM");
     expect(await exited).toBe(0);
   }, 30_000);

@@ -192,6 +192,11 @@ export class Scheduler {
     this.#release = release;
   }
 
+  /** Requests this process may have in flight on `u` now (its share of the cap, with workers). */
+  shareOf(u: Upstream): number {
+    return this.#shares.of(u);
+  }
+
   /** Requests waiting now. */
   waiting(): number {
     return this.#queue.filter((w) => !w.done).length;
