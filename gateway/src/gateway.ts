@@ -189,9 +189,10 @@ export async function createGateway(input: GatewayConfig | GatewayConfigObject, 
     () => fleet.upstreams.map((u) => ({ url: u.url, inFlight: u.inFlight, inFlightTokens: u.inFlightTokens })),
     (i, n, tokens) => {
       const u = fleet.upstreams[i];
-      if (u !== undefined) (u.siblingInFlight = n), (u.siblingInFlightTokens = tokens);
+      if (u === undefined) return;
       // Requests waiting for room the gateway was full of may start now (the router weighs the siblings' loads).
-      scheduler.schedule();
+      if (n < u.siblingInFlight) scheduler.schedule();
+      (u.siblingInFlight = n), (u.siblingInFlightTokens = tokens);
     },
   );
   const counters = newCounters();

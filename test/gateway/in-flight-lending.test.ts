@@ -86,12 +86,12 @@ class Gateway {
 /** One step of a random run. */
 type Step =
   | { kind: "up" | "down" | "start" | "fill" | "end" | "restart" | "drain"; slot: number; url: number }
-  | { kind: "waiting"; slot: number; url: number; short: number; unplaced: number };
+  | { kind: "waiting"; slot: number; url: number; short: number; unplaced: number; oldest: number };
 
 const step: fc.Arbitrary<Step> = fc.oneof(
   fc.record({ kind: fc.constantFrom("up" as const, "down" as const, "start" as const, "fill" as const, "end" as const), slot: fc.integer({ min: 1, max: 4 }), url: fc.integer({ min: 0, max: 1 }) }),
   fc.record({ kind: fc.constantFrom("restart" as const, "drain" as const), slot: fc.integer({ min: 1, max: 4 }), url: fc.constant(0) }),
-  fc.record({ kind: fc.constant("waiting" as const), slot: fc.integer({ min: 1, max: 4 }), url: fc.integer({ min: 0, max: 1 }), short: fc.integer({ min: 0, max: 8 }), unplaced: fc.integer({ min: 0, max: 3 }) }),
+  fc.record({ kind: fc.constant("waiting" as const), slot: fc.integer({ min: 1, max: 4 }), url: fc.integer({ min: 0, max: 1 }), short: fc.integer({ min: 0, max: 8 }), unplaced: fc.integer({ min: 0, max: 3 }), oldest: fc.integer({ min: 0, max: 50 }) }),
 );
 
 describe("in-flight lending between workers", () => {
@@ -114,7 +114,7 @@ describe("in-flight lending between workers", () => {
           else if (s.kind === "waiting") {
             // The scheduler says a request is short of units only where this worker's units are all in use.
             const full = flights.get(url)! >= w.shareOf(url);
-            w.waiting(new Map(full && s.short > 0 ? [[upstream(url), s.short]] : []), s.unplaced);
+            w.waiting(new Map(full && s.short > 0 ? [[upstream(url), s.short]] : []), s.unplaced, s.short + s.unplaced > 0 ? s.oldest : Infinity);
           }
           for (const u of URLS) {
             expect(g.units(u)).toBe(cap);
@@ -128,29 +128,87 @@ describe("in-flight lending between workers", () => {
     );
   });
 
-  it("moves the units a worker leaves unused to the one whose requests wait for them, and back when the other's requests wait", () => {
-    const g = new Gateway(8, 2);
-    const [a, b] = [g.workers[1]!, g.workers[2]!];
-    const url = URLS[0]!;
-    // Worker 1 holds every client: its 4 units in use, 6 requests short; worker 2 has none.
-    g.inFlight[1]!.set(url, 4);
-    a.waiting(new Map([[upstream(url), 6]]), 0);
-    g.drain();
-    expect([a.shareOf(url), b.shareOf(url), g.broker.reserve(url)]).toEqual([8, 0, 0]);
-    // Worker 2's client comes back while the gateway is full (worker 1 has 8 in flight): it wants its share.
-    g.inFlight[1]!.set(url, 8);
-    a.waiting(new Map(), 4);
-    b.waiting(new Map(), 1);
-    g.drain();
-    expect(b.shareOf(url)).toBe(0); // nothing unused yet
-    // Worker 1's requests end one by one, its backlog still waiting: it gives back what it borrowed, not its own share.
-    for (let i = 0; i < 8; i++) {
-      g.inFlight[1]!.set(url, g.inFlight[1]!.get(url)! - 1);
-      a.ended();
+  it("moves the units a worker leaves unused to the one whose requests wait for them, and a freed unit to the request that waited longest", () => {
+    for (const [younger, expected] of [[2000, [8, 0]], [500, [7, 1]]] as const) {
+      const g = new Gateway(8, 2);
+      const [a, b] = [g.workers[1]!, g.workers[2]!];
+      const url = URLS[0]!;
+      // Worker 1 holds every client: its 4 units in use, 6 requests short; worker 2 has none and gives its 4.
+      g.inFlight[1]!.set(url, 4);
+      a.waiting(new Map([[upstream(url), 6]]), 0, 1000);
       g.drain();
+      expect([a.shareOf(url), b.shareOf(url), g.broker.reserve(url)]).toEqual([8, 0, 0]);
+      // The gateway full (8 in flight, worker 1's backlog since t=1000), a request comes to worker 2.
+      g.inFlight[1]!.set(url, 8);
+      a.waiting(new Map(), 4, 1000);
+      b.waiting(new Map(), 1, younger);
+      g.drain();
+      expect(b.shareOf(url)).toBe(0); // nothing unused yet
+      // Worker 1's requests end one by one: a freed unit goes to worker 2's request only if it waited longer.
+      for (let i = 0; i < 8; i++) {
+        g.inFlight[1]!.set(url, g.inFlight[1]!.get(url)! - 1);
+        a.ended();
+        g.drain();
+      }
+      expect([a.shareOf(url), b.shareOf(url)]).toEqual(expected);
+      expect(g.units(url)).toBe(8);
     }
-    expect([a.shareOf(url), b.shareOf(url)]).toEqual([7, 1]);
-    expect(g.units(url)).toBe(8);
+  });
+
+  it("once every message is delivered and every worker has routed again, requests wait only while the engine has the cap in flight", () => {
+    const url = URLS[0]!;
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 1, max: 10 }),
+        fc.integer({ min: 2, max: 4 }),
+        fc.array(fc.record({ slot: fc.integer({ min: 1, max: 4 }), arrive: fc.integer({ min: 0, max: 4 }), end: fc.integer({ min: 0, max: 4 }), deliver: fc.integer({ min: 0, max: 3 }), settle: fc.boolean() }), { maxLength: 40 }),
+        (cap, n, steps) => {
+          const g = new Gateway(cap, n);
+          // Each worker's queue (arrival times, oldest first) and the engine's requests in flight from all.
+          const queues: number[][] = Array.from({ length: n + 1 }, () => []);
+          const total = () => [...g.live].reduce((t, k) => t + g.inFlight[k]!.get(url)!, 0);
+          let clock = 0;
+          /** Worker `k` routes its queue as the scheduler would: into its units, then says what waits. */
+          const route = (k: number) => {
+            const w = g.workers[k]!;
+            const placed = Math.min(queues[k]!.length, Math.max(0, w.shareOf(url) - g.inFlight[k]!.get(url)!));
+            queues[k]!.splice(0, placed);
+            g.inFlight[k]!.set(url, g.inFlight[k]!.get(url)! + placed);
+            const room = Math.max(0, cap - total()); // the router's view: the gateway's room there
+            const short = Math.min(queues[k]!.length, room);
+            w.waiting(new Map(short > 0 ? [[upstream(url), short]] : []), queues[k]!.length - short, queues[k]![0] ?? Infinity);
+          };
+          for (const st of steps) {
+            const k = ((st.slot - 1) % n) + 1;
+            for (let i = 0; i < st.arrive; i++) queues[k]!.push(clock++);
+            const ended = Math.min(st.end, g.inFlight[k]!.get(url)!);
+            g.inFlight[k]!.set(url, g.inFlight[k]!.get(url)! - ended);
+            if (ended > 0) g.workers[k]!.ended();
+            route(k);
+            for (let d = 0; d < st.deliver; d++) {
+              for (const t of g.live) {
+                if (g.up[t]!.length > 0) g.broker.receive(t, g.up[t]!.shift()!);
+                if (g.down[t]!.length > 0) {
+                  const m = g.down[t]!.shift()!;
+                  g.workers[t]!.receive(m);
+                  if (m.op === "grant") route(t);
+                }
+              }
+            }
+            if (!st.settle) continue;
+            for (let round = 0; round < 200; round++) {
+              for (const t of g.live) route(t); // each hears the others' loads and routes again
+              const before = g.up.reduce((c, q) => c + (q?.length ?? 0), 0) + g.down.reduce((c, q) => c + (q?.length ?? 0), 0);
+              if (before === 0) break;
+              g.drain();
+            }
+            if (queues.some((q) => q.length > 0)) expect(total()).toBe(cap);
+            expect(g.units(url)).toBe(cap);
+          }
+        },
+      ),
+      { numRuns: 1500 },
+    );
   });
 
   it("starts a worker started again short of the units its slot had lent, and returns to the reserve those it had borrowed", () => {
@@ -158,7 +216,7 @@ describe("in-flight lending between workers", () => {
     const url = URLS[0]!;
     // Worker 2 lends its 3 units to worker 1, then exits: started again, it has none (worker 1 still holds them).
     g.inFlight[1]!.set(url, 3);
-    g.workers[1]!.waiting(new Map([[upstream(url), 3]]), 0);
+    g.workers[1]!.waiting(new Map([[upstream(url), 3]]), 0, 1000);
     g.drain();
     expect(g.workers[1]!.shareOf(url)).toBe(6);
     g.restart(2);

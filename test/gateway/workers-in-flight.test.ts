@@ -70,6 +70,27 @@ describe("limits.max_in_flight_per_upstream with --workers 2", () => {
     expect(await exited).toBe(0);
   }, 30_000);
 
+  it("3 workers, cap 1, 6 clients dealt round robin: a unit goes to the request that waited longest, whichever worker holds it (none times out)", async () => {
+    const { engine, config } = await oneEngineServeConfig(tracked);
+    engine.behaviour.delayMs = 100;
+    // One process would serve the six clients' requests in turn, each waiting ~0.5 s: far within the queue timeout.
+    // Workers that kept their units for their own backlog left the clients of the others (starting with none) to time out.
+    writeFileSync(config, `listen: { host: 127.0.0.1, port: 0, connection_balance: round_robin }\nlogging: { level: warn }\nlimits: { max_in_flight_per_upstream: 1, queue_timeout_ms: 2000 }\nupstreams:\n  - url: ${engine.url}\n`);
+    const { url, child, exited } = await startServe(CLI, ["--config", config, "--workers", "3"], tracked.children);
+    let peak = 0;
+    const watch = setInterval(() => (peak = Math.max(peak, engine.active)), 5);
+    try {
+      const statuses = await Promise.all(Array.from({ length: 6 }, () => client(url, 15)));
+      // Every client's every request served: none waited past the timeout behind another worker's backlog.
+      expect(statuses.map((s) => s.filter((x) => x !== 200).length)).toEqual([0, 0, 0, 0, 0, 0]);
+    } finally {
+      clearInterval(watch);
+    }
+    expect(peak).toBe(1);
+    child.kill("SIGTERM");
+    expect(await exited).toBe(0);
+  }, 30_000);
+
   it("3 workers, cap 2, 6 clients dealt round robin: the engine has 2 in flight, never 3 (a worker may start with no unit)", async () => {
     const { engine, config } = await oneEngineServeConfig(tracked);
     engine.behaviour.delayMs = 100;
@@ -89,10 +110,10 @@ describe("limits.max_in_flight_per_upstream with --workers 2", () => {
     expect(await exited).toBe(0);
   }, 30_000);
 
-  it("8 clients all on one worker, cap 8: it borrows its sibling's units and the engine has 8 in flight, never 9", async () => {
+  for (const policy of ["kv_cache_aware", "centralized"]) it(`${policy}: 8 clients all on one worker, cap 8: it borrows its sibling's units and the engine has 8 in flight, never 9`, async () => {
     const { engine, config } = await oneEngineServeConfig(tracked);
     engine.behaviour.delayMs = 150;
-    writeFileSync(config, `listen: { host: 127.0.0.1, port: 0 }\nlogging: { level: warn }\nlimits: { max_in_flight_per_upstream: 8 }\nupstreams:\n  - url: ${engine.url}\n`);
+    writeFileSync(config, `listen: { host: 127.0.0.1, port: 0 }\nlogging: { level: warn }\npolicy: ${policy}\nlimits: { max_in_flight_per_upstream: 8 }\nupstreams:\n  - url: ${engine.url}\n`);
     const { url, child, exited } = await startServe(CLI, ["--config", config, "--workers", "2"], tracked.children);
     // One worker stopped while the eight connect and send their first chats: the other accepts them all, starts its
     // share (4) and asks for more; the stopped one gives its 4 back once it runs again.

@@ -420,8 +420,10 @@ const SHARED_LIMITS = ["queueSize", "maxConnections"] as const;
  * the client connections are the gateway's (an operator sizes an engine's
  * concurrency with them, whatever the cores), and the n shares add up to each
  * (the first workers take one more where n does not divide it; at least 1
- * each, so each stays within its setting's bounds). The in-flight cap is
- * split into `inFlightShare` and kept whole too, for the router.
+ * each of the queue and the connections, so each stays within its setting's
+ * bounds). The in-flight cap is split exactly into `inFlightShare` (0 for
+ * some where it is below n: workers lend each other units of it) and kept
+ * whole too, for the router.
  */
 export function workerShare(config: GatewayConfig, n: number, slot: number): GatewayConfig {
   if (n <= 1) return config;

@@ -44,9 +44,12 @@ export class CentralizedSelection {
     }
     const placements = this.#router.route({
       instances: upstreams.map((u) => {
-        const load = u.rankLoad(meanPrompt);
-        // Its room this batch: once full it is no candidate for the batch's later requests.
-        return { ranks: [{ numActiveRequests: load.numActiveRequests, numActiveTokens: load.numActiveTokens }], available: fleet.available(u), room: Math.max(0, shares.of(u) - u.inFlight) };
+        const siblingsAtMost = cap - shares.of(u);
+        const load = u.rankLoad(meanPrompt, siblingsAtMost);
+        // Its room this batch, the gateway's (once full it is no candidate for the batch's later requests): past this
+        // process's share, the scheduler holds the request back and its worker borrows (workers/in-flight-lending.ts).
+        const room = cap - u.inFlight - Math.min(u.siblingInFlight, siblingsAtMost);
+        return { ranks: [{ numActiveRequests: load.numActiveRequests, numActiveTokens: load.numActiveTokens }], available: fleet.available(u), room: Math.max(0, room) };
       }),
       maxNumActiveRequests: cap,
       requests: waiting.map((w) => ({

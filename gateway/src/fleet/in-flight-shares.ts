@@ -18,12 +18,14 @@ export interface InFlightShares {
   /** Requests this process may have in flight on `u` now. */
   of(u: Upstream): number;
   /**
-   * After each batch, the requests it left waiting: how many the router
-   * had sent to an upstream with room in the gateway but none in this
-   * process's share, by upstream (`short`), and how many it placed nowhere,
-   * every upstream being full in the gateway (`unplaced`).
+   * After each batch (and when the queue empties), the requests it left
+   * waiting: how many the router had sent to an upstream with no room left in
+   * this process's share, by upstream (`short`); how many it placed nowhere,
+   * every upstream being full in the gateway as this process sees it
+   * (`unplaced`); and when the oldest of them arrived (`oldest`, ms since the
+   * epoch; Infinity when none waits).
    */
-  waiting(short: ReadonlyMap<Upstream, number>, unplaced: number): void;
+  waiting(short: ReadonlyMap<Upstream, number>, unplaced: number, oldest: number): void;
 }
 
 /** The shares of a process that lends nothing: its `inFlightShare` on every upstream (the whole cap in one process). */

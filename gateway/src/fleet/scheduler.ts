@@ -214,6 +214,7 @@ export class Scheduler {
     this.#stopped = true;
     for (const w of this.#queue) w.reject(new HttpError(503, "the gateway is shutting down", "server_error", "shutting_down", { "retry-after": "1" }));
     this.#queue = [];
+    this.#shares.waiting(new Map(), 0, Infinity); // none waits: a worker wants no more units
   }
 
   /** The request's sub-agent hint, if taken: as sent, or with TensorRT-LLM's key only when signed as its edge signs it. */
@@ -276,13 +277,17 @@ export class Scheduler {
     const shares = this.#shares;
     const waiting = this.#queue.filter((w) => !w.done);
     this.#queue = [];
-    // Requests left waiting though the router chose an upstream with room in the gateway, by upstream.
+    // Requests left waiting for want of room in this process's share of the upstream the router chose, by upstream.
     const short = new Map<Upstream, number>();
-    if (waiting.length === 0) return shares.waiting(short, 0);
+    if (waiting.length === 0) {
+      shares.waiting(short, 0, Infinity);
+      return;
+    }
     const upstreams = fleet.upstreams;
     if (!upstreams.some((u) => fleet.available(u))) {
       for (const w of waiting) w.reject(new HttpError(503, "no healthy upstream", "server_error", "no_healthy_upstream", { "retry-after": "1" }));
-      return shares.waiting(short, 0);
+      shares.waiting(short, 0, Infinity);
+      return;
     }
     const byId = new Map(waiting.map((w) => [w.id, w]));
     let result;
@@ -292,11 +297,13 @@ export class Scheduler {
       // Nothing a request can carry should make the router refuse a batch; if it does, the batch is answered, not lost.
       this.#onRouterError(error);
       for (const w of waiting) w.reject(new HttpError(500, "the router could not route the request", "server_error", "routing_failed"));
-      return shares.waiting(short, 0);
+      shares.waiting(short, 0, Infinity);
+      return;
     }
     // Each prompt's block hashes, made once by the routing (its learn inserts them, not its tokens hashed again).
     result.hashes.forEach((h, i) => (waiting[i]!.hashes = h));
     const ranked = new Map<Upstream, Waiting[]>();
+    let oldest = Infinity;
     result.assignments.forEach((ids, rank) => {
       for (const id of ids) {
         const w = byId.get(id as number)!;
@@ -309,6 +316,7 @@ export class Scheduler {
         if (!fleet.available(target) || target.inFlight >= shares.of(target)) target = this.leastLoaded(new Set()) ?? target;
         if (!fleet.available(target) || target.inFlight >= shares.of(target)) {
           if (fleet.available(chosen)) short.set(chosen, (short.get(chosen) ?? 0) + 1);
+          oldest = Math.min(oldest, w.enqueuedAt);
           this.#requeue(w);
           continue;
         }
@@ -316,8 +324,11 @@ export class Scheduler {
       }
     });
     for (const [u, placed] of ranked) this.#chooseRanks(u, placed);
-    for (const w of byId.values()) this.#requeue(w); // unassigned: every upstream is full
-    shares.waiting(short, byId.size);
+    for (const w of byId.values()) {
+      oldest = Math.min(oldest, w.enqueuedAt);
+      this.#requeue(w); // unassigned: every upstream is full
+    }
+    shares.waiting(short, byId.size, oldest);
   }
 
   /**
@@ -363,7 +374,7 @@ export class Scheduler {
     // seen packed ones only, was deoptimized when this function was optimized.
     const rankStates: RankState[] = [];
     for (const u of upstreams) {
-      const load = u.rankLoad(meanPrompt);
+      const load = u.rankLoad(meanPrompt, cap - this.#shares.of(u));
       rankStates.push({ numActiveRequests: fleet.available(u) ? Math.min(load.numActiveRequests, cap) : cap, numActiveTokens: load.numActiveTokens });
     }
     const requests: RouteRequest[] = [];

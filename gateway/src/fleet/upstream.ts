@@ -204,14 +204,16 @@ export class Upstream {
   }
 
   /**
-   * Its rank state for the router: its own in-flight counts, combined with its
-   * engine's last report when scraped (requests the gateway did not send count
-   * at `meanPrompt` tokens each, the fleet's mean prompt, when the report has
-   * no token count).
+   * Its rank state for the router: its own in-flight counts (with workers,
+   * and the siblings' last reported ones, at most `siblingsAtMost`: the units
+   * of the cap this worker does not hold, so a unit it holds unused always
+   * reads as room), combined with its engine's last report when scraped
+   * (requests the gateway did not send count at `meanPrompt` tokens each, the
+   * fleet's mean prompt, when the report has no token count).
    */
-  rankLoad(meanPrompt: number): { numActiveRequests: number; numActiveTokens: number } {
+  rankLoad(meanPrompt: number, siblingsAtMost = Infinity): { numActiveRequests: number; numActiveTokens: number } {
     const report = this.load === null || this.loadConfig === null ? null : this.load.current(this.loadConfig.maxAgeMs);
-    const inFlight = this.inFlight + this.siblingInFlight;
+    const inFlight = this.inFlight + Math.min(this.siblingInFlight, siblingsAtMost);
     const inFlightTokens = this.inFlightTokens + this.siblingInFlightTokens;
     const own = report === null ? { numActiveRequests: inFlight, numActiveTokens: inFlightTokens } : rankStateFromLoad({ inFlight, inFlightTokens }, report, { tokensPerRequest: meanPrompt });
     if (this.inTransfer === 0) return own;

@@ -178,7 +178,8 @@ export function runPrimary(n: number, balance: ConnectionBalance = "kernel"): Pr
           const relayed = { ...(m as object), from: slot, linked: undefined };
           for (const [other, otherSlot] of slots) if (other !== w && !skip.includes(otherSlot)) post(other, relayed);
         } else if (type === LENDING_MESSAGE) {
-          if (isLendingMessage(m)) lending.receive(slot, m);
+          // Only from the slot's running worker: one read after its exit would count against its restart.
+          if (slots.has(w) && isLendingMessage(m)) lending.receive(slot, m);
         } else if (type === LINK_MESSAGE) {
           if (isLinkMessage(m) && m.lost !== undefined) links.lost(slot, m.lost);
         } else if (type === METRICS_MESSAGE) {

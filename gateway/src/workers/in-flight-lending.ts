@@ -1,28 +1,34 @@
 // One in-flight cap per upstream across the workers of `serve --workers N`.
-// limits.max_in_flight_per_upstream is the gateway's: each worker starts up to
-// its share of it, and the shares move to where the clients are. A worker whose
-// requests wait for want of its share alone (the router chose an upstream
-// with room in the gateway) asks the primary for more; the primary grants
-// units from its reserve and, while some are wanted, asks every worker to
-// give back what its share leaves unused on that upstream (now, and as its
-// requests there end), so long as it has no request waiting for it itself.
+// limits.max_in_flight_per_upstream is the gateway's: each worker starts with
+// its share of it (its units), and units move to where requests wait, the
+// longest-waiting first, as one process's queue serves them. A worker whose
+// requests wait for want of units (the router chose an upstream with room in
+// the gateway, or found none with room) asks the primary, saying how long its
+// oldest has waited; the primary grants units from its reserve to the oldest
+// want and, while a want is unmet, asks every worker to give back what it
+// leaves unused on that upstream, now and as its requests there end. A worker
+// gives back unless its own requests wait for those units: because the router
+// sent them there, or because they waited longer than the want.
 // Units only move (a worker lowers its share before it sends units back, and
-// raises it when a grant arrives), so per upstream, at every moment,
+// raises it when a grant arrives), so per upstream, while every worker runs,
 //
 //   the workers' shares + the primary's reserve + units on their way = the cap
 //
 // and the engine never has more than the cap in flight from the gateway. A
 // worker that exits takes its units with it: the primary puts back in its
 // reserve the units it had been granted beyond its share, and one started
-// again in its slot starts short of the units it had lent (lending-broker.ts).
-// Units are counted per upstream URL (workers name upstreams by URL; the cap
-// is read once, at start, as the other limits are).
+// again in its slot starts short of the units it had lent (lending-broker.ts);
+// its own share is nobody's until then. Units are counted per upstream URL
+// (workers name upstreams by URL; the cap is read at a worker's start, as the
+// other limits are).
 //
 // Messages (on the worker's IPC channel to its primary):
-//   worker → primary   want(url, n): n requests wait for want of units (0: none now)
+//   worker → primary   want(url, n, since): n requests wait for units, the oldest since `since` (ms
+//                        since the epoch); n = 0: none now
 //                      return(url, n): n units back
 //   primary → worker   grant(url, n): n units more
-//                      owe(url, on): give back unused units (on), or stop (off)
+//                      owe(url, on, since): give back unused units to a want waiting since `since`
+//                        (on), or stop (off)
 
 import type { InFlightShares } from "../fleet/in-flight-shares.js";
 import type { Upstream } from "../fleet/upstream.js";
@@ -32,7 +38,7 @@ export const LENDING_MESSAGE = "adp-gateway-lending";
 /** The environment variable a worker started again finds the units it owes in (JSON: [url, units] pairs). */
 export const LENDING_DEBTS_ENV = "ADP_GATEWAY_IN_FLIGHT_DEBTS";
 /** Most units one message moves (the cap's own bound). */
-export const MAX_UNITS = 1 << 20;
+const MAX_UNITS = 1 << 20;
 /** Longest URL a message names. */
 const MAX_URL = 8192;
 /** Most upstreams a debt list names. */
@@ -40,16 +46,19 @@ const MAX_DEBTS = 65_536;
 
 /** A lending message, as it crosses. */
 export type LendingMessage =
-  | { readonly type: typeof LENDING_MESSAGE; readonly op: "want" | "return" | "grant"; readonly url: string; readonly n: number }
-  | { readonly type: typeof LENDING_MESSAGE; readonly op: "owe"; readonly url: string; readonly on: boolean };
+  | { readonly type: typeof LENDING_MESSAGE; readonly op: "want"; readonly url: string; readonly n: number; readonly since: number }
+  | { readonly type: typeof LENDING_MESSAGE; readonly op: "return" | "grant"; readonly url: string; readonly n: number }
+  | { readonly type: typeof LENDING_MESSAGE; readonly op: "owe"; readonly url: string; readonly on: boolean; readonly since: number };
 
 /** Whether `v` is a lending message within the bounds (anything else is dropped). */
 export function isLendingMessage(v: unknown): v is LendingMessage {
   if (typeof v !== "object" || v === null) return false;
   const m = v as Record<string, unknown>;
   if (m.type !== LENDING_MESSAGE || typeof m.url !== "string" || m.url.length === 0 || m.url.length > MAX_URL) return false;
-  if (m.op === "owe") return typeof m.on === "boolean";
-  return (m.op === "want" || m.op === "return" || m.op === "grant") && Number.isSafeInteger(m.n) && (m.n as number) >= 0 && (m.n as number) <= MAX_UNITS;
+  const since = typeof m.since === "number" && Number.isFinite(m.since);
+  if (m.op === "owe") return typeof m.on === "boolean" && since;
+  const units = Number.isSafeInteger(m.n) && (m.n as number) >= 0 && (m.n as number) <= MAX_UNITS;
+  return m.op === "want" ? units && since : (m.op === "return" || m.op === "grant") && units;
 }
 
 /** The debts a worker started again owes, from its environment's text (nothing when unset or malformed: the primary wrote it). */
@@ -80,27 +89,38 @@ export interface LendingView {
   wake(): void;
 }
 
+/** A want as last sent: how many units, for requests waiting since when. */
+interface Want {
+  /** Units wanted. */
+  readonly n: number;
+  /** When the oldest request they are for arrived (ms since the epoch). */
+  readonly since: number;
+}
+
 /** A worker's shares of the in-flight caps: the scheduler's InFlightShares, lent and borrowed through the primary. */
 export class InFlightLending implements InFlightShares {
   readonly #send: (message: LendingMessage) => void;
-  /** Its share of every upstream's cap as the configuration splits it (limits.inFlightShare). */
-  readonly #static: number;
-  /** Units held beyond (or, negative, short of) the static share, by upstream URL. */
+  /** Its share of every upstream's cap at its start, as the configuration splits it (limits.inFlightShare). */
+  readonly #startShare: number;
+  /** Units held beyond (or, negative, short of) the starting share, by upstream URL. */
   readonly #delta = new Map<string, number>();
-  /** The last want sent, by URL (absent: none outstanding). */
-  readonly #wanted = new Map<string, number>();
-  /** Requests waiting for want of units at the last batch, by URL. */
+  /** The want outstanding at the primary as this worker counts it, by URL (absent: none). */
+  readonly #wanted = new Map<string, Want>();
+  /** Requests the last batch left waiting for want of units on an upstream the router chose, by URL. */
   #short: ReadonlyMap<string, number> = new Map();
-  /** Requests the last batch placed nowhere, every upstream being full in the gateway. */
+  /** Requests the last batch placed nowhere (every upstream full in the gateway, as this worker sees it). */
   #unplaced = 0;
-  /** Upstreams whose unused units the primary asks back. */
-  readonly #owed = new Set<string>();
+  /** When the oldest request the last batch left waiting arrived (ms since the epoch; Infinity: none). */
+  #oldest = Infinity;
+  /** Upstreams whose unused units the primary asks back, each for a want waiting since when. */
+  readonly #owed = new Map<string, number>();
+  /** The gateway it lends for (null until bound). */
   #view: LendingView | null = null;
 
   /** `send` reaches the primary; `debts` are the units this slot lent before it was started again (they stay lent). */
-  constructor(send: (message: LendingMessage) => void, staticShare: number, debts: ReadonlyMap<string, number> = new Map()) {
+  constructor(send: (message: LendingMessage) => void, startShare: number, debts: ReadonlyMap<string, number> = new Map()) {
     this.#send = send;
-    this.#static = staticShare;
+    this.#startShare = startShare;
     for (const [url, n] of debts) this.#delta.set(url, -n);
   }
 
@@ -111,74 +131,82 @@ export class InFlightLending implements InFlightShares {
 
   /** Units held on the upstream at `url` now. */
   shareOf(url: string): number {
-    return Math.max(0, this.#static + (this.#delta.get(url) ?? 0));
+    return Math.max(0, this.#startShare + (this.#delta.get(url) ?? 0));
   }
 
+  /** Units held on `u` now: the requests this worker may have in flight there. */
   of(u: Upstream): number {
     return this.shareOf(u.url);
   }
 
-  waiting(short: ReadonlyMap<Upstream, number>, unplaced: number): void {
-    const now = new Map<string, number>();
-    for (const [u, n] of short) now.set(u.url, Math.min(MAX_UNITS, n));
-    // With every upstream full in the gateway, a worker that lent units wants them back (up to its share) for
-    // the requests it placed nowhere: each worker is sure of its share while its requests wait.
-    if (unplaced > 0 && this.#view !== null) {
-      for (const url of this.#view.urls()) {
-        const lent = this.#static - this.shareOf(url);
-        if (lent > 0) now.set(url, Math.min(MAX_UNITS, (now.get(url) ?? 0) + Math.min(lent, unplaced)));
-      }
-    }
-    this.#short = new Map([...short].map(([u, n]) => [u.url, n]));
+  /**
+   * After a batch: sends the wants that changed (requests short of units on
+   * the upstream the router chose; requests placed nowhere want a unit on
+   * any upstream), then gives back what is owed.
+   */
+  waiting(short: ReadonlyMap<Upstream, number>, unplaced: number, oldest: number): void {
+    const byUrl = new Map<string, number>();
+    for (const [u, n] of short) byUrl.set(u.url, Math.min(MAX_UNITS, n));
+    this.#short = byUrl;
     this.#unplaced = unplaced;
-    for (const [url, n] of now) {
-      if (this.#wanted.get(url) === n) continue;
-      this.#wanted.set(url, n);
-      this.#send({ type: LENDING_MESSAGE, op: "want", url, n });
+    this.#oldest = oldest;
+    const wants = new Map(byUrl);
+    if (unplaced > 0 && this.#view !== null) for (const url of this.#view.urls()) wants.set(url, Math.min(MAX_UNITS, (wants.get(url) ?? 0) + unplaced));
+    for (const [url, n] of wants) {
+      const sent = this.#wanted.get(url);
+      if (sent !== undefined && sent.n === n) continue;
+      const since = Number.isFinite(oldest) ? oldest : Date.now();
+      this.#wanted.set(url, { n, since });
+      this.#send({ type: LENDING_MESSAGE, op: "want", url, n, since });
     }
     for (const url of [...this.#wanted.keys()]) {
-      if (now.has(url)) continue;
+      if (wants.has(url)) continue;
       this.#wanted.delete(url);
-      this.#send({ type: LENDING_MESSAGE, op: "want", url, n: 0 });
+      this.#send({ type: LENDING_MESSAGE, op: "want", url, n: 0, since: 0 });
     }
-    for (const url of this.#owed) this.#giveBack(url);
+    for (const url of this.#owed.keys()) this.#giveBack(url);
   }
 
   /** A request of this worker ended: unused units the primary asks back go now. */
   ended(): void {
-    for (const url of this.#owed) this.#giveBack(url);
+    for (const url of this.#owed.keys()) this.#giveBack(url);
   }
 
   /** Takes a message from the primary; false when it is not a lending message. */
   receive(message: unknown): boolean {
     if (!isLendingMessage(message)) return false;
+    const url = message.url;
     if (message.op === "grant") {
-      this.#delta.set(message.url, (this.#delta.get(message.url) ?? 0) + message.n);
+      this.#delta.set(url, (this.#delta.get(url) ?? 0) + message.n);
+      // The primary's count of the want is lower by the grant: so is this one (a batch short by as many again says so).
+      const sent = this.#wanted.get(url);
+      if (sent !== undefined) {
+        if (sent.n > message.n) this.#wanted.set(url, { n: sent.n - message.n, since: sent.since });
+        else this.#wanted.delete(url);
+      }
       this.#view?.wake();
       // Wanted by requests that have gone meanwhile (placed elsewhere, timed out): back, when asked for.
-      if (this.#owed.has(message.url)) this.#giveBack(message.url);
+      if (this.#owed.has(url)) this.#giveBack(url);
     } else if (message.op === "owe") {
-      if (!message.on) this.#owed.delete(message.url);
+      if (!message.on) this.#owed.delete(url);
       else {
-        this.#owed.add(message.url);
-        this.#giveBack(message.url);
+        this.#owed.set(url, message.since);
+        this.#giveBack(url);
       }
     }
     return true;
   }
 
   /**
-   * Sends back the units unused on `url`: none while requests here wait for
-   * units there (what it was granted is theirs), only those borrowed beyond
-   * its share while requests here wait for a gateway that is full (it keeps
-   * its share for them, and a worker whose requests wait longest does not keep
-   * another's share from it), else all of them.
+   * Sends back the units unused on `url` that the primary asks for, unless
+   * requests here wait for them: requests the router sent there (what it was
+   * granted is theirs), or requests placed nowhere that have waited at least
+   * as long as the want (first come, first served, as one process's queue).
    */
   #giveBack(url: string): void {
     if (this.#view === null || (this.#short.get(url) ?? 0) > 0) return;
-    const share = this.shareOf(url);
-    const unused = share - this.#view.inFlight(url);
-    const spare = this.#unplaced > 0 ? Math.min(unused, share - this.#static) : unused;
+    if (this.#unplaced > 0 && !(this.#owed.get(url)! < this.#oldest)) return;
+    const spare = this.shareOf(url) - this.#view.inFlight(url);
     if (spare <= 0) return;
     this.#delta.set(url, (this.#delta.get(url) ?? 0) - spare);
     this.#send({ type: LENDING_MESSAGE, op: "return", url, n: spare });

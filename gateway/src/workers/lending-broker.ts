@@ -1,21 +1,32 @@
 // The primary's side of the in-flight lending (in-flight-lending.ts): a
-// reserve of units per upstream URL, the workers' wants in the order they
-// came, and what each worker slot holds beyond (or short of) its share.
+// reserve of units per upstream URL, the workers' wants with how long each has
+// waited, and what each worker slot holds beyond (or short of) its share.
 // Units a worker gives back go to the reserve, and from it to the wants, the
-// oldest first; while a want is unmet every worker is asked to give back what
-// it leaves unused there. A worker that exits leaves the units it was granted
-// beyond its share to the reserve; the worker started again in its slot is told
-// (in its environment) the units its slot lent, which it starts without.
+// longest-waiting first; while a want is unmet every worker is asked to give
+// back what it leaves unused there (told how long the oldest unmet want has
+// waited). A worker that exits leaves the units it was granted beyond its
+// share to the reserve; the worker started again in its slot is told (in its
+// environment) the units its slot lent, which it starts without.
 
 import { LENDING_DEBTS_ENV, LENDING_MESSAGE, type LendingMessage } from "./in-flight-lending.js";
 
 /** Most upstream URLs the broker keeps units for (a fleet's upstreams, reloads included). */
 const MAX_URLS = 65_536;
 
-/** How the broker reaches the workers: one slot's, and every started one's slot number. */
+/** How the broker reaches the workers. */
 export interface LendingPeers {
+  /** Sends `message` to worker `slot` (dropped when it is not running). */
   post(slot: number, message: LendingMessage): void;
+  /** The slots of the workers that serve now. */
   started(): readonly number[];
+}
+
+/** A worker's unmet want: how many units, for requests waiting since when (ms since the epoch). */
+interface Want {
+  /** Units still wanted (lowered by each grant). */
+  n: number;
+  /** When the oldest request they are for arrived (ms since the epoch). */
+  readonly since: number;
 }
 
 /** The primary's reserve of in-flight units and the workers' wants. */
@@ -23,13 +34,14 @@ export class LendingBroker {
   readonly #peers: LendingPeers;
   /** Units held here, by URL. */
   readonly #reserve = new Map<string, number>();
-  /** Unmet wants by URL: slot → units, in the order they came. */
-  readonly #wants = new Map<string, Map<number, number>>();
-  /** URLs whose unused units every worker is asked to give back now. */
-  readonly #owing = new Set<string>();
+  /** Unmet wants by URL and slot. */
+  readonly #wants = new Map<string, Map<number, Want>>();
+  /** URLs whose unused units every worker is asked to give back now, each with its oldest unmet want's time (as told). */
+  readonly #owing = new Map<string, number>();
   /** Units granted minus units given back, by slot and URL: beyond (or, negative, short of) the slot's share. */
   readonly #held = new Map<number, Map<string, number>>();
 
+  /** `peers` reach the workers. */
   constructor(peers: LendingPeers) {
     this.#peers = peers;
   }
@@ -42,9 +54,9 @@ export class LendingBroker {
       this.#reserve.set(m.url, 0);
     }
     if (m.op === "want") {
-      const wants = this.#wants.get(m.url) ?? new Map<number, number>();
+      const wants = this.#wants.get(m.url) ?? new Map<number, Want>();
       if (m.n === 0) wants.delete(slot);
-      else wants.set(slot, m.n);
+      else wants.set(slot, { n: m.n, since: m.since });
       if (wants.size === 0) this.#wants.delete(m.url);
       else this.#wants.set(m.url, wants);
     } else if (m.op === "return") {
@@ -54,14 +66,14 @@ export class LendingBroker {
     this.#serve(m.url);
   }
 
-  /** Units in the reserve for `url` (for tests and the primary's checks). */
+  /** Units in the reserve for `url`. */
   reserve(url: string): number {
     return this.#reserve.get(url) ?? 0;
   }
 
   /** Worker `slot` started serving: it is asked to give back wherever every worker is. */
   started(slot: number): void {
-    for (const url of this.#owing) this.#peers.post(slot, { type: LENDING_MESSAGE, op: "owe", url, on: true });
+    for (const [url, since] of this.#owing) this.#peers.post(slot, { type: LENDING_MESSAGE, op: "owe", url, on: true, since });
   }
 
   /** Worker `slot` exited: its wants go, the units it held beyond its share come back to the reserve; what it lent stays lent. */
@@ -81,34 +93,42 @@ export class LendingBroker {
     }
   }
 
-  /** The environment worker `slot` starts with: the units its slot lent, which it starts without. */
+  /** The environment worker `slot` starts with: the units its slot lent, which it starts without (set even when none: never the primary's own). */
   env(slot: number): Record<string, string> {
     const debts = [...(this.#held.get(slot) ?? [])].filter(([, n]) => n < 0).map(([url, n]) => [url, -n]);
-    return debts.length === 0 ? {} : { [LENDING_DEBTS_ENV]: JSON.stringify(debts) };
+    return { [LENDING_DEBTS_ENV]: JSON.stringify(debts) };
   }
 
-  /** Grants `url`'s reserve to its wants, the oldest first; asks every worker for unused units while a want is unmet, and stops asking once none is. */
+  /**
+   * Grants `url`'s reserve to its wants, the longest-waiting first (then the
+   * lowest slot); asks every worker for unused units while a want is unmet
+   * (again when the oldest unmet want changes), and stops asking once none is.
+   */
   #serve(url: string): void {
     const wants = this.#wants.get(url);
     let reserve = this.#reserve.get(url) ?? 0;
+    let oldest = Infinity;
     if (wants !== undefined) {
-      for (const [slot, n] of wants) {
-        if (reserve === 0) break;
-        const granted = Math.min(n, reserve);
-        reserve -= granted;
-        this.#count(slot, url, granted);
-        if (granted === n) wants.delete(slot);
-        else wants.set(slot, n - granted);
-        this.#peers.post(slot, { type: LENDING_MESSAGE, op: "grant", url, n: granted });
+      for (const [slot, want] of [...wants].sort(([a, x], [b, y]) => x.since - y.since || a - b)) {
+        const granted = Math.min(want.n, reserve);
+        if (granted > 0) {
+          reserve -= granted;
+          want.n -= granted;
+          this.#count(slot, url, granted);
+          this.#peers.post(slot, { type: LENDING_MESSAGE, op: "grant", url, n: granted });
+        }
+        if (want.n === 0) wants.delete(slot);
+        else oldest = Math.min(oldest, want.since);
       }
       if (wants.size === 0) this.#wants.delete(url);
     }
     this.#reserve.set(url, reserve);
-    const unmet = this.#wants.has(url);
-    if (unmet === this.#owing.has(url)) return;
-    if (unmet) this.#owing.add(url);
+    const told = this.#owing.get(url);
+    if (told === oldest || (told === undefined && oldest === Infinity)) return;
+    const on = oldest !== Infinity;
+    if (on) this.#owing.set(url, oldest);
     else this.#owing.delete(url);
-    for (const slot of this.#peers.started()) this.#peers.post(slot, { type: LENDING_MESSAGE, op: "owe", url, on: unmet });
+    for (const slot of this.#peers.started()) this.#peers.post(slot, { type: LENDING_MESSAGE, op: "owe", url, on, since: on ? oldest : 0 });
   }
 
   /** Counts `n` units to (or, negative, from) `slot` on `url`. */
