@@ -145,6 +145,13 @@ export class InFlightLending implements InFlightShares {
    * any upstream), then gives back what is owed.
    */
   waiting(short: ReadonlyMap<Upstream, number>, unplaced: number, oldest: number): void {
+    // The usual batch: nothing waits, nothing wanted or owed (each batch calls this).
+    if (short.size === 0 && unplaced === 0 && this.#wanted.size === 0 && this.#owed.size === 0) {
+      if (this.#short.size > 0) this.#short = new Map();
+      this.#unplaced = 0;
+      this.#oldest = Infinity;
+      return;
+    }
     const byUrl = new Map<string, number>();
     for (const [u, n] of short) byUrl.set(u.url, Math.min(MAX_UNITS, n));
     this.#short = byUrl;
