@@ -17,13 +17,13 @@ import { processParents, startServe } from "../support/processes.js";
 const CLI = path.resolve("gateway/dist/cli.js");
 const tracked = trackedForCleanup();
 
-/** Sends `count` chats one after another on one keep-alive connection to `url`; resolves with their statuses. */
-async function client(url: string, count: number): Promise<number[]> {
+/** Sends `count` chats one after another on one keep-alive connection to `url` (their text names `tag`); resolves with their statuses. */
+async function client(url: string, count: number, tag = "c"): Promise<number[]> {
   const { hostname, port } = new URL(url);
   const agent = new Agent({ keepAlive: true, maxSockets: 1 });
   const statuses: number[] = [];
   for (let i = 0; i < count; i++) {
-    const body = JSON.stringify({ model: "m", messages: [{ role: "user", content: `turn ${i}` }] });
+    const body = JSON.stringify({ model: "m", messages: [{ role: "user", content: `${tag} turn ${i}` }] });
     statuses.push(
       await new Promise<number>((resolve, reject) => {
         const req = request({ host: hostname, port: Number(port), method: "POST", path: "/v1/chat/completions", agent, headers: { "content-type": "application/json" } }, (res) => {
@@ -70,23 +70,27 @@ describe("limits.max_in_flight_per_upstream with --workers 2", () => {
     expect(await exited).toBe(0);
   }, 30_000);
 
-  it("3 workers, cap 1, 6 clients dealt round robin: a unit goes to the request that waited longest, whichever worker holds it (none times out)", async () => {
+  it("3 workers, cap 1, 6 clients dealt round robin: the unit goes round the workers, whichever holds it", async () => {
     const { engine, config } = await oneEngineServeConfig(tracked);
     engine.behaviour.delayMs = 100;
-    // One process would serve the six clients' requests in turn, each waiting ~0.5 s: far within the queue timeout.
-    // Workers that kept their units for their own backlog left the clients of the others (starting with none) to time out.
-    writeFileSync(config, `listen: { host: 127.0.0.1, port: 0, connection_balance: round_robin }\nlogging: { level: warn }\nlimits: { max_in_flight_per_upstream: 1, queue_timeout_ms: 2000 }\nupstreams:\n  - url: ${engine.url}\n`);
+    // Worker 1 starts with the one unit. Keeping it for its own backlog, it served its two clients' requests first
+    // while the other workers' four clients waited; the unit goes to the worker that has waited longest instead.
+    // (Which of a worker's waiting requests starts is the router's choice, as in one process.)
+    writeFileSync(config, `listen: { host: 127.0.0.1, port: 0, connection_balance: round_robin }\nlogging: { level: warn }\nlimits: { max_in_flight_per_upstream: 1 }\nupstreams:\n  - url: ${engine.url}\n`);
     const { url, child, exited } = await startServe(CLI, ["--config", config, "--workers", "3"], tracked.children);
     let peak = 0;
     const watch = setInterval(() => (peak = Math.max(peak, engine.active)), 5);
     try {
-      const statuses = await Promise.all(Array.from({ length: 6 }, () => client(url, 15)));
-      // Every client's every request served: none waited past the timeout behind another worker's backlog.
-      expect(statuses.map((s) => s.filter((x) => x !== 200).length)).toEqual([0, 0, 0, 0, 0, 0]);
+      // Connected in turn, client c's connection goes to worker c mod 3 + 1 (the primary deals them round robin).
+      const statuses = await Promise.all(Array.from({ length: 6 }, (_, c) => client(url, 10, `client-${c}`)));
+      expect(statuses.flat().filter((x) => x !== 200)).toEqual([]);
     } finally {
       clearInterval(watch);
     }
     expect(peak).toBe(1);
+    // The first 24 requests the engine served (of 60), by worker: each worker's clients at least 6 times.
+    const first = engine.received.filter((r) => r.path === "/v1/chat/completions").slice(0, 24).map((r) => Number(/client-(\d)/.exec(r.raw)![1]) % 3);
+    expect([0, 1, 2].map((k) => first.filter((x) => x === k).length >= 6)).toEqual([true, true, true]);
     child.kill("SIGTERM");
     expect(await exited).toBe(0);
   }, 30_000);

@@ -87,6 +87,14 @@ export class Fleet {
     return this.state.router;
   }
 
+  /** Requests in flight on the upstream at `url`: the current one's, and a removed one's still finishing its own. */
+  inFlightAt(url: string): number {
+    let n = 0;
+    for (const u of this.upstreams) if (u.url === url) n += u.inFlight;
+    for (const u of this.#retired) if (u.url === url) n += u.inFlight;
+    return n;
+  }
+
   /** Whether `u` takes new requests: a current rank, healthy, not draining, and (when its load is scraped) reporting. */
   available(u: Upstream): boolean {
     return u.healthy && !u.draining && !this.#retired.has(u) && u.loadKnown;

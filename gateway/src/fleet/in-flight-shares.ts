@@ -22,8 +22,9 @@ export interface InFlightShares {
    * waiting: how many the router had sent to an upstream with no room left in
    * this process's share, by upstream (`short`); how many it placed nowhere,
    * every upstream being full in the gateway as this process sees it
-   * (`unplaced`); and when the oldest of them arrived (`oldest`, ms since the
-   * epoch; Infinity when none waits).
+   * (`unplaced`); and since when this process has waited for room (`oldest`,
+   * ms since the epoch: its oldest waiting request's arrival, or its last
+   * start if later; Infinity when none waits).
    */
   waiting(short: ReadonlyMap<Upstream, number>, unplaced: number, oldest: number): void;
 }

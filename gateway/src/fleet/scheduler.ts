@@ -80,6 +80,12 @@ export class Hangup {
   }
 }
 
+/** Now, in ms since the epoch to a fraction of a ms: workers compare their requests' arrivals by it (ms ties would be many). */
+const epochNow = (): number => performance.timeOrigin + performance.now();
+
+/** No request short of units (a batch with nothing to place says so). */
+const NONE_SHORT: ReadonlyMap<Upstream, number> = new Map();
+
 /** Where a request was placed, and how many of its prompt's tokens the prefix index holds there. */
 export interface Placement {
   readonly upstream: Upstream;
@@ -121,7 +127,7 @@ class Waiting {
     this.subagentId = subagentId;
     this.namespace = { loraTaskId: request.loraTaskId, cacheSalt: request.cacheSalt };
     this.tokens = request.tokens;
-    this.enqueuedAt = Date.now();
+    this.enqueuedAt = epochNow();
     this.#scheduler = scheduler;
     this.#signal = signal;
   }
@@ -171,6 +177,10 @@ export class Scheduler {
   readonly #cap: number;
   /** The requests this process may have in flight on each upstream: the cap, or with N workers this one's share of it. */
   readonly #shares: InFlightShares;
+  /** Requests placed so far (a batch that placed some moves #lastPlaced). */
+  #placedCount = 0;
+  /** When this process last placed a request while others waited (ms since the epoch), for its shares' turn. */
+  #lastPlaced = 0;
   /** Where a batch the router refuses is logged. */
   readonly #onRouterError: (error: unknown) => void;
   /** Hands a request's token ids back to its tokenizer once it is placed or refused (nothing here reads them after). */
@@ -214,7 +224,7 @@ export class Scheduler {
     this.#stopped = true;
     for (const w of this.#queue) w.reject(new HttpError(503, "the gateway is shutting down", "server_error", "shutting_down", { "retry-after": "1" }));
     this.#queue = [];
-    this.#shares.waiting(new Map(), 0, Infinity); // none waits: a worker wants no more units
+    this.#shares.waiting(NONE_SHORT, 0, Infinity); // none waits: a worker wants no more units
   }
 
   /** The request's sub-agent hint, if taken: as sent, or with TensorRT-LLM's key only when signed as its edge signs it. */
@@ -277,16 +287,14 @@ export class Scheduler {
     const shares = this.#shares;
     const waiting = this.#queue.filter((w) => !w.done);
     this.#queue = [];
-    // Requests left waiting for want of room in this process's share of the upstream the router chose, by upstream.
-    const short = new Map<Upstream, number>();
     if (waiting.length === 0) {
-      shares.waiting(short, 0, Infinity);
+      shares.waiting(NONE_SHORT, 0, Infinity);
       return;
     }
     const upstreams = fleet.upstreams;
     if (!upstreams.some((u) => fleet.available(u))) {
       for (const w of waiting) w.reject(new HttpError(503, "no healthy upstream", "server_error", "no_healthy_upstream", { "retry-after": "1" }));
-      shares.waiting(short, 0, Infinity);
+      shares.waiting(NONE_SHORT, 0, Infinity);
       return;
     }
     const byId = new Map(waiting.map((w) => [w.id, w]));
@@ -297,13 +305,16 @@ export class Scheduler {
       // Nothing a request can carry should make the router refuse a batch; if it does, the batch is answered, not lost.
       this.#onRouterError(error);
       for (const w of waiting) w.reject(new HttpError(500, "the router could not route the request", "server_error", "routing_failed"));
-      shares.waiting(short, 0, Infinity);
+      shares.waiting(NONE_SHORT, 0, Infinity);
       return;
     }
     // Each prompt's block hashes, made once by the routing (its learn inserts them, not its tokens hashed again).
     result.hashes.forEach((h, i) => (waiting[i]!.hashes = h));
     const ranked = new Map<Upstream, Waiting[]>();
+    // Requests left waiting for want of room in this process's share of the upstream the router chose, by upstream.
+    const short = new Map<Upstream, number>();
     let oldest = Infinity;
+    const placedBefore = this.#placedCount;
     result.assignments.forEach((ids, rank) => {
       for (const id of ids) {
         const w = byId.get(id as number)!;
@@ -324,11 +335,18 @@ export class Scheduler {
       }
     });
     for (const [u, placed] of ranked) this.#chooseRanks(u, placed);
+    const placedAny = this.#placedCount !== placedBefore;
     for (const w of byId.values()) {
       oldest = Math.min(oldest, w.enqueuedAt);
       this.#requeue(w); // unassigned: every upstream is full
     }
-    shares.waiting(short, byId.size, oldest);
+    if (short.size > 0 || byId.size > 0) {
+      // How long this process has waited for a unit: since its oldest request came, or since it last placed one
+      // when that was later (the router picks which waiting request starts, not always the oldest). Units go
+      // to the worker that has waited longest, so workers take turns as one process's queue would.
+      if (placedAny) this.#lastPlaced = epochNow();
+      shares.waiting(short, byId.size, Math.max(oldest, this.#lastPlaced));
+    } else shares.waiting(NONE_SHORT, 0, Infinity);
   }
 
   /**
@@ -392,6 +410,7 @@ export class Scheduler {
    */
   #place(w: Waiting, u: Upstream, ranked: Map<Upstream, Waiting[]>): void {
     if (w.done) return;
+    this.#placedCount++;
     u.inFlight++;
     u.inFlightTokens += w.tokens.length;
     u.events?.routed();
@@ -445,7 +464,7 @@ export class Scheduler {
     w.timer = setTimeout(() => {
       this.#counters.rejectedFull++;
       w.reject(new HttpError(429, "every upstream is at capacity", "rate_limit_exceeded", "upstreams_full", { "retry-after": "1" }));
-    }, Math.max(0, timeout - (Date.now() - w.enqueuedAt)));
+    }, Math.max(0, timeout - (epochNow() - w.enqueuedAt)));
     w.timer.unref();
   }
 

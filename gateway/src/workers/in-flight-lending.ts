@@ -1,14 +1,13 @@
 // One in-flight cap per upstream across the workers of `serve --workers N`.
 // limits.max_in_flight_per_upstream is the gateway's: each worker starts with
 // its share of it (its units), and units move to where requests wait, the
-// longest-waiting first, as one process's queue serves them. A worker whose
-// requests wait for want of units (the router chose an upstream with room in
-// the gateway, or found none with room) asks the primary, saying how long its
-// oldest has waited; the primary grants units from its reserve to the oldest
-// want and, while a want is unmet, asks every worker to give back what it
-// leaves unused on that upstream, now and as its requests there end. A worker
-// gives back unless its own requests wait for those units: because the router
-// sent them there, or because they waited longer than the want.
+// workers that wait taking turns. A worker whose requests wait for want of
+// units (the router chose an upstream with no room left in its share, or found
+// none with room in the gateway) asks the primary, saying since when it has
+// waited (the scheduler's `oldest`); the primary grants units from its reserve
+// to the oldest want and, while a want is unmet, asks every worker to give
+// back what it leaves unused on that upstream, now and as its requests there
+// end. A worker gives back unless it has waited at least as long itself.
 // Units only move (a worker lowers its share before it sends units back, and
 // raises it when a grant arrives), so per upstream, while every worker runs,
 //
@@ -81,9 +80,9 @@ export function debtsFromEnv(text: string | undefined): Map<string, number> {
 
 /** What the lending reads of the worker's gateway, bound once it is built. */
 export interface LendingView {
-  /** This worker's requests in flight on the upstream at `url` (0 when it has none such). */
+  /** This worker's requests in flight on the upstream at `url`, a removed one's still finishing included (0 when none). */
   inFlight(url: string): number;
-  /** The upstreams' URLs. */
+  /** The URLs of the upstreams that take requests now. */
   urls(): readonly string[];
   /** Routes the waiting requests again (a grant may let some start). */
   wake(): void;
@@ -110,7 +109,7 @@ export class InFlightLending implements InFlightShares {
   #short: ReadonlyMap<string, number> = new Map();
   /** Requests the last batch placed nowhere (every upstream full in the gateway, as this worker sees it). */
   #unplaced = 0;
-  /** When the oldest request the last batch left waiting arrived (ms since the epoch; Infinity: none). */
+  /** Since when this worker has waited for units, as its last batch said (ms since the epoch; Infinity: nothing waits). */
   #oldest = Infinity;
   /** Upstreams whose unused units the primary asks back, each for a want waiting since when. */
   readonly #owed = new Map<string, number>();
@@ -141,8 +140,9 @@ export class InFlightLending implements InFlightShares {
 
   /**
    * After a batch: sends the wants that changed (requests short of units on
-   * the upstream the router chose; requests placed nowhere want a unit on
-   * any upstream), then gives back what is owed.
+   * the upstream the router chose, one want a unit each; requests placed
+   * nowhere, one unit on each upstream that takes requests: any would do, and
+   * the next batch asks again), then gives back what is owed.
    */
   waiting(short: ReadonlyMap<Upstream, number>, unplaced: number, oldest: number): void {
     // The usual batch: nothing waits, nothing wanted or owed (each batch calls this).
@@ -158,11 +158,13 @@ export class InFlightLending implements InFlightShares {
     this.#unplaced = unplaced;
     this.#oldest = oldest;
     const wants = new Map(byUrl);
-    if (unplaced > 0 && this.#view !== null) for (const url of this.#view.urls()) wants.set(url, Math.min(MAX_UNITS, (wants.get(url) ?? 0) + unplaced));
+    if (unplaced > 0 && this.#view !== null) for (const url of this.#view.urls()) wants.set(url, Math.min(MAX_UNITS, (wants.get(url) ?? 0) + 1));
+    // A want goes again when its count or its oldest request changed: the primary serves the oldest want first,
+    // and a worker asked for units keeps them for its own requests only if they have waited longer.
+    const since = Number.isFinite(oldest) ? oldest : performance.timeOrigin + performance.now();
     for (const [url, n] of wants) {
       const sent = this.#wanted.get(url);
-      if (sent !== undefined && sent.n === n) continue;
-      const since = Number.isFinite(oldest) ? oldest : Date.now();
+      if (sent !== undefined && sent.n === n && sent.since === since) continue;
       this.#wanted.set(url, { n, since });
       this.#send({ type: LENDING_MESSAGE, op: "want", url, n, since });
     }
@@ -206,13 +208,17 @@ export class InFlightLending implements InFlightShares {
 
   /**
    * Sends back the units unused on `url` that the primary asks for, unless
-   * requests here wait for them: requests the router sent there (what it was
-   * granted is theirs), or requests placed nowhere that have waited at least
-   * as long as the want (first come, first served, as one process's queue).
+   * this worker's requests have waited at least as long as the want they
+   * would go to (the primary's record of this worker's own want may be that
+   * oldest one: then its units are this worker's to use).
    */
   #giveBack(url: string): void {
-    if (this.#view === null || (this.#short.get(url) ?? 0) > 0) return;
-    if (this.#unplaced > 0 && !(this.#owed.get(url)! < this.#oldest)) return;
+    if (this.#view === null) return;
+    const owed = this.#owed.get(url)!;
+    const waitingHere = this.#unplaced > 0 || (this.#short.get(url) ?? 0) > 0;
+    if (waitingHere && !(owed < this.#oldest)) return;
+    const mine = this.#wanted.get(url);
+    if (mine !== undefined && mine.since <= owed) return;
     const spare = this.shareOf(url) - this.#view.inFlight(url);
     if (spare <= 0) return;
     this.#delta.set(url, (this.#delta.get(url) ?? 0) - spare);

@@ -123,6 +123,8 @@ export class LendingBroker {
       if (wants.size === 0) this.#wants.delete(url);
     }
     this.#reserve.set(url, reserve);
+    // Told again whenever the oldest unmet want changes: a worker told of one older than any waiting would give
+    // back units its own, older requests should have.
     const told = this.#owing.get(url);
     if (told === oldest || (told === undefined && oldest === Infinity)) return;
     const on = oldest !== Infinity;
