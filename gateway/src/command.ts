@@ -241,7 +241,9 @@ async function serve(args: string[]): Promise<number> {
   // A worker passes a connection past its share of limits.max_connections to a sibling with room, through the primary.
   const overflow = isGatewayWorker() ? new ConnectionOverflow(toPrimary, Number(process.env[WORKER_ENV]), workers) : undefined;
   // A worker starts up to its share of each upstream's in-flight cap, and borrows what its siblings leave unused through the primary.
-  const lending = isGatewayWorker() ? new InFlightLending((m) => toPrimary(m), share(config).limits.inFlightShare, debtsFromEnv(process.env[LENDING_DEBTS_ENV])) : undefined;
+  // This process's configuration: the file's, with a worker's share of the limits.
+  const served = share(config);
+  const lending = isGatewayWorker() ? new InFlightLending((m) => toPrimary(m), served.limits.inFlightShare, debtsFromEnv(process.env[LENDING_DEBTS_ENV])) : undefined;
   if (workers > 1 && siblings === undefined) {
     // Checked once here, said once: the workers join without checking again.
     const checked = await checkUpstreams(config, false);
@@ -272,7 +274,7 @@ async function serve(args: string[]): Promise<number> {
   }
   let gateway;
   try {
-    gateway = await createGateway(share(config), { requestReader: reader, startUnhealthy: checked.unhealthy, ...(siblings === undefined ? {} : { siblings }), ...(workerMetrics === undefined ? {} : { workerMetrics }), ...(overflow === undefined ? {} : { connectionGate: overflow }), ...(lending === undefined ? {} : { inFlightLending: lending }) });
+    gateway = await createGateway(served, { requestReader: reader, startUnhealthy: checked.unhealthy, ...(siblings === undefined ? {} : { siblings }), ...(workerMetrics === undefined ? {} : { workerMetrics }), ...(overflow === undefined ? {} : { connectionGate: overflow }), ...(lending === undefined ? {} : { inFlightLending: lending }) });
   } catch (error) {
     if (error instanceof GatewayListenError) return fail(error.message, 1);
     // A tokenizer folder that cannot load, or an upstream that is this gateway itself.

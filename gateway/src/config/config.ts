@@ -434,14 +434,14 @@ export function workerShare(config: GatewayConfig, n: number, slot: number): Gat
 
 /** Worker `slot`'s share of `limits`, `n` workers in all (see workerShare); slot 1's is the largest. */
 export function limitsShare(limits: GatewayConfig["limits"], n: number, slot = 1): GatewayConfig["limits"] {
-  const part = (total: number) => Math.max(1, Math.floor(total / n) + (slot <= total % n ? 1 : 0));
+  const exact = (total: number) => Math.floor(total / n) + (slot <= total % n ? 1 : 0);
   const share = { ...limits };
-  for (const key of SHARED_LIMITS) share[key] = part(limits[key]);
+  for (const key of SHARED_LIMITS) share[key] = Math.max(1, exact(limits[key]));
   // The in-flight cap stays whole beside the share: the router weighs an upstream's load from every worker
   // (theirs come in their messages, sibling-log.ts) against the gateway's cap, as one process would. The shares
   // add up to the cap exactly, 0 for some with fewer units than workers: a worker borrows what it lacks
   // (workers/in-flight-lending.ts).
-  share.inFlightShare = Math.floor(limits.maxInFlightPerUpstream / n) + (slot <= limits.maxInFlightPerUpstream % n ? 1 : 0);
+  share.inFlightShare = exact(limits.maxInFlightPerUpstream);
   return share;
 }
 

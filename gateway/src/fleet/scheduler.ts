@@ -177,8 +177,6 @@ export class Scheduler {
   readonly #cap: number;
   /** The requests this process may have in flight on each upstream: the cap, or with N workers this one's share of it. */
   readonly #shares: InFlightShares;
-  /** Requests placed so far (a batch that placed some moves #lastPlaced). */
-  #placedCount = 0;
   /** When this process last placed a request while others waited (ms since the epoch), for its shares' turn. */
   #lastPlaced = 0;
   /** Where a batch the router refuses is logged. */
@@ -224,7 +222,12 @@ export class Scheduler {
     this.#stopped = true;
     for (const w of this.#queue) w.reject(new HttpError(503, "the gateway is shutting down", "server_error", "shutting_down", { "retry-after": "1" }));
     this.#queue = [];
-    this.#shares.waiting(NONE_SHORT, 0, Infinity); // none waits: a worker wants no more units
+    this.#noneWaits();
+  }
+
+  /** Tells the shares that no request waits (a worker wants no more units). */
+  #noneWaits(): void {
+    this.#shares.waiting(NONE_SHORT, 0, Infinity);
   }
 
   /** The request's sub-agent hint, if taken: as sent, or with TensorRT-LLM's key only when signed as its edge signs it. */
@@ -287,15 +290,11 @@ export class Scheduler {
     const shares = this.#shares;
     const waiting = this.#queue.filter((w) => !w.done);
     this.#queue = [];
-    if (waiting.length === 0) {
-      shares.waiting(NONE_SHORT, 0, Infinity);
-      return;
-    }
+    if (waiting.length === 0) return this.#noneWaits();
     const upstreams = fleet.upstreams;
     if (!upstreams.some((u) => fleet.available(u))) {
       for (const w of waiting) w.reject(new HttpError(503, "no healthy upstream", "server_error", "no_healthy_upstream", { "retry-after": "1" }));
-      shares.waiting(NONE_SHORT, 0, Infinity);
-      return;
+      return this.#noneWaits();
     }
     const byId = new Map(waiting.map((w) => [w.id, w]));
     let result;
@@ -305,8 +304,7 @@ export class Scheduler {
       // Nothing a request can carry should make the router refuse a batch; if it does, the batch is answered, not lost.
       this.#onRouterError(error);
       for (const w of waiting) w.reject(new HttpError(500, "the router could not route the request", "server_error", "routing_failed"));
-      shares.waiting(NONE_SHORT, 0, Infinity);
-      return;
+      return this.#noneWaits();
     }
     // Each prompt's block hashes, made once by the routing (its learn inserts them, not its tokens hashed again).
     result.hashes.forEach((h, i) => (waiting[i]!.hashes = h));
@@ -314,7 +312,7 @@ export class Scheduler {
     // Requests left waiting for want of room in this process's share of the upstream the router chose, by upstream.
     const short = new Map<Upstream, number>();
     let oldest = Infinity;
-    const placedBefore = this.#placedCount;
+    let requeued = 0; // those the router assigned that had to wait all the same
     result.assignments.forEach((ids, rank) => {
       for (const id of ids) {
         const w = byId.get(id as number)!;
@@ -328,6 +326,7 @@ export class Scheduler {
         if (!fleet.available(target) || target.inFlight >= shares.of(target)) {
           if (fleet.available(chosen)) short.set(chosen, (short.get(chosen) ?? 0) + 1);
           oldest = Math.min(oldest, w.enqueuedAt);
+          requeued++;
           this.#requeue(w);
           continue;
         }
@@ -335,7 +334,6 @@ export class Scheduler {
       }
     });
     for (const [u, placed] of ranked) this.#chooseRanks(u, placed);
-    const placedAny = this.#placedCount !== placedBefore;
     for (const w of byId.values()) {
       oldest = Math.min(oldest, w.enqueuedAt);
       this.#requeue(w); // unassigned: every upstream is full
@@ -344,9 +342,9 @@ export class Scheduler {
       // How long this process has waited for a unit: since its oldest request came, or since it last placed one
       // when that was later (the router picks which waiting request starts, not always the oldest). Units go
       // to the worker that has waited longest, so workers take turns as one process's queue would.
-      if (placedAny) this.#lastPlaced = epochNow();
+      if (requeued + byId.size < waiting.length) this.#lastPlaced = epochNow(); // this batch placed some
       shares.waiting(short, byId.size, Math.max(oldest, this.#lastPlaced));
-    } else shares.waiting(NONE_SHORT, 0, Infinity);
+    } else this.#noneWaits();
   }
 
   /**
@@ -410,7 +408,6 @@ export class Scheduler {
    */
   #place(w: Waiting, u: Upstream, ranked: Map<Upstream, Waiting[]>): void {
     if (w.done) return;
-    this.#placedCount++;
     u.inFlight++;
     u.inFlightTokens += w.tokens.length;
     u.events?.routed();
