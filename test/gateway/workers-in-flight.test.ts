@@ -11,7 +11,7 @@ import { writeFileSync } from "node:fs";
 import { Agent, request } from "node:http";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
-import { oneEngineServeConfig, trackedForCleanup } from "../support/mock-engine.js";
+import { type MockEngine, oneEngineServeConfig, trackedForCleanup } from "../support/mock-engine.js";
 import { processParents, startServe } from "../support/processes.js";
 
 const CLI = path.resolve("gateway/dist/cli.js");
@@ -39,6 +39,25 @@ async function client(url: string, count: number, tag = "c"): Promise<number[]> 
   return statuses;
 }
 
+/**
+ * Waits for `clients` to end, every answer a 200, sampling the engine's
+ * requests in flight every 5 ms from `settleMs` on; resolves with the samples.
+ */
+async function inFlightWhile(engine: MockEngine, clients: readonly Promise<number[]>[], settleMs = 0): Promise<number[]> {
+  const samples: number[] = [];
+  let sampling = settleMs === 0;
+  const sampler = setInterval(() => sampling && samples.push(engine.active), 5);
+  const settle = setTimeout(() => (sampling = true), settleMs);
+  try {
+    const statuses = (await Promise.all(clients)).flat();
+    expect(statuses.filter((s) => s !== 200)).toEqual([]);
+  } finally {
+    clearInterval(sampler);
+    clearTimeout(settle);
+  }
+  return samples;
+}
+
 /** The middle of `values` (sorted copies). */
 const median = (values: readonly number[]): number => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
 
@@ -49,18 +68,8 @@ describe("limits.max_in_flight_per_upstream with --workers 2", () => {
     // round_robin: the primary deals the 16 connections out 8 and 8, so each worker has clients for its share.
     writeFileSync(config, `listen: { host: 127.0.0.1, port: 0, connection_balance: round_robin }\nlogging: { level: warn }\nlimits: { max_in_flight_per_upstream: 8 }\nupstreams:\n  - url: ${engine.url}\n`);
     const { url, child, exited } = await startServe(CLI, ["--config", config, "--workers", "2"], tracked.children);
-    const samples: number[] = [];
-    let sampling = false;
-    const sampler = setInterval(() => sampling && samples.push(engine.active), 5);
     // Sampled once each worker has heard the other's load (its messages go at least every 50 ms).
-    const settle = setTimeout(() => (sampling = true), 400);
-    try {
-      const statuses = (await Promise.all(Array.from({ length: 16 }, () => client(url, 8)))).flat();
-      expect(statuses.filter((s) => s !== 200)).toEqual([]);
-    } finally {
-      clearInterval(sampler);
-      clearTimeout(settle);
-    }
+    const samples = await inFlightWhile(engine, Array.from({ length: 16 }, () => client(url, 8)), 400);
     // The last requests drain below the cap: the samples taken while every client still waited say the most.
     const steady = samples.slice(0, Math.floor(samples.length * 0.7));
     expect(steady.length).toBeGreaterThan(20);
@@ -78,16 +87,9 @@ describe("limits.max_in_flight_per_upstream with --workers 2", () => {
     // (Which of a worker's waiting requests starts is the router's choice, as in one process.)
     writeFileSync(config, `listen: { host: 127.0.0.1, port: 0, connection_balance: round_robin }\nlogging: { level: warn }\nlimits: { max_in_flight_per_upstream: 1 }\nupstreams:\n  - url: ${engine.url}\n`);
     const { url, child, exited } = await startServe(CLI, ["--config", config, "--workers", "3"], tracked.children);
-    let peak = 0;
-    const watch = setInterval(() => (peak = Math.max(peak, engine.active)), 5);
-    try {
-      // Connected in turn, client c's connection goes to worker c mod 3 + 1 (the primary deals them round robin).
-      const statuses = await Promise.all(Array.from({ length: 6 }, (_, c) => client(url, 10, `client-${c}`)));
-      expect(statuses.flat().filter((x) => x !== 200)).toEqual([]);
-    } finally {
-      clearInterval(watch);
-    }
-    expect(peak).toBe(1);
+    // Connected in turn, client c's connection goes to worker c mod 3 + 1 (the primary deals them round robin).
+    const samples = await inFlightWhile(engine, Array.from({ length: 6 }, (_, c) => client(url, 10, `client-${c}`)));
+    expect(Math.max(...samples)).toBe(1);
     // The first 24 requests the engine served (of 60), by worker: each worker's clients at least 6 times.
     const first = engine.received.filter((r) => r.path === "/v1/chat/completions").slice(0, 24).map((r) => Number(/client-(\d)/.exec(r.raw)![1]) % 3);
     expect([0, 1, 2].map((k) => first.filter((x) => x === k).length >= 6)).toEqual([true, true, true]);
@@ -100,14 +102,7 @@ describe("limits.max_in_flight_per_upstream with --workers 2", () => {
     engine.behaviour.delayMs = 100;
     writeFileSync(config, `listen: { host: 127.0.0.1, port: 0, connection_balance: round_robin }\nlogging: { level: warn }\nlimits: { max_in_flight_per_upstream: 2 }\nupstreams:\n  - url: ${engine.url}\n`);
     const { url, child, exited } = await startServe(CLI, ["--config", config, "--workers", "3"], tracked.children);
-    const samples: number[] = [];
-    const sampler = setInterval(() => samples.push(engine.active), 5);
-    try {
-      const statuses = (await Promise.all(Array.from({ length: 6 }, () => client(url, 5)))).flat();
-      expect(statuses.filter((s) => s !== 200)).toEqual([]);
-    } finally {
-      clearInterval(sampler);
-    }
+    const samples = await inFlightWhile(engine, Array.from({ length: 6 }, () => client(url, 5)));
     expect(Math.max(...samples)).toBe(2);
     expect(median(samples.slice(20, Math.floor(samples.length * 0.7)))).toBe(2);
     child.kill("SIGTERM");
@@ -126,17 +121,7 @@ describe("limits.max_in_flight_per_upstream with --workers 2", () => {
     const clients = Array.from({ length: 8 }, () => client(url, 8));
     await new Promise((r) => setTimeout(r, 300));
     process.kill(stopped!, "SIGCONT");
-    const samples: number[] = [];
-    let sampling = false;
-    const sampler = setInterval(() => sampling && samples.push(engine.active), 5);
-    const settle = setTimeout(() => (sampling = true), 300);
-    try {
-      const statuses = (await Promise.all(clients)).flat();
-      expect(statuses.filter((s) => s !== 200)).toEqual([]);
-    } finally {
-      clearInterval(sampler);
-      clearTimeout(settle);
-    }
+    const samples = await inFlightWhile(engine, clients, 300);
     const steady = samples.slice(0, Math.floor(samples.length * 0.7));
     expect(steady.length).toBeGreaterThan(20);
     expect(Math.max(...samples)).toBeLessThanOrEqual(8);
