@@ -224,8 +224,11 @@ describe("serve --workers N", () => {
     const after = await served();
     const share = [...after].map(([worker, n]) => n - (before.get(worker) ?? 0));
     expect(share).toHaveLength(2);
-    // Without the limit the new worker serves none of them (its clients never reconnect); with it, about half.
-    expect(Math.min(...share)).toBeGreaterThanOrEqual(60);
+    // Without the limit the new worker serves none of them (its clients never reconnect); with it, about
+    // half (121-245 of 400 here, with and without CPU hogs), but which worker accepts a reconnecting
+    // client is the kernel's race: on a loaded CI machine it read 51 and 59. So: at least one
+    // connection's life, the 25 requests of max_requests_per_connection.
+    expect(Math.min(...share)).toBeGreaterThanOrEqual(25);
     await agent.close();
     child.kill("SIGTERM");
     expect(await exited).toBe(0);
