@@ -21,6 +21,7 @@ import { Socket } from "node:net";
 import { MetricsRelay } from "./workers/metrics-relay.js";
 import { ConnectionOverflow, type NativeHandle } from "./workers/connection-overflow.js";
 import { debtsFromEnv, InFlightLending, LENDING_DEBTS_ENV } from "./workers/in-flight-lending.js";
+import { askConfig, ConfigKeeper, type ConfigTexts } from "./workers/config-relay.js";
 
 /** The help text of `adp-router-gateway serve`. */
 export const SERVE_USAGE = `Usage: adp-router-gateway serve [--config FILE] [options]
@@ -140,6 +141,18 @@ export function oneProcessReason(config: GatewayConfig): string | null {
   return null;
 }
 
+/**
+ * The configuration file's text for a reload of `--workers N`, read once by
+ * the primary and checked as a worker would take it; throws what is wrong.
+ */
+function reloadText(name: string, flags: GatewayFlags): string {
+  const text = readFileSync(name, "utf8");
+  const next = loadGatewayConfig({ file: { name, text }, flags });
+  const alone = oneProcessReason(next);
+  if (alone !== null) throw new Error(`--workers above 1 cannot be combined with ${alone}; restart with --workers 1 to use it`);
+  return text;
+}
+
 /** The name this process's lines on standard error start with (a worker's with its number: each worker says its own). */
 const said = (): string => (isGatewayWorker() ? `adp-router-gateway serve (worker ${process.env[WORKER_ENV]})` : "adp-router-gateway serve");
 
@@ -212,7 +225,16 @@ async function serve(args: string[]): Promise<number> {
   const workersAsked = workersText === "auto" ? null : Number(workersText);
   if (!/^(auto|\d{1,4})$/.test(workersText) || (workersAsked !== null && (workersAsked < 1 || workersAsked > 1024))) return fail(`--workers must be auto or an integer in [1, 1024], got ${JSON.stringify(workersText)}`);
   let file: { name: string; text: string } | undefined;
-  if (values.config !== undefined) {
+  // A worker reads no file: it runs the texts its primary read (config-relay.ts), as its siblings do.
+  let texts: ConfigTexts | null = null;
+  if (values.config !== undefined && isGatewayWorker()) {
+    try {
+      texts = await askConfig(toPrimary, (l) => process.on("message", l), (l) => process.off("message", l));
+    } catch (error) {
+      return fail((error as Error).message, 1);
+    }
+    file = { name: values.config, text: texts.start };
+  } else if (values.config !== undefined) {
     try {
       file = { name: values.config, text: readFileSync(values.config, "utf8") };
     } catch (error) {
@@ -249,7 +271,7 @@ async function serve(args: string[]): Promise<number> {
     const checked = await checkUpstreams(config, false);
     if ("problem" in checked) return fail(checked.problem, checked.status);
     process.stderr.write(`${said()}: ${workersLimits(workers, config.limits)}\n`);
-    return runPrimary(workers, config.listen.connectionBalance);
+    return runPrimary(workers, config.listen.connectionBalance, file === undefined ? null : new ConfigKeeper(file.text, () => reloadText(file.name, flags)));
   }
   // This process serves requests (the one gateway, or a worker): fewer full collections of its small heap, a smaller
   // young generation scavenged on the main thread, and the buffers its reads leave collected young.
@@ -281,6 +303,26 @@ async function serve(args: string[]): Promise<number> {
     if (error instanceof TokenizerLoadError || error instanceof GatewayConfigError) return fail(error.message);
     throw error;
   }
+  /** Moves to the upstreams of `text` (the file read again when undefined), said on standard error after `why`; a text that cannot be taken changes nothing. */
+  const moveTo = async (name: string, text: string | undefined, why: string): Promise<void> => {
+    try {
+      const next = share(loadGatewayConfig({ file: { name, text: text ?? readFileSync(name, "utf8") }, flags }));
+      // A worker keeps the state it shares: a file that now needs one process is not taken (its primary checked).
+      const alone = isGatewayWorker() ? oneProcessReason(next) : null;
+      if (alone !== null) throw new Error(`--workers above 1 cannot be combined with ${alone}; restart with --workers 1 to use it`);
+      const change = await gateway.reload(next);
+      const notes = [
+        change.draining.length > 0 ? `draining: ${change.draining.join(", ")}` : "",
+        flags.upstreams || flags.prefill || flags.decode ? "the upstreams come from the flags, not the file" : "",
+        change.needRestart.length > 0 ? `changed but needing a restart: ${change.needRestart.join(", ")}` : "",
+      ].filter((n) => n !== "");
+      process.stderr.write(`${said()}: ${why}: upstreams reloaded (${change.added.length} added, ${change.removed.length} removed, ${change.kept.length} kept)${notes.length > 0 ? `; ${notes.join("; ")}` : ""}\n`);
+    } catch (error) {
+      process.stderr.write(`${said()}: ${why}: the configuration was not reloaded: ${error instanceof GatewayConfigError ? error.message : (error as Error).message}\n`);
+    }
+  };
+  // A worker started again after a reload moves to its upstreams before it says it listens, as its siblings did.
+  if (file !== undefined && texts?.reloaded != null) await moveTo(file.name, texts.reloaded, "started after a reload");
   return new Promise<number>((resolve) => {
     let stopping = false;
     const stop = (signal: string) => {
@@ -295,30 +337,14 @@ async function serve(args: string[]): Promise<number> {
     };
     process.on("SIGTERM", () => stop("SIGTERM"));
     process.on("SIGINT", () => stop("SIGINT"));
-    // SIGHUP: read the file again and move to its upstreams; a bad file changes nothing.
-    const reload = () => {
+    // SIGHUP: read the file again and move to its upstreams. A worker moves to the text its primary read and sent.
+    const reload = (text?: string) => {
       if (stopping) return; // shutting down: nothing to reload into
-      if (file === undefined) {
-        process.stderr.write(`${said()}: SIGHUP: no --config file to reload\n`);
-        return;
-      }
-      void (async () => {
-        const next = share(loadGatewayConfig({ file: { name: file.name, text: readFileSync(file.name, "utf8") }, flags }));
-        // A worker keeps the state it shares: a file that now needs one process is not taken (each worker says so).
-        const alone = isGatewayWorker() ? oneProcessReason(next) : null;
-        if (alone !== null) throw new Error(`--workers above 1 cannot be combined with ${alone}; restart with --workers 1 to use it`);
-        const change = await gateway.reload(next);
-        const notes = [
-          change.draining.length > 0 ? `draining: ${change.draining.join(", ")}` : "",
-          flags.upstreams || flags.prefill || flags.decode ? "the upstreams come from the flags, not the file" : "",
-          change.needRestart.length > 0 ? `changed but needing a restart: ${change.needRestart.join(", ")}` : "",
-        ].filter((n) => n !== "");
-        process.stderr.write(`${said()}: SIGHUP: upstreams reloaded (${change.added.length} added, ${change.removed.length} removed, ${change.kept.length} kept)${notes.length > 0 ? `; ${notes.join("; ")}` : ""}\n`);
-      })().catch((error: unknown) => {
-        process.stderr.write(`${said()}: SIGHUP: the configuration was not reloaded: ${error instanceof GatewayConfigError ? error.message : (error as Error).message}\n`);
-      });
+      if (file === undefined) process.stderr.write(`${said()}: SIGHUP: no --config file to reload\n`);
+      else void moveTo(file.name, text, "SIGHUP");
     };
-    process.on("SIGHUP", reload);
+    // A worker's reload is its primary's message (a terminal's SIGHUP reaches it too, and is the primary's to read).
+    process.on("SIGHUP", () => (siblings === undefined ? reload() : undefined));
     if (siblings !== undefined) {
       // A worker: the primary sends links to the siblings (or relays their changes) and its signals; it prints the URL once all listen.
       process.on("message", (m: unknown, handle: unknown) => {
@@ -328,7 +354,7 @@ async function serve(args: string[]): Promise<number> {
         if (workerMetrics?.receive(m) === true) return;
         if (lending?.receive(m) === true) return;
         if (!isControl(m)) siblings.receive(m);
-        else if (m.action === "reload") reload();
+        else if (m.action === "reload") reload(m.text);
         else if (!stopping) stop("the primary's stop");
       });
       toPrimary({ type: LISTENING_MESSAGE, url: gateway.url });

@@ -1,9 +1,11 @@
-// The primary of `serve --workers N` when a worker cannot be forked: node
-// emits "error" (spawn EMFILE, no descriptor left) and no "exit" on the
-// Worker. Unheard, that error ended the primary and every worker with it (a
-// connection flood under round_robin took the primary to its descriptor limit
-// as a killed worker was started again). node:cluster is replaced here by a
-// recording stand-in: the failure cannot be provoked on demand otherwise.
+// The primary of `serve --workers N` with node:cluster replaced by a recording
+// stand-in, for what cannot be provoked on demand otherwise:
+//   - a worker that cannot be forked: node emits "error" (spawn EMFILE, no
+//     descriptor left) and no "exit" on the Worker. Unheard, that error ended
+//     the primary and every worker with it (a connection flood under
+//     round_robin took the primary to its descriptor limit as a killed worker
+//     was started again);
+//   - a reload while a worker starts: it must still reach that worker.
 import { EventEmitter } from "node:events";
 import { afterEach, describe, expect, it, vi } from "vitest";
 
@@ -11,6 +13,8 @@ import { afterEach, describe, expect, it, vi } from "vitest";
 class FakeWorker extends EventEmitter {
   readonly process: { pid: number | undefined; kill: (signal?: string) => void };
   readonly killed: string[] = [];
+  /** The messages sent to it, in order. */
+  readonly sent: unknown[] = [];
   constructor(pid: number | undefined) {
     super();
     this.process = { pid, kill: (signal = "SIGTERM") => void this.killed.push(signal) };
@@ -18,7 +22,8 @@ class FakeWorker extends EventEmitter {
   isConnected(): boolean {
     return this.process.pid !== undefined;
   }
-  send(_message: unknown, _handle: unknown, _options: unknown, done?: (error: Error | null) => void): boolean {
+  send(message: unknown, _handle: unknown, _options: unknown, done?: (error: Error | null) => void): boolean {
+    this.sent.push(message);
     done?.(null);
     return true;
   }
@@ -45,6 +50,7 @@ vi.mock("node:cluster", () => {
 });
 
 const { runPrimary } = await import("../../gateway/src/workers/cluster-primary.js");
+const { askConfig, ConfigKeeper, isConfigMessage } = await import("../../gateway/src/workers/config-relay.js");
 
 afterEach(() => {
   state.forks.length = 0;
@@ -93,3 +99,74 @@ describe("the primary when a worker cannot be forked", () => {
     expect(await status).toBe(0);
   }, 10_000);
 });
+
+describe("the primary's configuration texts", () => {
+  const listening = { type: "adp-gateway-listening", url: "http://127.0.0.1:1" };
+  const ask = { type: "adp-gateway-config", op: "ask" };
+  /** The reloads a worker was sent, by their text. */
+  const reloads = (w: FakeWorker) => w.sent.filter((m) => (m as { action?: string }).action === "reload").map((m) => (m as { text?: string }).text);
+
+  it("a reload while a worker starts reaches it once it listens; one that asks after the reload is given its text, and no reload", async () => {
+    vi.spyOn(process.stderr, "write").mockImplementation(() => true);
+    vi.spyOn(process.stdout, "write").mockImplementation(() => true);
+    let file = "first";
+    const status = runPrimary(2, "kernel", new ConfigKeeper("first", () => file));
+    const [one, two] = state.forks as FakeWorker[];
+    for (const w of [one!, two!]) w.emit("message", ask);
+    expect(one!.sent).toEqual([{ type: "adp-gateway-config", op: "texts", start: "first", reloaded: null }]);
+    one!.emit("message", listening);
+    // Worker 2 asked, and has not said it listens when the reload comes: it reads no message yet.
+    file = "second";
+    process.emit("SIGHUP", "SIGHUP");
+    expect(reloads(one!)).toEqual(["second"]);
+    expect(reloads(two!)).toEqual([]);
+    two!.emit("message", listening);
+    expect(reloads(two!)).toEqual(["second"]);
+    // Worker 1 dies; its restart asks after the reload: the texts carry it, and listening sends nothing more.
+    one!.emit("exit", null, "SIGKILL");
+    await new Promise((r) => setTimeout(r, 1_100));
+    const three = state.forks[2] as FakeWorker;
+    three.emit("message", ask);
+    expect(three.sent).toEqual([{ type: "adp-gateway-config", op: "texts", start: "first", reloaded: "second" }]);
+    three.emit("message", listening);
+    expect(reloads(three)).toEqual([]);
+    process.emit("SIGTERM", "SIGTERM");
+    for (const w of [two!, three]) w.emit("exit", 0, null);
+    expect(await status).toBe(0);
+  }, 10_000);
+
+  it("a SIGHUP whose file cannot be taken is said by the primary and sends nothing", async () => {
+    const said: string[] = [];
+    vi.spyOn(process.stderr, "write").mockImplementation((text) => (said.push(String(text)), true));
+    vi.spyOn(process.stdout, "write").mockImplementation(() => true);
+    const status = runPrimary(1, "kernel", new ConfigKeeper("first", () => {
+      throw new Error("upstreams[0].url: has no scheme");
+    }));
+    const [one] = state.forks as FakeWorker[];
+    one!.emit("message", ask);
+    one!.emit("message", listening);
+    process.emit("SIGHUP", "SIGHUP");
+    expect(said.join("")).toContain("adp-router-gateway serve: SIGHUP: the configuration was not reloaded: upstreams[0].url: has no scheme");
+    expect(reloads(one!)).toEqual([]);
+    process.emit("SIGTERM", "SIGTERM");
+    one!.emit("exit", 0, null);
+    expect(await status).toBe(0);
+  });
+
+  it("a worker takes only a whole answer for its ask, and gives up when none comes in time", async () => {
+    const listeners = new Set<(m: unknown) => void>();
+    const asked: unknown[] = [];
+    const texts = askConfig((m) => asked.push(m), (l) => listeners.add(l), (l) => listeners.delete(l), 1_000);
+    expect(asked).toEqual([ask]);
+    for (const m of [{ type: "adp-gateway-config", op: "texts", start: 1, reloaded: null }, { type: "adp-gateway-config", op: "texts", start: "a" }, { type: "adp-gateway-control", action: "reload", text: "b" }]) {
+      expect(isConfigMessage(m) && m.op === "texts").toBe(false);
+      for (const l of listeners) l(m);
+    }
+    for (const l of listeners) l({ type: "adp-gateway-config", op: "texts", start: "a", reloaded: "b" });
+    expect(await texts).toEqual({ start: "a", reloaded: "b" });
+    expect(listeners.size).toBe(0);
+    await expect(askConfig(() => {}, (l) => listeners.add(l), (l) => listeners.delete(l), 50)).rejects.toThrow("the primary did not send the configuration within 0.05 s");
+    expect(listeners.size).toBe(0);
+  });
+});
+

@@ -248,21 +248,56 @@ describe("serve --workers N", () => {
     expect(await exited).toBe(0);
   }, 30_000);
 
-  it("a worker whose restart fails (its configuration file broken since) is tried again, less often, while the other serves", async () => {
-    const fleet = await startEngines(2, engines);
+  it("a worker started again runs what its siblings run, not the file as edited since: the start's limits, the last reload's upstreams", async () => {
+    const [a, b, c] = await startEngines(3, engines);
     const file = path.join(mkdtempSync(path.join(tmpdir(), "adp-workers-")), "gateway.yaml");
-    const good = `upstreams:\n${fleet.map((e) => `  - url: ${e.url}\n`).join("")}`;
-    writeFileSync(file, good);
+    const config = (cap: number, ...urls: string[]) => `limits: { max_in_flight_per_upstream: ${cap} }\nupstreams:\n${urls.map((u) => `  - url: ${u}\n`).join("")}`;
+    writeFileSync(file, config(8, a!.url));
     const { url, child, exited, stderr } = await start(["--config", file, "--port", "0", "--workers", "2", "--log-level", "silent"]);
-    writeFileSync(file, "upstreams: [{ url: notaurl }]\n");
-    const [victim] = workerPids(child.pid!);
-    process.kill(victim!, "SIGKILL");
-    for (let i = 0; i < 60 && !/could not start again \(exit 2\): trying again in 2 s/.test(stderr()); i++) await new Promise((r) => setTimeout(r, 100));
-    expect(stderr()).toMatch(/could not start again \(exit 2\): trying again in 2 s/);
-    for (let i = 0; i < 4; i++) expect((await chatAlone(url, `while a restart fails ${i}`)).status).toBe(200);
-    writeFileSync(file, good);
-    await untilWorkers(child.pid!, 2, url, victim!);
-    expect(stderr()).not.toContain("stopping the others");
+    writeFileSync(file, config(8, a!.url, b!.url));
+    child.kill("SIGHUP");
+    for (let i = 0; i < 100 && stderr().split("SIGHUP: upstreams reloaded (1 added, 0 removed, 1 kept)").length < 3; i++) await new Promise((r) => setTimeout(r, 50));
+    expect(stderr().split("SIGHUP: upstreams reloaded (1 added, 0 removed, 1 kept)").length - 1).toBe(2);
+    // Edited without a SIGHUP, as an operator preparing the next reload does: another engine, another cap.
+    writeFileSync(file, config(2, c!.url));
+    const victim = await killWorker(child.pid!, stderr);
+    await untilWorkers(child.pid!, 2, url, victim);
+    expect(stderr()).toMatch(/\(worker [12]\): started after a reload: upstreams reloaded \(1 added, 0 removed, 1 kept\)/);
+    /** Each worker's upstream URLs, and each upstream's in-flight units summed over the workers, from one scrape. */
+    const view = async () => {
+      const page = await (await fetch(`${url}/metrics`, { headers: { connection: "close" } })).text();
+      const urls = new Map<string, string[]>();
+      for (const m of page.matchAll(/^adp_gateway_upstream_info\{worker="(\d+)",.*url="([^"]+)"\} 1$/gm)) urls.set(m[1]!, [...(urls.get(m[1]!) ?? []), m[2]!].sort());
+      const units = new Map<string, number>();
+      for (const m of page.matchAll(/^adp_gateway_upstream_in_flight_share\{worker="\d+",upstream="([^"]+)"\} (\d+)$/gm)) units.set(m[1]!, (units.get(m[1]!) ?? 0) + Number(m[2]));
+      return { urls, units };
+    };
+    let seen = await view();
+    // Units given back by the worker that died reach the restarted one through the primary: a moment.
+    for (let i = 0; i < 50 && [...seen.units.values()].some((n) => n !== 8); i++) seen = (await new Promise((r) => setTimeout(r, 100)), await view());
+    expect([...seen.urls.values()]).toEqual([[a!.url, b!.url].sort(), [a!.url, b!.url].sort()]);
+    expect([...seen.units.values()]).toEqual([8, 8]);
+    for (let i = 0; i < 8; i++) expect((await chatAlone(url, `after the restart ${i}`)).status).toBe(200);
+    expect(c!.received).toHaveLength(0);
+    expect(stderr()).not.toContain("could not start again");
+    child.kill("SIGTERM");
+    expect(await exited).toBe(0);
+  }, 30_000);
+
+  it("reads the file once for a reload, in the primary: a file that cannot be taken is said once, and changes nothing", async () => {
+    const [a, b] = await startEngines(2, engines);
+    const file = path.join(mkdtempSync(path.join(tmpdir(), "adp-workers-")), "gateway.yaml");
+    writeFileSync(file, `upstreams:\n  - url: ${a!.url}\n`);
+    const { url, child, exited, stderr } = await start(["--config", file, "--port", "0", "--workers", "2", "--log-level", "silent"]);
+    writeFileSync(file, `upstreams: [{ url: notaurl }, { url: ${b!.url} }]\n`);
+    child.kill("SIGHUP");
+    for (let i = 0; i < 60 && !stderr().includes("SIGHUP: the configuration was not reloaded"); i++) await new Promise((r) => setTimeout(r, 50));
+    await new Promise((r) => setTimeout(r, 300));
+    expect(stderr().match(/SIGHUP: the configuration was not reloaded: Invalid gateway configuration/g)).toHaveLength(1);
+    expect(stderr()).toContain("adp-router-gateway serve: SIGHUP: the configuration was not reloaded");
+    expect(stderr()).not.toContain("upstreams reloaded");
+    for (let i = 0; i < 4; i++) expect((await chatAlone(url, `still the first file ${i}`)).status).toBe(200);
+    expect(b!.received).toHaveLength(0);
     child.kill("SIGTERM");
     expect(await exited).toBe(0);
   }, 30_000);
@@ -395,7 +430,7 @@ describe("serve --workers N", () => {
     expect(await exited).toBe(0);
   }, 30_000);
 
-  it("a SIGHUP whose file now needs one process (TensorRT-LLM's drained load statistics) is not taken by the workers, which go on serving", async () => {
+  it("a SIGHUP whose file now needs one process (TensorRT-LLM's drained load statistics) is not taken, and the workers go on serving", async () => {
     const [engine] = await startEngines(1, engines);
     const dir = mkdtempSync(path.join(tmpdir(), "adp-workers-"));
     const file = path.join(dir, "gateway.yaml");
@@ -404,9 +439,12 @@ describe("serve --workers N", () => {
     const { url, child, exited, stderr } = await start(["--config", file, "--workers", "2"]);
     writeFileSync(file, `${yaml}    load: { kind: trtllm }\n`);
     child.kill("SIGHUP");
-    const said = "SIGHUP: the configuration was not reloaded: --workers above 1 cannot be combined with load kind trtllm";
-    for (let i = 0; i < 100 && stderr().split(said).length < 3; i++) await new Promise((r) => setTimeout(r, 50));
-    expect(stderr().split(said).length - 1).toBe(2);
+    // Said once, by the primary, which read the file for every worker.
+    const said = "adp-router-gateway serve: SIGHUP: the configuration was not reloaded: --workers above 1 cannot be combined with load kind trtllm";
+    for (let i = 0; i < 100 && !stderr().includes(said); i++) await new Promise((r) => setTimeout(r, 50));
+    await new Promise((r) => setTimeout(r, 300));
+    expect(stderr().split("the configuration was not reloaded").length - 1).toBe(1);
+    expect(stderr()).toContain(said);
     expect(stderr()).not.toContain("upstreams reloaded");
     expect((await chatAlone(url, "still here")).status).toBe(200);
     child.kill("SIGTERM");

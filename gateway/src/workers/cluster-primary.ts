@@ -11,9 +11,9 @@
 //     the order it received them;
 //   - it prints the URL once every worker listens, and stops them all when one
 //     cannot start (its own message says why, on standard error);
-//   - SIGTERM/SIGINT stop every worker gracefully, SIGHUP reloads every
-//     worker's upstreams (sent as messages: a worker that already got the
-//     terminal's signal is not told twice);
+//   - SIGTERM/SIGINT stop every worker gracefully; on SIGHUP it reads the
+//     configuration file once and sends every worker its text, which moves
+//     them to its upstreams (config-relay.ts: a worker never reads the file);
 //   - a worker's `/metrics` scrape gathers every started worker's page
 //     (metrics-relay.ts);
 //   - a connection past a worker's share of limits.max_connections goes to
@@ -21,8 +21,8 @@
 //   - it lends the workers' shares of limits.max_in_flight_per_upstream to
 //     the workers whose requests wait for them (lending-broker.ts);
 //   - a worker that dies after it started is started again (at most once a
-//     second); its routing state then begins empty and learns from the others'
-//     new changes and its engines' events.
+//     second) with the configuration its siblings run; its routing state then
+//     begins empty and learns from the others' new changes and its engines' events.
 // The primary itself serves nothing and holds no routing state.
 
 import cluster, { type Worker } from "node:cluster";
@@ -32,13 +32,14 @@ import { isMetricsMessage, METRICS_MESSAGE, MetricsGather } from "./metrics-rela
 import { isNativeHandle, isOverflowMessage, type NativeHandle, OVERFLOW_MESSAGE, OverflowRelay, type OverflowTarget } from "./connection-overflow.js";
 import { isLendingMessage, LENDING_MESSAGE } from "./in-flight-lending.js";
 import { LendingBroker } from "./lending-broker.js";
+import { CONFIG_MESSAGE, type ConfigKeeper, isConfigMessage } from "./config-relay.js";
 import { collectorThreadsChosen } from "../common/collector-threads.js";
 import { WORKERS_ENV } from "../common/usable-cores.js";
 import type { ConnectionBalance } from "../config/config-types.js";
 
 /** A worker's message to the primary that it listens (with the URL). */
 export const LISTENING_MESSAGE = "adp-gateway-listening";
-/** The primary's message to a worker: stop gracefully, or reload the configuration file. */
+/** The primary's message to a worker: stop gracefully, or reload (to the configuration text it carries). */
 export const CONTROL_MESSAGE = "adp-gateway-control";
 /** The environment variable a worker finds its number in (1-based). */
 export const WORKER_ENV = "ADP_GATEWAY_WORKER";
@@ -53,6 +54,8 @@ const RESTART_MS = 1_000;
 export interface ControlMessage {
   readonly type: typeof CONTROL_MESSAGE;
   readonly action: "stop" | "reload";
+  /** A reload's configuration text, as the primary read and checked it (absent: the gateway has no file). */
+  readonly text?: string;
 }
 
 /**
@@ -102,23 +105,27 @@ export function workerExecArgv(execArgv: readonly string[] = process.execArgv): 
 export const isGatewayWorker = (): boolean => cluster.isWorker && process.env[WORKER_ENV] !== undefined;
 
 /** Whether `v` is a control message. */
-export const isControl = (v: unknown): v is ControlMessage => typeof v === "object" && v !== null && (v as ControlMessage).type === CONTROL_MESSAGE && ((v as ControlMessage).action === "stop" || (v as ControlMessage).action === "reload");
+export const isControl = (v: unknown): v is ControlMessage =>
+  typeof v === "object" && v !== null && (v as ControlMessage).type === CONTROL_MESSAGE && ((v as ControlMessage).action === "stop" || (v as ControlMessage).action === "reload") && ((v as ControlMessage).text === undefined || typeof (v as ControlMessage).text === "string");
 
 /** node:cluster's scheduling policy for a connection balance (an operator's NODE_CLUSTER_SCHED_POLICY gives way to the configuration). */
 export const schedulingPolicy = (balance: ConnectionBalance): number => (balance === "round_robin" ? cluster.SCHED_RR : cluster.SCHED_NONE);
 
 /**
  * Runs the primary of `n` workers, each running this process's command line,
- * sharing the listen socket's connections as `balance` says; resolves with
- * the exit status once all have exited.
+ * sharing the listen socket's connections as `balance` says, and starting
+ * from `config`'s texts (null: the gateway has no configuration file);
+ * resolves with the exit status once all have exited.
  */
-export function runPrimary(n: number, balance: ConnectionBalance = "kernel"): Promise<number> {
+export function runPrimary(n: number, balance: ConnectionBalance = "kernel", config: ConfigKeeper | null = null): Promise<number> {
   // Read by node:cluster at the first fork.
   cluster.schedulingPolicy = schedulingPolicy(balance);
   cluster.setupPrimary({ exec: process.argv[1]!, args: process.argv.slice(2), execArgv: workerExecArgv(), serialization: "json" });
   const say = (text: string) => process.stderr.write(`adp-router-gateway serve: ${text}\n`);
   return new Promise<number>((resolve) => {
     const slots = new Map<Worker, number>();
+    /** The configuration generation each worker was given when it asked (one that listens behind a reload is sent it then). */
+    const given = new Map<Worker, number>();
     const started = new Set<number>();
     const lastStart = new Map<number, number>();
     /** Slots whose worker served (listened) at least once: one that fails to start again is retried, not fatal. */
@@ -137,13 +144,26 @@ export function runPrimary(n: number, balance: ConnectionBalance = "kernel"): Pr
       },
       started: () => [...started],
     });
-    const control = (action: ControlMessage["action"]) => {
+    const control = (action: ControlMessage["action"], text?: string) => {
       for (const [w, slot] of slots) {
-        // One still starting reads no message yet (and has no signal handler: SIGTERM ends it, as it had served nothing).
+        // One still starting reads no message yet (and has no signal handler: SIGTERM ends it, as it had served nothing;
+        // it asked for the texts already, or will be given the new one).
         if (!started.has(slot)) {
           if (action === "stop") w.process.kill("SIGTERM");
-        } else post(w, { type: CONTROL_MESSAGE, action } satisfies ControlMessage);
+        } else post(w, { type: CONTROL_MESSAGE, action, ...(text === undefined ? {} : { text }) } satisfies ControlMessage);
       }
+    };
+    /** SIGHUP: the file read once, checked, and its text sent to every worker; a file that cannot be taken changes nothing. */
+    const reload = () => {
+      if (stopping) return;
+      if (config === null) return control("reload"); // each worker says there is no file
+      let text: string;
+      try {
+        text = config.reload();
+      } catch (error) {
+        return say(`SIGHUP: the configuration was not reloaded: ${(error as Error).message}`);
+      }
+      control("reload", text);
     };
     const stop = (why: string, code: number) => {
       if (stopping) return;
@@ -177,6 +197,12 @@ export function runPrimary(n: number, balance: ConnectionBalance = "kernel"): Pr
           const skip = Array.isArray(sentOn) ? sentOn : [];
           const relayed = { ...(m as object), from: slot, linked: undefined };
           for (const [other, otherSlot] of slots) if (other !== w && !skip.includes(otherSlot)) post(other, relayed);
+        } else if (type === CONFIG_MESSAGE) {
+          // A starting worker's ask: the texts its siblings run.
+          if (config !== null && isConfigMessage(m) && m.op === "ask") {
+            given.set(w, config.generation);
+            post(w, config.texts());
+          }
         } else if (type === LENDING_MESSAGE) {
           // Only from the slot's running worker: one read after its exit would count against its restart.
           if (slots.has(w) && isLendingMessage(m)) lending.receive(slot, m);
@@ -190,6 +216,8 @@ export function runPrimary(n: number, balance: ConnectionBalance = "kernel"): Pr
         } else if (type === LISTENING_MESSAGE) {
           started.add(slot);
           served.add(slot);
+          // A reload taken while it started reached it only if it asked after: else it is sent now.
+          if (config !== null && config.reloaded !== null && (given.get(w) ?? 0) < config.generation) post(w, { type: CONTROL_MESSAGE, action: "reload", text: config.reloaded } satisfies ControlMessage);
           failedRestarts.delete(slot);
           links.started(slot);
           lending.started(slot);
@@ -217,6 +245,7 @@ export function runPrimary(n: number, balance: ConnectionBalance = "kernel"): Pr
     const ended = (w: Worker | null, slot: number, code: number | null, signal: string | null) => {
       if (w !== null) {
         slots.delete(w);
+        given.delete(w);
         links.exited(w, slot);
         // Its requests are gone with it: the others drop its load report (and take none from a late batch of it).
         const pid = w.process.pid ?? 0;
@@ -226,8 +255,8 @@ export function runPrimary(n: number, balance: ConnectionBalance = "kernel"): Pr
       if (w !== null) lending.exited(slot);
       if (!stopping && !served.has(slot)) stop(`worker ${slot} could not start (exit ${code ?? signal}): stopping the others`, code === 0 || code === null ? 1 : code);
       else if (!stopping) {
-        // The others serve meanwhile: a restart that fails (a configuration file broken since, no descriptor left to
-        // fork with, ...) is tried again, less often.
+        // The others serve meanwhile: a restart that fails (no descriptor left to fork with, a tokenizer folder
+        // removed since, ...) is tried again, less often.
         const failed = started.has(slot) ? 0 : (failedRestarts.get(slot) ?? 0) + 1;
         failedRestarts.set(slot, failed);
         const wait = Math.min(MAX_RESTART_MS, RESTART_MS * 2 ** failed);
@@ -246,7 +275,7 @@ export function runPrimary(n: number, balance: ConnectionBalance = "kernel"): Pr
     };
     process.on("SIGTERM", () => signalled("SIGTERM"));
     process.on("SIGINT", () => signalled("SIGINT"));
-    process.on("SIGHUP", () => control("reload"));
+    process.on("SIGHUP", reload);
     for (let slot = 1; slot <= n; slot++) fork(slot);
   });
 }

@@ -1,0 +1,94 @@
+// The configuration file under `serve --workers N`, read by the primary alone.
+// Each worker read it itself, at its start and on SIGHUP, so workers could run
+// different files: one started again after a crash read the file as edited
+// since (its limits' shares then no longer added up to the gateway's, its
+// upstreams were not its siblings'), and a reload read mid-write took in some
+// workers and failed in others. Now the primary keeps the text the gateway
+// started with and the last one a reload took; a worker asks for them before
+// it starts, and a reload sends every worker the one text the primary read and
+// checked. A worker started again so runs what its siblings run: the start's
+// text, moved to the last reload's upstreams (what a reload changes; the rest
+// waits for a restart of the whole gateway, as in its siblings).
+
+/** The type of every configuration message between a worker and the primary. */
+export const CONFIG_MESSAGE = "adp-gateway-config";
+/** How long a starting worker waits for the primary's answer. */
+export const CONFIG_TIMEOUT_MS = 10_000;
+
+/** The texts a worker starts from: the file as the gateway started with it, and the last reload's (null: none). */
+export interface ConfigTexts {
+  readonly start: string;
+  readonly reloaded: string | null;
+}
+
+/** A configuration message: a starting worker asks (`ask`); the primary answers with the texts (`texts`). */
+export type ConfigMessage = { readonly type: typeof CONFIG_MESSAGE; readonly op: "ask" } | ({ readonly type: typeof CONFIG_MESSAGE; readonly op: "texts" } & ConfigTexts);
+
+/** Whether `m` is a configuration message (checked whole: the channel is the primary's, but a message is data). */
+export function isConfigMessage(m: unknown): m is ConfigMessage {
+  if (typeof m !== "object" || m === null || (m as { type?: unknown }).type !== CONFIG_MESSAGE) return false;
+  const x = m as Record<string, unknown>;
+  if (x.op === "ask") return true;
+  return x.op === "texts" && typeof x.start === "string" && (x.reloaded === null || typeof x.reloaded === "string");
+}
+
+/** The primary's side: the gateway's configuration texts, and how a reload reads the next. */
+export class ConfigKeeper {
+  readonly #start: string;
+  readonly #read: () => string;
+  #reloaded: string | null = null;
+  #generation = 0;
+
+  /**
+   * `start` is the text the gateway started with; `read` reads the file
+   * again and checks it, returning its text or throwing what is wrong with it.
+   */
+  constructor(start: string, read: () => string) {
+    this.#start = start;
+    this.#read = read;
+  }
+
+  /** How many reloads were taken: a worker given the texts at an earlier one is sent the last when it starts listening. */
+  get generation(): number {
+    return this.#generation;
+  }
+
+  /** The last reload's text, or null. */
+  get reloaded(): string | null {
+    return this.#reloaded;
+  }
+
+  /** The answer to a worker's `ask`. */
+  texts(): ConfigMessage {
+    return { type: CONFIG_MESSAGE, op: "texts", start: this.#start, reloaded: this.#reloaded };
+  }
+
+  /** Reads the file for a reload: its text, kept as the one workers started later move to; throws, keeping the last, when it is unreadable or wrong. */
+  reload(): string {
+    const text = this.#read();
+    this.#reloaded = text;
+    this.#generation++;
+    return text;
+  }
+}
+
+/**
+ * A worker's texts from its primary (`send` reaches it, `on`/`off` listen to
+ * its messages); rejects after `timeoutMs` without an answer.
+ */
+export function askConfig(send: (m: ConfigMessage) => void, on: (listener: (m: unknown) => void) => void, off: (listener: (m: unknown) => void) => void, timeoutMs = CONFIG_TIMEOUT_MS): Promise<ConfigTexts> {
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => {
+      off(listener);
+      reject(new Error(`the primary did not send the configuration within ${timeoutMs / 1000} s`));
+    }, timeoutMs);
+    const listener = (m: unknown) => {
+      if (!isConfigMessage(m) || m.op !== "texts") return;
+      clearTimeout(timer);
+      off(listener);
+      resolve({ start: m.start, reloaded: m.reloaded });
+    };
+    on(listener);
+    send({ type: CONFIG_MESSAGE, op: "ask" });
+  });
+}
