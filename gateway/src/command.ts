@@ -271,7 +271,8 @@ async function serve(args: string[]): Promise<number> {
     const checked = await checkUpstreams(config, false);
     if ("problem" in checked) return fail(checked.problem, checked.status);
     process.stderr.write(`${said()}: ${workersLimits(workers, config.limits)}\n`);
-    return runPrimary(workers, config.listen.connectionBalance, file === undefined ? null : new ConfigKeeper(file.text, () => reloadText(file.name, flags)));
+    const keeper = file === undefined ? null : new ConfigKeeper(file.text, () => reloadText(file.name, flags));
+    return runPrimary(workers, config.listen.connectionBalance, keeper, (slot) => limitsShare(config.limits, workers, slot).inFlightShare);
   }
   // This process serves requests (the one gateway, or a worker): fewer full collections of its small heap, a smaller
   // young generation scavenged on the main thread, and the buffers its reads leave collected young.

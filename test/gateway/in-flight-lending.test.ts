@@ -2,10 +2,11 @@
 // in-flight-lending.ts and lending-broker.ts) in one process: workers and their
 // primary joined by message queues delivered in any order a channel allows
 // (each one first in, first out), requests started and ended at random, a
-// worker killed and started again with messages on their way. At every step
-// the units of each upstream add up to its cap, none lost and none made, and no
-// worker has more requests in flight than the units it holds; and units go to
-// the worker whose requests wait for them.
+// worker killed, and started again at once or later, with messages on their
+// way. At every step the units of each upstream add up to its cap, none lost
+// and none made, and no worker has more requests in flight than the units it
+// holds; units go to the worker whose requests wait for them, and a down
+// worker's to those that run.
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { debtsFromEnv, InFlightLending, isLendingMessage, LENDING_DEBTS_ENV, LENDING_MESSAGE, type LendingMessage } from "../../gateway/src/workers/in-flight-lending.js";
@@ -34,7 +35,7 @@ class Gateway {
     readonly cap: number,
     readonly n: number,
   ) {
-    this.broker = new LendingBroker({ post: (slot, m) => this.live.has(slot) && this.down[slot]!.push(m), started: () => [...this.live] });
+    this.broker = new LendingBroker({ post: (slot, m) => this.live.has(slot) && this.down[slot]!.push(m), started: () => [...this.live] }, (slot) => staticShare(cap, n, slot));
     for (let slot = 1; slot <= n; slot++) this.start(slot);
   }
 
@@ -51,18 +52,23 @@ class Gateway {
     this.broker.started(slot);
   }
 
-  /** Worker `slot` exits (what it sent arrives first, what was sent to it is lost) and starts again. */
-  restart(slot: number): void {
+  /** Worker `slot` exits: what it sent arrives first, what was sent to it is lost. */
+  exit(slot: number): void {
     while (this.up[slot]!.length > 0) this.broker.receive(slot, this.up[slot]!.shift()!);
     this.live.delete(slot);
     this.down[slot] = [];
     this.broker.exited(slot);
+  }
+
+  /** Worker `slot` exits and starts again. */
+  restart(slot: number): void {
+    this.exit(slot);
     this.start(slot);
   }
 
-  /** Units of `url` everywhere: the workers', the primary's reserve, and those on their way. */
+  /** Units of `url` everywhere: the running workers', the primary's reserve, those on their way, and down workers' the reserve has yet to take. */
   units(url: string): number {
-    let n = this.broker.reserve(url);
+    let n = this.broker.reserve(url) + this.broker.downUnits(url);
     for (const slot of this.live) {
       n += this.workers[slot]!.shareOf(url);
       for (const m of this.up[slot]!) if (m.op === "return" && m.url === url) n += m.n;
@@ -85,12 +91,12 @@ class Gateway {
 
 /** One step of a random run. */
 type Step =
-  | { kind: "up" | "down" | "start" | "fill" | "end" | "restart" | "drain"; slot: number; url: number }
+  | { kind: "up" | "down" | "start" | "fill" | "end" | "restart" | "exit" | "drain"; slot: number; url: number }
   | { kind: "waiting"; slot: number; url: number; short: number; unplaced: number; oldest: number };
 
 const step: fc.Arbitrary<Step> = fc.oneof(
   fc.record({ kind: fc.constantFrom("up" as const, "down" as const, "start" as const, "fill" as const, "end" as const), slot: fc.integer({ min: 1, max: 4 }), url: fc.integer({ min: 0, max: 1 }) }),
-  fc.record({ kind: fc.constantFrom("restart" as const, "drain" as const), slot: fc.integer({ min: 1, max: 4 }), url: fc.constant(0) }),
+  fc.record({ kind: fc.constantFrom("restart" as const, "exit" as const, "drain" as const), slot: fc.integer({ min: 1, max: 4 }), url: fc.constant(0) }),
   fc.record({ kind: fc.constant("waiting" as const), slot: fc.integer({ min: 1, max: 4 }), url: fc.integer({ min: 0, max: 1 }), short: fc.integer({ min: 0, max: 8 }), unplaced: fc.integer({ min: 0, max: 3 }), oldest: fc.integer({ min: 0, max: 50 }) }),
 );
 
@@ -102,6 +108,11 @@ describe("in-flight lending between workers", () => {
         for (const s of steps) {
           const slot = ((s.slot - 1) % n) + 1;
           const url = URLS[s.url]!;
+          // A down worker does nothing but start again (at its next step, or at a restart's).
+          if (!g.live.has(slot)) {
+            if (s.kind !== "exit") g.start(slot);
+            continue;
+          }
           const w = g.workers[slot]!;
           const flights = g.inFlight[slot]!;
           if (s.kind === "up" && g.up[slot]!.length > 0) g.broker.receive(slot, g.up[slot]!.shift()!);
@@ -110,6 +121,7 @@ describe("in-flight lending between workers", () => {
           else if (s.kind === "fill") flights.set(url, Math.max(flights.get(url)!, w.shareOf(url)));
           else if (s.kind === "end" && flights.get(url)! > 0) (flights.set(url, flights.get(url)! - 1), w.ended());
           else if (s.kind === "restart") g.restart(slot);
+          else if (s.kind === "exit") g.exit(slot);
           else if (s.kind === "drain") g.drain();
           else if (s.kind === "waiting") {
             // The scheduler says a request is short of units only where this worker's units are all in use.
@@ -222,9 +234,35 @@ describe("in-flight lending between workers", () => {
     g.restart(2);
     expect(g.workers[2]!.shareOf(url)).toBe(0);
     expect(g.units(url)).toBe(6);
-    // Worker 1 exits holding 3 units beyond its share: they go to the reserve, and its restart has its own 3.
+    // Worker 1 exits holding all 6 (its 3 and worker 2's): they go to the reserve, and its restart starts with none.
     g.restart(1);
-    expect([g.workers[1]!.shareOf(url), g.broker.reserve(url), g.units(url)]).toEqual([3, 3, 6]);
+    expect([g.workers[1]!.shareOf(url), g.broker.reserve(url), g.units(url)]).toEqual([0, 6, 6]);
+  });
+
+  it("lends a down worker's units, its own share included, to those that run, and its restart borrows them back", () => {
+    const g = new Gateway(8, 2);
+    const url = URLS[0]!;
+    const [, other] = URLS;
+    g.exit(2);
+    // Worker 1's requests wait, 4 beyond its share: worker 2's 4 serve them while it is down (for as long as its
+    // restarts fail), on an upstream no message named before it went down too.
+    g.inFlight[1]!.set(url, 4);
+    g.workers[1]!.waiting(new Map([[upstream(url), 4]]), 0, 1000);
+    g.drain();
+    expect([g.workers[1]!.shareOf(url), g.broker.reserve(url), g.units(url)]).toEqual([8, 0, 8]);
+    g.inFlight[1]!.set(other!, 4);
+    g.workers[1]!.waiting(new Map([[upstream(other!), 2]]), 0, 1000);
+    g.drain();
+    expect([g.workers[1]!.shareOf(other!), g.units(other!)]).toEqual([6, 8]);
+    // Started again, worker 2 holds none of the first upstream; its requests wait, worker 1's end: the units come back.
+    g.start(2);
+    expect([g.workers[2]!.shareOf(url), g.workers[2]!.shareOf(other!)]).toEqual([0, 0]);
+    g.inFlight[1]!.set(url, 4);
+    g.workers[1]!.ended();
+    g.workers[2]!.waiting(new Map([[upstream(url), 4]]), 0, 2000);
+    g.drain();
+    expect([g.workers[1]!.shareOf(url), g.workers[2]!.shareOf(url), g.units(url)]).toEqual([4, 4, 8]);
+    expect(g.units(other!)).toBe(8);
   });
 
   it("takes only well-formed messages and debts", () => {

@@ -6,8 +6,10 @@
 // upstream's load from both workers against the whole cap (one that weighed it
 // against a worker's share kept the engine near half the cap), and a worker
 // borrows the units of the cap its sibling leaves unused (one that could not
-// kept the engine at its share when it held every client).
-import { writeFileSync } from "node:fs";
+// kept the engine at its share when it held every client), and those of a
+// sibling that is down.
+import { cpSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { Agent, request } from "node:http";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
@@ -132,6 +134,29 @@ describe("limits.max_in_flight_per_upstream with --workers 2", () => {
     expect(shares).toHaveLength(2);
     expect(Math.max(...shares)).toBeGreaterThan(4);
     expect(shares[0]! + shares[1]!).toBeLessThanOrEqual(8);
+    child.kill("SIGTERM");
+    expect(await exited).toBe(0);
+  }, 30_000);
+
+  it("a worker down for as long as its restarts fail leaves all its units, its own share too, to the other: the engine keeps the cap in flight", async () => {
+    const { engine, config } = await oneEngineServeConfig(tracked);
+    engine.behaviour.delayMs = 150;
+    // Its restarts fail because the tokenizer folder it loads at start is gone since.
+    const tokenizer = path.join(mkdtempSync(path.join(tmpdir(), "adp-tokenizer-")), "qwen2.5");
+    cpSync(path.resolve("test/fixtures/tokenizers/qwen2.5"), tokenizer, { recursive: true });
+    writeFileSync(config, `listen: { host: 127.0.0.1, port: 0 }\nlogging: { level: warn }\nlimits: { max_in_flight_per_upstream: 4 }\nupstreams:\n  - url: ${engine.url}\n`);
+    const { url, child, exited, stderr } = await startServe(CLI, ["--config", config, "--workers", "2", "--tokenizer", tokenizer], tracked.children);
+    rmSync(tokenizer, { recursive: true });
+    const [victim] = [...processParents()].filter(([, ppid]) => ppid === child.pid).map(([pid]) => pid);
+    process.kill(victim!, "SIGKILL");
+    for (let i = 0; i < 60 && !stderr().includes("could not start again"); i++) await new Promise((r) => setTimeout(r, 100));
+    expect(stderr()).toMatch(/worker [12] could not start again \(exit 2\): trying again in 2 s/);
+    // Eight clients, all on the worker that runs: it starts its 2, and the down worker's 2 from the reserve.
+    const samples = await inFlightWhile(engine, Array.from({ length: 8 }, () => client(url, 5)), 200);
+    const steady = samples.slice(0, Math.floor(samples.length * 0.7));
+    expect(steady.length).toBeGreaterThan(20);
+    expect(Math.max(...samples)).toBeLessThanOrEqual(4);
+    expect(median(steady)).toBe(4);
     child.kill("SIGTERM");
     expect(await exited).toBe(0);
   }, 30_000);

@@ -114,10 +114,11 @@ export const schedulingPolicy = (balance: ConnectionBalance): number => (balance
 /**
  * Runs the primary of `n` workers, each running this process's command line,
  * sharing the listen socket's connections as `balance` says, and starting
- * from `config`'s texts (null: the gateway has no configuration file);
+ * from `config`'s texts (null: the gateway has no configuration file), each
+ * with its share of every upstream's in-flight cap (`inFlightShare`, by slot);
  * resolves with the exit status once all have exited.
  */
-export function runPrimary(n: number, balance: ConnectionBalance = "kernel", config: ConfigKeeper | null = null): Promise<number> {
+export function runPrimary(n: number, balance: ConnectionBalance = "kernel", config: ConfigKeeper | null = null, inFlightShare: (slot: number) => number = () => 0): Promise<number> {
   // Read by node:cluster at the first fork.
   cluster.schedulingPolicy = schedulingPolicy(balance);
   cluster.setupPrimary({ exec: process.argv[1]!, args: process.argv.slice(2), execArgv: workerExecArgv(), serialization: "json" });
@@ -143,7 +144,7 @@ export function runPrimary(n: number, balance: ConnectionBalance = "kernel", con
         for (const [w, k] of slots) if (k === slot) post(w, message);
       },
       started: () => [...started],
-    });
+    }, inFlightShare);
     const control = (action: ControlMessage["action"], text?: string) => {
       for (const [w, slot] of slots) {
         // One still starting reads no message yet (and has no signal handler: SIGTERM ends it, as it had served nothing;
@@ -252,7 +253,7 @@ export function runPrimary(n: number, balance: ConnectionBalance = "kernel", con
         for (const other of slots.keys()) post(other, { type: STATE_MESSAGE, from: slot, epoch: pid, seq: 0, ended: true, entries: [], loads: [] });
       }
       overflow.exited(slot);
-      if (w !== null) lending.exited(slot);
+      lending.exited(slot); // its units serve the others until it is started again
       if (!stopping && !served.has(slot)) stop(`worker ${slot} could not start (exit ${code ?? signal}): stopping the others`, code === 0 || code === null ? 1 : code);
       else if (!stopping) {
         // The others serve meanwhile: a restart that fails (no descriptor left to fork with, a tokenizer folder

@@ -4,9 +4,11 @@
 // Units a worker gives back go to the reserve, and from it to the wants, the
 // longest-waiting first; while a want is unmet every worker is asked to give
 // back what it leaves unused there (told how long the oldest unmet want has
-// waited). A worker that exits leaves the units it was granted beyond its
-// share to the reserve; the worker started again in its slot is told (in its
-// environment) the units its slot lent, which it starts without.
+// waited). A worker that exits leaves every unit it held to the reserve, its
+// own share included, so that the others can use them until it is started
+// again (for a second, or for as long as its restarts fail); the worker
+// started again in its slot is told (in its environment) the units its slot
+// gave up so, which it starts without and borrows back like any other.
 
 import { LENDING_DEBTS_ENV, LENDING_MESSAGE, type LendingMessage } from "./in-flight-lending.js";
 
@@ -40,10 +42,15 @@ export class LendingBroker {
   readonly #owing = new Map<string, number>();
   /** Units granted minus units given back, by slot and URL: beyond (or, negative, short of) the slot's share. */
   readonly #held = new Map<number, Map<string, number>>();
+  /** Each slot's share of an upstream's cap at its start (as limitsShare splits it). */
+  readonly #shareOf: (slot: number) => number;
+  /** Slots whose worker exited and is not started again, each with the URLs whose units of it went to the reserve. */
+  readonly #down = new Map<number, Set<string>>();
 
-  /** `peers` reach the workers. */
-  constructor(peers: LendingPeers) {
+  /** `peers` reach the workers; `shareOf` gives a slot's share of each upstream's cap. */
+  constructor(peers: LendingPeers, shareOf: (slot: number) => number) {
     this.#peers = peers;
+    this.#shareOf = shareOf;
   }
 
   /** Takes worker `slot`'s message (checked by the caller). */
@@ -52,6 +59,8 @@ export class LendingBroker {
     if (!this.#reserve.has(m.url)) {
       if (this.#reserve.size >= MAX_URLS) return;
       this.#reserve.set(m.url, 0);
+      // An upstream first named now: a down slot's units of it go to the reserve too.
+      for (const slot of this.#down.keys()) this.#release(slot, m.url);
     }
     if (m.op === "want") {
       const wants = this.#wants.get(m.url) ?? new Map<number, Want>();
@@ -76,27 +85,51 @@ export class LendingBroker {
     for (const [url, since] of this.#owing) this.#peers.post(slot, { type: LENDING_MESSAGE, op: "owe", url, on: true, since });
   }
 
-  /** Worker `slot` exited: its wants go, the units it held beyond its share come back to the reserve; what it lent stays lent. */
+  /**
+   * Worker `slot` exited (or could not be started): its wants go, and every
+   * unit it held comes to the reserve (upstreams no message named yet, once
+   * one does); what it lent stays lent.
+   */
   exited(slot: number): void {
     const urls = new Set<string>();
     for (const [url, wants] of this.#wants) if (wants.delete(slot)) urls.add(url);
-    const held = this.#held.get(slot);
-    for (const [url, n] of held ?? []) {
-      if (n <= 0) continue;
-      this.#reserve.set(url, (this.#reserve.get(url) ?? 0) + n);
-      held!.delete(url);
-      urls.add(url);
-    }
+    this.#down.set(slot, this.#down.get(slot) ?? new Set());
+    for (const url of this.#reserve.keys()) if (this.#release(slot, url)) urls.add(url);
     for (const url of urls) {
       if (this.#wants.get(url)?.size === 0) this.#wants.delete(url);
       this.#serve(url);
     }
   }
 
-  /** The environment worker `slot` starts with: the units its slot lent, which it starts without (set even when none: never the primary's own). */
+  /** Units of `url` that down slots hold and the reserve has not taken yet (no message named `url` since they went down). */
+  downUnits(url: string): number {
+    let n = 0;
+    for (const [slot, released] of this.#down) if (!released.has(url)) n += Math.max(0, this.#shareOf(slot) + (this.#held.get(slot)?.get(url) ?? 0));
+    return n;
+  }
+
+  /**
+   * The environment worker `slot` starts with: the units its slot lent or
+   * left to the reserve, which it starts without (set even when none: never
+   * the primary's own). From here the slot is up: what it holds of an
+   * upstream no message named yet is its worker's.
+   */
   env(slot: number): Record<string, string> {
+    this.#down.delete(slot);
     const debts = [...(this.#held.get(slot) ?? [])].filter(([, n]) => n < 0).map(([url, n]) => [url, -n]);
     return { [LENDING_DEBTS_ENV]: JSON.stringify(debts) };
+  }
+
+  /** Moves what down `slot` holds of `url` to the reserve, once; whether any unit moved. */
+  #release(slot: number, url: string): boolean {
+    const released = this.#down.get(slot);
+    if (released === undefined || released.has(url)) return false;
+    released.add(url);
+    const units = Math.max(0, this.#shareOf(slot) + (this.#held.get(slot)?.get(url) ?? 0));
+    if (units === 0) return false;
+    this.#reserve.set(url, (this.#reserve.get(url) ?? 0) + units);
+    this.#count(slot, url, -units);
+    return true;
   }
 
   /**
