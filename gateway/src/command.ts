@@ -21,7 +21,7 @@ import { Socket } from "node:net";
 import { MetricsRelay } from "./workers/metrics-relay.js";
 import { ConnectionOverflow, type NativeHandle } from "./workers/connection-overflow.js";
 import { debtsFromEnv, InFlightLending, LENDING_DEBTS_ENV } from "./workers/in-flight-lending.js";
-import { askConfig, ConfigKeeper, type ConfigTexts } from "./workers/config-relay.js";
+import { afterReload, askConfig, ConfigKeeper, type ConfigTexts } from "./workers/config-relay.js";
 
 /** The help text of `adp-router-gateway serve`. */
 export const SERVE_USAGE = `Usage: adp-router-gateway serve [--config FILE] [options]
@@ -143,13 +143,15 @@ export function oneProcessReason(config: GatewayConfig): string | null {
 
 /**
  * The configuration file's text for a reload of `--workers N`, read once by
- * the primary and checked as a worker would take it; throws what is wrong.
+ * the primary and checked as a worker would take it (upstreams that are the
+ * gateway itself, on `host` and `port` when known); rejects with what is wrong.
  */
-function reloadText(name: string, flags: GatewayFlags): string {
+async function reloadText(name: string, flags: GatewayFlags, host: string, port: number | null): Promise<string> {
   const text = readFileSync(name, "utf8");
   const next = loadGatewayConfig({ file: { name, text }, flags });
   const alone = oneProcessReason(next);
   if (alone !== null) throw new Error(`--workers above 1 cannot be combined with ${alone}; restart with --workers 1 to use it`);
+  if (port !== null) await refuseSelf(next.upstreams.map((u) => u.url), host, port);
   return text;
 }
 
@@ -187,6 +189,9 @@ async function checkUpstreams(config: GatewayConfig, joining: boolean): Promise<
 
 /** serveCommand's work, in this process (a primary of workers, a worker, or the one gateway). */
 async function serve(args: string[]): Promise<number> {
+  // A worker's reload is its primary's message: a terminal's SIGHUP reaches it too (the whole process group), from
+  // its start on, and is the primary's to read (unheard, it would end a worker still starting).
+  if (isGatewayWorker()) process.on("SIGHUP", () => {});
   const fail = (message: string, status = 2): number => {
     process.stderr.write(`${said()}: ${message}\n`);
     return status;
@@ -248,6 +253,15 @@ async function serve(args: string[]): Promise<number> {
     if (error instanceof GatewayConfigError) return fail(error.message);
     throw error;
   }
+  // A worker started again after a reload starts on its upstreams, as its siblings run (before it listens).
+  if (file !== undefined && texts?.reloaded != null) {
+    try {
+      config = afterReload(config, loadGatewayConfig({ file: { name: file.name, text: texts.reloaded }, flags }));
+      process.stderr.write(`${said()}: started on the last reload's upstreams (${config.upstreams.length})\n`);
+    } catch (error) {
+      process.stderr.write(`${said()}: warning: the last reload's upstreams could not be taken (${(error as Error).message}): started on the start's, unlike the other workers\n`);
+    }
+  }
   const alone = oneProcessReason(config);
   if (workersAsked !== null && workersAsked > 1 && alone !== null && !isGatewayWorker()) return fail(`--workers above 1 cannot be combined with ${alone}`);
   // A worker runs as many as its primary started (which it was told); else as asked, or one per usable core.
@@ -271,7 +285,7 @@ async function serve(args: string[]): Promise<number> {
     const checked = await checkUpstreams(config, false);
     if ("problem" in checked) return fail(checked.problem, checked.status);
     process.stderr.write(`${said()}: ${workersLimits(workers, config.limits)}\n`);
-    const keeper = file === undefined ? null : new ConfigKeeper(file.text, () => reloadText(file.name, flags));
+    const keeper = file === undefined ? null : new ConfigKeeper(file.text, (port) => reloadText(file.name, flags, config.listen.host, port));
     return runPrimary(workers, config.listen.connectionBalance, keeper, (slot) => limitsShare(config.limits, workers, slot).inFlightShare);
   }
   // This process serves requests (the one gateway, or a worker): fewer full collections of its small heap, a smaller
@@ -322,8 +336,8 @@ async function serve(args: string[]): Promise<number> {
       process.stderr.write(`${said()}: ${why}: the configuration was not reloaded: ${error instanceof GatewayConfigError ? error.message : (error as Error).message}\n`);
     }
   };
-  // A worker started again after a reload moves to its upstreams before it says it listens, as its siblings did.
-  if (file !== undefined && texts?.reloaded != null) await moveTo(file.name, texts.reloaded, "started after a reload");
+  /** The reloads under way, one after another (each waits for a DNS lookup of its upstreams: a later one must not end first). */
+  let reloads = Promise.resolve();
   return new Promise<number>((resolve) => {
     let stopping = false;
     const stop = (signal: string) => {
@@ -342,10 +356,9 @@ async function serve(args: string[]): Promise<number> {
     const reload = (text?: string) => {
       if (stopping) return; // shutting down: nothing to reload into
       if (file === undefined) process.stderr.write(`${said()}: SIGHUP: no --config file to reload\n`);
-      else void moveTo(file.name, text, "SIGHUP");
+      else reloads = reloads.then(() => moveTo(file.name, text, "SIGHUP"));
     };
-    // A worker's reload is its primary's message (a terminal's SIGHUP reaches it too, and is the primary's to read).
-    process.on("SIGHUP", () => (siblings === undefined ? reload() : undefined));
+    if (siblings === undefined) process.on("SIGHUP", () => reload());
     if (siblings !== undefined) {
       // A worker: the primary sends links to the siblings (or relays their changes) and its signals; it prints the URL once all listen.
       process.on("message", (m: unknown, handle: unknown) => {

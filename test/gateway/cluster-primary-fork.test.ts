@@ -110,7 +110,7 @@ describe("the primary's configuration texts", () => {
     vi.spyOn(process.stderr, "write").mockImplementation(() => true);
     vi.spyOn(process.stdout, "write").mockImplementation(() => true);
     let file = "first";
-    const status = runPrimary(2, "kernel", new ConfigKeeper("first", () => file));
+    const status = runPrimary(2, "kernel", new ConfigKeeper("first", async () => file));
     const [one, two] = state.forks as FakeWorker[];
     for (const w of [one!, two!]) w.emit("message", ask);
     expect(one!.sent).toEqual([{ type: "adp-gateway-config", op: "texts", start: "first", reloaded: null }]);
@@ -118,6 +118,7 @@ describe("the primary's configuration texts", () => {
     // Worker 2 asked, and has not said it listens when the reload comes: it reads no message yet.
     file = "second";
     process.emit("SIGHUP", "SIGHUP");
+    await new Promise((r) => setTimeout(r, 10));
     expect(reloads(one!)).toEqual(["second"]);
     expect(reloads(two!)).toEqual([]);
     two!.emit("message", listening);
@@ -139,15 +140,39 @@ describe("the primary's configuration texts", () => {
     const said: string[] = [];
     vi.spyOn(process.stderr, "write").mockImplementation((text) => (said.push(String(text)), true));
     vi.spyOn(process.stdout, "write").mockImplementation(() => true);
-    const status = runPrimary(1, "kernel", new ConfigKeeper("first", () => {
+    const status = runPrimary(1, "kernel", new ConfigKeeper("first", async () => {
       throw new Error("upstreams[0].url: has no scheme");
     }));
     const [one] = state.forks as FakeWorker[];
     one!.emit("message", ask);
     one!.emit("message", listening);
     process.emit("SIGHUP", "SIGHUP");
+    await new Promise((r) => setTimeout(r, 10));
     expect(said.join("")).toContain("adp-router-gateway serve: SIGHUP: the configuration was not reloaded: upstreams[0].url: has no scheme");
     expect(reloads(one!)).toEqual([]);
+    process.emit("SIGTERM", "SIGTERM");
+    one!.emit("exit", 0, null);
+    expect(await status).toBe(0);
+  });
+
+  it("reads reloads one after another, on the port the workers listen on: a slow read's text reaches the workers before a later quick one's", async () => {
+    vi.spyOn(process.stderr, "write").mockImplementation(() => true);
+    vi.spyOn(process.stdout, "write").mockImplementation(() => true);
+    const ports: (number | null)[] = [];
+    let reads = 0;
+    const status = runPrimary(1, "kernel", new ConfigKeeper("first", async (port) => {
+      ports.push(port);
+      // The first read waits (a DNS lookup of an upstream on the gateway's port can take seconds).
+      return ++reads === 1 ? new Promise((r) => setTimeout(() => r("slow"), 50)) : "quick";
+    }));
+    const [one] = state.forks as FakeWorker[];
+    one!.emit("message", ask);
+    one!.emit("message", { type: "adp-gateway-listening", url: "http://127.0.0.1:8123" });
+    process.emit("SIGHUP", "SIGHUP");
+    process.emit("SIGHUP", "SIGHUP");
+    await new Promise((r) => setTimeout(r, 100));
+    expect(reloads(one!)).toEqual(["slow", "quick"]);
+    expect(ports).toEqual([8123, 8123]);
     process.emit("SIGTERM", "SIGTERM");
     one!.emit("exit", 0, null);
     expect(await status).toBe(0);

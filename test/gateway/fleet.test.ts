@@ -8,6 +8,7 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { createGateway, loadGatewayConfig, type Gateway } from "../../gateway/src/index.js";
+import { afterReload } from "../../gateway/src/workers/config-relay.js";
 import { waitFor } from "../support/wait.js";
 import { startEngines, startMockEngine, urlFrom, type EngineBehaviour, type MockEngine } from "../support/mock-engine.js";
 
@@ -34,6 +35,28 @@ async function engineOf(gateway: Gateway, session: string): Promise<string> {
 }
 
 describe("reload", () => {
+  it("a worker started again after a reload starts where the reload left its siblings (afterReload): the reloaded list, a kept upstream's name and drain from it, its DP ranks from the start", async () => {
+    const [e0, e1, e2] = await engines(3);
+    const entry = (e: MockEngine, more = "") => `  - url: ${e.url}\n${more}`;
+    const start = config(`listen: { port: 0 }\nlogging: { level: silent }\nupstreams:\n${entry(e0!)}${entry(e1!, "    name: first\n    dp_ranks: 2\n    rank_routing: adp\n")}`);
+    const reloaded = config(`listen: { port: 0 }\nlogging: { level: silent }\nupstreams:\n${entry(e2!)}${entry(e1!, "    name: second\n    drain: true\n    dp_ranks: 4\n    rank_routing: adp\n")}`);
+    const moved = await createGateway(start);
+    open.push(moved);
+    expect((await moved.reload(reloaded)).needRestart).toEqual(["upstreams[1].dp_ranks"]);
+    const started = await createGateway(afterReload(start, reloaded));
+    open.push(started);
+    // The upstreams' gauges as the two pages give them (no request was sent to either).
+    const upstreams = async (g: Gateway) => (await g.metrics()).split("\n").filter((l) => /^adp_gateway_upstream_(info|in_flight_requests|healthy|rank_in_flight|draining)\{/.test(l));
+    const page = await upstreams(started);
+    expect(page).toEqual(await upstreams(moved));
+    // /health names each upstream with its drain.
+    const health = async (g: Gateway) => ((await (await fetch(`${g.url}/health`)).json()) as { upstreams: unknown[] }).upstreams;
+    expect(await health(started)).toEqual(await health(moved));
+    expect(await health(started)).toContainEqual(expect.objectContaining({ name: "second", draining: true }));
+    expect(page.filter((l) => l.startsWith("adp_gateway_upstream_rank_in_flight{upstream=\"second\""))).toHaveLength(2);
+    expect(page.some((l) => l.startsWith("adp_gateway_upstream_info{upstream=\"second\",index=\"1\""))).toBe(true);
+  });
+
   it("adds and removes upstreams; conversations on the ones that remain stay with them", async () => {
     const [e0, e1, e2] = await engines(3);
     const gateway = await createGateway(config(yaml([{ e: e0! }, { e: e1! }])));

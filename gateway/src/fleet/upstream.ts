@@ -228,6 +228,7 @@ export class Upstream {
 
   /** Takes a reloaded configuration's name, key and drain flag (its URL is the same). */
   update(config: UpstreamConfig): void {
+    // What a reload changes in an upstream that stays: a worker started again after one starts so (workers/config-relay.ts afterReload).
     this.name = config.name;
     this.apiKey = config.apiKey;
     this.#drainInConfig = config.drain;

@@ -154,17 +154,23 @@ export function runPrimary(n: number, balance: ConnectionBalance = "kernel", con
         } else post(w, { type: CONTROL_MESSAGE, action, ...(text === undefined ? {} : { text }) } satisfies ControlMessage);
       }
     };
+    /** The reloads under way, one after another: the workers take them in the order the signals came. */
+    let reloads = Promise.resolve();
     /** SIGHUP: the file read once, checked, and its text sent to every worker; a file that cannot be taken changes nothing. */
     const reload = () => {
       if (stopping) return;
       if (config === null) return control("reload"); // each worker says there is no file
-      let text: string;
-      try {
-        text = config.reload();
-      } catch (error) {
-        return say(`SIGHUP: the configuration was not reloaded: ${(error as Error).message}`);
-      }
-      control("reload", text);
+      reloads = reloads.then(async () => {
+        let text: string;
+        try {
+          // Upstreams that are the gateway itself are checked on the port its workers listen on (once one does).
+          text = await config.reload(url === null ? null : Number(new URL(url).port));
+        } catch (error) {
+          say(`SIGHUP: the configuration was not reloaded: ${(error as Error).message}`);
+          return;
+        }
+        if (!stopping) control("reload", text);
+      });
     };
     const stop = (why: string, code: number) => {
       if (stopping) return;

@@ -8,7 +8,11 @@
 // it starts, and a reload sends every worker the one text the primary read and
 // checked. A worker started again so runs what its siblings run: the start's
 // text, moved to the last reload's upstreams (what a reload changes; the rest
-// waits for a restart of the whole gateway, as in its siblings).
+// waits for a restart of the whole gateway, as in its siblings), from before it
+// listens (afterReload).
+
+import { withUpstreams } from "../config/config.js";
+import type { GatewayConfig, UpstreamConfig } from "../config/config-types.js";
 
 /** The type of every configuration message between a worker and the primary. */
 export const CONFIG_MESSAGE = "adp-gateway-config";
@@ -19,6 +23,25 @@ export const CONFIG_TIMEOUT_MS = 10_000;
 export interface ConfigTexts {
   readonly start: string;
   readonly reloaded: string | null;
+}
+
+/**
+ * What a gateway started on `start` runs after a reload to `reloaded`:
+ * `start`'s settings and `reloaded`'s upstreams, in its order, each one that
+ * stayed (the first unmatched of `start`'s with its URL, as Fleet.reload
+ * matches them) with its start's settings but for the three a reload changes
+ * in it (its name, API key and drain: Upstream.update).
+ */
+export function afterReload(start: GatewayConfig, reloaded: GatewayConfig): GatewayConfig {
+  const unused = new Map<string, UpstreamConfig[]>();
+  for (const u of start.upstreams) unused.set(u.url, [...(unused.get(u.url) ?? []), u]);
+  return withUpstreams(
+    start,
+    reloaded.upstreams.map((c) => {
+      const kept = unused.get(c.url)?.shift();
+      return kept === undefined ? c : { ...kept, name: c.name, apiKey: c.apiKey, drain: c.drain };
+    }),
+  );
 }
 
 /** A configuration message: a starting worker asks (`ask`); the primary answers with the texts (`texts`). */
@@ -35,15 +58,17 @@ export function isConfigMessage(m: unknown): m is ConfigMessage {
 /** The primary's side: the gateway's configuration texts, and how a reload reads the next. */
 export class ConfigKeeper {
   readonly #start: string;
-  readonly #read: () => string;
+  readonly #read: (port: number | null) => Promise<string>;
   #reloaded: string | null = null;
   #generation = 0;
 
   /**
    * `start` is the text the gateway started with; `read` reads the file
-   * again and checks it, returning its text or throwing what is wrong with it.
+   * again and checks it as a worker would take it (the gateway's port, when
+   * known, for upstreams that would be the gateway itself), resolving with
+   * its text or rejecting with what is wrong with it.
    */
-  constructor(start: string, read: () => string) {
+  constructor(start: string, read: (port: number | null) => Promise<string>) {
     this.#start = start;
     this.#read = read;
   }
@@ -63,9 +88,13 @@ export class ConfigKeeper {
     return { type: CONFIG_MESSAGE, op: "texts", start: this.#start, reloaded: this.#reloaded };
   }
 
-  /** Reads the file for a reload: its text, kept as the one workers started later move to; throws, keeping the last, when it is unreadable or wrong. */
-  reload(): string {
-    const text = this.#read();
+  /**
+   * Reads the file for a reload (`port`: the gateway's, when known): its
+   * text, kept as the one workers started later move to; rejects, keeping
+   * the last, when it is unreadable or wrong.
+   */
+  async reload(port: number | null): Promise<string> {
+    const text = await this.#read(port);
     this.#reloaded = text;
     this.#generation++;
     return text;
