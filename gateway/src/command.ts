@@ -20,7 +20,7 @@ import { LINK_MESSAGE, SiblingLinks, type LinkMessage } from "./workers/sibling-
 import { Socket } from "node:net";
 import { MetricsRelay } from "./workers/metrics-relay.js";
 import { ConnectionOverflow, type NativeHandle } from "./workers/connection-overflow.js";
-import { debtsFromEnv, InFlightLending, LENDING_DEBTS_ENV } from "./workers/in-flight-lending.js";
+import { carriedFrom, InFlightLending } from "./workers/in-flight-lending.js";
 import { afterReload, askConfig, ConfigKeeper, type ConfigTexts } from "./workers/config-relay.js";
 
 /** The help text of `adp-router-gateway serve`. */
@@ -230,15 +230,19 @@ async function serve(args: string[]): Promise<number> {
   const workersAsked = workersText === "auto" ? null : Number(workersText);
   if (!/^(auto|\d{1,4})$/.test(workersText) || (workersAsked !== null && (workersAsked < 1 || workersAsked > 1024))) return fail(`--workers must be auto or an integer in [1, 1024], got ${JSON.stringify(workersText)}`);
   let file: { name: string; text: string } | undefined;
-  // A worker reads no file: it runs the texts its primary read (config-relay.ts), as its siblings do.
+  // A worker reads no file: it runs the texts its primary read (config-relay.ts), as its siblings do, and takes over
+  // what its slot holds of the in-flight caps.
   let texts: ConfigTexts | null = null;
-  if (values.config !== undefined && isGatewayWorker()) {
+  if (isGatewayWorker()) {
     try {
       texts = await askConfig(toPrimary, (l) => process.on("message", l), (l) => process.off("message", l));
     } catch (error) {
       return fail((error as Error).message, 1);
     }
-    file = { name: values.config, text: texts.start };
+    if (values.config !== undefined) {
+      if (texts.start === null) return fail("the primary has no configuration file to send", 1);
+      file = { name: values.config, text: texts.start };
+    }
   } else if (values.config !== undefined) {
     try {
       file = { name: values.config, text: readFileSync(values.config, "utf8") };
@@ -279,7 +283,7 @@ async function serve(args: string[]): Promise<number> {
   // A worker starts up to its share of each upstream's in-flight cap, and borrows what its siblings leave unused through the primary.
   // This process's configuration: the file's, with a worker's share of the limits.
   const served = share(config);
-  const lending = isGatewayWorker() ? new InFlightLending((m) => toPrimary(m), served.limits.inFlightShare, debtsFromEnv(process.env[LENDING_DEBTS_ENV])) : undefined;
+  const lending = isGatewayWorker() ? new InFlightLending((m) => toPrimary(m), served.limits.inFlightShare, carriedFrom(texts?.carried)) : undefined;
   if (workers > 1 && siblings === undefined) {
     // Checked once here, said once: the workers join without checking again.
     const checked = await checkUpstreams(config, false);

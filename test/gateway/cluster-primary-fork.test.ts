@@ -113,7 +113,7 @@ describe("the primary's configuration texts", () => {
     const status = runPrimary(2, "kernel", new ConfigKeeper("first", async () => file));
     const [one, two] = state.forks as FakeWorker[];
     for (const w of [one!, two!]) w.emit("message", ask);
-    expect(one!.sent).toEqual([{ type: "adp-gateway-config", op: "texts", start: "first", reloaded: null }]);
+    expect(one!.sent).toEqual([{ type: "adp-gateway-config", op: "texts", start: "first", reloaded: null, carried: [] }]);
     one!.emit("message", listening);
     // Worker 2 asked, and has not said it listens when the reload comes: it reads no message yet.
     file = "second";
@@ -128,7 +128,7 @@ describe("the primary's configuration texts", () => {
     await new Promise((r) => setTimeout(r, 1_100));
     const three = state.forks[2] as FakeWorker;
     three.emit("message", ask);
-    expect(three.sent).toEqual([{ type: "adp-gateway-config", op: "texts", start: "first", reloaded: "second" }]);
+    expect(three.sent).toEqual([{ type: "adp-gateway-config", op: "texts", start: "first", reloaded: "second", carried: [] }]);
     three.emit("message", listening);
     expect(reloads(three)).toEqual([]);
     process.emit("SIGTERM", "SIGTERM");
@@ -183,12 +183,12 @@ describe("the primary's configuration texts", () => {
     const asked: unknown[] = [];
     const texts = askConfig((m) => asked.push(m), (l) => listeners.add(l), (l) => listeners.delete(l), 1_000);
     expect(asked).toEqual([ask]);
-    for (const m of [{ type: "adp-gateway-config", op: "texts", start: 1, reloaded: null }, { type: "adp-gateway-config", op: "texts", start: "a" }, { type: "adp-gateway-control", action: "reload", text: "b" }]) {
+    for (const m of [{ type: "adp-gateway-config", op: "texts", start: 1, reloaded: null, carried: [] }, { type: "adp-gateway-config", op: "texts", start: "a", carried: [] }, { type: "adp-gateway-config", op: "texts", start: "a", reloaded: null }, { type: "adp-gateway-control", action: "reload", text: "b" }]) {
       expect(isConfigMessage(m) && m.op === "texts").toBe(false);
       for (const l of listeners) l(m);
     }
-    for (const l of listeners) l({ type: "adp-gateway-config", op: "texts", start: "a", reloaded: "b" });
-    expect(await texts).toEqual({ start: "a", reloaded: "b" });
+    for (const l of listeners) l({ type: "adp-gateway-config", op: "texts", start: "a", reloaded: "b", carried: [["http://e", -2]] });
+    expect(await texts).toEqual({ start: "a", reloaded: "b", carried: [["http://e", -2]] });
     expect(listeners.size).toBe(0);
     await expect(askConfig(() => {}, (l) => listeners.add(l), (l) => listeners.delete(l), 50)).rejects.toThrow("the primary did not send the configuration within 0.05 s");
     expect(listeners.size).toBe(0);

@@ -6,10 +6,10 @@
 // way. At every step the units of each upstream add up to its cap, none lost
 // and none made, and no worker has more requests in flight than the units it
 // holds; units go to the worker whose requests wait for them, and a down
-// worker's to those that run.
+// worker's, after its grace, to those that run.
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { debtsFromEnv, InFlightLending, isLendingMessage, LENDING_DEBTS_ENV, LENDING_MESSAGE, type LendingMessage } from "../../gateway/src/workers/in-flight-lending.js";
+import { carriedFrom, InFlightLending, isLendingMessage, LENDING_MESSAGE, type LendingMessage } from "../../gateway/src/workers/in-flight-lending.js";
 import { LendingBroker } from "../../gateway/src/workers/lending-broker.js";
 import type { Upstream } from "../../gateway/src/fleet/upstream.js";
 
@@ -39,13 +39,13 @@ class Gateway {
     for (let slot = 1; slot <= n; slot++) this.start(slot);
   }
 
-  /** Starts worker `slot` (again), with the debts the primary gives it. */
+  /** Starts worker `slot` (again), with what its slot holds as the primary says (through JSON, as it crosses). */
   start(slot: number): void {
-    const debts = debtsFromEnv(this.broker.env(slot)[LENDING_DEBTS_ENV]);
+    const carried = carriedFrom(JSON.parse(JSON.stringify(this.broker.carried(slot))));
     this.up[slot] = [];
     this.down[slot] = [];
     this.inFlight[slot] = new Map(URLS.map((u) => [u, 0]));
-    const w = new InFlightLending((m) => this.up[slot]!.push(m), staticShare(this.cap, this.n, slot), debts);
+    const w = new InFlightLending((m) => this.up[slot]!.push(m), staticShare(this.cap, this.n, slot), carried);
     w.start({ inFlight: (url) => this.inFlight[slot]!.get(url) ?? 0, urls: () => URLS, wake: () => {} });
     this.workers[slot] = w;
     this.live.add(slot);
@@ -60,9 +60,10 @@ class Gateway {
     this.broker.exited(slot);
   }
 
-  /** Worker `slot` exits and starts again. */
-  restart(slot: number): void {
+  /** Worker `slot` exits and starts again, within its grace or after it. */
+  restart(slot: number, afterGrace = false): void {
     this.exit(slot);
+    if (afterGrace) this.broker.releaseDown(slot);
     this.start(slot);
   }
 
@@ -91,12 +92,12 @@ class Gateway {
 
 /** One step of a random run. */
 type Step =
-  | { kind: "up" | "down" | "start" | "fill" | "end" | "restart" | "exit" | "drain"; slot: number; url: number }
+  | { kind: "up" | "down" | "start" | "fill" | "end" | "restart" | "exit" | "grace" | "drain"; slot: number; url: number }
   | { kind: "waiting"; slot: number; url: number; short: number; unplaced: number; oldest: number };
 
 const step: fc.Arbitrary<Step> = fc.oneof(
   fc.record({ kind: fc.constantFrom("up" as const, "down" as const, "start" as const, "fill" as const, "end" as const), slot: fc.integer({ min: 1, max: 4 }), url: fc.integer({ min: 0, max: 1 }) }),
-  fc.record({ kind: fc.constantFrom("restart" as const, "exit" as const, "drain" as const), slot: fc.integer({ min: 1, max: 4 }), url: fc.constant(0) }),
+  fc.record({ kind: fc.constantFrom("restart" as const, "exit" as const, "grace" as const, "drain" as const), slot: fc.integer({ min: 1, max: 4 }), url: fc.constant(0) }),
   fc.record({ kind: fc.constant("waiting" as const), slot: fc.integer({ min: 1, max: 4 }), url: fc.integer({ min: 0, max: 1 }), short: fc.integer({ min: 0, max: 8 }), unplaced: fc.integer({ min: 0, max: 3 }), oldest: fc.integer({ min: 0, max: 50 }) }),
 );
 
@@ -108,9 +109,11 @@ describe("in-flight lending between workers", () => {
         for (const s of steps) {
           const slot = ((s.slot - 1) % n) + 1;
           const url = URLS[s.url]!;
-          // A down worker does nothing but start again (at its next step, or at a restart's).
+          // A down worker's grace ends, it fails to start again (down anew), or it starts again.
           if (!g.live.has(slot)) {
-            if (s.kind !== "exit") g.start(slot);
+            if (s.kind === "grace") g.broker.releaseDown(slot);
+            else if (s.kind === "exit") g.broker.exited(slot);
+            else g.start(slot);
             continue;
           }
           const w = g.workers[slot]!;
@@ -223,7 +226,7 @@ describe("in-flight lending between workers", () => {
     );
   });
 
-  it("starts a worker started again short of the units its slot had lent, and returns to the reserve those it had borrowed", () => {
+  it("starts a worker started again within its slot's grace with what the slot held: short of what it lent, with what it borrowed", () => {
     const g = new Gateway(6, 2);
     const url = URLS[0]!;
     // Worker 2 lends its 3 units to worker 1, then exits: started again, it has none (worker 1 still holds them).
@@ -234,8 +237,11 @@ describe("in-flight lending between workers", () => {
     g.restart(2);
     expect(g.workers[2]!.shareOf(url)).toBe(0);
     expect(g.units(url)).toBe(6);
-    // Worker 1 exits holding all 6 (its 3 and worker 2's): they go to the reserve, and its restart starts with none.
+    // Worker 1 exits holding all 6 (its 3 and worker 2's): started again within the grace, its worker takes them over.
     g.restart(1);
+    expect([g.workers[1]!.shareOf(url), g.broker.reserve(url), g.units(url)]).toEqual([6, 0, 6]);
+    // After the grace they went to the reserve, and its restart starts with none.
+    g.restart(1, true);
     expect([g.workers[1]!.shareOf(url), g.broker.reserve(url), g.units(url)]).toEqual([0, 6, 6]);
   });
 
@@ -244,10 +250,14 @@ describe("in-flight lending between workers", () => {
     const url = URLS[0]!;
     const [, other] = URLS;
     g.exit(2);
-    // Worker 1's requests wait, 4 beyond its share: worker 2's 4 serve them while it is down (for as long as its
-    // restarts fail), on an upstream no message named before it went down too.
+    // Worker 1's requests wait, 4 beyond its share: worker 2's 4 serve them once its grace is over (its requests may
+    // still run at the engine until then), and while it is down (for as long as its restarts fail), on an upstream
+    // no message named before it went down too.
     g.inFlight[1]!.set(url, 4);
     g.workers[1]!.waiting(new Map([[upstream(url), 4]]), 0, 1000);
+    g.drain();
+    expect([g.workers[1]!.shareOf(url), g.broker.reserve(url), g.units(url)]).toEqual([4, 0, 8]);
+    g.broker.releaseDown(2);
     g.drain();
     expect([g.workers[1]!.shareOf(url), g.broker.reserve(url), g.units(url)]).toEqual([8, 0, 8]);
     g.inFlight[1]!.set(other!, 4);
@@ -265,13 +275,13 @@ describe("in-flight lending between workers", () => {
     expect(g.units(other!)).toBe(8);
   });
 
-  it("takes only well-formed messages and debts", () => {
+  it("takes only well-formed messages and carried units", () => {
     expect(isLendingMessage({ type: LENDING_MESSAGE, op: "grant", url: "http://e", n: 2 })).toBe(true);
     for (const bad of [null, { type: LENDING_MESSAGE, op: "grant", url: "http://e", n: -1 }, { type: LENDING_MESSAGE, op: "grant", url: "", n: 1 }, { type: LENDING_MESSAGE, op: "steal", url: "http://e", n: 1 }, { type: LENDING_MESSAGE, op: "owe", url: "http://e" }, { type: LENDING_MESSAGE, op: "want", url: "x".repeat(9000), n: 1 }, { type: LENDING_MESSAGE, op: "return", url: "http://e", n: 1.5 }]) {
       expect(isLendingMessage(bad)).toBe(false);
     }
-    expect([...debtsFromEnv(JSON.stringify([["http://e", 2], ["http://f", -1], ["http://g", "x"], 7]))]).toEqual([["http://e", 2]]);
-    expect(debtsFromEnv("{not json").size).toBe(0);
-    expect(debtsFromEnv(undefined).size).toBe(0);
+    expect([...carriedFrom([["http://e", 2], ["http://f", -1], ["http://z", 0], ["http://g", "x"], ["http://h", 2 ** 21], 7])]).toEqual([["http://e", 2], ["http://f", -1]]);
+    expect(carriedFrom("{not a list").size).toBe(0);
+    expect(carriedFrom(undefined).size).toBe(0);
   });
 });

@@ -31,8 +31,8 @@ import { isLinkMessage, LINK_MESSAGE, WorkerLinks } from "./sibling-links.js";
 import { isMetricsMessage, METRICS_MESSAGE, MetricsGather } from "./metrics-relay.js";
 import { isNativeHandle, isOverflowMessage, type NativeHandle, OVERFLOW_MESSAGE, OverflowRelay, type OverflowTarget } from "./connection-overflow.js";
 import { isLendingMessage, LENDING_MESSAGE } from "./in-flight-lending.js";
-import { LendingBroker } from "./lending-broker.js";
-import { CONFIG_MESSAGE, type ConfigKeeper, isConfigMessage } from "./config-relay.js";
+import { DOWN_GRACE_MS, LendingBroker } from "./lending-broker.js";
+import { CONFIG_MESSAGE, type ConfigKeeper, type ConfigMessage, isConfigMessage } from "./config-relay.js";
 import { collectorThreadsChosen } from "../common/collector-threads.js";
 import { WORKERS_ENV } from "../common/usable-cores.js";
 import type { ConnectionBalance } from "../config/config-types.js";
@@ -184,7 +184,7 @@ export function runPrimary(n: number, balance: ConnectionBalance = "kernel", con
       // A worker joins a gateway the primary checked: an upstream it cannot reach starts unhealthy in it (command.ts).
       let w: Worker;
       try {
-        w = cluster.fork({ ...workerEnv(slot), [WORKERS_ENV]: String(n), ...lending.env(slot) });
+        w = cluster.fork({ ...workerEnv(slot), [WORKERS_ENV]: String(n) });
       } catch (error) {
         say(`worker ${slot} could not be started: ${(error as Error).message}`);
         return ended(null, slot, 1, null);
@@ -205,10 +205,10 @@ export function runPrimary(n: number, balance: ConnectionBalance = "kernel", con
           const relayed = { ...(m as object), from: slot, linked: undefined };
           for (const [other, otherSlot] of slots) if (other !== w && !skip.includes(otherSlot)) post(other, relayed);
         } else if (type === CONFIG_MESSAGE) {
-          // A starting worker's ask: the texts its siblings run.
-          if (config !== null && isConfigMessage(m) && m.op === "ask") {
-            given.set(w, config.generation);
-            post(w, config.texts());
+          // A starting worker's ask: the texts its siblings run, and what its slot holds of the in-flight caps (from here it is up).
+          if (isConfigMessage(m) && m.op === "ask") {
+            given.set(w, config?.generation ?? 0);
+            post(w, { type: CONFIG_MESSAGE, op: "texts", start: config?.start ?? null, reloaded: config?.reloaded ?? null, carried: lending.carried(slot) } satisfies ConfigMessage);
           }
         } else if (type === LENDING_MESSAGE) {
           // Only from the slot's running worker: one read after its exit would count against its restart.
@@ -259,7 +259,9 @@ export function runPrimary(n: number, balance: ConnectionBalance = "kernel", con
         for (const other of slots.keys()) post(other, { type: STATE_MESSAGE, from: slot, epoch: pid, seq: 0, ended: true, entries: [], loads: [] });
       }
       overflow.exited(slot);
-      lending.exited(slot); // its units serve the others until it is started again
+      // Its units serve the others until it is started again, once its requests at the engine can have ended.
+      lending.exited(slot);
+      setTimeout(() => lending.releaseDown(slot), DOWN_GRACE_MS).unref();
       if (!stopping && !served.has(slot)) stop(`worker ${slot} could not start (exit ${code ?? signal}): stopping the others`, code === 0 || code === null ? 1 : code);
       else if (!stopping) {
         // The others serve meanwhile: a restart that fails (no descriptor left to fork with, a tokenizer folder

@@ -9,7 +9,9 @@
 // checked. A worker started again so runs what its siblings run: the start's
 // text, moved to the last reload's upstreams (what a reload changes; the rest
 // waits for a restart of the whole gateway, as in its siblings), from before it
-// listens (afterReload).
+// listens (afterReload). The answer also carries what its slot holds of the
+// in-flight caps beyond or short of its share (lending-broker.ts): a worker
+// asks whether or not the gateway has a file.
 
 import { withUpstreams } from "../config/config.js";
 import type { GatewayConfig, UpstreamConfig } from "../config/config-types.js";
@@ -19,10 +21,11 @@ export const CONFIG_MESSAGE = "adp-gateway-config";
 /** How long a starting worker waits for the primary's answer. */
 export const CONFIG_TIMEOUT_MS = 10_000;
 
-/** The texts a worker starts from: the file as the gateway started with it, and the last reload's (null: none). */
+/** What a worker starts from: the file as the gateway started with it (null: no file), the last reload's (null: none), and what its slot holds of the in-flight caps beyond its share ([url, units] pairs, checked by carriedFrom). */
 export interface ConfigTexts {
-  readonly start: string;
+  readonly start: string | null;
   readonly reloaded: string | null;
+  readonly carried: unknown;
 }
 
 /**
@@ -44,7 +47,7 @@ export function afterReload(start: GatewayConfig, reloaded: GatewayConfig): Gate
   );
 }
 
-/** A configuration message: a starting worker asks (`ask`); the primary answers with the texts (`texts`). */
+/** A configuration message: a starting worker asks (`ask`); the primary answers with what it starts from (`texts`). */
 export type ConfigMessage = { readonly type: typeof CONFIG_MESSAGE; readonly op: "ask" } | ({ readonly type: typeof CONFIG_MESSAGE; readonly op: "texts" } & ConfigTexts);
 
 /** Whether `m` is a configuration message (checked whole: the channel is the primary's, but a message is data). */
@@ -52,7 +55,7 @@ export function isConfigMessage(m: unknown): m is ConfigMessage {
   if (typeof m !== "object" || m === null || (m as { type?: unknown }).type !== CONFIG_MESSAGE) return false;
   const x = m as Record<string, unknown>;
   if (x.op === "ask") return true;
-  return x.op === "texts" && typeof x.start === "string" && (x.reloaded === null || typeof x.reloaded === "string");
+  return x.op === "texts" && (x.start === null || typeof x.start === "string") && (x.reloaded === null || typeof x.reloaded === "string") && Array.isArray(x.carried);
 }
 
 /** The primary's side: the gateway's configuration texts, and how a reload reads the next. */
@@ -83,9 +86,9 @@ export class ConfigKeeper {
     return this.#reloaded;
   }
 
-  /** The answer to a worker's `ask`. */
-  texts(): ConfigMessage {
-    return { type: CONFIG_MESSAGE, op: "texts", start: this.#start, reloaded: this.#reloaded };
+  /** The text the gateway started with. */
+  get start(): string {
+    return this.#start;
   }
 
   /**
@@ -115,7 +118,7 @@ export function askConfig(send: (m: ConfigMessage) => void, on: (listener: (m: u
       if (!isConfigMessage(m) || m.op !== "texts") return;
       clearTimeout(timer);
       off(listener);
-      resolve({ start: m.start, reloaded: m.reloaded });
+      resolve({ start: m.start, reloaded: m.reloaded, carried: m.carried });
     };
     on(listener);
     send({ type: CONFIG_MESSAGE, op: "ask" });

@@ -14,12 +14,12 @@
 //   the workers' shares + the primary's reserve + units on their way = the cap
 //
 // and the engine never has more than the cap in flight from the gateway. A
-// worker that exits takes its units with it: the primary puts back in its
-// reserve the units it had been granted beyond its share, and one started
-// again in its slot starts short of the units it had lent (lending-broker.ts);
-// its own share is nobody's until then. Units are counted per upstream URL
-// (workers name upstreams by URL; the cap is read at a worker's start, as the
-// other limits are).
+// worker that exits leaves every unit it held, its own share too, to the
+// primary's reserve, a grace period later (its requests may still run at the
+// engine), and one started again in its slot takes over what the slot holds
+// (within the grace, its predecessor's units; after it, none of its share),
+// told when it asks its primary for its start (lending-broker.ts, config-relay.ts). Units are counted per upstream URL
+// (workers name upstreams by URL; the cap is the one the gateway started with).
 //
 // Messages (on the worker's IPC channel to its primary):
 //   worker → primary   want(url, n, since): n requests wait for units, the oldest since `since` (ms
@@ -34,14 +34,12 @@ import type { Upstream } from "../fleet/upstream.js";
 
 /** The message kind lending travels as (both ways). */
 export const LENDING_MESSAGE = "adp-gateway-lending";
-/** The environment variable a worker started again finds the units it owes in (JSON: [url, units] pairs). */
-export const LENDING_DEBTS_ENV = "ADP_GATEWAY_IN_FLIGHT_DEBTS";
 /** Most units one message moves (the cap's own bound). */
 const MAX_UNITS = 1 << 20;
 /** Longest URL a message names. */
 const MAX_URL = 8192;
-/** Most upstreams a debt list names. */
-const MAX_DEBTS = 65_536;
+/** Most upstreams a carried list names. */
+const MAX_CARRIED = 65_536;
 
 /** A lending message, as it crosses. */
 export type LendingMessage =
@@ -60,22 +58,15 @@ export function isLendingMessage(v: unknown): v is LendingMessage {
   return m.op === "want" ? units && since : (m.op === "return" || m.op === "grant") && units;
 }
 
-/** The debts a worker started again owes, from its environment's text (nothing when unset or malformed: the primary wrote it). */
-export function debtsFromEnv(text: string | undefined): Map<string, number> {
-  const debts = new Map<string, number>();
-  if (text === undefined) return debts;
-  let parsed: unknown;
-  try {
-    parsed = JSON.parse(text);
-  } catch {
-    return debts;
-  }
-  if (!Array.isArray(parsed) || parsed.length > MAX_DEBTS) return debts;
+/** What a worker started again holds beyond (or, negative, short of) its share, from its primary's [url, units] pairs (nothing of a malformed list). */
+export function carriedFrom(parsed: unknown): Map<string, number> {
+  const carried = new Map<string, number>();
+  if (!Array.isArray(parsed) || parsed.length > MAX_CARRIED) return carried;
   for (const pair of parsed) {
-    if (!Array.isArray(pair) || typeof pair[0] !== "string" || pair[0].length > MAX_URL || !Number.isSafeInteger(pair[1]) || pair[1] <= 0 || pair[1] > MAX_UNITS) continue;
-    debts.set(pair[0], pair[1]);
+    if (!Array.isArray(pair) || typeof pair[0] !== "string" || pair[0].length > MAX_URL || !Number.isSafeInteger(pair[1]) || pair[1] === 0 || Math.abs(pair[1]) > MAX_UNITS) continue;
+    carried.set(pair[0], pair[1]);
   }
-  return debts;
+  return carried;
 }
 
 /** What the lending reads of the worker's gateway, bound once it is built. */
@@ -116,11 +107,11 @@ export class InFlightLending implements InFlightShares {
   /** The gateway it lends for (null until bound). */
   #view: LendingView | null = null;
 
-  /** `send` reaches the primary; `debts` are the units this slot lent before it was started again (they stay lent). */
-  constructor(send: (message: LendingMessage) => void, startShare: number, debts: ReadonlyMap<string, number> = new Map()) {
+  /** `send` reaches the primary; `carried` is what its slot held beyond (or, negative, short of) its share when it was started again. */
+  constructor(send: (message: LendingMessage) => void, startShare: number, carried: ReadonlyMap<string, number> = new Map()) {
     this.#send = send;
     this.#startShare = startShare;
-    for (const [url, n] of debts) this.#delta.set(url, -n);
+    for (const [url, n] of carried) this.#delta.set(url, n);
   }
 
   /** Binds the gateway it lends for. */

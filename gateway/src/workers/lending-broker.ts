@@ -6,14 +6,24 @@
 // back what it leaves unused there (told how long the oldest unmet want has
 // waited). A worker that exits leaves every unit it held to the reserve, its
 // own share included, so that the others can use them until it is started
-// again (for a second, or for as long as its restarts fail); the worker
-// started again in its slot is told (in its environment) the units its slot
-// gave up so, which it starts without and borrows back like any other.
+// again (for as long as its restarts fail): after DOWN_GRACE_MS, as its
+// requests may still run at the engine until it sees their connections
+// closed. The worker started again in its slot takes over what the slot holds
+// (told when it asks for its start, config-relay.ts): within the grace, the
+// units its predecessor held; after it, none of its share, which it borrows
+// back like any other worker.
 
-import { LENDING_DEBTS_ENV, LENDING_MESSAGE, type LendingMessage } from "./in-flight-lending.js";
+import { LENDING_MESSAGE, type LendingMessage } from "./in-flight-lending.js";
 
 /** Most upstream URLs the broker keeps units for (a fleet's upstreams, reloads included). */
 const MAX_URLS = 65_536;
+/**
+ * How long after a worker exits its units go to the reserve, ms: its requests
+ * may still run at the engine, which frees them once it sees their
+ * connections closed (vLLM, SGLang and trtllm-serve abort a request whose
+ * client went); lent at once, they would let the engine hold twice the cap.
+ */
+export const DOWN_GRACE_MS = 1_000;
 
 /** How the broker reaches the workers. */
 export interface LendingPeers {
@@ -44,8 +54,8 @@ export class LendingBroker {
   readonly #held = new Map<number, Map<string, number>>();
   /** Each slot's share of an upstream's cap at its start (as limitsShare splits it). */
   readonly #shareOf: (slot: number) => number;
-  /** Slots whose worker exited and is not started again, each with the URLs whose units of it went to the reserve. */
-  readonly #down = new Map<number, Set<string>>();
+  /** Slots whose worker exited and is not started again, each with the URLs whose units of it went to the reserve (null: within DOWN_GRACE_MS, none yet). */
+  readonly #down = new Map<number, Set<string> | null>();
 
   /** `peers` reach the workers; `shareOf` gives a slot's share of each upstream's cap. */
   constructor(peers: LendingPeers, shareOf: (slot: number) => number) {
@@ -60,7 +70,7 @@ export class LendingBroker {
       if (this.#reserve.size >= MAX_URLS) return;
       this.#reserve.set(m.url, 0);
       // An upstream first named now: a down slot's units of it go to the reserve too.
-      for (const slot of this.#down.keys()) this.#release(slot, m.url);
+      for (const down of this.#down.keys()) this.#release(down, m.url);
     }
     if (m.op === "want") {
       const wants = this.#wants.get(m.url) ?? new Map<number, Want>();
@@ -86,44 +96,49 @@ export class LendingBroker {
   }
 
   /**
-   * Worker `slot` exited (or could not be started): its wants go, and every
-   * unit it held comes to the reserve (upstreams no message named yet, once
-   * one does); what it lent stays lent.
+   * Worker `slot` exited (or could not be started): its wants go; what it
+   * holds waits for releaseDown (DOWN_GRACE_MS later); what it lent stays lent.
    */
   exited(slot: number): void {
     const urls = new Set<string>();
     for (const [url, wants] of this.#wants) if (wants.delete(slot)) urls.add(url);
-    this.#down.set(slot, this.#down.get(slot) ?? new Set());
-    for (const url of this.#reserve.keys()) if (this.#release(slot, url)) urls.add(url);
+    // Down again without a start between (a restart that failed): what went to the reserve stays there.
+    if (!this.#down.has(slot)) this.#down.set(slot, null);
     for (const url of urls) {
       if (this.#wants.get(url)?.size === 0) this.#wants.delete(url);
       this.#serve(url);
     }
   }
 
-  /** Units of `url` that down slots hold and the reserve has not taken yet (no message named `url` since they went down). */
+  /** Down `slot`'s grace is over: every unit it holds comes to the reserve (of upstreams no message named yet, once one does). */
+  releaseDown(slot: number): void {
+    if (this.#down.get(slot) !== null) return; // started again meanwhile, or released already
+    this.#down.set(slot, new Set());
+    for (const url of this.#reserve.keys()) if (this.#release(slot, url)) this.#serve(url);
+  }
+
+  /** Units of `url` that down slots hold and the reserve has not taken yet (within their grace, or no message named `url` since). */
   downUnits(url: string): number {
     let n = 0;
-    for (const [slot, released] of this.#down) if (!released.has(url)) n += Math.max(0, this.#shareOf(slot) + (this.#held.get(slot)?.get(url) ?? 0));
+    for (const [slot, released] of this.#down) if (released === null || !released.has(url)) n += Math.max(0, this.#shareOf(slot) + (this.#held.get(slot)?.get(url) ?? 0));
     return n;
   }
 
   /**
-   * The environment worker `slot` starts with: the units its slot lent or
-   * left to the reserve, which it starts without (set even when none: never
-   * the primary's own). From here the slot is up: what it holds of an
-   * upstream no message named yet is its worker's.
+   * What worker `slot` starts with beyond (or, negative, short of) its share,
+   * as [url, units] pairs: what its slot holds, borrowed, lent, or left to the
+   * reserve after its grace. From here the slot is up: what it holds (of an
+   * upstream no message named yet, its share) is its worker's.
    */
-  env(slot: number): Record<string, string> {
+  carried(slot: number): [string, number][] {
     this.#down.delete(slot);
-    const debts = [...(this.#held.get(slot) ?? [])].filter(([, n]) => n < 0).map(([url, n]) => [url, -n]);
-    return { [LENDING_DEBTS_ENV]: JSON.stringify(debts) };
+    return [...(this.#held.get(slot) ?? [])].filter(([, n]) => n !== 0);
   }
 
-  /** Moves what down `slot` holds of `url` to the reserve, once; whether any unit moved. */
+  /** Moves what down `slot` holds of `url` to the reserve, once (after its grace); whether any unit moved. */
   #release(slot: number, url: string): boolean {
     const released = this.#down.get(slot);
-    if (released === undefined || released.has(url)) return false;
+    if (released === undefined || released === null || released.has(url)) return false;
     released.add(url);
     const units = Math.max(0, this.#shareOf(slot) + (this.#held.get(slot)?.get(url) ?? 0));
     if (units === 0) return false;
