@@ -75,12 +75,17 @@ const RATE = Number(process.env.ADP_BENCH_PEERS_RATE ?? 25);
  * compilations over the 3,000 measured (`--trace-opt`; 13% of the gateway's CPU
  * there by perf), after 5,000 24-26 (57-91 ms of compiling, about 5%), and 26
  * after 12,000; 5 once the warm-up was split over two client pools (warmUp) and
- * routing stopped making a hidden class per request. HAProxy has nothing to warm,
+ * routing stopped making a hidden class per request. A function called once a
+ * batch takes longer still: the scheduler's #flush (1,507 bytes of bytecode)
+ * needs 13 profiler ticks, ~4,300 batches, and after 5,000 requests it and the
+ * router's batch functions were first optimized inside the measured window
+ * (30-60 ms of compiling there, with no full collection and no deoptimization
+ * in it, 4 runs); hence 10,000. HAProxy has nothing to warm,
  * and gets the same requests. A peer
  * of N worker processes gets N times as many, so each process is as warm as one
  * gateway.
  */
-const WARMUP_REQUESTS = Number(process.env.ADP_BENCH_PEERS_WARMUP ?? 5_000);
+const WARMUP_REQUESTS = Number(process.env.ADP_BENCH_PEERS_WARMUP ?? 10_000);
 const ROUNDS = Number(process.env.ADP_BENCH_PEERS_ROUNDS ?? 3);
 const WRK_CONNECTIONS = 256;
 const WRK_SECONDS = 8;
@@ -121,15 +126,24 @@ interface TraceCall {
   readonly body: string;
 }
 
-/** The bundled trace's first `n` requests as chat bodies, arrivals divided by `rate`; for a `warmup`, each prompt's first byte is a `~`, so none of its blocks is one of the trace's. */
+/**
+ * The bundled trace's first `n` requests as chat bodies, arrivals divided by
+ * `rate`; for a `warmup`, each prompt's first byte is a `~`, so none of its
+ * blocks is one of the trace's, and past the trace's 12,031 requests it runs
+ * again after its last, its first byte another (`}`, `|`, ...: none of its
+ * blocks is one of an earlier pass's either).
+ */
 function traceCalls(n: number, rate = RATE, warmup = false): TraceCall[] {
-  const lines = gunzipSync(readFileSync(path.join(ROOT, "traces", "mooncake_conversation_trace.jsonl.gz"))).toString("utf8").split("\n").filter(Boolean).slice(0, n);
+  const all = gunzipSync(readFileSync(path.join(ROOT, "traces", "mooncake_conversation_trace.jsonl.gz"))).toString("utf8").split("\n").filter(Boolean);
+  const records = all.slice(0, warmup ? all.length : n).map((line) => JSON.parse(line) as { timestamp: number; hash_ids: number[] });
+  const span = records[records.length - 1]!.timestamp + 1_000;
   const chunks = new Map<number, string>();
-  return lines.map((line) => {
-    const r = JSON.parse(line) as { timestamp: number; hash_ids: number[] };
+  return Array.from({ length: Math.min(n, warmup ? Infinity : records.length) }, (_, i) => {
+    const pass = Math.floor(i / records.length);
+    const r = records[i % records.length]!;
     const text = r.hash_ids.map((h) => chunks.get(h) ?? (chunks.set(h, chunk(h)), chunks.get(h)!)).join("");
-    const content = warmup ? `~${text.slice(1)}` : text;
-    return { atMs: r.timestamp / rate, body: JSON.stringify({ model: "bench-model", messages: [{ role: "user", content }], max_tokens: 1 }) };
+    const content = warmup ? `${String.fromCharCode(0x7e - pass)}${text.slice(1)}` : text;
+    return { atMs: (r.timestamp + pass * span) / rate, body: JSON.stringify({ model: "bench-model", messages: [{ role: "user", content }], max_tokens: 1 }) };
   });
 }
 
@@ -403,7 +417,9 @@ async function startPeer(name: string, urls: readonly string[], dir: string): Pr
   /** A `-wN` gateway's worker count, or null. */
   const workers = /-w(\d+)/.exec(name)?.[1] ?? null;
   if (/^(?:gateway|baseline)(?:-w\d+)?(?:-image)?$/.test(name)) {
-    const yaml = `listen: { host: 127.0.0.1, port: ${port} }\nlogging: { level: warn }\nhealth: { interval_ms: 60000 }\nlimits: { max_in_flight_per_upstream: 4096, queue_size: 8192, max_connections: 16384 }\nupstreams:\n${urls.map((u) => `  - url: ${u}\n`).join("")}`;
+    // The gateway's default health checks (every 5 s), as deployed: the first one's new shapes through the upstream
+    // client deoptimize the proxy path once, in the warm-up (with checks 60 s apart it fell in the measured trace).
+    const yaml = `listen: { host: 127.0.0.1, port: ${port} }\nlogging: { level: warn }\nlimits: { max_in_flight_per_upstream: 4096, queue_size: 8192, max_connections: 16384 }\nupstreams:\n${urls.map((u) => `  - url: ${u}\n`).join("")}`;
     const file = path.join(dir, `gateway-${port}.yaml`);
     writeFileSync(file, yaml);
     const flags = (process.env.ADP_BENCH_GATEWAY_ARGS ?? "").split(" ").filter(Boolean);
