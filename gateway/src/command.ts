@@ -7,7 +7,7 @@
 import { readFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { GatewayConfigError, limitsShare, loadGatewayConfig, workerShare, type GatewayConfig, type GatewayFlags } from "./config/config.js";
-import { createGateway, createGatewayReader, GatewayListenError } from "./gateway.js";
+import { createGateway, createGatewayReader, type Gateway, GatewayListenError } from "./gateway.js";
 import { refuseSelf, unreachableAtStart } from "./fleet/reachability.js";
 import { TokenizerLoadError } from "./tokenizers/tokenizer-loading.js";
 import { capYoungGeneration, setHeapGrowth } from "./common/heap-growth.js";
@@ -149,10 +149,50 @@ export function oneProcessReason(config: GatewayConfig): string | null {
 async function reloadText(name: string, flags: GatewayFlags, host: string, port: number | null): Promise<string> {
   const text = readFileSync(name, "utf8");
   const next = loadGatewayConfig({ file: { name, text }, flags });
-  const alone = oneProcessReason(next);
-  if (alone !== null) throw new Error(`--workers above 1 cannot be combined with ${alone}; restart with --workers 1 to use it`);
+  refuseOneProcess(next);
   if (port !== null) await refuseSelf(next.upstreams.map((u) => u.url), host, port);
   return text;
+}
+
+/** Throws when `next` needs one process: the workers keep the state they share, and a reload cannot split it. */
+function refuseOneProcess(next: GatewayConfig): void {
+  const alone = oneProcessReason(next);
+  if (alone !== null) throw new Error(`--workers above 1 cannot be combined with ${alone}; restart with --workers 1 to use it`);
+}
+
+/**
+ * Moves `gateway` to the upstreams of the configuration file `name` (its
+ * `text` when given, as a worker's primary read it; else read again), made
+ * this process's by `share`; said on standard error after `why`. A text that
+ * cannot be taken changes nothing.
+ */
+async function moveTo(gateway: Gateway, flags: GatewayFlags, share: (c: GatewayConfig) => GatewayConfig, name: string, text: string | undefined, why: string): Promise<void> {
+  try {
+    const next = share(loadGatewayConfig({ file: { name, text: text ?? readFileSync(name, "utf8") }, flags }));
+    if (isGatewayWorker()) refuseOneProcess(next); // its primary checked: never thrown in practice
+    const change = await gateway.reload(next);
+    const notes = [
+      change.draining.length > 0 ? `draining: ${change.draining.join(", ")}` : "",
+      flags.upstreams || flags.prefill || flags.decode ? "the upstreams come from the flags, not the file" : "",
+      change.needRestart.length > 0 ? `changed but needing a restart: ${change.needRestart.join(", ")}` : "",
+    ].filter((n) => n !== "");
+    process.stderr.write(`${said()}: ${why}: upstreams reloaded (${change.added.length} added, ${change.removed.length} removed, ${change.kept.length} kept)${notes.length > 0 ? `; ${notes.join("; ")}` : ""}\n`);
+  } catch (error) {
+    process.stderr.write(`${said()}: ${why}: the configuration was not reloaded: ${error instanceof GatewayConfigError ? error.message : (error as Error).message}\n`);
+  }
+}
+
+/**
+ * A worker's start, asked of its primary (config-relay.ts): the configuration
+ * file as the gateway started with it (under `name`, when the command line
+ * names one), the last reload's text, and what its slot holds of the
+ * in-flight caps. A worker reads no file, so it runs what its siblings run.
+ */
+async function workerStart(name: string | undefined): Promise<{ file?: { name: string; text: string }; texts: ConfigTexts }> {
+  const texts = await askConfig(toPrimary, (l) => process.on("message", l), (l) => process.off("message", l));
+  if (name === undefined) return { texts };
+  if (texts.start === null) throw new Error("the primary has no configuration file to send");
+  return { file: { name, text: texts.start }, texts };
 }
 
 /** The name this process's lines on standard error start with (a worker's with its number: each worker says its own). */
@@ -230,18 +270,12 @@ async function serve(args: string[]): Promise<number> {
   const workersAsked = workersText === "auto" ? null : Number(workersText);
   if (!/^(auto|\d{1,4})$/.test(workersText) || (workersAsked !== null && (workersAsked < 1 || workersAsked > 1024))) return fail(`--workers must be auto or an integer in [1, 1024], got ${JSON.stringify(workersText)}`);
   let file: { name: string; text: string } | undefined;
-  // A worker reads no file: it runs the texts its primary read (config-relay.ts), as its siblings do, and takes over
-  // what its slot holds of the in-flight caps.
   let texts: ConfigTexts | null = null;
   if (isGatewayWorker()) {
     try {
-      texts = await askConfig(toPrimary, (l) => process.on("message", l), (l) => process.off("message", l));
+      ({ file, texts } = await workerStart(values.config));
     } catch (error) {
       return fail((error as Error).message, 1);
-    }
-    if (values.config !== undefined) {
-      if (texts.start === null) return fail("the primary has no configuration file to send", 1);
-      file = { name: values.config, text: texts.start };
     }
   } else if (values.config !== undefined) {
     try {
@@ -322,24 +356,6 @@ async function serve(args: string[]): Promise<number> {
     if (error instanceof TokenizerLoadError || error instanceof GatewayConfigError) return fail(error.message);
     throw error;
   }
-  /** Moves to the upstreams of `text` (the file read again when undefined), said on standard error after `why`; a text that cannot be taken changes nothing. */
-  const moveTo = async (name: string, text: string | undefined, why: string): Promise<void> => {
-    try {
-      const next = share(loadGatewayConfig({ file: { name, text: text ?? readFileSync(name, "utf8") }, flags }));
-      // A worker keeps the state it shares: a file that now needs one process is not taken (its primary checked).
-      const alone = isGatewayWorker() ? oneProcessReason(next) : null;
-      if (alone !== null) throw new Error(`--workers above 1 cannot be combined with ${alone}; restart with --workers 1 to use it`);
-      const change = await gateway.reload(next);
-      const notes = [
-        change.draining.length > 0 ? `draining: ${change.draining.join(", ")}` : "",
-        flags.upstreams || flags.prefill || flags.decode ? "the upstreams come from the flags, not the file" : "",
-        change.needRestart.length > 0 ? `changed but needing a restart: ${change.needRestart.join(", ")}` : "",
-      ].filter((n) => n !== "");
-      process.stderr.write(`${said()}: ${why}: upstreams reloaded (${change.added.length} added, ${change.removed.length} removed, ${change.kept.length} kept)${notes.length > 0 ? `; ${notes.join("; ")}` : ""}\n`);
-    } catch (error) {
-      process.stderr.write(`${said()}: ${why}: the configuration was not reloaded: ${error instanceof GatewayConfigError ? error.message : (error as Error).message}\n`);
-    }
-  };
   /** The reloads under way, one after another (each waits for a DNS lookup of its upstreams: a later one must not end first). */
   let reloads = Promise.resolve();
   return new Promise<number>((resolve) => {
@@ -360,7 +376,7 @@ async function serve(args: string[]): Promise<number> {
     const reload = (text?: string) => {
       if (stopping) return; // shutting down: nothing to reload into
       if (file === undefined) process.stderr.write(`${said()}: SIGHUP: no --config file to reload\n`);
-      else reloads = reloads.then(() => moveTo(file.name, text, "SIGHUP"));
+      else reloads = reloads.then(() => moveTo(gateway, flags, share, file.name, text, "SIGHUP"));
     };
     if (siblings === undefined) process.on("SIGHUP", () => reload());
     if (siblings !== undefined) {
