@@ -63,18 +63,34 @@ async function inFlightWhile(engine: MockEngine, clients: readonly Promise<numbe
 /** The middle of `values` (sorted copies). */
 const median = (values: readonly number[]): number => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
 
+/**
+ * Starts `serve --workers N` (`workers`; `args`: more of its flags) in front of
+ * one mock engine answering after `delayMs`, its configuration capping each
+ * upstream at `cap` in flight, with `more` configuration lines (`balance`: the
+ * listen socket's connection balance).
+ */
+async function startCapped(o: { cap: number; workers: number; delayMs: number; balance?: "round_robin"; more?: string; args?: readonly string[] }) {
+  const { engine, config } = await oneEngineServeConfig(tracked);
+  engine.behaviour.delayMs = o.delayMs;
+  const balance = o.balance === undefined ? "" : `, connection_balance: ${o.balance}`;
+  writeFileSync(config, `listen: { host: 127.0.0.1, port: 0${balance} }\nlogging: { level: warn }\n${o.more ?? ""}limits: { max_in_flight_per_upstream: ${o.cap} }\nupstreams:\n  - url: ${engine.url}\n`);
+  return { engine, ...(await startServe(CLI, ["--config", config, "--workers", String(o.workers), ...(o.args ?? [])], tracked.children)) };
+}
+
+/** The samples taken while every client still waited (the last requests drain below the cap), at least 21 of them. */
+function steadyOf(samples: readonly number[]): number[] {
+  const steady = samples.slice(0, Math.floor(samples.length * 0.7));
+  expect(steady.length).toBeGreaterThan(20);
+  return steady;
+}
+
 describe("limits.max_in_flight_per_upstream with --workers 2", () => {
   it("16 clients, cap 8: the engine has 8 requests in flight most of the time, as behind one process, and never 9", async () => {
-    const { engine, config } = await oneEngineServeConfig(tracked);
-    engine.behaviour.delayMs = 150;
     // round_robin: the primary deals the 16 connections out 8 and 8, so each worker has clients for its share.
-    writeFileSync(config, `listen: { host: 127.0.0.1, port: 0, connection_balance: round_robin }\nlogging: { level: warn }\nlimits: { max_in_flight_per_upstream: 8 }\nupstreams:\n  - url: ${engine.url}\n`);
-    const { url, child, exited } = await startServe(CLI, ["--config", config, "--workers", "2"], tracked.children);
+    const { engine, url, child, exited } = await startCapped({ cap: 8, workers: 2, delayMs: 150, balance: "round_robin" });
     // Sampled once each worker has heard the other's load (its messages go at least every 50 ms).
     const samples = await inFlightWhile(engine, Array.from({ length: 16 }, () => client(url, 8)), 400);
-    // The last requests drain below the cap: the samples taken while every client still waited say the most.
-    const steady = samples.slice(0, Math.floor(samples.length * 0.7));
-    expect(steady.length).toBeGreaterThan(20);
+    const steady = steadyOf(samples);
     expect(Math.max(...samples)).toBeLessThanOrEqual(8);
     expect(median(steady)).toBeGreaterThanOrEqual(7);
     child.kill("SIGTERM");
@@ -82,13 +98,10 @@ describe("limits.max_in_flight_per_upstream with --workers 2", () => {
   }, 30_000);
 
   it("3 workers, cap 1, 6 clients dealt round robin: the unit goes round the workers, whichever holds it", async () => {
-    const { engine, config } = await oneEngineServeConfig(tracked);
-    engine.behaviour.delayMs = 100;
     // Worker 1 starts with the one unit. Keeping it for its own backlog, it served its two clients' requests first
     // while the other workers' four clients waited; the unit goes to the worker that has waited longest instead.
     // (Which of a worker's waiting requests starts is the router's choice, as in one process.)
-    writeFileSync(config, `listen: { host: 127.0.0.1, port: 0, connection_balance: round_robin }\nlogging: { level: warn }\nlimits: { max_in_flight_per_upstream: 1 }\nupstreams:\n  - url: ${engine.url}\n`);
-    const { url, child, exited } = await startServe(CLI, ["--config", config, "--workers", "3"], tracked.children);
+    const { engine, url, child, exited } = await startCapped({ cap: 1, workers: 3, delayMs: 100, balance: "round_robin" });
     // Connected in turn, client c's connection goes to worker c mod 3 + 1 (the primary deals them round robin).
     const samples = await inFlightWhile(engine, Array.from({ length: 6 }, (_, c) => client(url, 10, `client-${c}`)));
     expect(Math.max(...samples)).toBe(1);
@@ -100,10 +113,7 @@ describe("limits.max_in_flight_per_upstream with --workers 2", () => {
   }, 30_000);
 
   it("3 workers, cap 2, 6 clients dealt round robin: the engine has 2 in flight, never 3 (a worker may start with no unit)", async () => {
-    const { engine, config } = await oneEngineServeConfig(tracked);
-    engine.behaviour.delayMs = 100;
-    writeFileSync(config, `listen: { host: 127.0.0.1, port: 0, connection_balance: round_robin }\nlogging: { level: warn }\nlimits: { max_in_flight_per_upstream: 2 }\nupstreams:\n  - url: ${engine.url}\n`);
-    const { url, child, exited } = await startServe(CLI, ["--config", config, "--workers", "3"], tracked.children);
+    const { engine, url, child, exited } = await startCapped({ cap: 2, workers: 3, delayMs: 100, balance: "round_robin" });
     const samples = await inFlightWhile(engine, Array.from({ length: 6 }, () => client(url, 5)));
     expect(Math.max(...samples)).toBe(2);
     expect(median(samples.slice(20, Math.floor(samples.length * 0.7)))).toBe(2);
@@ -112,10 +122,7 @@ describe("limits.max_in_flight_per_upstream with --workers 2", () => {
   }, 30_000);
 
   for (const policy of ["kv_cache_aware", "centralized"]) it(`${policy}: 8 clients all on one worker, cap 8: it borrows its sibling's units and the engine has 8 in flight, never 9`, async () => {
-    const { engine, config } = await oneEngineServeConfig(tracked);
-    engine.behaviour.delayMs = 150;
-    writeFileSync(config, `listen: { host: 127.0.0.1, port: 0 }\nlogging: { level: warn }\npolicy: ${policy}\nlimits: { max_in_flight_per_upstream: 8 }\nupstreams:\n  - url: ${engine.url}\n`);
-    const { url, child, exited } = await startServe(CLI, ["--config", config, "--workers", "2"], tracked.children);
+    const { engine, url, child, exited } = await startCapped({ cap: 8, workers: 2, delayMs: 150, more: `policy: ${policy}\n` });
     // One worker stopped while the eight connect and send their first chats: the other accepts them all, starts its
     // share (4) and asks for more; the stopped one gives its 4 back once it runs again.
     const [stopped] = [...processParents()].filter(([, ppid]) => ppid === child.pid).map(([pid]) => pid);
@@ -124,8 +131,7 @@ describe("limits.max_in_flight_per_upstream with --workers 2", () => {
     await new Promise((r) => setTimeout(r, 300));
     process.kill(stopped!, "SIGCONT");
     const samples = await inFlightWhile(engine, clients, 300);
-    const steady = samples.slice(0, Math.floor(samples.length * 0.7));
-    expect(steady.length).toBeGreaterThan(20);
+    const steady = steadyOf(samples);
     expect(Math.max(...samples)).toBeLessThanOrEqual(8);
     expect(median(steady)).toBeGreaterThanOrEqual(7);
     // Each worker's units on /metrics: the one with the clients holds what it borrowed, and no more than the cap is held.
@@ -139,13 +145,10 @@ describe("limits.max_in_flight_per_upstream with --workers 2", () => {
   }, 30_000);
 
   it("a worker down for as long as its restarts fail leaves all its units, its own share too, to the other: the engine keeps the cap in flight", async () => {
-    const { engine, config } = await oneEngineServeConfig(tracked);
-    engine.behaviour.delayMs = 150;
     // Its restarts fail because the tokenizer folder it loads at start is gone since.
     const tokenizer = path.join(mkdtempSync(path.join(tmpdir(), "adp-tokenizer-")), "qwen2.5");
     cpSync(path.resolve("test/fixtures/tokenizers/qwen2.5"), tokenizer, { recursive: true });
-    writeFileSync(config, `listen: { host: 127.0.0.1, port: 0 }\nlogging: { level: warn }\nlimits: { max_in_flight_per_upstream: 4 }\nupstreams:\n  - url: ${engine.url}\n`);
-    const { url, child, exited, stderr } = await startServe(CLI, ["--config", config, "--workers", "2", "--tokenizer", tokenizer], tracked.children);
+    const { engine, url, child, exited, stderr } = await startCapped({ cap: 4, workers: 2, delayMs: 150, args: ["--tokenizer", tokenizer] });
     rmSync(tokenizer, { recursive: true });
     const [victim] = [...processParents()].filter(([, ppid]) => ppid === child.pid).map(([pid]) => pid);
     process.kill(victim!, "SIGKILL");
@@ -153,8 +156,7 @@ describe("limits.max_in_flight_per_upstream with --workers 2", () => {
     expect(stderr()).toMatch(/worker [12] could not start again \(exit 2\): trying again in 2 s/);
     // Eight clients, all on the worker that runs: it starts its 2, and the down worker's 2 from the reserve.
     const samples = await inFlightWhile(engine, Array.from({ length: 8 }, () => client(url, 5)), 200);
-    const steady = samples.slice(0, Math.floor(samples.length * 0.7));
-    expect(steady.length).toBeGreaterThan(20);
+    const steady = steadyOf(samples);
     expect(Math.max(...samples)).toBeLessThanOrEqual(4);
     expect(median(steady)).toBe(4);
     child.kill("SIGTERM");

@@ -200,6 +200,11 @@ export class Scheduler {
     this.#release = release;
   }
 
+  /** Whether `u` takes a request from this process now: available, and within this process's share of its cap. */
+  #hasRoom(u: Upstream): boolean {
+    return this.#fleet.available(u) && u.inFlight < this.#shares.of(u);
+  }
+
   /** Requests this process may have in flight on `u` now (its share of the cap, with workers). */
   shareOf(u: Upstream): number {
     return this.#shares.of(u);
@@ -277,7 +282,7 @@ export class Scheduler {
   leastLoaded(tried: ReadonlySet<Upstream>): Upstream | null {
     let best: Upstream | null = null;
     for (const u of this.#fleet.upstreams) {
-      if (!this.#fleet.available(u) || tried.has(u) || u.inFlight >= this.#shares.of(u)) continue;
+      if (tried.has(u) || !this.#hasRoom(u)) continue;
       if (best === null || u.inFlight < best.inFlight || (u.inFlight === best.inFlight && u.inFlightTokens < best.inFlightTokens)) best = u;
     }
     return best;
@@ -322,8 +327,8 @@ export class Scheduler {
         // available one then.
         const chosen = upstreams[rank]!;
         let target = chosen;
-        if (!fleet.available(target) || target.inFlight >= shares.of(target)) target = this.leastLoaded(new Set()) ?? target;
-        if (!fleet.available(target) || target.inFlight >= shares.of(target)) {
+        if (!this.#hasRoom(target)) target = this.leastLoaded(new Set()) ?? target;
+        if (!this.#hasRoom(target)) {
           if (fleet.available(chosen)) short.set(chosen, (short.get(chosen) ?? 0) + 1);
           oldest = Math.min(oldest, w.enqueuedAt);
           requeued++;
