@@ -21,6 +21,7 @@ import { Socket } from "node:net";
 import { MetricsRelay } from "./workers/metrics-relay.js";
 import { ConnectionOverflow, type NativeHandle } from "./workers/connection-overflow.js";
 import { carriedFrom, InFlightLending } from "./workers/in-flight-lending.js";
+import { QueueLending } from "./workers/queue-lending.js";
 import { afterReload, askConfig, ConfigKeeper, type ConfigTexts } from "./workers/config-relay.js";
 
 /** The help text of `adp-router-gateway serve`. */
@@ -119,7 +120,7 @@ const toPrimary = (message: object, handle?: NativeHandle, done: (error: Error |
 /** What the limits come to with `n` workers, said once at start. */
 export function workersLimits(n: number, limits: GatewayConfig["limits"]): string {
   const share = limitsShare(limits, n);
-  return `${n} workers sharing the limits: each starts up to ${share.inFlightShare} requests in flight per upstream and borrows what the others leave unused, up to the gateway's limits.max_in_flight_per_upstream ${limits.maxInFlightPerUpstream}; each holds up to ${share.queueSize} queued and ${share.maxConnections} client connections (queue_size ${limits.queueSize} and max_connections ${limits.maxConnections} are the gateway's, split in ${n} shares that add up to each, at least 1 a worker); max_receiving_bytes ${limits.maxReceivingBytes} is each worker's; a connection past a worker's share goes to a worker with room`;
+  return `${n} workers sharing the limits: each starts up to ${share.inFlightShare} requests in flight per upstream and borrows what the others leave unused, up to the gateway's limits.max_in_flight_per_upstream ${limits.maxInFlightPerUpstream}; the gateway holds up to ${limits.queueSize} queued (limits.queue_size, lent to the workers as their requests wait); each holds up to ${share.maxConnections} client connections (max_connections ${limits.maxConnections} is the gateway's, split in ${n} shares that add up to it, at least 1 a worker); max_receiving_bytes ${limits.maxReceivingBytes} is each worker's; a connection past a worker's share goes to a worker with room`;
 }
 
 /**
@@ -318,13 +319,15 @@ async function serve(args: string[]): Promise<number> {
   // This process's configuration: the file's, with a worker's share of the limits.
   const served = share(config);
   const lending = isGatewayWorker() ? new InFlightLending((m) => toPrimary(m), served.limits.inFlightShare, carriedFrom(texts?.carried)) : undefined;
+  // A worker holds no queue slot of its own: it asks the primary, which holds limits.queue_size, as requests would wait.
+  const queueSlots = isGatewayWorker() ? new QueueLending((m) => toPrimary(m)) : undefined;
   if (workers > 1 && siblings === undefined) {
     // Checked once here, said once: the workers join without checking again.
     const checked = await checkUpstreams(config, false);
     if ("problem" in checked) return fail(checked.problem, checked.status);
     process.stderr.write(`${said()}: ${workersLimits(workers, config.limits)}\n`);
     const keeper = file === undefined ? null : new ConfigKeeper(file.text, (port) => reloadText(file.name, flags, config.listen.host, port));
-    return runPrimary(workers, config.listen.connectionBalance, keeper, (slot) => limitsShare(config.limits, workers, slot).inFlightShare);
+    return runPrimary(workers, config.listen.connectionBalance, keeper, (slot) => limitsShare(config.limits, workers, slot).inFlightShare, config.limits.queueSize);
   }
   // This process serves requests (the one gateway, or a worker): fewer full collections of its small heap, a smaller
   // young generation scavenged on the main thread, and the buffers its reads leave collected young.
@@ -349,7 +352,7 @@ async function serve(args: string[]): Promise<number> {
   }
   let gateway;
   try {
-    gateway = await createGateway(served, { requestReader: reader, startUnhealthy: checked.unhealthy, ...(siblings === undefined ? {} : { siblings }), ...(workerMetrics === undefined ? {} : { workerMetrics }), ...(overflow === undefined ? {} : { connectionGate: overflow }), ...(lending === undefined ? {} : { inFlightLending: lending }) });
+    gateway = await createGateway(served, { requestReader: reader, startUnhealthy: checked.unhealthy, ...(siblings === undefined ? {} : { siblings }), ...(workerMetrics === undefined ? {} : { workerMetrics }), ...(overflow === undefined ? {} : { connectionGate: overflow }), ...(lending === undefined ? {} : { inFlightLending: lending }), ...(queueSlots === undefined ? {} : { queueSlots }) });
   } catch (error) {
     if (error instanceof GatewayListenError) return fail(error.message, 1);
     // A tokenizer folder that cannot load, or an upstream that is this gateway itself.
@@ -387,6 +390,7 @@ async function serve(args: string[]): Promise<number> {
         if (handle instanceof Socket) handle.destroy(); // only a link or a connection comes with a handle
         if (workerMetrics?.receive(m) === true) return;
         if (lending?.receive(m) === true) return;
+        if (queueSlots?.receive(m) === true) return;
         if (!isControl(m)) siblings.receive(m);
         else if (m.action === "reload") reload(m.text);
         else if (!stopping) stop("the primary's stop");

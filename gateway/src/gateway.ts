@@ -27,6 +27,7 @@ import type { Siblings } from "./workers/sibling-log.js";
 import type { MetricsRelay } from "./workers/metrics-relay.js";
 import type { ConnectionGate } from "./workers/connection-overflow.js";
 import type { InFlightLending } from "./workers/in-flight-lending.js";
+import type { QueueSlots } from "./fleet/queue-slots.js";
 import { poolConfig } from "./config/disaggregation-config.js";
 
 /** A running gateway. */
@@ -87,6 +88,8 @@ export interface GatewayOptions {
   readonly connectionGate?: ConnectionGate;
   /** With `serve --workers N`: this worker's shares of the in-flight caps, lent between the workers (workers/in-flight-lending.ts). */
   readonly inFlightLending?: InFlightLending;
+  /** With `serve --workers N`: this worker's slots of the gateway's queue, asked of the primary (workers/queue-lending.ts). */
+  readonly queueSlots?: QueueSlots;
   /**
    * `"own"` (the default): the completion routes are served on the gateway's
    * own HTTP/1.1 server path, every other request by node:http.
@@ -199,7 +202,7 @@ export async function createGateway(input: GatewayConfig | GatewayConfigObject, 
   const onRouterError = (error: unknown) => log.error({ err: error }, "the router refused a batch");
   // A disaggregated request is placed twice: its token ids go back to the reader once both are placed (disaggregated-serving.ts).
   const release = prefillFleet === null ? (ids: TokenIds) => reader.release(ids) : () => {};
-  const scheduler = new Scheduler(fleet, decodeConfig, counters, onRouterError, release, options.placement === "per-request", lending);
+  const scheduler = new Scheduler(fleet, decodeConfig, counters, onRouterError, release, options.placement === "per-request", lending, options.queueSlots);
   lending?.start({ inFlight: (url) => fleet.inFlightAt(url), urls: () => fleet.upstreams.filter((u) => fleet.available(u)).map((u) => u.url), wake: () => scheduler.schedule() });
   const prefillCounters = newCounters();
   const prefillScheduler = prefillFleet === null ? null : new Scheduler(prefillFleet, prefillConfig!, prefillCounters, onRouterError, release, options.placement === "per-request");

@@ -6,6 +6,7 @@ import { Fleet } from "../../gateway/src/fleet/fleet.js";
 import { readRequest } from "../../gateway/src/requests/openai.js";
 import { Hangup, newCounters, Scheduler } from "../../gateway/src/fleet/scheduler.js";
 import { Utf8ByteTokenizer } from "../../gateway/src/tokenizers/tokenizer.js";
+import type { QueueSlots } from "../../gateway/src/fleet/queue-slots.js";
 
 let fleet: Fleet | null = null;
 afterEach(async () => {
@@ -32,6 +33,68 @@ describe("Scheduler", () => {
     expect(placed.listenerCount("abort")).toBe(0);
     await expect(second).rejects.toMatchObject({ status: 429 });
     expect(waiting.listenerCount("abort")).toBe(0);
+  });
+});
+
+describe("Scheduler with lent queue slots (a worker of --workers N)", () => {
+  it("holds a request that would wait past its slots while it asks, admits those held in arrival order as slots come, refuses the rest 429, and gives back what it holds past what waits", async () => {
+    const config = loadGatewayConfig({ flags: { upstreams: ["http://127.0.0.1:9"], port: 0, logLevel: "silent" }, file: { name: "g.yaml", text: "health: { interval_ms: 60000 }\nlimits: { max_in_flight_per_upstream: 1, queue_size: 8 }\n" } });
+    const f = new Fleet(config, pino({ level: "silent" }), () => scheduler.schedule());
+    fleet = f;
+    const asks: { n: number; answer: (granted: number) => void }[] = [];
+    let held = 0;
+    const used: number[] = [];
+    const slots: QueueSlots = {
+      lends: true,
+      held: () => held,
+      ask: (n, answer) => void asks.push({ n, answer }),
+      using: (n) => {
+        used.push(n);
+        held = Math.min(held, n);
+      },
+    };
+    const counters = newCounters();
+    const scheduler = new Scheduler(f, config, counters, (e) => {
+      throw e;
+    }, undefined, false, undefined, slots);
+    const request = () => readRequest("chat", Buffer.from(JSON.stringify({ model: "m", messages: [{ role: "user", content: "hello there" }] })), {}, new Utf8ByteTokenizer());
+    const outcome = (p: Promise<unknown>) => p.then(() => "placed", (e: { status: number }) => e.status);
+    // The upstream's room takes the first at once, no slot asked for.
+    expect((await scheduler.acquire(request(), new Hangup())).upstream.index).toBe(0);
+    expect(asks).toHaveLength(0);
+    const [b, c, d] = [new Hangup(), new Hangup(), new Hangup()];
+    const pb = outcome(scheduler.acquire(request(), b));
+    const pc = outcome(scheduler.acquire(request(), c));
+    const pd = outcome(scheduler.acquire(request(), d));
+    // One ask at a time (for the first); those after it wait for its answer. Held ones count as waiting, not queued.
+    expect(asks.map((a) => a.n)).toEqual([1]);
+    expect(scheduler.waiting()).toBe(3);
+    expect(counters.queued).toBe(0);
+    c.abort();
+    expect(await pc).toBe(499);
+    held = 1;
+    asks[0]!.answer(1);
+    // b is in the queue (it waits for room); d, which came later, is asked for now.
+    expect(counters.queued).toBe(1);
+    expect(asks.map((a) => a.n)).toEqual([1, 1]);
+    asks[1]!.answer(0);
+    expect(await pd).toBe(429);
+    expect(counters.rejectedFull).toBe(1);
+    // The one slot held holds the one waiting request: nothing to give back.
+    await new Promise((r) => setTimeout(r, 30));
+    expect(used).toEqual([]);
+    expect(held).toBe(1);
+    // A request behind a held one is held too, never admitted before it; stopping answers both 503.
+    const e = outcome(scheduler.acquire(request(), new Hangup()));
+    expect(asks).toHaveLength(3);
+    scheduler.stop();
+    expect([await pb, await e]).toEqual([503, 503]);
+    expect(counters.queued).toBe(0);
+    // Given back a moment later (SLOT_LINGER_MS), all of it: nothing waits.
+    expect(held).toBe(1);
+    await new Promise((r) => setTimeout(r, 30));
+    expect(used).toEqual([0]);
+    expect(held).toBe(0);
   });
 });
 

@@ -165,8 +165,10 @@ describe("the workers' shares of the gateway's limits", () => {
     expect(shares.map((s) => s.inFlightShare)).toEqual([86, 85, 85]);
     // The router weighs every worker's requests on an upstream against the gateway's cap, kept whole.
     expect(shares.every((s) => s.maxInFlightPerUpstream === 256)).toBe(true);
-    // Fewer than the workers: each still takes one (a share of 0 would serve nothing).
+    // The queue stays whole: the primary lends its slots (workers-queue.test.ts); a share of it let each worker hold
+    // one waiting request past a queue_size of 1 (three in all), and one past 0.
     expect(shares.map((s) => s.queueSize)).toEqual([1, 1, 1]);
+    expect(limitsShare({ ...limits, queueSize: 0 }, 3, 2).queueSize).toBe(0);
     // The other limits are each worker's whole.
     expect(shares.every((s) => s.maxBodyBytes === limits.maxBodyBytes && s.maxReceivingBytes === limits.maxReceivingBytes)).toBe(true);
   });

@@ -146,7 +146,7 @@ describe("serve --workers N", () => {
     // Each worker names itself on standard error, and says who stopped it.
     for (const n of [1, 2]) expect(stderr()).toContain(`adp-router-gateway serve (worker ${n}): the primary's stop: finishing in-flight requests`);
     // The primary says once at start what the limits come to with every worker applying them (the defaults here).
-    expect(stderr()).toContain("adp-router-gateway serve: 2 workers sharing the limits: each starts up to 128 requests in flight per upstream and borrows what the others leave unused, up to the gateway's limits.max_in_flight_per_upstream 256; each holds up to 512 queued and 4096 client connections (queue_size 1024 and max_connections 8192 are the gateway's, split in 2 shares that add up to each, at least 1 a worker); max_receiving_bytes");
+    expect(stderr()).toContain("adp-router-gateway serve: 2 workers sharing the limits: each starts up to 128 requests in flight per upstream and borrows what the others leave unused, up to the gateway's limits.max_in_flight_per_upstream 256; the gateway holds up to 1024 queued (limits.queue_size, lent to the workers as their requests wait); each holds up to 4096 client connections (max_connections 8192 is the gateway's, split in 2 shares that add up to it, at least 1 a worker); max_receiving_bytes");
   }, 30_000);
 
   it("three workers are linked in pairs and route as one gateway", async () => {

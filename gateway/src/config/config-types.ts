@@ -92,7 +92,7 @@ export interface GatewayConfig {
      * what they leave unused: workers/in-flight-lending.ts).
      */
     readonly inFlightShare: number;
-    /** Requests waiting for capacity at most (429 past it). */
+    /** Requests waiting for capacity at most, the whole gateway's (429 past it; with N workers the primary lends them: workers/queue-lending.ts). */
     readonly queueSize: number;
     /** How long a request waits for capacity before 429. */
     readonly queueTimeoutMs: number;

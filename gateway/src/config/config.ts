@@ -411,17 +411,23 @@ export function fleetProblems(upstreams: readonly Pick<UpstreamConfig, "url" | "
   return problems;
 }
 
-/** Limits the gateway's workers split (their shares add up to each, see limitsShare); the others bound one request, one connection or one process's memory. */
-const SHARED_LIMITS = ["queueSize", "maxConnections"] as const;
+/**
+ * Limits the gateway's workers split (their shares add up to each, see
+ * limitsShare); queue_size stays whole (the primary lends its slots:
+ * workers/queue-lending.ts), the others bound one request, one connection or
+ * one process's memory.
+ */
+const SHARED_LIMITS = ["maxConnections"] as const;
 
 /**
  * Worker `slot`'s share (1-based) of `config`'s limits, `n` workers in all, as
- * a checked configuration: the requests in flight per upstream, the queue and
- * the client connections are the gateway's (an operator sizes an engine's
+ * a checked configuration: the requests in flight per upstream and the
+ * client connections are the gateway's (an operator sizes an engine's
  * concurrency with them, whatever the cores), and the n shares add up to each
  * (the first workers take one more where n does not divide it; at least 1
- * each of the queue and the connections, so each stays within its setting's
- * bounds). The in-flight cap is split exactly into `inFlightShare` (0 for
+ * connection each, so each stays within its setting's bounds). The queue is
+ * the gateway's too, kept whole here: the workers ask their primary for its
+ * slots (workers/queue-lending.ts). The in-flight cap is split exactly into `inFlightShare` (0 for
  * some where it is below n: workers lend each other units of it) and kept
  * whole too, for the router.
  */

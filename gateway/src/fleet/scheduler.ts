@@ -12,6 +12,7 @@ import { subagentHintAccepted } from "../requests/subagent-auth.js";
 import type { Upstream } from "./upstream.js";
 import { CentralizedSelection } from "./centralized-selection.js";
 import { fixedShares, type InFlightShares } from "./in-flight-shares.js";
+import { fixedSlots, type QueueSlots } from "./queue-slots.js";
 import type { RankChoice } from "./rank-routing.js";
 import type { RankState, RouteRequest, TokenIds } from "adp-router";
 
@@ -83,6 +84,15 @@ export class Hangup {
 /** Now, in ms since the epoch to a fraction of a ms: workers compare their requests' arrivals by it (ms ties would be many). */
 const epochNow = (): number => performance.timeOrigin + performance.now();
 
+/**
+ * How long a worker keeps the queue slots it holds past its waiting requests
+ * before it gives them back, ms: under a steady overload a slot one request
+ * leaves is taken by the next within it, where giving it back at once cost an
+ * ask, an answer and a return a request (worker and primary CPU +5-25%, 64
+ * clients behind a cap of 4); a sibling may be refused meanwhile.
+ */
+const SLOT_LINGER_MS = 10;
+
 /** No request short of units (a batch with nothing to place says so). */
 const NONE_SHORT: ReadonlyMap<Upstream, number> = new Map();
 
@@ -111,6 +121,8 @@ class Waiting {
   readonly enqueuedAt: number;
   /** Whether it was already answered (placed, timed out, or its client left). */
   done = false;
+  /** Whether it was taken into the queue (counted in `queued`), not only asked a slot for. */
+  admitted = false;
   /** Its queue timeout, armed only once it has to wait past its first batch (most never do). */
   timer: NodeJS.Timeout | null = null;
   /** Its prompt's block hashes, when its batch's routing made them. */
@@ -159,7 +171,7 @@ class Waiting {
     this.done = true;
     if (this.timer !== null) clearTimeout(this.timer);
     this.#signal.off("abort", this.#onAbort);
-    this.#scheduler.settled(this.tokens);
+    this.#scheduler.settled(this.tokens, this.admitted);
     return true;
   }
 }
@@ -167,6 +179,14 @@ class Waiting {
 /** The queue of requests waiting for an upstream, and the batches that place them. */
 export class Scheduler {
   #queue: Waiting[] = [];
+  /** Requests a worker holds while it asks its primary for queue slots, in arrival order (see QueueSlots). */
+  #asking: Waiting[] = [];
+  /** How many of `#asking`'s first the ask under way is for (0: none under way). */
+  #asked = 0;
+  /** Whether a check for queue slots to give back is due (after requests settled). */
+  #givingBack = false;
+  /** The timer that gives back the queue slots held past what waits, SLOT_LINGER_MS after they were first found so (null: none armed). */
+  #lingering: NodeJS.Timeout | null = null;
   #flushScheduled = false;
   #nextId = 1;
   #stopped = false;
@@ -187,8 +207,10 @@ export class Scheduler {
   readonly #perRequest: boolean;
   /** Phase 1 as TensorRT-LLM's centralized router (policy centralized), or null: the router the config selects. */
   readonly #centralized: CentralizedSelection | null;
+  /** The requests this process may hold waiting past its room: queue_size, or with N workers the slots it asked for. */
+  readonly #slots: QueueSlots;
 
-  constructor(fleet: Fleet, config: GatewayConfig, counters: GatewayCounters, onRouterError: (error: unknown) => void, release: (tokens: TokenIds) => void = () => {}, perRequest = false, shares: InFlightShares = fixedShares(config)) {
+  constructor(fleet: Fleet, config: GatewayConfig, counters: GatewayCounters, onRouterError: (error: unknown) => void, release: (tokens: TokenIds) => void = () => {}, perRequest = false, shares: InFlightShares = fixedShares(config), slots: QueueSlots = fixedSlots(config)) {
     this.#perRequest = perRequest;
     this.#centralized = config.centralized ? new CentralizedSelection(config.routing.loadWeight, config.routing.tokensPerBlock) : null;
     this.#fleet = fleet;
@@ -196,6 +218,7 @@ export class Scheduler {
     this.#counters = counters;
     this.#cap = config.limits.maxInFlightPerUpstream;
     this.#shares = shares;
+    this.#slots = slots;
     this.#onRouterError = onRouterError;
     this.#release = release;
   }
@@ -210,9 +233,9 @@ export class Scheduler {
     return this.#shares.of(u);
   }
 
-  /** Requests waiting now. */
+  /** Requests waiting now (those held while their worker asks for queue slots too). */
   waiting(): number {
-    return this.#queue.filter((w) => !w.done).length;
+    return this.#queue.filter((w) => !w.done).length + this.#asking.filter((w) => !w.done).length;
   }
 
   /** Routes the waiting requests on the next turn of the event loop. */
@@ -225,14 +248,16 @@ export class Scheduler {
   /** Answers every waiting request 503 and takes no more (shutdown). */
   stop(): void {
     this.#stopped = true;
-    for (const w of this.#queue) w.reject(new HttpError(503, "the gateway is shutting down", "server_error", "shutting_down", { "retry-after": "1" }));
+    for (const w of [...this.#queue, ...this.#asking]) w.reject(new HttpError(503, "the gateway is shutting down", "server_error", "shutting_down", { "retry-after": "1" }));
     this.#queue = [];
+    this.#asking = [];
     this.#noneWaits();
   }
 
-  /** Tells the shares that no request waits (a worker wants no more units). */
+  /** Tells the shares that no request waits (a worker wants no more units), and gives back queue slots held past what waits. */
   #noneWaits(): void {
     this.#shares.waiting(NONE_SHORT, 0, Infinity);
+    this.#giveBack();
   }
 
   /** The request's sub-agent hint, if taken: as sent, or with TensorRT-LLM's key only when signed as its edge signs it. */
@@ -245,36 +270,109 @@ export class Scheduler {
     return null;
   }
 
-  /** Waits for an upstream for `request` (routed with the next batch), or rejects 429/499/503. */
+  /**
+   * Waits for an upstream for `request` (routed with the next batch), or
+   * rejects 429/499/503. A worker whose request would wait past its slots
+   * holds it while it asks its primary for one (in arrival order: none is
+   * admitted past those held so).
+   */
   acquire(request: RoutedRequest, signal: Hangup): Promise<Placement> {
-    const refusal = this.#refusal(signal);
+    const fits = this.#asking.length === 0 && this.#fits();
+    // Never more asked for than the gateway's whole queue could hold.
+    const refusal = this.#refusal(signal) ?? (fits || (this.#slots.lends && this.#asking.length < this.#config.limits.queueSize) ? null : this.#queueFull());
     if (refusal !== null) {
       this.#release(request.tokens);
       return Promise.reject(refusal);
     }
     const w = new Waiting(this.#nextId++, request, this.#subagentOf(request), this, signal);
     const placed = w.wait();
+    if (fits) this.#admit(w);
+    else {
+      this.#asking.push(w);
+      this.#askSlots();
+    }
+    return placed;
+  }
+
+  /** Takes `w` into the queue, routed with the next batch. */
+  #admit(w: Waiting): void {
+    w.admitted = true;
     this.#counters.queued++;
     this.#queue.push(w);
     if (this.#perRequest) this.#flush();
     else this.schedule();
-    return placed;
   }
 
-  /** A waiting request was answered: off the queue's count, its token ids handed back. @internal */
-  settled(tokens: TokenIds): void {
-    this.#counters.queued = Math.max(0, this.#counters.queued - 1);
+  /** Whether one more request may wait: the queue's count within the slots held and the room the upstreams have now. */
+  #fits(): boolean {
+    return this.#counters.queued < this.#slots.held() + this.#room();
+  }
+
+  /** A 429 for a full queue, counted. */
+  #queueFull(): HttpError {
+    this.#counters.rejectedFull++;
+    return new HttpError(429, "the gateway's queue is full", "rate_limit_exceeded", "queue_full", { "retry-after": "1" });
+  }
+
+  /** Asks for slots for the requests held meanwhile, unless an ask is under way (its answer asks for those after it). */
+  #askSlots(): void {
+    if (this.#asked > 0) return;
+    this.#asked = this.#asking.length;
+    this.#slots.ask(this.#asked, () => this.#slotsAnswered());
+  }
+
+  /**
+   * The primary answered (the slots it gave are held now): the requests asked
+   * for are taken into the queue while they fit, the others answered 429;
+   * those held since are taken while they fit, and asked for again if not.
+   */
+  #slotsAnswered(): void {
+    const asked = this.#asking.splice(0, this.#asked);
+    this.#asked = 0;
+    for (const w of asked) {
+      if (w.done) continue;
+      if (this.#fits()) this.#admit(w);
+      else w.reject(this.#queueFull());
+    }
+    const later = this.#asking.filter((w) => !w.done);
+    let taken = 0;
+    while (taken < later.length && this.#fits()) this.#admit(later[taken++]!);
+    this.#asking = later.slice(taken);
+    if (this.#asking.length > 0) this.#askSlots();
+    this.#giveBack();
+  }
+
+  /** Gives back, SLOT_LINGER_MS later, the queue slots held past the requests that wait past the room then (a worker's; one process lends none). */
+  #giveBack(): void {
+    this.#givingBack = false;
+    if (!this.#slots.lends || this.#lingering !== null || this.#slots.held() <= this.#excess()) return;
+    this.#lingering = setTimeout(() => {
+      this.#lingering = null;
+      this.#slots.using(this.#excess());
+    }, SLOT_LINGER_MS);
+    this.#lingering.unref();
+  }
+
+  /** Requests admitted past the room the upstreams have now: those the queue slots hold. */
+  #excess(): number {
+    return Math.max(0, this.#counters.queued - this.#room());
+  }
+
+  /** A waiting request was answered: off the queue's count (if it was taken in), its token ids handed back. @internal */
+  settled(tokens: TokenIds, admitted: boolean): void {
+    if (admitted) this.#counters.queued = Math.max(0, this.#counters.queued - 1);
     this.#release(tokens);
+    // Slots a worker holds past what waits go back once this turn's requests have settled (one check for them all).
+    if (!this.#givingBack && this.#slots.lends && this.#slots.held() > 0) {
+      this.#givingBack = true;
+      queueMicrotask(() => this.#giveBack());
+    }
   }
 
-  /** Why a request cannot even wait (shutting down, its client gone, the queue full), or null. */
+  /** Why a request cannot even wait (shutting down, its client gone), or null. */
   #refusal(signal: Hangup): HttpError | null {
     if (this.#stopped) return new HttpError(503, "the gateway is shutting down", "server_error", "shutting_down", { "retry-after": "1" });
     if (signal.aborted) return new HttpError(499, "the client closed the request");
-    if (this.#counters.queued >= this.#config.limits.queueSize + this.#room()) {
-      this.#counters.rejectedFull++;
-      return new HttpError(429, "the gateway's queue is full", "rate_limit_exceeded", "queue_full", { "retry-after": "1" });
-    }
     return null;
   }
 
@@ -349,6 +447,7 @@ export class Scheduler {
       // to the worker that has waited longest, so workers take turns as one process's queue would.
       if (requeued + byId.size < waiting.length) this.#lastPlaced = epochNow(); // this batch placed some
       shares.waiting(short, byId.size, Math.max(oldest, this.#lastPlaced));
+      this.#giveBack();
     } else this.#noneWaits();
   }
 

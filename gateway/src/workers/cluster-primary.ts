@@ -20,6 +20,8 @@
 //     another worker with room (connection-overflow.ts);
 //   - it lends the workers' shares of limits.max_in_flight_per_upstream to
 //     the workers whose requests wait for them (lending-broker.ts);
+//   - it holds limits.queue_size and lends its slots to the workers whose
+//     requests would wait past their room (queue-lending.ts);
 //   - a worker that dies after it started is started again (at most once a
 //     second) with the configuration its siblings run; its routing state then
 //     begins empty and learns from the others' new changes and its engines' events.
@@ -32,6 +34,7 @@ import { isMetricsMessage, METRICS_MESSAGE, MetricsGather } from "./metrics-rela
 import { isNativeHandle, isOverflowMessage, type NativeHandle, OVERFLOW_MESSAGE, OverflowRelay, type OverflowTarget } from "./connection-overflow.js";
 import { isLendingMessage, LENDING_MESSAGE } from "./in-flight-lending.js";
 import { DOWN_GRACE_MS, LendingBroker } from "./lending-broker.js";
+import { isQueueMessage, QUEUE_MESSAGE, QueueBroker } from "./queue-lending.js";
 import { CONFIG_MESSAGE, type ConfigKeeper, type ConfigMessage, isConfigMessage } from "./config-relay.js";
 import { collectorThreadsChosen } from "../common/collector-threads.js";
 import { WORKERS_ENV } from "../common/usable-cores.js";
@@ -115,10 +118,11 @@ export const schedulingPolicy = (balance: ConnectionBalance): number => (balance
  * Runs the primary of `n` workers, each running this process's command line,
  * sharing the listen socket's connections as `balance` says, and starting
  * from `config`'s texts (null: the gateway has no configuration file), each
- * with its share of every upstream's in-flight cap (`inFlightShare`, by slot);
+ * with its share of every upstream's in-flight cap (`inFlightShare`, by slot)
+ * and lent slots of the gateway's queue (`queueSize`, limits.queue_size);
  * resolves with the exit status once all have exited.
  */
-export function runPrimary(n: number, balance: ConnectionBalance = "kernel", config: ConfigKeeper | null = null, inFlightShare: (slot: number) => number = () => 0): Promise<number> {
+export function runPrimary(n: number, balance: ConnectionBalance = "kernel", config: ConfigKeeper | null = null, inFlightShare: (slot: number) => number = () => 0, queueSize = 0): Promise<number> {
   // Read by node:cluster at the first fork.
   cluster.schedulingPolicy = schedulingPolicy(balance);
   cluster.setupPrimary({ exec: process.argv[1]!, args: process.argv.slice(2), execArgv: workerExecArgv(), serialization: "json" });
@@ -129,6 +133,8 @@ export function runPrimary(n: number, balance: ConnectionBalance = "kernel", con
     const given = new Map<Worker, number>();
     const started = new Set<number>();
     const lastStart = new Map<number, number>();
+    /** When each slot's units may go to the reserve: DOWN_GRACE_MS after the exit of the last worker of it that served. */
+    const graceEnds = new Map<number, number>();
     /** Slots whose worker served (listened) at least once: one that fails to start again is retried, not fatal. */
     const served = new Set<number>();
     /** Each slot's restarts in a row that did not reach listening. */
@@ -145,6 +151,7 @@ export function runPrimary(n: number, balance: ConnectionBalance = "kernel", con
       },
       started: () => [...started],
     }, inFlightShare);
+    const queue = new QueueBroker(queueSize);
     const control = (action: ControlMessage["action"], text?: string) => {
       for (const [w, slot] of slots) {
         // One still starting reads no message yet (and has no signal handler: SIGTERM ends it, as it had served nothing;
@@ -213,6 +220,10 @@ export function runPrimary(n: number, balance: ConnectionBalance = "kernel", con
         } else if (type === LENDING_MESSAGE) {
           // Only from the slot's running worker: one read after its exit would count against its restart.
           if (slots.has(w) && isLendingMessage(m)) lending.receive(slot, m);
+        } else if (type === QUEUE_MESSAGE) {
+          // Answered at once (the worker holds its requests meanwhile); only from the slot's running worker, as above.
+          const answer = slots.has(w) && isQueueMessage(m) ? queue.receive(slot, m) : null;
+          if (answer !== null) post(w, answer);
         } else if (type === LINK_MESSAGE) {
           if (isLinkMessage(m) && m.lost !== undefined) links.lost(slot, m.lost);
         } else if (type === METRICS_MESSAGE) {
@@ -259,9 +270,12 @@ export function runPrimary(n: number, balance: ConnectionBalance = "kernel", con
         for (const other of slots.keys()) post(other, { type: STATE_MESSAGE, from: slot, epoch: pid, seq: 0, ended: true, entries: [], loads: [] });
       }
       overflow.exited(slot);
-      // Its units serve the others until it is started again, once its requests at the engine can have ended.
+      // Its units serve the others until it is started again, once its requests at the engine can have ended: those
+      // of the last worker of the slot that served (one whose restart failed before it listened sent none).
       lending.exited(slot);
-      setTimeout(() => lending.releaseDown(slot), DOWN_GRACE_MS).unref();
+      queue.exited(slot);
+      if (started.has(slot) || !graceEnds.has(slot)) graceEnds.set(slot, Date.now() + DOWN_GRACE_MS);
+      setTimeout(() => lending.releaseDown(slot), Math.max(0, graceEnds.get(slot)! - Date.now())).unref();
       if (!stopping && !served.has(slot)) stop(`worker ${slot} could not start (exit ${code ?? signal}): stopping the others`, code === 0 || code === null ? 1 : code);
       else if (!stopping) {
         // The others serve meanwhile: a restart that fails (no descriptor left to fork with, a tokenizer folder
