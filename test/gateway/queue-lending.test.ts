@@ -122,7 +122,7 @@ describe("queue lending between workers", () => {
     expect(broker.reserve()).toBe(4);
   });
 
-  it("a worker asks once at a time, counts a late answer's slots and gives them back, and gives up on an ask after ASK_TIMEOUT_MS", () => {
+  it("a worker asks once at a time, gives up on an ask after its timeout, and gives a late answer's slots straight back", () => {
     vi.useFakeTimers();
     const sent: QueueMessage[] = [];
     const lending = new QueueLending((m) => sent.push(m));
@@ -133,17 +133,26 @@ describe("queue lending between workers", () => {
     expect(sent).toEqual([{ type: QUEUE_MESSAGE, op: "ask", id: 1, n: 2 }]);
     vi.advanceTimersByTime(ASK_TIMEOUT_MS);
     expect(answers).toEqual([0, 0]);
-    // The primary counted these as the worker's: held, then back as nothing waits.
+    // The primary counted these as the worker's: back at once (an idle worker would hold them for good).
     expect(lending.receive({ type: QUEUE_MESSAGE, op: "give", id: 1, n: 2 })).toBe(true);
     expect(answers).toEqual([0, 0]);
-    expect(lending.held()).toBe(2);
-    lending.using(1);
-    expect(lending.held()).toBe(1);
-    expect(sent.at(-1)).toEqual({ type: QUEUE_MESSAGE, op: "return", n: 1 });
+    expect(lending.held()).toBe(0);
+    expect(sent.at(-1)).toEqual({ type: QUEUE_MESSAGE, op: "return", n: 2 });
     lending.ask(3, (n) => answers.push(n));
     expect(lending.receive({ type: QUEUE_MESSAGE, op: "give", id: 2, n: 3 })).toBe(true);
     expect(answers).toEqual([0, 0, 3]);
-    expect(lending.held()).toBe(4);
+    expect(lending.held()).toBe(3);
+    lending.using(1);
+    expect(lending.held()).toBe(1);
+    expect(sent.at(-1)).toEqual({ type: QUEUE_MESSAGE, op: "return", n: 2 });
+    // A shorter queue_timeout_ms is its timeout.
+    const quick = new QueueLending(() => {}, 100);
+    const quickAnswers: number[] = [];
+    quick.ask(1, (n) => quickAnswers.push(n));
+    vi.advanceTimersByTime(99);
+    expect(quickAnswers).toEqual([]);
+    vi.advanceTimersByTime(1);
+    expect(quickAnswers).toEqual([0]);
     expect(lending.receive({ type: "other" })).toBe(false);
   });
 

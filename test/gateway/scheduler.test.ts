@@ -4,7 +4,8 @@ import { afterEach, describe, expect, it } from "vitest";
 import { loadGatewayConfig } from "../../gateway/src/config/config.js";
 import { Fleet } from "../../gateway/src/fleet/fleet.js";
 import { readRequest } from "../../gateway/src/requests/openai.js";
-import { Hangup, newCounters, Scheduler } from "../../gateway/src/fleet/scheduler.js";
+import { Hangup } from "../../gateway/src/fleet/hangup.js";
+import { newCounters, Scheduler } from "../../gateway/src/fleet/scheduler.js";
 import { Utf8ByteTokenizer } from "../../gateway/src/tokenizers/tokenizer.js";
 import type { QueueSlots } from "../../gateway/src/fleet/queue-slots.js";
 
@@ -95,6 +96,36 @@ describe("Scheduler with lent queue slots (a worker of --workers N)", () => {
     await new Promise((r) => setTimeout(r, 30));
     expect(used).toEqual([0]);
     expect(held).toBe(0);
+  });
+});
+
+describe("Scheduler with lent queue slots: what it holds", () => {
+  it("holds no more than the gateway's queue and room would take, counting only requests not answered (a client gone frees its place)", async () => {
+    const config = loadGatewayConfig({ flags: { upstreams: ["http://127.0.0.1:9"], port: 0, logLevel: "silent" }, file: { name: "g.yaml", text: "health: { interval_ms: 60000 }\nlimits: { max_in_flight_per_upstream: 1, queue_size: 2 }\n" } });
+    const f = new Fleet(config, pino({ level: "silent" }), () => scheduler.schedule());
+    fleet = f;
+    const asks: number[] = [];
+    const slots: QueueSlots = { lends: true, held: () => 0, ask: (n) => void asks.push(n), using: () => {} };
+    const scheduler = new Scheduler(f, config, newCounters(), (e) => {
+      throw e;
+    }, undefined, false, undefined, slots);
+    const request = () => readRequest("chat", Buffer.from(JSON.stringify({ model: "m", messages: [{ role: "user", content: "hello there" }] })), {}, new Utf8ByteTokenizer());
+    const outcome = (p: Promise<unknown>) => p.then(() => "placed", (e: { status: number }) => e.status);
+    await scheduler.acquire(request(), new Hangup()); // the one unit
+    const [b, c] = [new Hangup(), new Hangup()];
+    const held = [outcome(scheduler.acquire(request(), b)), outcome(scheduler.acquire(request(), c))];
+    // queue_size 2, no room: a third is refused at once.
+    expect(await outcome(scheduler.acquire(request(), new Hangup()))).toBe(429);
+    b.abort();
+    c.abort();
+    expect(await Promise.all(held)).toEqual([499, 499]);
+    // Their places are free while the ask for them is still under way.
+    const e = new Hangup();
+    const late = outcome(scheduler.acquire(request(), e));
+    expect(scheduler.waiting()).toBe(1);
+    e.abort();
+    expect(await late).toBe(499);
+    expect(asks).toEqual([1]);
   });
 });
 

@@ -5,7 +5,8 @@
 import type { EdgeResponse } from "../http1/edge-types.js";
 import type { DisaggregationConfig, UpstreamRole } from "../config/config-types.js";
 import type { Fleet } from "../fleet/fleet.js";
-import { Hangup, type GatewayCounters, type Placement, type Scheduler } from "../fleet/scheduler.js";
+import { Hangup } from "../fleet/hangup.js";
+import type { GatewayCounters, Placement, Scheduler } from "../fleet/scheduler.js";
 import type { Upstream } from "../fleet/upstream.js";
 import { namingUpstream, type ProxyCall, type ProxyContext, type ProxyOutcome } from "../proxy/proxy.js";
 import type { RoutedRequest } from "../requests/openai.js";

@@ -7,7 +7,7 @@ import { viaFor } from "../requests/via.js";
 import { reasonOf } from "../fleet/upstream-errors.js";
 import type { Fleet } from "../fleet/fleet.js";
 import { HttpError } from "../requests/openai.js";
-import type { Hangup } from "../fleet/scheduler.js";
+import type { Hangup } from "../fleet/hangup.js";
 import type { Upstream } from "../fleet/upstream.js";
 import { namingUpstream } from "../proxy/proxy.js";
 import { AnswerTooLargeError, controlRequest } from "../http1/control-request.js";

@@ -13,6 +13,7 @@ import type { Upstream } from "./upstream.js";
 import { CentralizedSelection } from "./centralized-selection.js";
 import { fixedShares, type InFlightShares } from "./in-flight-shares.js";
 import { fixedSlots, type QueueSlots } from "./queue-slots.js";
+import type { Hangup } from "./hangup.js";
 import type { RankChoice } from "./rank-routing.js";
 import type { RankState, RouteRequest, TokenIds } from "adp-router";
 
@@ -32,54 +33,6 @@ export interface GatewayCounters {
 
 /** Counters at zero. */
 export const newCounters = (): GatewayCounters => ({ requests: new Map(), codes: new Map(), queued: 0, rejectedFull: 0, subagentRefused: 0 });
-
-/**
- * A client's hang-up, which the queue and the exchange with the upstream both
- * listen to: a flag and a short list of listeners, the part of an
- * EventEmitter they use (whose `once` wraps each listener in two more
- * objects), for a request's every step.
- */
-export class Hangup {
-  aborted = false;
-  /** A listener on its own (a request's steps listen one after another: its queue, then its exchange), or null. */
-  #first: (() => void) | null = null;
-  /** The listeners after `#first`, in the order they came (null: none yet). */
-  #more: (() => void)[] | null = null;
-
-  /** Calls `listener` once, at the hang-up (`event` is always "abort"). */
-  once(_event: "abort", listener: () => void): this {
-    // Alone in #first only while no other listens (calls keep the order listeners came in).
-    if (this.#first === null && (this.#more === null || this.#more.length === 0)) this.#first = listener;
-    else (this.#more ??= []).push(listener);
-    return this;
-  }
-
-  /** Stops listening. */
-  off(_event: "abort", listener: () => void): this {
-    const more = this.#more;
-    const i = more === null ? -1 : more.lastIndexOf(listener);
-    if (i >= 0) more!.splice(i, 1);
-    else if (this.#first === listener) this.#first = null;
-    return this;
-  }
-
-  /** How many listen now (`event` is always "abort"). */
-  listenerCount(_event: "abort"): number {
-    return (this.#first === null ? 0 : 1) + (this.#more?.length ?? 0);
-  }
-
-  /** Signals the hang-up once. */
-  abort(): void {
-    if (this.aborted) return;
-    this.aborted = true;
-    const first = this.#first;
-    const more = this.#more;
-    this.#first = null;
-    this.#more = null;
-    first?.();
-    if (more !== null) for (const l of more) l();
-  }
-}
 
 /** Now, in ms since the epoch to a fraction of a ms: workers compare their requests' arrivals by it (ms ties would be many). */
 const epochNow = (): number => performance.timeOrigin + performance.now();
@@ -121,8 +74,10 @@ class Waiting {
   readonly enqueuedAt: number;
   /** Whether it was already answered (placed, timed out, or its client left). */
   done = false;
-  /** Whether it was taken into the queue (counted in `queued`), not only asked a slot for. */
+  /** Whether it was taken into the queue (counted in `queued`). */
   admitted = false;
+  /** Whether its worker holds it while it asks for a queue slot (counted in the scheduler's `#holding`). */
+  held = false;
   /** Its queue timeout, armed only once it has to wait past its first batch (most never do). */
   timer: NodeJS.Timeout | null = null;
   /** Its prompt's block hashes, when its batch's routing made them. */
@@ -171,7 +126,7 @@ class Waiting {
     this.done = true;
     if (this.timer !== null) clearTimeout(this.timer);
     this.#signal.off("abort", this.#onAbort);
-    this.#scheduler.settled(this.tokens, this.admitted);
+    this.#scheduler.settled(this);
     return true;
   }
 }
@@ -183,6 +138,8 @@ export class Scheduler {
   #asking: Waiting[] = [];
   /** How many of `#asking`'s first the ask under way is for (0: none under way). */
   #asked = 0;
+  /** Requests held while their worker asks for queue slots, not answered yet (those of `#asking` not done). */
+  #holding = 0;
   /** Whether a check for queue slots to give back is due (after requests settled). */
   #givingBack = false;
   /** The timer that gives back the queue slots held past what waits, SLOT_LINGER_MS after they were first found so (null: none armed). */
@@ -235,7 +192,7 @@ export class Scheduler {
 
   /** Requests waiting now (those held while their worker asks for queue slots too). */
   waiting(): number {
-    return this.#queue.filter((w) => !w.done).length + this.#asking.filter((w) => !w.done).length;
+    return this.#queue.filter((w) => !w.done).length + this.#holding;
   }
 
   /** Routes the waiting requests on the next turn of the event loop. */
@@ -274,28 +231,44 @@ export class Scheduler {
    * Waits for an upstream for `request` (routed with the next batch), or
    * rejects 429/499/503. A worker whose request would wait past its slots
    * holds it while it asks its primary for one (in arrival order: none is
-   * admitted past those held so).
+   * admitted past those held so); with no slot to ask for (queue_size 0) it
+   * takes it if units its siblings leave unused would start it, as one
+   * process would start it on them.
    */
   acquire(request: RoutedRequest, signal: Hangup): Promise<Placement> {
-    const fits = this.#asking.length === 0 && this.#fits();
-    // Never more asked for than the gateway's whole queue could hold.
-    const refusal = this.#refusal(signal) ?? (fits || (this.#slots.lends && this.#asking.length < this.#config.limits.queueSize) ? null : this.#queueFull());
-    if (refusal !== null) {
+    const refusal = this.#refusal(signal);
+    let admit = refusal === null && this.#holding === 0 && this.#fits(0);
+    let hold = false;
+    if (refusal === null && !admit && this.#slots.lends) {
+      const queueSize = this.#config.limits.queueSize;
+      const spare = this.#spareElsewhere();
+      // No slot to ask for: units its siblings leave unused may start it. Else held, never more than the gateway's
+      // queue and the units that could start them would take.
+      if (queueSize === 0) admit = this.#fits(spare);
+      else hold = this.#holding < queueSize + this.#room() + spare;
+    }
+    if (refusal !== null || (!admit && !hold)) {
       this.#release(request.tokens);
-      return Promise.reject(refusal);
+      return Promise.reject(refusal ?? this.#queueFull());
     }
     const w = new Waiting(this.#nextId++, request, this.#subagentOf(request), this, signal);
     const placed = w.wait();
-    if (fits) this.#admit(w);
+    if (admit) this.#admit(w);
     else {
+      w.held = true;
+      this.#holding++;
       this.#asking.push(w);
       this.#askSlots();
     }
     return placed;
   }
 
-  /** Takes `w` into the queue, routed with the next batch. */
+  /** Takes `w` into the queue, routed with the next batch (off the held ones, if held). */
   #admit(w: Waiting): void {
+    if (w.held) {
+      w.held = false;
+      this.#holding--;
+    }
     w.admitted = true;
     this.#counters.queued++;
     this.#queue.push(w);
@@ -303,9 +276,13 @@ export class Scheduler {
     else this.schedule();
   }
 
-  /** Whether one more request may wait: the queue's count within the slots held and the room the upstreams have now. */
-  #fits(): boolean {
-    return this.#counters.queued < this.#slots.held() + this.#room();
+  /**
+   * Whether one more request may wait: the queue's count within the slots
+   * held, the room this process's units leave now, and `spare` more (units
+   * other workers leave unused, when counted).
+   */
+  #fits(spare: number): boolean {
+    return this.#counters.queued < this.#slots.held() + this.#room() + spare;
   }
 
   /** A 429 for a full queue, counted. */
@@ -329,14 +306,16 @@ export class Scheduler {
   #slotsAnswered(): void {
     const asked = this.#asking.splice(0, this.#asked);
     this.#asked = 0;
+    // Those the slots do not cover may still start on units its siblings leave unused (their last reports).
+    const spare = this.#spareElsewhere();
     for (const w of asked) {
       if (w.done) continue;
-      if (this.#fits()) this.#admit(w);
+      if (this.#fits(spare)) this.#admit(w);
       else w.reject(this.#queueFull());
     }
     const later = this.#asking.filter((w) => !w.done);
     let taken = 0;
-    while (taken < later.length && this.#fits()) this.#admit(later[taken++]!);
+    while (taken < later.length && this.#fits(0)) this.#admit(later[taken++]!);
     this.#asking = later.slice(taken);
     if (this.#asking.length > 0) this.#askSlots();
     this.#giveBack();
@@ -358,10 +337,11 @@ export class Scheduler {
     return Math.max(0, this.#counters.queued - this.#room());
   }
 
-  /** A waiting request was answered: off the queue's count (if it was taken in), its token ids handed back. @internal */
-  settled(tokens: TokenIds, admitted: boolean): void {
-    if (admitted) this.#counters.queued = Math.max(0, this.#counters.queued - 1);
-    this.#release(tokens);
+  /** A waiting request was answered: off the queue's count (or the held ones), its token ids handed back. @internal */
+  settled(w: Waiting): void {
+    if (w.admitted) this.#counters.queued = Math.max(0, this.#counters.queued - 1);
+    else if (w.held) this.#holding--;
+    this.#release(w.tokens);
     // Slots a worker holds past what waits go back once this turn's requests have settled (one check for them all).
     if (!this.#givingBack && this.#slots.lends && this.#slots.held() > 0) {
       this.#givingBack = true;
@@ -567,6 +547,16 @@ export class Scheduler {
       w.reject(new HttpError(429, "every upstream is at capacity", "rate_limit_exceeded", "upstreams_full", { "retry-after": "1" }));
     }, Math.max(0, timeout - (epochNow() - w.enqueuedAt)));
     w.timer.unref();
+  }
+
+  /**
+   * Units of the caps of available upstreams that other workers hold (or the
+   * primary keeps) and leave unused, as the workers' last load reports say: a
+   * request may start on one once it is lent (0 in one process, which holds
+   * every cap whole).
+   */
+  #spareElsewhere(): number {
+    return this.#fleet.upstreams.reduce((n, u) => n + (this.#fleet.available(u) ? Math.max(0, this.#cap - this.#shares.of(u) - u.siblingInFlight) : 0), 0);
   }
 
   /** Requests that could start now: the room left on available upstreams. */

@@ -25,7 +25,7 @@
 
 import type { IncomingHttpHeaders } from "node:http";
 import type { AnswerController, AnswerHandler, ForwardedLines, RequestDispatcher } from "../http1/http1-pool.js";
-import type { Hangup } from "../fleet/scheduler.js";
+import type { Hangup } from "../fleet/hangup.js";
 import { ExchangeError, reasonOf, type ExchangeReason } from "../fleet/upstream-errors.js";
 import { Deadlines, type Expiring } from "./deadlines.js";
 

@@ -21,7 +21,8 @@ import { exchange, type AnswerSink, type ExchangeListener, type ExchangeResult }
 import type { ExchangeError, ExchangeReason } from "../fleet/upstream-errors.js";
 import type { Fleet } from "../fleet/fleet.js";
 import { HttpError } from "../requests/openai.js";
-import type { Hangup, Scheduler } from "../fleet/scheduler.js";
+import type { Hangup } from "../fleet/hangup.js";
+import type { Scheduler } from "../fleet/scheduler.js";
 import { TokenTiming } from "./token-timing.js";
 import type { Upstream } from "../fleet/upstream.js";
 

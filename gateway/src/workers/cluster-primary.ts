@@ -232,6 +232,8 @@ export function runPrimary(n: number, balance: ConnectionBalance = "kernel", con
           if (m.op === "ask") gather.ask(m.id, (reply) => post(w, reply), [...slots].filter(([o, k]) => started.has(k) && o.isConnected()).map(([o]) => (msg) => post(o, msg)));
           else if (m.op === "page") gather.page(m.id, { worker: slot, text: m.text });
         } else if (type === LISTENING_MESSAGE) {
+          // Only from the slot's running worker (one read after its exit would mark the slot as serving).
+          if (!slots.has(w)) return;
           started.add(slot);
           served.add(slot);
           // A reload taken while it started reached it only if it asked after: else it is sent now.

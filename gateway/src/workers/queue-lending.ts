@@ -2,9 +2,11 @@
 // the gateway's and the primary holds all of it (QueueBroker): a worker holds
 // no slot of its own, admits a request at once while it fits in the room its
 // upstreams have (or in slots it holds), and otherwise asks the primary for
-// slots, the request held meanwhile, answered 429 queue_full if none is left.
-// A worker gives back the slots it holds past the requests that wait past its
-// room (a moment later: the scheduler's SLOT_LINGER_MS), so that the gateway holds at most queue_size waiting
+// slots, the request held meanwhile, answered 429 queue_full if none is left
+// (unless units of the cap its siblings leave unused would start it, as one
+// process would: fleet/scheduler.ts). A worker gives back the slots it holds
+// past the requests that wait past its room (a moment later: the scheduler's
+// SLOT_LINGER_MS), so that the gateway holds at most queue_size waiting
 // requests whichever worker their clients reach, as one process would, and a
 // worker's queue no longer fills (429) while a sibling's share sits empty.
 // Per slot, while every worker runs,
@@ -26,9 +28,11 @@ export const QUEUE_MESSAGE = "adp-gateway-queue";
 /** Most slots one message moves (queue_size's own bound). */
 const MAX_SLOTS = 1 << 20;
 /**
- * How long a worker waits for its primary's answer, ms: past it the requests
- * asked for are answered 429 (a late answer's slots are counted and go back).
- * The primary answers at once; only a primary that no longer reads is this slow.
+ * How long a worker waits for its primary's answer at most, ms (less when
+ * limits.queue_timeout_ms is less): past it the requests asked for are
+ * answered 429 unless they fit by then (a late answer's slots go straight
+ * back). The primary answers at once; only a primary that no longer reads is
+ * this slow.
  */
 export const ASK_TIMEOUT_MS = 1_000;
 
@@ -50,15 +54,18 @@ export function isQueueMessage(v: unknown): v is QueueMessage {
 export class QueueLending implements QueueSlots {
   readonly lends = true;
   readonly #send: (message: QueueMessage) => void;
+  /** How long an ask waits for its answer, ms. */
+  readonly #timeoutMs: number;
   /** Slots held now (granted, not given back). */
   #held = 0;
   /** The ask waiting for its answer: its id, its answer, and the timer that gives up on it (null: none). */
   #asking: { readonly id: number; readonly answer: (granted: number) => void; readonly timer: NodeJS.Timeout } | null = null;
   #nextId = 1;
 
-  /** `send` reaches the primary. */
-  constructor(send: (message: QueueMessage) => void) {
+  /** `send` reaches the primary; an ask is given up after `timeoutMs` (ASK_TIMEOUT_MS at most). */
+  constructor(send: (message: QueueMessage) => void, timeoutMs = ASK_TIMEOUT_MS) {
     this.#send = send;
+    this.#timeoutMs = Math.min(ASK_TIMEOUT_MS, Math.max(1, timeoutMs));
   }
 
   held(): number {
@@ -69,7 +76,7 @@ export class QueueLending implements QueueSlots {
   ask(n: number, answer: (granted: number) => void): void {
     if (this.#asking !== null || n <= 0) return answer(0);
     const id = this.#nextId++;
-    const timer = setTimeout(() => this.#answered(id, 0), ASK_TIMEOUT_MS);
+    const timer = setTimeout(() => this.#answered(id, 0), this.#timeoutMs);
     timer.unref();
     this.#asking = { id, answer, timer };
     this.#send({ type: QUEUE_MESSAGE, op: "ask", id, n: Math.min(n, MAX_SLOTS) });
@@ -86,13 +93,18 @@ export class QueueLending implements QueueSlots {
   receive(message: unknown): boolean {
     if (!isQueueMessage(message)) return false;
     if (message.op !== "give") return true;
-    // Counted whether or not the ask is still waiting: the primary counts them as this worker's until they come back.
+    if (this.#asking?.id !== message.id) {
+      // The answer to an ask given up on: its requests were answered, and its slots go straight back (held, nothing
+      // would give them back while this worker stays idle).
+      if (message.n > 0) this.#send({ type: QUEUE_MESSAGE, op: "return", n: message.n });
+      return true;
+    }
     this.#held += message.n;
     this.#answered(message.id, message.n);
     return true;
   }
 
-  /** Ask `id` answered with `granted` slots (or given up on: 0); a stale id is ignored (its slots, held, go back at the next using()). */
+  /** Ask `id` answered with `granted` slots, or given up on (0). */
   #answered(id: number, granted: number): void {
     const asking = this.#asking;
     if (asking === null || asking.id !== id) return;
