@@ -295,7 +295,8 @@ export class Scheduler {
   #askSlots(): void {
     if (this.#asked > 0) return;
     this.#asked = this.#asking.length;
-    this.#slots.ask(this.#asked, () => this.#slotsAnswered());
+    // As many slots as it holds requests still unanswered (a client gone meanwhile wants none).
+    this.#slots.ask(this.#holding, () => this.#slotsAnswered());
   }
 
   /**
