@@ -22,7 +22,7 @@ import { MetricsRelay } from "./workers/metrics-relay.js";
 import { ConnectionOverflow, type NativeHandle } from "./workers/connection-overflow.js";
 import { carriedFrom, InFlightLending } from "./workers/in-flight-lending.js";
 import { ASK_TIMEOUT_MS, QueueLending } from "./workers/queue-lending.js";
-import { afterReload, askConfig, ConfigKeeper, type ConfigTexts } from "./workers/config-relay.js";
+import { afterReload, askConfig, ConfigKeeper, type ConfigTexts, type ReadText } from "./workers/config-relay.js";
 
 /** The help text of `adp-router-gateway serve`. */
 export const SERVE_USAGE = `Usage: adp-router-gateway serve [--config FILE] [options]
@@ -147,12 +147,13 @@ export function oneProcessReason(config: GatewayConfig): string | null {
  * the primary and checked as a worker would take it (upstreams that are the
  * gateway itself, on `host` and `port` when known); rejects with what is wrong.
  */
-async function reloadText(name: string, flags: GatewayFlags, host: string, port: number | null): Promise<string> {
+async function reloadText(name: string, flags: GatewayFlags, host: string, port: number | null): Promise<ReadText> {
   const text = readFileSync(name, "utf8");
-  const next = loadGatewayConfig({ file: { name, text }, flags });
+  const settingFiles = new Map<string, string>();
+  const next = loadGatewayConfig({ file: { name, text }, flags, settingFiles });
   refuseOneProcess(next);
   if (port !== null) await refuseSelf(next.upstreams.map((u) => u.url), host, port);
-  return text;
+  return { text, files: [...settingFiles] };
 }
 
 /** Throws when `next` needs one process: the workers keep the state they share, and a reload cannot split it. */
@@ -163,13 +164,13 @@ function refuseOneProcess(next: GatewayConfig): void {
 
 /**
  * Moves `gateway` to the upstreams of the configuration file `name` (its
- * `text` when given, as a worker's primary read it; else read again), made
- * this process's by `share`; said on standard error after `why`. A text that
- * cannot be taken changes nothing.
+ * text and setting files when given, as a worker's primary read them; else
+ * read again), made this process's by `share`; said on standard error after
+ * `why`. A text that cannot be taken changes nothing.
  */
-async function moveTo(gateway: Gateway, flags: GatewayFlags, share: (c: GatewayConfig) => GatewayConfig, name: string, text: string | undefined, why: string): Promise<void> {
+async function moveTo(gateway: Gateway, flags: GatewayFlags, share: (c: GatewayConfig) => GatewayConfig, name: string, read: ReadText | undefined, why: string): Promise<void> {
   try {
-    const next = share(loadGatewayConfig({ file: { name, text: text ?? readFileSync(name, "utf8") }, flags }));
+    const next = share(loadGatewayConfig({ file: { name, text: read?.text ?? readFileSync(name, "utf8") }, flags, settingFiles: new Map(read?.files ?? []) }));
     if (isGatewayWorker()) refuseOneProcess(next); // its primary checked: never thrown in practice
     const change = await gateway.reload(next);
     const notes = [
@@ -285,9 +286,12 @@ async function serve(args: string[]): Promise<number> {
       return fail(`cannot read ${values.config}: ${(error as NodeJS.ErrnoException).code === "ENOENT" ? "no such file" : (error as Error).message}`);
     }
   }
+  // The setting files read for the configuration (keys named by `*_file` settings): a worker takes its primary's, and
+  // a primary of workers sends those it read to each.
+  const settingFiles = new Map<string, string>(texts?.startFiles ?? []);
   let config;
   try {
-    config = loadGatewayConfig({ ...(file ? { file } : {}), flags });
+    config = loadGatewayConfig({ ...(file ? { file } : {}), flags, settingFiles });
   } catch (error) {
     if (error instanceof GatewayConfigError) return fail(error.message);
     throw error;
@@ -295,7 +299,7 @@ async function serve(args: string[]): Promise<number> {
   // A worker started again after a reload starts on its upstreams, as its siblings run (before it listens).
   if (file !== undefined && texts?.reloaded != null) {
     try {
-      config = afterReload(config, loadGatewayConfig({ file: { name: file.name, text: texts.reloaded }, flags }));
+      config = afterReload(config, loadGatewayConfig({ file: { name: file.name, text: texts.reloaded }, flags, settingFiles: new Map(texts.reloadedFiles) }));
       process.stderr.write(`${said()}: started on the last reload's upstreams (${config.upstreams.length})\n`);
     } catch (error) {
       process.stderr.write(`${said()}: warning: the last reload's upstreams could not be taken (${(error as Error).message}): started on the start's, unlike the other workers\n`);
@@ -326,7 +330,7 @@ async function serve(args: string[]): Promise<number> {
     const checked = await checkUpstreams(config, false);
     if ("problem" in checked) return fail(checked.problem, checked.status);
     process.stderr.write(`${said()}: ${workersLimits(workers, config.limits)}\n`);
-    const keeper = file === undefined ? null : new ConfigKeeper(file.text, (port) => reloadText(file.name, flags, config.listen.host, port));
+    const keeper = file === undefined ? null : new ConfigKeeper({ text: file.text, files: [...settingFiles] }, (port) => reloadText(file.name, flags, config.listen.host, port));
     return runPrimary(workers, config.listen.connectionBalance, keeper, (slot) => limitsShare(config.limits, workers, slot).inFlightShare, config.limits.queueSize);
   }
   // This process serves requests (the one gateway, or a worker): fewer full collections of its small heap, a smaller
@@ -376,10 +380,10 @@ async function serve(args: string[]): Promise<number> {
     process.on("SIGTERM", () => stop("SIGTERM"));
     process.on("SIGINT", () => stop("SIGINT"));
     // SIGHUP: read the file again and move to its upstreams. A worker moves to the text its primary read and sent.
-    const reload = (text?: string) => {
+    const reload = (read?: ReadText) => {
       if (stopping) return; // shutting down: nothing to reload into
       if (file === undefined) process.stderr.write(`${said()}: SIGHUP: no --config file to reload\n`);
-      else reloads = reloads.then(() => moveTo(gateway, flags, share, file.name, text, "SIGHUP"));
+      else reloads = reloads.then(() => moveTo(gateway, flags, share, file.name, read, "SIGHUP"));
     };
     if (siblings === undefined) process.on("SIGHUP", () => reload());
     if (siblings !== undefined) {
@@ -392,7 +396,7 @@ async function serve(args: string[]): Promise<number> {
         if (lending?.receive(m) === true) return;
         if (queueSlots?.receive(m) === true) return;
         if (!isControl(m)) siblings.receive(m);
-        else if (m.action === "reload") reload(m.text);
+        else if (m.action === "reload") reload(m.text === undefined ? undefined : { text: m.text, files: m.files ?? [] });
         else if (!stopping) stop("the primary's stop");
       });
       toPrimary({ type: LISTENING_MESSAGE, url: gateway.url });

@@ -110,25 +110,28 @@ describe("the primary's configuration texts", () => {
     vi.spyOn(process.stderr, "write").mockImplementation(() => true);
     vi.spyOn(process.stdout, "write").mockImplementation(() => true);
     let file = "first";
-    const status = runPrimary(2, "kernel", new ConfigKeeper("first", async () => file));
+    // The key file a setting names, as the primary read it at start and at the reload (workers take these texts).
+    const status = runPrimary(2, "kernel", new ConfigKeeper({ text: "first", files: [["key.txt", "one"]] }, async () => ({ text: file, files: [["key.txt", "two"]] })));
     const [one, two] = state.forks as FakeWorker[];
     for (const w of [one!, two!]) w.emit("message", ask);
-    expect(one!.sent).toEqual([{ type: "adp-gateway-config", op: "texts", start: "first", reloaded: null, carried: [] }]);
+    expect(one!.sent).toEqual([{ type: "adp-gateway-config", op: "texts", start: "first", reloaded: null, startFiles: [["key.txt", "one"]], reloadedFiles: [], carried: [] }]);
     one!.emit("message", listening);
     // Worker 2 asked, and has not said it listens when the reload comes: it reads no message yet.
     file = "second";
     process.emit("SIGHUP", "SIGHUP");
     await new Promise((r) => setTimeout(r, 10));
     expect(reloads(one!)).toEqual(["second"]);
+    expect(one!.sent.at(-1)).toEqual({ type: "adp-gateway-control", action: "reload", text: "second", files: [["key.txt", "two"]] });
     expect(reloads(two!)).toEqual([]);
     two!.emit("message", listening);
     expect(reloads(two!)).toEqual(["second"]);
+    expect(two!.sent.at(-1)).toEqual({ type: "adp-gateway-control", action: "reload", text: "second", files: [["key.txt", "two"]] });
     // Worker 1 dies; its restart asks after the reload: the texts carry it, and listening sends nothing more.
     one!.emit("exit", null, "SIGKILL");
     await new Promise((r) => setTimeout(r, 1_100));
     const three = state.forks[2] as FakeWorker;
     three.emit("message", ask);
-    expect(three.sent).toEqual([{ type: "adp-gateway-config", op: "texts", start: "first", reloaded: "second", carried: [] }]);
+    expect(three.sent).toEqual([{ type: "adp-gateway-config", op: "texts", start: "first", reloaded: "second", startFiles: [["key.txt", "one"]], reloadedFiles: [["key.txt", "two"]], carried: [] }]);
     three.emit("message", listening);
     expect(reloads(three)).toEqual([]);
     process.emit("SIGTERM", "SIGTERM");
@@ -140,7 +143,7 @@ describe("the primary's configuration texts", () => {
     const said: string[] = [];
     vi.spyOn(process.stderr, "write").mockImplementation((text) => (said.push(String(text)), true));
     vi.spyOn(process.stdout, "write").mockImplementation(() => true);
-    const status = runPrimary(1, "kernel", new ConfigKeeper("first", async () => {
+    const status = runPrimary(1, "kernel", new ConfigKeeper({ text: "first", files: [] }, async () => {
       throw new Error("upstreams[0].url: has no scheme");
     }));
     const [one] = state.forks as FakeWorker[];
@@ -160,10 +163,10 @@ describe("the primary's configuration texts", () => {
     vi.spyOn(process.stdout, "write").mockImplementation(() => true);
     const ports: (number | null)[] = [];
     let reads = 0;
-    const status = runPrimary(1, "kernel", new ConfigKeeper("first", async (port) => {
+    const status = runPrimary(1, "kernel", new ConfigKeeper({ text: "first", files: [] }, async (port) => {
       ports.push(port);
       // The first read waits (a DNS lookup of an upstream on the gateway's port can take seconds).
-      return ++reads === 1 ? new Promise((r) => setTimeout(() => r("slow"), 50)) : "quick";
+      return ++reads === 1 ? new Promise((r) => setTimeout(() => r({ text: "slow", files: [] }), 50)) : { text: "quick", files: [] };
     }));
     const [one] = state.forks as FakeWorker[];
     one!.emit("message", ask);
@@ -183,12 +186,21 @@ describe("the primary's configuration texts", () => {
     const asked: unknown[] = [];
     const texts = askConfig((m) => asked.push(m), (l) => listeners.add(l), (l) => listeners.delete(l), 1_000);
     expect(asked).toEqual([ask]);
-    for (const m of [{ type: "adp-gateway-config", op: "texts", start: 1, reloaded: null, carried: [] }, { type: "adp-gateway-config", op: "texts", start: "a", carried: [] }, { type: "adp-gateway-config", op: "texts", start: "a", reloaded: null }, { type: "adp-gateway-control", action: "reload", text: "b" }]) {
+    const files = { startFiles: [], reloadedFiles: [] };
+    for (const m of [
+      { type: "adp-gateway-config", op: "texts", start: 1, reloaded: null, ...files, carried: [] },
+      { type: "adp-gateway-config", op: "texts", start: "a", ...files, carried: [] },
+      { type: "adp-gateway-config", op: "texts", start: "a", reloaded: null, ...files },
+      { type: "adp-gateway-config", op: "texts", start: "a", reloaded: null, carried: [] },
+      { type: "adp-gateway-config", op: "texts", start: "a", reloaded: null, startFiles: [["k"]], reloadedFiles: [], carried: [] },
+      { type: "adp-gateway-config", op: "texts", start: "a", reloaded: null, startFiles: [], reloadedFiles: [["k", 1]], carried: [] },
+      { type: "adp-gateway-control", action: "reload", text: "b" },
+    ]) {
       expect(isConfigMessage(m) && m.op === "texts").toBe(false);
       for (const l of listeners) l(m);
     }
-    for (const l of listeners) l({ type: "adp-gateway-config", op: "texts", start: "a", reloaded: "b", carried: [["http://e", -2]] });
-    expect(await texts).toEqual({ start: "a", reloaded: "b", carried: [["http://e", -2]] });
+    for (const l of listeners) l({ type: "adp-gateway-config", op: "texts", start: "a", reloaded: "b", startFiles: [["key", "one"]], reloadedFiles: [["key", "two"]], carried: [["http://e", -2]] });
+    expect(await texts).toEqual({ start: "a", reloaded: "b", startFiles: [["key", "one"]], reloadedFiles: [["key", "two"]], carried: [["http://e", -2]] });
     expect(listeners.size).toBe(0);
     await expect(askConfig(() => {}, (l) => listeners.add(l), (l) => listeners.delete(l), 50)).rejects.toThrow("the primary did not send the configuration within 0.05 s");
     expect(listeners.size).toBe(0);

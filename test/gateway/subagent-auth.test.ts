@@ -2,8 +2,11 @@
 // signature equals the one TensorRT-LLM's own _sign_subagent_affinity makes
 // (test/fixtures/subagent-auth.json, by scripts/subagent-auth-vectors.py), and
 // a hint is taken only on context or generation requests with that signature.
-import { readFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { describe, expect, it } from "vitest";
+import { loadGatewayConfig } from "../../gateway/src/config/config.js";
 import { pythonJson, subagentHintAccepted, subagentSignature, type SubagentClaim } from "../../gateway/src/requests/subagent-auth.js";
 
 const vectors = JSON.parse(readFileSync(new URL("../fixtures/subagent-auth.json", import.meta.url), "utf8")) as {
@@ -33,5 +36,21 @@ describe("sub-agent affinity signatures, as TensorRT-LLM signs them", () => {
 
   it("writes JSON as Python's json.dumps(sort_keys=True, separators=(',', ':')) does", () => {
     expect(pythonJson({ b: 1, a: [null, "é😀\u2028", true], c: "x\n\u007f" })).toBe('{"a":[null,"\\u00e9\\ud83d\\ude00\\u2028",true],"b":1,"c":"x\\n\\u007f"}');
+  });
+});
+
+describe("setting files given to the configuration (serve --workers N's primary sends its own)", () => {
+  it("a file read is recorded in settingFiles; one given there is taken in place of the file, whatever the file holds", () => {
+    const dir = mkdtempSync(join(tmpdir(), "adp-setting-files-"));
+    const key = join(dir, "key");
+    writeFileSync(key, "the first key\n");
+    const text = `upstreams: [http://127.0.0.1:1]\nauth: { internal_request_auth_key_file: ${key} }\n`;
+    const settingFiles = new Map<string, string>();
+    expect(loadGatewayConfig({ file: { name: "g.yaml", text }, settingFiles }).auth.internalRequestAuthKey).toBe("the first key");
+    expect([...settingFiles]).toEqual([[key, "the first key"]]);
+    writeFileSync(key, "a later key\n");
+    expect(loadGatewayConfig({ file: { name: "g.yaml", text }, settingFiles: new Map(settingFiles) }).auth.internalRequestAuthKey).toBe("the first key");
+    expect(loadGatewayConfig({ file: { name: "g.yaml", text } }).auth.internalRequestAuthKey).toBe("a later key");
+    rmSync(dir, { recursive: true });
   });
 });

@@ -101,7 +101,11 @@ export class Reader {
   readonly warnings: ConfigIssue[] = [];
   /** Problems past MAX_ISSUES, counted only. */
   omitted = 0;
-  constructor(readonly where: Locator) {}
+  /** `settingFiles`: the texts of setting files already read, by name (used in place of the file; those read here are added). */
+  constructor(
+    readonly where: Locator,
+    readonly settingFiles: Map<string, string> | null = null,
+  ) {}
 
   /** Records a problem at `path`. */
   fail(path: readonly (string | number)[], message: string, where?: string | null): void {
@@ -204,6 +208,8 @@ export class Reader {
     if (v === undefined || v === null) return null;
     const name = this.str(v, path, "");
     if (name === "") return null;
+    const given = this.settingFiles?.get(name);
+    if (given !== undefined) return given;
     try {
       if (statSync(name).size > MAX_SETTING_FILE_BYTES) {
         this.fail(path, `${describeValue(name)} is over ${MAX_SETTING_FILE_BYTES} bytes (not a key or certificate file)`);
@@ -211,6 +217,7 @@ export class Reader {
       }
       const text = readFileSync(name, "utf8").trim();
       if (text === "") this.fail(path, `${describeValue(name)} is empty`);
+      else this.settingFiles?.set(name, text);
       return text === "" ? null : text;
     } catch (error) {
       this.fail(path, `${describeValue(name)} cannot be read (${(error as NodeJS.ErrnoException).code ?? "error"})`);
@@ -485,6 +492,13 @@ export interface LoadOptions {
   readonly flags?: GatewayFlags;
   /** Where `*_env` settings are read (process.env by default). */
   readonly env?: Record<string, string | undefined>;
+  /**
+   * The texts of the setting files (`*_file`: keys, key lists) by the name
+   * the configuration gives: a name found here is not read again, and one read
+   * is added. `serve --workers N`'s primary collects them, and its workers
+   * load the same texts, whatever the files hold since.
+   */
+  readonly settingFiles?: Map<string, string>;
 }
 
 /**
@@ -533,7 +547,7 @@ export function loadGatewayConfig(options: LoadOptions = {}): GatewayConfig {
     if (typeof value !== "object" || value === null || Array.isArray(value)) throw new GatewayConfigError([{ field: "(config)", message: `must be an object of settings, got ${describeValue(value)}`, where: null }]);
     raw = value as Record<string, unknown>;
   }
-  const r = new Reader(where);
+  const r = new Reader(where, options.settingFiles ?? null);
   r.issues.push(...early);
   const top = r.section(raw, [], SECTIONS[""]!);
 

@@ -35,7 +35,7 @@ import { isNativeHandle, isOverflowMessage, type NativeHandle, OVERFLOW_MESSAGE,
 import { isLendingMessage, LENDING_MESSAGE } from "./in-flight-lending.js";
 import { DOWN_GRACE_MS, LendingBroker } from "./lending-broker.js";
 import { isQueueMessage, QUEUE_MESSAGE, QueueBroker } from "./queue-lending.js";
-import { CONFIG_MESSAGE, type ConfigKeeper, type ConfigMessage, isConfigMessage } from "./config-relay.js";
+import { CONFIG_MESSAGE, type ConfigKeeper, type ConfigMessage, isConfigMessage, isSettingFilePairs, type ReadText, type SettingFilePairs } from "./config-relay.js";
 import { collectorThreadsChosen } from "../common/collector-threads.js";
 import { WORKERS_ENV } from "../common/usable-cores.js";
 import type { ConnectionBalance } from "../config/config-types.js";
@@ -59,6 +59,8 @@ export interface ControlMessage {
   readonly action: "stop" | "reload";
   /** A reload's configuration text, as the primary read and checked it (absent: the gateway has no file). */
   readonly text?: string;
+  /** The setting files the primary read for `text` (workers take them in place of the files). */
+  readonly files?: SettingFilePairs;
 }
 
 /**
@@ -109,7 +111,7 @@ export const isGatewayWorker = (): boolean => cluster.isWorker && process.env[WO
 
 /** Whether `v` is a control message. */
 export const isControl = (v: unknown): v is ControlMessage =>
-  typeof v === "object" && v !== null && (v as ControlMessage).type === CONTROL_MESSAGE && ((v as ControlMessage).action === "stop" || (v as ControlMessage).action === "reload") && ((v as ControlMessage).text === undefined || typeof (v as ControlMessage).text === "string");
+  typeof v === "object" && v !== null && (v as ControlMessage).type === CONTROL_MESSAGE && ((v as ControlMessage).action === "stop" || (v as ControlMessage).action === "reload") && ((v as ControlMessage).text === undefined || typeof (v as ControlMessage).text === "string") && ((v as ControlMessage).files === undefined || isSettingFilePairs((v as ControlMessage).files));
 
 /** node:cluster's scheduling policy for a connection balance (an operator's NODE_CLUSTER_SCHED_POLICY gives way to the configuration). */
 export const schedulingPolicy = (balance: ConnectionBalance): number => (balance === "round_robin" ? cluster.SCHED_RR : cluster.SCHED_NONE);
@@ -152,13 +154,13 @@ export function runPrimary(n: number, balance: ConnectionBalance = "kernel", con
       started: () => [...started],
     }, inFlightShare);
     const queue = new QueueBroker(queueSize);
-    const control = (action: ControlMessage["action"], text?: string) => {
+    const control = (action: ControlMessage["action"], read?: ReadText) => {
       for (const [w, slot] of slots) {
         // One still starting reads no message yet (and has no signal handler: SIGTERM ends it, as it had served nothing;
         // it asked for the texts already, or will be given the new one).
         if (!started.has(slot)) {
           if (action === "stop") w.process.kill("SIGTERM");
-        } else post(w, { type: CONTROL_MESSAGE, action, ...(text === undefined ? {} : { text }) } satisfies ControlMessage);
+        } else post(w, { type: CONTROL_MESSAGE, action, ...(read === undefined ? {} : { text: read.text, files: read.files }) } satisfies ControlMessage);
       }
     };
     /** The reloads under way, one after another: the workers take them in the order the signals came. */
@@ -168,15 +170,15 @@ export function runPrimary(n: number, balance: ConnectionBalance = "kernel", con
       if (stopping) return;
       if (config === null) return control("reload"); // each worker says there is no file
       reloads = reloads.then(async () => {
-        let text: string;
+        let read: ReadText;
         try {
           // Upstreams that are the gateway itself are checked on the port its workers listen on (once one does).
-          text = await config.reload(url === null ? null : Number(new URL(url).port));
+          read = await config.reload(url === null ? null : Number(new URL(url).port));
         } catch (error) {
           say(`SIGHUP: the configuration was not reloaded: ${(error as Error).message}`);
           return;
         }
-        if (!stopping) control("reload", text);
+        if (!stopping) control("reload", read);
       });
     };
     const stop = (why: string, code: number) => {
@@ -215,7 +217,8 @@ export function runPrimary(n: number, balance: ConnectionBalance = "kernel", con
           // A starting worker's ask: the texts its siblings run, and what its slot holds of the in-flight caps (from here it is up).
           if (isConfigMessage(m) && m.op === "ask") {
             given.set(w, config?.generation ?? 0);
-            post(w, { type: CONFIG_MESSAGE, op: "texts", start: config?.start ?? null, reloaded: config?.reloaded ?? null, carried: lending.carried(slot) } satisfies ConfigMessage);
+            const texts = { start: config?.start.text ?? null, reloaded: config?.reloaded?.text ?? null, startFiles: config?.start.files ?? [], reloadedFiles: config?.reloaded?.files ?? [] };
+            post(w, { type: CONFIG_MESSAGE, op: "texts", ...texts, carried: lending.carried(slot) } satisfies ConfigMessage);
           }
         } else if (type === LENDING_MESSAGE) {
           // Only from the slot's running worker: one read after its exit would count against its restart.
@@ -237,7 +240,7 @@ export function runPrimary(n: number, balance: ConnectionBalance = "kernel", con
           started.add(slot);
           served.add(slot);
           // A reload taken while it started reached it only if it asked after: else it is sent now.
-          if (config !== null && config.reloaded !== null && (given.get(w) ?? 0) < config.generation) post(w, { type: CONTROL_MESSAGE, action: "reload", text: config.reloaded } satisfies ControlMessage);
+          if (config !== null && config.reloaded !== null && (given.get(w) ?? 0) < config.generation) post(w, { type: CONTROL_MESSAGE, action: "reload", text: config.reloaded.text, files: config.reloaded.files } satisfies ControlMessage);
           failedRestarts.delete(slot);
           links.started(slot);
           lending.started(slot);
