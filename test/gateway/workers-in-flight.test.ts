@@ -10,7 +10,7 @@
 // sibling that is down.
 import { cpSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { Agent, request } from "node:http";
+import { Agent, createServer, request } from "node:http";
 import path from "node:path";
 import { describe, expect, it } from "vitest";
 import { type MockEngine, oneEngineServeConfig, trackedForCleanup } from "../support/mock-engine.js";
@@ -140,6 +140,41 @@ describe("limits.max_in_flight_per_upstream with --workers 2", () => {
     expect(shares).toHaveLength(2);
     expect(Math.max(...shares)).toBeGreaterThan(4);
     expect(shares[0]! + shares[1]!).toBeLessThanOrEqual(8);
+    child.kill("SIGTERM");
+    expect(await exited).toBe(0);
+  }, 30_000);
+
+  it("kill -9 of a worker under load, behind an engine that finishes what it started (cap 2): the engine never has more than 2 in flight", async () => {
+    // An engine that ignores its clients' hang-ups: a request counts from its arrival to its answer 1 s later.
+    let inFlight = 0;
+    let most = 0;
+    const engine = createServer((req, res) => {
+      req.resume();
+      req.on("end", () => {
+        if (req.url === "/health" || req.method === "GET") return void res.writeHead(200, { "content-type": "application/json" }).end('{"object":"list","data":[{"id":"m","object":"model"}]}');
+        inFlight++;
+        most = Math.max(most, inFlight);
+        setTimeout(() => {
+          inFlight--;
+          res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ id: "x", object: "chat.completion", created: 1, model: "m", choices: [{ index: 0, message: { role: "assistant", content: "ok" }, finish_reason: "stop" }], usage: { prompt_tokens: 1, completion_tokens: 1, total_tokens: 2 } }));
+        }, 1_000);
+      });
+    });
+    await new Promise<void>((r) => engine.listen(0, "127.0.0.1", r));
+    tracked.engines.push({ close: () => new Promise<void>((r) => (engine.closeAllConnections(), engine.close(() => r()))) } as unknown as MockEngine);
+    const { dir } = await oneEngineServeConfig(tracked);
+    const config = path.join(dir, "killed.yaml");
+    writeFileSync(config, `listen: { host: 127.0.0.1, port: 0, connection_balance: round_robin }\nlogging: { level: warn }\nlimits: { max_in_flight_per_upstream: 2, queue_timeout_ms: 20000 }\nupstreams:\n  - url: http://127.0.0.1:${(engine.address() as { port: number }).port}\n`);
+    const { url, child, exited, stderr } = await startServe(CLI, ["--config", config, "--workers", "2"], tracked.children);
+    // Six clients dealt in turn (three a worker), two requests each; one worker is killed 300 ms in, its request
+    // still running at the engine: its units are lent (or taken by its restart) only once that can have ended.
+    const clients = Array.from({ length: 6 }, (_, c) => client(url, 2, `k${c}`).catch(() => []));
+    await new Promise((r) => setTimeout(r, 300));
+    const [victim] = [...processParents()].filter(([, ppid]) => ppid === child.pid).map(([pid]) => pid);
+    process.kill(victim!, "SIGKILL");
+    await Promise.all(clients);
+    for (let i = 0; i < 50 && !stderr().includes("exited (SIGKILL)"); i++) await new Promise((r) => setTimeout(r, 100));
+    expect(most).toBe(2);
     child.kill("SIGTERM");
     expect(await exited).toBe(0);
   }, 30_000);

@@ -174,10 +174,16 @@ describe("serve --workers N", () => {
     const fleet = await startEngines(2, engines);
     const { url, child, exited, stderr } = await start(["--port", "0", "--workers", "2", "--log-level", "silent", ...fleet.flatMap((e) => ["--upstream", e.url])]);
     const victim = await killWorker(child.pid!, stderr);
-    expect(stderr()).toMatch(/worker [12] exited \(SIGKILL\): starting it again/);
+    const slot = /worker ([12]) exited \(SIGKILL\): starting it again/.exec(stderr())?.[1];
+    expect(slot).toBeDefined();
+    // Down on /metrics until started again (the primary's lines: the slot's page while its worker is gone).
+    const workersOn = async () => Object.fromEntries([...(await (await fetch(`${url}/metrics`)).text()).matchAll(/^adp_gateway_worker_(up|restarts_total)\{worker="(\d)"\} (\d+)$/gm)].map((m) => [`${m[1]}:${m[2]}`, Number(m[3])]));
+    expect(await workersOn()).toMatchObject({ [`up:${slot}`]: 0 });
     for (let i = 0; i < 10; i++) expect((await chatAlone(url, `after the crash ${i}`)).status).toBe(200);
     // A new worker in its place, linked to the other once it listens (the old link ended with the dead one).
     await untilWorkers(child.pid!, 2, url, victim);
+    const other = slot === "1" ? "2" : "1";
+    expect(await workersOn()).toEqual({ "up:1": 1, "up:2": 1, [`restarts_total:${slot}`]: 1, [`restarts_total:${other}`]: 0 });
     // And the new link carries what each learns: new conversations still route as one.
     await expectRoutedAsOne(url);
     child.kill("SIGTERM");

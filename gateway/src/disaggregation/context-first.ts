@@ -3,7 +3,7 @@
 // TensorRT-LLM's as `_send_disagg_request_ctx_first` runs it
 // (tensorrt_llm/serve/openai_disagg_service.py), vLLM's as its NIXL proxy does.
 
-import type { Placement } from "../fleet/scheduler.js";
+import type { Placement } from "../fleet/waiting.js";
 import type { Upstream } from "../fleet/upstream.js";
 import { proxy, type ProxyOutcome } from "../proxy/proxy.js";
 import { HttpError } from "../requests/openai.js";

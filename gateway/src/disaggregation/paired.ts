@@ -7,7 +7,7 @@
 // is the client's answer; a decode that fails stops the prefill; a client
 // that leaves stops both.
 
-import type { Placement } from "../fleet/scheduler.js";
+import type { Placement } from "../fleet/waiting.js";
 import type { Upstream } from "../fleet/upstream.js";
 import { headGiven, proxy, type ProxyOutcome } from "../proxy/proxy.js";
 import { HttpError } from "../requests/openai.js";

@@ -14,6 +14,7 @@ import { CentralizedSelection } from "./centralized-selection.js";
 import { fixedShares, type InFlightShares } from "./in-flight-shares.js";
 import { fixedSlots, type QueueSlots } from "./queue-slots.js";
 import type { Hangup } from "./hangup.js";
+import { epochNow, Waiting, type Placement, type WaitingOwner } from "./waiting.js";
 import type { RankChoice } from "./rank-routing.js";
 import type { RankState, RouteRequest, TokenIds } from "adp-router";
 
@@ -34,9 +35,6 @@ export interface GatewayCounters {
 /** Counters at zero. */
 export const newCounters = (): GatewayCounters => ({ requests: new Map(), codes: new Map(), queued: 0, rejectedFull: 0, subagentRefused: 0 });
 
-/** Now, in ms since the epoch to a fraction of a ms: workers compare their requests' arrivals by it (ms ties would be many). */
-const epochNow = (): number => performance.timeOrigin + performance.now();
-
 /**
  * How long a worker keeps the queue slots it holds past its waiting requests
  * before it gives them back, ms: under a steady overload a slot one request
@@ -45,94 +43,20 @@ const epochNow = (): number => performance.timeOrigin + performance.now();
  * clients behind a cap of 4); a sibling may be refused meanwhile.
  */
 const SLOT_LINGER_MS = 10;
+/**
+ * How long a worker's request with no queue slot waits for a unit of the cap
+ * a sibling leaves unused, ms, before it is answered 429 queue_full: the
+ * unit comes in a few messages through the primary when the sibling has one
+ * (one process would have started the request on it), and none comes when it
+ * has none (one process would have refused the request).
+ */
+const UNIT_WAIT_MS = 50;
 
 /** No request short of units (a batch with nothing to place says so). */
 const NONE_SHORT: ReadonlyMap<Upstream, number> = new Map();
 
-/** Where a request was placed, and how many of its prompt's tokens the prefix index holds there. */
-export interface Placement {
-  readonly upstream: Upstream;
-  readonly matchedTokens: number;
-  /** The upstream's own DP rank phase 2 chose (sent as X-Data-Parallel-Rank), or null: the engine's balancer picks. */
-  readonly rank: number | null;
-}
-
-/**
- * A request waiting for an upstream: what routing reads of it (not the
- * request itself, which holds more), and how its wait ends, once (placed,
- * refused, timed out, or its client left). One object a request: its
- * settling and its hang-up listener are methods, not closures.
- */
-class Waiting {
-  readonly id: number;
-  readonly conversationId: string | null;
-  readonly subagentId: string | null;
-  /** Its prompt's namespace in the prefix index (LoRA task and cache salt). */
-  readonly namespace: { readonly loraTaskId: number | null; readonly cacheSalt: string | null };
-  /** Its prompt's token ids. */
-  readonly tokens: TokenIds;
-  readonly enqueuedAt: number;
-  /** Whether it was already answered (placed, timed out, or its client left). */
-  done = false;
-  /** Whether it was taken into the queue (counted in `queued`). */
-  admitted = false;
-  /** Whether its worker holds it while it asks for a queue slot (counted in the scheduler's `#holding`). */
-  held = false;
-  /** Its queue timeout, armed only once it has to wait past its first batch (most never do). */
-  timer: NodeJS.Timeout | null = null;
-  /** Its prompt's block hashes, when its batch's routing made them. */
-  hashes: Uint32Array | null = null;
-  readonly #scheduler: Scheduler;
-  readonly #signal: Hangup;
-  #resolve: ((placement: Placement) => void) | null = null;
-  #reject: ((error: HttpError) => void) | null = null;
-  readonly #onAbort = () => this.reject(new HttpError(499, "the client closed the request"));
-
-  constructor(id: number, request: RoutedRequest, subagentId: string | null, scheduler: Scheduler, signal: Hangup) {
-    this.id = id;
-    this.conversationId = request.conversationId;
-    this.subagentId = subagentId;
-    this.namespace = { loraTaskId: request.loraTaskId, cacheSalt: request.cacheSalt };
-    this.tokens = request.tokens;
-    this.enqueuedAt = epochNow();
-    this.#scheduler = scheduler;
-    this.#signal = signal;
-  }
-
-  /** The promise it settles, listening for its client's hang-up meanwhile. */
-  wait(): Promise<Placement> {
-    this.#signal.once("abort", this.#onAbort);
-    return new Promise<Placement>((resolve, reject) => {
-      this.#resolve = resolve;
-      this.#reject = reject;
-    });
-  }
-
-  resolve(placement: Placement): void {
-    if (this.#settle()) this.#resolve!(placement);
-  }
-
-  reject(error: HttpError): void {
-    if (this.#settle()) this.#reject!(error);
-  }
-
-  /**
-   * Takes it off the queue's count once, whatever answers it, and lets go of
-   * the hang-up: the signal lives as long as the response, and a listener left
-   * on it would hold the request's tokens as long.
-   */
-  #settle(): boolean {
-    if (this.done) return false;
-    this.done = true;
-    if (this.timer !== null) clearTimeout(this.timer);
-    this.#signal.off("abort", this.#onAbort);
-    this.#scheduler.settled(this);
-    return true;
-  }
-}
-
 /** The queue of requests waiting for an upstream, and the batches that place them. */
-export class Scheduler {
+export class Scheduler implements WaitingOwner {
   #queue: Waiting[] = [];
   /** Requests a worker holds while it asks its primary for queue slots, in arrival order (see QueueSlots). */
   #asking: Waiting[] = [];
@@ -140,6 +64,8 @@ export class Scheduler {
   #asked = 0;
   /** Requests held while their worker asks for queue slots, not answered yet (those of `#asking` not done). */
   #holding = 0;
+  /** Requests in the queue with no queue slot, waiting UNIT_WAIT_MS for a unit a sibling leaves unused. */
+  #unslotted = 0;
   /** Whether a check for queue slots to give back is due (after requests settled). */
   #givingBack = false;
   /** The timer that gives back the queue slots held past what waits, SLOT_LINGER_MS after they were first found so (null: none armed). */
@@ -231,29 +157,31 @@ export class Scheduler {
    * Waits for an upstream for `request` (routed with the next batch), or
    * rejects 429/499/503. A worker whose request would wait past its slots
    * holds it while it asks its primary for one (in arrival order: none is
-   * admitted past those held so); with no slot to ask for (queue_size 0) it
-   * takes it if units its siblings leave unused would start it, as one
-   * process would start it on them.
+   * admitted past those held so); one the primary has no slot for (or with
+   * queue_size 0) waits a moment for a unit its siblings leave unused, as
+   * one process would start it on that unit (#waitForUnit).
    */
   acquire(request: RoutedRequest, signal: Hangup): Promise<Placement> {
     const refusal = this.#refusal(signal);
-    let admit = refusal === null && this.#holding === 0 && this.#fits(0);
+    let admit = refusal === null && this.#holding === 0 && this.#fits();
     let hold = false;
+    let unit = false;
     if (refusal === null && !admit && this.#slots.lends) {
       const queueSize = this.#config.limits.queueSize;
       const spare = this.#spareElsewhere();
-      // No slot to ask for: units its siblings leave unused may start it. Else held, never more than the gateway's
-      // queue and the units that could start them would take.
-      if (queueSize === 0) admit = this.#fits(spare);
+      // With no slot to ask for, a unit of a sibling's may start it; else held, never more than the gateway's queue
+      // and the units that could start them would take.
+      if (queueSize === 0) unit = this.#unslotted < spare;
       else hold = this.#holding < queueSize + this.#room() + spare;
     }
-    if (refusal !== null || (!admit && !hold)) {
+    if (refusal !== null || (!admit && !hold && !unit)) {
       this.#release(request.tokens);
       return Promise.reject(refusal ?? this.#queueFull());
     }
     const w = new Waiting(this.#nextId++, request, this.#subagentOf(request), this, signal);
     const placed = w.wait();
     if (admit) this.#admit(w);
+    else if (unit) this.#waitForUnit(w);
     else {
       w.held = true;
       this.#holding++;
@@ -277,12 +205,27 @@ export class Scheduler {
   }
 
   /**
-   * Whether one more request may wait: the queue's count within the slots
-   * held, the room this process's units leave now, and `spare` more (units
-   * other workers leave unused, when counted).
+   * Takes `w` into the queue with no queue slot, for UNIT_WAIT_MS: its batch
+   * finds no room in this worker's units, and the worker wants one, which a
+   * sibling gives back if it leaves one unused; `w` starts on it, or is
+   * answered 429 queue_full when none came in time. (Counting a sibling's
+   * unused units as room instead took the same unit in every worker a burst
+   * reached: more requests than one process takes.)
    */
-  #fits(spare: number): boolean {
-    return this.#counters.queued < this.#slots.held() + this.#room() + spare;
+  #waitForUnit(w: Waiting): void {
+    w.unslotted = true;
+    this.#unslotted++;
+    w.timer = setTimeout(() => w.reject(this.#queueFull()), UNIT_WAIT_MS);
+    w.timer.unref();
+    this.#admit(w);
+  }
+
+  /**
+   * Whether one more request may wait: those in the queue with a slot within
+   * the slots held and the room this process's units leave now.
+   */
+  #fits(): boolean {
+    return this.#counters.queued - this.#unslotted < this.#slots.held() + this.#room();
   }
 
   /** A 429 for a full queue, counted. */
@@ -307,16 +250,17 @@ export class Scheduler {
   #slotsAnswered(): void {
     const asked = this.#asking.splice(0, this.#asked);
     this.#asked = 0;
-    // Those the slots do not cover may still start on units its siblings leave unused (their last reports).
+    // Those the slots do not cover may still start on units its siblings leave unused (as many as their last reports say).
     const spare = this.#spareElsewhere();
     for (const w of asked) {
       if (w.done) continue;
-      if (this.#fits(spare)) this.#admit(w);
+      if (this.#fits()) this.#admit(w);
+      else if (this.#unslotted < spare) this.#waitForUnit(w);
       else w.reject(this.#queueFull());
     }
     const later = this.#asking.filter((w) => !w.done);
     let taken = 0;
-    while (taken < later.length && this.#fits(0)) this.#admit(later[taken++]!);
+    while (taken < later.length && this.#fits()) this.#admit(later[taken++]!);
     this.#asking = later.slice(taken);
     if (this.#asking.length > 0) this.#askSlots();
     this.#giveBack();
@@ -333,15 +277,16 @@ export class Scheduler {
     this.#lingering.unref();
   }
 
-  /** Requests admitted past the room the upstreams have now: those the queue slots hold. */
+  /** Requests admitted past the room the upstreams have now with a queue slot: those the slots hold. */
   #excess(): number {
-    return Math.max(0, this.#counters.queued - this.#room());
+    return Math.max(0, this.#counters.queued - this.#unslotted - this.#room());
   }
 
   /** A waiting request was answered: off the queue's count (or the held ones), its token ids handed back. @internal */
   settled(w: Waiting): void {
     if (w.admitted) this.#counters.queued = Math.max(0, this.#counters.queued - 1);
     else if (w.held) this.#holding--;
+    if (w.unslotted) this.#unslotted--;
     this.#release(w.tokens);
     // Slots a worker holds past what waits go back once this turn's requests have settled (one check for them all).
     if (!this.#givingBack && this.#slots.lends && this.#slots.held() > 0) {
@@ -552,9 +497,9 @@ export class Scheduler {
 
   /**
    * Units of the caps of available upstreams that other workers hold (or the
-   * primary keeps) and leave unused, as the workers' last load reports say: a
-   * request may start on one once it is lent (0 in one process, which holds
-   * every cap whole).
+   * primary keeps) and leave unused, as the workers' last load reports say:
+   * how many requests may wait for one (#waitForUnit; 0 in one process,
+   * which holds every cap whole).
    */
   #spareElsewhere(): number {
     return this.#fleet.upstreams.reduce((n, u) => n + (this.#fleet.available(u) ? Math.max(0, this.#cap - this.#shares.of(u) - u.siblingInFlight) : 0), 0);

@@ -116,6 +116,18 @@ export const isControl = (v: unknown): v is ControlMessage =>
 /** node:cluster's scheduling policy for a connection balance (an operator's NODE_CLUSTER_SCHED_POLICY gives way to the configuration). */
 export const schedulingPolicy = (balance: ConnectionBalance): number => (balance === "round_robin" ? cluster.SCHED_RR : cluster.SCHED_NONE);
 
+/** The primary's lines for a worker slot's /metrics page: whether it serves now, and how often it was started again. */
+export function workerLines(up: boolean, restarts: number): string {
+  return [
+    "# HELP adp_gateway_worker_up Whether this worker listens now (0: down, being started again; the primary's count).",
+    "# TYPE adp_gateway_worker_up gauge",
+    `adp_gateway_worker_up ${up ? 1 : 0}`,
+    "# HELP adp_gateway_worker_restarts_total Times the primary started this worker again after it exited (failed starts included).",
+    "# TYPE adp_gateway_worker_restarts_total counter",
+    `adp_gateway_worker_restarts_total ${restarts}`,
+  ].join("\n");
+}
+
 /**
  * Runs the primary of `n` workers, each running this process's command line,
  * sharing the listen socket's connections as `balance` says, and starting
@@ -145,6 +157,10 @@ export function runPrimary(n: number, balance: ConnectionBalance = "kernel", con
     let stopping = false;
     let status = 0;
     const gather = new MetricsGather();
+    /** Each slot's worker starts after its first (restarts, failed ones included), for /metrics. */
+    const restarts = new Map<number, number>();
+    /** The primary's lines for each slot's page: whether its worker serves, and how often it was started again. */
+    const ownLines = () => new Map(Array.from({ length: n }, (_, i) => [i + 1, workerLines(started.has(i + 1), restarts.get(i + 1) ?? 0)] as const));
     const links = new WorkerLinks(slots, started, say);
     const overflow = new OverflowRelay(() => [...slots].filter(([o, k]) => started.has(k) && o.isConnected()).map(([o, k]) => overflowTarget(o, k)));
     const lending = new LendingBroker({
@@ -189,6 +205,7 @@ export function runPrimary(n: number, balance: ConnectionBalance = "kernel", con
       control("stop");
     };
     const fork = (slot: number) => {
+      if (lastStart.has(slot)) restarts.set(slot, (restarts.get(slot) ?? 0) + 1);
       lastStart.set(slot, Date.now());
       // A worker joins a gateway the primary checked: an upstream it cannot reach starts unhealthy in it (command.ts).
       let w: Worker;
@@ -232,7 +249,7 @@ export function runPrimary(n: number, balance: ConnectionBalance = "kernel", con
         } else if (type === METRICS_MESSAGE) {
           if (!isMetricsMessage(m)) return;
           // Each page under the number of the worker that sent it (the primary's slot, not the message's).
-          if (m.op === "ask") gather.ask(m.id, (reply) => post(w, reply), [...slots].filter(([o, k]) => started.has(k) && o.isConnected()).map(([o]) => (msg) => post(o, msg)));
+          if (m.op === "ask") gather.ask(m.id, (reply) => post(w, reply), [...slots].filter(([o, k]) => started.has(k) && o.isConnected()).map(([o]) => (msg) => post(o, msg)), undefined, ownLines());
           else if (m.op === "page") gather.page(m.id, { worker: slot, text: m.text });
         } else if (type === LISTENING_MESSAGE) {
           // Only from the slot's running worker (one read after its exit would mark the slot as serving).
@@ -290,7 +307,10 @@ export function runPrimary(n: number, balance: ConnectionBalance = "kernel", con
         const wait = Math.min(MAX_RESTART_MS, RESTART_MS * 2 ** failed);
         say(failed === 0 ? `worker ${slot} exited (${code ?? signal}): starting it again` : `worker ${slot} could not start again (exit ${code ?? signal}): trying again in ${wait / 1000} s`);
         started.delete(slot);
-        setTimeout(() => stopping || fork(slot), Math.max(0, wait - (Date.now() - (lastStart.get(slot) ?? 0))));
+        // Not before its slot's grace is over: a worker started within it took over its predecessor's units while
+        // that one's requests could still run at the engine, and lent them (the engine had 3 behind a cap of 2).
+        const due = Math.max((lastStart.get(slot) ?? 0) + wait, graceEnds.get(slot) ?? 0);
+        setTimeout(() => stopping || fork(slot), Math.max(0, due - Date.now()));
       }
       if (slots.size === 0 && stopping) resolve(status);
     };

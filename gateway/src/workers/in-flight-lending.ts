@@ -17,7 +17,8 @@
 // worker that exits leaves every unit it held, its own share too, to the
 // primary's reserve, a grace period later (its requests may still run at the
 // engine), and one started again in its slot takes over what the slot holds
-// (within the grace, its predecessor's units; after it, none of its share),
+// (within the grace, its predecessor's units; after it, none of its share: the
+// primary starts it again only after it, cluster-primary.ts),
 // told when it asks its primary for its start (lending-broker.ts, config-relay.ts). Units are counted per upstream URL
 // (workers name upstreams by URL; the cap is the one the gateway started with).
 //

@@ -11,7 +11,9 @@
 // closed. The worker started again in its slot takes over what the slot holds
 // (told when it asks for its start, config-relay.ts): within the grace, the
 // units its predecessor held; after it, none of its share, which it borrows
-// back like any other worker.
+// back like any other worker. (The primary starts a worker that exited only
+// after the grace: taken over within it, units its predecessor's requests
+// still used at the engine were lent at once.)
 
 import { LENDING_MESSAGE, type LendingMessage } from "./in-flight-lending.js";
 

@@ -78,16 +78,18 @@ export class MetricsRelay {
 /** The primary's side: each worker's ask answered with every worker's page. */
 export class MetricsGather {
   #next = 1;
-  readonly #rounds = new Map<number, { readonly asker: (m: MetricsMessage) => void; readonly askId: number; readonly pages: WorkerPage[]; readonly expected: number; readonly timer: NodeJS.Timeout }>();
+  readonly #rounds = new Map<number, { readonly asker: (m: MetricsMessage) => void; readonly askId: number; readonly pages: WorkerPage[]; readonly expected: number; readonly timer: NodeJS.Timeout; readonly own: ReadonlyMap<number, string> }>();
 
   /**
    * A worker's `ask` (`reply` reaches it): `workers` are the ones to render,
    * each reached by its send function; answers after `timeoutMs` are left out.
+   * `own` are the primary's lines for each worker slot, added to its page (a
+   * page of their own for a slot whose worker is down).
    */
-  ask(askId: number, reply: (m: MetricsMessage) => void, workers: readonly ((m: MetricsMessage) => void)[], timeoutMs = METRICS_TIMEOUT_MS - 200): void {
+  ask(askId: number, reply: (m: MetricsMessage) => void, workers: readonly ((m: MetricsMessage) => void)[], timeoutMs = METRICS_TIMEOUT_MS - 200, own: ReadonlyMap<number, string> = new Map()): void {
     const id = this.#next++;
     const timer = setTimeout(() => this.#finish(id), timeoutMs);
-    this.#rounds.set(id, { asker: reply, askId, pages: [], expected: workers.length, timer });
+    this.#rounds.set(id, { asker: reply, askId, pages: [], expected: workers.length, timer, own });
     for (const send of workers) send({ type: METRICS_MESSAGE, op: "render", id });
     if (workers.length === 0) this.#finish(id);
   }
@@ -106,6 +108,8 @@ export class MetricsGather {
     if (round === undefined) return;
     this.#rounds.delete(id);
     clearTimeout(round.timer);
-    round.asker({ type: METRICS_MESSAGE, op: "pages", id: round.askId, pages: round.pages });
+    const pages = round.pages.map((p) => (round.own.has(p.worker) ? { worker: p.worker, text: `${p.text}\n${round.own.get(p.worker)!}` } : p));
+    for (const [worker, text] of round.own) if (!pages.some((p) => p.worker === worker)) pages.push({ worker, text });
+    round.asker({ type: METRICS_MESSAGE, op: "pages", id: round.askId, pages });
   }
 }
