@@ -14,7 +14,7 @@ import { capYoungGeneration, setHeapGrowth } from "./common/heap-growth.js";
 import { scavengeOnMainThread } from "./common/collector-threads.js";
 import { collectYoungBuffers } from "./common/young-buffers.js";
 import { isControl, isGatewayWorker, LISTENING_MESSAGE, runPrimary, WORKER_ENV } from "./workers/cluster-primary.js";
-import { autoWorkers, WORKERS_ENV } from "./common/usable-cores.js";
+import { autoWorkers, usableCores, WORKERS_ENV } from "./common/usable-cores.js";
 import { Siblings } from "./workers/sibling-log.js";
 import { LINK_MESSAGE, SiblingLinks, type LinkMessage } from "./workers/sibling-links.js";
 import { Socket } from "node:net";
@@ -52,8 +52,9 @@ upstream engines with adp-router (one upstream per rank).
   --shutdown-deadline S  seconds to let in-flight requests finish on SIGTERM (30)
   --workers N            worker processes sharing the port and one routing state
                          (auto: one per core this process may use, within its
-                         cgroup's CPU quota, at most 8; 1: one process). They
-                         share the limits (about 1/N each). /metrics answers
+                         cgroup's CPU quota, at most 8; 1: one process). The
+                         in-flight cap, queue and connection limits stay the
+                         gateway's, shared between them. /metrics answers
                          for all of them, /health for the worker that takes the
                          request. With --sync, --disaggregation, the admin
                          endpoints, polled or bound KV events or TensorRT-LLM
@@ -120,7 +121,8 @@ const toPrimary = (message: object, handle?: NativeHandle, done: (error: Error |
 /** What the limits come to with `n` workers, said once at start. */
 export function workersLimits(n: number, limits: GatewayConfig["limits"]): string {
   const share = limitsShare(limits, n);
-  return `${n} workers sharing the limits: each starts up to ${share.inFlightShare} requests in flight per upstream and borrows what the others leave unused, up to the gateway's limits.max_in_flight_per_upstream ${limits.maxInFlightPerUpstream}; the gateway holds up to ${limits.queueSize} queued (limits.queue_size, lent to the workers as their requests wait); each holds up to ${share.maxConnections} client connections (max_connections ${limits.maxConnections} is the gateway's, split in ${n} shares that add up to it, at least 1 a worker); max_receiving_bytes ${limits.maxReceivingBytes} is each worker's; a connection past a worker's share goes to a worker with room`;
+  const units = limits.maxInFlightPerUpstream < n ? `${share.inFlightShare} or 0` : limits.maxInFlightPerUpstream % n === 0 ? `${share.inFlightShare}` : `${share.inFlightShare - 1} or ${share.inFlightShare}`;
+  return `${n} workers sharing the limits: each starts with ${units} of limits.max_in_flight_per_upstream ${limits.maxInFlightPerUpstream} per upstream (the shares add up to it) and borrows what the others leave unused; the gateway holds up to ${limits.queueSize} queued (limits.queue_size, lent to the workers as their requests wait); each holds up to ${share.maxConnections} client connections (max_connections ${limits.maxConnections} is the gateway's, split in ${n} shares that add up to it, at least 1 a worker); max_receiving_bytes ${limits.maxReceivingBytes} is each worker's; a connection past a worker's share goes to a worker with room`;
 }
 
 /**
@@ -311,6 +313,9 @@ async function serve(args: string[]): Promise<number> {
   const asked = workersAsked ?? autoWorkers();
   const workers = isGatewayWorker() ? Number(process.env[WORKERS_ENV] ?? asked) : alone === null ? asked : 1;
   if (!isGatewayWorker() && workersAsked === null && asked > 1 && alone !== null) process.stderr.write(`${said()}: one process, not one worker per core (--workers auto): it cannot be combined with ${alone}\n`);
+  // Said, not refused: a worker a core is the most that helps (more take turns on the cores, each with its own memory).
+  const cores = usableCores();
+  if (!isGatewayWorker() && workers > cores) process.stderr.write(`${said()}: warning: --workers ${workers} is more than the ${cores} core${cores === 1 ? "" : "s"} this process may use: the workers take turns on them (--workers auto: one a core)\n`);
   // This process a worker of `--workers N`: its share of the routing state goes to its siblings on the links the
   // primary makes, and through the primary to those it has no link to.
   const siblings = isGatewayWorker() ? workerSiblings(workers - 1, Number(process.env[WORKER_ENV])) : undefined;

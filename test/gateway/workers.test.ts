@@ -146,13 +146,16 @@ describe("serve --workers N", () => {
     // Each worker names itself on standard error, and says who stopped it.
     for (const n of [1, 2]) expect(stderr()).toContain(`adp-router-gateway serve (worker ${n}): the primary's stop: finishing in-flight requests`);
     // The primary says once at start what the limits come to with every worker applying them (the defaults here).
-    expect(stderr()).toContain("adp-router-gateway serve: 2 workers sharing the limits: each starts up to 128 requests in flight per upstream and borrows what the others leave unused, up to the gateway's limits.max_in_flight_per_upstream 256; the gateway holds up to 1024 queued (limits.queue_size, lent to the workers as their requests wait); each holds up to 4096 client connections (max_connections 8192 is the gateway's, split in 2 shares that add up to it, at least 1 a worker); max_receiving_bytes");
+    expect(stderr()).toContain("adp-router-gateway serve: 2 workers sharing the limits: each starts with 128 of limits.max_in_flight_per_upstream 256 per upstream (the shares add up to it) and borrows what the others leave unused; the gateway holds up to 1024 queued (limits.queue_size, lent to the workers as their requests wait); each holds up to 4096 client connections (max_connections 8192 is the gateway's, split in 2 shares that add up to it, at least 1 a worker); max_receiving_bytes");
   }, 30_000);
 
   it("three workers are linked in pairs and route as one gateway", async () => {
     const fleet = await startEngines(4, engines);
-    const { url, child, exited } = await start(["--port", "0", "--workers", "3", "--log-level", "silent", ...fleet.flatMap((e) => ["--upstream", e.url])]);
+    const { url, child, exited, stderr } = await start(["--port", "0", "--workers", "3", "--log-level", "silent", ...fleet.flatMap((e) => ["--upstream", e.url])]);
     expect(workerPids(child.pid!)).toHaveLength(3);
+    // More workers than cores is said (they take turns on them), not refused.
+    const warned = stderr().includes(`warning: --workers 3 is more than the ${usableCores()} core`);
+    expect(warned).toBe(usableCores() < 3);
     await expectRoutedAsOne(url);
     expectShared(siblingSamples(await (await fetch(`${url}/metrics`)).text()), 3);
     child.kill("SIGTERM");
@@ -439,7 +442,7 @@ describe("serve --workers N", () => {
     expect(answers.every((a) => a.status === 200)).toBe(true);
     expect(peak).toBeGreaterThanOrEqual(1);
     expect(peak).toBeLessThanOrEqual(2);
-    expect(stderr()).toContain("2 workers sharing the limits: each starts up to 1 requests in flight per upstream and borrows what the others leave unused, up to the gateway's limits.max_in_flight_per_upstream 2");
+    expect(stderr()).toContain("2 workers sharing the limits: each starts with 1 of limits.max_in_flight_per_upstream 2 per upstream (the shares add up to it) and borrows what the others leave unused;");
     child.kill("SIGTERM");
     expect(await exited).toBe(0);
   }, 30_000);

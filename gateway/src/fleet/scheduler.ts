@@ -231,7 +231,7 @@ export class Scheduler implements WaitingOwner {
   /** A 429 for a full queue, counted. */
   #queueFull(): HttpError {
     this.#counters.rejectedFull++;
-    return new HttpError(429, "the gateway's queue is full", "rate_limit_exceeded", "queue_full", { "retry-after": "1" });
+    return new HttpError(429, this.#config.limits.queueSize === 0 ? "every upstream is at capacity, and limits.queue_size is 0: no request waits" : "the gateway's queue is full", "rate_limit_exceeded", "queue_full", { "retry-after": "1" });
   }
 
   /** Asks for slots for the requests held meanwhile, unless an ask is under way (its answer asks for those after it). */
