@@ -179,6 +179,7 @@ async function moveTo(gateway: Gateway, flags: GatewayFlags, share: (c: GatewayC
       change.draining.length > 0 ? `draining: ${change.draining.join(", ")}` : "",
       flags.upstreams || flags.prefill || flags.decode ? "the upstreams come from the flags, not the file" : "",
       change.needRestart.length > 0 ? `changed but needing a restart: ${change.needRestart.join(", ")}` : "",
+      change.unreachable.length > 0 ? `unreachable, unhealthy until their health checks pass: ${change.unreachable.map((u) => `${u.url} (${u.reason})`).join(", ")}` : "",
     ].filter((n) => n !== "");
     process.stderr.write(`${said()}: ${why}: upstreams reloaded (${change.added.length} added, ${change.removed.length} removed, ${change.kept.length} kept)${notes.length > 0 ? `; ${notes.join("; ")}` : ""}\n`);
   } catch (error) {

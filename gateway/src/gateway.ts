@@ -13,7 +13,7 @@ import { pino, type Logger } from "pino";
 import type { Router, TokenIds } from "adp-router";
 import { excerpt } from "adp-router";
 import { isGatewayConfig, loadGatewayConfig, logConfigWarnings, SHORT_KEY, type GatewayConfig, type GatewayConfigObject } from "./config/config.js";
-import { refuseSelf, unreachableAtStart } from "./fleet/reachability.js";
+import { refuseSelf, unreachableAtStart, unreachableUpstreams, type Unreachable } from "./fleet/reachability.js";
 import type { Tokenizer } from "./tokenizers/tokenizer.js";
 import { createRequestReader, type RequestReader } from "./requests/request-reader.js";
 import { Replication } from "./replication/replication.js";
@@ -41,8 +41,10 @@ export interface Gateway {
    * settings need one, and are named in `needRestart`. Takes a loaded
    * configuration or a plain object shaped like the YAML file. Rejects with a
    * GatewayConfigError, changing nothing, when an upstream is this gateway.
+   * An upstream it adds is tried first, as at start: one nobody can connect
+   * to joins unhealthy until its health checks pass (in `unreachable`).
    */
-  reload(config: GatewayConfig | GatewayConfigObject): Promise<FleetChange & { needRestart: string[] }>;
+  reload(config: GatewayConfig | GatewayConfigObject): Promise<FleetChange & { needRestart: string[]; unreachable: Unreachable[] }>;
   /** Prometheus text of the router's and the gateway's metrics. */
   metrics(): string;
   /** Stops accepting, lets in-flight requests finish up to `deadlineMs`, then closes everything. */
@@ -237,7 +239,16 @@ export async function createGateway(input: GatewayConfig | GatewayConfigObject, 
     async reload(next: GatewayConfig | GatewayConfigObject) {
       const loaded = checked(next);
       await refuseSelf(loaded.upstreams.map((u) => u.url), config.listen.host, service.port);
-      return service.reloadFleet(loaded);
+      // The upstreams it adds are tried first: one nobody can connect to (a typo'd port) joins out, as at start,
+      // not taken as healthy until its health checks eject it.
+      const pools = prefillFleet === null ? [fleet] : [fleet, prefillFleet];
+      const known = new Set(pools.flatMap((f) => f.upstreams.map((u) => u.url)));
+      const unreachable = await unreachableUpstreams([...new Set(loaded.upstreams.map((u) => u.url).filter((url) => !known.has(url)))], Math.min(loaded.timeouts.connectMs, 5_000));
+      const change = service.reloadFleet(loaded);
+      const out = new Set(unreachable.map((u) => u.url));
+      for (const f of pools) for (const u of f.upstreams) if (out.has(u.url)) u.health.startOut();
+      // Indexes in the new list, as the start's are.
+      return { ...change, unreachable: unreachable.map((u) => ({ ...u, index: loaded.upstreams.findIndex((c) => c.url === u.url) })) };
     },
     close(deadlineMs = 30_000) {
       closing ??= (async () => {

@@ -105,6 +105,18 @@ describe("admin: adding and removing upstreams", () => {
   const ADMIN = "an-admin-key-of-length";
   const auth = { authorization: `Bearer ${ADMIN}`, "content-type": "application/json" };
 
+  it("POST /admin/upstreams of an upstream nobody can connect to adds it unhealthy, as a reload does, and says why", async () => {
+    const [e0] = await engines(1);
+    const { gateway } = await start({ upstreams: [e0!.url], auth: { admin_api_key: ADMIN } });
+    const { freePort } = await import("../support/processes.js");
+    const nowhere = `http://127.0.0.1:${await freePort()}`;
+    const added = await fetch(`${gateway.url}/admin/upstreams`, { method: "POST", headers: auth, body: JSON.stringify({ url: nowhere, name: "nowhere" }) });
+    expect(added.status).toBe(201);
+    expect(((await added.json()) as { unreachable?: string }).unreachable).toContain("ECONNREFUSED");
+    const health = ((await (await fetch(`${gateway.url}/health`)).json()) as { upstreams: { name: string; healthy: boolean }[] }).upstreams;
+    expect(health.find((u) => u.name === "nowhere")?.healthy).toBe(false);
+  });
+
   it("POST /admin/upstreams adds one (201, its index), DELETE /admin/upstreams/{index} removes one; both as a reload does, the others keeping their state", async () => {
     const [e0, e1, e2] = await engines(3, { chunks: 4, chunkGapMs: 150 });
     const log: StateEntry[] = [];

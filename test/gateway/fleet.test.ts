@@ -57,6 +57,21 @@ describe("reload", () => {
     expect(page.some((l) => l.startsWith("adp_gateway_upstream_info{upstream=\"second\",index=\"1\""))).toBe(true);
   });
 
+  it("an upstream a reload adds that nobody can connect to joins unhealthy, as at start (said in `unreachable`), and takes no request until its health checks pass", async () => {
+    const [e0] = await engines(1);
+    const g = await createGateway(config(yaml([{ e: e0! }])));
+    open.push(g);
+    const { freePort } = await import("../support/processes.js");
+    const nowhere = `http://127.0.0.1:${await freePort()}`;
+    const change = await g.reload(config(`${yaml([{ e: e0! }])}  - url: ${nowhere}\n    name: nowhere\n`));
+    expect(change.added).toEqual([nowhere]);
+    expect(change.unreachable).toEqual([{ index: 1, url: nowhere, reason: expect.stringContaining("ECONNREFUSED") }]);
+    const health = ((await (await fetch(`${g.url}/health`)).json()) as { upstreams: { name: string; healthy: boolean }[] }).upstreams;
+    expect(health.find((u) => u.name === "nowhere")?.healthy).toBe(false);
+    // Every request goes to the engine that answers, none tried on the one that cannot.
+    for (let i = 0; i < 6; i++) expect(await engineOf(g, `s${i}`)).toBe(e0!.name);
+  });
+
   it("adds and removes upstreams; conversations on the ones that remain stay with them", async () => {
     const [e0, e1, e2] = await engines(3);
     const gateway = await createGateway(config(yaml([{ e: e0! }, { e: e1! }])));

@@ -10,6 +10,7 @@ import type { Logger } from "pino";
 import { checkUpstreamEntry, GatewayConfigError, logConfigWarnings, withUpstreams, type GatewayConfig } from "../config/config.js";
 import type { Fleet, FleetChange } from "../fleet/fleet.js";
 import { HttpError, parseJsonObject } from "../requests/openai.js";
+import { unreachableUpstreams } from "../fleet/reachability.js";
 import type { EdgeRequest } from "../http1/edge-types.js";
 
 /** sha256 of a key, so comparisons take constant time whatever the lengths. */
@@ -85,6 +86,8 @@ export async function adminRoute(gateway: AdminGateway, req: IncomingMessage, re
       throw new HttpError(400, `url: ${error.issues[0]?.message ?? "is this gateway"}`, "invalid_request_error", "upstream_is_self", {}, "url");
     }
     logConfigWarnings(log, entry.warnings);
+    // Tried first, as a reload tries the upstreams it adds: one nobody can connect to joins unhealthy until its checks pass.
+    const [unreachable] = await unreachableUpstreams([entry.url], Math.min(gateway.current().timeouts.connectMs, 5_000));
     // The fleet as it is now, after the body's wait: another call or a reload may have changed it meanwhile.
     const current = gateway.current();
     if (current.upstreams.some((u) => u.url === entry.url)) throw new HttpError(409, `${entry.url} is already upstream ${current.upstreams.findIndex((u) => u.url === entry.url)}`, "invalid_request_error", "upstream_exists");
@@ -95,8 +98,11 @@ export async function adminRoute(gateway: AdminGateway, req: IncomingMessage, re
       throw new HttpError(409, `the upstream cannot be added: ${(error as Error).message}`, "invalid_request_error", "conflict");
     }
     const index = fleet.upstreams.length - 1;
-    log.info({ upstream: entry.name, index }, "upstream added through the admin endpoint");
-    return answer(201, { index, upstreams: list() });
+    if (unreachable !== undefined) {
+      fleet.upstreams[index]!.health.startOut();
+      log.warn({ upstream: entry.name, index, reason: unreachable.reason }, "upstream added through the admin endpoint is unreachable: unhealthy until its health checks pass");
+    } else log.info({ upstream: entry.name, index }, "upstream added through the admin endpoint");
+    return answer(201, { index, upstreams: list(), ...(unreachable === undefined ? {} : { unreachable: unreachable.reason }) });
   }
   const one = /^\/admin\/upstreams\/(\d{1,6})$/.exec(path);
   if (one) {
