@@ -133,7 +133,7 @@ export function workersLimits(n: number, limits: GatewayConfig["limits"]): strin
 export function oneProcessReason(config: GatewayConfig): string | null {
   if (config.sync !== null) return "sync: (run one replica per process, each with its own replica id)";
   if (config.disaggregation !== null) return "disaggregation: (yet): each worker would place on its own copy of both pools";
-  if (config.auth.adminApiKey !== null) return "the admin endpoints (auth.admin_api_key): an admin change would reach one worker only";
+  if (config.auth.adminApiKey !== null) return "the admin endpoints (auth.admin_api_key or admin_api_key_env): an admin change would reach one worker only";
   // Each worker takes its engines' events and load itself: a socket only one can bind, or answers each read drains.
   const bound = config.upstreams.find((u) => u.kvEvents?.kind === "zmq" && u.kvEvents.bind);
   if (bound !== undefined) return `kv_events with bind: true (upstream ${bound.url}): only one process can bind its endpoint`;
@@ -415,9 +415,29 @@ async function serve(args: string[]): Promise<number> {
 }
 
 /** The flags of `adp-router-gateway serve`. */
+/** Options whose value is a number, which a user may write negative (the check then names its bounds). */
+const NUMBER_OPTIONS = new Set(["--workers", "--port", "--shutdown-deadline"]);
+
+/**
+ * `args` with `--workers -1` written `--workers=-1`: parseArgs refuses a
+ * value that starts with "-" as ambiguous, where serve's own check says what
+ * the option takes.
+ */
+function negativeValuesJoined(args: readonly string[]): string[] {
+  const out: string[] = [];
+  for (let i = 0; i < args.length; i++) {
+    const next = args[i + 1];
+    if (NUMBER_OPTIONS.has(args[i]!) && next !== undefined && /^-\d/.test(next)) {
+      out.push(`${args[i]}=${next}`);
+      i++;
+    } else out.push(args[i]!);
+  }
+  return out;
+}
+
 function parse(args: string[]) {
   return parseArgs({
-    args,
+    args: negativeValuesJoined(args),
     options: {
       config: { type: "string" },
       upstream: { type: "string", multiple: true },

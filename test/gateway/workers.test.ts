@@ -544,6 +544,10 @@ describe("serve --workers N", () => {
     const bad = await runCli(CLI, ["serve", "--port", "0", "--workers", "0", "--upstream", engine!.url], children, 10_000);
     expect(bad.status).toBe(2);
     expect(bad.stderr).toContain("--workers must be auto or an integer in [1, 1024]");
+    // A negative count gets the same message, not the argument parser's "ambiguous" one.
+    const negative = await runCli(CLI, ["serve", "--port", "0", "--workers", "-1", "--upstream", engine!.url], children, 10_000);
+    expect(negative.status).toBe(2);
+    expect(negative.stderr).toContain('--workers must be auto or an integer in [1, 1024], got "-1"');
     const sync = await runCli(CLI, ["serve", "--port", "0", "--workers", "2", "--sync", "nats://127.0.0.1:4222", "--upstream", engine!.url], children, 10_000);
     expect(sync.status).toBe(2);
     expect(sync.stderr).toContain("cannot be combined with sync:");
