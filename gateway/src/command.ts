@@ -21,7 +21,7 @@ import { Socket } from "node:net";
 import { MetricsRelay } from "./workers/metrics-relay.js";
 import { ConnectionOverflow, type NativeHandle } from "./workers/connection-overflow.js";
 import { carriedFrom, InFlightLending } from "./workers/in-flight-lending.js";
-import { ASK_TIMEOUT_MS, QueueLending } from "./workers/queue-lending.js";
+import { QueueLending } from "./workers/queue-lending.js";
 import { afterReload, askConfig, ConfigKeeper, type ConfigTexts, type ReadText } from "./workers/config-relay.js";
 
 /** The help text of `adp-router-gateway serve`. */
@@ -330,7 +330,7 @@ async function serve(args: string[]): Promise<number> {
   const served = share(config);
   const lending = isGatewayWorker() ? new InFlightLending((m) => toPrimary(m), served.limits.inFlightShare, carriedFrom(texts?.carried)) : undefined;
   // A worker holds no queue slot of its own: it asks the primary, which holds limits.queue_size, as requests would wait.
-  const queueSlots = isGatewayWorker() ? new QueueLending((m) => toPrimary(m), served.limits.queueTimeoutMs > 0 ? served.limits.queueTimeoutMs : ASK_TIMEOUT_MS) : undefined;
+  const queueSlots = isGatewayWorker() ? new QueueLending((m) => toPrimary(m), served.limits.queueTimeoutMs) : undefined;
   if (workers > 1 && siblings === undefined) {
     // Checked once here, said once: the workers join without checking again.
     const checked = await checkUpstreams(config, false);

@@ -13,7 +13,7 @@ import { pino, type Logger } from "pino";
 import type { Router, TokenIds } from "adp-router";
 import { excerpt } from "adp-router";
 import { isGatewayConfig, loadGatewayConfig, logConfigWarnings, SHORT_KEY, type GatewayConfig, type GatewayConfigObject } from "./config/config.js";
-import { refuseSelf, unreachableAtStart, unreachableUpstreams, type Unreachable } from "./fleet/reachability.js";
+import { refuseSelf, unreachableAtStart, unreachableNow, type Unreachable } from "./fleet/reachability.js";
 import type { Tokenizer } from "./tokenizers/tokenizer.js";
 import { createRequestReader, type RequestReader } from "./requests/request-reader.js";
 import { Replication } from "./replication/replication.js";
@@ -243,7 +243,7 @@ export async function createGateway(input: GatewayConfig | GatewayConfigObject, 
       // not taken as healthy until its health checks eject it.
       const pools = prefillFleet === null ? [fleet] : [fleet, prefillFleet];
       const known = new Set(pools.flatMap((f) => f.upstreams.map((u) => u.url)));
-      const unreachable = await unreachableUpstreams([...new Set(loaded.upstreams.map((u) => u.url).filter((url) => !known.has(url)))], Math.min(loaded.timeouts.connectMs, 5_000));
+      const unreachable = await unreachableNow(loaded.upstreams.map((u) => u.url).filter((url) => !known.has(url)), loaded.timeouts);
       const change = service.reloadFleet(loaded);
       const out = new Set(unreachable.map((u) => u.url));
       for (const f of pools) for (const u of f.upstreams) if (out.has(u.url)) u.health.startOut();

@@ -10,7 +10,7 @@ import type { Logger } from "pino";
 import { checkUpstreamEntry, GatewayConfigError, logConfigWarnings, withUpstreams, type GatewayConfig } from "../config/config.js";
 import type { Fleet, FleetChange } from "../fleet/fleet.js";
 import { HttpError, parseJsonObject } from "../requests/openai.js";
-import { unreachableUpstreams } from "../fleet/reachability.js";
+import { unreachableNow } from "../fleet/reachability.js";
 import type { EdgeRequest } from "../http1/edge-types.js";
 
 /** sha256 of a key, so comparisons take constant time whatever the lengths. */
@@ -87,7 +87,7 @@ export async function adminRoute(gateway: AdminGateway, req: IncomingMessage, re
     }
     logConfigWarnings(log, entry.warnings);
     // Tried first, as a reload tries the upstreams it adds: one nobody can connect to joins unhealthy until its checks pass.
-    const [unreachable] = await unreachableUpstreams([entry.url], Math.min(gateway.current().timeouts.connectMs, 5_000));
+    const [unreachable] = await unreachableNow([entry.url], gateway.current().timeouts);
     // The fleet as it is now, after the body's wait: another call or a reload may have changed it meanwhile.
     const current = gateway.current();
     if (current.upstreams.some((u) => u.url === entry.url)) throw new HttpError(409, `${entry.url} is already upstream ${current.upstreams.findIndex((u) => u.url === entry.url)}`, "invalid_request_error", "upstream_exists");

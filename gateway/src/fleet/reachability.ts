@@ -51,7 +51,12 @@ function tryConnect(url: URL, timeoutMs: number): Promise<string | null> {
 
 /** The upstreams of `config` that cannot be reached when the gateway starts: each tried within its connect timeout, at most 5 s. */
 export function unreachableAtStart(config: Pick<GatewayConfig, "upstreams" | "timeouts">): Promise<Unreachable[]> {
-  return unreachableUpstreams(config.upstreams.map((u) => u.url), Math.min(config.timeouts.connectMs, 5_000));
+  return unreachableNow(config.upstreams.map((u) => u.url), config.timeouts);
+}
+
+/** The upstreams among `urls` nobody can connect to now, each tried within the connect timeout (5 s at most): at start, and those a reload or the admin API adds. */
+export function unreachableNow(urls: readonly string[], timeouts: GatewayConfig["timeouts"]): Promise<Unreachable[]> {
+  return unreachableUpstreams(urls, Math.min(timeouts.connectMs, 5_000));
 }
 
 /** The upstreams among `urls` that cannot be reached within `timeoutMs` each, tried together. */

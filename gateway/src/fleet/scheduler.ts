@@ -66,8 +66,6 @@ export class Scheduler implements WaitingOwner {
   #holding = 0;
   /** Requests in the queue with no queue slot, waiting UNIT_WAIT_MS for a unit a sibling leaves unused. */
   #unslotted = 0;
-  /** Whether a check for queue slots to give back is due (after requests settled). */
-  #givingBack = false;
   /** The timer that gives back the queue slots held past what waits, SLOT_LINGER_MS after they were first found so (null: none armed). */
   #lingering: NodeJS.Timeout | null = null;
   #flushScheduled = false;
@@ -162,26 +160,15 @@ export class Scheduler implements WaitingOwner {
    * one process would start it on that unit (#waitForUnit).
    */
   acquire(request: RoutedRequest, signal: Hangup): Promise<Placement> {
-    const refusal = this.#refusal(signal);
-    let admit = refusal === null && this.#holding === 0 && this.#fits();
-    let hold = false;
-    let unit = false;
-    if (refusal === null && !admit && this.#slots.lends) {
-      const queueSize = this.#config.limits.queueSize;
-      const spare = this.#spareElsewhere();
-      // With no slot to ask for, a unit of a sibling's may start it; else held, never more than the gateway's queue
-      // and the units that could start them would take.
-      if (queueSize === 0) unit = this.#unslotted < spare;
-      else hold = this.#holding < queueSize + this.#room() + spare;
-    }
-    if (refusal !== null || (!admit && !hold && !unit)) {
+    const how = this.#refusal(signal) ?? this.#howToWait();
+    if (how instanceof HttpError) {
       this.#release(request.tokens);
-      return Promise.reject(refusal ?? this.#queueFull());
+      return Promise.reject(how);
     }
     const w = new Waiting(this.#nextId++, request, this.#subagentOf(request), this, signal);
     const placed = w.wait();
-    if (admit) this.#admit(w);
-    else if (unit) this.#waitForUnit(w);
+    if (how === "admit") this.#admit(w);
+    else if (how === "unit") this.#waitForUnit(w);
     else {
       w.held = true;
       this.#holding++;
@@ -189,6 +176,22 @@ export class Scheduler implements WaitingOwner {
       this.#askSlots();
     }
     return placed;
+  }
+
+  /**
+   * How a request that may wait waits now: taken into the queue (it fits, and
+   * none is held before it), held while its worker asks for a queue slot
+   * (never more than the gateway's queue and the units that could start them
+   * would take), or, with no slot to ask for (queue_size 0), waiting for a
+   * unit a sibling leaves unused; a 429 when none of these.
+   */
+  #howToWait(): "admit" | "hold" | "unit" | HttpError {
+    if (this.#holding === 0 && this.#fits()) return "admit";
+    if (!this.#slots.lends) return this.#queueFull();
+    const queueSize = this.#config.limits.queueSize;
+    const spare = this.#spareElsewhere();
+    if (queueSize === 0) return this.#unslotted < spare ? "unit" : this.#queueFull();
+    return this.#holding < queueSize + this.#room() + spare ? "hold" : this.#queueFull();
   }
 
   /** Takes `w` into the queue, routed with the next batch (off the held ones, if held). */
@@ -268,7 +271,6 @@ export class Scheduler implements WaitingOwner {
 
   /** Gives back, SLOT_LINGER_MS later, the queue slots held past the requests that wait past the room then (a worker's; one process lends none). */
   #giveBack(): void {
-    this.#givingBack = false;
     if (!this.#slots.lends || this.#lingering !== null || this.#slots.held() <= this.#excess()) return;
     this.#lingering = setTimeout(() => {
       this.#lingering = null;
@@ -288,11 +290,8 @@ export class Scheduler implements WaitingOwner {
     else if (w.held) this.#holding--;
     if (w.unslotted) this.#unslotted--;
     this.#release(w.tokens);
-    // Slots a worker holds past what waits go back once this turn's requests have settled (one check for them all).
-    if (!this.#givingBack && this.#slots.lends && this.#slots.held() > 0) {
-      this.#givingBack = true;
-      queueMicrotask(() => this.#giveBack());
-    }
+    // Slots a worker holds past what waits go back, SLOT_LINGER_MS later (one timer for this turn's requests).
+    if (this.#slots.lends && this.#slots.held() > 0) this.#giveBack();
   }
 
   /** Why a request cannot even wait (shutting down, its client gone), or null. */

@@ -62,10 +62,10 @@ export class QueueLending implements QueueSlots {
   #asking: { readonly id: number; readonly answer: (granted: number) => void; readonly timer: NodeJS.Timeout } | null = null;
   #nextId = 1;
 
-  /** `send` reaches the primary; an ask is given up after `timeoutMs` (ASK_TIMEOUT_MS at most). */
-  constructor(send: (message: QueueMessage) => void, timeoutMs = ASK_TIMEOUT_MS) {
+  /** `send` reaches the primary; an ask is given up after `queueTimeoutMs` (limits.queue_timeout_ms; ASK_TIMEOUT_MS at most, and when 0: none). */
+  constructor(send: (message: QueueMessage) => void, queueTimeoutMs = ASK_TIMEOUT_MS) {
     this.#send = send;
-    this.#timeoutMs = Math.min(ASK_TIMEOUT_MS, Math.max(1, timeoutMs));
+    this.#timeoutMs = queueTimeoutMs > 0 ? Math.min(ASK_TIMEOUT_MS, queueTimeoutMs) : ASK_TIMEOUT_MS;
   }
 
   held(): number {
