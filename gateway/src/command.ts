@@ -122,7 +122,7 @@ const toPrimary = (message: object, handle?: NativeHandle, done: (error: Error |
 export function workersLimits(n: number, limits: GatewayConfig["limits"]): string {
   const share = limitsShare(limits, n);
   const units = limits.maxInFlightPerUpstream < n ? `${share.inFlightShare} or 0` : limits.maxInFlightPerUpstream % n === 0 ? `${share.inFlightShare}` : `${share.inFlightShare - 1} or ${share.inFlightShare}`;
-  return `${n} workers sharing the limits: each starts with ${units} of limits.max_in_flight_per_upstream ${limits.maxInFlightPerUpstream} per upstream (the shares add up to it) and borrows what the others leave unused; the gateway holds up to ${limits.queueSize} queued (limits.queue_size, lent to the workers as their requests wait); each holds up to ${share.maxConnections} client connections (max_connections ${limits.maxConnections} is the gateway's, split in ${n} shares that add up to it, at least 1 a worker); max_receiving_bytes ${limits.maxReceivingBytes} is each worker's; a connection past a worker's share goes to a worker with room`;
+  return `${n} workers sharing the limits: each starts with ${units} of limits.max_in_flight_per_upstream ${limits.maxInFlightPerUpstream} per upstream (the shares add up to it) and borrows what the others leave unused; the gateway holds up to ${limits.queueSize} queued (limits.queue_size, lent to the workers as their requests wait); each holds up to ${share.connectionShare} client connections (max_connections ${limits.maxConnections} is the gateway's, split in ${n} shares that add up to it, at least 1 a worker); max_receiving_bytes ${limits.maxReceivingBytes} is each worker's; a connection past a worker's share goes to a worker with room`;
 }
 
 /**

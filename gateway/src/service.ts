@@ -413,7 +413,7 @@ export class GatewayService {
     if (req.method !== "GET") throw onlyMethod(path, "GET");
     const open = path === "/health" ? !config.auth.protectHealth : !config.auth.protectMetrics;
     if (!open && !this.#authorized(req)) throw unauthorized();
-    if (path === "/health") return ok(health(res, this.#parts.prefill === null ? [fleet] : [this.#parts.prefill.fleet, fleet], replication));
+    if (path === "/health") return ok(health(res, this.#parts.prefill === null ? [fleet] : [this.#parts.prefill.fleet, fleet], replication, this.#parts.workerMetrics?.worker ?? null));
     const [type, body] = path === "/metrics" ? ["text/plain; version=0.0.4", await this.#scrape()] : ["application/json", JSON.stringify(replication!.state())];
     res.writeHead(200, { "content-type": type }).end(body);
     return ok(200);
@@ -457,15 +457,17 @@ function disaggregationOf(parts: ServiceParts, decode: ProxyContext, prefill: Pr
  * routes), with `status: "degraded"` and `sync.problem` while a replica cannot
  * sync (its routing state drifts from the others'; the orchestrator alerts on
  * the field, and does not take every replica out when NATS is away); 503 with
- * no upstream.
+ * no upstream. Under `--workers`, `worker` names the worker that answered
+ * (each holds its own view of the upstreams' health and in-flight requests).
  */
-function health(res: ServerResponse, fleets: readonly Fleet[], replication: Replication | null): number {
+function health(res: ServerResponse, fleets: readonly Fleet[], replication: Replication | null, worker: number | null): number {
   // Each pool must take requests: a disaggregated gateway without prefill (or decode) servers serves nothing.
   const ok = fleets.every((fleet) => fleet.upstreams.some((u) => fleet.available(u)));
   const pooled = fleets.length > 1;
   const problem = replication?.problem ?? null;
   const body = {
     status: !ok ? "unavailable" : problem !== null ? "degraded" : "ok",
+    ...(worker === null ? {} : { worker }),
     upstreams: fleets.flatMap((fleet, f) => fleet.upstreams.map((u) => ({ index: u.index, name: u.name, ...(pooled ? { pool: f === 0 ? "prefill" : "decode" } : {}), healthy: u.healthy, ...(u.health.cause === null ? {} : { ejected: u.health.cause }), draining: u.draining, in_flight: u.inFlight }))),
     ...(replication === null ? {} : { sync: { synced: replication.synced, connected: replication.connected, pending: replication.pending, applied: replication.applied, ...(problem === null ? {} : { problem }) } }),
   };

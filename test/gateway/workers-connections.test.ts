@@ -6,6 +6,7 @@
 import { readFileSync, writeFileSync } from "node:fs";
 import { connect, type Socket } from "node:net";
 import path from "node:path";
+import { Agent, request } from "undici";
 import { describe, expect, it } from "vitest";
 import { oneEngineServeConfig, trackedForCleanup } from "../support/mock-engine.js";
 import { processParents, startServe } from "../support/processes.js";
@@ -95,6 +96,12 @@ describe("limits.max_connections with --workers 2", () => {
       // The six, and any scrape that found the gateway still full while that connection's close was on its way.
       const { text, refused } = await scrape(url);
       expect(summed(text, "adp_gateway_client_connections_refused_total")).toBe(6 + refused);
+      // Each worker's page gives the gateway's limit as the bound (it gave its share, 2) and its own connections as
+      // the use: the sum of the uses is what the limit holds (the three left open and the scrape's, one closing maybe).
+      const bound = (kind: string) => [...text.matchAll(new RegExp(`^adp_gateway_bound_${kind}\\{worker="\\d",bound="client_connections"\\} (\\d+)$`, "gm"))].map((m) => Number(m[1]));
+      expect(bound("limit")).toEqual([4, 4]);
+      expect(bound("used").reduce((t, n) => t + n, 0)).toBeGreaterThanOrEqual(4);
+      expect(bound("used").reduce((t, n) => t + n, 0)).toBeLessThanOrEqual(5);
       for (const socket of open) socket.destroy();
       child.kill("SIGTERM");
       expect(await exited).toBe(0);
@@ -123,6 +130,26 @@ describe("limits.max_connections with --workers 2", () => {
     expect(passed).toBeLessThanOrEqual(5 + refused);
     expect(summed(text, "adp_gateway_client_connections_refused_total")).toBe(refused);
     for (const h of held) h.socket.destroy();
+    child.kill("SIGTERM");
+    expect(await exited).toBe(0);
+  }, 30_000);
+});
+
+describe("/health with --workers 2", () => {
+  it("names the worker that answered (round_robin deals each new connection to the next worker: both answer)", async () => {
+    const { engine, config } = await oneEngineServeConfig(tracked);
+    writeFileSync(config, `listen: { host: 127.0.0.1, port: 0, connection_balance: round_robin }\nlogging: { level: warn }\nupstreams:\n  - url: ${engine.url}\n`);
+    const { url, child, exited } = await startServe(CLI, ["--config", config, "--workers", "2"], tracked.children);
+    const answered: unknown[] = [];
+    for (let i = 0; i < 4; i++) {
+      // A client of its own each time: a new connection.
+      const agent = new Agent();
+      const body = (await (await request(`${url}/health`, { dispatcher: agent })).body.json()) as { status: string; worker?: unknown };
+      await agent.close();
+      expect(body.status).toBe("ok");
+      answered.push(body.worker);
+    }
+    expect(new Set(answered)).toEqual(new Set([1, 2]));
     child.kill("SIGTERM");
     expect(await exited).toBe(0);
   }, 30_000);
@@ -161,7 +188,9 @@ describe("the workers' shares of the gateway's limits", () => {
   it("add up to each limit (the first workers take one more where N does not divide it), at least 1 each", () => {
     const { limits } = loadGatewayConfig({ file: { name: "g.yaml", text: "limits: { max_connections: 4, max_in_flight_per_upstream: 256, queue_size: 1 }\nupstreams:\n  - url: http://127.0.0.1:1\n" } });
     const shares = [1, 2, 3].map((slot) => limitsShare(limits, 3, slot));
-    expect(shares.map((s) => s.maxConnections)).toEqual([2, 1, 1]);
+    expect(shares.map((s) => s.connectionShare)).toEqual([2, 1, 1]);
+    // Kept whole beside the share: it is the bound each worker's /metrics shows (the sum of their use is held to it).
+    expect(shares.every((s) => s.maxConnections === 4)).toBe(true);
     expect(shares.map((s) => s.inFlightShare)).toEqual([86, 85, 85]);
     // The router weighs every worker's requests on an upstream against the gateway's cap, kept whole.
     expect(shares.every((s) => s.maxInFlightPerUpstream === 256)).toBe(true);

@@ -96,8 +96,15 @@ export interface GatewayConfig {
     readonly queueSize: number;
     /** How long a request waits for capacity before 429. */
     readonly queueTimeoutMs: number;
-    /** Client connections open at once at most (more are closed as they arrive). */
+    /** Client connections open at once at most, the whole gateway's (more are closed as they arrive). */
     readonly maxConnections: number;
+    /**
+     * Client connections this process holds at most: all of `maxConnections`
+     * in one process; with N workers this worker's share (the shares add up
+     * to it; a connection past a worker's share goes to a worker with room:
+     * workers/connection-overflow.ts).
+     */
+    readonly connectionShare: number;
     /** Requests a client connection serves at most (its last answer closes it; 0: no limit). */
     readonly maxRequestsPerConnection: number;
     /** Bytes of request bodies being received, all client connections together, at most (503 for the body past it). */

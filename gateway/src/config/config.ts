@@ -419,14 +419,6 @@ export function fleetProblems(upstreams: readonly Pick<UpstreamConfig, "url" | "
 }
 
 /**
- * Limits the gateway's workers split (their shares add up to each, see
- * limitsShare); queue_size stays whole (the primary lends its slots:
- * workers/queue-lending.ts), the others bound one request, one connection or
- * one process's memory.
- */
-const SHARED_LIMITS = ["maxConnections"] as const;
-
-/**
  * Worker `slot`'s share (1-based) of `config`'s limits, `n` workers in all, as
  * a checked configuration: the requests in flight per upstream and the
  * client connections are the gateway's (an operator sizes an engine's
@@ -436,7 +428,9 @@ const SHARED_LIMITS = ["maxConnections"] as const;
  * the gateway's too, kept whole here: the workers ask their primary for its
  * slots (workers/queue-lending.ts). The in-flight cap is split exactly into `inFlightShare` (0 for
  * some where it is below n: workers lend each other units of it) and kept
- * whole too, for the router.
+ * whole too, for the router; the connections into `connectionShare` and kept
+ * whole too, the bound /metrics shows. The other limits bound one request,
+ * one connection or one process's memory: each worker's own.
  */
 export function workerShare(config: GatewayConfig, n: number, slot: number): GatewayConfig {
   if (n <= 1) return config;
@@ -449,7 +443,7 @@ export function workerShare(config: GatewayConfig, n: number, slot: number): Gat
 export function limitsShare(limits: GatewayConfig["limits"], n: number, slot = 1): GatewayConfig["limits"] {
   const exact = (total: number) => Math.floor(total / n) + (slot <= total % n ? 1 : 0);
   const share = { ...limits };
-  for (const key of SHARED_LIMITS) share[key] = Math.max(1, exact(limits[key]));
+  share.connectionShare = Math.max(1, exact(limits.maxConnections));
   // The in-flight cap stays whole beside the share: the router weighs an upstream's load from every worker
   // (theirs come in their messages, sibling-log.ts) against the gateway's cap, as one process would. The shares
   // add up to the cap exactly, 0 for some with fewer units than workers: a worker borrows what it lacks
@@ -682,6 +676,7 @@ export function loadGatewayConfig(options: LoadOptions = {}): GatewayConfig {
   const maxReceivingBytes = r.int(limits.max_receiving_bytes, ["limits", "max_receiving_bytes"], 1024, 2 ** 40, 16 * maxBodyBytes);
   if (maxReceivingBytes < maxBodyBytes) r.fail(["limits", "max_receiving_bytes"], `is ${maxReceivingBytes}, below limits.max_body_bytes (${maxBodyBytes}): a largest body could never be received`);
   const maxInFlightPerUpstream = r.int(limits.max_in_flight_per_upstream, ["limits", "max_in_flight_per_upstream"], 1, 1 << 20, 256);
+  const maxConnections = r.int(limits.max_connections, ["limits", "max_connections"], 1, 1 << 20, 8192);
   const config: GatewayConfig = {
     warnings: r.warnings,
     listen: { host, port, connectionBalance },
@@ -694,7 +689,8 @@ export function loadGatewayConfig(options: LoadOptions = {}): GatewayConfig {
       inFlightShare: maxInFlightPerUpstream,
       queueSize: r.int(limits.queue_size, ["limits", "queue_size"], 0, 1 << 20, 1024),
       queueTimeoutMs: r.int(limits.queue_timeout_ms, ["limits", "queue_timeout_ms"], 0, 3_600_000, 10_000),
-      maxConnections: r.int(limits.max_connections, ["limits", "max_connections"], 1, 1 << 20, 8192),
+      maxConnections,
+      connectionShare: maxConnections,
       maxRequestsPerConnection: r.int(limits.max_requests_per_connection, ["limits", "max_requests_per_connection"], 0, 1 << 30, 1000),
       maxPromptChars: r.int(limits.max_prompt_chars, ["limits", "max_prompt_chars"], 1, 1 << 30, MAX_PROMPT_CHARS),
       maxPromptTokens: r.int(limits.max_prompt_tokens, ["limits", "max_prompt_tokens"], 1, 1 << 30, MAX_PROMPT_TOKENS[tokenizer.kind]),

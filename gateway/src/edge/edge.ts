@@ -242,7 +242,7 @@ export function createEdgeServer(config: GatewayConfig, counters: EdgeCounters, 
     else counters.malformed++;
   });
   const ownPath = own ? attachOwnPath(server, config, counters, handle, requests) : null;
-  gate?.attach(server, counters, config.limits.maxConnections);
+  gate?.attach(server, counters, config.limits.connectionShare);
   return {
     server,
     closeIdleConnections() {

@@ -46,6 +46,11 @@ export class MetricsRelay {
     this.#self = self;
   }
 
+  /** This worker's number (1, 2, ...): /health says which worker answered. */
+  get worker(): number {
+    return this.#self;
+  }
+
   /** Sets how this worker renders its own page (its gateway's metrics). */
   renderWith(render: () => string): void {
     this.#render = render;
