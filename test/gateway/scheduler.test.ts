@@ -129,6 +129,52 @@ describe("Scheduler with lent queue slots: what it holds", () => {
   });
 });
 
+describe("Scheduler with lent queue slots: a request with no slot", () => {
+  it("takes the slot a unit a sibling gave back leaves free (the unit starts the slotted request before it), and waits as any queued request; 429 only with no slot free", async () => {
+    // A worker holding 1 of a cap of 2 (its sibling leaves the other unused) and asking for the gateway's one queue slot.
+    const config = loadGatewayConfig({ flags: { upstreams: ["http://127.0.0.1:9"], port: 0, logLevel: "silent" }, file: { name: "g.yaml", text: "health: { interval_ms: 60000 }\nlimits: { max_in_flight_per_upstream: 2, queue_size: 1, queue_timeout_ms: 5000 }\n" } });
+    const f = new Fleet(config, pino({ level: "silent" }), () => scheduler.schedule());
+    fleet = f;
+    const asks: { n: number; answer: (granted: number) => void }[] = [];
+    let held = 0;
+    const slots: QueueSlots = { lends: true, held: () => held, ask: (n, answer) => void asks.push({ n, answer }), using: (n) => void (held = Math.min(held, n)) };
+    let share = 1;
+    const counters = newCounters();
+    const scheduler = new Scheduler(f, config, counters, (e) => {
+      throw e;
+    }, undefined, false, { of: () => share, waiting: () => {} }, slots);
+    const request = () => readRequest("chat", Buffer.from(JSON.stringify({ model: "m", messages: [{ role: "user", content: "hello there" }] })), {}, new Utf8ByteTokenizer());
+    const settled: Record<string, unknown> = {};
+    const track = (name: string, p: Promise<unknown>) => p.then(() => (settled[name] = "placed"), (e: { status: number }) => (settled[name] = e.status));
+    await scheduler.acquire(request(), new Hangup()); // its unit
+    const second = track("second", scheduler.acquire(request(), new Hangup()));
+    const third = track("third", scheduler.acquire(request(), new Hangup()));
+    // The primary gives the one slot (to the second), then none: the third waits for the unit its sibling leaves unused.
+    held = 1;
+    asks[0]!.answer(1);
+    asks[1]!.answer(0);
+    expect(counters.queued).toBe(2);
+    // The unit comes: the batch starts the second (the first in the queue), whose slot stays here, free.
+    share = 2;
+    scheduler.schedule();
+    await second;
+    expect(settled).toEqual({ second: "placed" });
+    // Past UNIT_WAIT_MS the third still waits, in that slot (it was answered 429 there), as any queued request.
+    await new Promise((r) => setTimeout(r, 250));
+    expect(settled).toEqual({ second: "placed" });
+    expect(counters.rejectedFull).toBe(0);
+    expect(scheduler.waiting()).toBe(1);
+    // With no slot free, a request with no unit coming is refused when its wait is over.
+    const fourth = track("fourth", scheduler.acquire(request(), new Hangup()));
+    asks[2]!.answer(0);
+    await fourth;
+    expect(settled.fourth).toBe(429);
+    scheduler.stop();
+    await third;
+    expect(settled.third).toBe(503);
+  });
+});
+
 describe("Hangup", () => {
   it("calls each listener still listening once, in the order they came, whatever was removed between", () => {
     const heard: string[] = [];

@@ -48,9 +48,12 @@ const SLOT_LINGER_MS = 10;
  * a sibling leaves unused, ms, before it is answered 429 queue_full: the
  * unit comes in a few messages through the primary when the sibling has one
  * (one process would have started the request on it), and none comes when it
- * has none (one process would have refused the request).
+ * has none (one process would have refused the request). Bursts of 12 chats
+ * (cap 4, queue_size 8, a 1 s engine) on two workers: at 50 ms 2 bursts in 10
+ * lost one chat, the unit or the slot it freed coming later; at 200 ms none
+ * in 12. A client refused waits longer for it, well within its Retry-After.
  */
-const UNIT_WAIT_MS = 50;
+const UNIT_WAIT_MS = 200;
 
 /** No request short of units (a batch with nothing to place says so). */
 const NONE_SHORT: ReadonlyMap<Upstream, number> = new Map();
@@ -218,9 +221,40 @@ export class Scheduler implements WaitingOwner {
   #waitForUnit(w: Waiting): void {
     w.unslotted = true;
     this.#unslotted++;
-    w.timer = setTimeout(() => w.reject(this.#queueFull()), UNIT_WAIT_MS);
+    w.timer = setTimeout(() => this.#unitWaitOver(w), UNIT_WAIT_MS);
     w.timer.unref();
     this.#admit(w);
+  }
+
+  /** `w` waited UNIT_WAIT_MS with no queue slot and no unit came: it takes a slot the held ones leave free, if one, else 429. */
+  #unitWaitOver(w: Waiting): void {
+    w.timer = null;
+    if (w.done) return;
+    if (this.#fits()) this.#slotted(w);
+    else w.reject(this.#queueFull());
+  }
+
+  /**
+   * Requests waiting with no queue slot take the slots the held ones leave
+   * free, in queue order: a unit a sibling gave back starts the first request
+   * of a batch, which holds a slot, and its slot stays here; the requests
+   * without one had a 429 when their UNIT_WAIT_MS was over (a burst of
+   * cap + queue_size on one worker lost one to three of twelve).
+   */
+  #slotFreed(): void {
+    for (let i = 0; i < this.#queue.length && this.#unslotted > 0 && this.#fits(); i++) {
+      const w = this.#queue[i]!;
+      if (!w.done && w.unslotted) this.#slotted(w);
+    }
+  }
+
+  /** `w`, waiting with no queue slot, holds one now: it waits as any queued request, up to queue_timeout_ms from its arrival. */
+  #slotted(w: Waiting): void {
+    w.unslotted = false;
+    this.#unslotted--;
+    if (w.timer !== null) clearTimeout(w.timer);
+    w.timer = null;
+    this.#armQueueTimeout(w);
   }
 
   /**
@@ -266,6 +300,7 @@ export class Scheduler implements WaitingOwner {
     while (taken < later.length && this.#fits()) this.#admit(later[taken++]!);
     this.#asking = later.slice(taken);
     if (this.#asking.length > 0) this.#askSlots();
+    if (this.#unslotted > 0) this.#slotFreed();
     this.#giveBack();
   }
 
@@ -372,6 +407,7 @@ export class Scheduler implements WaitingOwner {
       // to the worker that has waited longest, so workers take turns as one process's queue would.
       if (requeued + byId.size < waiting.length) this.#lastPlaced = epochNow(); // this batch placed some
       shares.waiting(short, byId.size, Math.max(oldest, this.#lastPlaced));
+      if (this.#unslotted > 0) this.#slotFreed();
       this.#giveBack();
     } else this.#noneWaits();
   }
@@ -485,6 +521,11 @@ export class Scheduler implements WaitingOwner {
    */
   #requeue(w: Waiting): void {
     this.#queue.push(w);
+    this.#armQueueTimeout(w);
+  }
+
+  /** Arms `w`'s queue timeout, counted from its arrival, unless a timer is armed already (its own, or the unit wait's). */
+  #armQueueTimeout(w: Waiting): void {
     const timeout = this.#config.limits.queueTimeoutMs;
     if (w.timer !== null || timeout <= 0) return;
     w.timer = setTimeout(() => {
