@@ -37,6 +37,32 @@ describe("Scheduler", () => {
   });
 });
 
+describe("Scheduler: which waiting requests start", () => {
+  it("the oldest, as many as the upstreams have room for (TensorRT-LLM's executor pops its waiting queue so), whatever order the router would take them in", async () => {
+    const config = loadGatewayConfig({ flags: { upstreams: ["http://127.0.0.1:9"], port: 0, logLevel: "silent" }, file: { name: "g.yaml", text: "health: { interval_ms: 60000 }\nlimits: { max_in_flight_per_upstream: 1, queue_timeout_ms: 5000 }\n" } });
+    const f = new Fleet(config, pino({ level: "silent" }), () => scheduler.schedule());
+    fleet = f;
+    const scheduler = new Scheduler(f, config, newCounters(), (e) => {
+      throw e;
+    });
+    const request = (content: string) => readRequest("chat", Buffer.from(JSON.stringify({ model: "m", messages: [{ role: "user", content }] })), {}, new Utf8ByteTokenizer());
+    const started: string[] = [];
+    const track = (name: string, p: Promise<unknown>) => p.then(() => started.push(name), () => started.push(`${name} refused`));
+    await scheduler.acquire(request("first"), new Hangup()); // the one unit
+    // Closed-loop clients' chats, as a load generator numbers them: later ones are longer.
+    const waiting = Array.from({ length: 12 }, (_, i) => track(`#${i + 1}`, scheduler.acquire(request(`L1234-${95 + i}`), new Hangup())));
+    const upstream = f.upstreams[0]!;
+    for (let i = 0; i < 12; i++) {
+      upstream.inFlight--; // the request in flight ended
+      scheduler.schedule();
+      await new Promise((r) => setTimeout(r, 5));
+    }
+    await Promise.all(waiting);
+    expect(started).toEqual(Array.from({ length: 12 }, (_, i) => `#${i + 1}`));
+    scheduler.stop();
+  });
+});
+
 describe("Scheduler with lent queue slots (a worker of --workers N)", () => {
   it("holds a request that would wait past its slots while it asks, admits those held in arrival order as slots come, refuses the rest 429, and gives back what it holds past what waits", async () => {
     const config = loadGatewayConfig({ flags: { upstreams: ["http://127.0.0.1:9"], port: 0, logLevel: "silent" }, file: { name: "g.yaml", text: "health: { interval_ms: 60000 }\nlimits: { max_in_flight_per_upstream: 1, queue_size: 8 }\n" } });

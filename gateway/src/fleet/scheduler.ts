@@ -376,26 +376,31 @@ export class Scheduler implements WaitingOwner {
     const short = new Map<Upstream, number>();
     let oldest = Infinity;
     let requeued = 0; // those the router assigned that had to wait all the same
+    // Placed oldest first (the router's order is its own): where a worker's share has less room than the gateway,
+    // the oldest of those routed start.
+    const assigned: { readonly w: Waiting; readonly chosen: Upstream }[] = [];
     result.assignments.forEach((ids, rank) => {
       for (const id of ids) {
-        const w = byId.get(id as number)!;
+        assigned.push({ w: byId.get(id as number)!, chosen: upstreams[rank]! });
         byId.delete(id as number);
-        // The conversation router may keep a conversation on a rank at its cap or ejected, and with workers the
-        // router's choice may have room in the gateway but not in this worker's share: take the least loaded
-        // available one then.
-        const chosen = upstreams[rank]!;
-        let target = chosen;
-        if (!this.#hasRoom(target)) target = this.leastLoaded(new Set()) ?? target;
-        if (!this.#hasRoom(target)) {
-          if (fleet.available(chosen)) short.set(chosen, (short.get(chosen) ?? 0) + 1);
-          oldest = Math.min(oldest, w.enqueuedAt);
-          requeued++;
-          this.#requeue(w);
-          continue;
-        }
-        this.#place(w, target, ranked);
       }
     });
+    assigned.sort((a, b) => a.w.id - b.w.id);
+    for (const { w, chosen } of assigned) {
+      // The conversation router may keep a conversation on a rank at its cap or ejected, and with workers the
+      // router's choice may have room in the gateway but not in this worker's share: take the least loaded
+      // available one then.
+      let target = chosen;
+      if (!this.#hasRoom(target)) target = this.leastLoaded(new Set()) ?? target;
+      if (!this.#hasRoom(target)) {
+        if (fleet.available(chosen)) short.set(chosen, (short.get(chosen) ?? 0) + 1);
+        oldest = Math.min(oldest, w.enqueuedAt);
+        requeued++;
+        this.#requeue(w);
+        continue;
+      }
+      this.#place(w, target, ranked);
+    }
     for (const [u, placed] of ranked) this.#chooseRanks(u, placed);
     for (const w of byId.values()) {
       oldest = Math.min(oldest, w.enqueuedAt);
@@ -449,17 +454,26 @@ export class Scheduler implements WaitingOwner {
       placed += u.placed;
     }
     const meanPrompt = placed === 0 ? 0 : prompts / placed;
-    if (this.#centralized !== null) return { ...this.#centralized.route(fleet, waiting, cap, this.#shares, meanPrompt), hashes: [] };
     // Pushed one by one, not made by map(): TurboFan's inlined map() makes a holey array
     // where the built-in made a packed one, and the router's optimized code, which had
     // seen packed ones only, was deoptimized when this function was optimized.
     const rankStates: RankState[] = [];
+    let room = 0;
     for (const u of upstreams) {
       const load = u.rankLoad(meanPrompt, cap - this.#shares.of(u));
-      rankStates.push({ numActiveRequests: fleet.available(u) ? Math.min(load.numActiveRequests, cap) : cap, numActiveTokens: load.numActiveTokens });
+      const active = fleet.available(u) ? Math.min(load.numActiveRequests, cap) : cap;
+      rankStates.push({ numActiveRequests: active, numActiveTokens: load.numActiveTokens });
+      room += cap - active;
     }
+    // As TensorRT-LLM's executor pops its waiting queue (reference §7): the oldest requests, as many as the ranks
+    // have room for, are routed; the rest wait, in order, for the next batch. Routing them all let the router's
+    // own order (its balance takes the longest prompts first) choose which start: 16 clients behind a cap of 4 and
+    // a 100 ms engine had 8 requests wait 6.2 s while the median took 206 ms.
+    const popped = room >= waiting.length ? waiting : waiting.slice(0, room);
+    if (popped.length === 0) return { assignments: [], hashes: [] };
+    if (this.#centralized !== null) return { ...this.#centralized.route(fleet, popped, cap, this.#shares, meanPrompt), hashes: [] };
     const requests: RouteRequest[] = [];
-    for (const w of waiting) requests.push(routeRequest(w));
+    for (const w of popped) requests.push(routeRequest(w));
     const { result, hashes } = fleet.state.route({ rankStates, maxNumActiveRequests: cap, requests });
     return { assignments: result.assignments, hashes };
   }
