@@ -63,6 +63,21 @@ describe("Scheduler: which waiting requests start", () => {
   });
 });
 
+describe("Scheduler, policy centralized: which waiting requests start", () => {
+  it("all it has room for by its own count (the gateway's in-flight requests, not an engine's report nor requests in transfer)", async () => {
+    const config = loadGatewayConfig({ flags: { upstreams: ["http://127.0.0.1:9"], port: 0, logLevel: "silent" }, file: { name: "g.yaml", text: "policy: centralized\nhealth: { interval_ms: 60000 }\nlimits: { max_in_flight_per_upstream: 2, queue_timeout_ms: 300 }\n" } });
+    const f = new Fleet(config, pino({ level: "silent" }), () => scheduler.schedule());
+    fleet = f;
+    const scheduler = new Scheduler(f, config, newCounters(), (e) => {
+      throw e;
+    });
+    // Two answered prefills whose decode has not begun: the KV routers' load counts them, the centralized router does not.
+    f.upstreams[0]!.inTransfer = 2;
+    const request = readRequest("chat", Buffer.from(JSON.stringify({ model: "m", messages: [{ role: "user", content: "hello there" }] })), {}, new Utf8ByteTokenizer());
+    expect((await scheduler.acquire(request, new Hangup())).upstream.index).toBe(0);
+  });
+});
+
 describe("Scheduler with lent queue slots (a worker of --workers N)", () => {
   it("holds a request that would wait past its slots while it asks, admits those held in arrival order as slots come, refuses the rest 429, and gives back what it holds past what waits", async () => {
     const config = loadGatewayConfig({ flags: { upstreams: ["http://127.0.0.1:9"], port: 0, logLevel: "silent" }, file: { name: "g.yaml", text: "health: { interval_ms: 60000 }\nlimits: { max_in_flight_per_upstream: 1, queue_size: 8 }\n" } });

@@ -49,9 +49,11 @@ const SLOT_LINGER_MS = 10;
  * unit comes in a few messages through the primary when the sibling has one
  * (one process would have started the request on it), and none comes when it
  * has none (one process would have refused the request). Bursts of 12 chats
- * (cap 4, queue_size 8, a 1 s engine) on two workers: at 50 ms 2 bursts in 10
- * lost one chat, the unit or the slot it freed coming later; at 200 ms none
- * in 12. A client refused waits longer for it, well within its Retry-After.
+ * (cap 4, queue_size 8, a 1 s engine) on two workers: at 50 ms, with no slot
+ * taken over, 7 bursts in 10 lost one or two chats; at 200 ms, the slot taken
+ * over, 5 in 54 lost one to four (the unit came later still, or the siblings'
+ * loads, as last reported, left no unit to wait for). A client refused waits
+ * longer for it, well within its Retry-After.
  */
 const UNIT_WAIT_MS = 200;
 
@@ -221,7 +223,8 @@ export class Scheduler implements WaitingOwner {
   #waitForUnit(w: Waiting): void {
     w.unslotted = true;
     this.#unslotted++;
-    w.timer = setTimeout(() => this.#unitWaitOver(w), UNIT_WAIT_MS);
+    const timeout = this.#config.limits.queueTimeoutMs;
+    w.timer = setTimeout(() => this.#unitWaitOver(w), timeout > 0 ? Math.min(UNIT_WAIT_MS, timeout) : UNIT_WAIT_MS);
     w.timer.unref();
     this.#admit(w);
   }
@@ -230,8 +233,9 @@ export class Scheduler implements WaitingOwner {
   #unitWaitOver(w: Waiting): void {
     w.timer = null;
     if (w.done) return;
-    if (this.#fits()) this.#slotted(w);
-    else w.reject(this.#queueFull());
+    if (!this.#fits()) return w.reject(this.#queueFull());
+    this.#slotted(w);
+    this.schedule(); // room it fits in may have come with no batch since (a sibling's unit, arriving quietly)
   }
 
   /**
@@ -324,6 +328,8 @@ export class Scheduler implements WaitingOwner {
     if (w.admitted) this.#counters.queued = Math.max(0, this.#counters.queued - 1);
     else if (w.held) this.#holding--;
     if (w.unslotted) this.#unslotted--;
+    // A slot its leaving frees (its client left, its queue timeout) goes to a request waiting without one.
+    else if (w.admitted && this.#unslotted > 0) this.#slotFreed();
     this.#release(w.tokens);
     // Slots a worker holds past what waits go back, SLOT_LINGER_MS later (one timer for this turn's requests).
     if (this.#slots.lends && this.#slots.held() > 0) this.#giveBack();
@@ -406,6 +412,8 @@ export class Scheduler implements WaitingOwner {
       oldest = Math.min(oldest, w.enqueuedAt);
       this.#requeue(w); // unassigned: every upstream is full
     }
+    // Back in arrival order (those assigned and left waiting went back first), for the next batch's oldest.
+    if (requeued > 0 && byId.size > 0) this.#queue.sort((a, b) => a.id - b.id);
     if (short.size > 0 || byId.size > 0) {
       // How long this process has waited for a unit: since its oldest request came, or since it last placed one
       // when that was later (the router picks which waiting request starts, not always the oldest). Units go
@@ -454,6 +462,9 @@ export class Scheduler implements WaitingOwner {
       placed += u.placed;
     }
     const meanPrompt = placed === 0 ? 0 : prompts / placed;
+    // TensorRT-LLM's centralized router takes them in arrival order and stops where nothing has room, by its own
+    // count of room (no engine report, no requests in transfer): all of them, as it reads them.
+    if (this.#centralized !== null) return { ...this.#centralized.route(fleet, waiting, cap, this.#shares, meanPrompt), hashes: [] };
     // Pushed one by one, not made by map(): TurboFan's inlined map() makes a holey array
     // where the built-in made a packed one, and the router's optimized code, which had
     // seen packed ones only, was deoptimized when this function was optimized.
@@ -471,7 +482,6 @@ export class Scheduler implements WaitingOwner {
     // a 100 ms engine had 8 requests wait 6.2 s while the median took 206 ms.
     const popped = room >= waiting.length ? waiting : waiting.slice(0, room);
     if (popped.length === 0) return { assignments: [], hashes: [] };
-    if (this.#centralized !== null) return { ...this.#centralized.route(fleet, popped, cap, this.#shares, meanPrompt), hashes: [] };
     const requests: RouteRequest[] = [];
     for (const w of popped) requests.push(routeRequest(w));
     const { result, hashes } = fleet.state.route({ rankStates, maxNumActiveRequests: cap, requests });
