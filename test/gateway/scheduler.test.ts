@@ -216,48 +216,6 @@ describe("Scheduler with lent queue slots: a request with no slot", () => {
   });
 });
 
-describe("Scheduler with lent queue slots: a request whose unit never came", () => {
-  it("is asked for once more (a sibling may have given back the slot it held), and waits in the slot it gets; 429 when the second ask gets none", async () => {
-    const config = loadGatewayConfig({ flags: { upstreams: ["http://127.0.0.1:9"], port: 0, logLevel: "silent" }, file: { name: "g.yaml", text: "health: { interval_ms: 60000 }\nlimits: { max_in_flight_per_upstream: 2, queue_size: 2, queue_timeout_ms: 5000 }\n" } });
-    const f = new Fleet(config, pino({ level: "silent" }), () => scheduler.schedule());
-    fleet = f;
-    const asks: { n: number; answer: (granted: number) => void }[] = [];
-    let held = 0;
-    const slots: QueueSlots = { lends: true, held: () => held, ask: (n, answer) => void asks.push({ n, answer }), using: (n) => void (held = Math.min(held, n)) };
-    const counters = newCounters();
-    const scheduler = new Scheduler(f, config, counters, (e) => {
-      throw e;
-    }, undefined, false, { of: () => 1, waiting: () => {} }, slots);
-    const request = () => readRequest("chat", Buffer.from(JSON.stringify({ model: "m", messages: [{ role: "user", content: "hello there" }] })), {}, new Utf8ByteTokenizer());
-    const settled: Record<string, unknown> = {};
-    const track = (name: string, p: Promise<unknown>) => p.then(() => (settled[name] = "placed"), (e: { status: number }) => (settled[name] = e.status));
-    await scheduler.acquire(request(), new Hangup()); // its one unit; its sibling leaves the other unused
-    const second = track("second", scheduler.acquire(request(), new Hangup()));
-    const third = track("third", scheduler.acquire(request(), new Hangup()));
-    held = 1;
-    asks[0]!.answer(1); // the second's slot; the third, held meanwhile, is asked for next
-    asks[1]!.answer(0); // none (the other is a sibling's, for now): the third waits for the unit
-    expect(asks).toHaveLength(2);
-    await new Promise((r) => setTimeout(r, 250));
-    // No unit came: asked for again, once, and the slot its sibling gave back meanwhile is given.
-    expect(asks.map((a) => a.n)).toEqual([1, 1, 1]);
-    expect(settled).toEqual({});
-    held = 2;
-    asks[2]!.answer(1);
-    expect(counters.queued).toBe(2);
-    // A fourth, with no slot the second time either, is refused.
-    const fourth = track("fourth", scheduler.acquire(request(), new Hangup()));
-    asks[3]!.answer(0);
-    await new Promise((r) => setTimeout(r, 250));
-    asks[4]!.answer(0);
-    await fourth;
-    expect(settled).toEqual({ fourth: 429 });
-    scheduler.stop();
-    await Promise.all([second, third]);
-    expect(settled).toEqual({ fourth: 429, second: 503, third: 503 });
-  });
-});
-
 describe("Hangup", () => {
   it("calls each listener still listening once, in the order they came, whatever was removed between", () => {
     const heard: string[] = [];

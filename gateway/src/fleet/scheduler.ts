@@ -51,9 +51,9 @@ const SLOT_LINGER_MS = 10;
  * has none (one process would have refused the request). Bursts of 12 chats
  * (cap 4, queue_size 8, a 1 s engine) on two workers: at 50 ms, with no slot
  * taken over, 7 bursts in 10 lost one or two chats; at 200 ms, the slot taken
- * over, 5 in 54 lost one to four (no unit came: its sibling had its requests
- * on both); asking once more when the wait is over, none in 24. A client
- * refused waits longer for it, well within its Retry-After.
+ * over, 5 in 54 lost one to four (the unit came later still, or the siblings'
+ * loads, as last reported, left no unit to wait for). A client refused waits
+ * longer for it, well within its Retry-After.
  */
 const UNIT_WAIT_MS = 200;
 
@@ -229,16 +229,11 @@ export class Scheduler implements WaitingOwner {
     this.#admit(w);
   }
 
-  /**
-   * `w` waited UNIT_WAIT_MS with no queue slot and no unit came: it takes a
-   * slot the held ones leave free, if one; else its worker asks its primary
-   * once more (a sibling may have given back the slot it held when `w` was
-   * asked for: 1 in 12 of a burst's chats was refused so), and 429 if none.
-   */
+  /** `w` waited UNIT_WAIT_MS with no queue slot and no unit came: it takes a slot the held ones leave free, if one, else 429. */
   #unitWaitOver(w: Waiting): void {
     w.timer = null;
     if (w.done) return;
-    if (!this.#fits()) return w.reasked || this.#config.limits.queueSize === 0 ? w.reject(this.#queueFull()) : this.#askAgain(w);
+    if (!this.#fits()) return w.reject(this.#queueFull());
     this.#slotted(w);
     this.schedule(); // room it fits in may have come with no batch since (a sibling's unit, arriving quietly)
   }
@@ -255,21 +250,6 @@ export class Scheduler implements WaitingOwner {
       const w = this.#queue[i]!;
       if (!w.done && w.unslotted) this.#slotted(w);
     }
-  }
-
-  /** Takes `w` off the queue, held again while its worker asks for a slot for it (and those held meanwhile). */
-  #askAgain(w: Waiting): void {
-    const at = this.#queue.indexOf(w);
-    if (at >= 0) this.#queue.splice(at, 1);
-    this.#counters.queued = Math.max(0, this.#counters.queued - 1);
-    w.admitted = false;
-    w.unslotted = false;
-    this.#unslotted--;
-    w.reasked = true;
-    w.held = true;
-    this.#holding++;
-    this.#asking.push(w);
-    this.#askSlots();
   }
 
   /** `w`, waiting with no queue slot, holds one now: it waits as any queued request, up to queue_timeout_ms from its arrival. */
@@ -316,7 +296,7 @@ export class Scheduler implements WaitingOwner {
     for (const w of asked) {
       if (w.done) continue;
       if (this.#fits()) this.#admit(w);
-      else if (!w.reasked && this.#unslotted < spare) this.#waitForUnit(w);
+      else if (this.#unslotted < spare) this.#waitForUnit(w);
       else w.reject(this.#queueFull());
     }
     const later = this.#asking.filter((w) => !w.done);
