@@ -7,6 +7,7 @@ import { readRequest } from "../../gateway/src/requests/openai.js";
 import { Hangup } from "../../gateway/src/fleet/hangup.js";
 import { newCounters, Scheduler } from "../../gateway/src/fleet/scheduler.js";
 import { Utf8ByteTokenizer } from "../../gateway/src/tokenizers/tokenizer.js";
+import type { InFlightShares } from "../../gateway/src/fleet/in-flight-shares.js";
 import type { QueueSlots } from "../../gateway/src/fleet/queue-slots.js";
 
 let fleet: Fleet | null = null;
@@ -15,15 +16,25 @@ afterEach(async () => {
   fleet = null;
 });
 
+/** A chat as the edge reads it. */
+const request = (content = "hello there") => readRequest("chat", Buffer.from(JSON.stringify({ model: "m", messages: [{ role: "user", content }] })), {}, new Utf8ByteTokenizer());
+
+/** A scheduler over one upstream (its health checked each minute: none in a test) configured by `yaml`, with its fleet and counters; `shares` and `slots` stand in for a worker's lending. */
+function schedulerOn(yaml: string, shares?: InFlightShares, slots?: QueueSlots): { f: Fleet; scheduler: Scheduler; counters: ReturnType<typeof newCounters> } {
+  const config = loadGatewayConfig({ flags: { upstreams: ["http://127.0.0.1:9"], port: 0, logLevel: "silent" }, file: { name: "g.yaml", text: `health: { interval_ms: 60000 }\n${yaml}` } });
+  const f = new Fleet(config, pino({ level: "silent" }), () => scheduler.schedule());
+  fleet = f;
+  const counters = newCounters();
+  const scheduler = new Scheduler(f, config, counters, (e) => {
+    throw e;
+  }, undefined, false, shares, slots);
+  return { f, scheduler, counters };
+}
+
 describe("Scheduler", () => {
   it("a placed or refused request leaves no listener on its client's hang-up signal (which lives as long as the response, and would hold the prompt's tokens)", async () => {
-    const config = loadGatewayConfig({ flags: { upstreams: ["http://127.0.0.1:9"], port: 0, logLevel: "silent" }, file: { name: "g.yaml", text: "health: { interval_ms: 60000 }\nlimits: { max_in_flight_per_upstream: 1, queue_timeout_ms: 50 }\n" } });
-    const f = new Fleet(config, pino({ level: "silent" }), () => scheduler.schedule());
-    fleet = f;
-    const scheduler = new Scheduler(f, config, newCounters(), (e) => {
-      throw e;
-    });
-    const request = () => readRequest("chat", Buffer.from(JSON.stringify({ model: "m", messages: [{ role: "user", content: "hello there" }] })), {}, new Utf8ByteTokenizer());
+    const yaml = "limits: { max_in_flight_per_upstream: 1, queue_timeout_ms: 50 }\n";
+    const { scheduler } = schedulerOn(yaml);
     const placed = new Hangup();
     const waiting = new Hangup();
     const first = scheduler.acquire(request(), placed);
@@ -39,13 +50,8 @@ describe("Scheduler", () => {
 
 describe("Scheduler: which waiting requests start", () => {
   it("the oldest, as many as the upstreams have room for (TensorRT-LLM's executor pops its waiting queue so), whatever order the router would take them in", async () => {
-    const config = loadGatewayConfig({ flags: { upstreams: ["http://127.0.0.1:9"], port: 0, logLevel: "silent" }, file: { name: "g.yaml", text: "health: { interval_ms: 60000 }\nlimits: { max_in_flight_per_upstream: 1, queue_timeout_ms: 5000 }\n" } });
-    const f = new Fleet(config, pino({ level: "silent" }), () => scheduler.schedule());
-    fleet = f;
-    const scheduler = new Scheduler(f, config, newCounters(), (e) => {
-      throw e;
-    });
-    const request = (content: string) => readRequest("chat", Buffer.from(JSON.stringify({ model: "m", messages: [{ role: "user", content }] })), {}, new Utf8ByteTokenizer());
+    const yaml = "limits: { max_in_flight_per_upstream: 1, queue_timeout_ms: 5000 }\n";
+    const { f, scheduler } = schedulerOn(yaml);
     const started: string[] = [];
     const track = (name: string, p: Promise<unknown>) => p.then(() => started.push(name), () => started.push(`${name} refused`));
     await scheduler.acquire(request("first"), new Hangup()); // the one unit
@@ -65,24 +71,17 @@ describe("Scheduler: which waiting requests start", () => {
 
 describe("Scheduler, policy centralized: which waiting requests start", () => {
   it("all it has room for by its own count (the gateway's in-flight requests, not an engine's report nor requests in transfer)", async () => {
-    const config = loadGatewayConfig({ flags: { upstreams: ["http://127.0.0.1:9"], port: 0, logLevel: "silent" }, file: { name: "g.yaml", text: "policy: centralized\nhealth: { interval_ms: 60000 }\nlimits: { max_in_flight_per_upstream: 2, queue_timeout_ms: 300 }\n" } });
-    const f = new Fleet(config, pino({ level: "silent" }), () => scheduler.schedule());
-    fleet = f;
-    const scheduler = new Scheduler(f, config, newCounters(), (e) => {
-      throw e;
-    });
+    const yaml = "policy: centralized\nlimits: { max_in_flight_per_upstream: 2, queue_timeout_ms: 300 }\n";
+    const { f, scheduler } = schedulerOn(yaml);
     // Two answered prefills whose decode has not begun: the KV routers' load counts them, the centralized router does not.
     f.upstreams[0]!.inTransfer = 2;
-    const request = readRequest("chat", Buffer.from(JSON.stringify({ model: "m", messages: [{ role: "user", content: "hello there" }] })), {}, new Utf8ByteTokenizer());
-    expect((await scheduler.acquire(request, new Hangup())).upstream.index).toBe(0);
+    expect((await scheduler.acquire(request(), new Hangup())).upstream.index).toBe(0);
   });
 });
 
 describe("Scheduler with lent queue slots (a worker of --workers N)", () => {
   it("holds a request that would wait past its slots while it asks, admits those held in arrival order as slots come, refuses the rest 429, and gives back what it holds past what waits", async () => {
-    const config = loadGatewayConfig({ flags: { upstreams: ["http://127.0.0.1:9"], port: 0, logLevel: "silent" }, file: { name: "g.yaml", text: "health: { interval_ms: 60000 }\nlimits: { max_in_flight_per_upstream: 1, queue_size: 8 }\n" } });
-    const f = new Fleet(config, pino({ level: "silent" }), () => scheduler.schedule());
-    fleet = f;
+    const yaml = "limits: { max_in_flight_per_upstream: 1, queue_size: 8 }\n";
     const asks: { n: number; answer: (granted: number) => void }[] = [];
     let held = 0;
     const used: number[] = [];
@@ -95,11 +94,7 @@ describe("Scheduler with lent queue slots (a worker of --workers N)", () => {
         held = Math.min(held, n);
       },
     };
-    const counters = newCounters();
-    const scheduler = new Scheduler(f, config, counters, (e) => {
-      throw e;
-    }, undefined, false, undefined, slots);
-    const request = () => readRequest("chat", Buffer.from(JSON.stringify({ model: "m", messages: [{ role: "user", content: "hello there" }] })), {}, new Utf8ByteTokenizer());
+    const { scheduler, counters } = schedulerOn(yaml, undefined, slots);
     const outcome = (p: Promise<unknown>) => p.then(() => "placed", (e: { status: number }) => e.status);
     // The upstream's room takes the first at once, no slot asked for.
     expect((await scheduler.acquire(request(), new Hangup())).upstream.index).toBe(0);
@@ -142,15 +137,10 @@ describe("Scheduler with lent queue slots (a worker of --workers N)", () => {
 
 describe("Scheduler with lent queue slots: what it holds", () => {
   it("holds no more than the gateway's queue and room would take, counting only requests not answered (a client gone frees its place)", async () => {
-    const config = loadGatewayConfig({ flags: { upstreams: ["http://127.0.0.1:9"], port: 0, logLevel: "silent" }, file: { name: "g.yaml", text: "health: { interval_ms: 60000 }\nlimits: { max_in_flight_per_upstream: 1, queue_size: 2 }\n" } });
-    const f = new Fleet(config, pino({ level: "silent" }), () => scheduler.schedule());
-    fleet = f;
+    const yaml = "limits: { max_in_flight_per_upstream: 1, queue_size: 2 }\n";
     const asks: number[] = [];
     const slots: QueueSlots = { lends: true, held: () => 0, ask: (n) => void asks.push(n), using: () => {} };
-    const scheduler = new Scheduler(f, config, newCounters(), (e) => {
-      throw e;
-    }, undefined, false, undefined, slots);
-    const request = () => readRequest("chat", Buffer.from(JSON.stringify({ model: "m", messages: [{ role: "user", content: "hello there" }] })), {}, new Utf8ByteTokenizer());
+    const { scheduler } = schedulerOn(yaml, undefined, slots);
     const outcome = (p: Promise<unknown>) => p.then(() => "placed", (e: { status: number }) => e.status);
     await scheduler.acquire(request(), new Hangup()); // the one unit
     const [b, c] = [new Hangup(), new Hangup()];
@@ -173,18 +163,12 @@ describe("Scheduler with lent queue slots: what it holds", () => {
 describe("Scheduler with lent queue slots: a request with no slot", () => {
   it("takes the slot a unit a sibling gave back leaves free (the unit starts the slotted request before it), and waits as any queued request; 429 only with no slot free", async () => {
     // A worker holding 1 of a cap of 2 (its sibling leaves the other unused) and asking for the gateway's one queue slot.
-    const config = loadGatewayConfig({ flags: { upstreams: ["http://127.0.0.1:9"], port: 0, logLevel: "silent" }, file: { name: "g.yaml", text: "health: { interval_ms: 60000 }\nlimits: { max_in_flight_per_upstream: 2, queue_size: 1, queue_timeout_ms: 5000 }\n" } });
-    const f = new Fleet(config, pino({ level: "silent" }), () => scheduler.schedule());
-    fleet = f;
+    const yaml = "limits: { max_in_flight_per_upstream: 2, queue_size: 1, queue_timeout_ms: 5000 }\n";
     const asks: { n: number; answer: (granted: number) => void }[] = [];
     let held = 0;
     const slots: QueueSlots = { lends: true, held: () => held, ask: (n, answer) => void asks.push({ n, answer }), using: (n) => void (held = Math.min(held, n)) };
     let share = 1;
-    const counters = newCounters();
-    const scheduler = new Scheduler(f, config, counters, (e) => {
-      throw e;
-    }, undefined, false, { of: () => share, waiting: () => {} }, slots);
-    const request = () => readRequest("chat", Buffer.from(JSON.stringify({ model: "m", messages: [{ role: "user", content: "hello there" }] })), {}, new Utf8ByteTokenizer());
+    const { scheduler, counters } = schedulerOn(yaml, { of: () => share, waiting: () => {} }, slots);
     const settled: Record<string, unknown> = {};
     const track = (name: string, p: Promise<unknown>) => p.then(() => (settled[name] = "placed"), (e: { status: number }) => (settled[name] = e.status));
     await scheduler.acquire(request(), new Hangup()); // its unit
