@@ -200,6 +200,66 @@ describe("Scheduler with lent queue slots: a request with no slot", () => {
   });
 });
 
+describe("Scheduler with lent queue slots: a request whose unit never came", () => {
+  /** A worker holding 1 of a cap of 2 (its sibling leaves the other unused), asking its primary for slots of a queue_size of 2; `wants` gets what it tells its shares. */
+  function worker(wants: string[] = []) {
+    const yaml = "limits: { max_in_flight_per_upstream: 2, queue_size: 2, queue_timeout_ms: 5000 }\n";
+    const asks: { n: number; answer: (granted: number) => void }[] = [];
+    const slot = { held: 0 };
+    const slots: QueueSlots = { lends: true, held: () => slot.held, ask: (n, answer) => void asks.push({ n, answer }), using: (n) => void (slot.held = Math.min(slot.held, n)) };
+    const shares: InFlightShares = { of: () => 1, waiting: (short, unplaced) => void wants.push(`short ${[...short.values()].join(",") || 0}, unplaced ${unplaced}`) };
+    const { scheduler, counters } = schedulerOn(yaml, shares, slots);
+    const settled: Record<string, unknown> = {};
+    const track = (name: string, p: Promise<unknown>) => p.then(() => (settled[name] = "placed"), (e: { status: number }) => (settled[name] = e.status));
+    return { scheduler, counters, asks, slot, settled, track };
+  }
+
+  it("is asked for once more (a sibling may have given back the slot it held), and waits in the slot it gets; 429 when the second ask gets none", async () => {
+    const { scheduler, counters, asks, slot, settled, track } = worker();
+    await scheduler.acquire(request(), new Hangup()); // its one unit
+    const second = track("second", scheduler.acquire(request(), new Hangup()));
+    const third = track("third", scheduler.acquire(request(), new Hangup()));
+    slot.held = 1;
+    asks[0]!.answer(1); // the second's slot; the third, held meanwhile, is asked for next
+    asks[1]!.answer(0); // none (the other is a sibling's, for now): the third waits for the unit
+    expect(asks).toHaveLength(2);
+    await new Promise((r) => setTimeout(r, 250));
+    // No unit came: asked for again, once, and the slot its sibling gave back meanwhile is given.
+    expect(asks.map((a) => a.n)).toEqual([1, 1, 1]);
+    expect(settled).toEqual({});
+    slot.held = 2;
+    asks[2]!.answer(1);
+    expect(counters.queued).toBe(2);
+    // A fourth, with no slot the second time either, is refused.
+    const fourth = track("fourth", scheduler.acquire(request(), new Hangup()));
+    asks[3]!.answer(0);
+    await new Promise((r) => setTimeout(r, 250));
+    asks[4]!.answer(0);
+    await fourth;
+    expect(settled).toEqual({ fourth: 429 });
+    scheduler.stop();
+    await Promise.all([second, third]);
+    expect(settled).toEqual({ fourth: 429, second: 503, third: 503 });
+  });
+
+  it("leaves no want for units behind when it was the last to wait: the primary would have its sibling give them to a worker with nothing to start", async () => {
+    const wants: string[] = [];
+    const { scheduler, asks, settled, track } = worker(wants);
+    await scheduler.acquire(request(), new Hangup()); // its one unit
+    const second = track("second", scheduler.acquire(request(), new Hangup()));
+    asks[0]!.answer(0); // no slot: it waits for the unit its sibling leaves unused
+    await new Promise((r) => setImmediate(r));
+    expect(wants.at(-1)).toBe("short 1, unplaced 0");
+    await new Promise((r) => setTimeout(r, 250));
+    // Its wait is over and it is held while it is asked for again: nothing waits for a unit now, and the shares hear so.
+    expect(asks).toHaveLength(2);
+    expect(wants.at(-1)).toBe("short 0, unplaced 0");
+    asks[1]!.answer(0);
+    await second;
+    expect(settled).toEqual({ second: 429 });
+  });
+});
+
 describe("Hangup", () => {
   it("calls each listener still listening once, in the order they came, whatever was removed between", () => {
     const heard: string[] = [];

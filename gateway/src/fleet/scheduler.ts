@@ -51,9 +51,10 @@ const SLOT_LINGER_MS = 10;
  * has none (one process would have refused the request). Bursts of 12 chats
  * (cap 4, queue_size 8, a 1 s engine) on two workers: at 50 ms, with no slot
  * taken over, 7 bursts in 10 lost one or two chats; at 200 ms, the slot taken
- * over, 5 in 54 lost one to four (the unit came later still, or the siblings'
- * loads, as last reported, left no unit to wait for). A client refused waits
- * longer for it, well within its Retry-After.
+ * over, 5 in 54 lost one to four (no unit came: its sibling had its requests
+ * on both); asking once more when the wait is over, 1 in 76 (the first, as
+ * the gateway started). A client refused waits longer for it, well within
+ * its Retry-After.
  */
 const UNIT_WAIT_MS = 200;
 
@@ -74,6 +75,13 @@ export class Scheduler implements WaitingOwner {
   /** The timer that gives back the queue slots held past what waits, SLOT_LINGER_MS after they were first found so (null: none armed). */
   #lingering: NodeJS.Timeout | null = null;
   #flushScheduled = false;
+  /**
+   * Whether the shares were last told that requests here wait for units: a
+   * request that leaves the queue between batches (asked for a slot again)
+   * must not leave that want standing, or the primary has a sibling give its
+   * units to a worker with nothing to start on them.
+   */
+  #wantsUnits = false;
   #nextId = 1;
   #stopped = false;
   readonly #fleet: Fleet;
@@ -126,7 +134,7 @@ export class Scheduler implements WaitingOwner {
 
   /** Routes the waiting requests on the next turn of the event loop. */
   schedule(): void {
-    if (this.#flushScheduled || this.#queue.length === 0) return;
+    if (this.#flushScheduled || (this.#queue.length === 0 && !this.#wantsUnits)) return;
     this.#flushScheduled = true;
     setImmediate(() => this.#flush());
   }
@@ -142,6 +150,7 @@ export class Scheduler implements WaitingOwner {
 
   /** Tells the shares that no request waits (a worker wants no more units), and gives back queue slots held past what waits. */
   #noneWaits(): void {
+    this.#wantsUnits = false;
     this.#shares.waiting(NONE_SHORT, 0, Infinity);
     this.#giveBack();
   }
@@ -229,11 +238,20 @@ export class Scheduler implements WaitingOwner {
     this.#admit(w);
   }
 
-  /** `w` waited UNIT_WAIT_MS with no queue slot and no unit came: it takes a slot the held ones leave free, if one, else 429. */
+  /**
+   * `w` waited UNIT_WAIT_MS with no queue slot and no unit came: it takes a
+   * slot the held ones leave free, if one; else its worker asks its primary
+   * once more (a sibling may have given back the slot it held when `w` was
+   * asked for: 1 in 12 of a burst's chats was refused so), and 429 if none.
+   */
   #unitWaitOver(w: Waiting): void {
     w.timer = null;
     if (w.done) return;
-    if (!this.#fits()) return w.reject(this.#queueFull());
+    if (!this.#fits()) {
+      if (w.reasked || this.#config.limits.queueSize === 0) w.reject(this.#queueFull());
+      else this.#askAgain(w);
+      return this.schedule(); // a batch of what is left tells the shares what this worker still wants (none, if `w` was all)
+    }
     this.#slotted(w);
     this.schedule(); // room it fits in may have come with no batch since (a sibling's unit, arriving quietly)
   }
@@ -250,6 +268,21 @@ export class Scheduler implements WaitingOwner {
       const w = this.#queue[i]!;
       if (!w.done && w.unslotted) this.#slotted(w);
     }
+  }
+
+  /** Takes `w` off the queue, held again while its worker asks for a slot for it (and those held meanwhile). */
+  #askAgain(w: Waiting): void {
+    const at = this.#queue.indexOf(w);
+    if (at >= 0) this.#queue.splice(at, 1);
+    this.#counters.queued = Math.max(0, this.#counters.queued - 1);
+    w.admitted = false;
+    w.unslotted = false;
+    this.#unslotted--;
+    w.reasked = true;
+    w.held = true;
+    this.#holding++;
+    this.#asking.push(w);
+    this.#askSlots();
   }
 
   /** `w`, waiting with no queue slot, holds one now: it waits as any queued request, up to queue_timeout_ms from its arrival. */
@@ -296,7 +329,7 @@ export class Scheduler implements WaitingOwner {
     for (const w of asked) {
       if (w.done) continue;
       if (this.#fits()) this.#admit(w);
-      else if (this.#unslotted < spare) this.#waitForUnit(w);
+      else if (!w.reasked && this.#unslotted < spare) this.#waitForUnit(w);
       else w.reject(this.#queueFull());
     }
     const later = this.#asking.filter((w) => !w.done);
@@ -419,6 +452,7 @@ export class Scheduler implements WaitingOwner {
       // when that was later (the router picks which waiting request starts, not always the oldest). Units go
       // to the worker that has waited longest, so workers take turns as one process's queue would.
       if (requeued + byId.size < waiting.length) this.#lastPlaced = epochNow(); // this batch placed some
+      this.#wantsUnits = true;
       shares.waiting(short, byId.size, Math.max(oldest, this.#lastPlaced));
       if (this.#unslotted > 0) this.#slotFreed();
       this.#giveBack();

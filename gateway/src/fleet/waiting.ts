@@ -46,6 +46,8 @@ export class Waiting {
   held = false;
   /** Whether it waits, with no queue slot, for a unit of the cap a sibling leaves unused (counted in the scheduler's `#unslotted`). */
   unslotted = false;
+  /** Whether its worker asked its primary for a slot a second time, its wait for a unit over (it is answered 429 if none then). */
+  reasked = false;
   /** Its queue timeout, armed only once it has to wait past its first batch (most never do). */
   timer: NodeJS.Timeout | null = null;
   /** Its prompt's block hashes, when its batch's routing made them. */
