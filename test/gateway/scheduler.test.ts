@@ -200,6 +200,28 @@ describe("Scheduler with lent queue slots: a request with no slot", () => {
   });
 });
 
+describe("Scheduler with lent queue slots and queue_size 0", () => {
+  it("refuses a request that comes while an older one waits for a unit, the unit come: the older starts on it, and none waits (one process takes no more than the cap)", async () => {
+    // A worker holding 1 of a cap of 2, its sibling leaving the other unused.
+    const yaml = "limits: { max_in_flight_per_upstream: 2, queue_size: 0, queue_timeout_ms: 5000 }\n";
+    let share = 1;
+    const slots: QueueSlots = { lends: true, held: () => 0, ask: (_n, answer) => answer(0), using: () => {} };
+    const { scheduler } = schedulerOn(yaml, { of: () => share, waiting: () => {} }, slots);
+    const settled: Record<string, unknown> = {};
+    const track = (name: string, p: Promise<unknown>) => p.then(() => (settled[name] = "placed"), (e: { status: number }) => (settled[name] = e.status));
+    await scheduler.acquire(request(), new Hangup()); // its unit
+    const second = track("second", scheduler.acquire(request(), new Hangup())); // waits for the unit its sibling leaves unused
+    share = 2; // the unit comes, before the batch
+    const third = track("third", scheduler.acquire(request(), new Hangup()));
+    await second;
+    await new Promise((r) => setImmediate(r));
+    expect(settled).toEqual({ second: "placed", third: 429 });
+    expect(scheduler.waiting()).toBe(0);
+    scheduler.stop();
+    await third;
+  });
+});
+
 describe("Scheduler with lent queue slots: a request whose unit never came", () => {
   /** A worker holding 1 of a cap of 2 (its sibling leaves the other unused), asking its primary for slots of a queue_size of 2; `wants` gets what it tells its shares. */
   function worker(wants: string[] = []) {
