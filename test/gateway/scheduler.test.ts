@@ -223,17 +223,21 @@ describe("Scheduler with lent queue slots and queue_size 0", () => {
 });
 
 describe("Scheduler with lent queue slots: a request whose unit never came", () => {
-  /** A worker holding 1 of a cap of 2 (its sibling leaves the other unused), asking its primary for slots of a queue_size of 2; `wants` gets what it tells its shares. */
-  function worker(wants: string[] = []) {
-    const yaml = "limits: { max_in_flight_per_upstream: 2, queue_size: 2, queue_timeout_ms: 5000 }\n";
+  /**
+   * A worker holding `share.units` of a cap of 2 (its sibling leaves the rest unused), asking its primary for slots
+   * of a queue_size of 2 (queue_timeout_ms `timeoutMs`); `wants` gets what it tells its shares.
+   */
+  function worker(wants: string[] = [], timeoutMs = 5000) {
+    const yaml = `limits: { max_in_flight_per_upstream: 2, queue_size: 2, queue_timeout_ms: ${timeoutMs} }\n`;
     const asks: { n: number; answer: (granted: number) => void }[] = [];
     const slot = { held: 0 };
+    const share = { units: 1 };
     const slots: QueueSlots = { lends: true, held: () => slot.held, ask: (n, answer) => void asks.push({ n, answer }), using: (n) => void (slot.held = Math.min(slot.held, n)) };
-    const shares: InFlightShares = { of: () => 1, waiting: (short, unplaced) => void wants.push(`short ${[...short.values()].join(",") || 0}, unplaced ${unplaced}`) };
+    const shares: InFlightShares = { of: () => share.units, waiting: (short, unplaced) => void wants.push(`short ${[...short.values()].join(",") || 0}, unplaced ${unplaced}`) };
     const { scheduler, counters } = schedulerOn(yaml, shares, slots);
     const settled: Record<string, unknown> = {};
     const track = (name: string, p: Promise<unknown>) => p.then(() => (settled[name] = "placed"), (e: { status: number }) => (settled[name] = e.status));
-    return { scheduler, counters, asks, slot, settled, track };
+    return { scheduler, counters, asks, slot, share, settled, track };
   }
 
   it("is asked for once more (a sibling may have given back the slot it held), and waits in the slot it gets; 429 when the second ask gets none", async () => {
@@ -280,6 +284,43 @@ describe("Scheduler with lent queue slots: a request whose unit never came", () 
     await second;
     expect(settled).toEqual({ second: 429 });
   });
+
+  it("a request held while its slot is asked for is refused when none comes, though a unit came: the older request waiting for that unit starts on it", async () => {
+    const { scheduler, counters, asks, share, settled, track } = worker();
+    await scheduler.acquire(request(), new Hangup()); // its one unit
+    const second = track("second", scheduler.acquire(request(), new Hangup()));
+    asks[0]!.answer(0); // no slot: it waits for the unit its sibling leaves unused
+    await new Promise((r) => setImmediate(r));
+    share.units = 2; // the unit comes
+    const third = track("third", scheduler.acquire(request(), new Hangup())); // held: the room is the second's
+    asks[1]!.answer(0);
+    await second;
+    await new Promise((r) => setImmediate(r));
+    expect(settled).toEqual({ second: "placed", third: 429 });
+    expect(counters.queued).toBe(0);
+    await third;
+  });
+
+  it("is not asked for again once its queue timeout is over, and a slow answer to the second ask comes no later than that timeout", async () => {
+    // queue_timeout_ms 100: the unit wait ends with it, and the slot a second ask would get could not be used.
+    const quick = worker([], 100);
+    await quick.scheduler.acquire(request(), new Hangup());
+    const late = quick.track("late", quick.scheduler.acquire(request(), new Hangup()));
+    quick.asks[0]!.answer(0);
+    await late;
+    expect(quick.settled).toEqual({ late: 429 });
+    expect(quick.asks).toHaveLength(1);
+    // queue_timeout_ms 300: asked for again at 200 ms, the primary silent; answered 429 at its timeout.
+    const slow = worker([], 300);
+    await slow.scheduler.acquire(request(), new Hangup());
+    const started = Date.now();
+    const held = slow.track("held", slow.scheduler.acquire(request(), new Hangup()));
+    slow.asks[0]!.answer(0);
+    await held;
+    expect(slow.asks).toHaveLength(2);
+    expect(slow.settled).toEqual({ held: 429 });
+    expect(Date.now() - started).toBeLessThan(450);
+  }, 5_000);
 });
 
 describe("Hangup", () => {

@@ -216,9 +216,16 @@ export class Scheduler implements WaitingOwner {
     }
     w.admitted = true;
     this.#counters.queued++;
-    this.#queue.push(w);
+    if (w.reasked) this.#queue.splice(this.#arrivedAfter(w), 0, w); // asked for again: before those that came after it
+    else this.#queue.push(w);
     if (this.#perRequest) this.#flush();
     else this.schedule();
+  }
+
+  /** Where in the queue `w` goes by arrival: before the first that came after it. */
+  #arrivedAfter(w: Waiting): number {
+    const at = this.#queue.findIndex((q) => q.id > w.id);
+    return at < 0 ? this.#queue.length : at;
   }
 
   /**
@@ -248,7 +255,9 @@ export class Scheduler implements WaitingOwner {
     w.timer = null;
     if (w.done) return;
     if (!this.#fits()) {
-      if (w.reasked || this.#config.limits.queueSize === 0) w.reject(this.#queueFull());
+      // No second ask with queue_size 0 (no slot to give) or with its queue timeout over (its slot would go unused).
+      const timeout = this.#config.limits.queueTimeoutMs;
+      if (this.#config.limits.queueSize === 0 || (timeout > 0 && epochNow() - w.enqueuedAt >= timeout)) w.reject(this.#queueFull());
       else this.#askAgain(w);
       return this.schedule(); // a batch of what is left tells the shares what this worker still wants (none, if `w` was all)
     }
@@ -264,10 +273,15 @@ export class Scheduler implements WaitingOwner {
    * cap + queue_size on one worker lost one to three of twelve).
    */
   #slotFreed(): void {
+    let slotted = false;
     for (let i = 0; i < this.#queue.length && this.#unslotted > 0 && this.#fits(); i++) {
       const w = this.#queue[i]!;
-      if (!w.done && w.unslotted) this.#slotted(w);
+      if (!w.done && w.unslotted) {
+        this.#slotted(w);
+        slotted = true;
+      }
     }
+    if (slotted) this.schedule(); // the room it fits in, if that is what it takes, starts it with the next batch
   }
 
   /** Takes `w` off the queue, held again while its worker asks for a slot for it (and those held meanwhile). */
@@ -281,6 +295,8 @@ export class Scheduler implements WaitingOwner {
     w.reasked = true;
     w.held = true;
     this.#holding++;
+    // Its queue timeout, from its arrival, goes on while it is held: a slow primary answers within a second.
+    this.#armQueueTimeout(w);
     this.#asking.push(w);
     this.#askSlots();
   }
@@ -295,24 +311,23 @@ export class Scheduler implements WaitingOwner {
   }
 
   /**
-   * Whether a request may hold a queue slot (one waiting in the queue without
-   * one, or one held while its worker asked for slots): those in the queue
-   * with a slot within the slots held and the room this process's units
-   * leave now.
+   * Whether a request waiting in the queue without a queue slot may hold
+   * one: those in the queue with a slot within the slots held and the room
+   * this process's units leave now.
    */
   #fits(): boolean {
     return this.#counters.queued - this.#unslotted < this.#slots.held() + this.#room();
   }
 
   /**
-   * Whether a request arriving may join the queue at once, behind all of it
-   * (no slot asked for it): every request in the queue, with a slot or
-   * without, within the slots held and the room. Those without a slot are
-   * older and start first on the room (a batch starts the oldest), so they
-   * count against it: counted as not there, a unit a sibling gave back
-   * admitted a request it then did not start, which waited with queue_size
-   * 0 (cap 4: 5 to 7 of 12 chats at once taken in 3 to 5 bursts of 10,
-   * where one process takes 4).
+   * Whether a request arriving, or held while its worker asked for slots,
+   * may join the queue behind all of it: every request in the queue, with a
+   * slot or without, within the slots held and the room. Those without a
+   * slot are older and start first on the room (a batch starts the oldest),
+   * so they count against it: counted as not there, a unit a sibling gave
+   * back admitted a request it then did not start, which waited with no
+   * slot (with queue_size 0, cap 4: 5 to 7 of 12 chats at once taken in 3 to
+   * 5 bursts of 10, where one process takes 4).
    */
   #admits(): boolean {
     return this.#counters.queued < this.#slots.held() + this.#room();
@@ -344,13 +359,13 @@ export class Scheduler implements WaitingOwner {
     const spare = this.#spareElsewhere();
     for (const w of asked) {
       if (w.done) continue;
-      if (this.#fits()) this.#admit(w);
+      if (this.#admits()) this.#admit(w);
       else if (!w.reasked && this.#unslotted < spare) this.#waitForUnit(w);
       else w.reject(this.#queueFull());
     }
     const later = this.#asking.filter((w) => !w.done);
     let taken = 0;
-    while (taken < later.length && this.#fits()) this.#admit(later[taken++]!);
+    while (taken < later.length && this.#admits()) this.#admit(later[taken++]!);
     this.#asking = later.slice(taken);
     if (this.#asking.length > 0) this.#askSlots();
     if (this.#unslotted > 0) this.#slotFreed();
