@@ -205,7 +205,7 @@ export async function createGateway(input: GatewayConfig | GatewayConfigObject, 
   // A disaggregated request is placed twice: its token ids go back to the reader once both are placed (disaggregated-serving.ts).
   const release = prefillFleet === null ? (ids: TokenIds) => reader.release(ids) : () => {};
   const scheduler = new Scheduler(fleet, decodeConfig, counters, onRouterError, release, options.placement === "per-request", lending, options.queueSlots);
-  lending?.start({ inFlight: (url) => fleet.inFlightAt(url), urls: () => fleet.upstreams.filter((u) => fleet.available(u)).map((u) => u.url), wake: () => scheduler.schedule() });
+  lending?.start({ inFlight: (url) => fleet.inFlightAt(url), urls: () => fleet.upstreams.filter((u) => fleet.available(u)).map((u) => u.url), wake: () => scheduler.schedule(), unbatched: () => scheduler.unbatched() });
   const prefillCounters = newCounters();
   const prefillScheduler = prefillFleet === null ? null : new Scheduler(prefillFleet, prefillConfig!, prefillCounters, onRouterError, release, options.placement === "per-request");
   const prefill = prefillFleet === null ? null : { fleet: prefillFleet, scheduler: prefillScheduler!, counters: prefillCounters };

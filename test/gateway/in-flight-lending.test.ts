@@ -46,7 +46,7 @@ class Gateway {
     this.down[slot] = [];
     this.inFlight[slot] = new Map(URLS.map((u) => [u, 0]));
     const w = new InFlightLending((m) => this.up[slot]!.push(m), staticShare(this.cap, this.n, slot), carried);
-    w.start({ inFlight: (url) => this.inFlight[slot]!.get(url) ?? 0, urls: () => URLS, wake: () => {} });
+    w.start({ inFlight: (url) => this.inFlight[slot]!.get(url) ?? 0, urls: () => URLS, wake: () => {}, unbatched: () => 0 });
     this.workers[slot] = w;
     this.live.add(slot);
     this.broker.started(slot);
@@ -283,5 +283,27 @@ describe("in-flight lending between workers", () => {
     expect([...carriedFrom([["http://e", 2], ["http://f", -1], ["http://z", 0], ["http://g", "x"], ["http://h", 2 ** 21], 7])]).toEqual([["http://e", 2], ["http://f", -1]]);
     expect(carriedFrom("{not a list").size).toBe(0);
     expect(carriedFrom(undefined).size).toBe(0);
+  });
+});
+
+describe("InFlightLending: a unit a request was taken on this turn", () => {
+  it("is not given back to an older want before the batch that places it; what is unused after it is", () => {
+    const sent: LendingMessage[] = [];
+    const view = { inFlight: 0, unbatched: 1 };
+    const w = new InFlightLending((m) => void sent.push(m), 1);
+    w.start({ inFlight: () => view.inFlight, urls: () => URLS, wake: () => {}, unbatched: () => view.unbatched });
+    const returns = () => sent.filter((m) => m.op === "return");
+    // Its one unit looks unused, but a request taken this turn starts on it with the next batch.
+    w.receive({ type: LENDING_MESSAGE, op: "owe", url: URLS[0]!, on: true, since: 1 });
+    expect(returns()).toEqual([]);
+    // The batch placed it: nothing unused.
+    view.unbatched = 0;
+    view.inFlight = 1;
+    w.waiting(new Map(), 0, Infinity);
+    expect(returns()).toEqual([]);
+    // It ended: the unit goes to the older want.
+    view.inFlight = 0;
+    w.ended();
+    expect(returns()).toEqual([{ type: LENDING_MESSAGE, op: "return", url: URLS[0], n: 1 }]);
   });
 });

@@ -75,6 +75,8 @@ export class Scheduler implements WaitingOwner {
   /** The timer that gives back the queue slots held past what waits, SLOT_LINGER_MS after they were first found so (null: none armed). */
   #lingering: NodeJS.Timeout | null = null;
   #flushScheduled = false;
+  /** Requests taken into the queue since the last batch began (a worker's lending keeps the units they may start on). */
+  #unbatched = 0;
   /**
    * Whether the shares were last told that requests here wait for units: a
    * request that leaves the queue between batches (asked for a slot again)
@@ -128,6 +130,11 @@ export class Scheduler implements WaitingOwner {
   /** Requests this process may have in flight on `u` now (its share of the cap, with workers). */
   shareOf(u: Upstream): number {
     return this.#shares.of(u);
+  }
+
+  /** Requests taken into the queue since the last batch began: the next one places them on the room held now. */
+  unbatched(): number {
+    return this.#unbatched;
   }
 
   /** Requests waiting now (those held while their worker asks for queue slots too). */
@@ -219,6 +226,7 @@ export class Scheduler implements WaitingOwner {
     }
     w.admitted = true;
     this.#counters.queued++;
+    this.#unbatched++;
     if (w.reasked) this.#queue.splice(this.#arrivedAfter(w), 0, w); // asked for again: before those that came after it
     else this.#queue.push(w);
     if (this.#perRequest) this.#flush();
@@ -258,9 +266,10 @@ export class Scheduler implements WaitingOwner {
     w.timer = null;
     if (w.done) return;
     if (!this.#fits()) {
-      // No second ask with queue_size 0 (no slot to give) or with its queue timeout over (its slot would go unused).
+      // No second ask with queue_size 0 (no slot to give) or with its queue timeout over (its slot would go unused;
+      // a timer fires on the millisecond, up to 1 ms before its time by this clock).
       const timeout = this.#config.limits.queueTimeoutMs;
-      if (this.#config.limits.queueSize === 0 || (timeout > 0 && epochNow() - w.enqueuedAt >= timeout)) w.reject(this.#queueFull());
+      if (this.#config.limits.queueSize === 0 || (timeout > 0 && epochNow() - w.enqueuedAt >= timeout - 1)) w.reject(this.#queueFull());
       else this.#askAgain(w);
       return this.schedule(); // a batch of what is left tells the shares what this worker still wants (none, if `w` was all)
     }
@@ -422,6 +431,7 @@ export class Scheduler implements WaitingOwner {
   /** Routes every waiting request as one batch; those no upstream can take wait for the next. */
   #flush(): void {
     this.#flushScheduled = false;
+    this.#unbatched = 0;
     const fleet = this.#fleet;
     const shares = this.#shares;
     const waiting = this.#queue.filter((w) => !w.done);

@@ -78,6 +78,8 @@ export interface LendingView {
   urls(): readonly string[];
   /** Routes the waiting requests again (a grant may let some start). */
   wake(): void;
+  /** Requests taken since the last batch began, which the next batch places on units held now (none are given back from under them). */
+  unbatched(): number;
 }
 
 /** A want as last sent: how many units, for requests waiting since when. */
@@ -211,7 +213,9 @@ export class InFlightLending implements InFlightShares {
     if (waitingHere && !(owed < this.#oldest)) return;
     const mine = this.#wanted.get(url);
     if (mine !== undefined && mine.since <= owed) return;
-    const spare = this.shareOf(url) - this.#view.inFlight(url);
+    // A request taken on a unit this turn counts as using it: given back before its batch, the unit left it waiting
+    // with no room (with queue_size 0, past what one process takes). The batch's waiting() gives back what is left.
+    const spare = this.shareOf(url) - this.#view.inFlight(url) - this.#view.unbatched();
     if (spare <= 0) return;
     this.#delta.set(url, (this.#delta.get(url) ?? 0) - spare);
     this.#send({ type: LENDING_MESSAGE, op: "return", url, n: spare });
