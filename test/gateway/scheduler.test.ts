@@ -19,6 +19,15 @@ afterEach(async () => {
 /** A chat as the edge reads it. */
 const request = (content = "hello there") => readRequest("chat", Buffer.from(JSON.stringify({ model: "m", messages: [{ role: "user", content }] })), {}, new Utf8ByteTokenizer());
 
+/** What an acquire came to: "placed", or the status it was refused with. */
+const outcome = (p: Promise<unknown>) => p.then(() => "placed", (e: { status: number }) => e.status);
+
+/** Each tracked acquire's outcome by name, as it settles. */
+function outcomes(): { settled: Record<string, unknown>; track: (name: string, p: Promise<unknown>) => Promise<unknown> } {
+  const settled: Record<string, unknown> = {};
+  return { settled, track: (name, p) => outcome(p).then((o) => (settled[name] = o)) };
+}
+
 /** A scheduler over one upstream (its health checked each minute: none in a test) configured by `yaml`, with its fleet and counters; `shares` and `slots` stand in for a worker's lending. */
 function schedulerOn(yaml: string, shares?: InFlightShares, slots?: QueueSlots): { f: Fleet; scheduler: Scheduler; counters: ReturnType<typeof newCounters> } {
   const config = loadGatewayConfig({ flags: { upstreams: ["http://127.0.0.1:9"], port: 0, logLevel: "silent" }, file: { name: "g.yaml", text: `health: { interval_ms: 60000 }\n${yaml}` } });
@@ -95,7 +104,6 @@ describe("Scheduler with lent queue slots (a worker of --workers N)", () => {
       },
     };
     const { scheduler, counters } = schedulerOn(yaml, undefined, slots);
-    const outcome = (p: Promise<unknown>) => p.then(() => "placed", (e: { status: number }) => e.status);
     // The upstream's room takes the first at once, no slot asked for.
     expect((await scheduler.acquire(request(), new Hangup())).upstream.index).toBe(0);
     expect(asks).toHaveLength(0);
@@ -141,7 +149,6 @@ describe("Scheduler with lent queue slots: what it holds", () => {
     const asks: number[] = [];
     const slots: QueueSlots = { lends: true, held: () => 0, ask: (n) => void asks.push(n), using: () => {} };
     const { scheduler } = schedulerOn(yaml, undefined, slots);
-    const outcome = (p: Promise<unknown>) => p.then(() => "placed", (e: { status: number }) => e.status);
     await scheduler.acquire(request(), new Hangup()); // the one unit
     const [b, c] = [new Hangup(), new Hangup()];
     const held = [outcome(scheduler.acquire(request(), b)), outcome(scheduler.acquire(request(), c))];
@@ -169,8 +176,7 @@ describe("Scheduler with lent queue slots: a request with no slot", () => {
     const slots: QueueSlots = { lends: true, held: () => held, ask: (n, answer) => void asks.push({ n, answer }), using: (n) => void (held = Math.min(held, n)) };
     let share = 1;
     const { scheduler, counters } = schedulerOn(yaml, { of: () => share, waiting: () => {} }, slots);
-    const settled: Record<string, unknown> = {};
-    const track = (name: string, p: Promise<unknown>) => p.then(() => (settled[name] = "placed"), (e: { status: number }) => (settled[name] = e.status));
+    const { settled, track } = outcomes();
     await scheduler.acquire(request(), new Hangup()); // its unit
     const second = track("second", scheduler.acquire(request(), new Hangup()));
     const third = track("third", scheduler.acquire(request(), new Hangup()));
@@ -207,8 +213,7 @@ describe("Scheduler with lent queue slots and queue_size 0", () => {
     let share = 1;
     const slots: QueueSlots = { lends: true, held: () => 0, ask: (_n, answer) => answer(0), using: () => {} };
     const { scheduler } = schedulerOn(yaml, { of: () => share, waiting: () => {} }, slots);
-    const settled: Record<string, unknown> = {};
-    const track = (name: string, p: Promise<unknown>) => p.then(() => (settled[name] = "placed"), (e: { status: number }) => (settled[name] = e.status));
+    const { settled, track } = outcomes();
     await scheduler.acquire(request(), new Hangup()); // its unit
     const second = track("second", scheduler.acquire(request(), new Hangup())); // waits for the unit its sibling leaves unused
     share = 2; // the unit comes, before the batch
@@ -235,8 +240,7 @@ describe("Scheduler with lent queue slots: a request whose unit never came", () 
     const slots: QueueSlots = { lends: true, held: () => slot.held, ask: (n, answer) => void asks.push({ n, answer }), using: (n) => void (slot.held = Math.min(slot.held, n)) };
     const shares: InFlightShares = { of: () => share.units, waiting: (short, unplaced) => void wants.push(`short ${[...short.values()].join(",") || 0}, unplaced ${unplaced}`) };
     const { scheduler, counters } = schedulerOn(yaml, shares, slots);
-    const settled: Record<string, unknown> = {};
-    const track = (name: string, p: Promise<unknown>) => p.then(() => (settled[name] = "placed"), (e: { status: number }) => (settled[name] = e.status));
+    const { settled, track } = outcomes();
     return { scheduler, counters, asks, slot, share, settled, track };
   }
 

@@ -265,16 +265,14 @@ export class Scheduler implements WaitingOwner {
   #unitWaitOver(w: Waiting): void {
     w.timer = null;
     if (w.done) return;
-    if (!this.#fits()) {
-      // No second ask with queue_size 0 (no slot to give) or with its queue timeout over (its slot would go unused;
-      // a timer fires on the millisecond, up to 1 ms before its time by this clock).
-      const timeout = this.#config.limits.queueTimeoutMs;
-      if (this.#config.limits.queueSize === 0 || (timeout > 0 && epochNow() - w.enqueuedAt >= timeout - 1)) w.reject(this.#queueFull());
-      else this.#askAgain(w);
-      return this.schedule(); // a batch of what is left tells the shares what this worker still wants (none, if `w` was all)
-    }
-    this.#slotted(w);
-    this.schedule(); // room it fits in may have come with no batch since (a sibling's unit, arriving quietly)
+    if (this.#fits()) this.#slotted(w);
+    // No second ask with queue_size 0 (no slot to give) or with its queue timeout over (its slot would go unused;
+    // a timer fires on the millisecond, up to 1 ms before its time by this clock).
+    else if (this.#config.limits.queueSize === 0 || this.#queueTimeLeft(w) <= 1) w.reject(this.#queueFull());
+    else this.#askAgain(w);
+    // The next batch starts `w` on room that came with no batch since (a sibling's unit, arriving quietly), or,
+    // `w` gone from the queue, tells the shares what this worker still wants (none, if `w` was all).
+    this.schedule();
   }
 
   /**
@@ -552,13 +550,18 @@ export class Scheduler implements WaitingOwner {
 
   /** Arms `w`'s queue timeout, counted from its arrival, unless a timer is armed already (its own, or the unit wait's). */
   #armQueueTimeout(w: Waiting): void {
-    const timeout = this.#config.limits.queueTimeoutMs;
-    if (w.timer !== null || timeout <= 0) return;
+    if (w.timer !== null || this.#config.limits.queueTimeoutMs <= 0) return;
     w.timer = setTimeout(() => {
       this.#counters.rejectedFull++;
       w.reject(new HttpError(429, "every upstream is at capacity", "rate_limit_exceeded", "upstreams_full", { "retry-after": "1" }));
-    }, Math.max(0, timeout - (epochNow() - w.enqueuedAt)));
+    }, Math.max(0, this.#queueTimeLeft(w)));
     w.timer.unref();
+  }
+
+  /** What is left of `w`'s queue timeout, counted from its arrival, ms (negative: over; Infinity: none). */
+  #queueTimeLeft(w: Waiting): number {
+    const timeout = this.#config.limits.queueTimeoutMs;
+    return timeout > 0 ? timeout - (epochNow() - w.enqueuedAt) : Infinity;
   }
 
   /**
